@@ -1,0 +1,148 @@
+# tfg: a plain GNU Makefile.
+#
+#   make            build/tfg and build/libtfg.a
+#   make test       install missing packages, build, run every test
+#   make asan       the same under AddressSanitizer + UBSan (in build/asan)
+#   make fuzz       libFuzzer over the lexer and parser (FUZZ_SECONDS, default 600)
+#   make demo       build and run an example
+#   make deps       install the Debian packages the build and tests need
+#   make CUDA=0     build without CUDA even where the toolkit exists
+#
+# re2c and Bison generate into $(BUILD)/gen; nothing generated is committed.
+
+BUILD   ?= build
+CC      ?= cc
+CUDA    ?= auto
+SAN     ?=
+V       ?= 0
+
+ifeq ($(V),0)
+  Q = @
+else
+  Q =
+endif
+
+# ---- CUDA detection: nvcc on PATH or under CUDA_HOME -----------------------
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null))
+ifeq ($(CUDA),auto)
+  ifneq ($(wildcard $(CUDA_HOME)/bin/nvcc),)
+    CUDA_ON := 1
+  else
+    CUDA_ON := 0
+  endif
+else
+  CUDA_ON := $(CUDA)
+endif
+
+WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 $(WARN) -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -pthread
+CPPFLAGS += -I. -I$(BUILD)/gen
+LDLIBS  += -lm -pthread
+
+ifneq ($(SAN),)
+  CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+  LDFLAGS += -fsanitize=address,undefined
+endif
+
+VERSION := 0.1.0
+CPPFLAGS += -DTFG_VERSION='"$(VERSION)"' -DTFG_BUILD_CUDA=$(CUDA_ON)
+
+# ---- sources ----------------------------------------------------------------
+LIB_SRC := $(wildcard base/*.c lang/*.c compiler/*.c runtime/*.c kernels/cpu/*.c)
+GEN_SRC := $(BUILD)/gen/parser.tab.c $(BUILD)/gen/lexer.c
+CLI_SRC := $(wildcard cli/*.c)
+TEST_SRC := $(wildcard tests/unit/*.c)
+
+LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) \
+            $(BUILD)/obj/gen/parser.tab.o $(BUILD)/obj/gen/lexer.o
+CLI_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(CLI_SRC))
+TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRC))
+
+CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
+CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null)
+
+.PHONY: all test asan fuzz demo deps deps-fuzz clean test-gpu
+.DEFAULT_GOAL := all
+
+all: $(BUILD)/tfg $(BUILD)/libtfg.a
+
+$(BUILD)/gen/parser.tab.c $(BUILD)/gen/parser.tab.h: lang/parser.y
+	@mkdir -p $(dir $@)
+	@echo "  BISON   $<"
+	$(Q)bison -Wall -Werror --defines=$(BUILD)/gen/parser.tab.h -o $(BUILD)/gen/parser.tab.c $<
+
+$(BUILD)/gen/lexer.c: lang/lexer.re
+	@mkdir -p $(dir $@)
+	@echo "  RE2C    $<"
+	$(Q)re2c -W -Werror --no-generation-date -o $@ $<
+
+$(BUILD)/obj/%.o: %.c $(BUILD)/gen/parser.tab.h
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c $(BUILD)/gen/parser.tab.h
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/obj/tests/%.o: tests/%.c $(BUILD)/gen/parser.tab.h
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(CHECK_CFLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/libtfg.a: $(LIB_OBJ)
+	@echo "  AR      $@"
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/tfg: $(CLI_OBJ) $(BUILD)/libtfg.a
+	@echo "  LINK    $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libtfg.a $(LDLIBS)
+
+$(BUILD)/unit: $(TEST_OBJ) $(BUILD)/libtfg.a
+	@echo "  LINK    $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libtfg.a $(CHECK_LIBS) $(LDLIBS)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# ---- packages -------------------------------------------------------------
+DEB_PKGS  := re2c bison check libsubunit-dev pkg-config libopenblas-dev zlib1g-dev libedit-dev
+FUZZ_PKGS := clang libclang-rt-14-dev
+
+deps:
+	@sh tests/deps.sh $(DEB_PKGS)
+
+deps-fuzz:
+	@sh tests/deps.sh $(FUZZ_PKGS)
+
+# ---- tests ----------------------------------------------------------------
+test: deps
+	@$(MAKE) --no-print-directory all $(BUILD)/unit
+	@sh tests/run.sh $(BUILD)
+
+asan: deps
+	@$(MAKE) --no-print-directory BUILD=build/asan SAN=1 CFLAGS="-O1 -g" all build/asan/unit
+	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  sh tests/run.sh build/asan
+
+# ---- fuzzing --------------------------------------------------------------
+FUZZ_SECONDS ?= 600
+FUZZ_SRC := base/arena.c base/strbuf.c base/utf8.c base/status.c base/assert.c \
+            lang/diag.c lang/ast.c
+
+$(BUILD)/fuzz/fuzz_parse: tests/fuzz/fuzz_parse.c $(FUZZ_SRC) $(BUILD)/gen/parser.tab.c $(BUILD)/gen/lexer.c
+	@mkdir -p $(dir $@)
+	@echo "  CLANG   $@"
+	$(Q)clang -std=c11 -g -O1 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -I. -I$(BUILD)/gen \
+	  -fsanitize=fuzzer,address,undefined -o $@ $^
+
+fuzz: deps deps-fuzz $(BUILD)/fuzz/fuzz_parse
+	@sh tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_parse $(FUZZ_SECONDS)
+
+# ---- demo -----------------------------------------------------------------
+demo: deps all
+	$(BUILD)/tfg check --ast examples/hello.tfg
+
+clean:
+	rm -rf $(BUILD)

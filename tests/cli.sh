@@ -1,0 +1,79 @@
+# tests/cli.sh: command-line behaviour (CLI.md), sourced by tests/run.sh,
+# which provides $TFG, $tmp, ok and ko.
+
+# expect NAME WANT_RC CMD...: runs CMD, checks its exit code; output in
+# $tmp/out and $tmp/err for further checks.
+expect() {
+  name=$1 want=$2
+  shift 2
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  got=$?
+  if [ "$got" -eq "$want" ]; then ok; return 0; fi
+  ko "cli $name: exit $got, expected $want"; head -5 "$tmp/err"
+  return 1
+}
+# contains NAME FILE TEXT
+contains() {
+  if grep -qF -- "$3" "$2"; then ok; else ko "cli $1: '$3' not in output"; head -5 "$2"; fi
+}
+
+expect help 0 "$TFG" --help && contains help "$tmp/out" "usage: tfg COMMAND"
+expect no-args 2 "$TFG"
+expect unknown-command 2 "$TFG" frobnicate && contains unknown-command "$tmp/err" "unknown command 'frobnicate'"
+for cmd in run check place plan devices repl version; do
+  expect "$cmd-help" 0 "$TFG" "$cmd" --help && contains "$cmd-help" "$tmp/out" "usage: tfg $cmd"
+done
+expect check-no-file 2 "$TFG" check && contains check-no-file "$tmp/err" "missing FILE"
+expect check-bad-option 2 "$TFG" check --frob x.tfg && contains check-bad-option "$tmp/err" "unknown option '--frob'"
+expect check-two-files 2 "$TFG" check a.tfg b.tfg
+expect check-bad-color 2 "$TFG" check --color=purple x.tfg
+expect check-missing 2 "$TFG" check "$tmp/missing.tfg" && contains check-missing "$tmp/err" "cannot open"
+expect check-directory 2 "$TFG" check "$tmp"
+expect version 0 "$TFG" version && contains version "$tmp/out" "tfg 0.1.0"
+
+# A valid program: silence and exit 0.
+expect check-example 0 "$TFG" check examples/hello.tfg
+[ -s "$tmp/out" ] || [ -s "$tmp/err" ] && ko "cli check-example: printed something" || ok
+
+# Standard input.
+printf 'let a = 1\n' >"$tmp/in.tfg"
+expect stdin-ok 0 sh -c "\"$TFG\" check - <\"$tmp/in.tfg\""
+printf 'let a =' >"$tmp/in.tfg"
+expect stdin-err 1 sh -c "\"$TFG\" check --color=never - <\"$tmp/in.tfg\"" &&
+  contains stdin-err "$tmp/err" "<stdin>:1:8: error: expected an expression after '=', found end of file"
+contains stdin-summary "$tmp/err" "1 error"
+
+# Colour only when asked (stderr is not a terminal here).
+printf 'let = 1\n' >"$tmp/bad.tfg"
+expect color-always 1 "$TFG" check --color=always "$tmp/bad.tfg"
+if grep -q "$(printf '\033')\[" "$tmp/err"; then ok; else ko "cli color-always: no ANSI colour"; fi
+expect color-auto 1 "$TFG" check "$tmp/bad.tfg"
+if grep -q "$(printf '\033')" "$tmp/err"; then ko "cli color-auto: colour on a pipe"; else ok; fi
+
+# Subcommands past the front end check the program, then say they are not available.
+expect run-unavailable 3 "$TFG" run examples/hello.tfg && contains run-unavailable "$tmp/err" "not available"
+expect run-bad-program 1 "$TFG" run "$tmp/bad.tfg"
+
+# Hostile input: never a crash or a hang. 10 MB on one line, valid.
+awk 'BEGIN { for (i = 0; i < 1000000; i++) printf "let a = 1; "; }' >"$tmp/long.tfg"
+expect long-line-valid 0 timeout 60 "$TFG" check "$tmp/long.tfg"
+# 10 MB on one line of nested parentheses: the nesting limit, located.
+awk 'BEGIN { printf "let a = "; for (i = 0; i < 10000000; i++) printf "("; }' >"$tmp/parens.tfg"
+expect long-line-parens 1 timeout 60 "$TFG" check --color=never "$tmp/parens.tfg" &&
+  contains long-line-parens "$tmp/err" "nesting is too deep"
+# 10 MB of a left-deep sum: the AST depth limit, not a stack overflow.
+awk 'BEGIN { printf "let a = 1"; for (i = 0; i < 5000000; i++) printf "+1"; }' >"$tmp/sum.tfg"
+expect long-line-sum 1 timeout 60 "$TFG" check --color=never "$tmp/sum.tfg" &&
+  contains long-line-sum "$tmp/err" "nesting is too deep"
+# 10 MB of stray bytes: the error limit stops the run early.
+awk 'BEGIN { for (i = 0; i < 10000000; i++) printf "$"; }' >"$tmp/dollars.tfg"
+expect long-line-stray 1 timeout 60 "$TFG" check --color=never "$tmp/dollars.tfg" &&
+  contains long-line-stray "$tmp/err" "too many errors"
+# NUL bytes and invalid UTF-8 anywhere (C0 80, an overlong NUL, is two bad bytes).
+printf 'let a = 1\000\nlet b = "\377"\n# \300\200\n' >"$tmp/bin.tfg"
+expect binary 1 timeout 20 "$TFG" check --color=never "$tmp/bin.tfg" &&
+  contains binary "$tmp/err" "4 errors"
+head -c 200000 /dev/urandom >"$tmp/random.tfg"
+timeout 20 "$TFG" check "$tmp/random.tfg" >/dev/null 2>&1
+rc=$?
+if [ $rc -le 1 ]; then ok; else ko "cli random-bytes: exit $rc"; fi

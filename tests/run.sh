@@ -1,0 +1,80 @@
+#!/bin/sh
+# tests/run.sh BUILD: every test of tfg against the binaries in BUILD.
+#
+#   1. the Check unit suites (BUILD/unit)
+#   2. golden files: tests/golden/NAME.tfg with NAME.err (exact stderr of
+#      `tfg check`, exit 1) or NAME.ast (exact stdout of `tfg check --ast`,
+#      exit 0)
+#   3. command-line behaviour (tests/cli.sh)
+#   4. fuzz regressions: every file in tests/fuzz/regress must be checked
+#      without a crash or hang (exit 0 or 1)
+#
+# Ends with one line: "tests: N passed, M failed"; exits 1 if M > 0.
+set -u
+BUILD=${1:-build}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+TFG="$ROOT/$BUILD/tfg"
+[ -x "$TFG" ] || TFG="$BUILD/tfg"
+pass=0
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+ok() { pass=$((pass + 1)); }
+ko() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+# ---- 1. unit suites ---------------------------------------------------------
+unit="$ROOT/$BUILD/unit"
+[ -x "$unit" ] || unit="$BUILD/unit"
+if "$unit" >"$tmp/unit.out" 2>&1; then :; fi
+cat "$tmp/unit.out" | grep -v '^Running suite' | grep -v ':P:' || true
+line=$(grep -E 'Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' "$tmp/unit.out" | tail -1)
+if [ -z "$line" ]; then
+  ko "unit suites did not run to completion"
+else
+  n=$(echo "$line" | sed -E 's/.*Checks: ([0-9]+).*/\1/')
+  f=$(echo "$line" | sed -E 's/.*Failures: ([0-9]+).*/\1/')
+  e=$(echo "$line" | sed -E 's/.*Errors: ([0-9]+).*/\1/')
+  pass=$((pass + n - f - e))
+  fail=$((fail + f + e))
+fi
+
+# ---- 2. golden files --------------------------------------------------------
+cd "$ROOT/tests/golden" || exit 1
+for src in *.tfg; do
+  name=${src%.tfg}
+  if [ -f "$name.err" ]; then
+    "$TFG" check --color=never "$src" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    if [ $rc -ne 1 ]; then ko "golden $src: exit $rc, expected 1"
+    elif ! cmp -s "$tmp/err" "$name.err"; then
+      ko "golden $src: stderr differs from $name.err"; diff "$name.err" "$tmp/err" | head -20
+    elif [ -s "$tmp/out" ]; then ko "golden $src: unexpected stdout"
+    else ok; fi
+  elif [ -f "$name.ast" ]; then
+    "$TFG" check --ast --color=never "$src" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    if [ $rc -ne 0 ]; then ko "golden $src: exit $rc, expected 0"; head -5 "$tmp/err"
+    elif ! cmp -s "$tmp/out" "$name.ast"; then
+      ko "golden $src: --ast output differs from $name.ast"; diff "$name.ast" "$tmp/out" | head -20
+    elif [ -s "$tmp/err" ]; then ko "golden $src: unexpected stderr"
+    else ok; fi
+  else
+    ko "golden $src: no $name.err or $name.ast beside it"
+  fi
+done
+cd "$ROOT" || exit 1
+
+# ---- 3. command line ----------------------------------------------------------
+. "$ROOT/tests/cli.sh"
+
+# ---- 4. fuzz regressions ------------------------------------------------------
+for f in "$ROOT"/tests/fuzz/regress/*; do
+  [ -f "$f" ] || continue
+  timeout 20 "$TFG" check --color=never "$f" >/dev/null 2>&1
+  rc=$?
+  if [ $rc -eq 0 ] || [ $rc -eq 1 ]; then ok; else ko "fuzz regression $(basename "$f"): exit $rc"; fi
+done
+
+echo "tests: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

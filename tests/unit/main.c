@@ -1,0 +1,52 @@
+/* tests/unit/main.c: runs every Check suite; the summary line
+ * ("Checks: N, Failures: F, Errors: E") is read by tests/run.sh. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lang/parse.h"
+#include "tests/unit/unit.h"
+
+char *test_parse(const char *text, size_t len, char **errs, size_t *nerr) {
+  tfg_diag *d = tfg_diag_new();
+  tfg_arena a;
+  tfg_arena_init(&a);
+  const tfg_source *src = tfg_diag_add_source(d, "t.tfg", text, len);
+  ck_assert_ptr_nonnull(src);
+  tfg_ast *prog = NULL;
+  tfg_status st = tfg_parse(src, d, &a, &prog, NULL);
+  char *dump = NULL;
+  if (st == TFG_OK) {
+    ck_assert_ptr_nonnull(prog);
+    tfg_strbuf b = {0};
+    tfg_ast_dump(prog, &b);
+    dump = tfg_strbuf_take(&b);
+  } else {
+    ck_assert_ptr_null(prog);
+  }
+  if (nerr) *nerr = tfg_diag_error_count(d);
+  if (errs) {
+    FILE *f = tmpfile();
+    ck_assert_ptr_nonnull(f);
+    tfg_diag_render(d, f, false);
+    long n = ftell(f);
+    rewind(f);
+    *errs = calloc(1, (size_t)n + 1);
+    ck_assert_int_eq(fread(*errs, 1, (size_t)n, f), n);
+    fclose(f);
+  }
+  tfg_arena_free(&a);
+  tfg_diag_free(d);
+  return dump;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(suite_base());
+  srunner_add_suite(sr, suite_diag());
+  srunner_add_suite(sr, suite_lexer());
+  srunner_add_suite(sr, suite_parser());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,23 @@
+/* tests/unit/unit.h: shared helpers for the Check unit suites. */
+#ifndef TFG_TEST_UNIT_H
+#define TFG_TEST_UNIT_H
+
+#include <check.h>
+#include <stdbool.h>
+
+#include "base/arena.h"
+#include "base/strbuf.h"
+#include "lang/ast.h"
+#include "lang/diag.h"
+
+Suite *suite_base(void);
+Suite *suite_diag(void);
+Suite *suite_lexer(void);
+Suite *suite_parser(void);
+
+/* Parses text (named "t.tfg"); returns the --ast dump (caller frees) or
+ * NULL on a syntax error. Diagnostics rendered without colour go to
+ * *errs when errs is not NULL (caller frees), the error count to *nerr. */
+char *test_parse(const char *text, size_t len, char **errs, size_t *nerr);
+
+#endif
