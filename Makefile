@@ -34,22 +34,26 @@ else
   CUDA_ON := $(CUDA)
 endif
 
+# OPT is the optimisation level; CFLAGS given on the command line are
+# added to the project's flags, never replace them (override).
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
-CFLAGS  ?= -O2 -g
-CFLAGS  += -std=c11 $(WARN) -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -pthread
-CPPFLAGS += -I. -I$(BUILD)/gen
-LDLIBS  += -lm -pthread
+OPT     ?= -O2 -g
+override CFLAGS := $(OPT) -std=c11 $(WARN) -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -pthread $(CFLAGS)
+CPPFLAGS += -I. -I$(BUILD)/gen $(shell pkg-config --cflags openblas 2>/dev/null)
+LDLIBS  += $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas) -lz -lm -pthread
 
 ifneq ($(SAN),)
-  CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
-  LDFLAGS += -fsanitize=address,undefined
+  override CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+  override LDFLAGS += -fsanitize=address,undefined
 endif
 
 VERSION := 0.1.0
-CPPFLAGS += -DTFG_VERSION='"$(VERSION)"' -DTFG_BUILD_CUDA=$(CUDA_ON)
+PREFIX  ?= /usr/local
+CPPFLAGS += -DTFG_VERSION='"$(VERSION)"' -DTFG_BUILD_CUDA=$(CUDA_ON) \
+            -DTFG_STDLIB_DIR='"$(PREFIX)/share/tfg/stdlib"' -DTFG_SOURCE_STDLIB='"$(CURDIR)/stdlib"' 
 
 # ---- sources ----------------------------------------------------------------
-LIB_SRC := $(wildcard base/*.c lang/*.c compiler/*.c runtime/*.c kernels/cpu/*.c)
+LIB_SRC := $(wildcard base/*.c lang/*.c compiler/*.c runtime/*.c kernels/*.c kernels/cpu/*.c)
 GEN_SRC := $(BUILD)/gen/parser.tab.c $(BUILD)/gen/lexer.c
 CLI_SRC := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/unit/*.c)
@@ -62,7 +66,7 @@ TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRC))
 CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null)
 
-.PHONY: all test asan fuzz demo deps deps-fuzz clean test-gpu
+.PHONY: all test asan fuzz demo deps deps-fuzz clean test-gpu bench-build
 .DEFAULT_GOAL := all
 
 all: $(BUILD)/tfg $(BUILD)/libtfg.a
@@ -104,6 +108,17 @@ $(BUILD)/unit: $(TEST_OBJ) $(BUILD)/libtfg.a
 	@echo "  LINK    $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libtfg.a $(CHECK_LIBS) $(LDLIBS)
 
+# Benchmarks: each bench/NAME.c is a program linked against libtfg.
+BENCH_SRC := $(wildcard bench/*.c)
+BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libtfg.a
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libtfg.a $(LDLIBS)
+
+bench-build: $(BENCH_BIN)
+
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 # ---- packages -------------------------------------------------------------
@@ -122,7 +137,7 @@ test: deps
 	@sh tests/run.sh $(BUILD)
 
 asan: deps
-	@$(MAKE) --no-print-directory BUILD=build/asan SAN=1 CFLAGS="-O1 -g" all build/asan/unit
+	@$(MAKE) --no-print-directory BUILD=build/asan SAN=1 OPT="-O1 -g" all build/asan/unit
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  sh tests/run.sh build/asan
 
@@ -142,7 +157,7 @@ fuzz: deps deps-fuzz $(BUILD)/fuzz/fuzz_parse
 
 # ---- demo -----------------------------------------------------------------
 demo: deps all
-	$(BUILD)/tfg check --ast examples/hello.tfg
+	$(BUILD)/tfg run examples/forward_mlp.tfg
 
 clean:
 	rm -rf $(BUILD)

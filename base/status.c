@@ -7,6 +7,7 @@ const char *tfg_status_str(tfg_status s) {
   case TFG_ERR_SYNTAX: return "syntax error";
   case TFG_ERR_NAME: return "name error";
   case TFG_ERR_SHAPE: return "shape error";
+  case TFG_ERR_DATA: return "data error";
   case TFG_ERR_PLACE: return "placement error";
   case TFG_ERR_OOM: return "out of memory";
   case TFG_ERR_DEVICE: return "device error";
@@ -22,7 +23,7 @@ const char *tfg_status_str(tfg_status s) {
 int tfg_status_exit_code(tfg_status s) {
   switch (s) {
   case TFG_OK: return 0;
-  case TFG_ERR_SYNTAX: case TFG_ERR_NAME: case TFG_ERR_SHAPE:
+  case TFG_ERR_SYNTAX: case TFG_ERR_NAME: case TFG_ERR_SHAPE: case TFG_ERR_DATA:
   case TFG_ERR_PLACE: case TFG_ERR_LIMIT:
     return 1; /* the program is wrong: diagnostics say where */
   case TFG_ERR_USAGE: return 2;

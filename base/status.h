@@ -11,11 +11,12 @@ typedef enum tfg_status {
   TFG_ERR_SYNTAX,   /* lexical or grammatical error in a program */
   TFG_ERR_NAME,     /* unknown name, wrong argument, wrong kind of value */
   TFG_ERR_SHAPE,    /* shape or dtype mismatch */
+  TFG_ERR_DATA,     /* a data file the program names is missing or malformed */
   TFG_ERR_PLACE,    /* impossible placement */
   TFG_ERR_OOM,      /* memory that cannot fit */
   TFG_ERR_DEVICE,   /* a device or driver failed */
   TFG_ERR_IO,       /* a file could not be read or written */
-  TFG_ERR_NUMERIC,  /* NaN/Inf where a finite value is required */
+  TFG_ERR_NUMERIC,  /* bad values at run time: NaN/Inf, an index or label out of range */
   TFG_ERR_USAGE,    /* bad command-line usage */
   TFG_ERR_LIMIT,    /* an input exceeds a documented limit (nesting, size) */
   TFG_ERR_NOMEM,    /* the host allocator failed */

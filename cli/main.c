@@ -3,6 +3,7 @@
  * One table row per subcommand: its name, one-line summary, full help and
  * handler. Handlers return a process exit code: 0 success, 1 the program
  * has an error (diagnostics printed), 2 bad usage, 3 runtime failure. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -14,7 +15,10 @@
 #include "base/strbuf.h"
 #include "lang/ast.h"
 #include "lang/diag.h"
+#include "lang/interp.h"
 #include "lang/parse.h"
+#include "runtime/format.h"
+#include "runtime/session.h"
 
 enum { EXIT_PROGRAM = 1, EXIT_USAGE = 2, EXIT_RUNTIME = 3 };
 
@@ -41,22 +45,46 @@ static int usage_error(const cli_cmd *cmd, const char *fmt, const char *arg) {
   return EXIT_USAGE;
 }
 
-/* Options every subcommand that reads a program accepts. */
+/* Options of the commands that read a program. */
 typedef struct cli_opts {
   const char *color;
-  bool ast;
+  bool ast, print_all;
   const char *file;
+  tfg_set sets[64];
+  int nsets;
+  tfg_feed_file feeds[64];
+  int nfeeds;
+  uint64_t seed;
+  int threads;
 } cli_opts;
 
-enum { OPT_COLOR = 256, OPT_AST };
+/* Which options a command takes. */
+enum { ALLOW_AST = 1, ALLOW_RUN = 2 };
 
-/* Parses argv for cmd: --help, --color=WHEN, --ast when allow_ast, and
- * exactly one FILE. Returns -1 to go on, else the exit code. */
-static int parse_opts(const cli_cmd *cmd, int argc, char **argv, bool allow_ast, cli_opts *o) {
+enum { OPT_COLOR = 256, OPT_AST, OPT_SET, OPT_FEED, OPT_SEED, OPT_PRINT_ALL, OPT_THREADS };
+
+/* Splits "NAME=VALUE"; false when there is no '=' or no name. */
+static bool split_assign(char *arg, const char **name, const char **value) {
+  char *eq = strchr(arg, '=');
+  if (!eq || eq == arg) return false;
+  *eq = '\0';
+  *name = arg;
+  *value = eq + 1;
+  return true;
+}
+
+/* Parses argv for cmd (allow: ALLOW_* bits) and exactly one FILE.
+ * Returns -1 to go on, else the exit code. */
+static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_opts *o) {
   static const struct option longopts[] = {
       {"help", no_argument, NULL, 'h'},
       {"color", required_argument, NULL, OPT_COLOR},
       {"ast", no_argument, NULL, OPT_AST},
+      {"set", required_argument, NULL, OPT_SET},
+      {"feed", required_argument, NULL, OPT_FEED},
+      {"seed", required_argument, NULL, OPT_SEED},
+      {"print-all", no_argument, NULL, OPT_PRINT_ALL},
+      {"threads", required_argument, NULL, OPT_THREADS},
       {NULL, 0, NULL, 0},
   };
   memset(o, 0, sizeof *o);
@@ -64,6 +92,8 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, bool allow_ast,
   opterr = 0;
   int c;
   while ((c = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
+    const char *name, *value;
+    char *end;
     switch (c) {
     case 'h':
       printf("usage: %s", cmd->help);
@@ -74,8 +104,34 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, bool allow_ast,
       o->color = optarg;
       break;
     case OPT_AST:
-      if (!allow_ast) return usage_error(cmd, "unknown option '%s'", "--ast");
+      if (!(allow & ALLOW_AST)) return usage_error(cmd, "unknown option '%s'", "--ast");
       o->ast = true;
+      break;
+    case OPT_SET:
+      if (!split_assign(optarg, &name, &value)) return usage_error(cmd, "--set takes NAME=VALUE, not '%s'", optarg);
+      if (o->nsets == 64) return usage_error(cmd, "%s", "too many --set options");
+      o->sets[o->nsets++] = (tfg_set){name, value};
+      break;
+    case OPT_FEED:
+      if (!(allow & ALLOW_RUN)) return usage_error(cmd, "unknown option '%s'", "--feed");
+      if (!split_assign(optarg, &name, &value)) return usage_error(cmd, "--feed takes NAME=FILE.npy, not '%s'", optarg);
+      if (o->nfeeds == 64) return usage_error(cmd, "%s", "too many --feed options");
+      o->feeds[o->nfeeds++] = (tfg_feed_file){name, value};
+      break;
+    case OPT_SEED:
+      if (!(allow & ALLOW_RUN)) return usage_error(cmd, "unknown option '%s'", "--seed");
+      errno = 0;
+      o->seed = strtoull(optarg, &end, 10);
+      if (errno || *end || !*optarg || optarg[0] == '-') return usage_error(cmd, "--seed takes a non-negative integer, not '%s'", optarg);
+      break;
+    case OPT_PRINT_ALL:
+      if (!(allow & ALLOW_RUN)) return usage_error(cmd, "unknown option '%s'", "--print-all");
+      o->print_all = true;
+      break;
+    case OPT_THREADS:
+      if (!(allow & ALLOW_RUN)) return usage_error(cmd, "unknown option '%s'", "--threads");
+      o->threads = (int)strtol(optarg, &end, 10);
+      if (*end || o->threads < 1 || o->threads > 256) return usage_error(cmd, "--threads takes 1 to 256, not '%s'", optarg);
       break;
     case ':':
       return usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
@@ -90,55 +146,133 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, bool allow_ast,
 }
 
 static int unavailable(const cli_cmd *cmd) {
-  fprintf(stderr, "tfg %s: not available in tfg %s, which parses and checks programs only\n",
+  fprintf(stderr, "tfg %s: not available in tfg %s, which builds, checks and runs forward programs only\n",
           cmd->name, TFG_VERSION);
   return EXIT_RUNTIME;
 }
 
-/* Loads and parses o->file, printing diagnostics. Returns the exit code
- * and, on success, the program in *prog (nodes in arena). */
-static int load_program(const cli_cmd *cmd, const cli_opts *o, tfg_diag *d, tfg_arena *arena,
-                        tfg_ast **prog) {
-  bool color = color_mode(o->color);
-  const tfg_source *src = tfg_diag_load(d, o->file);
-  if (!src) {
-    tfg_diag_render(d, stderr, color);
-    (void)cmd;
-    return EXIT_USAGE; /* the FILE argument names nothing readable */
+/* The folder of the standard library: TFG_STDLIB; else beside the
+ * binary as built (build/tfg -> stdlib/) or installed (bin/tfg ->
+ * share/tfg/stdlib); else the source tree it was built from; else the
+ * installed default. */
+static const char *stdlib_dir(char *buf, size_t n) {
+  const char *env = getenv("TFG_STDLIB");
+  if (env && *env) return env;
+  char exe[4096];
+  ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (len > 0) {
+    exe[len] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash) {
+      *slash = '\0';
+      static const char *const rel[] = {"/../stdlib", "/../share/tfg/stdlib"};
+      for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+        size_t le = strlen(exe), lr = strlen(rel[i]);
+        if (le + lr + 1 > n) continue;
+        memcpy(buf, exe, le);
+        memcpy(buf + le, rel[i], lr + 1);
+        if (access(buf, R_OK) == 0) return buf;
+      }
+    }
   }
-  tfg_status st = tfg_parse(src, d, arena, prog, NULL);
-  tfg_diag_render(d, stderr, color);
-  if (st != TFG_OK) {
-    tfg_diag_render_summary(d, stderr, color);
-    return tfg_status_exit_code(st);
-  }
-  return 0;
+  if (access(TFG_SOURCE_STDLIB, R_OK) == 0) return TFG_SOURCE_STDLIB;
+  return TFG_STDLIB_DIR;
 }
 
-/* The commands that read a program: check it, then do the command's part.
- * Only `check` is complete in this version; run, place and plan stop
- * after the check and say so (exit 3), so a user still learns whether the
- * program is valid. */
+/* Prints one print action: a header per tensor, then its values. */
+static tfg_status print_action(tfg_session *s, const tfg_program *p, const tfg_action *a, bool all) {
+  tfg_node_id fetch[64];
+  int map[64], nf = 0;
+  for (int i = 0; i < a->nitems && nf < 64; i++) map[i] = a->items[i].is_tensor ? (fetch[nf] = a->items[i].node, nf++) : -1;
+  tfg_tensor out[64];
+  tfg_status st = tfg_session_run(s, fetch, nf, out);
+  if (st != TFG_OK) return st;
+  tfg_strbuf b = {0};
+  for (int i = 0; i < a->nitems; i++) {
+    const tfg_print_item *it = &a->items[i];
+    tfg_strbuf_printf(&b, "%s: ", it->text);
+    if (!it->is_tensor) {
+      tfg_strbuf_printf(&b, "%s\n", it->value);
+      continue;
+    }
+    const tfg_node *n = &p->graph->nodes[it->node];
+    tfg_shape_format(&b, n->dtype, &n->shape);
+    tfg_strbuf_puts(&b, " @cpu:0\n");
+    tfg_format_tensor(&b, &out[map[i]], all);
+    tfg_strbuf_putc(&b, '\n');
+  }
+  fwrite(b.data, 1, b.len, stdout);
+  fflush(stdout);
+  tfg_strbuf_free(&b);
+  return TFG_OK;
+}
+
+/* Runs the program's actions in order. */
+static int run_actions(const cli_opts *o, const tfg_program *p, tfg_diag *d, bool color) {
+  tfg_session_opts so = {.threads = o->threads, .feeds = o->feeds, .nfeeds = o->nfeeds, .seed = o->seed};
+  tfg_session *s = tfg_session_new(p, d, &so);
+  int rc = 0;
+  if (!s) rc = EXIT_RUNTIME;
+  for (int i = 0; s && i < p->nactions && rc == 0; i++) {
+    const tfg_action *a = &p->actions[i];
+    if (a->kind == TFG_ACTION_PRINT) {
+      tfg_status st = print_action(s, p, a, o->print_all);
+      if (st != TFG_OK) rc = EXIT_RUNTIME;
+    } else {
+      tfg_diag_error(d, &a->loc, "training is not available in tfg %s", TFG_VERSION);
+      rc = EXIT_RUNTIME;
+    }
+  }
+  tfg_session_free(s);
+  tfg_diag_render(d, stderr, color);
+  return rc;
+}
+
+/* The commands that read a program: parse it (and print the tree for
+ * --ast), build and check it, then do the command's part. */
 static int cmd_program(const cli_cmd *cmd, int argc, char **argv) {
-  bool is_check = strcmp(cmd->name, "check") == 0;
-  cli_opts o;
-  int rc = parse_opts(cmd, argc, argv, is_check, &o);
-  if (rc >= 0) return rc;
+  bool is_check = strcmp(cmd->name, "check") == 0, is_run = strcmp(cmd->name, "run") == 0;
+  cli_opts *o = calloc(1, sizeof *o);
+  int rc = parse_opts(cmd, argc, argv, (is_check ? ALLOW_AST : 0) | (is_run ? ALLOW_RUN : 0), o);
+  if (rc >= 0) {
+    free(o);
+    return rc;
+  }
+  rc = 0;
+  bool color = color_mode(o->color);
   tfg_diag *d = tfg_diag_new();
   tfg_arena arena;
   tfg_arena_init(&arena);
   tfg_ast *prog = NULL;
-  rc = load_program(cmd, &o, d, &arena, &prog);
-  if (rc == 0 && o.ast) {
+  const tfg_source *src = tfg_diag_load(d, o->file);
+  tfg_status st = src ? tfg_parse(src, d, &arena, &prog, NULL) : TFG_ERR_USAGE;
+  if (st == TFG_OK && o->ast) {
     tfg_strbuf out = {0};
     tfg_ast_dump(prog, &out);
     if (out.len) fwrite(out.data, 1, out.len, stdout);
     tfg_strbuf_free(&out);
-  } else if (rc == 0 && !is_check) {
-    rc = unavailable(cmd);
+  } else if (st == TFG_OK) {
+    char buf[4096];
+    tfg_interp_opts io = {.sets = o->sets, .nsets = o->nsets, .stdlib_dir = stdlib_dir(buf, sizeof buf)};
+    tfg_interp *I = tfg_interp_new(d, &io);
+    st = tfg_interp_eval(I, src, prog);
+    if (st == TFG_OK) st = tfg_interp_finish(I);
+    if (st == TFG_OK && is_run) {
+      tfg_diag_render(d, stderr, color);
+      rc = run_actions(o, tfg_interp_program(I), d, color);
+    } else if (st == TFG_OK && !is_check) {
+      rc = unavailable(cmd);
+    }
+    tfg_interp_free(I);
+  }
+  tfg_diag_render(d, stderr, color);
+  if (st != TFG_OK) {
+    if (src) tfg_diag_render_summary(d, stderr, color);
+    rc = st == TFG_ERR_USAGE && !src ? EXIT_USAGE : tfg_status_exit_code(st);
   }
   tfg_arena_free(&arena);
   tfg_diag_free(d);
+  free(o);
   return rc;
 }
 
@@ -180,29 +314,34 @@ static int cmd_version(const cli_cmd *cmd, int argc, char **argv) {
   return 0;
 }
 
+#define COMMON_HELP                                                                  \
+  "  --set NAME=VALUE  override a top-level `let NAME` (repeatable)\n"               \
+  "  --color=WHEN      colour diagnostics: auto (default), always, never\n"          \
+  "  -h, --help        show this help\n"
+
 static const cli_cmd commands[] = {
     {"run", "build, compile and execute the program's actions (print, train)",
-     "tfg run [OPTIONS] FILE\n\nBuild, compile and execute FILE's actions (print, train).\n\n"
-     "options:\n  --color=WHEN   colour diagnostics: auto (default), always, never\n"
-     "  -h, --help     show this help\n",
+     "tfg run [OPTIONS] FILE\n\nBuild FILE and execute its actions (print, train) in order.\n\n"
+     "options:\n"
+     "  --feed NAME=FILE.npy  feed the input NAME (one without `from`) (repeatable)\n"
+     "  --seed N          shift every param initializer's seed\n"
+     "  --print-all       print every value, not `...` past 6 per axis\n"
+     "  --threads N       CPU threads for kernels (default: one per core)\n" COMMON_HELP,
      cmd_program},
     {"check", "build and shape-check only; prints nothing on success",
-     "tfg check [OPTIONS] FILE\n\nParse and check FILE ('-' reads standard input). Prints nothing\n"
-     "on success; otherwise every error found, located, and exits 1.\n\n"
-     "options:\n  --ast          print the syntax tree (format: README.md, \"tfg check --ast\")\n"
-     "  --color=WHEN   colour diagnostics: auto (default), always, never\n"
-     "  -h, --help     show this help\n",
+     "tfg check [OPTIONS] FILE\n\nBuild and check FILE ('-' reads standard input): syntax, names,\n"
+     "arguments, shapes, dtypes and data files. Prints nothing on success;\n"
+     "otherwise the errors, located, and exits 1.\n\n"
+     "options:\n  --ast             print the syntax tree only (format: README.md)\n" COMMON_HELP,
      cmd_program},
     {"place", "placement only: which device runs each op and why",
      "tfg place [OPTIONS] FILE\n\nShow which device runs each op of FILE and why.\n\n"
-     "options:\n  --color=WHEN   colour diagnostics: auto (default), always, never\n"
-     "  -h, --help     show this help\n",
+     "options:\n" COMMON_HELP,
      cmd_program},
     {"plan", "the compiled plan: streams, copies, collectives, memory",
      "tfg plan [OPTIONS] FILE\n\nShow the compiled plan of FILE: per device its streams, ops in\n"
      "order, copies, collectives, memory offsets and peak.\n\n"
-     "options:\n  --color=WHEN   colour diagnostics: auto (default), always, never\n"
-     "  -h, --help     show this help\n",
+     "options:\n" COMMON_HELP,
      cmd_program},
     {"devices", "the hardware found and how logical devices map onto it",
      "tfg devices\n\nList the hardware found and how logical devices map onto it.\n", cmd_unavailable},

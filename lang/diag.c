@@ -96,7 +96,9 @@ const tfg_source *tfg_diag_add_source(tfg_diag *d, const char *name, const char 
   return s;
 }
 
-const tfg_source *tfg_diag_load(tfg_diag *d, const char *path) {
+const tfg_source *tfg_diag_load(tfg_diag *d, const char *path) { return tfg_diag_load_named(d, path, NULL); }
+
+const tfg_source *tfg_diag_load_named(tfg_diag *d, const char *path, const char *display) {
   bool is_stdin = strcmp(path, "-") == 0;
   FILE *f = is_stdin ? stdin : fopen(path, "rb");
   if (!f) {
@@ -114,7 +116,7 @@ const tfg_source *tfg_diag_load(tfg_diag *d, const char *path) {
   bool failed = ferror(f);
   int err = errno;
   if (!is_stdin) fclose(f);
-  const char *name = is_stdin ? "<stdin>" : path;
+  const char *name = display ? display : is_stdin ? "<stdin>" : path;
   const tfg_source *s = NULL;
   if (failed)
     tfg_diag_error(d, NULL, "cannot read '%s': %s", name, strerror(err));

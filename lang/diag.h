@@ -63,6 +63,9 @@ void tfg_diag_free(tfg_diag *d);
  * failure records an unlocated error naming the path and returns NULL.
  * The source lives as long as d. */
 const tfg_source *tfg_diag_load(tfg_diag *d, const char *path);
+/* The same, the source named name in messages (a stable name for a file
+ * found in a search path). */
+const tfg_source *tfg_diag_load_named(tfg_diag *d, const char *path, const char *name);
 /* Adds text[0..len) as a source named name (copied). Returns NULL and
  * records an error when len exceeds TFG_SOURCE_MAX_BYTES. */
 const tfg_source *tfg_diag_add_source(tfg_diag *d, const char *name, const char *text,

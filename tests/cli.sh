@@ -50,9 +50,17 @@ if grep -q "$(printf '\033')\[" "$tmp/err"; then ok; else ko "cli color-always: 
 expect color-auto 1 "$TFG" check "$tmp/bad.tfg"
 if grep -q "$(printf '\033')" "$tmp/err"; then ko "cli color-auto: colour on a pipe"; else ok; fi
 
-# Subcommands past the front end check the program, then say they are not available.
-expect run-unavailable 3 "$TFG" run examples/hello.tfg && contains run-unavailable "$tmp/err" "not available"
+# run: the example's print actions; a wrong program is reported, not run.
+expect run-example 0 "$TFG" run examples/hello.tfg && contains run-example "$tmp/out" "y: f32[2,3] @cpu:0"
 expect run-bad-program 1 "$TFG" run "$tmp/bad.tfg"
+# Subcommands past this version check the program, then say they are not available.
+expect place-unavailable 3 "$TFG" place examples/hello.tfg && contains place-unavailable "$tmp/err" "not available"
+printf 'param w: f32[]\ntrain w { optimizer = sgd(lr = 0.1); steps = 1 }\n' >"$tmp/train.tfg"
+expect train-unavailable 3 "$TFG" run "$tmp/train.tfg" && contains train-unavailable "$tmp/err" "training is not available"
+# --set and --feed
+expect set-unknown 2 "$TFG" check --set nothere=1 examples/hello.tfg && contains set-unknown "$tmp/err" "no top-level \`let nothere\`"
+expect set-bad 2 "$TFG" check --set novalue examples/hello.tfg
+expect feed-missing-input 3 "$TFG" run --feed zz=/nonexistent.npy examples/hello.tfg
 
 # Hostile input: never a crash or a hang. 10 MB on one line, valid.
 awk 'BEGIN { for (i = 0; i < 1000000; i++) printf "let a = 1; "; }' >"$tmp/long.tfg"

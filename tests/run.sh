@@ -3,8 +3,8 @@
 #
 #   1. the Check unit suites (BUILD/unit)
 #   2. golden files: tests/golden/NAME.tfg with NAME.err (exact stderr of
-#      `tfg check`, exit 1) or NAME.ast (exact stdout of `tfg check --ast`,
-#      exit 0)
+#      `tfg check`, exit 1), NAME.ast (exact stdout of `tfg check --ast`,
+#      exit 0) or NAME.out (exact stdout of `tfg run`, exit 0)
 #   3. command-line behaviour (tests/cli.sh)
 #   4. fuzz regressions: every file in tests/fuzz/regress must be checked
 #      without a crash or hang (exit 0 or 1)
@@ -59,8 +59,16 @@ for src in *.tfg; do
       ko "golden $src: --ast output differs from $name.ast"; diff "$name.ast" "$tmp/out" | head -20
     elif [ -s "$tmp/err" ]; then ko "golden $src: unexpected stderr"
     else ok; fi
+  elif [ -f "$name.out" ]; then
+    "$TFG" run --color=never "$src" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    if [ $rc -ne 0 ]; then ko "golden $src: exit $rc, expected 0"; head -5 "$tmp/err"
+    elif ! cmp -s "$tmp/out" "$name.out"; then
+      ko "golden $src: run output differs from $name.out"; diff "$name.out" "$tmp/out" | head -20
+    elif [ -s "$tmp/err" ]; then ko "golden $src: unexpected stderr"; head -5 "$tmp/err"
+    else ok; fi
   else
-    ko "golden $src: no $name.err or $name.ast beside it"
+    ko "golden $src: no $name.err, $name.ast or $name.out beside it"
   fi
 done
 cd "$ROOT" || exit 1

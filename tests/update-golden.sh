@@ -1,15 +1,18 @@
 #!/bin/sh
 # tests/update-golden.sh [BUILD]: rewrite the expected output of every golden
 # file from the current build. Read the diff before committing it: the
-# golden files are the specification of tfg's messages.
+# golden files are the specification of tfg's messages and output.
+#   ok-*.tfg     -> .ast  (tfg check --ast)
+#   run-*.tfg    -> .out  (tfg run)
+#   err-*, build-* and anything else -> .err (tfg check, stderr)
 BUILD=${1:-build}
 TFG="$(cd "$(dirname "$0")/.." && pwd)/$BUILD/tfg"
 cd "$(dirname "$0")/golden" || exit 1
 for src in *.tfg; do
   name=${src%.tfg}
-  if [ -f "$name.ast" ] || { [ ! -f "$name.err" ] && case $name in ok-*) true;; *) false;; esac; }; then
-    "$TFG" check --ast --color=never "$src" >"$name.ast"
-  else
-    "$TFG" check --color=never "$src" 2>"$name.err"
-  fi
+  case $name in
+    ok-*) "$TFG" check --ast --color=never "$src" >"$name.ast" ;;
+    run-*) "$TFG" run --color=never "$src" >"$name.out" ;;
+    *) "$TFG" check --color=never "$src" 2>"$name.err" ;;
+  esac
 done

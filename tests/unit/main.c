@@ -7,6 +7,19 @@
 #include "lang/parse.h"
 #include "tests/unit/unit.h"
 
+char *test_render(tfg_diag *d, bool summary) {
+  FILE *f = tmpfile();
+  ck_assert_ptr_nonnull(f);
+  tfg_diag_render(d, f, false);
+  if (summary) tfg_diag_render_summary(d, f, false);
+  long n = ftell(f);
+  rewind(f);
+  char *s = calloc(1, (size_t)n + 1);
+  ck_assert_int_eq(fread(s, 1, (size_t)n, f), n);
+  fclose(f);
+  return s;
+}
+
 char *test_parse(const char *text, size_t len, char **errs, size_t *nerr) {
   tfg_diag *d = tfg_diag_new();
   tfg_arena a;
@@ -25,16 +38,7 @@ char *test_parse(const char *text, size_t len, char **errs, size_t *nerr) {
     ck_assert_ptr_null(prog);
   }
   if (nerr) *nerr = tfg_diag_error_count(d);
-  if (errs) {
-    FILE *f = tmpfile();
-    ck_assert_ptr_nonnull(f);
-    tfg_diag_render(d, f, false);
-    long n = ftell(f);
-    rewind(f);
-    *errs = calloc(1, (size_t)n + 1);
-    ck_assert_int_eq(fread(*errs, 1, (size_t)n, f), n);
-    fclose(f);
-  }
+  if (errs) *errs = test_render(d, false);
   tfg_arena_free(&a);
   tfg_diag_free(d);
   return dump;
@@ -45,6 +49,11 @@ int main(void) {
   srunner_add_suite(sr, suite_diag());
   srunner_add_suite(sr, suite_lexer());
   srunner_add_suite(sr, suite_parser());
+  srunner_add_suite(sr, suite_kernels_basic());
+  srunner_add_suite(sr, suite_kernels_nn());
+  srunner_add_suite(sr, suite_data());
+  srunner_add_suite(sr, suite_interp());
+  srunner_add_suite(sr, suite_format());
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);

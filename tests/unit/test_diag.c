@@ -6,19 +6,8 @@
 #include "lang/diag.h"
 #include "tests/unit/unit.h"
 
-/* Renders d without colour into a heap string. */
-static char *render(tfg_diag *d) {
-  FILE *f = tmpfile();
-  ck_assert_ptr_nonnull(f);
-  tfg_diag_render(d, f, false);
-  tfg_diag_render_summary(d, f, false);
-  long n = ftell(f);
-  rewind(f);
-  char *s = calloc(1, (size_t)n + 1);
-  ck_assert_int_eq(fread(s, 1, (size_t)n, f), n);
-  fclose(f);
-  return s;
-}
+/* Renders d and its error count. */
+static char *render(tfg_diag *d) { return test_render(d, true); }
 
 START_TEST(positions_from_offsets) {
   tfg_diag *d = tfg_diag_new();

@@ -14,6 +14,15 @@ Suite *suite_base(void);
 Suite *suite_diag(void);
 Suite *suite_lexer(void);
 Suite *suite_parser(void);
+Suite *suite_kernels_basic(void);
+Suite *suite_kernels_nn(void);
+Suite *suite_data(void);
+Suite *suite_interp(void);
+Suite *suite_format(void);
+
+/* Renders d's diagnostics without colour (and the error count when
+ * summary is true) into a heap string. */
+char *test_render(tfg_diag *d, bool summary);
 
 /* Parses text (named "t.tfg"); returns the --ast dump (caller frees) or
  * NULL on a syntax error. Diagnostics rendered without colour go to

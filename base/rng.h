@@ -1,0 +1,38 @@
+/* base/rng.h: counter-based random numbers.
+ *
+ * Value i of a stream is a pure function of (seed, i), so initializers
+ * and dropout masks are identical whatever the thread count, the device
+ * or the order of evaluation: the same program gives the same numbers on
+ * one CPU or on eight GPUs. The mixer is splitmix64 (Vigna), applied
+ * twice to separate nearby seeds and counters. */
+#ifndef TFG_RNG_H
+#define TFG_RNG_H
+
+#include <math.h>
+#include <stdint.h>
+
+static inline uint64_t tfg_rng_mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+/* 64 random bits for element i of stream seed. */
+static inline uint64_t tfg_rng_bits(uint64_t seed, uint64_t i) {
+  return tfg_rng_mix(tfg_rng_mix(seed) ^ i);
+}
+
+/* Uniform in [0, 1) with 53 random bits. */
+static inline double tfg_rng_uniform(uint64_t seed, uint64_t i) {
+  return (double)(tfg_rng_bits(seed, i) >> 11) * 0x1.0p-53;
+}
+
+/* Standard normal (Box-Muller on two uniforms of a derived stream). */
+static inline double tfg_rng_normal(uint64_t seed, uint64_t i) {
+  double u1 = tfg_rng_uniform(seed, 2 * i), u2 = tfg_rng_uniform(seed, 2 * i + 1);
+  if (u1 < 0x1.0p-60) u1 = 0x1.0p-60; /* log(0) guard */
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+#endif

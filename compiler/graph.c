@@ -1,0 +1,97 @@
+/* compiler/graph.c: dtypes, shapes and the node array. */
+#include "compiler/graph.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/assert.h"
+#include "base/strbuf.h"
+
+static const struct {
+  const char *name;
+  size_t size;
+} dtypes[TFG_DTYPE_COUNT] = {
+    [TFG_DTYPE_F32] = {"f32", 4}, [TFG_DTYPE_F64] = {"f64", 8},  [TFG_DTYPE_F16] = {"f16", 2},
+    [TFG_DTYPE_BF16] = {"bf16", 2}, [TFG_DTYPE_I32] = {"i32", 4}, [TFG_DTYPE_I64] = {"i64", 8},
+    [TFG_DTYPE_BOOL] = {"bool", 1},
+};
+
+size_t tfg_dtype_size(tfg_dtype t) { return dtypes[t].size; }
+const char *tfg_dtype_name(tfg_dtype t) { return dtypes[t].name; }
+
+const char *tfg_dtype_article(tfg_dtype t) {
+  return t == TFG_DTYPE_BOOL || t == TFG_DTYPE_BF16 ? "a" : "an"; /* "an eff-32", "a bee-eff-16" */
+}
+
+bool tfg_dtype_is_float(tfg_dtype t) {
+  return t == TFG_DTYPE_F32 || t == TFG_DTYPE_F64 || t == TFG_DTYPE_F16 || t == TFG_DTYPE_BF16;
+}
+
+bool tfg_dtype_is_int(tfg_dtype t) { return t == TFG_DTYPE_I32 || t == TFG_DTYPE_I64; }
+
+int tfg_dtype_from_name(const char *s) {
+  for (int i = 0; i < TFG_DTYPE_COUNT; i++)
+    if (strcmp(s, dtypes[i].name) == 0) return i;
+  return -1;
+}
+
+int64_t tfg_shape_numel(const tfg_shape *s) {
+  int64_t n = 1;
+  for (int i = 0; i < s->rank; i++) n *= s->dim[i];
+  return n;
+}
+
+bool tfg_shape_eq(const tfg_shape *a, const tfg_shape *b) {
+  if (a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dim[i] != b->dim[i]) return false;
+  return true;
+}
+
+void tfg_shape_format(tfg_strbuf *b, tfg_dtype t, const tfg_shape *s) {
+  tfg_strbuf_printf(b, "%s[", tfg_dtype_name(t));
+  for (int i = 0; i < s->rank; i++) tfg_strbuf_printf(b, "%s%lld", i ? "," : "", (long long)s->dim[i]);
+  tfg_strbuf_putc(b, ']');
+}
+
+tfg_graph *tfg_graph_new(void) {
+  tfg_graph *g = calloc(1, sizeof *g);
+  TFG_ASSERT(g != NULL);
+  tfg_arena_init(&g->arena);
+  return g;
+}
+
+void tfg_graph_free(tfg_graph *g) {
+  if (!g) return;
+  tfg_arena_free(&g->arena);
+  free(g->nodes);
+  free(g);
+}
+
+tfg_node_id tfg_graph_add(tfg_graph *g, tfg_op_id op, const tfg_node_id *inputs, int ninputs,
+                          const tfg_loc *loc) {
+  if (g->nnodes == g->cap) {
+    g->cap = g->cap ? g->cap * 2 : 64;
+    g->nodes = realloc(g->nodes, sizeof *g->nodes * (size_t)g->cap);
+    TFG_ASSERT(g->nodes != NULL);
+  }
+  tfg_node *n = &g->nodes[g->nnodes];
+  memset(n, 0, sizeof *n);
+  n->op = op;
+  n->ninputs = ninputs;
+  if (ninputs) {
+    tfg_node_id *in = tfg_arena_alloc(&g->arena, sizeof *in * (size_t)ninputs);
+    for (int i = 0; i < ninputs; i++) {
+      TFG_ASSERT(inputs[i] >= 0 && inputs[i] < g->nnodes); /* topological order */
+      in[i] = inputs[i];
+    }
+    n->inputs = in;
+  }
+  if (loc) n->loc = *loc;
+  return g->nnodes++;
+}
+
+void tfg_graph_truncate(tfg_graph *g, int32_t n) {
+  TFG_ASSERT(n >= 0 && n <= g->nnodes);
+  g->nnodes = n; /* arena memory stays until the graph is freed */
+}

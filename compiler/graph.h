@@ -1,0 +1,147 @@
+/* compiler/graph.h: the graph IR: dtypes, shapes, nodes, the graph.
+ *
+ * The interpreter (lang/interp.c) builds a graph by adding nodes in
+ * program order, so node ids are a topological order: every input of a
+ * node has a smaller id. Shapes are static. Every node remembers the
+ * source span that built it and the device annotation in force, so any
+ * later stage (placer, planner, runtime) can point at the user's text.
+ *
+ *   tfg_graph *g = tfg_graph_new();
+ *   tfg_node_id x = tfg_graph_add(g, TFG_OP_INPUT, NULL, 0, &loc);
+ *   tfg_node *n = tfg_graph_node(g, x);          // fill dtype, shape, attrs
+ *   ...
+ *   tfg_graph_free(g);
+ */
+#ifndef TFG_GRAPH_H
+#define TFG_GRAPH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/arena.h"
+#include "compiler/ops.h"
+#include "lang/diag.h"
+
+typedef enum tfg_dtype {
+  TFG_DTYPE_F32,
+  TFG_DTYPE_F64,
+  TFG_DTYPE_F16,
+  TFG_DTYPE_BF16,
+  TFG_DTYPE_I32,
+  TFG_DTYPE_I64,
+  TFG_DTYPE_BOOL, /* one byte per element, 0 or 1 */
+  TFG_DTYPE_COUNT
+} tfg_dtype;
+
+size_t tfg_dtype_size(tfg_dtype t);
+const char *tfg_dtype_name(tfg_dtype t); /* "f32" */
+/* The article that reads before the name: "an" f32, "a" bool. */
+const char *tfg_dtype_article(tfg_dtype t);
+bool tfg_dtype_is_float(tfg_dtype t);    /* f32 f64 f16 bf16 */
+bool tfg_dtype_is_int(tfg_dtype t);      /* i32 i64 */
+/* The dtype named s ("f32"), or -1. */
+int tfg_dtype_from_name(const char *s);
+
+#define TFG_MAX_RANK 8
+
+/* A static shape; rank 0 is a scalar. Row-major (C order) everywhere. */
+typedef struct tfg_shape {
+  int rank;
+  int64_t dim[TFG_MAX_RANK];
+} tfg_shape;
+
+int64_t tfg_shape_numel(const tfg_shape *s);
+bool tfg_shape_eq(const tfg_shape *a, const tfg_shape *b);
+/* Appends "f32[128,64]" style text for dtype t and shape s. */
+struct tfg_strbuf;
+void tfg_shape_format(struct tfg_strbuf *b, tfg_dtype t, const tfg_shape *s);
+
+/* Which device an annotation asks for (LANGUAGE.md section 2). */
+typedef enum tfg_devkind {
+  TFG_DEV_NONE, /* no annotation: the placer chooses */
+  TFG_DEV_CPU,
+  TFG_DEV_GPU,
+  TFG_DEV_GPU_ANY, /* gpu:* : any GPU, the placer chooses which */
+} tfg_devkind;
+
+typedef struct tfg_devspec {
+  tfg_devkind kind;
+  int64_t index; /* cpu:N / gpu:N */
+  tfg_loc loc;   /* the annotation (@ or with) that asked for it */
+} tfg_devspec;
+
+/* Initializers (LANGUAGE.md section 5), for params and for TFG_OP_INIT. */
+typedef enum tfg_init_kind {
+  TFG_INIT_ZEROS,
+  TFG_INIT_ONES,
+  TFG_INIT_FULL,    /* attrs.value */
+  TFG_INIT_NORMAL,  /* attrs.a = mean, attrs.b = std */
+  TFG_INIT_UNIFORM, /* attrs.a = lo, attrs.b = hi */
+  TFG_INIT_GLOROT,  /* uniform(+-sqrt(6 / (fan_in + fan_out))) */
+  TFG_INIT_HE,      /* normal(0, sqrt(2 / fan_in)) */
+} tfg_init_kind;
+
+/* Op attributes: one bag for every op; the comment on each TFG_OP_* in
+ * compiler/ops.h says which fields it uses. Axes are already normalized
+ * (non-negative, within rank) when a node is built. */
+typedef struct tfg_attrs {
+  int64_t axis;
+  int64_t start, end;      /* slice: [start, end) along axis */
+  uint32_t axes;           /* reductions: bit i set = input axis i reduced */
+  bool keepdims;
+  bool transpose_a, transpose_b;
+  int64_t stride[2];       /* conv2d, pools: rows, cols */
+  int64_t pad[4];          /* conv2d: top, bottom, left, right */
+  int64_t size[2];         /* pools: window rows, cols */
+  int perm[TFG_MAX_RANK];  /* transpose: output axis i is input axis perm[i] */
+  tfg_dtype dtype;         /* cast: the target */
+  tfg_init_kind init;      /* INIT, PARAM */
+  double value;            /* full(v); dropout rate; layer_norm eps */
+  double a, b;             /* normal: mean, std; uniform: lo, hi */
+  uint64_t seed;           /* initializers, dropout */
+  bool seeded;             /* the program gave the seed (else derived from the name) */
+  int64_t n;               /* one_hot: depth */
+  const void *data;        /* CONST: the values, dtype and shape of the node */
+  /* Raw arguments as the program gave them, before the shape rule
+   * normalizes them into the fields above: an int, a list of ints or
+   * none for `axis`, `perm` and `shape`; the padding mode of conv2d. */
+  int64_t iv[TFG_MAX_RANK];
+  int niv;
+  bool iv_none;
+  int pad_mode;            /* TFG_PAD_* */
+} tfg_attrs;
+
+enum { TFG_PAD_EXPLICIT, TFG_PAD_SAME, TFG_PAD_VALID };
+
+typedef int32_t tfg_node_id;
+
+typedef struct tfg_node {
+  tfg_op_id op;
+  tfg_dtype dtype; /* of the output */
+  tfg_shape shape; /* of the output */
+  int ninputs;
+  const tfg_node_id *inputs;
+  tfg_attrs attrs;
+  const char *name; /* PARAM: dotted path (checkpoint key); INPUT: its name; else NULL */
+  tfg_loc loc;      /* the source expression that built the node */
+  tfg_devspec pin;  /* the device annotation in force when it was built */
+} tfg_node;
+
+typedef struct tfg_graph {
+  tfg_arena arena; /* node inputs, names, constant payloads */
+  tfg_node *nodes;
+  int32_t nnodes, cap;
+} tfg_graph;
+
+tfg_graph *tfg_graph_new(void);
+void tfg_graph_free(tfg_graph *g);
+/* Adds a node (inputs copied) with the given op, inputs and location;
+ * dtype, shape and attrs are zero for the caller to fill. Returns its id. */
+tfg_node_id tfg_graph_add(tfg_graph *g, tfg_op_id op, const tfg_node_id *inputs, int ninputs,
+                          const tfg_loc *loc);
+static inline tfg_node *tfg_graph_node(tfg_graph *g, tfg_node_id id) { return &g->nodes[id]; }
+/* Removes every node with id >= n (the REPL undoes a rejected input). */
+void tfg_graph_truncate(tfg_graph *g, int32_t n);
+
+#endif

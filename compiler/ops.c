@@ -1,0 +1,726 @@
+/* compiler/ops.c: the op registry: shape rules, costs and kernels.
+ *
+ * Shape rules run as the interpreter adds each node, so every shape or
+ * dtype error is reported at the expression that built the node, naming
+ * the shapes involved (`matmul: f32[128,64] x f32[32,10]: inner
+ * dimensions 64 and 32 differ`). A rule also normalizes the raw
+ * arguments (attrs.iv: axes, perms, shapes as written) into the fields
+ * the kernels read. */
+#include "compiler/ops.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include "base/assert.h"
+#include "base/strbuf.h"
+#include "compiler/graph.h"
+#include "kernels/cpu/cpu.h"
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static const tfg_node *input(const tfg_graph *g, const tfg_node *n, int i) {
+  return &g->nodes[n->inputs[i]];
+}
+
+/* Reports "OPNAME: message" at the node's source and returns TFG_ERR_SHAPE. */
+static tfg_status fail(tfg_diag *d, const tfg_node *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static tfg_status fail(tfg_diag *d, const tfg_node *n, const char *fmt, ...) {
+  tfg_strbuf b = {0};
+  tfg_strbuf_printf(&b, "%s: ", tfg_op_get(n->op)->name);
+  va_list ap;
+  va_start(ap, fmt);
+  tfg_strbuf_vprintf(&b, fmt, ap);
+  va_end(ap);
+  tfg_diag_error(d, &n->loc, "%s", b.data);
+  tfg_strbuf_free(&b);
+  return TFG_ERR_SHAPE;
+}
+
+/* "f32[128,64]" of a node, in one of a few rotating buffers so a message
+ * can name several. */
+static const char *ty(const tfg_node *n) {
+  static char bufs[4][160];
+  static int k;
+  char *buf = bufs[k++ & 3];
+  tfg_strbuf b = {0};
+  tfg_shape_format(&b, n->dtype, &n->shape);
+  snprintf(buf, sizeof bufs[0], "%s", b.data);
+  tfg_strbuf_free(&b);
+  return buf;
+}
+
+static tfg_status need_float(tfg_diag *d, tfg_node *n, const tfg_node *x) {
+  if (tfg_dtype_is_float(x->dtype)) return TFG_OK;
+  tfg_status s = fail(d, n, "needs a float tensor, got %s", ty(x));
+  tfg_diag_help(d, "convert it first: cast(x, f32)");
+  return s;
+}
+
+static tfg_status need_numeric(tfg_diag *d, tfg_node *n, const tfg_node *x) {
+  if (x->dtype != TFG_DTYPE_BOOL) return TFG_OK;
+  tfg_status s = fail(d, n, "needs a numeric tensor, got %s", ty(x));
+  tfg_diag_help(d, "convert it first: cast(x, f32)");
+  return s;
+}
+
+static tfg_status need_int(tfg_diag *d, tfg_node *n, const tfg_node *x, const char *what) {
+  if (tfg_dtype_is_int(x->dtype)) return TFG_OK;
+  return fail(d, n, "%s must be an integer tensor (i32 or i64), got %s", what, ty(x));
+}
+
+/* Normalizes axis a of a rank-r tensor (negative counts from the end). */
+static bool norm_axis(int64_t a, int r, int64_t *out) {
+  if (a < 0) a += r;
+  if (a < 0 || a >= r) return false;
+  *out = a;
+  return true;
+}
+
+/* NumPy broadcasting of a and b into out; on failure *bad is the output
+ * axis (counted from the right-aligned end) that conflicts. */
+static bool broadcast2(const tfg_shape *a, const tfg_shape *b, tfg_shape *out, int *bad) {
+  int r = a->rank > b->rank ? a->rank : b->rank;
+  out->rank = r;
+  for (int i = 0; i < r; i++) {
+    int ia = a->rank - r + i, ib = b->rank - r + i;
+    int64_t da = ia >= 0 ? a->dim[ia] : 1, db = ib >= 0 ? b->dim[ib] : 1;
+    if (da == db || db == 1) out->dim[i] = da;
+    else if (da == 1) out->dim[i] = db;
+    else {
+      *bad = i;
+      return false;
+    }
+  }
+  return true;
+}
+
+static const char *op_symbol(tfg_op_id op) {
+  switch (op) {
+  case TFG_OP_ADD: return "+";
+  case TFG_OP_SUB: return "-";
+  case TFG_OP_MUL: return "*";
+  case TFG_OP_DIV: return "/";
+  default: return ",";
+  }
+}
+
+/* ---- sources ------------------------------------------------------------- */
+
+/* CONST, PARAM, INPUT and INIT nodes get their dtype and shape from the
+ * statement or call that built them: nothing to infer. */
+static tfg_status infer_source(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  (void)g;
+  (void)n;
+  (void)d;
+  return TFG_OK;
+}
+
+/* ---- elementwise ---------------------------------------------------------- */
+
+static tfg_status infer_unary(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  const tfg_node *x = input(g, n, 0);
+  tfg_status s = (n->op == TFG_OP_NEG || n->op == TFG_OP_ABS || n->op == TFG_OP_RELU)
+                     ? need_numeric(d, n, x)
+                     : need_float(d, n, x);
+  if (s != TFG_OK) return s;
+  n->dtype = x->dtype;
+  n->shape = x->shape;
+  return TFG_OK;
+}
+
+static tfg_status infer_cast(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  (void)d;
+  n->dtype = n->attrs.dtype;
+  n->shape = input(g, n, 0)->shape;
+  return TFG_OK;
+}
+
+static tfg_status infer_binary(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  const tfg_node *a = input(g, n, 0), *b = input(g, n, 1);
+  const char *sym = op_symbol(n->op);
+  if (a->dtype != b->dtype) {
+    tfg_status s = fail(d, n, "%s %s %s: dtypes differ", ty(a), sym, ty(b));
+    tfg_diag_help(d, "convert one side: cast(x, %s)", tfg_dtype_name(a->dtype));
+    return s;
+  }
+  int bad;
+  if (!broadcast2(&a->shape, &b->shape, &n->shape, &bad)) {
+    int r = n->shape.rank;
+    int ia = a->shape.rank - r + bad, ib = b->shape.rank - r + bad;
+    return fail(d, n, "%s %s %s: shapes do not broadcast (%lld vs %lld)", ty(a), sym, ty(b),
+                (long long)a->shape.dim[ia], (long long)b->shape.dim[ib]);
+  }
+  tfg_status s = TFG_OK;
+  switch (n->op) {
+  case TFG_OP_POW: s = need_float(d, n, a); break;
+  case TFG_OP_DIV:
+    /* NumPy and PyTorch divide integers into floats; tfg keeps dtypes
+     * explicit, so the user chooses the float type. */
+    if (!tfg_dtype_is_float(a->dtype)) {
+      s = fail(d, n, "%s / %s: division needs float tensors", ty(a), ty(b));
+      tfg_diag_help(d, "convert first: cast(x, f32) / cast(y, f32)");
+    }
+    break;
+  case TFG_OP_EQUAL: case TFG_OP_GREATER: break;
+  default: s = need_numeric(d, n, a); break;
+  }
+  if (s != TFG_OK) return s;
+  n->dtype = (n->op == TFG_OP_EQUAL || n->op == TFG_OP_GREATER) ? TFG_DTYPE_BOOL : a->dtype;
+  return TFG_OK;
+}
+
+static tfg_status infer_where(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  const tfg_node *c = input(g, n, 0), *a = input(g, n, 1), *b = input(g, n, 2);
+  if (c->dtype != TFG_DTYPE_BOOL)
+    return fail(d, n, "the condition must be a bool tensor, got %s", ty(c));
+  if (a->dtype != b->dtype) {
+    tfg_status s = fail(d, n, "%s and %s: dtypes differ", ty(a), ty(b));
+    tfg_diag_help(d, "convert one side: cast(x, %s)", tfg_dtype_name(a->dtype));
+    return s;
+  }
+  tfg_shape ab, all;
+  int bad;
+  if (!broadcast2(&a->shape, &b->shape, &ab, &bad) || !broadcast2(&c->shape, &ab, &all, &bad))
+    return fail(d, n, "%s, %s and %s: shapes do not broadcast", ty(c), ty(a), ty(b));
+  n->dtype = a->dtype;
+  n->shape = all;
+  return TFG_OK;
+}
+
+/* ---- matmul ---------------------------------------------------------------- */
+
+static tfg_status infer_matmul(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  const tfg_node *a = input(g, n, 0), *b = input(g, n, 1);
+  if (a->shape.rank < 2 || b->shape.rank < 2) {
+    tfg_status s = fail(d, n, "%s x %s: both operands need at least 2 dimensions", ty(a), ty(b));
+    tfg_diag_help(d, "make a vector a matrix first: reshape(v, [1, -1])");
+    return s;
+  }
+  if (a->dtype != b->dtype) {
+    tfg_status s = fail(d, n, "%s x %s: dtypes differ", ty(a), ty(b));
+    tfg_diag_help(d, "convert one side: cast(x, %s)", tfg_dtype_name(a->dtype));
+    return s;
+  }
+  tfg_status s = need_float(d, n, a);
+  if (s != TFG_OK) return s;
+  int ra = a->shape.rank, rb = b->shape.rank;
+  int64_t m = a->shape.dim[ra - 2], ka = a->shape.dim[ra - 1];
+  int64_t kb = b->shape.dim[rb - 2], nn = b->shape.dim[rb - 1];
+  if (n->attrs.transpose_a) { int64_t t = m; m = ka; ka = t; }
+  if (n->attrs.transpose_b) { int64_t t = kb; kb = nn; nn = t; }
+  if (ka != kb)
+    return fail(d, n, "%s x %s: inner dimensions %lld and %lld differ", ty(a), ty(b),
+                (long long)ka, (long long)kb);
+  tfg_shape ba = a->shape, bb = b->shape, batch;
+  ba.rank -= 2;
+  bb.rank -= 2;
+  int bad;
+  if (!broadcast2(&ba, &bb, &batch, &bad))
+    return fail(d, n, "%s x %s: batch dimensions do not broadcast", ty(a), ty(b));
+  n->shape = batch;
+  n->shape.dim[n->shape.rank++] = m;
+  n->shape.dim[n->shape.rank++] = nn;
+  n->dtype = a->dtype;
+  return TFG_OK;
+}
+
+/* ---- reductions ------------------------------------------------------------ */
+
+static tfg_status infer_reduce(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  const tfg_node *x = input(g, n, 0);
+  tfg_status s = n->op == TFG_OP_MEAN ? need_float(d, n, x) : need_numeric(d, n, x);
+  if (s != TFG_OK) return s;
+  int r = x->shape.rank;
+  uint32_t mask = 0;
+  if (n->attrs.iv_none) {
+    mask = r ? (1u << r) - 1 : 0;
+  } else {
+    for (int i = 0; i < n->attrs.niv; i++) {
+      int64_t a;
+      if (!norm_axis(n->attrs.iv[i], r, &a))
+        return fail(d, n, "axis %lld is out of range for %s", (long long)n->attrs.iv[i], ty(x));
+      if (mask & (1u << a)) return fail(d, n, "axis %lld is given twice", (long long)a);
+      mask |= 1u << a;
+    }
+  }
+  n->attrs.axes = mask;
+  n->dtype = x->dtype;
+  n->shape.rank = 0;
+  for (int i = 0; i < r; i++) {
+    if (!(mask & (1u << i))) n->shape.dim[n->shape.rank++] = x->shape.dim[i];
+    else if (n->attrs.keepdims) n->shape.dim[n->shape.rank++] = 1;
+  }
+  return TFG_OK;
+}
+
+static tfg_status infer_argmax(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  const tfg_node *x = input(g, n, 0);
+  tfg_status s = need_numeric(d, n, x);
+  if (s != TFG_OK) return s;
+  int64_t a;
+  if (!norm_axis(n->attrs.axis, x->shape.rank, &a))
+    return fail(d, n, "axis %lld is out of range for %s", (long long)n->attrs.axis, ty(x));
+  n->attrs.axis = a;
+  n->dtype = TFG_DTYPE_I32;
+  n->shape.rank = 0;
+  for (int i = 0; i < x->shape.rank; i++)
+    if (i != a) n->shape.dim[n->shape.rank++] = x->shape.dim[i];
+  return TFG_OK;
+}
+
+/* ---- shape ops ------------------------------------------------------------- */
+
+static tfg_status infer_reshape(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  const tfg_node *x = input(g, n, 0);
+  int64_t total = tfg_shape_numel(&x->shape), known = 1;
+  int infer_at = -1;
+  if (n->attrs.niv > TFG_MAX_RANK) return fail(d, n, "more than %d dimensions", TFG_MAX_RANK);
+  n->shape.rank = n->attrs.niv;
+  for (int i = 0; i < n->attrs.niv; i++) {
+    int64_t v = n->attrs.iv[i];
+    if (v == -1) {
+      if (infer_at >= 0) return fail(d, n, "only one dimension may be -1");
+      infer_at = i;
+    } else if (v < 0) {
+      return fail(d, n, "dimension %lld is negative", (long long)v);
+    } else {
+      known *= v;
+    }
+    n->shape.dim[i] = v;
+  }
+  if (infer_at >= 0) {
+    if (known == 0 || total % known != 0)
+      return fail(d, n, "cannot reshape %s (%lld elements) with a -1 into a multiple of %lld",
+                  ty(x), (long long)total, (long long)known);
+    n->shape.dim[infer_at] = total / known;
+  } else if (known != total) {
+    tfg_strbuf b = {0};
+    tfg_shape_format(&b, x->dtype, &n->shape);
+    tfg_status s = fail(d, n, "cannot reshape %s (%lld elements) into %s (%lld elements)", ty(x),
+                        (long long)total, b.data, (long long)known);
+    tfg_strbuf_free(&b);
+    return s;
+  }
+  n->dtype = x->dtype;
+  return TFG_OK;
+}
+
+static tfg_status infer_flatten(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  const tfg_node *x = input(g, n, 0);
+  if (x->shape.rank < 1) return fail(d, n, "needs at least one dimension, got %s", ty(x));
+  int64_t rest = 1;
+  for (int i = 1; i < x->shape.rank; i++) rest *= x->shape.dim[i];
+  n->dtype = x->dtype;
+  n->shape.rank = 2;
+  n->shape.dim[0] = x->shape.dim[0];
+  n->shape.dim[1] = rest;
+  return TFG_OK;
+}
+
+static tfg_status infer_transpose(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  const tfg_node *x = input(g, n, 0);
+  int r = x->shape.rank;
+  if (n->attrs.iv_none) {
+    for (int i = 0; i < r; i++) n->attrs.perm[i] = r - 1 - i;
+  } else {
+    if (n->attrs.niv != r)
+      return fail(d, n, "perm has %d entries for %s, which has %d dimensions", n->attrs.niv, ty(x), r);
+    uint32_t seen = 0;
+    for (int i = 0; i < r; i++) {
+      int64_t a;
+      if (!norm_axis(n->attrs.iv[i], r, &a) || (seen & (1u << a)))
+        return fail(d, n, "perm must list each axis of %s once", ty(x));
+      seen |= 1u << a;
+      n->attrs.perm[i] = (int)a;
+    }
+  }
+  n->dtype = x->dtype;
+  n->shape.rank = r;
+  for (int i = 0; i < r; i++) n->shape.dim[i] = x->shape.dim[n->attrs.perm[i]];
+  return TFG_OK;
+}
+
+static tfg_status infer_concat(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  if (n->ninputs < 1) return fail(d, n, "needs a non-empty list of tensors");
+  const tfg_node *x0 = input(g, n, 0);
+  int64_t a;
+  if (!norm_axis(n->attrs.axis, x0->shape.rank, &a))
+    return fail(d, n, "axis %lld is out of range for %s", (long long)n->attrs.axis, ty(x0));
+  n->attrs.axis = a;
+  n->dtype = x0->dtype;
+  n->shape = x0->shape;
+  for (int k = 1; k < n->ninputs; k++) {
+    const tfg_node *xk = input(g, n, k);
+    if (xk->dtype != x0->dtype) {
+      tfg_status s = fail(d, n, "%s and %s: dtypes differ", ty(x0), ty(xk));
+      tfg_diag_help(d, "convert one: cast(x, %s)", tfg_dtype_name(x0->dtype));
+      return s;
+    }
+    bool ok = xk->shape.rank == x0->shape.rank;
+    for (int i = 0; ok && i < x0->shape.rank; i++)
+      ok = i == a || xk->shape.dim[i] == x0->shape.dim[i];
+    if (!ok)
+      return fail(d, n, "%s and %s differ outside axis %lld", ty(x0), ty(xk), (long long)a);
+    n->shape.dim[a] += xk->shape.dim[a];
+  }
+  return TFG_OK;
+}
+
+static tfg_status infer_slice(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  const tfg_node *x = input(g, n, 0);
+  int64_t a;
+  if (!norm_axis(n->attrs.axis, x->shape.rank, &a))
+    return fail(d, n, "axis %lld is out of range for %s", (long long)n->attrs.axis, ty(x));
+  int64_t dim = x->shape.dim[a], s = n->attrs.start, e = n->attrs.end;
+  /* Negative bounds count from the end, as in Python. */
+  if (s < 0) s += dim;
+  if (e < 0) e += dim;
+  if (s < 0 || e > dim || s > e)
+    return fail(d, n, "[%lld, %lld) is not a range within axis %lld of %s (size %lld)",
+                (long long)n->attrs.start, (long long)n->attrs.end, (long long)a, ty(x),
+                (long long)dim);
+  n->attrs.axis = a;
+  n->attrs.start = s;
+  n->attrs.end = e;
+  n->dtype = x->dtype;
+  n->shape = x->shape;
+  n->shape.dim[a] = e - s;
+  return TFG_OK;
+}
+
+static tfg_status infer_broadcast(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  const tfg_node *x = input(g, n, 0);
+  tfg_shape want = {.rank = n->attrs.niv}, out;
+  for (int i = 0; i < n->attrs.niv; i++) {
+    if (n->attrs.iv[i] < 0) return fail(d, n, "dimension %lld is negative", (long long)n->attrs.iv[i]);
+    want.dim[i] = n->attrs.iv[i];
+  }
+  int bad;
+  if (want.rank < x->shape.rank || !broadcast2(&x->shape, &want, &out, &bad) ||
+      !tfg_shape_eq(&out, &want)) {
+    tfg_strbuf b = {0};
+    tfg_shape_format(&b, x->dtype, &want);
+    tfg_status s = fail(d, n, "cannot broadcast %s to %s", ty(x), b.data);
+    tfg_strbuf_free(&b);
+    return s;
+  }
+  n->dtype = x->dtype;
+  n->shape = want;
+  return TFG_OK;
+}
+
+/* ---- neural network ---------------------------------------------------------- */
+
+static tfg_status infer_softmax(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  const tfg_node *x = input(g, n, 0);
+  tfg_status s = need_float(d, n, x);
+  if (s != TFG_OK) return s;
+  int64_t a;
+  if (!norm_axis(n->attrs.axis, x->shape.rank, &a))
+    return fail(d, n, "axis %lld is out of range for %s", (long long)n->attrs.axis, ty(x));
+  n->attrs.axis = a;
+  n->dtype = x->dtype;
+  n->shape = x->shape;
+  return TFG_OK;
+}
+
+/* logits [N, C] with int labels [N]: cross_entropy and accuracy. */
+static tfg_status check_logits_labels(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  const tfg_node *l = input(g, n, 0), *y = input(g, n, 1);
+  tfg_status s = need_float(d, n, l);
+  if (s != TFG_OK) return s;
+  if (l->shape.rank != 2) return fail(d, n, "logits must be [batch, classes], got %s", ty(l));
+  if ((s = need_int(d, n, y, "labels")) != TFG_OK) return s;
+  if (y->shape.rank != 1 || y->shape.dim[0] != l->shape.dim[0]) {
+    s = fail(d, n, "labels must be [%lld] to match logits %s, got %s",
+             (long long)l->shape.dim[0], ty(l), ty(y));
+    if (y->shape.rank == 2 && y->shape.dim[0] == l->shape.dim[0])
+      tfg_diag_help(d, "labels are class indices, not one-hot rows: argmax(y, axis = 1)");
+    return s;
+  }
+  n->shape.rank = 0;
+  return TFG_OK;
+}
+
+static tfg_status infer_cross_entropy(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  tfg_status s = check_logits_labels(g, n, d);
+  n->dtype = input(g, n, 0)->dtype;
+  return s;
+}
+
+static tfg_status infer_accuracy(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  tfg_status s = check_logits_labels(g, n, d);
+  n->dtype = TFG_DTYPE_F32;
+  return s;
+}
+
+static tfg_status infer_mse(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  const tfg_node *a = input(g, n, 0), *b = input(g, n, 1);
+  tfg_status s = need_float(d, n, a);
+  if (s != TFG_OK) return s;
+  if (a->dtype != b->dtype || !tfg_shape_eq(&a->shape, &b->shape))
+    return fail(d, n, "%s and %s: prediction and target must have the same dtype and shape",
+                ty(a), ty(b));
+  n->dtype = a->dtype;
+  n->shape.rank = 0;
+  return TFG_OK;
+}
+
+/* Output size and padding of one spatial axis for conv2d ("same" follows
+ * TensorFlow: out = ceil(in / stride), the extra pixel at the end). */
+static bool conv_axis(int64_t in, int64_t k, int64_t stride, int mode, int64_t pad, int64_t *out,
+                      int64_t *lo, int64_t *hi) {
+  if (mode == TFG_PAD_SAME) {
+    *out = (in + stride - 1) / stride;
+    int64_t total = (*out - 1) * stride + k - in;
+    if (total < 0) total = 0;
+    *lo = total / 2;
+    *hi = total - *lo;
+    return true;
+  }
+  *lo = *hi = mode == TFG_PAD_VALID ? 0 : pad;
+  int64_t span = in + *lo + *hi - k;
+  if (span < 0) return false;
+  *out = span / stride + 1;
+  return true;
+}
+
+static tfg_status infer_conv2d(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  const tfg_node *x = input(g, n, 0), *w = input(g, n, 1);
+  tfg_status s = need_float(d, n, x);
+  if (s != TFG_OK) return s;
+  if (x->shape.rank != 4) return fail(d, n, "input must be NCHW [batch, channels, height, width], got %s", ty(x));
+  if (w->shape.rank != 4) return fail(d, n, "weights must be [out, in, kh, kw], got %s", ty(w));
+  if (x->dtype != w->dtype) return fail(d, n, "%s and %s: dtypes differ", ty(x), ty(w));
+  if (w->shape.dim[1] != x->shape.dim[1])
+    return fail(d, n, "input %s has %lld channels but weights %s expect %lld", ty(x),
+                (long long)x->shape.dim[1], ty(w), (long long)w->shape.dim[1]);
+  tfg_attrs *at = &n->attrs;
+  if (at->stride[0] < 1 || at->stride[1] < 1) return fail(d, n, "stride must be at least 1");
+  if (at->pad_mode == TFG_PAD_EXPLICIT && at->pad[0] < 0) return fail(d, n, "padding must not be negative");
+  int64_t oh, ow, pt, pb, pl, pr;
+  if (!conv_axis(x->shape.dim[2], w->shape.dim[2], at->stride[0], at->pad_mode, at->pad[0], &oh, &pt, &pb) ||
+      !conv_axis(x->shape.dim[3], w->shape.dim[3], at->stride[1], at->pad_mode, at->pad[0], &ow, &pl, &pr))
+    return fail(d, n, "kernel %s does not fit in input %s", ty(w), ty(x));
+  at->pad[0] = pt;
+  at->pad[1] = pb;
+  at->pad[2] = pl;
+  at->pad[3] = pr;
+  at->pad_mode = TFG_PAD_EXPLICIT;
+  n->dtype = x->dtype;
+  n->shape = (tfg_shape){4, {x->shape.dim[0], w->shape.dim[0], oh, ow}};
+  return TFG_OK;
+}
+
+static tfg_status infer_pool(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  const tfg_node *x = input(g, n, 0);
+  tfg_status s = need_float(d, n, x);
+  if (s != TFG_OK) return s;
+  if (x->shape.rank != 4) return fail(d, n, "input must be NCHW [batch, channels, height, width], got %s", ty(x));
+  tfg_attrs *at = &n->attrs;
+  if (at->size[0] < 1 || at->size[1] < 1) return fail(d, n, "size must be at least 1");
+  if (at->stride[0] == 0) { at->stride[0] = at->size[0]; at->stride[1] = at->size[1]; }
+  if (at->stride[0] < 1 || at->stride[1] < 1) return fail(d, n, "stride must be at least 1");
+  int64_t h = x->shape.dim[2], w = x->shape.dim[3];
+  if (at->size[0] > h || at->size[1] > w)
+    return fail(d, n, "window %lldx%lld does not fit in %s", (long long)at->size[0],
+                (long long)at->size[1], ty(x));
+  n->dtype = x->dtype;
+  n->shape = (tfg_shape){4, {x->shape.dim[0], x->shape.dim[1], (h - at->size[0]) / at->stride[0] + 1,
+                             (w - at->size[1]) / at->stride[1] + 1}};
+  return TFG_OK;
+}
+
+static tfg_status infer_layer_norm(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  const tfg_node *x = input(g, n, 0), *ga = input(g, n, 1), *be = input(g, n, 2);
+  tfg_status s = need_float(d, n, x);
+  if (s != TFG_OK) return s;
+  if (x->shape.rank < 1) return fail(d, n, "needs at least one dimension, got %s", ty(x));
+  int64_t dim = x->shape.dim[x->shape.rank - 1];
+  const tfg_node *p[2] = {ga, be};
+  for (int i = 0; i < 2; i++)
+    if (p[i]->dtype != x->dtype || p[i]->shape.rank != 1 || p[i]->shape.dim[0] != dim)
+      return fail(d, n, "%s must be %s[%lld] to match the last axis of %s, got %s",
+                  i ? "beta" : "gamma", tfg_dtype_name(x->dtype), (long long)dim, ty(x), ty(p[i]));
+  if (!(n->attrs.value > 0)) return fail(d, n, "eps must be positive");
+  n->dtype = x->dtype;
+  n->shape = x->shape;
+  return TFG_OK;
+}
+
+static tfg_status infer_dropout(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  const tfg_node *x = input(g, n, 0);
+  tfg_status s = need_float(d, n, x);
+  if (s != TFG_OK) return s;
+  if (!(n->attrs.value >= 0 && n->attrs.value <= 1))
+    return fail(d, n, "rate must be in [0, 1], got %g", n->attrs.value);
+  n->dtype = x->dtype;
+  n->shape = x->shape;
+  return TFG_OK;
+}
+
+static tfg_status infer_embedding(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  const tfg_node *t = input(g, n, 0), *ids = input(g, n, 1);
+  tfg_status s = need_float(d, n, t);
+  if (s != TFG_OK) return s;
+  if (t->shape.rank != 2) return fail(d, n, "the table must be [vocabulary, dim], got %s", ty(t));
+  if ((s = need_int(d, n, ids, "ids")) != TFG_OK) return s;
+  if (ids->shape.rank >= TFG_MAX_RANK) return fail(d, n, "ids %s have too many dimensions", ty(ids));
+  n->dtype = t->dtype;
+  n->shape = ids->shape;
+  n->shape.dim[n->shape.rank++] = t->shape.dim[1];
+  return TFG_OK;
+}
+
+static tfg_status infer_one_hot(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  const tfg_node *ids = input(g, n, 0);
+  tfg_status s = need_int(d, n, ids, "ids");
+  if (s != TFG_OK) return s;
+  if (n->attrs.n < 1) return fail(d, n, "n must be at least 1, got %lld", (long long)n->attrs.n);
+  if (ids->shape.rank >= TFG_MAX_RANK) return fail(d, n, "ids %s have too many dimensions", ty(ids));
+  n->dtype = TFG_DTYPE_F32;
+  n->shape = ids->shape;
+  n->shape.dim[n->shape.rank++] = n->attrs.n;
+  return TFG_OK;
+}
+
+/* ---- costs ------------------------------------------------------------------ */
+
+static double numel(const tfg_node *n) { return (double)tfg_shape_numel(&n->shape); }
+
+static double flops_none(const tfg_graph *g, const tfg_node *n) {
+  (void)g;
+  (void)n;
+  return 0;
+}
+
+static double flops_out(const tfg_graph *g, const tfg_node *n) {
+  (void)g;
+  return numel(n);
+}
+
+/* Transcendentals cost several flops each (exp, log, erf, tanh). */
+static double flops_out4(const tfg_graph *g, const tfg_node *n) {
+  (void)g;
+  return 4 * numel(n);
+}
+
+static double flops_in(const tfg_graph *g, const tfg_node *n) {
+  return numel(input(g, n, 0));
+}
+
+static double flops_in5(const tfg_graph *g, const tfg_node *n) {
+  return 5 * numel(input(g, n, 0));
+}
+
+static double flops_matmul(const tfg_graph *g, const tfg_node *n) {
+  const tfg_node *a = input(g, n, 0);
+  int64_t k = a->shape.dim[a->shape.rank - (n->attrs.transpose_a ? 2 : 1)];
+  return 2.0 * numel(n) * (double)k;
+}
+
+static double flops_conv2d(const tfg_graph *g, const tfg_node *n) {
+  const tfg_node *w = input(g, n, 1);
+  return 2.0 * numel(n) * (double)(w->shape.dim[1] * w->shape.dim[2] * w->shape.dim[3]);
+}
+
+static double flops_pool(const tfg_graph *g, const tfg_node *n) {
+  (void)g;
+  return numel(n) * (double)(n->attrs.size[0] * n->attrs.size[1]);
+}
+
+/* ---- the table ----------------------------------------------------------------- */
+
+static const tfg_op_def ops[TFG_OP_COUNT] = {
+#define ROW(id, inf, fl, k) [TFG_OP_##id] = {NULL, NULL, inf, fl, k}
+    ROW(CONST, infer_source, flops_none, tfg_cpu_const),
+    ROW(PARAM, infer_source, flops_none, NULL),
+    ROW(INPUT, infer_source, flops_none, NULL),
+    ROW(INIT, infer_source, flops_out, tfg_cpu_init),
+    ROW(NEG, infer_unary, flops_out, tfg_cpu_unary),
+    ROW(EXP, infer_unary, flops_out4, tfg_cpu_unary),
+    ROW(LOG, infer_unary, flops_out4, tfg_cpu_unary),
+    ROW(SQRT, infer_unary, flops_out4, tfg_cpu_unary),
+    ROW(RSQRT, infer_unary, flops_out4, tfg_cpu_unary),
+    ROW(ABS, infer_unary, flops_out, tfg_cpu_unary),
+    ROW(RELU, infer_unary, flops_out, tfg_cpu_unary),
+    ROW(GELU, infer_unary, flops_out4, tfg_cpu_unary),
+    ROW(TANH, infer_unary, flops_out4, tfg_cpu_unary),
+    ROW(SIGMOID, infer_unary, flops_out4, tfg_cpu_unary),
+    ROW(CAST, infer_cast, flops_out, tfg_cpu_cast),
+    ROW(ADD, infer_binary, flops_out, tfg_cpu_binary),
+    ROW(SUB, infer_binary, flops_out, tfg_cpu_binary),
+    ROW(MUL, infer_binary, flops_out, tfg_cpu_binary),
+    ROW(DIV, infer_binary, flops_out, tfg_cpu_binary),
+    ROW(POW, infer_binary, flops_out4, tfg_cpu_binary),
+    ROW(MAXIMUM, infer_binary, flops_out, tfg_cpu_binary),
+    ROW(MINIMUM, infer_binary, flops_out, tfg_cpu_binary),
+    ROW(EQUAL, infer_binary, flops_out, tfg_cpu_binary),
+    ROW(GREATER, infer_binary, flops_out, tfg_cpu_binary),
+    ROW(WHERE, infer_where, flops_out, tfg_cpu_where),
+    ROW(MATMUL, infer_matmul, flops_matmul, tfg_cpu_matmul),
+    ROW(SUM, infer_reduce, flops_in, tfg_cpu_reduce),
+    ROW(MEAN, infer_reduce, flops_in, tfg_cpu_reduce),
+    ROW(MAX, infer_reduce, flops_in, tfg_cpu_reduce),
+    ROW(ARGMAX, infer_argmax, flops_in, tfg_cpu_argmax),
+    ROW(RESHAPE, infer_reshape, flops_none, tfg_cpu_copy),
+    ROW(FLATTEN, infer_flatten, flops_none, tfg_cpu_copy),
+    ROW(TRANSPOSE, infer_transpose, flops_none, tfg_cpu_transpose),
+    ROW(CONCAT, infer_concat, flops_none, tfg_cpu_concat),
+    ROW(SLICE, infer_slice, flops_none, tfg_cpu_slice),
+    ROW(BROADCAST, infer_broadcast, flops_none, tfg_cpu_broadcast),
+    ROW(SOFTMAX, infer_softmax, flops_in5, tfg_cpu_softmax),
+    ROW(LOG_SOFTMAX, infer_softmax, flops_in5, tfg_cpu_softmax),
+    ROW(CROSS_ENTROPY, infer_cross_entropy, flops_in5, tfg_cpu_cross_entropy),
+    ROW(MSE, infer_mse, flops_in, tfg_cpu_mse),
+    ROW(CONV2D, infer_conv2d, flops_conv2d, tfg_cpu_conv2d),
+    ROW(MAX_POOL, infer_pool, flops_pool, tfg_cpu_pool),
+    ROW(AVG_POOL, infer_pool, flops_pool, tfg_cpu_pool),
+    ROW(LAYER_NORM, infer_layer_norm, flops_in5, tfg_cpu_layer_norm),
+    ROW(DROPOUT, infer_dropout, flops_out, tfg_cpu_dropout),
+    ROW(EMBEDDING, infer_embedding, flops_none, tfg_cpu_embedding),
+    ROW(ONE_HOT, infer_one_hot, flops_none, tfg_cpu_one_hot),
+    ROW(ACCURACY, infer_accuracy, flops_in, tfg_cpu_accuracy),
+#undef ROW
+};
+
+static const char *const names[TFG_OP_COUNT] = {
+#define NAME(id, name, sig) [TFG_OP_##id] = name,
+    TFG_OPS(NAME)
+#undef NAME
+};
+
+static const char *const sigs[TFG_OP_COUNT] = {
+#define SIG(id, name, sig) [TFG_OP_##id] = sig,
+    TFG_OPS(SIG)
+#undef SIG
+};
+
+/* The name and signature come from TFG_OPS so the list in ops.h stays the
+ * single source; they are merged into the rows once (pthread_once: the
+ * devices' threads may be the first to ask). */
+static tfg_op_def full[TFG_OP_COUNT];
+static pthread_once_t full_once = PTHREAD_ONCE_INIT;
+
+static void fill_table(void) {
+  for (int i = 0; i < TFG_OP_COUNT; i++) {
+    TFG_ASSERT(ops[i].infer != NULL); /* every op has a row */
+    full[i] = ops[i];
+    full[i].name = names[i];
+    full[i].sig = sigs[i];
+  }
+}
+
+const tfg_op_def *tfg_op_get(tfg_op_id op) {
+  pthread_once(&full_once, fill_table);
+  TFG_ASSERT((unsigned)op < TFG_OP_COUNT);
+  return &full[op];
+}
+
+int tfg_op_lookup(const char *name) {
+  for (int i = 0; i < TFG_OP_COUNT; i++)
+    if (sigs[i][0] && strcmp(names[i], name) == 0) return i;
+  return -1;
+}

@@ -1,0 +1,127 @@
+/* compiler/ops.h: the op registry: one table row per op.
+ *
+ * A row says everything the pipeline needs about an op: the name and
+ * signature a program calls it by, its shape and dtype rule, its cost,
+ * and its kernels per backend (and, later, its gradient rule). The
+ * interpreter, placer, autodiff, planner, explain output and the kernel
+ * conformance tests all read the same row, so adding an op is one row
+ * in compiler/ops.c plus its kernels.
+ *
+ *   const tfg_op_def *d = tfg_op_get(TFG_OP_MATMUL);
+ *   d->infer(g, node, diag);     // sets node->dtype/shape or reports
+ *   d->cpu(&kctx, node, in, &out);
+ *
+ * The attrs each op reads are listed beside it (fields of tfg_attrs,
+ * compiler/graph.h). Unless said otherwise inputs and output share one
+ * dtype, and binary elementwise ops broadcast NumPy-style. */
+#ifndef TFG_OPS_H
+#define TFG_OPS_H
+
+#include <stdbool.h>
+
+#include "base/status.h"
+
+/* X(ID, name, signature): the signature is a tfg parameter list; the
+ * interpreter binds a call's arguments against it. "" = not callable by
+ * name (built by statements, operators or other builtins). */
+#define TFG_OPS(X)                                                                      \
+  /* sources */                                                                         \
+  X(CONST, "const", "")         /* attrs.data: the values */                            \
+  X(PARAM, "param", "")         /* name; attrs.init, value, a, b, seed: its initializer */ \
+  X(INPUT, "input", "")         /* name: fed per step */                                \
+  X(INIT, "init", "")           /* attrs.init, value, a, b, seed: filled on the device */ \
+  /* elementwise, one input */                                                          \
+  X(NEG, "neg", "x")                                                                    \
+  X(EXP, "exp", "x")                                                                    \
+  X(LOG, "log", "x")                                                                    \
+  X(SQRT, "sqrt", "x")                                                                  \
+  X(RSQRT, "rsqrt", "x")                                                                \
+  X(ABS, "abs", "x")                                                                    \
+  X(RELU, "relu", "x")                                                                  \
+  X(GELU, "gelu", "x")          /* exact: x * (1 + erf(x / sqrt 2)) / 2, as PyTorch */  \
+  X(TANH, "tanh", "x")                                                                  \
+  X(SIGMOID, "sigmoid", "x")                                                            \
+  X(CAST, "cast", "x, dtype")   /* attrs.dtype; float to int truncates toward zero */   \
+  /* elementwise, two inputs, broadcasting */                                           \
+  X(ADD, "add", "a, b")                                                                 \
+  X(SUB, "sub", "a, b")                                                                 \
+  X(MUL, "mul", "a, b")                                                                 \
+  X(DIV, "div", "a, b")                                                                 \
+  X(POW, "pow", "x, p")                                                                 \
+  X(MAXIMUM, "maximum", "a, b")                                                         \
+  X(MINIMUM, "minimum", "a, b")                                                         \
+  X(EQUAL, "equal", "a, b")     /* output bool */                                       \
+  X(GREATER, "greater", "a, b") /* output bool */                                       \
+  X(WHERE, "where", "c, a, b")  /* c bool; all three broadcast */                       \
+  /* linear algebra */                                                                  \
+  X(MATMUL, "matmul", "a, b, transpose_a = false, transpose_b = false")                 \
+  /* attrs.transpose_a/b; 2-D, or batched over leading dims (broadcast) */              \
+  /* reductions: attrs.axes (bit mask of input axes), keepdims */                       \
+  X(SUM, "sum", "x, axis = none, keepdims = false")                                     \
+  X(MEAN, "mean", "x, axis = none, keepdims = false")                                   \
+  X(MAX, "max", "x, axis = none, keepdims = false")                                     \
+  X(ARGMAX, "argmax", "x, axis = -1") /* attrs.axis; output i32; first maximum wins */  \
+  /* shape: the output is a rearrangement of the input's values */                      \
+  X(RESHAPE, "reshape", "x, shape")   /* output shape is the node's shape */            \
+  X(FLATTEN, "flatten", "x")          /* [d0, d1 * ... * dn] */                         \
+  X(TRANSPOSE, "transpose", "x, perm = none") /* attrs.perm */                         \
+  X(CONCAT, "concat", "xs, axis = 0") /* n inputs; attrs.axis */                        \
+  X(SLICE, "slice", "x, axis, start, end") /* attrs.axis, start, end (end exclusive) */ \
+  X(BROADCAST, "broadcast", "x, shape") /* NumPy broadcast to the node's shape */       \
+  /* neural network */                                                                  \
+  X(SOFTMAX, "softmax", "x, axis = -1")         /* attrs.axis */                        \
+  X(LOG_SOFTMAX, "log_softmax", "x, axis = -1") /* attrs.axis */                        \
+  X(CROSS_ENTROPY, "cross_entropy", "logits, labels")                                   \
+  /* logits f[N, C], labels i32/i64 [N] in [0, C): mean over N of -log_softmax; scalar */ \
+  X(MSE, "mse", "a, b")           /* mean((a - b)^2) over all elements; scalar */       \
+  X(CONV2D, "conv2d", "x, w, stride = 1, padding = \"same\"")                          \
+  /* x [N, C, H, W], w [O, C, KH, KW] -> [N, O, OH, OW]; attrs.stride, pad (zeros) */   \
+  X(MAX_POOL, "max_pool", "x, size, stride = none")                                    \
+  X(AVG_POOL, "avg_pool", "x, size, stride = none")                                    \
+  /* x [N, C, H, W]; attrs.size, stride; no padding (windows inside the input) */       \
+  X(LAYER_NORM, "layer_norm", "x, gamma, beta, eps = 1e-5")                            \
+  /* over the last axis; gamma, beta [D]; attrs.value = eps; biased variance */         \
+  X(DROPOUT, "dropout", "x, rate, seed = 0")                                           \
+  /* attrs.value = rate, seed; identity unless training; kept values scaled 1/(1-rate) */ \
+  X(EMBEDDING, "embedding", "table, ids") /* table [V, D], ids int [...] -> [..., D] */ \
+  X(ONE_HOT, "one_hot", "ids, n")   /* ids int [...] -> f32 [..., n]; attrs.n */        \
+  X(ACCURACY, "accuracy", "logits, labels")                                            \
+  /* logits [N, C], labels int [N]: fraction with argmax == label; f32 scalar */
+
+typedef enum tfg_op_id {
+#define TFG_OP_ENUM(id, name, sig) TFG_OP_##id,
+  TFG_OPS(TFG_OP_ENUM)
+#undef TFG_OP_ENUM
+  TFG_OP_COUNT
+} tfg_op_id;
+
+struct tfg_graph;
+struct tfg_node;
+struct tfg_diag;
+struct tfg_tensor;
+struct tfg_kernel_ctx;
+
+/* Runs an op on a backend: in[] holds node->ninputs tensors, out is
+ * allocated with the node's dtype and shape. Every output element is
+ * written. On bad values (an id out of range) returns an error status
+ * and a message in ctx. */
+typedef tfg_status (*tfg_kernel_fn)(struct tfg_kernel_ctx *ctx, const struct tfg_node *node,
+                                    const struct tfg_tensor *in, struct tfg_tensor *out);
+
+typedef struct tfg_op_def {
+  const char *name;
+  const char *sig;
+  /* Checks the inputs' dtypes and shapes and the attrs; sets node->dtype
+   * and node->shape. On a mismatch reports an error at node->loc naming
+   * the shapes involved, and returns TFG_ERR_SHAPE. */
+  tfg_status (*infer)(const struct tfg_graph *g, struct tfg_node *node, struct tfg_diag *diag);
+  /* Floating-point operations per execution, for the cost model. */
+  double (*flops)(const struct tfg_graph *g, const struct tfg_node *node);
+  tfg_kernel_fn cpu;
+} tfg_op_def;
+
+const tfg_op_def *tfg_op_get(tfg_op_id op);
+/* The op a program calls by name (its signature non-empty), or -1. */
+int tfg_op_lookup(const char *name);
+
+#endif

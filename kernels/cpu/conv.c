@@ -1,0 +1,279 @@
+/* kernels/cpu/conv.c: conv2d (im2col + gemm) and the 2-D pools, NCHW.
+ *
+ * conv2d lowers each group of images to one matrix product. im2col
+ * copies, for every output pixel p of every image j in the group, the
+ * C * KH * KW input values under the kernel window into column j * P + p
+ * of a scratch matrix col [C * KH * KW, nb * P] (zeros where the window
+ * hangs over the padding); then
+ *     tmp [O, nb * P] = w [O, C * KH * KW] @ col
+ * is one gemm, and each image's [O, P] block of tmp is copied to its
+ * place in the output. Grouping images keeps small images from turning
+ * into many small gemms that OpenBLAS cannot thread well; the group size
+ * is bounded so the scratch stays near COL_BUDGET elements. A group of
+ * one image writes the output directly, and a 1x1 kernel with stride 1
+ * and no padding needs no im2col at all (each image already is its col).
+ *
+ * The memory-bound steps (im2col and the copy-out) are split over
+ * ctx->pool by (row, image) pieces; the gemm runs on the caller and
+ * OpenBLAS threads it, rather than each pool thread running its own
+ * gemm and competing with OpenBLAS's threads for the cores. */
+#include <cblas.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/assert.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/parallel.h"
+
+/* Scratch (col plus tmp) per group, in elements: 16 MiB of f32. */
+#define COL_BUDGET ((int64_t)1 << 22)
+#define GRAIN_ELEMS (1 << 14)
+
+typedef struct conv_geom {
+  int64_t n, c, h, w;  /* input */
+  int64_t o, kh, kw;   /* weights */
+  int64_t oh, ow, p;   /* output rows, cols, p = oh * ow */
+  int64_t sh, sw;      /* strides */
+  int64_t top, left;   /* padding before the first row and column */
+  int64_t ckk;         /* c * kh * kw: the gemm's inner dimension */
+} conv_geom;
+
+typedef struct im2col_job {
+  const conv_geom *g;
+  const void *x; /* the group's first image */
+  void *col;     /* [ckk, nb * p] */
+  int64_t nb;
+} im2col_job;
+
+/* Piece t = r * nb + j fills row r = (c, ky, kx) of col for image j, so
+ * consecutive pieces write consecutive memory. For each output row the
+ * valid output columns (window column inside the input) form one range
+ * [lo, hi); the columns outside it read padding and get zeros. */
+#define DEFINE_IM2COL(T, SFX)                                                        \
+  static void im2col_##SFX(void *arg, int64_t plo, int64_t phi, int64_t chunk) {    \
+    const im2col_job *jb = arg;                                                      \
+    const conv_geom *g = jb->g;                                                      \
+    (void)chunk;                                                                     \
+    for (int64_t t = plo; t < phi; t++) {                                            \
+      int64_t r = t / jb->nb, j = t % jb->nb;                                        \
+      int64_t c = r / (g->kh * g->kw), ky = r / g->kw % g->kh, kx = r % g->kw;       \
+      const T *src = (const T *)jb->x + (j * g->c + c) * g->h * g->w;                \
+      T *dst = (T *)jb->col + r * jb->nb * g->p + j * g->p;                          \
+      /* input column of output column ox: ox * sw + kx - left */                    \
+      int64_t off = kx - g->left;                                                    \
+      int64_t lo = off >= 0 ? 0 : (-off + g->sw - 1) / g->sw;                        \
+      int64_t last = g->w - 1 - off; /* ox * sw <= last */                           \
+      int64_t hi = last < 0 ? 0 : last / g->sw + 1;                                  \
+      if (hi > g->ow) hi = g->ow;                                                    \
+      if (lo > hi) lo = hi;                                                          \
+      for (int64_t oy = 0; oy < g->oh; oy++, dst += g->ow) {                         \
+        int64_t iy = oy * g->sh + ky - g->top;                                       \
+        if (iy < 0 || iy >= g->h) {                                                  \
+          memset(dst, 0, sizeof(T) * (size_t)g->ow);                                 \
+          continue;                                                                  \
+        }                                                                            \
+        const T *row = src + iy * g->w;                                              \
+        for (int64_t ox = 0; ox < lo; ox++) dst[ox] = 0;                             \
+        if (g->sw == 1)                                                              \
+          memcpy(dst + lo, row + lo + off, sizeof(T) * (size_t)(hi - lo));           \
+        else                                                                         \
+          for (int64_t ox = lo; ox < hi; ox++) dst[ox] = row[ox * g->sw + off];      \
+        for (int64_t ox = hi; ox < g->ow; ox++) dst[ox] = 0;                         \
+      }                                                                              \
+    }                                                                                \
+  }
+DEFINE_IM2COL(float, f32)
+DEFINE_IM2COL(double, f64)
+
+typedef struct scatter_job {
+  const char *tmp; /* [o, nb * p] */
+  char *out;       /* the group's first image of the output, [nb, o, p] */
+  int64_t nb, o;
+  size_t plane;    /* bytes of p elements */
+} scatter_job;
+
+/* Piece t = oc * nb + j: tmp's block for output channel oc of image j. */
+static void scatter(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
+  const scatter_job *s = arg;
+  (void)chunk;
+  for (int64_t t = lo; t < hi; t++) {
+    int64_t oc = t / s->nb, j = t % s->nb;
+    memcpy(s->out + (size_t)(j * s->o + oc) * s->plane, s->tmp + (size_t)t * s->plane, s->plane);
+  }
+}
+
+/* c [m, n] = a [m, k] @ b [k, n], all row-major and dense. */
+static void gemm(bool f64, int64_t m, int64_t n, int64_t k, const void *a, const void *b,
+                 void *c) {
+  if (f64)
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)m, (blasint)n, (blasint)k,
+                1.0, a, (blasint)k, b, (blasint)n, 0.0, c, (blasint)n);
+  else
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)m, (blasint)n, (blasint)k,
+                1.0f, a, (blasint)k, b, (blasint)n, 0.0f, c, (blasint)n);
+}
+
+static bool fits_blasint(int64_t v) {
+  return sizeof(blasint) >= sizeof(int64_t) || v <= (int64_t)INT32_MAX;
+}
+
+/* CONV2D: x [N, C, H, W], w [O, C, KH, KW] -> out [N, O, OH, OW], f32 or
+ * f64, stride attrs.stride (rows, cols), zero padding attrs.pad (top,
+ * bottom, left, right); OH = (H + top + bottom - KH) / stride_rows + 1
+ * and likewise OW. No bias (a separate add). TFG_ERR_NOMEM when the
+ * scratch cannot be allocated, TFG_ERR_LIMIT past the BLAS integer range. */
+TFG_CPU_KERNEL(tfg_cpu_conv2d) {
+  const tfg_tensor *x = &in[0], *w = &in[1];
+  tfg_dtype dt = x->dtype;
+  if (!(dt == TFG_DTYPE_F32 || dt == TFG_DTYPE_F64) || w->dtype != dt || out->dtype != dt)
+    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE,
+                           "conv2d of %s and %s is not supported on the CPU (f32 and f64 are)",
+                           tfg_dtype_name(x->dtype), tfg_dtype_name(w->dtype));
+  TFG_ASSERT(x->shape.rank == 4 && w->shape.rank == 4 && out->shape.rank == 4);
+  const tfg_attrs *at = &node->attrs;
+  conv_geom g = {
+      .n = x->shape.dim[0], .c = x->shape.dim[1], .h = x->shape.dim[2], .w = x->shape.dim[3],
+      .o = w->shape.dim[0], .kh = w->shape.dim[2], .kw = w->shape.dim[3],
+      .oh = out->shape.dim[2], .ow = out->shape.dim[3],
+      .sh = at->stride[0], .sw = at->stride[1], .top = at->pad[0], .left = at->pad[2],
+  };
+  TFG_ASSERT(w->shape.dim[1] == g.c && out->shape.dim[0] == g.n && out->shape.dim[1] == g.o);
+  TFG_ASSERT(g.sh >= 1 && g.sw >= 1 && at->pad[0] >= 0 && at->pad[1] >= 0 && at->pad[2] >= 0 &&
+             at->pad[3] >= 0);
+  TFG_ASSERT(g.oh == (g.h + at->pad[0] + at->pad[1] - g.kh) / g.sh + 1);
+  TFG_ASSERT(g.ow == (g.w + at->pad[2] + at->pad[3] - g.kw) / g.sw + 1);
+  g.p = g.oh * g.ow;
+  g.ckk = g.c * g.kh * g.kw;
+
+  bool f64 = dt == TFG_DTYPE_F64;
+  size_t es = tfg_dtype_size(dt);
+  int64_t total = tfg_shape_numel(&out->shape);
+  if (total == 0) return TFG_OK;
+  if (g.ckk == 0) { /* an empty sum */
+    memset(out->data, 0, (size_t)total * es);
+    return TFG_OK;
+  }
+  if (!fits_blasint(g.o) || !fits_blasint(g.ckk) || !fits_blasint(g.p))
+    return tfg_kernel_fail(ctx, TFG_ERR_LIMIT,
+                           "conv2d as a matrix product (%lld x %lld times %lld x %lld) exceeds "
+                           "the BLAS integer range",
+                           (long long)g.o, (long long)g.ckk, (long long)g.ckk, (long long)g.p);
+
+  const char *xb = x->data;
+  char *ob = out->data;
+  size_t x_img = (size_t)(g.c * g.h * g.w) * es, o_img = (size_t)(g.o * g.p) * es;
+
+  /* 1x1, stride 1, no padding: image n is its own col [C, H * W]. */
+  if (g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && at->pad[0] == 0 && at->pad[1] == 0 &&
+      at->pad[2] == 0 && at->pad[3] == 0) {
+    for (int64_t i = 0; i < g.n; i++)
+      gemm(f64, g.o, g.p, g.c, w->data, xb + (size_t)i * x_img, ob + (size_t)i * o_img);
+    return TFG_OK;
+  }
+
+  /* Images per group: as many as fit the budget (at least one), but no
+   * wider than the BLAS integer range allows. */
+  int64_t per_img = (g.ckk + g.o) * g.p;
+  int64_t nb = COL_BUDGET / per_img;
+  if (nb < 1) nb = 1;
+  if (nb > g.n) nb = g.n;
+  while (nb > 1 && !fits_blasint(nb * g.p)) nb /= 2;
+
+  char *col = malloc((size_t)(g.ckk * nb * g.p) * es);
+  char *tmp = nb > 1 ? malloc((size_t)(g.o * nb * g.p) * es) : NULL;
+  if (!col || (nb > 1 && !tmp)) {
+    free(col);
+    free(tmp);
+    return tfg_kernel_fail(ctx, TFG_ERR_NOMEM,
+                           "out of host memory for conv2d's %lld-element scratch",
+                           (long long)(per_img * nb));
+  }
+  for (int64_t n0 = 0; n0 < g.n; n0 += nb) {
+    int64_t cnt = g.n - n0 < nb ? g.n - n0 : nb;
+    im2col_job ij = {.g = &g, .x = xb + (size_t)n0 * x_img, .col = col, .nb = cnt};
+    tfg_parallel_for(ctx->pool, g.ckk * cnt, GRAIN_ELEMS / g.p + 1,
+                     f64 ? im2col_f64 : im2col_f32, &ij);
+    char *dst = ob + (size_t)n0 * o_img;
+    if (cnt == 1) {
+      gemm(f64, g.o, g.p, g.ckk, w->data, col, dst);
+    } else {
+      gemm(f64, g.o, cnt * g.p, g.ckk, w->data, col, tmp);
+      scatter_job sj = {.tmp = tmp, .out = dst, .nb = cnt, .o = g.o, .plane = (size_t)g.p * es};
+      tfg_parallel_for(ctx->pool, g.o * cnt, GRAIN_ELEMS / g.p + 1, scatter, &sj);
+    }
+  }
+  free(col);
+  free(tmp);
+  return TFG_OK;
+}
+
+/* ---- pools ------------------------------------------------------------- */
+
+typedef struct pool_job {
+  const void *x;
+  void *y;
+  int64_t h, w, oh, ow, kh, kw, sh, sw;
+  bool avg;
+} pool_job;
+
+/* Row t of the output ([N * C * OH] rows of OW): each output element is
+ * the max, or the mean, of its KH x KW window. The max propagates NaN
+ * (a NaN anywhere in the window wins), as PyTorch's max_pool2d does; the
+ * mean sums in double and divides by the full window size. */
+#define DEFINE_POOL(T, SFX)                                                      \
+  static void pool_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {    \
+    const pool_job *j = arg;                                                     \
+    (void)chunk;                                                                 \
+    double inv = 1.0 / (double)(j->kh * j->kw);                                  \
+    for (int64_t t = lo; t < hi; t++) {                                          \
+      int64_t plane = t / j->oh, oy = t % j->oh;                                 \
+      const T *x = (const T *)j->x + (plane * j->h + oy * j->sh) * j->w;         \
+      T *y = (T *)j->y + t * j->ow;                                              \
+      for (int64_t ox = 0; ox < j->ow; ox++) {                                   \
+        const T *win = x + ox * j->sw;                                           \
+        if (j->avg) {                                                            \
+          double s = 0;                                                          \
+          for (int64_t ky = 0; ky < j->kh; ky++)                                 \
+            for (int64_t kx = 0; kx < j->kw; kx++) s += win[ky * j->w + kx];     \
+          y[ox] = (T)(s * inv);                                                  \
+        } else {                                                                 \
+          T m = win[0];                                                          \
+          for (int64_t ky = 0; ky < j->kh; ky++)                                 \
+            for (int64_t kx = 0; kx < j->kw; kx++) {                             \
+              T v = win[ky * j->w + kx];                                         \
+              if (v > m || v != v) m = v;                                        \
+            }                                                                    \
+          y[ox] = m;                                                             \
+        }                                                                        \
+      }                                                                          \
+    }                                                                            \
+  }
+DEFINE_POOL(float, f32)
+DEFINE_POOL(double, f64)
+
+/* MAX_POOL, AVG_POOL: x [N, C, H, W] f32/f64 -> [N, C, OH, OW], window
+ * attrs.size (rows, cols), stride attrs.stride, no padding:
+ * OH = (H - KH) / SH + 1 and likewise OW. */
+TFG_CPU_KERNEL(tfg_cpu_pool) {
+  const tfg_tensor *x = &in[0];
+  if (!(x->dtype == TFG_DTYPE_F32 || x->dtype == TFG_DTYPE_F64))
+    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE,
+                           "pooling of %s is not supported on the CPU (f32 and f64 are)",
+                           tfg_dtype_name(x->dtype));
+  TFG_ASSERT(x->shape.rank == 4 && out->shape.rank == 4 && out->dtype == x->dtype);
+  const tfg_attrs *at = &node->attrs;
+  pool_job j = {
+      .x = x->data, .y = out->data, .h = x->shape.dim[2], .w = x->shape.dim[3],
+      .oh = out->shape.dim[2], .ow = out->shape.dim[3], .kh = at->size[0], .kw = at->size[1],
+      .sh = at->stride[0], .sw = at->stride[1], .avg = node->op == TFG_OP_AVG_POOL,
+  };
+  TFG_ASSERT(out->shape.dim[0] == x->shape.dim[0] && out->shape.dim[1] == x->shape.dim[1]);
+  TFG_ASSERT(j.kh >= 1 && j.kw >= 1 && j.sh >= 1 && j.sw >= 1);
+  TFG_ASSERT(j.oh == (j.h - j.kh) / j.sh + 1 && j.ow == (j.w - j.kw) / j.sw + 1);
+  int64_t rows = x->shape.dim[0] * x->shape.dim[1] * j.oh;
+  if (rows == 0 || j.ow == 0) return TFG_OK;
+  tfg_parallel_for(ctx->pool, rows, GRAIN_ELEMS / (j.ow * j.kh * j.kw) + 1,
+                   x->dtype == TFG_DTYPE_F32 ? pool_f32 : pool_f64, &j);
+  return TFG_OK;
+}

@@ -1,0 +1,64 @@
+/* kernels/cpu/cpu.h: the CPU kernels, one function per family of ops
+ * (the op registry, compiler/ops.c, points each op at one of these).
+ *
+ * Every kernel has the tfg_kernel_fn contract (compiler/ops.h): read
+ * node->op and node->attrs, write every element of out. Supported
+ * dtypes: f32 and f64 for all math; i32, i64 and bool where the op makes
+ * sense for them (arithmetic, comparisons, where, cast, reductions,
+ * shape ops, embedding/one_hot ids); f16 and bf16 through cast and the
+ * shape ops only. An unsupported dtype returns TFG_ERR_DEVICE with a
+ * message. Matrix products go through OpenBLAS (cblas_sgemm/dgemm);
+ * large loops are split over ctx->pool. */
+#ifndef TFG_KERNELS_CPU_H
+#define TFG_KERNELS_CPU_H
+
+#include "kernels/kernel.h"
+
+#define TFG_CPU_KERNEL(name) \
+  tfg_status name(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out)
+
+/* kernels/cpu/init.c */
+TFG_CPU_KERNEL(tfg_cpu_const);   /* copies attrs.data */
+TFG_CPU_KERNEL(tfg_cpu_init);    /* INIT: fills per attrs.init */
+/* Fills t per initializer attrs a (PARAM and INIT). fan_in/fan_out come
+ * from t's shape: [in, out] for rank 2 (w in matmul(x, w)); for rank >= 3
+ * ([out, in, kh, kw], conv2d) fan_in = in * kh * kw, fan_out = out * kh * kw;
+ * rank 0/1: both the element count. Element i uses base/rng.h stream
+ * a->seed at counter i. */
+tfg_status tfg_cpu_init_fill(tfg_tensor *t, const tfg_attrs *a);
+
+/* kernels/cpu/elementwise.c */
+TFG_CPU_KERNEL(tfg_cpu_unary);   /* NEG EXP LOG SQRT RSQRT ABS RELU GELU TANH SIGMOID */
+TFG_CPU_KERNEL(tfg_cpu_binary);  /* ADD SUB MUL DIV POW MAXIMUM MINIMUM EQUAL GREATER */
+TFG_CPU_KERNEL(tfg_cpu_where);
+TFG_CPU_KERNEL(tfg_cpu_cast);
+
+/* kernels/cpu/linalg.c */
+TFG_CPU_KERNEL(tfg_cpu_matmul);
+
+/* kernels/cpu/reduce.c */
+TFG_CPU_KERNEL(tfg_cpu_reduce);  /* SUM MEAN MAX */
+TFG_CPU_KERNEL(tfg_cpu_argmax);
+
+/* kernels/cpu/shape.c */
+TFG_CPU_KERNEL(tfg_cpu_copy);    /* RESHAPE FLATTEN: same bytes, new shape */
+TFG_CPU_KERNEL(tfg_cpu_transpose);
+TFG_CPU_KERNEL(tfg_cpu_concat);
+TFG_CPU_KERNEL(tfg_cpu_slice);
+TFG_CPU_KERNEL(tfg_cpu_broadcast);
+
+/* kernels/cpu/nn.c */
+TFG_CPU_KERNEL(tfg_cpu_softmax); /* SOFTMAX LOG_SOFTMAX */
+TFG_CPU_KERNEL(tfg_cpu_cross_entropy);
+TFG_CPU_KERNEL(tfg_cpu_mse);
+TFG_CPU_KERNEL(tfg_cpu_layer_norm);
+TFG_CPU_KERNEL(tfg_cpu_dropout);
+TFG_CPU_KERNEL(tfg_cpu_embedding);
+TFG_CPU_KERNEL(tfg_cpu_one_hot);
+TFG_CPU_KERNEL(tfg_cpu_accuracy);
+
+/* kernels/cpu/conv.c */
+TFG_CPU_KERNEL(tfg_cpu_conv2d);  /* im2col + gemm */
+TFG_CPU_KERNEL(tfg_cpu_pool);    /* MAX_POOL AVG_POOL */
+
+#endif

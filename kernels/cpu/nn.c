@@ -1,0 +1,497 @@
+/* kernels/cpu/nn.c: the neural-network ops on the CPU: softmax and
+ * log_softmax, cross_entropy, mse, layer_norm, dropout, embedding,
+ * one_hot and accuracy.
+ *
+ * Each math kernel is written once as a macro and instantiated for f32
+ * and f64, so the inner loops see concrete types. Sums (softmax
+ * denominators, layer_norm moments, the means behind the scalar losses)
+ * are accumulated in double for both dtypes: the cost is nothing next to
+ * the exp calls, and an f32 loss over a large batch keeps its digits.
+ * The scalar results combine per-chunk partials in chunk order
+ * (kernels/cpu/parallel.h), so a run is reproducible for a given pool.
+ *
+ * Values a program supplies at run time (labels, ids) are checked before
+ * anything is written, so a failing kernel names the first bad entry. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/assert.h"
+#include "base/rng.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/parallel.h"
+
+/* About this many elements of work per chunk: big enough that handing a
+ * chunk to a thread costs little next to running it. */
+#define GRAIN_ELEMS (1 << 14)
+
+/* The grain, in rows, for loops whose unit of work is a row of len. */
+static int64_t rows_grain(int64_t len) {
+  return len >= GRAIN_ELEMS ? 1 : GRAIN_ELEMS / (len > 0 ? len : 1);
+}
+
+static bool is_f32_f64(tfg_dtype t) { return t == TFG_DTYPE_F32 || t == TFG_DTYPE_F64; }
+
+static tfg_status unsupported(tfg_kernel_ctx *ctx, const char *what, tfg_dtype t) {
+  return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s of dtype %s is not supported on the CPU",
+                         what, tfg_dtype_name(t));
+}
+
+static int64_t id_at(const tfg_tensor *ids, int64_t i) {
+  return ids->dtype == TFG_DTYPE_I32 ? ((const int32_t *)ids->data)[i]
+                                     : ((const int64_t *)ids->data)[i];
+}
+
+/* The position of the first of the n ids outside [0, hi), or -1. */
+static int64_t first_bad_id(const tfg_tensor *ids, int64_t n, int64_t hi) {
+  for (int64_t i = 0; i < n; i++) {
+    int64_t v = id_at(ids, i);
+    if (v < 0 || v >= hi) return i;
+  }
+  return -1;
+}
+
+/* Runs body over [0, n) in tfg_parallel_for's chunks with one double
+ * partial per chunk (body stores chunk k's partial in (*slot)[k]) and
+ * sums the partials in chunk order into *total. TFG_ERR_NOMEM if the
+ * partials cannot be allocated. */
+static tfg_status sum_chunks(tfg_kernel_ctx *ctx, int64_t n, int64_t grain,
+                             tfg_parallel_body body, void *job, double **slot, double *total) {
+  int64_t nchunks = tfg_parallel_chunks(ctx->pool, n, grain);
+  double *partial = calloc((size_t)nchunks, sizeof *partial);
+  if (!partial) return tfg_kernel_fail(ctx, TFG_ERR_NOMEM, "out of host memory");
+  *slot = partial;
+  tfg_parallel_for(ctx->pool, n, grain, body, job);
+  double s = 0;
+  for (int64_t k = 0; k < nchunks; k++) s += partial[k];
+  free(partial);
+  *total = s;
+  return TFG_OK;
+}
+
+/* ---- softmax, log_softmax ---------------------------------------------- */
+
+/* The tensor is viewed as [outer, len, inner] around the axis; a "line"
+ * is the len elements at one (outer, inner) position, inner apart. */
+typedef struct softmax_job {
+  const void *x;
+  void *y;
+  int64_t len, inner;
+  bool log;
+} softmax_job;
+
+/* Both forms subtract the line's maximum m before exp, so the largest
+ * term is exp(0) = 1 and nothing overflows, whatever the logits:
+ *   softmax     = exp(x - m) / sum exp(x - m)
+ *   log_softmax = (x - m) - log(sum exp(x - m))
+ * (x - m is formed before subtracting the log so that large logits do
+ * not cost the result its low digits). */
+#define DEFINE_SOFTMAX(T, SFX, EXPT)                                                    \
+  static void softmax_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {        \
+    const softmax_job *j = arg;                                                         \
+    int64_t len = j->len, s = j->inner;                                                 \
+    (void)chunk;                                                                        \
+    for (int64_t l = lo; l < hi; l++) {                                                 \
+      int64_t base = l / s * len * s + l % s;                                           \
+      const T *x = (const T *)j->x + base;                                              \
+      T *y = (T *)j->y + base;                                                          \
+      T m = x[0];                                                                       \
+      for (int64_t t = 1; t < len; t++)                                                 \
+        if (x[t * s] > m) m = x[t * s];                                                 \
+      double sum = 0;                                                                   \
+      if (j->log) {                                                                     \
+        for (int64_t t = 0; t < len; t++) sum += EXPT(x[t * s] - m);                    \
+        double ls = log(sum);                                                           \
+        for (int64_t t = 0; t < len; t++) y[t * s] = (T)((double)(x[t * s] - m) - ls);  \
+      } else {                                                                          \
+        for (int64_t t = 0; t < len; t++) {                                             \
+          T e = EXPT(x[t * s] - m);                                                     \
+          y[t * s] = e;                                                                 \
+          sum += e;                                                                     \
+        }                                                                               \
+        double inv = 1.0 / sum;                                                         \
+        for (int64_t t = 0; t < len; t++) y[t * s] = (T)(y[t * s] * inv);               \
+      }                                                                                 \
+    }                                                                                   \
+  }
+DEFINE_SOFTMAX(float, f32, expf)
+DEFINE_SOFTMAX(double, f64, exp)
+
+/* SOFTMAX, LOG_SOFTMAX along attrs.axis of x (any rank >= 1), f32/f64. */
+TFG_CPU_KERNEL(tfg_cpu_softmax) {
+  const tfg_tensor *x = &in[0];
+  if (!is_f32_f64(x->dtype)) return unsupported(ctx, "softmax", x->dtype);
+  TFG_ASSERT(out->dtype == x->dtype && tfg_shape_eq(&out->shape, &x->shape));
+  int64_t axis = node->attrs.axis;
+  TFG_ASSERT(axis >= 0 && axis < x->shape.rank);
+  int64_t inner = 1;
+  for (int d = (int)axis + 1; d < x->shape.rank; d++) inner *= x->shape.dim[d];
+  softmax_job j = {.x = x->data, .y = out->data, .len = x->shape.dim[axis], .inner = inner,
+                   .log = node->op == TFG_OP_LOG_SOFTMAX};
+  int64_t n = tfg_shape_numel(&x->shape);
+  if (n == 0) return TFG_OK;
+  int64_t lines = n / j.len;
+  tfg_parallel_for(ctx->pool, lines, rows_grain(j.len),
+                   x->dtype == TFG_DTYPE_F32 ? softmax_f32 : softmax_f64, &j);
+  return TFG_OK;
+}
+
+/* ---- cross_entropy ----------------------------------------------------- */
+
+typedef struct ce_job {
+  const void *logits;
+  const tfg_tensor *labels;
+  int64_t c;
+  double *partial;
+} ce_job;
+
+/* Row loss = logsumexp(x) - x[label] = log(sum exp(x - m)) + (m - x[label]),
+ * the max-shifted form, so logits of +-1000 give exact finite losses. */
+#define DEFINE_CE(T, SFX, EXPT)                                                \
+  static void ce_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {    \
+    ce_job *j = arg;                                                           \
+    double acc = 0;                                                            \
+    for (int64_t r = lo; r < hi; r++) {                                        \
+      const T *x = (const T *)j->logits + r * j->c;                            \
+      T m = x[0];                                                              \
+      for (int64_t t = 1; t < j->c; t++)                                       \
+        if (x[t] > m) m = x[t];                                                \
+      double sum = 0;                                                          \
+      for (int64_t t = 0; t < j->c; t++) sum += EXPT(x[t] - m);                \
+      acc += log(sum) + ((double)m - (double)x[id_at(j->labels, r)]);          \
+    }                                                                          \
+    j->partial[chunk] = acc;                                                   \
+  }
+DEFINE_CE(float, f32, expf)
+DEFINE_CE(double, f64, exp)
+
+/* CROSS_ENTROPY: logits [N, C] f32/f64, labels i32/i64 [N] -> scalar mean
+ * over the rows of -log_softmax(logits)[n, label[n]]. A label outside
+ * [0, C) is TFG_ERR_NUMERIC naming the row; N = 0 gives NaN (an empty
+ * mean, as PyTorch). */
+TFG_CPU_KERNEL(tfg_cpu_cross_entropy) {
+  const tfg_tensor *x = &in[0], *lab = &in[1];
+  (void)node;
+  if (!is_f32_f64(x->dtype)) return unsupported(ctx, "cross_entropy", x->dtype);
+  if (!tfg_dtype_is_int(lab->dtype)) return unsupported(ctx, "cross_entropy labels", lab->dtype);
+  TFG_ASSERT(x->shape.rank == 2 && lab->shape.rank == 1 && lab->shape.dim[0] == x->shape.dim[0]);
+  TFG_ASSERT(out->dtype == x->dtype && out->shape.rank == 0);
+  int64_t n = x->shape.dim[0], c = x->shape.dim[1];
+  int64_t bad = first_bad_id(lab, n, c);
+  if (bad >= 0)
+    return tfg_kernel_fail(ctx, TFG_ERR_NUMERIC,
+                           "label %lld in row %lld is outside [0, %lld) (the logits have %lld "
+                           "classes)",
+                           (long long)id_at(lab, bad), (long long)bad, (long long)c, (long long)c);
+  ce_job j = {.logits = x->data, .labels = lab, .c = c};
+  double total = 0;
+  if (n > 0) {
+    tfg_status st = sum_chunks(ctx, n, rows_grain(c), x->dtype == TFG_DTYPE_F32 ? ce_f32 : ce_f64,
+                               &j, &j.partial, &total);
+    if (st != TFG_OK) return st;
+  }
+  double mean = n > 0 ? total / (double)n : NAN;
+  if (out->dtype == TFG_DTYPE_F32)
+    *(float *)out->data = (float)mean;
+  else
+    *(double *)out->data = mean;
+  return TFG_OK;
+}
+
+/* ---- mse --------------------------------------------------------------- */
+
+typedef struct mse_job {
+  const void *a, *b;
+  double *partial;
+} mse_job;
+
+#define DEFINE_MSE(T, SFX)                                                     \
+  static void mse_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {   \
+    mse_job *j = arg;                                                          \
+    const T *a = j->a, *b = j->b;                                              \
+    double acc = 0;                                                            \
+    for (int64_t i = lo; i < hi; i++) {                                        \
+      double d = (double)a[i] - (double)b[i];                                  \
+      acc += d * d;                                                            \
+    }                                                                          \
+    j->partial[chunk] = acc;                                                   \
+  }
+DEFINE_MSE(float, f32)
+DEFINE_MSE(double, f64)
+
+/* MSE: scalar mean of (a - b)^2 over all elements of two same-shape
+ * f32/f64 tensors; NaN when they are empty. */
+TFG_CPU_KERNEL(tfg_cpu_mse) {
+  const tfg_tensor *a = &in[0], *b = &in[1];
+  (void)node;
+  if (!is_f32_f64(a->dtype)) return unsupported(ctx, "mse", a->dtype);
+  TFG_ASSERT(b->dtype == a->dtype && out->dtype == a->dtype && out->shape.rank == 0);
+  TFG_ASSERT(tfg_shape_eq(&a->shape, &b->shape));
+  int64_t n = tfg_shape_numel(&a->shape);
+  mse_job j = {.a = a->data, .b = b->data};
+  double total = 0;
+  if (n > 0) {
+    tfg_status st = sum_chunks(ctx, n, GRAIN_ELEMS, a->dtype == TFG_DTYPE_F32 ? mse_f32 : mse_f64,
+                               &j, &j.partial, &total);
+    if (st != TFG_OK) return st;
+  }
+  double mean = n > 0 ? total / (double)n : NAN;
+  if (out->dtype == TFG_DTYPE_F32)
+    *(float *)out->data = (float)mean;
+  else
+    *(double *)out->data = mean;
+  return TFG_OK;
+}
+
+/* ---- layer_norm -------------------------------------------------------- */
+
+typedef struct ln_job {
+  const void *x, *gamma, *beta;
+  void *y;
+  int64_t d;
+  double eps;
+} ln_job;
+
+/* Per row: mean, then the biased variance as the mean of squared
+ * deviations (two passes: no cancellation when the mean is large), then
+ * y = (x - mean) / sqrt(var + eps) * gamma + beta, in double throughout
+ * and rounded once to T. */
+#define DEFINE_LN(T, SFX)                                                      \
+  static void ln_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {    \
+    const ln_job *j = arg;                                                     \
+    const T *g = j->gamma, *b = j->beta;                                       \
+    int64_t d = j->d;                                                          \
+    (void)chunk;                                                               \
+    for (int64_t r = lo; r < hi; r++) {                                        \
+      const T *x = (const T *)j->x + r * d;                                    \
+      T *y = (T *)j->y + r * d;                                                \
+      double mean = 0, var = 0;                                                \
+      for (int64_t t = 0; t < d; t++) mean += x[t];                            \
+      mean /= (double)d;                                                       \
+      for (int64_t t = 0; t < d; t++) {                                        \
+        double dev = (double)x[t] - mean;                                      \
+        var += dev * dev;                                                      \
+      }                                                                        \
+      var /= (double)d;                                                        \
+      double rstd = 1.0 / sqrt(var + j->eps);                                  \
+      for (int64_t t = 0; t < d; t++)                                          \
+        y[t] = (T)(((double)x[t] - mean) * rstd * (double)g[t] + (double)b[t]); \
+    }                                                                          \
+  }
+DEFINE_LN(float, f32)
+DEFINE_LN(double, f64)
+
+/* LAYER_NORM: x [..., D], gamma [D], beta [D], all f32 or all f64;
+ * normalizes each row of the last axis as torch.nn.functional.layer_norm
+ * with eps = attrs.value. */
+TFG_CPU_KERNEL(tfg_cpu_layer_norm) {
+  const tfg_tensor *x = &in[0], *g = &in[1], *b = &in[2];
+  if (!is_f32_f64(x->dtype)) return unsupported(ctx, "layer_norm", x->dtype);
+  TFG_ASSERT(g->dtype == x->dtype && b->dtype == x->dtype && out->dtype == x->dtype);
+  TFG_ASSERT(x->shape.rank >= 1 && tfg_shape_eq(&out->shape, &x->shape));
+  int64_t d = x->shape.dim[x->shape.rank - 1];
+  TFG_ASSERT(tfg_shape_numel(&g->shape) == d && tfg_shape_numel(&b->shape) == d);
+  int64_t n = tfg_shape_numel(&x->shape);
+  if (n == 0) return TFG_OK;
+  ln_job j = {.x = x->data, .gamma = g->data, .beta = b->data, .y = out->data, .d = d,
+              .eps = node->attrs.value};
+  tfg_parallel_for(ctx->pool, n / d, rows_grain(d), x->dtype == TFG_DTYPE_F32 ? ln_f32 : ln_f64,
+                   &j);
+  return TFG_OK;
+}
+
+/* ---- dropout ----------------------------------------------------------- */
+
+typedef struct dropout_job {
+  const void *x;
+  void *y;
+  uint64_t seed;
+  double rate, scale;
+} dropout_job;
+
+/* Element i is kept when tfg_rng_uniform(seed, i) >= rate, i being its
+ * flat index in x: the mask depends on (seed, i) only, never on the
+ * chunking, so every thread count and device draws the same mask. Kept
+ * values are x * scale with scale = 1 / (1 - rate), formed in double and
+ * rounded once to T. */
+#define DEFINE_DROPOUT(T, SFX)                                                   \
+  static void dropout_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) { \
+    const dropout_job *j = arg;                                                  \
+    const T *x = j->x;                                                           \
+    T *y = j->y;                                                                 \
+    (void)chunk;                                                                 \
+    for (int64_t i = lo; i < hi; i++)                                            \
+      y[i] = tfg_rng_uniform(j->seed, (uint64_t)i) >= j->rate                    \
+                 ? (T)((double)x[i] * j->scale)                                  \
+                 : (T)0;                                                         \
+  }
+DEFINE_DROPOUT(float, f32)
+DEFINE_DROPOUT(double, f64)
+
+/* DROPOUT: identity unless ctx->training; then keeps each element with
+ * probability 1 - rate (rate = attrs.value, seed = attrs.seed) and scales
+ * the kept ones by 1 / (1 - rate); rate 1 gives zeros. A rate outside
+ * [0, 1] is TFG_ERR_NUMERIC. */
+TFG_CPU_KERNEL(tfg_cpu_dropout) {
+  const tfg_tensor *x = &in[0];
+  if (!is_f32_f64(x->dtype)) return unsupported(ctx, "dropout", x->dtype);
+  TFG_ASSERT(out->dtype == x->dtype && tfg_shape_eq(&out->shape, &x->shape));
+  int64_t n = tfg_shape_numel(&x->shape);
+  size_t bytes = (size_t)n * tfg_dtype_size(x->dtype);
+  double rate = node->attrs.value;
+  if (!(rate >= 0 && rate <= 1))
+    return tfg_kernel_fail(ctx, TFG_ERR_NUMERIC, "dropout rate %g is outside [0, 1]", rate);
+  if (!ctx->training) {
+    if (out->data != x->data && bytes) memcpy(out->data, x->data, bytes);
+    return TFG_OK;
+  }
+  if (rate >= 1) { /* nothing kept; 1 / (1 - rate) would be infinite */
+    if (bytes) memset(out->data, 0, bytes);
+    return TFG_OK;
+  }
+  dropout_job j = {.x = x->data, .y = out->data, .seed = node->attrs.seed, .rate = rate,
+                   .scale = 1.0 / (1.0 - rate)};
+  tfg_parallel_for(ctx->pool, n, GRAIN_ELEMS,
+                   x->dtype == TFG_DTYPE_F32 ? dropout_f32 : dropout_f64, &j);
+  return TFG_OK;
+}
+
+/* ---- embedding --------------------------------------------------------- */
+
+typedef struct gather_job {
+  const char *table;
+  const tfg_tensor *ids;
+  char *out;
+  size_t row_bytes;
+} gather_job;
+
+static void gather_rows(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
+  const gather_job *j = arg;
+  (void)chunk;
+  for (int64_t i = lo; i < hi; i++)
+    memcpy(j->out + (size_t)i * j->row_bytes,
+           j->table + (size_t)id_at(j->ids, i) * j->row_bytes, j->row_bytes);
+}
+
+/* EMBEDDING: table [V, D] f32/f64, ids i32/i64 of any shape -> [..., D],
+ * row v of the table for each id v. An id outside [0, V) is
+ * TFG_ERR_NUMERIC naming the id and its position. */
+TFG_CPU_KERNEL(tfg_cpu_embedding) {
+  const tfg_tensor *table = &in[0], *ids = &in[1];
+  (void)node;
+  if (!is_f32_f64(table->dtype)) return unsupported(ctx, "embedding table", table->dtype);
+  if (!tfg_dtype_is_int(ids->dtype)) return unsupported(ctx, "embedding ids", ids->dtype);
+  TFG_ASSERT(table->shape.rank == 2 && out->dtype == table->dtype);
+  int64_t v = table->shape.dim[0], d = table->shape.dim[1];
+  int64_t n = tfg_shape_numel(&ids->shape);
+  TFG_ASSERT(tfg_shape_numel(&out->shape) == n * d);
+  int64_t bad = first_bad_id(ids, n, v);
+  if (bad >= 0)
+    return tfg_kernel_fail(ctx, TFG_ERR_NUMERIC,
+                           "embedding id %lld (at flat position %lld of the ids) is outside "
+                           "[0, %lld), the table's rows",
+                           (long long)id_at(ids, bad), (long long)bad, (long long)v);
+  gather_job j = {.table = table->data, .ids = ids, .out = out->data,
+                  .row_bytes = (size_t)d * tfg_dtype_size(table->dtype)};
+  tfg_parallel_for(ctx->pool, n, rows_grain(d), gather_rows, &j);
+  return TFG_OK;
+}
+
+/* ---- one_hot ----------------------------------------------------------- */
+
+typedef struct one_hot_job {
+  const tfg_tensor *ids;
+  void *out;
+  int64_t depth;
+  bool f64;
+} one_hot_job;
+
+static void one_hot_rows(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
+  const one_hot_job *j = arg;
+  size_t es = j->f64 ? sizeof(double) : sizeof(float);
+  (void)chunk;
+  memset((char *)j->out + (size_t)(lo * j->depth) * es, 0, (size_t)((hi - lo) * j->depth) * es);
+  for (int64_t i = lo; i < hi; i++) {
+    int64_t v = id_at(j->ids, i);
+    if (v < 0 || v >= j->depth) continue; /* out of range: the row stays zero */
+    if (j->f64)
+      ((double *)j->out)[i * j->depth + v] = 1.0;
+    else
+      ((float *)j->out)[i * j->depth + v] = 1.0f;
+  }
+}
+
+/* ONE_HOT: ids i32/i64 [...] -> [..., n] (n = attrs.n), 1 at each id's
+ * column and 0 elsewhere; f32 as the op defines, f64 also accepted. An
+ * id outside [0, n) is not an error: its row is all zeros, as in
+ * TensorFlow's tf.one_hot (PyTorch's one_hot would raise instead). */
+TFG_CPU_KERNEL(tfg_cpu_one_hot) {
+  const tfg_tensor *ids = &in[0];
+  if (!tfg_dtype_is_int(ids->dtype)) return unsupported(ctx, "one_hot ids", ids->dtype);
+  if (!is_f32_f64(out->dtype)) return unsupported(ctx, "one_hot output", out->dtype);
+  int64_t n = tfg_shape_numel(&ids->shape), depth = node->attrs.n;
+  TFG_ASSERT(depth >= 0 && tfg_shape_numel(&out->shape) == n * depth);
+  if (n == 0 || depth == 0) return TFG_OK;
+  one_hot_job j = {.ids = ids, .out = out->data, .depth = depth,
+                   .f64 = out->dtype == TFG_DTYPE_F64};
+  tfg_parallel_for(ctx->pool, n, rows_grain(depth), one_hot_rows, &j);
+  return TFG_OK;
+}
+
+/* ---- accuracy ---------------------------------------------------------- */
+
+typedef struct acc_job {
+  const void *logits;
+  const tfg_tensor *labels;
+  int64_t c;
+  double *partial;
+} acc_job;
+
+/* Counts rows whose argmax equals the label. The argmax is the first
+ * maximum; a NaN counts as the maximum (the first NaN wins, as NumPy's
+ * argmax), so a row gone NaN is never right by accident of its other
+ * values. A label outside [0, C) matches no column: the row is wrong. */
+#define DEFINE_ACC(T, SFX)                                                      \
+  static void acc_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {    \
+    acc_job *j = arg;                                                           \
+    double right = 0;                                                           \
+    for (int64_t r = lo; r < hi; r++) {                                         \
+      const T *x = (const T *)j->logits + r * j->c;                             \
+      int64_t best = 0;                                                         \
+      for (int64_t t = 1; t < j->c && x[best] == x[best]; t++)                  \
+        if (x[t] > x[best] || x[t] != x[t]) best = t;                           \
+      right += best == id_at(j->labels, r);                                     \
+    }                                                                           \
+    j->partial[chunk] = right;                                                  \
+  }
+DEFINE_ACC(float, f32)
+DEFINE_ACC(double, f64)
+
+/* ACCURACY: logits [N, C] f32/f64, labels i32/i64 [N] -> scalar (f32 as
+ * the op defines; f64 also accepted): the fraction of rows whose argmax
+ * equals the label. N = 0 gives NaN. */
+TFG_CPU_KERNEL(tfg_cpu_accuracy) {
+  const tfg_tensor *x = &in[0], *lab = &in[1];
+  (void)node;
+  if (!is_f32_f64(x->dtype)) return unsupported(ctx, "accuracy", x->dtype);
+  if (!tfg_dtype_is_int(lab->dtype)) return unsupported(ctx, "accuracy labels", lab->dtype);
+  if (!is_f32_f64(out->dtype)) return unsupported(ctx, "accuracy output", out->dtype);
+  TFG_ASSERT(x->shape.rank == 2 && lab->shape.rank == 1 && lab->shape.dim[0] == x->shape.dim[0]);
+  TFG_ASSERT(out->shape.rank == 0);
+  int64_t n = x->shape.dim[0], c = x->shape.dim[1];
+  acc_job j = {.logits = x->data, .labels = lab, .c = c};
+  double right = 0;
+  if (n > 0 && c > 0) {
+    tfg_status st = sum_chunks(ctx, n, rows_grain(c),
+                               x->dtype == TFG_DTYPE_F32 ? acc_f32 : acc_f64, &j, &j.partial,
+                               &right);
+    if (st != TFG_OK) return st;
+  }
+  double frac = n > 0 ? right / (double)n : NAN;
+  if (out->dtype == TFG_DTYPE_F32)
+    *(float *)out->data = (float)frac;
+  else
+    *(double *)out->data = frac;
+  return TFG_OK;
+}

@@ -1,0 +1,459 @@
+/* kernels/cpu/reduce.c: SUM, MEAN and MAX over a set of axes, and ARGMAX.
+ *
+ * A reduction first simplifies the input's shape: size-1 axes are
+ * dropped and neighbouring axes that are both kept or both reduced are
+ * merged, since that changes neither the output order nor which elements
+ * meet. What is left alternates kept and reduced blocks, and only the
+ * last block matters for memory order:
+ *   - last block reduced (row sums, x[K, R]): each output is a sum of
+ *     contiguous runs, read at full speed;
+ *   - last block kept (column sums, x[R, K]): each output row is built by
+ *     adding whole input rows into a tile of accumulators, so the input is
+ *     still read in order instead of striding down columns.
+ * Outputs are split over ctx->pool (chunks write disjoint outputs and
+ * each output is summed in one fixed order). A reduction to one value is
+ * split instead into fixed blocks of the input whose partial sums are
+ * added in block order: the block size does not depend on the thread
+ * count, so the result is bit-identical on any number of threads.
+ *
+ * f32 and f64 sums accumulate in double (f32 data gains ~29 bits of
+ * headroom, so a sum of a million f32 values is still correctly rounded
+ * in practice); integer sums wrap in 64 bits and are then narrowed. MAX
+ * propagates NaN, as PyTorch does. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/parallel.h"
+
+#if defined(__GNUC__) && !defined(__clang__)
+/* See kernels/cpu/elementwise.c: lets GCC -O2 vectorize the row loops. */
+#pragma GCC optimize("vect-cost-model=dynamic")
+#endif
+
+enum {
+  GRAIN = 32768, /* input elements per parallel chunk */
+  BLOCK = 32768, /* input elements per partial of a full reduction */
+  TILE = 1024,   /* accumulators kept on the stack while adding rows */
+};
+
+/* One accumulator: double for float data, int64 for integer data. */
+typedef union acc {
+  double d;
+  int64_t i;
+} acc;
+
+/* The per-dtype inner loops of one reduction; `first` starts a fresh
+ * accumulation instead of combining into the existing one. */
+typedef struct reducer {
+  /* *a (+)= reduce(x[0..n)), n >= 1 */
+  void (*contig)(const void *x, int64_t n, acc *a, bool first);
+  /* a[j] (+)= x[j] for j < n */
+  void (*rows)(const void *x, int64_t n, acc *a, bool first);
+  /* *a (+)= *b */
+  void (*combine)(acc *a, const acc *b);
+  /* y[j] = a[j], or a[j] / count for MEAN */
+  void (*store)(const acc *a, int64_t n, void *y, bool mean, double count);
+} reducer;
+
+/* SUM over contiguous data uses four accumulators: independent add
+ * chains run ~4x faster than one, and the association is fixed by n
+ * alone, so it stays deterministic. */
+#define DEF_SUM(SUF, T, F, U)                                                           \
+  static void contig_sum_##SUF(const void *xv, int64_t n, acc *a, bool first) {         \
+    const T *x = xv;                                                                    \
+    U s0 = 0, s1 = 0, s2 = 0, s3 = 0;                                                   \
+    int64_t i = 0;                                                                      \
+    for (; i + 4 <= n; i += 4) {                                                        \
+      s0 += (U)x[i];                                                                    \
+      s1 += (U)x[i + 1];                                                                \
+      s2 += (U)x[i + 2];                                                                \
+      s3 += (U)x[i + 3];                                                                \
+    }                                                                                   \
+    for (; i < n; i++) s0 += (U)x[i];                                                   \
+    U s = (s0 + s1) + (s2 + s3);                                                        \
+    if (first) a->F = s;                                                                \
+    else a->F = (U)a->F + s;                                                            \
+  }                                                                                     \
+  static void rows_sum_##SUF(const void *xv, int64_t n, acc *a, bool first) {           \
+    const T *x = xv;                                                                    \
+    if (first)                                                                          \
+      for (int64_t j = 0; j < n; j++) a[j].F = (U)x[j];                                 \
+    else                                                                                \
+      for (int64_t j = 0; j < n; j++) a[j].F = (U)a[j].F + (U)x[j];                     \
+  }                                                                                     \
+  static void combine_sum_##SUF(acc *a, const acc *b) {                                 \
+    a->F = (U)a->F + (U)b->F;                                                           \
+  }
+
+/* MAX: for floats, (v > m || v != v) keeps the first NaN once seen
+ * (nothing compares greater than NaN afterwards). */
+#define DEF_MAX(SUF, T, F)                                                              \
+  static void contig_max_##SUF(const void *xv, int64_t n, acc *a, bool first) {         \
+    const T *x = xv;                                                                    \
+    T m0 = x[0], m1 = x[0], m2 = x[0], m3 = x[0];                                       \
+    int64_t i = 1;                                                                      \
+    for (; i + 4 <= n; i += 4) {                                                        \
+      m0 = (x[i] > m0 || x[i] != x[i]) ? x[i] : m0;                                     \
+      m1 = (x[i + 1] > m1 || x[i + 1] != x[i + 1]) ? x[i + 1] : m1;                     \
+      m2 = (x[i + 2] > m2 || x[i + 2] != x[i + 2]) ? x[i + 2] : m2;                     \
+      m3 = (x[i + 3] > m3 || x[i + 3] != x[i + 3]) ? x[i + 3] : m3;                     \
+    }                                                                                   \
+    for (; i < n; i++) m0 = (x[i] > m0 || x[i] != x[i]) ? x[i] : m0;                    \
+    m0 = (m1 > m0 || m1 != m1) ? m1 : m0;                                               \
+    m0 = (m2 > m0 || m2 != m2) ? m2 : m0;                                               \
+    m0 = (m3 > m0 || m3 != m3) ? m3 : m0;                                               \
+    if (first || m0 > a->F || m0 != m0) a->F = m0;                                      \
+  }                                                                                     \
+  static void rows_max_##SUF(const void *xv, int64_t n, acc *a, bool first) {           \
+    const T *x = xv;                                                                    \
+    if (first)                                                                          \
+      for (int64_t j = 0; j < n; j++) a[j].F = x[j];                                    \
+    else                                                                                \
+      for (int64_t j = 0; j < n; j++)                                                   \
+        a[j].F = (x[j] > a[j].F || x[j] != x[j]) ? x[j] : a[j].F;                       \
+  }                                                                                     \
+  static void combine_max_##SUF(acc *a, const acc *b) {                                 \
+    if (b->F > a->F || b->F != b->F) a->F = b->F;                                       \
+  }
+
+#define DEF_STORE(SUF, T, F)                                                            \
+  static void store_##SUF(const acc *a, int64_t n, void *yv, bool mean, double count) { \
+    T *y = yv;                                                                          \
+    if (mean)                                                                           \
+      for (int64_t j = 0; j < n; j++) y[j] = (T)((double)a[j].F / count);               \
+    else                                                                                \
+      for (int64_t j = 0; j < n; j++) y[j] = (T)a[j].F;                                 \
+  }
+
+/* Integer sums go through uint64_t so overflow wraps instead of being
+ * undefined; narrowing to i32 then keeps the low 32 bits, as a wrapping
+ * i32 sum would. */
+DEF_SUM(f32, float, d, double)
+DEF_SUM(f64, double, d, double)
+DEF_SUM(i32, int32_t, i, uint64_t)
+DEF_SUM(i64, int64_t, i, uint64_t)
+DEF_MAX(f32, float, d)
+DEF_MAX(f64, double, d)
+DEF_MAX(i32, int32_t, i)
+DEF_MAX(i64, int64_t, i)
+DEF_STORE(f32, float, d)
+DEF_STORE(f64, double, d)
+DEF_STORE(i32, int32_t, i)
+DEF_STORE(i64, int64_t, i)
+
+#define REDUCER(KIND, SUF) {contig_##KIND##_##SUF, rows_##KIND##_##SUF, combine_##KIND##_##SUF, store_##SUF}
+
+/* The reducer for op on dt, or NULL when unsupported. */
+static const reducer *reducer_for(tfg_op_id op, tfg_dtype dt) {
+  static const reducer sum[] = {REDUCER(sum, f32), REDUCER(sum, f64), REDUCER(sum, i32),
+                                REDUCER(sum, i64)};
+  static const reducer max[] = {REDUCER(max, f32), REDUCER(max, f64), REDUCER(max, i32),
+                                REDUCER(max, i64)};
+  int k;
+  switch (dt) {
+  case TFG_DTYPE_F32: k = 0; break;
+  case TFG_DTYPE_F64: k = 1; break;
+  case TFG_DTYPE_I32: k = 2; break;
+  case TFG_DTYPE_I64: k = 3; break;
+  default: return NULL;
+  }
+  if (op == TFG_OP_MAX) return &max[k];
+  if (op == TFG_OP_SUM || (op == TFG_OP_MEAN && k < 2)) return &sum[k];
+  return NULL;
+}
+
+/* ---- SUM MEAN MAX ------------------------------------------------------------ */
+
+/* The simplified problem: outer kept axes (kdim, input strides kst), outer
+ * reduced axes (rdim, rst), then the last block of L contiguous elements,
+ * reduced or kept. Strides are in elements. */
+typedef struct reduce_job {
+  const reducer *r;
+  bool mean;
+  double count; /* elements reduced into each output */
+  const char *x;
+  char *y;
+  int64_t isz, osz;
+  int nk, nr;
+  int64_t kdim[TFG_MAX_RANK], kst[TFG_MAX_RANK];
+  int64_t rdim[TFG_MAX_RANK], rst[TFG_MAX_RANK];
+  int64_t L;
+  bool last_reduced;
+  acc *partial; /* full reductions: one per block */
+} reduce_job;
+
+/* The input offset of outer kept index ok (row-major over kdim). */
+static int64_t kept_offset(const reduce_job *j, int64_t ok) {
+  int64_t off = 0;
+  for (int i = j->nk - 1; i >= 0; i--) {
+    off += (ok % j->kdim[i]) * j->kst[i];
+    ok /= j->kdim[i];
+  }
+  return off;
+}
+
+/* Steps the odometer over the outer reduced axes; false after the last. */
+static bool next_reduced(const reduce_job *j, int64_t *idx, int64_t *off) {
+  for (int i = j->nr - 1; i >= 0; i--) {
+    *off += j->rst[i];
+    if (++idx[i] < j->rdim[i]) return true;
+    *off -= j->rdim[i] * j->rst[i];
+    idx[i] = 0;
+  }
+  return false;
+}
+
+/* Outputs [lo, hi) in flat output order. */
+static void reduce_chunk(void *arg, int64_t lo, int64_t hi, int64_t k) {
+  (void)k;
+  const reduce_job *j = arg;
+  int64_t lk = j->last_reduced ? 1 : j->L; /* outputs per outer kept index */
+  acc buf[TILE];
+  for (int64_t o = lo; o < hi;) {
+    int64_t ok = o / lk, j0 = o % lk;
+    int64_t run = lk - j0 < hi - o ? lk - j0 : hi - o;
+    int64_t base = kept_offset(j, ok);
+    for (int64_t t = 0; t < run; t += TILE) {
+      int64_t m = run - t < TILE ? run - t : TILE;
+      int64_t ridx[TFG_MAX_RANK] = {0}, roff = 0;
+      bool first = true;
+      do {
+        if (j->last_reduced)
+          j->r->contig(j->x + (base + roff) * j->isz, j->L, buf, first);
+        else
+          j->r->rows(j->x + (base + roff + j0 + t) * j->isz, m, buf, first);
+        first = false;
+      } while (next_reduced(j, ridx, &roff));
+      j->r->store(buf, m, j->y + (o + t) * j->osz, j->mean, j->count);
+    }
+    o += run;
+  }
+}
+
+/* Blocks [lo, hi) of a full reduction: one partial per block. */
+static void block_chunk(void *arg, int64_t lo, int64_t hi, int64_t k) {
+  (void)k;
+  const reduce_job *j = arg;
+  for (int64_t b = lo; b < hi; b++) {
+    int64_t start = b * BLOCK, n = j->L - start < BLOCK ? j->L - start : BLOCK;
+    j->r->contig(j->x + start * j->isz, n, &j->partial[b], true);
+  }
+}
+
+/* SUM, MEAN, MAX of in[0] over the input axes set in attrs.axes; out has
+ * the reduced shape (with or without keepdims: the element order is the
+ * same). f32/f64 for all three, i32/i64 for SUM and MAX. A MEAN over no
+ * elements is NaN and a SUM 0; a MAX over no elements is an error. */
+TFG_CPU_KERNEL(tfg_cpu_reduce) {
+  const tfg_tensor *x = &in[0];
+  const reducer *r = reducer_for(node->op, x->dtype);
+  if (!r || out->dtype != x->dtype)
+    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s on %s is not supported on the CPU",
+                           node->op == TFG_OP_SUM ? "sum" : node->op == TFG_OP_MEAN ? "mean" : "max",
+                           tfg_dtype_name(x->dtype));
+  const tfg_shape *s = &x->shape;
+  uint32_t axes = node->attrs.axes;
+  int64_t count = 1, nout = tfg_shape_numel(&out->shape), nin = tfg_shape_numel(s);
+  for (int i = 0; i < s->rank; i++)
+    if (axes >> i & 1) count *= s->dim[i];
+  if (count * nout != nin && count != 0)
+    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "reduction: output size %lld does not match",
+                           (long long)nout);
+
+  reduce_job j = {.r = r, .mean = node->op == TFG_OP_MEAN, .count = (double)count,
+                  .x = x->data, .y = out->data, .isz = (int64_t)tfg_dtype_size(x->dtype),
+                  .osz = (int64_t)tfg_dtype_size(out->dtype)};
+  if (nout == 0) return TFG_OK;
+  if (count == 0) { /* reducing an empty axis: the empty sum */
+    if (node->op == TFG_OP_MAX)
+      return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "max over an empty axis has no value");
+    acc zero[TILE];
+    memset(zero, 0, sizeof zero);
+    for (int64_t o = 0; o < nout; o += TILE)
+      r->store(zero, nout - o < TILE ? nout - o : TILE, j.y + o * j.osz, j.mean, j.count);
+    return TFG_OK;
+  }
+
+  /* Simplify: drop size-1 axes, merge runs of kept or of reduced axes. */
+  int m = 0;
+  int64_t dim[TFG_MAX_RANK];
+  bool red[TFG_MAX_RANK];
+  for (int i = 0; i < s->rank; i++) {
+    if (s->dim[i] == 1) continue;
+    bool ri = axes >> i & 1;
+    if (m > 0 && red[m - 1] == ri) {
+      dim[m - 1] *= s->dim[i];
+    } else {
+      dim[m] = s->dim[i];
+      red[m++] = ri;
+    }
+  }
+  if (m == 0) { /* a single element */
+    dim[0] = 1;
+    red[m++] = true;
+  }
+  int64_t stride = 1, st[TFG_MAX_RANK];
+  for (int i = m - 1; i >= 0; i--) {
+    st[i] = stride;
+    stride *= dim[i];
+  }
+  for (int i = 0; i < m - 1; i++) {
+    if (red[i]) {
+      j.rdim[j.nr] = dim[i];
+      j.rst[j.nr++] = st[i];
+    } else {
+      j.kdim[j.nk] = dim[i];
+      j.kst[j.nk++] = st[i];
+    }
+  }
+  j.L = dim[m - 1];
+  j.last_reduced = red[m - 1];
+
+  if (nout == 1 && j.L > BLOCK) { /* one long contiguous run */
+    int64_t nblocks = (j.L + BLOCK - 1) / BLOCK;
+    j.partial = malloc((size_t)nblocks * sizeof *j.partial);
+    if (!j.partial) return tfg_kernel_fail(ctx, TFG_ERR_NOMEM, "out of host memory");
+    tfg_parallel_for(ctx->pool, nblocks, 1, block_chunk, &j);
+    for (int64_t b = 1; b < nblocks; b++) r->combine(&j.partial[0], &j.partial[b]);
+    r->store(&j.partial[0], 1, j.y, j.mean, j.count);
+    free(j.partial);
+    return TFG_OK;
+  }
+  int64_t grain = count >= GRAIN ? 1 : GRAIN / count;
+  tfg_parallel_for(ctx->pool, nout, grain, reduce_chunk, &j);
+  return TFG_OK;
+}
+
+/* ---- ARGMAX ------------------------------------------------------------------- */
+
+typedef struct argmax_job {
+  tfg_dtype dt;
+  const char *x;
+  int32_t *y;
+  int64_t len, inner; /* the reduced axis and the elements after it */
+  int64_t isz;
+} argmax_job;
+
+/* Columns [j0, j0 + m) of outer slice x (len rows of `inner` elements):
+ * the index of the first maximum of each column, a NaN beating every
+ * number (as PyTorch's argmax). Rows are read in order; best/done hold
+ * the column states. v != v is the NaN test, always false for ints. */
+#define ARGMAX_COLS(T)                                                        \
+  do {                                                                        \
+    const T *p = (const T *)xs + j0;                                          \
+    T best[TILE];                                                             \
+    bool done[TILE];                                                          \
+    for (int64_t c = 0; c < m; c++) {                                         \
+      best[c] = p[c];                                                         \
+      done[c] = p[c] != p[c];                                                 \
+      y[c] = 0;                                                               \
+    }                                                                         \
+    for (int64_t a = 1; a < j->len; a++) {                                    \
+      const T *row = p + a * j->inner;                                        \
+      for (int64_t c = 0; c < m; c++) {                                       \
+        T v = row[c];                                                         \
+        if (done[c]) continue;                                                \
+        if (v != v) {                                                         \
+          done[c] = true;                                                     \
+          y[c] = (int32_t)a;                                                  \
+        } else if (v > best[c]) {                                             \
+          best[c] = v;                                                        \
+          y[c] = (int32_t)a;                                                  \
+        }                                                                     \
+      }                                                                       \
+    }                                                                         \
+  } while (0)
+
+/* A contiguous axis (inner == 1): a plain scan that stops at a NaN. */
+#define ARGMAX_RUN(T)                                                         \
+  do {                                                                        \
+    const T *p = (const T *)xs;                                               \
+    T best = p[0];                                                            \
+    int64_t bi = 0;                                                           \
+    if (best == best)                                                         \
+      for (int64_t a = 1; a < j->len; a++) {                                  \
+        if (p[a] != p[a]) {                                                   \
+          bi = a;                                                             \
+          break;                                                              \
+        }                                                                     \
+        if (p[a] > best) {                                                    \
+          best = p[a];                                                        \
+          bi = a;                                                             \
+        }                                                                     \
+      }                                                                       \
+    *y = (int32_t)bi;                                                         \
+  } while (0)
+
+static void argmax_cols(const argmax_job *j, const char *xs, int64_t j0, int64_t m, int32_t *y) {
+  switch (j->dt) {
+  case TFG_DTYPE_F32: ARGMAX_COLS(float); break;
+  case TFG_DTYPE_F64: ARGMAX_COLS(double); break;
+  case TFG_DTYPE_I32: ARGMAX_COLS(int32_t); break;
+  default: ARGMAX_COLS(int64_t); break;
+  }
+}
+
+static void argmax_run(const argmax_job *j, const char *xs, int32_t *y) {
+  switch (j->dt) {
+  case TFG_DTYPE_F32: ARGMAX_RUN(float); break;
+  case TFG_DTYPE_F64: ARGMAX_RUN(double); break;
+  case TFG_DTYPE_I32: ARGMAX_RUN(int32_t); break;
+  default: ARGMAX_RUN(int64_t); break;
+  }
+}
+
+/* Outputs [lo, hi): output o is column o % inner of outer slice o / inner. */
+static void argmax_chunk(void *arg, int64_t lo, int64_t hi, int64_t k) {
+  (void)k;
+  const argmax_job *j = arg;
+  for (int64_t o = lo; o < hi;) {
+    int64_t outer = o / j->inner, j0 = o % j->inner;
+    int64_t run = j->inner - j0 < hi - o ? j->inner - j0 : hi - o;
+    const char *xs = j->x + outer * j->len * j->inner * j->isz;
+    if (j->inner == 1) {
+      argmax_run(j, xs, j->y + o);
+    } else {
+      for (int64_t t = 0; t < run; t += TILE)
+        argmax_cols(j, xs, j0 + t, run - t < TILE ? run - t : TILE, j->y + o + t);
+    }
+    o += run;
+  }
+}
+
+/* The index (i32) of the first maximum of in[0] along attrs.axis; out has
+ * the input's shape without that axis. f32 f64 i32 i64. */
+TFG_CPU_KERNEL(tfg_cpu_argmax) {
+  const tfg_tensor *x = &in[0];
+  tfg_dtype dt = x->dtype;
+  if (dt != TFG_DTYPE_F32 && dt != TFG_DTYPE_F64 && dt != TFG_DTYPE_I32 && dt != TFG_DTYPE_I64)
+    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "argmax on %s is not supported on the CPU",
+                           tfg_dtype_name(dt));
+  if (out->dtype != TFG_DTYPE_I32)
+    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "argmax writes i32, not %s",
+                           tfg_dtype_name(out->dtype));
+  int64_t axis = node->attrs.axis;
+  if (axis < 0 || axis >= x->shape.rank)
+    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "argmax: axis %lld is out of range",
+                           (long long)axis);
+  argmax_job j = {.dt = dt, .x = x->data, .y = out->data, .len = x->shape.dim[axis], .inner = 1,
+                  .isz = (int64_t)tfg_dtype_size(dt)};
+  int64_t outer = 1;
+  for (int i = 0; i < axis; i++) outer *= x->shape.dim[i];
+  for (int i = (int)axis + 1; i < x->shape.rank; i++) j.inner *= x->shape.dim[i];
+  int64_t nout = tfg_shape_numel(&out->shape);
+  if (nout != outer * j.inner)
+    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "argmax: output size %lld does not match",
+                           (long long)nout);
+  if (nout == 0) return TFG_OK;
+  if (j.len == 0)
+    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "argmax over an empty axis has no value");
+  if (j.len > INT32_MAX)
+    return tfg_kernel_fail(ctx, TFG_ERR_LIMIT, "argmax: axis of %lld elements exceeds i32",
+                           (long long)j.len);
+  int64_t grain = j.len >= GRAIN ? 1 : GRAIN / j.len;
+  tfg_parallel_for(ctx->pool, nout, grain, argmax_chunk, &j);
+  return TFG_OK;
+}

@@ -1,0 +1,161 @@
+/* lang/interp.h: the build-time interpreter: evaluates a program's AST
+ * into graph IR (LANGUAGE.md sections 2-7).
+ *
+ * A .tfg program is evaluated once. Build-time values (numbers, strings,
+ * lists, devices, functions, datasets) exist only here; tensors are graph
+ * nodes. The result is a tfg_program: the graph, its params and inputs,
+ * and the actions (print, train) to run afterwards, in program order.
+ *
+ *   tfg_interp_opts o = {.sets = sets, .nsets = n};
+ *   tfg_interp *in = tfg_interp_new(diag, &o);
+ *   if (tfg_interp_eval(in, src, ast) == TFG_OK) {
+ *     const tfg_program *p = tfg_interp_program(in);
+ *     ...
+ *   }
+ *   tfg_interp_free(in);     // frees the program too
+ *
+ * Every error a program can cause here (unknown name, wrong argument,
+ * shape or dtype mismatch, bad data) is a located diagnostic; the
+ * evaluation stops at the first one, leaving the graph as it was before
+ * the failing statement. */
+#ifndef TFG_INTERP_H
+#define TFG_INTERP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "compiler/graph.h"
+#include "lang/ast.h"
+#include "lang/diag.h"
+#include "runtime/data.h"
+
+typedef enum tfg_vkind {
+  TFG_V_NONE,
+  TFG_V_BOOL,
+  TFG_V_INT,
+  TFG_V_FLOAT,
+  TFG_V_STRING,
+  TFG_V_LIST,
+  TFG_V_RANGE,
+  TFG_V_DTYPE,
+  TFG_V_DEVICE,
+  TFG_V_TENSOR,
+  TFG_V_FN,       /* a fn defined in a program */
+  TFG_V_BUILTIN,  /* an op, initializer or other builtin */
+  TFG_V_MODULE,
+  TFG_V_DATASET,  /* a dataset, or one of its splits */
+  TFG_V_COLUMN,   /* a column of a dataset split */
+  TFG_V_RECORD,   /* a configuration call: adam(...), mirrored(...) */
+  TFG_V_INIT,     /* an initializer without a shape: glorot(), normal(std = 0.1) */
+} tfg_vkind;
+
+typedef struct tfg_value tfg_value;
+
+/* A configuration call, arguments bound to its signature in order. */
+typedef struct tfg_record {
+  const char *name;    /* "adam", "mirrored", ... */
+  int nargs;
+  const char *const *arg_names;
+  tfg_value *args;
+  tfg_loc loc;
+} tfg_record;
+
+struct tfg_value {
+  tfg_vkind kind;
+  union {
+    bool b;
+    int64_t i;
+    double f;
+    struct { const char *s; uint32_t len; } str;
+    struct { tfg_value *items; int32_t n; } list;
+    struct { int64_t lo, hi; } range;
+    tfg_dtype dtype;
+    tfg_devspec dev;
+    tfg_node_id tensor;
+    const struct tfg_fn *fn;
+    const struct tfg_builtin *builtin;
+    struct tfg_module *module;
+    struct { struct tfg_dsref *ds; tfg_split split; bool whole; } dataset;
+    struct { struct tfg_dsref *ds; tfg_split split; int col; } column;
+    const tfg_record *record;
+    const tfg_attrs *init; /* init, value, a, b, seed */
+  } u;
+};
+
+/* One entry of a print action. */
+typedef struct tfg_print_item {
+  const char *text; /* the expression's source text */
+  tfg_loc loc;
+  bool is_tensor;
+  tfg_node_id node; /* is_tensor: the tensor to fetch */
+  const char *value; /* otherwise: the build-time value, rendered */
+} tfg_print_item;
+
+typedef enum tfg_action_kind { TFG_ACTION_PRINT, TFG_ACTION_TRAIN } tfg_action_kind;
+
+typedef struct tfg_setting {
+  const char *name;
+  tfg_loc loc;
+  tfg_value value;
+} tfg_setting;
+
+typedef struct tfg_action {
+  tfg_action_kind kind;
+  tfg_loc loc;
+  int nitems; /* print */
+  tfg_print_item *items;
+  tfg_node_id loss; /* train */
+  int nsettings;
+  tfg_setting *settings;
+} tfg_action;
+
+/* An input fed from a dataset column: batches of node's first dimension. */
+typedef struct tfg_feed {
+  tfg_node_id node;
+  const tfg_dataset *ds; /* NULL: fed by --feed, else an error at run */
+  const char *ds_path;   /* for messages */
+  int col;
+  tfg_split split;
+} tfg_feed;
+
+typedef struct tfg_program {
+  tfg_graph *graph;
+  tfg_action *actions;
+  int nactions;
+  tfg_node_id *params; /* every PARAM node, in creation order */
+  int nparams;
+  tfg_feed *feeds;     /* every INPUT node, in creation order */
+  int nfeeds;
+} tfg_program;
+
+/* A --set NAME=VALUE override: VALUE is tfg expression text. */
+typedef struct tfg_set {
+  const char *name;
+  const char *value;
+} tfg_set;
+
+typedef struct tfg_interp_opts {
+  const tfg_set *sets;
+  int nsets;
+  const char *stdlib_dir; /* NULL: TFG_STDLIB or the installed default */
+} tfg_interp_opts;
+
+typedef struct tfg_interp tfg_interp;
+
+tfg_interp *tfg_interp_new(tfg_diag *diag, const tfg_interp_opts *o);
+void tfg_interp_free(tfg_interp *in);
+/* Evaluates the statements of prog (parsed from src) in the session's
+ * global scope. Returns TFG_OK, or the status of the first error (its
+ * diagnostic in the sink); on error the graph, params and actions are as
+ * they were before the failing statement. */
+tfg_status tfg_interp_eval(tfg_interp *in, const tfg_source *src, const tfg_ast *prog);
+/* Checks what can only be checked once the whole program is built: every
+ * --set named a top-level let. */
+tfg_status tfg_interp_finish(tfg_interp *in);
+const tfg_program *tfg_interp_program(const tfg_interp *in);
+
+/* Renders a build-time value as the REPL and print show it. */
+void tfg_value_format(const tfg_value *v, const tfg_graph *g, tfg_strbuf *out);
+
+#endif

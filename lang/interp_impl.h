@@ -1,0 +1,146 @@
+/* lang/interp_impl.h: the interpreter's internals, shared by
+ * lang/interp.c (statements, expressions, names) and lang/builtins.c
+ * (the functions a program can call without defining them). */
+#ifndef TFG_INTERP_IMPL_H
+#define TFG_INTERP_IMPL_H
+
+#include <setjmp.h>
+
+#include "base/arena.h"
+#include "base/strbuf.h"
+#include "lang/interp.h"
+
+/* A scope: bindings appended in order, a hash from name to its newest
+ * binding. Rebinding appends, so truncating to an earlier count undoes
+ * everything bound since (the REPL's rollback of a rejected input). */
+typedef struct env_entry {
+  const char *name;
+  tfg_value value;
+  int32_t prev; /* older binding of the same name, or -1 */
+} env_entry;
+
+typedef struct tfg_env {
+  env_entry *entries;
+  int32_t n, cap;
+  int32_t *heads; /* hash bucket -> newest entry index, or -1 */
+  int32_t nheads;
+  struct tfg_env *parent; /* a fn's scope sees its module's globals */
+} tfg_env;
+
+/* A fn defined by a program. */
+typedef struct tfg_fn {
+  const tfg_ast *def; /* TFG_AST_FN */
+  tfg_env *globals;   /* the module it was defined in */
+  const char *dir;    /* that module's folder, for relative paths */
+} tfg_fn;
+
+typedef struct tfg_module {
+  const char *name;
+  const char *path;
+  const char *dir;
+  tfg_env env;
+} tfg_module;
+
+/* A loaded dataset, owned by the interpreter. */
+typedef struct tfg_dsref {
+  tfg_dataset *ds;
+  const char *path; /* the first file, for messages */
+} tfg_dsref;
+
+/* One frame of arguments bound to a signature. */
+typedef struct tfg_args {
+  int n;
+  const char *names[16];
+  tfg_value v[16];
+  tfg_loc loc[16];
+  bool given[16];
+} tfg_args;
+
+struct tfg_interp;
+typedef tfg_value (*tfg_builtin_fn)(struct tfg_interp *I, const struct tfg_builtin *b,
+                                    tfg_args *args, const tfg_loc *call);
+
+typedef struct tfg_builtin {
+  const char *name;
+  const char *sig;   /* a tfg parameter list */
+  tfg_builtin_fn fn;
+  int op;            /* a graph op for op builtins, else -1 */
+  int kind;          /* builtin-specific (initializer kind, ...) */
+  const tfg_ast *params; /* sig parsed: a FN node's parameter list */
+} tfg_builtin;
+
+struct tfg_interp {
+  tfg_diag *diag;
+  tfg_arena arena; /* values, names, modules: the session's lifetime */
+  tfg_program prog;
+  int32_t cap_actions, cap_params, cap_feeds;
+  tfg_module main;
+  tfg_module **modules; /* imported, by path */
+  int nmodules;
+  tfg_dsref **datasets;
+  int ndatasets;
+  const tfg_interp_opts *opts;
+  bool *set_used;
+  /* param naming: the path of scope/call names in force */
+  const char *path[256]; /* deeper than the 200 nested calls allowed */
+  int depth;
+  char **taken; /* every param path and its prefixes, for _1 suffixes */
+  int32_t ntaken, captaken;
+  /* the device annotation in force */
+  tfg_devspec device;
+  const char *dir; /* folder of the module running now: relative paths start here */
+  tfg_env root;    /* builtins and dtype names, below every module's globals */
+  int call_depth;
+  jmp_buf *fail; /* where an error unwinds to */
+  tfg_status status;
+  tfg_builtin *builtins;
+  int nbuiltins;
+  tfg_arena sig_arena;
+  tfg_diag *sig_diag;
+};
+
+/* Reports an error at loc and unwinds to the statement being evaluated. */
+_Noreturn void tfg_interp_fail(struct tfg_interp *I, tfg_status s, const tfg_loc *loc,
+                               const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Unwinds after a diagnostic already reported (by a shape rule, a loader). */
+_Noreturn void tfg_interp_unwind(struct tfg_interp *I, tfg_status s);
+
+/* Values */
+tfg_value tfg_val_int(int64_t i);
+tfg_value tfg_val_float(double f);
+tfg_value tfg_val_tensor(tfg_node_id id);
+const char *tfg_vkind_name(tfg_vkind k);
+/* A string copied into the session arena. */
+const char *tfg_interp_strdup(struct tfg_interp *I, const char *s, size_t n);
+
+/* Graph building: adds a node, runs its shape rule (unwinding on error). */
+tfg_node_id tfg_interp_node(struct tfg_interp *I, tfg_op_id op, const tfg_node_id *in, int nin,
+                            const tfg_attrs *attrs, const tfg_loc *loc);
+/* A scalar constant of dtype dt. */
+tfg_node_id tfg_interp_scalar(struct tfg_interp *I, double v, tfg_dtype dt, const tfg_loc *loc);
+/* The tensor a value stands for: tensors as they are, numbers and lists of
+ * numbers as constants of dtype like (or f32). */
+tfg_node_id tfg_interp_as_tensor(struct tfg_interp *I, const tfg_value *v, const tfg_loc *loc,
+                                 int like);
+
+/* Builtins (lang/builtins.c) */
+void tfg_builtins_init(struct tfg_interp *I);
+/* Calls builtin b with evaluated arguments (positional, then keywords). */
+tfg_value tfg_builtin_call(struct tfg_interp *I, const tfg_builtin *b, const tfg_ast *call, tfg_value *pos,
+                           tfg_loc *posloc, int npos, const char **kwn, tfg_value *kw, tfg_loc *kwloc, int nkw);
+/* Binds name in the root scope (builtins, dtype names). */
+void tfg_interp_bind_root(struct tfg_interp *I, const char *name, tfg_value v);
+const tfg_builtin *tfg_builtin_find(const struct tfg_interp *I, const char *name);
+/* Binds call arguments to a parameter list (a FN's list: NAME or KWARG
+ * with default); evaluates defaults in the builtin's own terms. */
+void tfg_interp_bind(struct tfg_interp *I, const char *fname, const tfg_ast *params,
+                     const tfg_ast *call, tfg_value *pos, tfg_loc *posloc, int npos,
+                     const char **kwnames, tfg_value *kw, tfg_loc *kwloc, int nkw, tfg_args *out);
+/* Evaluates an expression in the current scope. */
+tfg_value tfg_interp_expr(struct tfg_interp *I, tfg_env *env, const tfg_ast *e);
+/* Resolves a file path against the folder of the running module. */
+const char *tfg_interp_path(struct tfg_interp *I, const char *path);
+/* Registers a loaded dataset (owned by the interpreter from then on). */
+tfg_dsref *tfg_interp_add_dataset(struct tfg_interp *I, tfg_dataset *ds, const char *path);
+
+#endif

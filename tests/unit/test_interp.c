@@ -1,0 +1,328 @@
+/* tests/unit/test_interp.c: the build-time interpreter: names and scopes,
+ * param paths, imports, loops, --set, build-time arithmetic, shapes and
+ * rollback after an error. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "lang/interp.h"
+#include "lang/parse.h"
+#include "tests/unit/unit.h"
+
+typedef struct built {
+  tfg_diag *d;
+  tfg_arena a;
+  tfg_interp *I;
+  tfg_status st;
+  char *errs;
+} built;
+
+
+/* Builds text as the file `name` (so imports resolve beside it). */
+static void build_named(built *b, const char *name, const char *text, const tfg_set *sets, int nsets) {
+  static tfg_interp_opts o;
+  o = (tfg_interp_opts){.sets = sets, .nsets = nsets, .stdlib_dir = "stdlib"};
+  b->d = tfg_diag_new();
+  tfg_arena_init(&b->a);
+  const tfg_source *src = tfg_diag_add_source(b->d, name, text, strlen(text));
+  tfg_ast *prog = NULL;
+  ck_assert_int_eq(tfg_parse(src, b->d, &b->a, &prog, NULL), TFG_OK);
+  b->I = tfg_interp_new(b->d, &o);
+  b->st = tfg_interp_eval(b->I, src, prog);
+  if (b->st == TFG_OK) b->st = tfg_interp_finish(b->I);
+  b->errs = test_render(b->d, false);
+}
+
+static void build(built *b, const char *text) { build_named(b, "t.tfg", text, NULL, 0); }
+
+static void unbuild(built *b) {
+  tfg_interp_free(b->I);
+  tfg_arena_free(&b->a);
+  tfg_diag_free(b->d);
+  free(b->errs);
+}
+
+/* The params' names, comma separated. */
+static char *param_names(const built *b) {
+  const tfg_program *p = tfg_interp_program(b->I);
+  tfg_strbuf s = {0};
+  for (int i = 0; i < p->nparams; i++)
+    tfg_strbuf_printf(&s, "%s%s", i ? "," : "", p->graph->nodes[p->params[i]].name);
+  return tfg_strbuf_take(&s);
+}
+
+#define DENSE "fn dense(x, units) {\n param w: f32[dim(x, -1), units] = glorot()\n param b: f32[units]\n return matmul(x, w) + b\n}\nx = zeros([2, 3])\n"
+
+#define EXPECT_PARAMS(text, want)                                   \
+  do {                                                              \
+    built b_;                                                       \
+    build(&b_, text);                                               \
+    ck_assert_msg(b_.st == TFG_OK, "%s", b_.errs);                  \
+    char *got_ = param_names(&b_);                                  \
+    ck_assert_str_eq(got_, want);                                   \
+    free(got_);                                                     \
+    unbuild(&b_);                                                   \
+  } while (0)
+
+START_TEST(param_paths_follow_bindings) {
+  EXPECT_PARAMS(DENSE "h = dense(x, 4)\nh = dense(h, 2)", "h.w,h.b,h_1.w,h_1.b");
+  EXPECT_PARAMS(DENSE "let a = dense(x, 4)\nb = dense(a, 2)", "a.w,a.b,b.w,b.b");
+  /* Not bound directly: the fn's name. */
+  EXPECT_PARAMS(DENSE "y = relu(dense(x, 3))\nz = relu(dense(y, 3))", "dense.w,dense.b,dense_1.w,dense_1.b");
+  EXPECT_PARAMS("param w: f32[2]\nparam w: f32[3]\nparam w: f32[4]", "w,w_1,w_2");
+}
+END_TEST
+
+START_TEST(param_paths_nest_through_calls) {
+  EXPECT_PARAMS(DENSE "fn mlp(x) {\n h = dense(x, 4)\n h = dense(h, 3)\n return dense(h, 2)\n}\nout = mlp(x)\nout2 = mlp(x)",
+                "out.h.w,out.h.b,out.h_1.w,out.h_1.b,out.dense.w,out.dense.b,"
+                "out2.h.w,out2.h.b,out2.h_1.w,out2.h_1.b,out2.dense.w,out2.dense.b");
+  /* Called twice with the same binding name: the second call gets _1. */
+  EXPECT_PARAMS(DENSE "fn mlp(x) { h = dense(x, 4); return h }\nout = mlp(x)\nout = mlp(x)",
+                "out.h.w,out.h.b,out_1.h.w,out_1.h.b");
+}
+END_TEST
+
+START_TEST(param_paths_scopes_and_loops) {
+  EXPECT_PARAMS(DENSE "scope enc { h = dense(x, 3) }\nscope enc { h = dense(x, 3) }", "enc.h.w,enc.h.b,enc_1.h.w,enc_1.h.b");
+  EXPECT_PARAMS(DENSE "h = x\nfor i in 0..3 { h = dense(h, 4) }", "h.w,h.b,h_1.w,h_1.b,h_2.w,h_2.b");
+  EXPECT_PARAMS("scope a { scope b { param w: f32[1] } }\nparam w: f32[1]", "a.b.w,w");
+}
+END_TEST
+
+START_TEST(lexical_scoping) {
+  built b;
+  /* A fn sees top-level bindings made before the call, not the caller's locals. */
+  build(&b, "let k = 2\nfn f() { return k * 10 }\nlet r = f()\nfn g() { let inner = 1; return inner }\nlet s = g()\nprint r, s");
+  ck_assert_msg(b.st == TFG_OK, "%s", b.errs);
+  const tfg_program *p = tfg_interp_program(b.I);
+  ck_assert_int_eq(p->nactions, 1);
+  ck_assert_str_eq(p->actions[0].items[0].value, "20");
+  ck_assert_str_eq(p->actions[0].items[1].value, "1");
+  unbuild(&b);
+  build(&b, "fn g() { let inner = 1; return inner }\nlet s = g()\nprint inner");
+  ck_assert_int_eq(b.st, TFG_ERR_NAME);
+  ck_assert_ptr_nonnull(strstr(b.errs, "t.tfg:3:7: error: unknown name 'inner'"));
+  unbuild(&b);
+  build(&b, "fn h() { return local }\nfn caller() { let local = 3; return h() }\nlet v = caller()");
+  ck_assert_int_eq(b.st, TFG_ERR_NAME);
+  ck_assert_ptr_nonnull(strstr(b.errs, "unknown name 'local'"));
+  unbuild(&b);
+  /* Blocks do not open scopes. */
+  build(&b, "if true { let a = 1 }\nfor i in 0..2 { let last = i }\nprint a, last, i");
+  ck_assert_msg(b.st == TFG_OK, "%s", b.errs);
+  const tfg_action *a = &tfg_interp_program(b.I)->actions[0];
+  ck_assert_str_eq(a->items[0].value, "1");
+  ck_assert_str_eq(a->items[1].value, "1");
+  ck_assert_str_eq(a->items[2].value, "1");
+  unbuild(&b);
+}
+END_TEST
+
+/* The printed value of one build-time expression. */
+static void expect_value(const char *expr, const char *want) {
+  char text[512];
+  snprintf(text, sizeof text, "print %s", expr);
+  built b;
+  build(&b, text);
+  ck_assert_msg(b.st == TFG_OK, "%s: %s", expr, b.errs);
+  ck_assert_msg(strcmp(tfg_interp_program(b.I)->actions[0].items[0].value, want) == 0, "%s = %s, want %s", expr,
+                tfg_interp_program(b.I)->actions[0].items[0].value, want);
+  unbuild(&b);
+}
+
+START_TEST(build_time_arithmetic) {
+  expect_value("1 + 2 * 3", "7");
+  expect_value("7 / 2", "3.5");         /* true division */
+  expect_value("8 / 2", "4.0");
+  expect_value("-7 % 3", "2");          /* the sign of the divisor, as Python */
+  expect_value("7 % -3", "-2");
+  expect_value("7.5 % 2", "1.5");
+  expect_value("2 < 3 && 3 <= 3", "true");
+  expect_value("!(1 == 1.0)", "false");
+  expect_value("\"ab\" + \"cd\"", "\"abcd\"");
+  expect_value("[1, 2] + [3]", "[1, 2, 3]");
+  expect_value("[10, 20, 30][-1]", "30");
+  expect_value("len([1, 2, 3])", "3");
+  expect_value("len(0..5)", "5");
+  expect_value("gpu:(1 + 1)", "gpu:2");
+  expect_value("f32 == f32", "true");
+  expect_value("1e-3", "0.001");
+  expect_value("false || true && false", "false");
+}
+END_TEST
+
+START_TEST(build_time_errors) {
+  const char *cases[][2] = {
+      {"print 9223372036854775807 + 1", "integer overflow"},
+      {"print 1 / 0", "division by zero"},
+      {"print [1][3]", "index 3 is out of range for a list of 1"},
+      {"print 1 + \"a\"", "'+' needs numbers or tensors, got an integer and a string"},
+      {"let lenght = 3\nprint length", "did you mean 'lenght'?"},
+      {"print zeros([2]) > 0", "'>' is build-time only"},
+      {"if zeros([1]) { }", "a condition is decided while the graph is built"},
+      {"fn f(a) { return a }\nprint f(1, 2)", "f takes 1 argument, got 2"},
+      {"print matmul(zeros([2, 3]), zeros([2, 3]), transpose_c = true)", "did you mean 'transpose_a'?"},
+      {"print softmax()", "softmax: missing argument 'x'"},
+      {"return 1", "return outside a fn"},
+      {"fn f() { return f() }\nprint f()", "nested more than 200 deep"},
+      {"param w: f32[2.5]", "a dimension must be an integer, got 2.5"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    built b;
+    build(&b, cases[i][0]);
+    ck_assert_msg(b.st != TFG_OK, "%s built", cases[i][0]);
+    ck_assert_msg(strstr(b.errs, cases[i][1]) != NULL, "%s:\n%s", cases[i][0], b.errs);
+    unbuild(&b);
+  }
+}
+END_TEST
+
+START_TEST(shapes_and_devices) {
+  built b;
+  build(&b, "a = zeros([4, 1, 3])\nb = ones([5, 1])\nc = a + b\n@gpu:1 d = matmul(zeros([7, 2, 3]), zeros([3, 6]))\n"
+            "with gpu:* { e = relu(d) }\nf = sum(c, axis = [0, -1], keepdims = true)");
+  ck_assert_msg(b.st == TFG_OK, "%s", b.errs);
+  const tfg_graph *g = tfg_interp_program(b.I)->graph;
+  const tfg_node *c = NULL, *d = NULL, *e = NULL, *f = NULL;
+  for (int32_t i = 0; i < g->nnodes; i++) {
+    const tfg_node *n = &g->nodes[i];
+    if (n->op == TFG_OP_ADD) c = n;
+    if (n->op == TFG_OP_MATMUL) d = n;
+    if (n->op == TFG_OP_RELU) e = n;
+    if (n->op == TFG_OP_SUM) f = n;
+  }
+  ck_assert(c && d && e && f);
+  tfg_shape cs = {3, {4, 5, 3}}, ds = {3, {7, 2, 6}}, fs = {3, {1, 5, 1}};
+  ck_assert(tfg_shape_eq(&c->shape, &cs));
+  ck_assert(tfg_shape_eq(&d->shape, &ds));
+  ck_assert(tfg_shape_eq(&f->shape, &fs));
+  ck_assert_uint_eq(f->attrs.axes, 5u); /* axes 0 and 2 */
+  ck_assert_int_eq(c->pin.kind, TFG_DEV_NONE);
+  ck_assert_int_eq(d->pin.kind, TFG_DEV_GPU);
+  ck_assert_int_eq(d->pin.index, 1);
+  ck_assert_int_eq(e->pin.kind, TFG_DEV_GPU_ANY);
+  unbuild(&b);
+}
+END_TEST
+
+START_TEST(set_overrides_top_level_let) {
+  tfg_set sets[] = {{"batch", "32"}, {"name", "\"run\" + \"1\""}};
+  built b;
+  build_named(&b, "t.tfg", "let batch = 128\nlet name = \"x\"\nfn f() { let batch = 1; return batch }\nprint batch, name, f()", sets, 2);
+  ck_assert_msg(b.st == TFG_OK, "%s", b.errs);
+  const tfg_action *a = &tfg_interp_program(b.I)->actions[0];
+  ck_assert_str_eq(a->items[0].value, "32");
+  ck_assert_str_eq(a->items[1].value, "\"run1\"");
+  ck_assert_str_eq(a->items[2].value, "1"); /* only top-level lets */
+  unbuild(&b);
+  tfg_set unused[] = {{"hidden", "3"}};
+  build_named(&b, "t.tfg", "let batch = 1", unused, 1);
+  ck_assert_int_eq(b.st, TFG_ERR_USAGE);
+  ck_assert_ptr_nonnull(strstr(b.errs, "--set hidden: the program has no top-level `let hidden`"));
+  unbuild(&b);
+  tfg_set bad[] = {{"batch", "1 +"}};
+  build_named(&b, "t.tfg", "let batch = 1", bad, 1);
+  ck_assert_int_eq(b.st, TFG_ERR_SYNTAX);
+  ck_assert_ptr_nonnull(strstr(b.errs, "--set batch:1:4: error: expected an expression"));
+  unbuild(&b);
+}
+END_TEST
+
+START_TEST(imports) {
+  char dir[] = "/tmp/tfg-import-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char path[256], lib[256];
+  snprintf(lib, sizeof lib, "%s/lib", dir);
+  ck_assert_int_eq(mkdir(lib, 0700), 0);
+  snprintf(path, sizeof path, "%s/lib/blocks.tfg", dir);
+  FILE *f = fopen(path, "w");
+  fputs("let width = 7\nfn block(x) {\n param w: f32[dim(x, -1), width] = ones()\n return matmul(x, w)\n}\n", f);
+  fclose(f);
+  snprintf(path, sizeof path, "%s/main.tfg", dir);
+  built b;
+  build_named(&b, path,
+              "import \"lib/blocks.tfg\" as blk\nimport \"lib/blocks.tfg\"\nimport nn\n"
+              "x = zeros([2, 3])\nh = blk.block(x)\ny = nn.dense(h, 4)\nprint blk.width, blocks.width",
+              NULL, 0);
+  ck_assert_msg(b.st == TFG_OK, "%s", b.errs);
+  char *names = param_names(&b);
+  ck_assert_str_eq(names, "h.w,y.w,y.b");
+  free(names);
+  const tfg_action *a = &tfg_interp_program(b.I)->actions[0];
+  ck_assert_str_eq(a->items[0].value, "7");
+  ck_assert_str_eq(a->items[1].value, "7");
+  unbuild(&b);
+  build_named(&b, path, "import nn\nprint nn.dence", NULL, 0);
+  ck_assert_ptr_nonnull(strstr(b.errs, "module nn has no member 'dence'"));
+  ck_assert_ptr_nonnull(strstr(b.errs, "did you mean 'dense'?"));
+  unbuild(&b);
+  build_named(&b, path, "import nosuchmodule", NULL, 0);
+  ck_assert_int_eq(b.st, TFG_ERR_NAME);
+  ck_assert_ptr_nonnull(strstr(b.errs, "no module named 'nosuchmodule'"));
+  unbuild(&b);
+  snprintf(path, sizeof path, "%s/lib/blocks.tfg", dir);
+  unlink(path);
+  rmdir(lib);
+  snprintf(path, sizeof path, "%s/main.tfg", dir);
+  rmdir(dir);
+}
+END_TEST
+
+START_TEST(failed_statement_rolls_back) {
+  built b;
+  build(&b, "param w: f32[2]\nx = zeros([2])\nfn bad() { param v: f32[3]; y = matmul(x, x); return y }\nz = bad()\nparam after: f32[1]");
+  ck_assert_int_eq(b.st, TFG_ERR_SHAPE);
+  const tfg_program *p = tfg_interp_program(b.I);
+  /* The failing statement's param and nodes are gone; nothing after it ran. */
+  ck_assert_int_eq(p->nparams, 1);
+  ck_assert_int_eq(p->graph->nnodes, 2);
+  ck_assert_ptr_nonnull(strstr(b.errs, "matmul: f32[2] x f32[2]: both operands need at least 2 dimensions"));
+  unbuild(&b);
+}
+END_TEST
+
+START_TEST(train_action_checked) {
+  built b;
+  build(&b, "param w: f32[2, 2] = glorot()\nx = ones([3, 2])\nloss = mean(matmul(x, w))\n"
+            "train loss { optimizer = adam(lr = 0.01); steps = 10 }");
+  ck_assert_msg(b.st == TFG_OK, "%s", b.errs);
+  const tfg_action *a = &tfg_interp_program(b.I)->actions[0];
+  ck_assert_int_eq(a->kind, TFG_ACTION_TRAIN);
+  ck_assert_int_eq(a->nsettings, 2);
+  ck_assert_int_eq(a->settings[0].value.kind, TFG_V_RECORD);
+  ck_assert_str_eq(a->settings[0].value.u.record->name, "adam");
+  unbuild(&b);
+  build(&b, "x = ones([3, 2])\ntrain mean(x) { steps = 1 }");
+  ck_assert_ptr_nonnull(strstr(b.errs, "the loss does not depend on any param"));
+  unbuild(&b);
+  build(&b, "param w: f32[2]\ntrain w { stepz = 1 }");
+  ck_assert_ptr_nonnull(strstr(b.errs, "the loss must be a float scalar, got f32[2]"));
+  unbuild(&b);
+  build(&b, "param w: f32[]\ntrain w { stepz = 1 }");
+  ck_assert_ptr_nonnull(strstr(b.errs, "unknown train setting 'stepz'"));
+  ck_assert_ptr_nonnull(strstr(b.errs, "did you mean 'steps'?"));
+  unbuild(&b);
+}
+END_TEST
+
+Suite *suite_interp(void) {
+  Suite *s = suite_create("interp");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, param_paths_follow_bindings);
+  tcase_add_test(tc, param_paths_nest_through_calls);
+  tcase_add_test(tc, param_paths_scopes_and_loops);
+  tcase_add_test(tc, lexical_scoping);
+  tcase_add_test(tc, build_time_arithmetic);
+  tcase_add_test(tc, build_time_errors);
+  tcase_add_test(tc, shapes_and_devices);
+  tcase_add_test(tc, set_overrides_top_level_let);
+  tcase_add_test(tc, imports);
+  tcase_add_test(tc, failed_statement_rolls_back);
+  tcase_add_test(tc, train_action_checked);
+  suite_add_tcase(s, tc);
+  return s;
+}

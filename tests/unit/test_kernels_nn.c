@@ -1,0 +1,977 @@
+/* tests/unit/test_kernels_nn.c: the CPU kernels of kernels/cpu/linalg.c,
+ * nn.c and conv.c: matmul, softmax/log_softmax, cross_entropy, mse,
+ * layer_norm, dropout, embedding, one_hot, accuracy, conv2d and pools.
+ *
+ * Nodes are filled in directly (no graph): a kernel reads only op, attrs
+ * and the tensors. Each kernel gets small hand-computed cases with exact
+ * expected values, and the math kernels are also compared, in f32 and
+ * f64, against plain reference loops here that accumulate in long double
+ * (so the reference's own error is far below the tolerances; every
+ * tolerance is the kernel's error bound with some margin, derived where
+ * it is used). Tolerances are written in units of the dtype's unit
+ * roundoff u: 2^-24 for f32, 2^-53 for f64. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/rng.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/parallel.h"
+#include "tests/unit/unit.h"
+
+/* ---- helpers --------------------------------------------------------- */
+
+static tfg_shape shp(int rank, ...) {
+  tfg_shape s = {.rank = rank};
+  va_list ap;
+  va_start(ap, rank);
+  for (int i = 0; i < rank; i++) s.dim[i] = va_arg(ap, int);
+  va_end(ap);
+  return s;
+}
+
+static tfg_tensor tnew(tfg_dtype dt, tfg_shape s) {
+  int64_t n = tfg_shape_numel(&s);
+  tfg_tensor t = {.dtype = dt, .shape = s};
+  t.data = calloc((size_t)(n > 0 ? n : 1), tfg_dtype_size(dt));
+  ck_assert_ptr_nonnull(t.data);
+  return t;
+}
+
+static int64_t numel(const tfg_tensor *t) { return tfg_shape_numel(&t->shape); }
+
+static double get(const tfg_tensor *t, int64_t i) {
+  switch (t->dtype) {
+  case TFG_DTYPE_F32: return ((const float *)t->data)[i];
+  case TFG_DTYPE_F64: return ((const double *)t->data)[i];
+  case TFG_DTYPE_I32: return ((const int32_t *)t->data)[i];
+  case TFG_DTYPE_I64: return (double)((const int64_t *)t->data)[i];
+  default: ck_abort_msg("get: unexpected dtype"); return 0;
+  }
+}
+
+static void set(tfg_tensor *t, int64_t i, double v) {
+  switch (t->dtype) {
+  case TFG_DTYPE_F32: ((float *)t->data)[i] = (float)v; break;
+  case TFG_DTYPE_F64: ((double *)t->data)[i] = v; break;
+  case TFG_DTYPE_I32: ((int32_t *)t->data)[i] = (int32_t)v; break;
+  case TFG_DTYPE_I64: ((int64_t *)t->data)[i] = (int64_t)v; break;
+  default: ck_abort_msg("set: unexpected dtype");
+  }
+}
+
+static void set_all(tfg_tensor *t, const double *v) {
+  for (int64_t i = 0; i < numel(t); i++) set(t, i, v[i]);
+}
+
+/* Uniform in [lo, hi) from stream seed; rounded to the tensor's dtype,
+ * so the references below see exactly the kernel's inputs. */
+static void fill(tfg_tensor *t, uint64_t seed, double lo, double hi) {
+  for (int64_t i = 0; i < numel(t); i++)
+    set(t, i, lo + (hi - lo) * tfg_rng_uniform(seed, (uint64_t)i));
+}
+
+/* Unit roundoff of a float dtype. */
+static double unit_roundoff(tfg_dtype dt) { return dt == TFG_DTYPE_F32 ? 0x1p-24 : 0x1p-53; }
+
+static tfg_node mknode(tfg_op_id op, const tfg_tensor *out, int ninputs) {
+  tfg_node n;
+  memset(&n, 0, sizeof n);
+  n.op = op;
+  n.dtype = out->dtype;
+  n.shape = out->shape;
+  n.ninputs = ninputs;
+  return n;
+}
+
+static char last_err[512];
+
+/* Runs kernel fn with a fresh context; the error message, if any, is left
+ * in last_err. */
+static tfg_status run(tfg_kernel_fn fn, const tfg_node *n, const tfg_tensor *in, tfg_tensor *out,
+                      tfg_pool *pool, bool training) {
+  tfg_kernel_ctx ctx = {.pool = pool, .training = training};
+  tfg_status st = fn(&ctx, n, in, out);
+  snprintf(last_err, sizeof last_err, "%s", ctx.err.data ? ctx.err.data : "");
+  tfg_strbuf_free(&ctx.err);
+  return st;
+}
+
+static void ck_ok(tfg_status st) {
+  ck_assert_msg(st == TFG_OK, "kernel failed (%s): %s", tfg_status_str(st), last_err);
+}
+
+/* Asserts |got[i] - want[i]| <= tol[i] for every element. */
+static void ck_close(const tfg_tensor *got, const double *want, const double *tol, const char *what) {
+  for (int64_t i = 0; i < numel(got); i++) {
+    double g = get(got, i);
+    ck_assert_msg(fabs(g - want[i]) <= tol[i], "%s [%lld]: got %.17g, want %.17g (tol %.3g)", what,
+                  (long long)i, g, want[i], tol[i]);
+  }
+}
+
+/* Asserts got equals want exactly (the values are representable). */
+static void ck_exact(const tfg_tensor *got, const double *want, const char *what) {
+  for (int64_t i = 0; i < numel(got); i++)
+    ck_assert_msg(get(got, i) == want[i], "%s [%lld]: got %.17g, want %.17g", what, (long long)i,
+                  get(got, i), want[i]);
+}
+
+static const tfg_dtype FLOATS[2] = {TFG_DTYPE_F32, TFG_DTYPE_F64};
+
+/* ---- matmul ---------------------------------------------------------- */
+
+START_TEST(matmul_2x3_3x2) {
+  for (int d = 0; d < 2; d++) {
+    tfg_tensor in[2] = {tnew(FLOATS[d], shp(2, 2, 3)), tnew(FLOATS[d], shp(2, 3, 2))};
+    set_all(&in[0], (double[]){1, 2, 3, 4, 5, 6});
+    set_all(&in[1], (double[]){7, 8, 9, 10, 11, 12});
+    tfg_tensor out = tnew(FLOATS[d], shp(2, 2, 2));
+    tfg_node n = mknode(TFG_OP_MATMUL, &out, 2);
+    ck_ok(run(tfg_cpu_matmul, &n, in, &out, NULL, false));
+    ck_exact(&out, (double[]){58, 64, 139, 154}, "a @ b");
+    /* transpose_a with a stored as [3, 2] = a^T: the same product */
+    free(in[0].data);
+    in[0] = tnew(FLOATS[d], shp(2, 3, 2));
+    set_all(&in[0], (double[]){1, 4, 2, 5, 3, 6});
+    n.attrs.transpose_a = true;
+    ck_ok(run(tfg_cpu_matmul, &n, in, &out, NULL, false));
+    ck_exact(&out, (double[]){58, 64, 139, 154}, "a^T @ b");
+    for (int i = 0; i < 2; i++) free(in[i].data);
+    free(out.data);
+  }
+}
+END_TEST
+
+/* out = op(a) @ op(b) with broadcast batch dims, accumulated in long
+ * double; scale[i] = sum_k |a_ik b_kj|, the size of the sum's terms. */
+static void ref_matmul(const tfg_tensor *a, const tfg_tensor *b, bool ta, bool tb,
+                       const tfg_shape *os, double *ref, double *scale) {
+  int ro = os->rank, nbatch = ro - 2, ra = a->shape.rank, rb = b->shape.rank;
+  int64_t m = os->dim[ro - 2], n = os->dim[ro - 1];
+  int64_t k = ta ? a->shape.dim[ra - 2] : a->shape.dim[ra - 1];
+  int64_t nmat = tfg_shape_numel(os) / (m * n);
+  for (int64_t bi = 0; bi < nmat; bi++) {
+    int64_t idx[TFG_MAX_RANK], rest = bi;
+    for (int d = nbatch - 1; d >= 0; d--) {
+      idx[d] = rest % os->dim[d];
+      rest /= os->dim[d];
+    }
+    int64_t ai = 0, bj = 0;
+    for (int d = 0; d < nbatch; d++) {
+      int da = d - (nbatch - (ra - 2)), db = d - (nbatch - (rb - 2));
+      if (da >= 0) ai = ai * a->shape.dim[da] + (a->shape.dim[da] == 1 ? 0 : idx[d]);
+      if (db >= 0) bj = bj * b->shape.dim[db] + (b->shape.dim[db] == 1 ? 0 : idx[d]);
+    }
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        long double s = 0, sc = 0;
+        for (int64_t t = 0; t < k; t++) {
+          double av = get(a, ai * m * k + (ta ? t * m + i : i * k + t));
+          double bv = get(b, bj * k * n + (tb ? j * k + t : t * n + j));
+          s += (long double)av * bv;
+          sc += fabsl((long double)av * bv);
+        }
+        ref[(bi * m + i) * n + j] = (double)s;
+        scale[(bi * m + i) * n + j] = (double)sc;
+      }
+  }
+}
+
+/* An operand's stored shape: batch dims, then the matrix [r, c], or
+ * [c, r] when transposed. */
+static tfg_shape operand(int nbatch, const int *batch, int64_t r, int64_t c, bool t) {
+  tfg_shape s = {.rank = nbatch + 2};
+  for (int i = 0; i < nbatch; i++) s.dim[i] = batch[i];
+  s.dim[nbatch] = t ? c : r;
+  s.dim[nbatch + 1] = t ? r : c;
+  return s;
+}
+
+/* Compares one configuration against ref_matmul, with and without a
+ * pool (which must agree bit for bit: the same gemm calls either way).
+ * Tolerance: a dot product of K terms computed in any order, with or
+ * without FMA, is off by at most gamma_K * sum |a_ik b_kj|, gamma_K =
+ * K u / (1 - K u) (Higham, Accuracy and Stability, 3.1); we allow 2 K u
+ * times that scale. The inputs are exact in both computations. */
+static void check_matmul(tfg_dtype dt, int m, int k, int n, bool ta, bool tb, int nba,
+                         const int *ba, int nbb, const int *bb, tfg_pool *pool) {
+  tfg_tensor in[2] = {tnew(dt, operand(nba, ba, m, k, ta)), tnew(dt, operand(nbb, bb, k, n, tb))};
+  fill(&in[0], 11, -1, 1);
+  fill(&in[1], 12, -1, 1);
+  tfg_shape os = {.rank = (nba > nbb ? nba : nbb) + 2};
+  int nbo = os.rank - 2;
+  for (int d = 0; d < nbo; d++) {
+    int da = d - (nbo - nba), db = d - (nbo - nbb);
+    int64_t x = da >= 0 ? ba[da] : 1, y = db >= 0 ? bb[db] : 1;
+    os.dim[d] = x > y ? x : y;
+  }
+  os.dim[nbo] = m;
+  os.dim[nbo + 1] = n;
+  tfg_tensor out = tnew(dt, os), out2 = tnew(dt, os);
+  tfg_node nd = mknode(TFG_OP_MATMUL, &out, 2);
+  nd.attrs.transpose_a = ta;
+  nd.attrs.transpose_b = tb;
+  ck_ok(run(tfg_cpu_matmul, &nd, in, &out, NULL, false));
+  ck_ok(run(tfg_cpu_matmul, &nd, in, &out2, pool, false));
+  int64_t total = numel(&out);
+  ck_assert_int_eq(memcmp(out.data, out2.data, (size_t)total * tfg_dtype_size(dt)), 0);
+  double *ref = malloc(sizeof *ref * (size_t)total), *tol = malloc(sizeof *tol * (size_t)total);
+  ref_matmul(&in[0], &in[1], ta, tb, &os, ref, tol);
+  for (int64_t i = 0; i < total; i++) tol[i] = 2.0 * k * unit_roundoff(dt) * tol[i] + 1e-300;
+  ck_close(&out, ref, tol, "matmul");
+  free(ref);
+  free(tol);
+  free(out.data);
+  free(out2.data);
+  free(in[0].data);
+  free(in[1].data);
+}
+
+START_TEST(matmul_random_transposes_and_batches) {
+  tfg_pool *pool = tfg_pool_new(4);
+  /* batch configurations: (a's batch dims, b's batch dims) */
+  static const int b21[] = {2, 1}, b3[] = {3}, b23[] = {2, 3}, b4[] = {4};
+  struct { int na; const int *a; int nb; const int *b; } cfg[] = {
+      {0, NULL, 0, NULL}, /* plain 2-D */
+      {2, b21, 1, b3},    /* [2,1] x [3] -> [2,3]: both broadcast */
+      {0, NULL, 2, b23},  /* a shared by every batch */
+      {2, b23, 0, NULL},  /* b shared: one tall gemm unless transpose_a */
+      {1, b4, 1, b4},     /* plain batch */
+  };
+  for (int d = 0; d < 2; d++)
+    for (int t = 0; t < 4; t++)
+      for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++)
+        check_matmul(FLOATS[d], 5, 7, 3, t & 1, t >> 1, cfg[c].na, cfg[c].a, cfg[c].nb, cfg[c].b,
+                     pool);
+  tfg_pool_free(pool);
+}
+END_TEST
+
+/* Products big enough that OpenBLAS threads them (the batch loop stays
+ * on the caller), K = 96. */
+START_TEST(matmul_large_batched) {
+  tfg_pool *pool = tfg_pool_new(4);
+  static const int b21[] = {2, 1}, b3[] = {3};
+  for (int d = 0; d < 2; d++) {
+    check_matmul(FLOATS[d], 80, 96, 72, true, false, 2, b21, 1, b3, pool);
+    check_matmul(FLOATS[d], 130, 96, 70, false, true, 1, b3, 0, NULL, pool);
+  }
+  tfg_pool_free(pool);
+}
+END_TEST
+
+START_TEST(matmul_empty_inner_and_bad_dtype) {
+  tfg_tensor in[2] = {tnew(TFG_DTYPE_F32, shp(2, 2, 0)), tnew(TFG_DTYPE_F32, shp(2, 0, 3))};
+  tfg_tensor out = tnew(TFG_DTYPE_F32, shp(2, 2, 3));
+  for (int i = 0; i < 6; i++) ((float *)out.data)[i] = 7;
+  tfg_node n = mknode(TFG_OP_MATMUL, &out, 2);
+  ck_ok(run(tfg_cpu_matmul, &n, in, &out, NULL, false));
+  ck_exact(&out, (double[]){0, 0, 0, 0, 0, 0}, "K = 0 gives zeros");
+  free(in[0].data);
+  free(in[1].data);
+  free(out.data);
+
+  tfg_tensor ii[2] = {tnew(TFG_DTYPE_I32, shp(2, 2, 2)), tnew(TFG_DTYPE_I32, shp(2, 2, 2))};
+  tfg_tensor io = tnew(TFG_DTYPE_I32, shp(2, 2, 2));
+  n = mknode(TFG_OP_MATMUL, &io, 2);
+  ck_assert_int_eq(run(tfg_cpu_matmul, &n, ii, &io, NULL, false), TFG_ERR_DEVICE);
+  ck_assert_ptr_nonnull(strstr(last_err, "i32"));
+  free(ii[0].data);
+  free(ii[1].data);
+  free(io.data);
+}
+END_TEST
+
+/* ---- softmax, log_softmax --------------------------------------------- */
+
+START_TEST(softmax_hand_and_stability) {
+  for (int d = 0; d < 2; d++) {
+    tfg_dtype dt = FLOATS[d];
+    double u = unit_roundoff(dt);
+    tfg_tensor x = tnew(dt, shp(2, 4, 2)), y = tnew(dt, shp(2, 4, 2));
+    /* rows: [0, ln 3] -> [1/4, 3/4]; [1000, 1000]; [1000, -1000]; [-1000, -1000] */
+    set_all(&x, (double[]){0, log(3.0), 1000, 1000, 1000, -1000, -1000, -1000});
+    tfg_node n = mknode(TFG_OP_SOFTMAX, &y, 1);
+    n.attrs.axis = 1;
+    ck_ok(run(tfg_cpu_softmax, &n, &x, &y, NULL, false));
+    /* row 0: ln 3 is rounded to the dtype, so 3 is off by a few u */
+    double tol0[8] = {4 * u, 4 * u, 0, 0, 0, 0, 0, 0};
+    ck_close(&y, (double[]){0.25, 0.75, 0.5, 0.5, 1, 0, 0.5, 0.5}, tol0, "softmax");
+    n.op = TFG_OP_LOG_SOFTMAX;
+    ck_ok(run(tfg_cpu_softmax, &n, &x, &y, NULL, false));
+    /* -ln 2 is not representable: within one rounding */
+    double l2 = log(2.0);
+    double tol1[8] = {8 * u, 8 * u, 2 * u, 2 * u, 0, 0, 2 * u, 2 * u};
+    ck_close(&y, (double[]){-log(4.0), log(0.75), -l2, -l2, 0, -2000, -l2, -l2}, tol1,
+             "log_softmax");
+    for (int64_t i = 0; i < 8; i++) ck_assert(isfinite(get(&y, i)));
+    free(x.data);
+    free(y.data);
+  }
+}
+END_TEST
+
+/* Reference softmax along axis 1 of [A, L, B], in long double. */
+static void ref_softmax(const tfg_tensor *x, bool lg, double *ref) {
+  int64_t A = x->shape.dim[0], L = x->shape.dim[1], B = x->shape.dim[2];
+  for (int64_t a = 0; a < A; a++)
+    for (int64_t b = 0; b < B; b++) {
+      long double s = 0;
+      for (int64_t l = 0; l < L; l++) s += expl((long double)get(x, (a * L + l) * B + b));
+      for (int64_t l = 0; l < L; l++) {
+        long double v = get(x, (a * L + l) * B + b);
+        ref[(a * L + l) * B + b] = (double)(lg ? v - logl(s) : expl(v) / s);
+      }
+    }
+}
+
+/* Along a middle axis, logits in [-3, 3). Error: x - m is rounded (at
+ * most 6u absolute, so a relative 6u on exp(x - m)), exp itself < 1 ulp,
+ * the denominator inherits the same relative error, and the result is
+ * rounded once more: about 15u relative on softmax. log_softmax adds
+ * absolute errors of the same size: (x - m) within 6u, log(sum) within
+ * 8u, a final rounding of u|y|. We allow 32u (relative, resp. absolute
+ * times 1 + |y|). */
+START_TEST(softmax_random_middle_axis) {
+  tfg_pool *pool = tfg_pool_new(4);
+  for (int d = 0; d < 2; d++)
+    for (int lg = 0; lg < 2; lg++) {
+      tfg_dtype dt = FLOATS[d];
+      double u = unit_roundoff(dt);
+      tfg_tensor x = tnew(dt, shp(3, 6, 5, 7)), y = tnew(dt, shp(3, 6, 5, 7));
+      fill(&x, 21, -3, 3);
+      tfg_node n = mknode(lg ? TFG_OP_LOG_SOFTMAX : TFG_OP_SOFTMAX, &y, 1);
+      n.attrs.axis = 1;
+      ck_ok(run(tfg_cpu_softmax, &n, &x, &y, pool, false));
+      double ref[210], tol[210];
+      ref_softmax(&x, lg, ref);
+      for (int i = 0; i < 210; i++) tol[i] = 32 * u * (lg ? 1 + fabs(ref[i]) : ref[i]);
+      ck_close(&y, ref, tol, lg ? "log_softmax" : "softmax");
+      free(x.data);
+      free(y.data);
+    }
+  tfg_pool_free(pool);
+}
+END_TEST
+
+START_TEST(softmax_bad_dtype) {
+  tfg_tensor x = tnew(TFG_DTYPE_F16, shp(1, 4)), y = tnew(TFG_DTYPE_F16, shp(1, 4));
+  tfg_node n = mknode(TFG_OP_SOFTMAX, &y, 1);
+  ck_assert_int_eq(run(tfg_cpu_softmax, &n, &x, &y, NULL, false), TFG_ERR_DEVICE);
+  ck_assert_ptr_nonnull(strstr(last_err, "f16"));
+  free(x.data);
+  free(y.data);
+}
+END_TEST
+
+/* ---- cross_entropy ---------------------------------------------------- */
+
+START_TEST(cross_entropy_hand) {
+  for (int d = 0; d < 2; d++)
+    for (int li = 0; li < 2; li++) {
+      tfg_dtype dt = FLOATS[d], lt = li ? TFG_DTYPE_I64 : TFG_DTYPE_I32;
+      double u = unit_roundoff(dt);
+      tfg_tensor in[2] = {tnew(dt, shp(2, 2, 2)), tnew(lt, shp(1, 2))};
+      tfg_tensor out = tnew(dt, shp(0));
+      tfg_node n = mknode(TFG_OP_CROSS_ENTROPY, &out, 2);
+      /* row 0: softmax [1/4, 3/4], label 0: ln 4; row 1: [1/2, 1/2]: ln 2 */
+      set_all(&in[0], (double[]){0, log(3.0), 0, 0});
+      set_all(&in[1], (double[]){0, 1});
+      ck_ok(run(tfg_cpu_cross_entropy, &n, in, &out, NULL, false));
+      ck_close(&out, (double[]){1.5 * log(2.0)}, (double[]){8 * u}, "cross_entropy");
+      /* logits of +-1000: losses 0 and 2000, mean 1000 exactly */
+      set_all(&in[0], (double[]){1000, -1000, 1000, -1000});
+      set_all(&in[1], (double[]){0, 1});
+      ck_ok(run(tfg_cpu_cross_entropy, &n, in, &out, NULL, false));
+      ck_exact(&out, (double[]){1000}, "cross_entropy at +-1000");
+      set_all(&in[0], (double[]){-1000, 1000, 1000, 1000});
+      set_all(&in[1], (double[]){1, 0});
+      ck_ok(run(tfg_cpu_cross_entropy, &n, in, &out, NULL, false));
+      ck_close(&out, (double[]){0.5 * log(2.0)}, (double[]){2 * u}, "cross_entropy, tied rows");
+      free(in[0].data);
+      free(in[1].data);
+      free(out.data);
+    }
+}
+END_TEST
+
+START_TEST(cross_entropy_label_out_of_range) {
+  for (int li = 0; li < 2; li++) {
+    tfg_tensor in[2] = {tnew(TFG_DTYPE_F32, shp(2, 3, 3)),
+                        tnew(li ? TFG_DTYPE_I64 : TFG_DTYPE_I32, shp(1, 3))};
+    tfg_tensor out = tnew(TFG_DTYPE_F32, shp(0));
+    tfg_node n = mknode(TFG_OP_CROSS_ENTROPY, &out, 2);
+    set_all(&in[1], (double[]){0, 3, 1});
+    ck_assert_int_eq(run(tfg_cpu_cross_entropy, &n, in, &out, NULL, false), TFG_ERR_NUMERIC);
+    ck_assert_msg(strstr(last_err, "row 1") && strstr(last_err, "label 3"), "message: %s",
+                  last_err);
+    set_all(&in[1], (double[]){0, 1, -1});
+    ck_assert_int_eq(run(tfg_cpu_cross_entropy, &n, in, &out, NULL, false), TFG_ERR_NUMERIC);
+    ck_assert_msg(strstr(last_err, "row 2") && strstr(last_err, "label -1"), "message: %s",
+                  last_err);
+    free(in[0].data);
+    free(in[1].data);
+    free(out.data);
+  }
+}
+END_TEST
+
+/* N = 300 rows of C = 10 logits in [-4, 4). Per row the loss is
+ * log(sum exp(x - m)) + (m - x[label]): the exp terms carry at most
+ * (8 + 1)u relative error (rounded x - m, then exp), so log(sum) is off
+ * by at most about 10u; m - x[label] and the mean are formed in double.
+ * 32u (1 + |loss|) covers f32; in f64 the 300-term mean adds at most
+ * 300 u |loss|, so f64 gets (32 + 300)u (1 + |loss|). */
+START_TEST(cross_entropy_random) {
+  tfg_pool *pool = tfg_pool_new(4);
+  for (int d = 0; d < 2; d++) {
+    tfg_dtype dt = FLOATS[d];
+    int64_t N = 300, C = 10;
+    tfg_tensor in[2] = {tnew(dt, shp(2, (int)N, (int)C)), tnew(TFG_DTYPE_I64, shp(1, (int)N))};
+    fill(&in[0], 31, -4, 4);
+    for (int64_t r = 0; r < N; r++) set(&in[1], r, (double)(tfg_rng_bits(32, (uint64_t)r) % 10));
+    tfg_tensor out = tnew(dt, shp(0));
+    tfg_node n = mknode(TFG_OP_CROSS_ENTROPY, &out, 2);
+    ck_ok(run(tfg_cpu_cross_entropy, &n, in, &out, pool, false));
+    long double total = 0;
+    for (int64_t r = 0; r < N; r++) {
+      long double s = 0;
+      for (int64_t c = 0; c < C; c++) s += expl((long double)get(&in[0], r * C + c));
+      total += logl(s) - get(&in[0], r * C + (int64_t)get(&in[1], r));
+    }
+    double ref = (double)(total / N);
+    double tol = (d == 0 ? 32 : 332) * unit_roundoff(dt) * (1 + fabs(ref));
+    ck_close(&out, &ref, &tol, "cross_entropy");
+    free(in[0].data);
+    free(in[1].data);
+    free(out.data);
+  }
+  tfg_pool_free(pool);
+}
+END_TEST
+
+/* ---- mse --------------------------------------------------------------- */
+
+START_TEST(mse_hand_and_random) {
+  tfg_pool *pool = tfg_pool_new(4);
+  for (int d = 0; d < 2; d++) {
+    tfg_dtype dt = FLOATS[d];
+    tfg_tensor in[2] = {tnew(dt, shp(2, 2, 2)), tnew(dt, shp(2, 2, 2))};
+    tfg_tensor out = tnew(dt, shp(0));
+    tfg_node n = mknode(TFG_OP_MSE, &out, 2);
+    set_all(&in[0], (double[]){1, 2, 3, 4});
+    set_all(&in[1], (double[]){1, 0, 3, 0});
+    ck_ok(run(tfg_cpu_mse, &n, in, &out, NULL, false));
+    ck_exact(&out, (double[]){5}, "mse"); /* (0 + 4 + 0 + 16) / 4 */
+    free(in[0].data);
+    free(in[1].data);
+
+    /* 100000 elements (several chunks). The differences and squares are
+     * formed in double (within 2 * 2^-53 relative each), and a sum of
+     * 1e5 positive terms in double, in any order, is within
+     * gamma_1e5 = 1e5 * 2^-53 relative; then the result is rounded once
+     * to the dtype (u). So 2u + (1e5 + 2) * 2^-53, relative: tight for
+     * f32, and the rigorous worst case (far above the typical error of
+     * about sqrt(1e5) * 2^-53) for f64. */
+    in[0] = tnew(dt, shp(2, 400, 250));
+    in[1] = tnew(dt, shp(2, 400, 250));
+    fill(&in[0], 41, -2, 2);
+    fill(&in[1], 42, -2, 2);
+    ck_ok(run(tfg_cpu_mse, &n, in, &out, pool, false));
+    long double s = 0;
+    for (int64_t i = 0; i < 100000; i++) {
+      long double df = (long double)get(&in[0], i) - get(&in[1], i);
+      s += df * df;
+    }
+    double ref = (double)(s / 100000), tol = (2 * unit_roundoff(dt) + 100002 * 0x1p-53) * ref;
+    ck_close(&out, &ref, &tol, "mse random");
+    free(in[0].data);
+    free(in[1].data);
+    free(out.data);
+  }
+  tfg_pool_free(pool);
+}
+END_TEST
+
+/* ---- layer_norm ---------------------------------------------------------- */
+
+START_TEST(layer_norm_hand) {
+  for (int d = 0; d < 2; d++) {
+    tfg_dtype dt = FLOATS[d];
+    double u = unit_roundoff(dt);
+    /* x = [1, 2, 3, 4]: mean 2.5, biased variance 1.25 */
+    tfg_tensor in[3] = {tnew(dt, shp(2, 2, 4)), tnew(dt, shp(1, 4)), tnew(dt, shp(1, 4))};
+    set_all(&in[0], (double[]){1, 2, 3, 4, 0, 2, 0, 2});
+    set_all(&in[1], (double[]){2, 1, 1, 1});
+    set_all(&in[2], (double[]){0, 0, 0, 1});
+    tfg_tensor out = tnew(dt, shp(2, 2, 4));
+    tfg_node n = mknode(TFG_OP_LAYER_NORM, &out, 3);
+    n.attrs.value = 1.0; /* eps: row 1 has mean 1, variance 1, so 1 / sqrt(1 + 1) */
+    ck_ok(run(tfg_cpu_layer_norm, &n, in, &out, NULL, false));
+    double r0 = 1 / sqrt(1.25 + 1.0), r1 = 1 / sqrt(2.0);
+    double want[8] = {-1.5 * r0 * 2, -0.5 * r0, 0.5 * r0, 1.5 * r0 + 1,
+                      -r1 * 2,       r1,        -r1,      r1 + 1};
+    /* about five roundings (sqrt, division, products, sum) on |y| <= 3 */
+    double tol[8];
+    for (int i = 0; i < 8; i++) tol[i] = 8 * u * (1 + fabs(want[i]));
+    ck_close(&out, want, tol, "layer_norm");
+    for (int i = 0; i < 3; i++) free(in[i].data);
+    free(out.data);
+  }
+}
+END_TEST
+
+/* x [5, 3, 16] in [-1, 1) plus a per-row offset up to 8 (a mean the two-
+ * pass variance has to survive), gamma in [0.5, 2), beta in [-1, 1),
+ * eps 1e-5. The f32 path computes in double and rounds once, so its
+ * error is u |y| plus double-precision noise: 4u (1 + |y|). In f64 the
+ * mean of 16 terms is off by 16u * 9, amplified by rstd (about 1.7) and
+ * gamma (< 2); with the variance and final steps (2D + 32)u (1 + |y|)
+ * times 8 leaves a margin. */
+START_TEST(layer_norm_random) {
+  tfg_pool *pool = tfg_pool_new(4);
+  for (int d = 0; d < 2; d++) {
+    tfg_dtype dt = FLOATS[d];
+    double u = unit_roundoff(dt);
+    int64_t rows = 15, D = 16;
+    tfg_tensor in[3] = {tnew(dt, shp(3, 5, 3, (int)D)), tnew(dt, shp(1, (int)D)),
+                        tnew(dt, shp(1, (int)D))};
+    for (int64_t i = 0; i < rows * D; i++)
+      set(&in[0], i, (double)(i / D % 9) + 2 * tfg_rng_uniform(51, (uint64_t)i) - 1);
+    fill(&in[1], 52, 0.5, 2);
+    fill(&in[2], 53, -1, 1);
+    tfg_tensor out = tnew(dt, in[0].shape);
+    tfg_node n = mknode(TFG_OP_LAYER_NORM, &out, 3);
+    n.attrs.value = 1e-5;
+    ck_ok(run(tfg_cpu_layer_norm, &n, in, &out, pool, false));
+    double ref[240], tol[240];
+    for (int64_t r = 0; r < rows; r++) {
+      long double mean = 0, var = 0;
+      for (int64_t t = 0; t < D; t++) mean += get(&in[0], r * D + t);
+      mean /= D;
+      for (int64_t t = 0; t < D; t++) {
+        long double dv = get(&in[0], r * D + t) - mean;
+        var += dv * dv;
+      }
+      var /= D;
+      for (int64_t t = 0; t < D; t++) {
+        long double y = (get(&in[0], r * D + t) - mean) / sqrtl(var + 1e-5L) * get(&in[1], t) +
+                        get(&in[2], t);
+        ref[r * D + t] = (double)y;
+        tol[r * D + t] = (d == 0 ? 4 : 8 * (2 * D + 32)) * u * (1 + fabs((double)y));
+      }
+    }
+    ck_close(&out, ref, tol, "layer_norm");
+    for (int i = 0; i < 3; i++) free(in[i].data);
+    free(out.data);
+  }
+  tfg_pool_free(pool);
+}
+END_TEST
+
+/* ---- dropout ------------------------------------------------------------ */
+
+START_TEST(dropout_identity_outside_training) {
+  for (int d = 0; d < 2; d++) {
+    tfg_tensor x = tnew(FLOATS[d], shp(2, 10, 10)), y = tnew(FLOATS[d], shp(2, 10, 10));
+    fill(&x, 61, -1, 1);
+    tfg_node n = mknode(TFG_OP_DROPOUT, &y, 1);
+    n.attrs.value = 0.5;
+    n.attrs.seed = 3;
+    ck_ok(run(tfg_cpu_dropout, &n, &x, &y, NULL, false));
+    ck_assert_int_eq(memcmp(x.data, y.data, 100 * tfg_dtype_size(FLOATS[d])), 0);
+    free(x.data);
+    free(y.data);
+  }
+}
+END_TEST
+
+/* Training, rate 0.3, 100000 elements. Each element is kept
+ * independently with probability p = 0.7, so the kept count is binomial
+ * with mean 70000 and standard deviation sqrt(n p (1 - p)) = 144.9; we
+ * accept 6 standard deviations (870), which a correct generator misses
+ * with probability about 2e-9. Beyond the count: the mask is exactly the
+ * documented rule (uniform(seed, i) >= rate), every kept value is exactly
+ * x * (1 / (1 - rate)) rounded once, the run repeats bit for bit from the
+ * seed (also on a pool), and another seed gives another mask. */
+START_TEST(dropout_training) {
+  tfg_pool *pool = tfg_pool_new(4);
+  for (int d = 0; d < 2; d++) {
+    tfg_dtype dt = FLOATS[d];
+    int64_t N = 100000;
+    double rate = 0.3, scale = 1.0 / (1.0 - rate);
+    tfg_tensor x = tnew(dt, shp(2, 250, 400)), y = tnew(dt, x.shape), y2 = tnew(dt, x.shape);
+    for (int64_t i = 0; i < N; i++) set(&x, i, 1 + (double)(i % 7)); /* never 0 */
+    tfg_node n = mknode(TFG_OP_DROPOUT, &y, 1);
+    n.attrs.value = rate;
+    n.attrs.seed = 1234;
+    ck_ok(run(tfg_cpu_dropout, &n, &x, &y, NULL, true));
+    int64_t kept = 0;
+    for (int64_t i = 0; i < N; i++) {
+      bool keep = tfg_rng_uniform(1234, (uint64_t)i) >= rate;
+      double want = 0;
+      if (keep) {
+        want = dt == TFG_DTYPE_F32 ? (double)(float)(get(&x, i) * scale) : get(&x, i) * scale;
+        kept++;
+      }
+      ck_assert_msg(get(&y, i) == want, "element %lld: got %.17g, want %.17g", (long long)i,
+                    get(&y, i), want);
+    }
+    ck_assert_msg(llabs(kept - 70000) <= 870, "kept %lld of 100000 at rate 0.3", (long long)kept);
+    size_t bytes = (size_t)N * tfg_dtype_size(dt);
+    ck_ok(run(tfg_cpu_dropout, &n, &x, &y2, pool, true));
+    ck_assert_int_eq(memcmp(y.data, y2.data, bytes), 0);
+    n.attrs.seed = 1235;
+    ck_ok(run(tfg_cpu_dropout, &n, &x, &y2, pool, true));
+    ck_assert_int_ne(memcmp(y.data, y2.data, bytes), 0);
+    /* rate 1/2: the scale is exactly 2 */
+    n.attrs.value = 0.5;
+    ck_ok(run(tfg_cpu_dropout, &n, &x, &y2, pool, true));
+    for (int64_t i = 0; i < N; i++) {
+      double g = get(&y2, i);
+      ck_assert(g == 0 || g == 2 * get(&x, i));
+    }
+    /* rate 1: nothing survives */
+    n.attrs.value = 1;
+    ck_ok(run(tfg_cpu_dropout, &n, &x, &y2, pool, true));
+    for (int64_t i = 0; i < N; i++) ck_assert(get(&y2, i) == 0);
+    free(x.data);
+    free(y.data);
+    free(y2.data);
+  }
+  tfg_pool_free(pool);
+}
+END_TEST
+
+/* ---- embedding, one_hot, accuracy ----------------------------------------- */
+
+START_TEST(embedding_gathers_rows) {
+  for (int d = 0; d < 2; d++)
+    for (int li = 0; li < 2; li++) {
+      tfg_dtype dt = FLOATS[d], it = li ? TFG_DTYPE_I64 : TFG_DTYPE_I32;
+      tfg_tensor in[2] = {tnew(dt, shp(2, 4, 3)), tnew(it, shp(2, 2, 2))};
+      for (int v = 0; v < 4; v++)
+        for (int c = 0; c < 3; c++) set(&in[0], v * 3 + c, 10 * v + c);
+      set_all(&in[1], (double[]){3, 0, 1, 3});
+      tfg_tensor out = tnew(dt, shp(3, 2, 2, 3));
+      tfg_node n = mknode(TFG_OP_EMBEDDING, &out, 2);
+      ck_ok(run(tfg_cpu_embedding, &n, in, &out, NULL, false));
+      ck_exact(&out, (double[]){30, 31, 32, 0, 1, 2, 10, 11, 12, 30, 31, 32}, "embedding");
+      set_all(&in[1], (double[]){3, 0, 4, 3});
+      ck_assert_int_eq(run(tfg_cpu_embedding, &n, in, &out, NULL, false), TFG_ERR_NUMERIC);
+      ck_assert_msg(strstr(last_err, "id 4") && strstr(last_err, "position 2"), "message: %s",
+                    last_err);
+      set_all(&in[1], (double[]){-2, 0, 1, 3});
+      ck_assert_int_eq(run(tfg_cpu_embedding, &n, in, &out, NULL, false), TFG_ERR_NUMERIC);
+      ck_assert_msg(strstr(last_err, "id -2"), "message: %s", last_err);
+      free(in[0].data);
+      free(in[1].data);
+      free(out.data);
+    }
+}
+END_TEST
+
+START_TEST(embedding_large_on_pool) {
+  tfg_pool *pool = tfg_pool_new(4);
+  tfg_tensor in[2] = {tnew(TFG_DTYPE_F32, shp(2, 50, 64)), tnew(TFG_DTYPE_I32, shp(1, 5000))};
+  fill(&in[0], 71, -1, 1);
+  for (int64_t i = 0; i < 5000; i++) set(&in[1], i, (double)(tfg_rng_bits(72, (uint64_t)i) % 50));
+  tfg_tensor out = tnew(TFG_DTYPE_F32, shp(2, 5000, 64));
+  tfg_node n = mknode(TFG_OP_EMBEDDING, &out, 2);
+  ck_ok(run(tfg_cpu_embedding, &n, in, &out, pool, false));
+  for (int64_t i = 0; i < 5000; i++)
+    ck_assert_int_eq(memcmp((float *)out.data + i * 64,
+                            (float *)in[0].data + (int64_t)get(&in[1], i) * 64, 64 * sizeof(float)),
+                     0);
+  free(in[0].data);
+  free(in[1].data);
+  free(out.data);
+  tfg_pool_free(pool);
+}
+END_TEST
+
+START_TEST(one_hot_rows) {
+  for (int li = 0; li < 2; li++) {
+    tfg_tensor ids = tnew(li ? TFG_DTYPE_I64 : TFG_DTYPE_I32, shp(2, 2, 2));
+    set_all(&ids, (double[]){0, 2, 5, -1}); /* 5 and -1 are out of range: zero rows */
+    tfg_tensor out = tnew(TFG_DTYPE_F32, shp(3, 2, 2, 3));
+    for (int i = 0; i < 12; i++) ((float *)out.data)[i] = 9; /* every element must be written */
+    tfg_node n = mknode(TFG_OP_ONE_HOT, &out, 1);
+    n.attrs.n = 3;
+    ck_ok(run(tfg_cpu_one_hot, &n, &ids, &out, NULL, false));
+    ck_exact(&out, (double[]){1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0}, "one_hot");
+    free(ids.data);
+    free(out.data);
+  }
+}
+END_TEST
+
+START_TEST(accuracy_first_max) {
+  for (int d = 0; d < 2; d++) {
+    tfg_tensor in[2] = {tnew(FLOATS[d], shp(2, 5, 3)), tnew(TFG_DTYPE_I32, shp(1, 5))};
+    /* argmax (first maximum): 2, 0, 1, 0, 1 */
+    set_all(&in[0], (double[]){1, 2, 3, 3, 3, 1, 0, 5, 5, 1, 0, 0, -1, 0, -1});
+    set_all(&in[1], (double[]){2, 0, 2, 1, 1}); /* right: rows 0, 1, 4 */
+    tfg_tensor out = tnew(TFG_DTYPE_F32, shp(0));
+    tfg_node n = mknode(TFG_OP_ACCURACY, &out, 2);
+    ck_ok(run(tfg_cpu_accuracy, &n, in, &out, NULL, false));
+    ck_exact(&out, (double[]){(double)0.6f}, "accuracy");
+    free(in[0].data);
+    free(in[1].data);
+    free(out.data);
+  }
+  /* many rows on a pool, i64 labels: the count must be exact */
+  tfg_pool *pool = tfg_pool_new(4);
+  int64_t N = 4000, C = 7;
+  tfg_tensor in[2] = {tnew(TFG_DTYPE_F64, shp(2, (int)N, (int)C)), tnew(TFG_DTYPE_I64, shp(1, (int)N))};
+  fill(&in[0], 81, -1, 1);
+  int64_t right = 0;
+  for (int64_t r = 0; r < N; r++) {
+    int64_t lab = (int64_t)(tfg_rng_bits(82, (uint64_t)r) % (uint64_t)C), best = 0;
+    set(&in[1], r, (double)lab);
+    for (int64_t c = 1; c < C; c++)
+      if (get(&in[0], r * C + c) > get(&in[0], r * C + best)) best = c;
+    right += best == lab;
+  }
+  tfg_tensor out = tnew(TFG_DTYPE_F32, shp(0));
+  tfg_node n = mknode(TFG_OP_ACCURACY, &out, 2);
+  ck_ok(run(tfg_cpu_accuracy, &n, in, &out, pool, false));
+  ck_exact(&out, (double[]){(double)(float)((double)right / (double)N)}, "accuracy on a pool");
+  free(in[0].data);
+  free(in[1].data);
+  free(out.data);
+  tfg_pool_free(pool);
+}
+END_TEST
+
+/* ---- conv2d ---------------------------------------------------------------- */
+
+START_TEST(conv2d_hand) {
+  for (int d = 0; d < 2; d++) {
+    tfg_dtype dt = FLOATS[d];
+    tfg_tensor in[2] = {tnew(dt, shp(4, 1, 1, 3, 3)), tnew(dt, shp(4, 1, 1, 3, 3))};
+    set_all(&in[0], (double[]){1, 2, 3, 4, 5, 6, 7, 8, 9});
+    set_all(&in[1], (double[]){1, 1, 1, 1, 1, 1, 1, 1, 1});
+    /* a 3x3 box sum with padding 1: the sums of each 3x3 neighbourhood */
+    tfg_tensor out = tnew(dt, shp(4, 1, 1, 3, 3));
+    tfg_node n = mknode(TFG_OP_CONV2D, &out, 2);
+    n.attrs.stride[0] = n.attrs.stride[1] = 1;
+    n.attrs.pad[0] = n.attrs.pad[1] = n.attrs.pad[2] = n.attrs.pad[3] = 1;
+    ck_ok(run(tfg_cpu_conv2d, &n, in, &out, NULL, false));
+    ck_exact(&out, (double[]){12, 21, 16, 27, 45, 33, 24, 39, 28}, "box sum");
+    free(in[1].data);
+    free(out.data);
+    /* kernel [[1, 2], [3, 4]], no padding: a correlation (not flipped),
+     * as PyTorch and TensorFlow compute it */
+    in[1] = tnew(dt, shp(4, 1, 1, 2, 2));
+    set_all(&in[1], (double[]){1, 2, 3, 4});
+    out = tnew(dt, shp(4, 1, 1, 2, 2));
+    n = mknode(TFG_OP_CONV2D, &out, 2);
+    n.attrs.stride[0] = n.attrs.stride[1] = 1;
+    ck_ok(run(tfg_cpu_conv2d, &n, in, &out, NULL, false));
+    ck_exact(&out, (double[]){37, 47, 67, 77}, "2x2 correlation");
+    /* stride 2 with padding top 1, left 1 only: output positions (-1,-1),
+     * (-1, 1), (1, -1), (1, 1) of the window's top-left corner */
+    free(out.data);
+    out = tnew(dt, shp(4, 1, 1, 2, 2));
+    n = mknode(TFG_OP_CONV2D, &out, 2);
+    n.attrs.stride[0] = n.attrs.stride[1] = 2;
+    n.attrs.pad[0] = n.attrs.pad[2] = 1;
+    ck_ok(run(tfg_cpu_conv2d, &n, in, &out, NULL, false));
+    ck_exact(&out, (double[]){4 * 1, 3 * 2 + 4 * 3, 2 * 4 + 4 * 7, 1 * 5 + 2 * 6 + 3 * 8 + 4 * 9},
+             "stride 2, padded top-left");
+    free(in[0].data);
+    free(in[1].data);
+    free(out.data);
+  }
+}
+END_TEST
+
+/* Direct convolution in long double; scale = sum of |x w| over the
+ * window (padding contributes exact zeros). */
+static void ref_conv(const tfg_tensor *x, const tfg_tensor *w, const tfg_node *n,
+                     const tfg_shape *os, double *ref, double *scale) {
+  int64_t N = x->shape.dim[0], C = x->shape.dim[1], H = x->shape.dim[2], W = x->shape.dim[3];
+  int64_t O = w->shape.dim[0], KH = w->shape.dim[2], KW = w->shape.dim[3];
+  int64_t OH = os->dim[2], OW = os->dim[3];
+  for (int64_t b = 0; b < N; b++)
+    for (int64_t o = 0; o < O; o++)
+      for (int64_t oy = 0; oy < OH; oy++)
+        for (int64_t ox = 0; ox < OW; ox++) {
+          long double s = 0, sc = 0;
+          for (int64_t c = 0; c < C; c++)
+            for (int64_t ky = 0; ky < KH; ky++)
+              for (int64_t kx = 0; kx < KW; kx++) {
+                int64_t iy = oy * n->attrs.stride[0] + ky - n->attrs.pad[0];
+                int64_t ix = ox * n->attrs.stride[1] + kx - n->attrs.pad[2];
+                if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+                long double p = (long double)get(x, ((b * C + c) * H + iy) * W + ix) *
+                                get(w, ((o * C + c) * KH + ky) * KW + kx);
+                s += p;
+                sc += fabsl(p);
+              }
+          int64_t i = ((b * O + o) * OH + oy) * OW + ox;
+          ref[i] = (double)s;
+          scale[i] = (double)sc;
+        }
+}
+
+/* Random conv2d against ref_conv. The kernel is a gemm with
+ * K = C * KH * KW terms per output: tolerance 2 K u times the sum of
+ * |x w| (see check_matmul). Runs without and with a pool, which must
+ * agree bit for bit (the pool only splits the copies). */
+static void check_conv(tfg_dtype dt, int N, int C, int H, int W, int O, int KH, int KW, int sh,
+                       int sw, int pt, int pb, int pl, int pr) {
+  tfg_pool *pool = tfg_pool_new(4);
+  tfg_tensor in[2] = {tnew(dt, shp(4, N, C, H, W)), tnew(dt, shp(4, O, C, KH, KW))};
+  fill(&in[0], 91, -1, 1);
+  fill(&in[1], 92, -1, 1);
+  tfg_shape os = shp(4, N, O, (H + pt + pb - KH) / sh + 1, (W + pl + pr - KW) / sw + 1);
+  tfg_tensor out = tnew(dt, os), out2 = tnew(dt, os);
+  tfg_node n = mknode(TFG_OP_CONV2D, &out, 2);
+  n.attrs.stride[0] = sh;
+  n.attrs.stride[1] = sw;
+  n.attrs.pad[0] = pt;
+  n.attrs.pad[1] = pb;
+  n.attrs.pad[2] = pl;
+  n.attrs.pad[3] = pr;
+  ck_ok(run(tfg_cpu_conv2d, &n, in, &out, NULL, false));
+  ck_ok(run(tfg_cpu_conv2d, &n, in, &out2, pool, false));
+  int64_t total = numel(&out);
+  ck_assert_int_eq(memcmp(out.data, out2.data, (size_t)total * tfg_dtype_size(dt)), 0);
+  double *ref = malloc(sizeof *ref * (size_t)total), *tol = malloc(sizeof *tol * (size_t)total);
+  ref_conv(&in[0], &in[1], &n, &os, ref, tol);
+  for (int64_t i = 0; i < total; i++)
+    tol[i] = 2.0 * C * KH * KW * unit_roundoff(dt) * tol[i] + 1e-300;
+  ck_close(&out, ref, tol, "conv2d");
+  free(ref);
+  free(tol);
+  free(out.data);
+  free(out2.data);
+  free(in[0].data);
+  free(in[1].data);
+  tfg_pool_free(pool);
+}
+
+START_TEST(conv2d_random_stride_and_asymmetric_padding) {
+  for (int d = 0; d < 2; d++) {
+    /* stride 2, padding top 1, bottom 0, left 2, right 1 */
+    check_conv(FLOATS[d], 3, 2, 7, 6, 4, 3, 2, 2, 2, 1, 0, 2, 1);
+    /* different strides per axis, padding wider than the kernel's reach */
+    check_conv(FLOATS[d], 2, 3, 5, 9, 2, 2, 3, 1, 3, 0, 2, 3, 0);
+    /* 1x1, stride 1, no padding: the no-im2col path */
+    check_conv(FLOATS[d], 2, 3, 4, 5, 4, 1, 1, 1, 1, 0, 0, 0, 0);
+    /* 1x1 with stride 2: im2col again */
+    check_conv(FLOATS[d], 2, 3, 5, 5, 4, 1, 1, 2, 2, 0, 0, 0, 0);
+  }
+}
+END_TEST
+
+/* Images big enough that the scratch budget splits the batch into a
+ * group of three and a group of one (the direct-write path). */
+START_TEST(conv2d_grouped_batch) {
+  check_conv(TFG_DTYPE_F32, 4, 8, 128, 128, 8, 3, 3, 1, 1, 1, 1, 1, 1);
+}
+END_TEST
+
+/* ---- pools ------------------------------------------------------------------ */
+
+START_TEST(pool_4x4_hand) {
+  for (int d = 0; d < 2; d++) {
+    tfg_tensor x = tnew(FLOATS[d], shp(4, 1, 1, 4, 4));
+    for (int i = 0; i < 16; i++) set(&x, i, i + 1);
+    tfg_tensor y = tnew(FLOATS[d], shp(4, 1, 1, 2, 2));
+    tfg_node n = mknode(TFG_OP_MAX_POOL, &y, 1);
+    n.attrs.size[0] = n.attrs.size[1] = 2;
+    n.attrs.stride[0] = n.attrs.stride[1] = 2;
+    ck_ok(run(tfg_cpu_pool, &n, &x, &y, NULL, false));
+    ck_exact(&y, (double[]){6, 8, 14, 16}, "max_pool");
+    n.op = TFG_OP_AVG_POOL;
+    ck_ok(run(tfg_cpu_pool, &n, &x, &y, NULL, false));
+    ck_exact(&y, (double[]){3.5, 5.5, 11.5, 13.5}, "avg_pool");
+    /* a NaN in a window wins the max */
+    set(&x, 5, NAN);
+    n.op = TFG_OP_MAX_POOL;
+    ck_ok(run(tfg_cpu_pool, &n, &x, &y, NULL, false));
+    ck_assert(isnan(get(&y, 0)));
+    ck_assert(get(&y, 1) == 8);
+    free(x.data);
+    free(y.data);
+  }
+}
+END_TEST
+
+/* Window 3x2, stride 2x3 on [2, 3, 7, 8]: max must match exactly; the
+ * mean of 6 values in [-1, 1) is summed in double and rounded once (f32)
+ * or carries about 7u of summation and scaling error (f64): 8u. */
+START_TEST(pool_random) {
+  tfg_pool *pool = tfg_pool_new(4);
+  for (int d = 0; d < 2; d++)
+    for (int avg = 0; avg < 2; avg++) {
+      tfg_dtype dt = FLOATS[d];
+      tfg_tensor x = tnew(dt, shp(4, 2, 3, 7, 8)), y = tnew(dt, shp(4, 2, 3, 3, 3));
+      fill(&x, 101, -1, 1);
+      tfg_node n = mknode(avg ? TFG_OP_AVG_POOL : TFG_OP_MAX_POOL, &y, 1);
+      n.attrs.size[0] = 3;
+      n.attrs.size[1] = 2;
+      n.attrs.stride[0] = 2;
+      n.attrs.stride[1] = 3;
+      ck_ok(run(tfg_cpu_pool, &n, &x, &y, pool, false));
+      double ref[54], tol[54];
+      for (int p = 0; p < 6; p++)
+        for (int oy = 0; oy < 3; oy++)
+          for (int ox = 0; ox < 3; ox++) {
+            long double s = 0, m = -INFINITY;
+            for (int ky = 0; ky < 3; ky++)
+              for (int kx = 0; kx < 2; kx++) {
+                double v = get(&x, (p * 7 + oy * 2 + ky) * 8 + ox * 3 + kx);
+                s += v;
+                if (v > m) m = v;
+              }
+            int i = (p * 3 + oy) * 3 + ox;
+            ref[i] = avg ? (double)(s / 6) : (double)m;
+            tol[i] = avg ? 8 * unit_roundoff(dt) : 0;
+          }
+      ck_close(&y, ref, tol, avg ? "avg_pool" : "max_pool");
+      free(x.data);
+      free(y.data);
+    }
+  tfg_pool_free(pool);
+}
+END_TEST
+
+Suite *suite_kernels_nn(void) {
+  Suite *s = suite_create("kernels_nn");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, matmul_2x3_3x2);
+  tcase_add_test(tc, matmul_random_transposes_and_batches);
+  tcase_add_test(tc, matmul_large_batched);
+  tcase_add_test(tc, matmul_empty_inner_and_bad_dtype);
+  tcase_add_test(tc, softmax_hand_and_stability);
+  tcase_add_test(tc, softmax_random_middle_axis);
+  tcase_add_test(tc, softmax_bad_dtype);
+  tcase_add_test(tc, cross_entropy_hand);
+  tcase_add_test(tc, cross_entropy_label_out_of_range);
+  tcase_add_test(tc, cross_entropy_random);
+  tcase_add_test(tc, mse_hand_and_random);
+  tcase_add_test(tc, layer_norm_hand);
+  tcase_add_test(tc, layer_norm_random);
+  tcase_add_test(tc, dropout_identity_outside_training);
+  tcase_add_test(tc, dropout_training);
+  tcase_add_test(tc, embedding_gathers_rows);
+  tcase_add_test(tc, embedding_large_on_pool);
+  tcase_add_test(tc, one_hot_rows);
+  tcase_add_test(tc, accuracy_first_max);
+  tcase_add_test(tc, conv2d_hand);
+  tcase_add_test(tc, conv2d_random_stride_and_asymmetric_padding);
+  tcase_add_test(tc, conv2d_grouped_batch);
+  tcase_add_test(tc, pool_4x4_hand);
+  tcase_add_test(tc, pool_random);
+  suite_add_tcase(s, tc);
+  return s;
+}
