@@ -91,7 +91,9 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
   optind = 1;
   opterr = 0;
   int c;
-  while ((c = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
+  /* Options may come before or after FILE (GNU permutation); a leading
+   * ':' reports a missing value as ':' rather than '?'. */
+  while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
     const char *name, *value;
     char *end;
     switch (c) {
@@ -135,8 +137,10 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
       break;
     case ':':
       return usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
-    default:
-      return usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+    default: {
+      char shortopt[3] = {'-', (char)optopt, 0};
+      return usage_error(cmd, "unknown option '%s'", optopt ? shortopt : argv[optind - 1]);
+    }
     }
   }
   if (optind >= argc) return usage_error(cmd, "%s", "missing FILE");
@@ -361,6 +365,16 @@ static void main_help(FILE *out) {
                "Exit codes: 0 success, 1 program error, 2 usage error, 3 runtime failure.\n");
 }
 
+/* Output that could not be written (a full disk, a closed pipe) is a
+ * runtime failure, not a success. */
+static int finish(int rc) {
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    fprintf(stderr, "tfg: error: cannot write the output: %s\n", strerror(errno));
+    return EXIT_RUNTIME;
+  }
+  return rc;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     main_help(stderr);
@@ -371,9 +385,9 @@ int main(int argc, char **argv) {
     main_help(stdout);
     return 0;
   }
-  if (strcmp(argv[1], "--version") == 0) return cmd_version(&commands[6], 1, argv + 1);
+  if (strcmp(argv[1], "--version") == 0) return finish(cmd_version(&commands[6], 1, argv + 1));
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (strcmp(argv[1], commands[i].name) == 0)
-      return commands[i].run(&commands[i], argc - 1, argv + 1);
+      return finish(commands[i].run(&commands[i], argc - 1, argv + 1));
   return usage_error(NULL, "unknown command '%s'", argv[1]);
 }

@@ -22,8 +22,19 @@ tfg_ast *tfg_ast_new(tfg_ast_ctx *ctx, tfg_ast_kind kind, tfg_loc loc, tfg_ast *
   uint32_t depth = 0;
   if (a && a->depth > depth) depth = a->depth;
   if (b && b->depth > depth) depth = b->depth;
-  if (c && c->depth > depth) depth = c->depth;
+  /* An `else if` chain is a sequence, not nesting: the else branch does
+   * not count a level (the parser's stack bounds the chain's length). */
+  uint32_t cdepth = c ? (kind == TFG_AST_IF && c->kind == TFG_AST_IF ? c->depth - 1 : c->depth) : 0;
+  if (cdepth > depth) depth = cdepth;
   if (too_deep(ctx, loc, depth + 1)) return NULL;
+  if (ctx->arena->total > TFG_AST_MAX_BYTES) {
+    /* A program this large is not one a person wrote; stop before the
+     * host runs out of memory. */
+    if (!ctx->too_big) tfg_diag_error(ctx->diag, &loc, "the program is too large (its syntax tree passed %u MiB)",
+                                      TFG_AST_MAX_BYTES >> 20);
+    ctx->too_big = true;
+    return NULL;
+  }
   tfg_ast *n = tfg_arena_alloc(ctx->arena, sizeof *n);
   n->kind = kind;
   n->loc = loc;
@@ -36,7 +47,12 @@ tfg_ast *tfg_ast_new(tfg_ast_ctx *ctx, tfg_ast_kind kind, tfg_loc loc, tfg_ast *
 
 bool tfg_ast_push(tfg_ast_ctx *ctx, tfg_ast *node, tfg_ast *item) {
   TFG_ASSERT(item->next == NULL);
-  if (item->depth + 1 > node->depth) {
+  /* A block's statements were each checked when built; a block is as deep
+   * as its deepest statement (statements in a row do not nest), and a
+   * push into it never fails, so one deep statement cannot end the parse. */
+  if (node->kind == TFG_AST_BLOCK) {
+    if (item->depth > node->depth) node->depth = item->depth;
+  } else if (item->depth + 1 > node->depth) {
     if (too_deep(ctx, item->loc, item->depth + 1)) return false;
     node->depth = item->depth + 1;
   }
@@ -204,7 +220,7 @@ static void dump_stmt_body(const tfg_ast *n, int indent, tfg_strbuf *out);
 static void dump_prefix(const tfg_loc *loc, int indent, tfg_strbuf *out) {
   char pos[32] = "";
   if (loc) snprintf(pos, sizeof pos, "%u:%u", loc->line, tfg_loc_display_col(loc));
-  tfg_strbuf_printf(out, "%-8s%*s", pos, indent * 2, "");
+  tfg_strbuf_printf(out, "%-7s %*s", pos, indent * 2, "");
 }
 
 /* Statements of a block, one a line, then the caller's ")" goes on the

@@ -28,6 +28,9 @@
  * are not bounded by the parser stack, and every later stage walks trees
  * recursively, so the limit is checked as nodes are built. */
 #define TFG_AST_MAX_DEPTH 1000
+/* Largest syntax tree built (the arena's bytes): about 100 bytes of tree
+ * per byte of the densest source, so every file up to 10 MB fits. */
+#define TFG_AST_MAX_BYTES (1536u << 20)
 
 typedef enum tfg_ast_kind {
   /* statements */
@@ -104,6 +107,7 @@ struct tfg_ast {
 typedef struct tfg_ast_ctx {
   tfg_arena *arena;
   tfg_diag *diag;
+  bool too_big; /* TFG_AST_MAX_BYTES was passed (reported once) */
 } tfg_ast_ctx;
 
 /* A node of kind with children a, b, c (each may be NULL). Returns NULL,

@@ -148,8 +148,18 @@ tfg_loc tfg_source_loc(const tfg_source *src, uint32_t off, uint32_t len) {
 
 uint32_t tfg_loc_display_col(const tfg_loc *loc) {
   if (!loc->src || loc->line == 0) return loc->col;
-  uint32_t start = loc->src->line_starts[loc->line - 1];
-  return (uint32_t)tfg_utf8_width(loc->src->text + start, loc->off - start) + 1;
+  tfg_source *src = (tfg_source *)loc->src; /* the cache is not part of its value */
+  uint32_t start = src->line_starts[loc->line - 1], from = start, width = 0;
+  if (src->cache_line == loc->line && src->cache_off <= loc->off) {
+    from = src->cache_off;
+    width = src->cache_width;
+  }
+  /* A multi-byte character is never split: offsets start tokens. */
+  width += (uint32_t)tfg_utf8_width(src->text + from, loc->off - from);
+  src->cache_line = loc->line;
+  src->cache_off = loc->off;
+  src->cache_width = width;
+  return width + 1;
 }
 
 /* ---- recording -------------------------------------------------------- */
@@ -252,7 +262,7 @@ static size_t put_safe(tfg_strbuf *b, const char *s, size_t from, size_t to) {
   for (size_t i = from; i < to;) {
     uint32_t cp;
     int len = tfg_utf8_decode(p + i, to - i, &cp);
-    if (len == 0 || (cp < 0x20 && cp != '\t') || cp == 0x7F) {
+    if (len == 0 || (tfg_utf8_is_unsafe(cp) && cp != '\t')) {
       tfg_strbuf_putc(b, '?');
       i += len ? (size_t)len : 1;
     } else {

@@ -37,6 +37,11 @@ typedef struct tfg_source {
   uint32_t len;
   uint32_t *line_starts; /* byte offset of each line's first byte */
   uint32_t nlines;
+  /* The last display-column query (tfg_loc_display_col): later offsets on
+   * the same line count on from it, so columns along a long line cost
+   * O(line), not O(line) each. Only the thread rendering diagnostics or
+   * dumping the AST touches it. */
+  uint32_t cache_line, cache_off, cache_width;
 } tfg_source;
 
 /* A span of source text. line and col are 1-based; col counts bytes from

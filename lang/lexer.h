@@ -33,6 +33,9 @@ typedef struct tfg_token {
 } tfg_token;
 
 /* An open bracket still waiting for its closer. */
+/* Open brackets the lexer tracks, as deep as the parser's stack. */
+#define TFG_LEX_MAX_OPEN 10000
+
 typedef struct tfg_lex_open {
   char c; /* '(' '[' '{' */
   tfg_loc loc;
@@ -50,6 +53,11 @@ typedef struct tfg_lexer {
   uint32_t nopen, capopen;
   uint32_t stmt_errors; /* lexical errors since the last statement end */
   bool after_sep;       /* the previous token ended a statement */
+  bool stopped;         /* too deeply nested: the rest of the input is not scanned */
+  tfg_lex_open dropped; /* the last token, a '}', closed this unclosed ( or [ too */
+  bool has_dropped;
+  const unsigned char *else_scan_end; /* the last look-ahead for `else` stopped here */
+  bool else_scan_result;              /* ... and found it */
   tfg_strbuf sbuf;      /* scratch for decoding strings */
 } tfg_lexer;
 

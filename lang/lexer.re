@@ -25,6 +25,9 @@ void tfg_lexer_init(tfg_lexer *lx, const tfg_source *src, tfg_diag *diag, tfg_ar
   lx->lim = lx->cur + src->len;
   lx->line = 1;
   lx->line_start = lx->cur;
+  /* A UTF-8 byte order mark says nothing in UTF-8: skip it (columns still
+   * count it, as editors show it zero-width but present). */
+  if (src->len >= 3 && memcmp(src->text, "\xEF\xBB\xBF", 3) == 0) lx->cur += 3;
 }
 
 void tfg_lexer_free(tfg_lexer *lx) {
@@ -48,8 +51,9 @@ static tfg_loc lex_loc(const tfg_lexer *lx, const unsigned char *from, const uns
   return l;
 }
 
-/* Reports a lexical error over [from, to) and remembers that this
- * statement had one, so the parser does not pile a syntax error on it. */
+/* Reports a lexical error over [from, to). Errors that change the token
+ * stream (a skipped byte, a string cut at the end of the line) also bump
+ * stmt_errors, so the parser does not pile a syntax error on them. */
 static void lex_error_at(tfg_lexer *lx, const unsigned char *from, const unsigned char *to,
                          const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static void lex_error_at(tfg_lexer *lx, const unsigned char *from, const unsigned char *to,
@@ -62,7 +66,6 @@ static void lex_error_at(tfg_lexer *lx, const unsigned char *from, const unsigne
   va_end(ap);
   tfg_diag_error(lx->diag, &l, "%s", b.data);
   tfg_strbuf_free(&b);
-  lx->stmt_errors++;
 }
 
 /* Width and suffix for quoting the current token in a message: long
@@ -73,6 +76,13 @@ static void lex_error_at(tfg_lexer *lx, const unsigned char *from, const unsigne
       (const char *)(lx)->tok, ((lx)->cur - (lx)->tok > TOK_QUOTE_MAX ? "..." : "")
 
 static void push_open(tfg_lexer *lx, char c, tfg_loc loc) {
+  /* Deeper than the parser's stack can go: say so and end the input (the
+   * parser may be discarding tokens in recovery and never overflow). */
+  if (lx->nopen >= TFG_LEX_MAX_OPEN) {
+    if (!lx->stopped) tfg_diag_error(lx->diag, &loc, "brackets are nested too deeply (more than %d open)", TFG_LEX_MAX_OPEN);
+    lx->stopped = true;
+    return;
+  }
   if (lx->nopen == lx->capopen) {
     lx->capopen = lx->capopen ? lx->capopen * 2 : 16;
     lx->open = realloc(lx->open, sizeof *lx->open * lx->capopen);
@@ -83,14 +93,27 @@ static void push_open(tfg_lexer *lx, char c, tfg_loc loc) {
   lx->nopen++;
 }
 
-/* Pops the innermost opener when it is the one c closes; a stray or
- * mismatched closer leaves the stack alone (the parser reports it).
- * Returns whether it matched. */
+/* Pops the innermost opener when it is the one c closes and returns
+ * whether it matched. A '}' also closes every ( and [ left open inside
+ * its block (braces never stand inside them), so a missing ')' does not
+ * join the lines after the block. A stray closer leaves the stack alone;
+ * the parser reports it. */
 static bool pop_open(tfg_lexer *lx, char c) {
   char want = c == ')' ? '(' : c == ']' ? '[' : '{';
   if (lx->nopen && lx->open[lx->nopen - 1].c == want) {
     lx->nopen--;
     return true;
+  }
+  if (c == '}') {
+    uint32_t k = lx->nopen;
+    while (k && lx->open[k - 1].c != '{') k--;
+    if (k) {
+      /* Remember the innermost bracket dropped, for the parser's message. */
+      lx->dropped = lx->open[lx->nopen - 1];
+      lx->has_dropped = true;
+      lx->nopen = k - 1; /* the ( and [ above it, and the { itself */
+      return true;
+    }
   }
   return false;
 }
@@ -105,21 +128,27 @@ void tfg_lexer_recover(tfg_lexer *lx, const tfg_token *la) {
     lx->nopen = k + 1;
     return;
   }
-  if (la->kind == TFG_TOK_RPAREN || la->kind == TFG_TOK_RBRACKET || la->kind == TFG_TOK_RBRACE)
+  if (la->kind == TFG_TOK_RPAREN || la->kind == TFG_TOK_RBRACKET) {
+    /* A mismatched closer, like ']' for '(': take it as closing that. */
+    if (!la->i && lx->nopen && lx->open[lx->nopen - 1].c != '{') lx->nopen--;
     return;
+  }
+  if (la->kind == TFG_TOK_RBRACE) return;
   while (lx->nopen && lx->open[lx->nopen - 1].c != '{' &&
          lx->open[lx->nopen - 1].loc.line < la->loc.line)
     lx->nopen--;
 }
 
 /* True when the next token after whitespace, comments and newlines is the
- * keyword `else` (so the newline before it does not end the `if`). */
-static bool next_is_else(const unsigned char *p) {
+ * keyword `else` (so the newline before it does not end the `if`). *end is
+ * set to where that token starts. */
+static bool next_is_else(const unsigned char *p, const unsigned char **end) {
   for (;;) {
     while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n') p++;
     if (*p != '#') break;
     while (*p && *p != '\n') p++;
   }
+  *end = p;
   /* Byte by byte: the && stops at the terminating NUL, memcmp would not. */
   if (!(p[0] == 'e' && p[1] == 'l' && p[2] == 's' && p[3] == 'e')) return false;
   unsigned char c = p[4];
@@ -160,6 +189,7 @@ static const char *confusable(uint32_t cp) {
  * symbol, a non-ASCII character, or invalid UTF-8. */
 static void stray(tfg_lexer *lx) {
   const unsigned char *p = lx->tok;
+  lx->stmt_errors++; /* the byte is skipped: the statement reads differently */
   uint32_t cp;
   int n = tfg_utf8_decode(p, (size_t)(lx->lim - p), &cp);
   if (n == 0) {
@@ -179,8 +209,12 @@ static void stray(tfg_lexer *lx) {
     case '&': tfg_diag_help(lx->diag, "the logical and is '&&'"); break;
     case '|': tfg_diag_help(lx->diag, "the logical or is '||'"); break;
     case '^': tfg_diag_help(lx->diag, "there is no power operator; use pow(x, p)"); break;
+    case '~': tfg_diag_help(lx->diag, "the logical not is '!'; on tensors, compare with equal(x, 0)"); break;
     default: break;
     }
+  } else if (tfg_utf8_is_unsafe(cp)) {
+    /* Invisible or direction-changing: name it, never print it. */
+    lex_error_at(lx, p, p + n, "unexpected character U+%04" PRIX32, cp);
   } else {
     lex_error_at(lx, p, p + n, "unexpected character U+%04" PRIX32 " '%.*s'", cp, n,
                  (const char *)p);
@@ -212,12 +246,17 @@ static void lex_string(tfg_lexer *lx, tfg_token *t) {
       "\\" / [\n\x00] {
         continue; /* the newline or end is reported as unterminated below */
       }
+      "\\" / "\r\n" { continue; /* CRLF: reported as unterminated below */ }
       "\\" {
         uint32_t cp;
         int n = tfg_utf8_decode(lx->cur, (size_t)(lx->lim - lx->cur), &cp);
         if (n == 0) n = 1;
-        lex_error_at(lx, start, lx->cur + n, "unknown escape sequence '\\%.*s'", n,
-                     (const char *)lx->cur);
+        if (n == 1 && (cp < 0x20 || cp >= 0x7F))
+          lex_error_at(lx, start, lx->cur + n, "unknown escape sequence '\\' followed by byte 0x%02X", *lx->cur);
+        else if (n > 1 && tfg_utf8_is_unsafe(cp))
+          lex_error_at(lx, start, lx->cur + n, "unknown escape sequence '\\' followed by U+%04" PRIX32, cp);
+        else
+          lex_error_at(lx, start, lx->cur + n, "unknown escape sequence '\\%.*s'", n, (const char *)lx->cur);
         tfg_diag_help(lx->diag, "the escapes are \\\" \\\\ \\n and \\t");
         lx->cur += n;
         continue;
@@ -228,7 +267,9 @@ static void lex_string(tfg_lexer *lx, tfg_token *t) {
           continue;
         }
         lx->cur--; /* leave the newline (or the end) for the next token */
+        if (lx->cur > start && lx->cur[-1] == '\r') lx->cur--; /* CRLF: the \r is not string */
         lex_error_at(lx, open, lx->cur, "unterminated string");
+        lx->stmt_errors++;
         tfg_diag_help(lx->diag, "close it with '\"' on the same line; write \\n for a newline");
         break;
       }
@@ -362,7 +403,7 @@ const char *tfg_token_kind_str(int kind) {
  * and suppressed newlines. */
 static int lex_scan(tfg_lexer *lx, tfg_token *t) {
   for (;;) {
-    if (tfg_diag_limit_reached(lx->diag)) return TFG_TOK_END; /* stop scanning junk */
+    if (tfg_diag_limit_reached(lx->diag) || lx->stopped) return TFG_TOK_END; /* stop scanning junk */
     lx->tok = lx->cur;
     /*!re2c
       re2c:define:YYCTYPE = "unsigned char";
@@ -381,14 +422,29 @@ static int lex_scan(tfg_lexer *lx, tfg_token *t) {
         continue;
       }
       [ \t\r]+ { continue; }
-      "#" [^\n\x00]* { check_comment(lx, lx->tok + 1, lx->cur); continue; }
+      "#" [^\n\x00]* {
+        check_comment(lx, lx->tok + 1, lx->cur);
+        /* A NUL does not end a comment: report it and go on to the newline. */
+        while (*lx->cur == 0 && lx->cur < lx->lim) {
+          lex_error_at(lx, lx->cur, lx->cur + 1, "NUL byte in a comment");
+          const unsigned char *from = ++lx->cur;
+          while (*lx->cur != '\n' && *lx->cur != 0) lx->cur++;
+          check_comment(lx, from, lx->cur);
+        }
+        continue;
+      }
       "\n" {
         tfg_loc nl = lex_loc(lx, lx->tok, lx->cur); /* on the line it ends */
         lx->line++;
         lx->line_start = lx->cur;
         const tfg_lex_open *o = tfg_lexer_innermost(lx);
         if (o && o->c != '{') continue;   /* implicit line joining in ( ) and [ ] */
-        if (next_is_else(lx->cur)) continue;
+        /* One look-ahead serves a whole run of blank and comment lines:
+         * each of them leads to the same next token. */
+        if (lx->cur >= lx->else_scan_end) {
+          lx->else_scan_result = next_is_else(lx->cur, &lx->else_scan_end);
+        }
+        if (lx->else_scan_result) continue;
         t->loc = nl;
         return TFG_TOK_NEWLINE;
       }
@@ -481,20 +537,21 @@ static int lex_scan(tfg_lexer *lx, tfg_token *t) {
 
 int tfg_lexer_next(tfg_lexer *lx, tfg_token *t) {
   memset(t, 0, sizeof *t);
-  if (tfg_diag_limit_reached(lx->diag)) {
+  if (tfg_diag_limit_reached(lx->diag) || lx->stopped) {
     /* Past the error limit: end the parse now instead of scanning on. */
     t->kind = TFG_TOK_END;
     t->loc = lex_loc(lx, lx->cur, lx->cur);
     return t->kind;
   }
   if (lx->after_sep) lx->stmt_errors = 0; /* a new statement starts */
+  lx->has_dropped = false;
   lx->after_sep = false;
   t->kind = lex_scan(lx, t);
   if (t->kind == TFG_TOK_END) {
     /* Point just after the last text, not at an empty line after the
      * final newlines: "found end of file" then sits where text is missing. */
     uint32_t off = lx->src->len;
-    while (off && strchr(" \t\r\n", lx->src->text[off - 1])) off--;
+    while (off && lx->src->text[off - 1] && strchr(" \t\r\n", lx->src->text[off - 1])) off--;
     t->loc = tfg_source_loc(lx->src, off, 0);
   } else if (t->kind != TFG_TOK_NEWLINE) {
     t->loc = lex_loc(lx, lx->tok, lx->cur);

@@ -182,6 +182,11 @@ compound_stmt:
 
 if_stmt:
     "if" expr block               { $$ = NODE(IF, @$, $2, $3, NULL); CHECK($$); }
+  /* A broken condition: keep the blocks and their else, so one typo in
+   * the condition is one error (not one per else). */
+  | "if" error block              { $$ = $3; }
+  | "if" error block "else" block { $$ = $3; }
+  | "if" error block "else" if_stmt { $$ = $3; }
   | "if" expr block "else" block  { $$ = NODE(IF, @$, $2, $3, $5); CHECK($$); }
   | "if" expr block "else" if_stmt
                                   { $$ = NODE(IF, @$, $2, $3, $5); CHECK($$); }
@@ -476,12 +481,28 @@ static void tfg_parse_report(tfg_parser *P, const yypcontext_t *ctx) {
   bool note = false, reserved_help = false;
   bool want_expr = has_all(&s, expr_start, COUNT(expr_start));
   bool want_stmt = want_expr && has_all(&s, stmt_start, COUNT(stmt_start));
+  bool could_compare = s.has[YYSYMBOL_EQEQ]; /* for "did you mean '=='?" */
   /* After a complete operand every binary operator may follow; those
    * alternatives would bury the useful ones. */
   if (s.has[YYSYMBOL_PLUS] && s.has[YYSYMBOL_STAR] && s.has[YYSYMBOL_EQEQ])
     drop(&s, continuations, COUNT(continuations));
 
-  if (open && s.has[closer_sym(open->c)] &&
+  if (la->kind == TFG_TOK_RBRACE && P->lex.has_dropped) {
+    /* The '}' closed its block over a ( or [ left open inside it. */
+    const tfg_lex_open *o = &P->lex.dropped;
+    tfg_strbuf_printf(&msg, "expected '%c' to close '%c' at %u:%u, found '}'", closer_of(o->c), o->c, o->loc.line,
+                      tfg_loc_display_col(&o->loc));
+    if (o->loc.line != loc.line) {
+      note_loc = o->loc;
+      note = true;
+      open = o;
+    }
+  } else if (is_closer && !la->i && !(open && open->c != '{')) {
+    /* No ( or [ open: a closer with nothing to close (a mismatched one,
+     * like ']' for '(', falls to the next branch). */
+    tfg_strbuf_printf(&msg, "unmatched %s", tfg_token_kind_str(la->kind));
+    help = "delete it, or add the opening bracket it was meant to close";
+  } else if (open && s.has[closer_sym(open->c)] &&
       (!want_expr || la->kind == TFG_TOK_END || la->bol) &&
       !(open->c == '{' && s.has[YYSYMBOL_IDENT] && !want_stmt)) {
     /* An opener waits for its closer, the closer would fit here, and
@@ -495,9 +516,6 @@ static void tfg_parse_report(tfg_parser *P, const yypcontext_t *ctx) {
       note_loc = open->loc;
       note = true;
     }
-  } else if (is_closer && !la->i) {
-    tfg_strbuf_printf(&msg, "unmatched %s", tfg_token_kind_str(la->kind));
-    help = "delete it, or add the opening bracket it was meant to close";
   } else if (la->kind == TFG_TOK_ELSE) {
     tfg_strbuf_puts(&msg, "'else' without a matching 'if'");
     help = "'else' follows the '}' of an if block, on the same line or the next";
@@ -519,6 +537,8 @@ static void tfg_parse_report(tfg_parser *P, const yypcontext_t *ctx) {
     tfg_strbuf_puts(&msg, "expected an expression");
     after_prev(P, &msg);
     tfg_strbuf_printf(&msg, ", found %s", found.data);
+    if (la->kind == TFG_TOK_STAR && P->prev.kind == TFG_TOK_STAR)
+      help = "there is no '**'; use pow(x, p)";
   } else {
     const char *names[4];
     int k = 0, total = 0;
@@ -537,6 +557,8 @@ static void tfg_parse_report(tfg_parser *P, const yypcontext_t *ctx) {
       tfg_strbuf_printf(&msg, ", found %s", found.data);
     }
     if (total == 1 && s.has[YYSYMBOL_IDENT] && is_keyword(la->kind)) reserved_help = true;
+    else if (la->kind == TFG_TOK_DOTDOT) help = "ranges do not chain: a range is start..end";
+    else if (la->kind == TFG_TOK_ASSIGN && could_compare) help = "did you mean '=='?";
     else if (total == 1 && s.has[YYSYMBOL_LBRACKET] && P->prev.kind == TFG_TOK_IDENT)
       help = "a type is a dtype with its dimensions in brackets: f32[64, 10]; a scalar is f32[]";
     else if (s.has[YYSYMBOL_COLON] && (P->prev.kind == TFG_TOK_GPU || P->prev.kind == TFG_TOK_CPU))

@@ -26,6 +26,10 @@ done
 expect check-no-file 2 "$TFG" check && contains check-no-file "$tmp/err" "missing FILE"
 expect check-bad-option 2 "$TFG" check --frob x.tfg && contains check-bad-option "$tmp/err" "unknown option '--frob'"
 expect check-two-files 2 "$TFG" check a.tfg b.tfg
+expect option-after-file 0 "$TFG" check examples/hello.tfg --color=never
+expect option-needs-value 2 "$TFG" check examples/hello.tfg --color && contains option-needs-value "$tmp/err" "needs a value"
+expect short-option 2 "$TFG" check -x examples/hello.tfg && contains short-option "$tmp/err" "unknown option '-x'"
+if [ -w /dev/full ]; then expect write-failure 3 sh -c "\"$TFG\" check --ast examples/hello.tfg >/dev/full"; fi
 expect check-bad-color 2 "$TFG" check --color=purple x.tfg
 expect check-missing 2 "$TFG" check "$tmp/missing.tfg" && contains check-missing "$tmp/err" "cannot open"
 expect check-directory 2 "$TFG" check "$tmp"
@@ -65,6 +69,13 @@ expect feed-missing-input 3 "$TFG" run --feed zz=/nonexistent.npy examples/hello
 # Hostile input: never a crash or a hang. 10 MB on one line, valid.
 awk 'BEGIN { for (i = 0; i < 1000000; i++) printf "let a = 1; "; }' >"$tmp/long.tfg"
 expect long-line-valid 0 timeout 60 "$TFG" check "$tmp/long.tfg"
+# 10 MB of blank lines, and of comment lines: linear time.
+awk 'BEGIN { for (i = 0; i < 10000000; i++) printf "\n"; }' >"$tmp/blank.tfg"
+expect blank-lines 0 timeout 20 "$TFG" check "$tmp/blank.tfg"
+awk 'BEGIN { for (i = 0; i < 3000000; i++) printf "#c\n"; }' >"$tmp/comments.tfg"
+expect comment-lines 0 timeout 20 "$TFG" check "$tmp/comments.tfg"
+# The syntax tree of the 10 MB line: columns counted incrementally.
+expect long-line-ast 0 timeout 60 sh -c "\"$TFG\" check --ast \"$tmp/long.tfg\" >/dev/null"
 # 10 MB on one line of nested parentheses: the nesting limit, located.
 awk 'BEGIN { printf "let a = "; for (i = 0; i < 10000000; i++) printf "("; }' >"$tmp/parens.tfg"
 expect long-line-parens 1 timeout 60 "$TFG" check --color=never "$tmp/parens.tfg" &&

@@ -2,6 +2,7 @@
  * lexical errors. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "lang/lexer.h"
@@ -185,6 +186,50 @@ START_TEST(stray_bytes) {
 }
 END_TEST
 
+START_TEST(nul_in_comment_and_bom) {
+  lexed L;
+  /* The NUL is reported; the rest of the comment stays a comment. */
+  lex(&L, "a # see \"quote\0 more \"here\nb", 28);
+  ck_assert_uint_eq(tfg_diag_error_count(L.d), 1);
+  int k[] = {TFG_TOK_IDENT, TFG_TOK_NEWLINE, TFG_TOK_IDENT, TFG_TOK_END};
+  expect_kinds(&L, k, 4);
+  unlex(&L);
+  LEX(&L, "\xEF\xBB\xBFlet");
+  ck_assert_uint_eq(tfg_diag_error_count(L.d), 0);
+  ck_assert_int_eq(L.t[0].kind, TFG_TOK_LET);
+  unlex(&L);
+}
+END_TEST
+
+START_TEST(messages_never_carry_control_bytes) {
+  lexed L;
+  LEX(&L, "x = \"a\\\x1b[2J\" \xE2\x80\xAE");
+  char *errs = test_render(L.d, false);
+  ck_assert_uint_eq(tfg_diag_error_count(L.d), 2);
+  ck_assert_ptr_null(strchr(errs, '\x1b'));
+  ck_assert_ptr_null(strstr(errs, "\xE2\x80\xAE"));
+  ck_assert_ptr_nonnull(strstr(errs, "followed by byte 0x1B"));
+  ck_assert_ptr_nonnull(strstr(errs, "unexpected character U+202E\n"));
+  free(errs);
+  unlex(&L);
+}
+END_TEST
+
+START_TEST(blank_lines_are_linear) {
+  /* A million blank and comment lines: the else look-ahead is shared. */
+  size_t n = 1000000;
+  char *text = malloc(3 * n + 8);
+  for (size_t i = 0; i < n; i++) memcpy(text + 3 * i, "#c\n", 3);
+  memcpy(text + 3 * n, "else", 5);
+  lexed L;
+  lex(&L, text, 3 * n + 4);
+  ck_assert_int_eq(L.t[0].kind, TFG_TOK_ELSE);
+  ck_assert_uint_eq(L.t[0].loc.line, n + 1);
+  unlex(&L);
+  free(text);
+}
+END_TEST
+
 START_TEST(end_location) {
   lexed L;
   LEX(&L, "let a = 1\n\n\n");
@@ -209,6 +254,7 @@ END_TEST
 Suite *suite_lexer(void) {
   Suite *s = suite_create("lexer");
   TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 30);
   tcase_add_test(tc, keywords_and_names);
   tcase_add_test(tc, numbers_and_ranges);
   tcase_add_test(tc, bad_numbers);
@@ -220,6 +266,9 @@ Suite *suite_lexer(void) {
   tcase_add_test(tc, comments_and_crlf);
   tcase_add_test(tc, stray_bytes);
   tcase_add_test(tc, end_location);
+  tcase_add_test(tc, nul_in_comment_and_bom);
+  tcase_add_test(tc, messages_never_carry_control_bytes);
+  tcase_add_test(tc, blank_lines_are_linear);
   tcase_add_test(tc, error_limit_ends_input);
   suite_add_tcase(s, tc);
   return s;

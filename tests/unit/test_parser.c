@@ -118,6 +118,34 @@ START_TEST(recovery_reports_each_error) {
 }
 END_TEST
 
+/* Each case: a program and how many errors it has; recovery must find
+ * every one (and no more). */
+START_TEST(recovery_after_brackets_and_blocks) {
+  const struct { const char *text; size_t n; const char *first; } cases[] = {
+      /* a missing ')' before the block's '}' */
+      {"fn f(x) {\n  return g(x\n}\nlet y = 1\nlet z = = 2\n", 2, "t.tfg:3:1: error: expected ')' to close '(' at 2:11, found '}'"},
+      /* a mismatched closer */
+      {"x = g(1, 2]\ny = = 1\nz = 3 3\n", 3, "t.tfg:1:11: error: expected ',' or ')' to close '(' at 1:6, found ']'"},
+      /* a typo in an if condition: one error, not one per else */
+      {"if x = 1 {\n a = 1\n} else if y > 2 {\n b = 2\n} else {\n c = 3\n}\nd = = 4\n", 2,
+       "t.tfg:1:6: error: expected '{', found '='"},
+      /* an extra ')' inside a block */
+      {"fn f(x) {\n  h = relu(x))\n}\ng = = 1\n", 2, "t.tfg:2:14: error: unmatched ')'"},
+      /* a deep statement does not end the parse */
+      {"y = = 1\nx = ---------------------------------------------------------------1\nz = = 2\n", 2,
+       "t.tfg:1:5: error"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    size_t n;
+    char *errs = NULL;
+    ck_assert_ptr_null(test_parse(cases[i].text, strlen(cases[i].text), &errs, &n));
+    ck_assert_msg(n == cases[i].n, "case %zu: %zu errors:\n%s", i, n, errs);
+    ck_assert_msg(strncmp(errs, cases[i].first, strlen(cases[i].first)) == 0, "case %zu:\n%s", i, errs);
+    free(errs);
+  }
+}
+END_TEST
+
 START_TEST(unclosed_at_eof) {
   char *errs = NULL;
   const char *text = "x = f(1,\n      2";
@@ -179,16 +207,42 @@ START_TEST(nesting_limits) {
 }
 END_TEST
 
-START_TEST(depth_just_below_limit) {
-  /* 990 nested parentheses are fine: the limit is generous, not tight. */
-  char text[4096];
-  size_t len = (size_t)sprintf(text, "x = ");
-  for (int i = 0; i < 990; i++) text[len++] = '(';
-  text[len++] = '1';
-  for (int i = 0; i < 990; i++) text[len++] = ')';
+/* x = - - ... - 1 with n minus signs: n + 1 expression levels, plus one
+ * for the assignment. */
+static char *minus_chain(int n, size_t *len) {
+  char *text = malloc((size_t)n + 16);
+  *len = (size_t)sprintf(text, "x = ");
+  for (int i = 0; i < n; i++) text[(*len)++] = '-';
+  text[(*len)++] = '1';
+  return text;
+}
+
+START_TEST(depth_at_the_limit) {
+  /* The statement is TFG_AST_MAX_DEPTH deep: accepted. */
+  size_t len;
+  char *text = minus_chain(TFG_AST_MAX_DEPTH - 2, &len);
   char *dump = test_parse(text, len, NULL, NULL);
-  ck_assert_str_eq(dump, "1:1     (assign x 1)\n");
+  ck_assert_ptr_nonnull(dump);
   free(dump);
+  free(text);
+  /* One level more: one located error. */
+  text = minus_chain(TFG_AST_MAX_DEPTH - 1, &len);
+  size_t n;
+  char *errs = NULL;
+  ck_assert_ptr_null(test_parse(text, len, &errs, &n));
+  ck_assert_uint_eq(n, 1);
+  ck_assert_ptr_nonnull(strstr(errs, "nesting is too deep (more than 1000 levels)"));
+  free(errs);
+  free(text);
+  /* A long else-if chain is a sequence, not nesting. */
+  tfg_strbuf b = {0};
+  tfg_strbuf_puts(&b, "if a { x = 0 }");
+  for (int i = 0; i < 1500; i++) tfg_strbuf_printf(&b, " else if b { x = %d }", i);
+  dump = test_parse(b.data, b.len, &errs, &n);
+  ck_assert_msg(dump != NULL, "%s", errs);
+  free(dump);
+  free(errs);
+  tfg_strbuf_free(&b);
 }
 END_TEST
 
@@ -207,7 +261,8 @@ Suite *suite_parser(void) {
   tcase_add_test(tc, unclosed_at_eof);
   tcase_add_test(tc, at_eof_flag);
   tcase_add_test(tc, nesting_limits);
-  tcase_add_test(tc, depth_just_below_limit);
+  tcase_add_test(tc, depth_at_the_limit);
+  tcase_add_test(tc, recovery_after_brackets_and_blocks);
   suite_add_tcase(s, tc);
   return s;
 }
