@@ -35,4 +35,11 @@ static inline double tfg_rng_normal(uint64_t seed, uint64_t i) {
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
+/* The stream of a dropout mask: the op's seed, the train action's seed and
+ * the step, so every step draws a new mask, reproducibly, and the gradient
+ * (the same op applied to dy) draws the same one. */
+static inline uint64_t tfg_rng_dropout_stream(uint64_t op_seed, uint64_t run_seed, int64_t step) {
+  return tfg_rng_mix(op_seed ^ tfg_rng_mix(run_seed ^ tfg_rng_mix((uint64_t)step)));
+}
+
 #endif

@@ -19,6 +19,7 @@
 #include "lang/parse.h"
 #include "runtime/format.h"
 #include "runtime/session.h"
+#include "runtime/train.h"
 
 enum { EXIT_PROGRAM = 1, EXIT_USAGE = 2, EXIT_RUNTIME = 3 };
 
@@ -56,12 +57,14 @@ typedef struct cli_opts {
   int nfeeds;
   uint64_t seed;
   int threads;
+  bool check_numerics, quiet;
 } cli_opts;
 
 /* Which options a command takes. */
 enum { ALLOW_AST = 1, ALLOW_RUN = 2 };
 
-enum { OPT_COLOR = 256, OPT_AST, OPT_SET, OPT_FEED, OPT_SEED, OPT_PRINT_ALL, OPT_THREADS };
+enum { OPT_COLOR = 256, OPT_AST, OPT_SET, OPT_FEED, OPT_SEED, OPT_PRINT_ALL, OPT_THREADS, OPT_CHECK_NUMERICS,
+       OPT_QUIET };
 
 /* Splits "NAME=VALUE"; false when there is no '=' or no name. */
 static bool split_assign(char *arg, const char **name, const char **value) {
@@ -85,6 +88,8 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
       {"seed", required_argument, NULL, OPT_SEED},
       {"print-all", no_argument, NULL, OPT_PRINT_ALL},
       {"threads", required_argument, NULL, OPT_THREADS},
+      {"check-numerics", no_argument, NULL, OPT_CHECK_NUMERICS},
+      {"quiet", no_argument, NULL, OPT_QUIET},
       {NULL, 0, NULL, 0},
   };
   memset(o, 0, sizeof *o);
@@ -134,6 +139,12 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
       if (!(allow & ALLOW_RUN)) return usage_error(cmd, "unknown option '%s'", "--threads");
       o->threads = (int)strtol(optarg, &end, 10);
       if (*end || o->threads < 1 || o->threads > 256) return usage_error(cmd, "--threads takes 1 to 256, not '%s'", optarg);
+      break;
+    case OPT_CHECK_NUMERICS:
+    case OPT_QUIET:
+      if (!(allow & ALLOW_RUN)) return usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+      if (c == OPT_QUIET) o->quiet = true;
+      else o->check_numerics = true;
       break;
     case ':':
       return usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
@@ -211,23 +222,31 @@ static tfg_status print_action(tfg_session *s, const tfg_program *p, const tfg_a
   return TFG_OK;
 }
 
-/* Runs the program's actions in order. */
-static int run_actions(const cli_opts *o, const tfg_program *p, tfg_diag *d, bool color) {
-  tfg_session_opts so = {.threads = o->threads, .feeds = o->feeds, .nfeeds = o->nfeeds, .seed = o->seed};
-  tfg_session *s = tfg_session_new(p, d, &so);
+/* Runs the program's actions in order. Training steps (gradients,
+ * updates, optimizer state) are added to the graph first, so one session
+ * holds every param and state. */
+static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool color) {
+  tfg_train_step *steps = calloc((size_t)p->nactions + 1, sizeof *steps);
   int rc = 0;
-  if (!s) rc = EXIT_RUNTIME;
+  for (int i = 0; i < p->nactions && rc == 0; i++)
+    if (p->actions[i].kind == TFG_ACTION_TRAIN &&
+        tfg_autodiff_train_step(p->graph, &p->actions[i], p, &steps[i], d) != TFG_OK)
+      rc = EXIT_PROGRAM;
+  tfg_session_opts so = {.threads = o->threads, .feeds = o->feeds, .nfeeds = o->nfeeds, .seed = o->seed,
+                         .check_numerics = o->check_numerics};
+  tfg_session *s = rc == 0 ? tfg_session_new(p, d, &so) : NULL;
+  if (!s && rc == 0) rc = EXIT_RUNTIME;
+  tfg_train_opts to = {.log = stderr, .tty = isatty(STDERR_FILENO), .quiet = o->quiet};
   for (int i = 0; s && i < p->nactions && rc == 0; i++) {
     const tfg_action *a = &p->actions[i];
-    if (a->kind == TFG_ACTION_PRINT) {
-      tfg_status st = print_action(s, p, a, o->print_all);
-      if (st != TFG_OK) rc = EXIT_RUNTIME;
-    } else {
-      tfg_diag_error(d, &a->loc, "training is not available in tfg %s", TFG_VERSION);
-      rc = EXIT_RUNTIME;
-    }
+    tfg_status st = a->kind == TFG_ACTION_PRINT ? print_action(s, p, a, o->print_all)
+                                                : tfg_train(s, p, a, &steps[i], &to, d);
+    if (st != TFG_OK) rc = tfg_status_exit_code(st) == 1 ? EXIT_PROGRAM : EXIT_RUNTIME;
+    tfg_diag_render(d, stderr, color);
   }
   tfg_session_free(s);
+  for (int i = 0; i < p->nactions; i++) tfg_train_step_free(&steps[i]);
+  free(steps);
   tfg_diag_render(d, stderr, color);
   return rc;
 }
@@ -261,6 +280,17 @@ static int cmd_program(const cli_cmd *cmd, int argc, char **argv) {
     tfg_interp *I = tfg_interp_new(d, &io);
     st = tfg_interp_eval(I, src, prog);
     if (st == TFG_OK) st = tfg_interp_finish(I);
+    if (st == TFG_OK && !is_run) {
+      /* Checking builds the training steps too: optimizer arguments are
+       * checked there, and a failure in autodiff is found now, not mid-run. */
+      tfg_program *p = tfg_interp_program(I);
+      for (int i = 0; i < p->nactions && st == TFG_OK; i++) {
+        tfg_train_step ts;
+        if (p->actions[i].kind != TFG_ACTION_TRAIN) continue;
+        st = tfg_autodiff_train_step(p->graph, &p->actions[i], p, &ts, d);
+        tfg_train_step_free(&ts);
+      }
+    }
     if (st == TFG_OK && is_run) {
       tfg_diag_render(d, stderr, color);
       rc = run_actions(o, tfg_interp_program(I), d, color);
@@ -330,7 +360,9 @@ static const cli_cmd commands[] = {
      "  --feed NAME=FILE.npy  feed the input NAME (one without `from`) (repeatable)\n"
      "  --seed N          shift every param initializer's seed\n"
      "  --print-all       print every value, not `...` past 6 per axis\n"
-     "  --threads N       CPU threads for kernels (default: one per core)\n" COMMON_HELP,
+     "  --threads N       CPU threads for kernels (default: one per core)\n"
+     "  --check-numerics  stop at the first op that produces a NaN or Inf, naming it\n"
+     "  --quiet           no progress lines while training\n" COMMON_HELP,
      cmd_program},
     {"check", "build and shape-check only; prints nothing on success",
      "tfg check [OPTIONS] FILE\n\nBuild and check FILE ('-' reads standard input): syntax, names,\n"

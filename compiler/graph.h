@@ -110,6 +110,10 @@ typedef struct tfg_attrs {
   int niv;
   bool iv_none;
   int pad_mode;            /* TFG_PAD_* */
+  struct {                 /* SGD_UPDATE, ADAM_UPDATE: torch.optim's arguments */
+    double lr, momentum, dampening, beta1, beta2, eps, weight_decay;
+    bool nesterov, decoupled; /* decoupled: AdamW's weight decay */
+  } opt;
 } tfg_attrs;
 
 enum { TFG_PAD_EXPLICIT, TFG_PAD_SAME, TFG_PAD_VALID };

@@ -586,6 +586,45 @@ static tfg_status infer_one_hot(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
   return TFG_OK;
 }
 
+/* ---- gradients and updates -------------------------------------------------------- */
+
+/* Shaped like input 0 (relu_grad, gelu_grad, cross_entropy_grad,
+ * layer_norm_grad, max_pool_grad: the gradient of that input). */
+static tfg_status infer_like_input(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  (void)d;
+  const tfg_node *x = input(g, n, 0);
+  n->dtype = x->dtype;
+  n->shape = x->shape;
+  return TFG_OK;
+}
+
+/* The shape autodiff asks for in attrs.iv (the forward input's shape),
+ * the dtype of input 0. */
+static tfg_status infer_target(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  (void)d;
+  n->dtype = input(g, n, 0)->dtype;
+  n->shape.rank = n->attrs.niv;
+  for (int i = 0; i < n->attrs.niv; i++) n->shape.dim[i] = n->attrs.iv[i];
+  return TFG_OK;
+}
+
+static tfg_status infer_embedding_grad(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  (void)d;
+  const tfg_node *dy = input(g, n, 1);
+  n->dtype = dy->dtype;
+  n->shape = (tfg_shape){2, {n->attrs.n, dy->shape.dim[dy->shape.rank - 1]}};
+  return TFG_OK;
+}
+
+/* An update has no value of its own: an empty marker others can depend on. */
+static tfg_status infer_update(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  (void)g;
+  (void)d;
+  n->dtype = TFG_DTYPE_BOOL;
+  n->shape = (tfg_shape){1, {0}};
+  return TFG_OK;
+}
+
 /* ---- costs ------------------------------------------------------------------ */
 
 static double numel(const tfg_node *n) { return (double)tfg_shape_numel(&n->shape); }
@@ -626,6 +665,19 @@ static double flops_conv2d(const tfg_graph *g, const tfg_node *n) {
   return 2.0 * numel(n) * (double)(w->shape.dim[1] * w->shape.dim[2] * w->shape.dim[3]);
 }
 
+/* A conv gradient costs what the forward conv did: 2 * out * C * KH * KW
+ * with out the forward output (dy, input 0 or 1). */
+static double flops_conv2d_grad(const tfg_graph *g, const tfg_node *n) {
+  const tfg_node *dy = input(g, n, n->op == TFG_OP_CONV2D_GRAD_INPUT ? 0 : 1);
+  const tfg_shape *w = n->op == TFG_OP_CONV2D_GRAD_INPUT ? &input(g, n, 1)->shape : &n->shape;
+  return 2.0 * numel(dy) * (double)(w->dim[1] * w->dim[2] * w->dim[3]);
+}
+
+/* Per element: Adam is about a dozen flops, SGD a few. */
+static double flops_update(const tfg_graph *g, const tfg_node *n) {
+  return (n->op == TFG_OP_ADAM_UPDATE ? 12.0 : 4.0) * numel(input(g, n, 0));
+}
+
 static double flops_pool(const tfg_graph *g, const tfg_node *n) {
   (void)g;
   return numel(n) * (double)(n->attrs.size[0] * n->attrs.size[1]);
@@ -639,6 +691,7 @@ static const tfg_op_def ops[TFG_OP_COUNT] = {
     ROW(PARAM, infer_source, flops_none, NULL),
     ROW(INPUT, infer_source, flops_none, NULL),
     ROW(INIT, infer_source, flops_out, tfg_cpu_init),
+    ROW(STATE, infer_source, flops_none, NULL),
     ROW(NEG, infer_unary, flops_out, tfg_cpu_unary),
     ROW(EXP, infer_unary, flops_out4, tfg_cpu_unary),
     ROW(LOG, infer_unary, flops_out4, tfg_cpu_unary),
@@ -683,6 +736,17 @@ static const tfg_op_def ops[TFG_OP_COUNT] = {
     ROW(EMBEDDING, infer_embedding, flops_none, tfg_cpu_embedding),
     ROW(ONE_HOT, infer_one_hot, flops_none, tfg_cpu_one_hot),
     ROW(ACCURACY, infer_accuracy, flops_in, tfg_cpu_accuracy),
+    ROW(RELU_GRAD, infer_like_input, flops_out, tfg_cpu_relu_grad),
+    ROW(GELU_GRAD, infer_like_input, flops_out4, tfg_cpu_gelu_grad),
+    ROW(CROSS_ENTROPY_GRAD, infer_like_input, flops_in5, tfg_cpu_cross_entropy_grad),
+    ROW(LAYER_NORM_GRAD, infer_like_input, flops_in5, tfg_cpu_layer_norm_grad),
+    ROW(CONV2D_GRAD_INPUT, infer_target, flops_conv2d_grad, tfg_cpu_conv2d_grad_input),
+    ROW(CONV2D_GRAD_WEIGHT, infer_target, flops_conv2d_grad, tfg_cpu_conv2d_grad_weight),
+    ROW(MAX_POOL_GRAD, infer_like_input, flops_in, tfg_cpu_pool_grad),
+    ROW(AVG_POOL_GRAD, infer_target, flops_out, tfg_cpu_pool_grad),
+    ROW(EMBEDDING_GRAD, infer_embedding_grad, flops_in, tfg_cpu_embedding_grad),
+    ROW(SGD_UPDATE, infer_update, flops_update, tfg_cpu_sgd_update),
+    ROW(ADAM_UPDATE, infer_update, flops_update, tfg_cpu_adam_update),
 #undef ROW
 };
 

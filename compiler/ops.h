@@ -30,6 +30,7 @@
   X(PARAM, "param", "")         /* name; attrs.init, value, a, b, seed: its initializer */ \
   X(INPUT, "input", "")         /* name: fed per step */                                \
   X(INIT, "init", "")           /* attrs.init, value, a, b, seed: filled on the device */ \
+  X(STATE, "state", "")         /* name: optimizer state of a param; starts at zero, persists */ \
   /* elementwise, one input */                                                          \
   X(NEG, "neg", "x")                                                                    \
   X(EXP, "exp", "x")                                                                    \
@@ -86,7 +87,29 @@
   X(EMBEDDING, "embedding", "table, ids") /* table [V, D], ids int [...] -> [..., D] */ \
   X(ONE_HOT, "one_hot", "ids, n")   /* ids int [...] -> f32 [..., n]; attrs.n */        \
   X(ACCURACY, "accuracy", "logits, labels")                                            \
-  /* logits [N, C], labels int [N]: fraction with argmax == label; f32 scalar */
+  /* logits [N, C], labels int [N]: fraction with argmax == label; f32 scalar */        \
+  /* gradients (built by compiler/autodiff.c; dy is the output's gradient) */           \
+  X(RELU_GRAD, "relu_grad", "")      /* (x, dy) -> dy where x > 0, else 0 */             \
+  X(GELU_GRAD, "gelu_grad", "")      /* (x, dy) -> dy * d gelu(x)/dx (exact form) */     \
+  X(CROSS_ENTROPY_GRAD, "cross_entropy_grad", "")                                       \
+  /* (logits [N, C], labels [N], dy scalar) -> (softmax(logits) - onehot(labels)) * dy / N */ \
+  X(LAYER_NORM_GRAD, "layer_norm_grad", "")                                             \
+  /* (x, gamma, dy) -> dx of layer_norm over the last axis; attrs.value = eps */        \
+  X(CONV2D_GRAD_INPUT, "conv2d_grad_input", "")                                         \
+  /* (dy [N, O, OH, OW], w [O, C, KH, KW]) -> dx, the node's shape [N, C, H, W]; conv attrs */ \
+  X(CONV2D_GRAD_WEIGHT, "conv2d_grad_weight", "")                                       \
+  /* (x [N, C, H, W], dy [N, O, OH, OW]) -> dw, the node's shape [O, C, KH, KW]; conv attrs */ \
+  X(MAX_POOL_GRAD, "max_pool_grad", "")                                                 \
+  /* (x, dy) -> dx: each window's dy goes to its first maximum; pool attrs */           \
+  X(AVG_POOL_GRAD, "avg_pool_grad", "")                                                 \
+  /* (dy) -> dx, the node's shape: dy / window size spread over each window */         \
+  X(EMBEDDING_GRAD, "embedding_grad", "")                                               \
+  /* (ids [...], dy [..., D]) -> dtable [attrs.n, D]: rows scatter-added */             \
+  /* optimizer updates: in place on param and state; the output is an empty marker */   \
+  X(SGD_UPDATE, "sgd_update", "")                                                       \
+  /* (param, grad, momentum_buf): torch.optim.SGD; attrs.opt */                         \
+  X(ADAM_UPDATE, "adam_update", "")                                                     \
+  /* (param, grad, m, v): torch.optim.Adam, or AdamW when attrs.opt.decoupled; step from ctx */
 
 typedef enum tfg_op_id {
 #define TFG_OP_ENUM(id, name, sig) TFG_OP_##id,

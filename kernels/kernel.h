@@ -24,6 +24,8 @@ struct tfg_pool;
 typedef struct tfg_kernel_ctx {
   struct tfg_pool *pool; /* CPU worker threads; NULL runs everything on the caller */
   bool training;         /* dropout is active only while training */
+  int64_t step;          /* the training step, from 1: Adam's bias correction, dropout masks */
+  uint64_t seed;         /* the train action's seed, mixed into dropout masks */
   tfg_strbuf err;        /* a kernel's error message (without the op and location) */
 } tfg_kernel_ctx;
 

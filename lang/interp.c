@@ -622,7 +622,7 @@ static bool depends_on_param(const tfg_graph *g, tfg_node_id id) {
 }
 
 /* The kind of value each train setting takes (LANGUAGE.md section 6). */
-static void check_setting(tfg_interp *I, const tfg_setting *st, const tfg_loc *at) {
+static void check_setting(tfg_interp *I, tfg_setting *st, const tfg_loc *at) {
   const tfg_value *v = &st->value;
   const char *n = st->name;
   if (strcmp(n, "optimizer") == 0 || strcmp(n, "strategy") == 0) {
@@ -638,6 +638,10 @@ static void check_setting(tfg_interp *I, const tfg_setting *st, const tfg_loc *a
   } else if (strcmp(n, "checkpoint") == 0) {
     if (v->kind != TFG_V_STRING || v->u.str.len == 0)
       tfg_interp_fail(I, TFG_ERR_NAME, at, "checkpoint must be a file name (a string), got %s", tfg_vkind_name(v->kind));
+    /* Relative to the program's folder, like its data files. */
+    const char *path = tfg_interp_path(I, tfg_interp_strdup(I, v->u.str.s, v->u.str.len));
+    st->value.u.str.s = path;
+    st->value.u.str.len = (uint32_t)strlen(path);
   } else if (strcmp(n, "metrics") == 0) {
     bool ok = v->kind == TFG_V_LIST;
     for (int32_t i = 0; ok && i < v->u.list.n; i++) ok = v->u.list.items[i].kind == TFG_V_TENSOR;
@@ -1438,4 +1442,4 @@ tfg_status tfg_interp_finish(tfg_interp *I) {
   return st;
 }
 
-const tfg_program *tfg_interp_program(const tfg_interp *I) { return &I->prog; }
+tfg_program *tfg_interp_program(tfg_interp *I) { return &I->prog; }

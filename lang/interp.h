@@ -153,7 +153,8 @@ tfg_status tfg_interp_eval(tfg_interp *in, const tfg_source *src, const tfg_ast 
 /* Checks what can only be checked once the whole program is built: every
  * --set named a top-level let. */
 tfg_status tfg_interp_finish(tfg_interp *in);
-const tfg_program *tfg_interp_program(const tfg_interp *in);
+/* The program built so far; later stages (autodiff) add nodes to its graph. */
+tfg_program *tfg_interp_program(tfg_interp *in);
 
 /* Renders a build-time value as the REPL and print show it. */
 void tfg_value_format(const tfg_value *v, const tfg_graph *g, tfg_strbuf *out);

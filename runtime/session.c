@@ -6,6 +6,7 @@
  * kept until the next run. */
 #include "runtime/session.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,8 @@ struct tfg_session {
   const tfg_program *prog;
   tfg_diag *diag;
   tfg_pool *pool;
+  bool check_numerics;
+  int32_t nnodes; /* the graph's size when the session was made */
   void **params;    /* per node id: param storage, or NULL */
   void **fed;       /* per node id: --feed data for an input, or NULL */
   void **kept;      /* fetched values of the last run, per fetch */
@@ -68,7 +71,9 @@ tfg_session *tfg_session_new(const tfg_program *p, tfg_diag *d, const tfg_sessio
   s->prog = p;
   s->diag = d;
   s->pool = tfg_pool_new(o ? o->threads : 0);
+  s->check_numerics = o && o->check_numerics;
   int32_t n = p->graph->nnodes;
+  s->nnodes = n;
   s->params = calloc((size_t)n + 1, sizeof *s->params);
   s->fed = calloc((size_t)n + 1, sizeof *s->fed);
   TFG_ASSERT(s->params && s->fed);
@@ -98,6 +103,13 @@ tfg_session *tfg_session_new(const tfg_program *p, tfg_diag *d, const tfg_sessio
     }
     s->params[p->params[i]] = t.data;
   }
+  /* Optimizer state starts at zero (torch.optim's buffers do too). */
+  for (int32_t i = 0; i < n; i++) {
+    const tfg_node *nd = &p->graph->nodes[i];
+    if (nd->op != TFG_OP_STATE) continue;
+    s->params[i] = alloc_bytes(node_bytes(nd));
+    memset(s->params[i], 0, node_bytes(nd));
+  }
   for (int i = 0; o && i < o->nfeeds; i++) {
     bool found = false;
     for (int k = 0; k < p->nfeeds; k++) {
@@ -120,7 +132,7 @@ tfg_session *tfg_session_new(const tfg_program *p, tfg_diag *d, const tfg_sessio
 
 void tfg_session_free(tfg_session *s) {
   if (!s) return;
-  int32_t n = s->prog->graph->nnodes;
+  int32_t n = s->nnodes;
   for (int32_t i = 0; i < n; i++) {
     free(s->params[i]);
     free(s->fed[i]);
@@ -133,8 +145,12 @@ void tfg_session_free(tfg_session *s) {
   free(s);
 }
 
-/* The value of input node id for this run: its first batch, or --feed. */
-static tfg_status input_value(tfg_session *s, tfg_node_id id, void **out, bool *owned) {
+void *tfg_session_storage(tfg_session *s, tfg_node_id id) {
+  return id >= 0 && id < s->nnodes ? s->params[id] : NULL;
+}
+
+/* The value of input node id for this run: the batch ro asks for, or --feed. */
+static tfg_status input_value(tfg_session *s, tfg_node_id id, const tfg_run_opts *ro, void **out, bool *owned) {
   const tfg_program *p = s->prog;
   const tfg_node *n = &p->graph->nodes[id];
   if (s->fed[id]) {
@@ -149,9 +165,15 @@ static tfg_status input_value(tfg_session *s, tfg_node_id id, void **out, bool *
                      n->name, n->name);
       return TFG_ERR_IO;
     }
+    tfg_split split = ro->any_split ? p->feeds[k].split : ro->split;
+    if (tfg_data_rows(p->feeds[k].ds, split) == 0) {
+      tfg_diag_error(s->diag, &n->loc, "input %s: the %s split of %s is empty", n->name,
+                     split == TFG_SPLIT_TEST ? "test" : "train", p->feeds[k].ds_path);
+      return TFG_ERR_DATA;
+    }
     *out = alloc_bytes(node_bytes(n));
     *owned = true;
-    tfg_data_fetch(p->feeds[k].ds, p->feeds[k].split, p->feeds[k].col, 0, 0, n->shape.dim[0], n->dtype, *out);
+    tfg_data_fetch(p->feeds[k].ds, split, p->feeds[k].col, ro->epoch, ro->first, n->shape.dim[0], n->dtype, *out);
     return TFG_OK;
   }
   TFG_ASSERT(!"an input node without a feed entry");
@@ -159,7 +181,29 @@ static tfg_status input_value(tfg_session *s, tfg_node_id id, void **out, bool *
 }
 
 tfg_status tfg_session_run(tfg_session *s, const tfg_node_id *fetch, int nfetch, tfg_tensor *out) {
+  tfg_run_opts ro = {.any_split = true};
+  return tfg_session_run_with(s, fetch, nfetch, out, &ro);
+}
+
+/* The index of the first NaN or Inf in a float tensor, or -1. */
+static int64_t first_nonfinite(const tfg_tensor *t) {
+  int64_t n = tfg_shape_numel(&t->shape);
+  if (t->dtype == TFG_DTYPE_F32) {
+    const float *v = t->data;
+    for (int64_t i = 0; i < n; i++)
+      if (!isfinite(v[i])) return i;
+  } else if (t->dtype == TFG_DTYPE_F64) {
+    const double *v = t->data;
+    for (int64_t i = 0; i < n; i++)
+      if (!isfinite(v[i])) return i;
+  }
+  return -1;
+}
+
+tfg_status tfg_session_run_with(tfg_session *s, const tfg_node_id *fetch, int nfetch, tfg_tensor *out,
+                                const tfg_run_opts *ro) {
   const tfg_graph *g = s->prog->graph;
+  for (int i = 0; i < nfetch; i++) TFG_ASSERT(fetch[i] < s->nnodes); /* built before the session */
   int32_t n = g->nnodes;
   for (int i = 0; i < s->nkept; i++) free(s->kept[i]);
   s->nkept = 0;
@@ -184,17 +228,17 @@ tfg_status tfg_session_run(tfg_session *s, const tfg_node_id *fetch, int nfetch,
   }
   for (int i = 0; i < nfetch; i++) uses[fetch[i]]++; /* fetched values outlive the run */
   tfg_status st = TFG_OK;
-  tfg_kernel_ctx ctx = {.pool = s->pool, .training = false};
+  tfg_kernel_ctx ctx = {.pool = s->pool, .training = ro->training, .step = ro->step, .seed = ro->seed};
   tfg_tensor in[64];
   for (int32_t i = 0; i <= top && st == TFG_OK; i++) {
     if (!need[i]) continue;
     const tfg_node *nd = &g->nodes[i];
-    if (nd->op == TFG_OP_PARAM) {
+    if (nd->op == TFG_OP_PARAM || nd->op == TFG_OP_STATE) {
       val[i] = s->params[i];
       continue;
     }
     if (nd->op == TFG_OP_INPUT) {
-      st = input_value(s, i, &val[i], &owned[i]);
+      st = input_value(s, i, ro, &val[i], &owned[i]);
       continue;
     }
     TFG_ASSERT(nd->ninputs <= 64);
@@ -210,6 +254,20 @@ tfg_status tfg_session_run(tfg_session *s, const tfg_node_id *fetch, int nfetch,
     if (st != TFG_OK) {
       tfg_diag_error(s->diag, &nd->loc, "%s failed: %s", def->name, ctx.err.data ? ctx.err.data : tfg_status_str(st));
       break;
+    }
+    if (s->check_numerics) {
+      int64_t bad = first_nonfinite(&o);
+      if (bad >= 0) {
+        double v = o.dtype == TFG_DTYPE_F32 ? ((float *)o.data)[bad] : ((double *)o.data)[bad];
+        tfg_strbuf sh = {0};
+        tfg_shape_format(&sh, o.dtype, &o.shape);
+        tfg_diag_error(s->diag, &nd->loc, "%s produced %g at element %lld of its %s result%s", def->name, v,
+                       (long long)bad, sh.data, ro->step ? "" : "");
+        if (ro->step) tfg_diag_note(s->diag, NULL, "in training step %lld", (long long)ro->step);
+        tfg_strbuf_free(&sh);
+        st = TFG_ERR_NUMERIC;
+        break;
+      }
     }
     /* Free inputs whose last consumer this was. */
     for (int k = 0; k < nd->ninputs; k++) {

@@ -5,8 +5,9 @@
  *   if (tfg_session_run(s, fetch, 2, out) == TFG_OK) ...   // views, valid until the next run
  *   tfg_session_free(s);
  *
- * A run computes exactly the nodes the fetched ones depend on, in graph
- * order, each on the CPU kernels of the op registry, freeing every
+ * Params and optimizer state (PARAM and STATE nodes) live in the session;
+ * update ops write them in place. A run computes exactly the nodes the
+ * fetched ones depend on, in graph order, each on the CPU kernels of the op registry, freeing every
  * intermediate once its last consumer has run. Inputs fed from a dataset
  * get the first batch of their split; others get the array given with
  * --feed. A kernel failure is reported at the op's source location, with
@@ -27,7 +28,19 @@ typedef struct tfg_session_opts {
   const tfg_feed_file *feeds;
   int nfeeds;
   uint64_t seed;    /* mixed into every param initializer's seed (--seed) */
+  bool check_numerics; /* after every op, fail on the first NaN or Inf it produced */
 } tfg_session_opts;
+
+/* How one run feeds its inputs and runs its kernels. */
+typedef struct tfg_run_opts {
+  bool training;     /* dropout active */
+  int64_t step;      /* the training step from 1 (Adam, dropout masks); 0 outside training */
+  uint64_t seed;     /* the train action's seed (dropout masks) */
+  tfg_split split;   /* dataset-fed inputs read this split ... */
+  bool any_split;    /* ... (true) or the split each input names (false) */
+  int64_t epoch;     /* ... in this epoch's order ... */
+  int64_t first;     /* ... from this row (batch index times batch size) */
+} tfg_run_opts;
 
 typedef struct tfg_session tfg_session;
 
@@ -35,7 +48,13 @@ typedef struct tfg_session tfg_session;
  * reporting (a --feed file that cannot be read or does not match). */
 tfg_session *tfg_session_new(const tfg_program *p, tfg_diag *d, const tfg_session_opts *o);
 void tfg_session_free(tfg_session *s);
-/* Computes the fetched nodes into out[i] (data owned by the session). */
+/* Computes the fetched nodes into out[i] (data owned by the session):
+ * the first batch of every input, outside training. */
 tfg_status tfg_session_run(tfg_session *s, const tfg_node_id *fetch, int nfetch, tfg_tensor *out);
+/* The same with the batch and mode of ro. */
+tfg_status tfg_session_run_with(tfg_session *s, const tfg_node_id *fetch, int nfetch, tfg_tensor *out,
+                                const tfg_run_opts *ro);
+/* The storage of a PARAM or STATE node (it persists across runs), or NULL. */
+void *tfg_session_storage(tfg_session *s, tfg_node_id id);
 
 #endif

@@ -59,8 +59,6 @@ expect run-example 0 "$TFG" run examples/hello.tfg && contains run-example "$tmp
 expect run-bad-program 1 "$TFG" run "$tmp/bad.tfg"
 # Subcommands past this version check the program, then say they are not available.
 expect place-unavailable 3 "$TFG" place examples/hello.tfg && contains place-unavailable "$tmp/err" "not available"
-printf 'param w: f32[]\ntrain w { optimizer = sgd(lr = 0.1); steps = 1 }\n' >"$tmp/train.tfg"
-expect train-unavailable 3 "$TFG" run "$tmp/train.tfg" && contains train-unavailable "$tmp/err" "training is not available"
 # --set and --feed
 expect set-unknown 2 "$TFG" check --set nothere=1 examples/hello.tfg && contains set-unknown "$tmp/err" "no top-level \`let nothere\`"
 expect set-bad 2 "$TFG" check --set novalue examples/hello.tfg
@@ -96,3 +94,41 @@ head -c 200000 /dev/urandom >"$tmp/random.tfg"
 timeout 20 "$TFG" check "$tmp/random.tfg" >/dev/null 2>&1
 rc=$?
 if [ $rc -le 1 ]; then ok; else ko "cli random-bytes: exit $rc"; fi
+
+# ---- training --------------------------------------------------------------
+# A tiny regression trained with a checkpoint: 100 steps straight, or 50,
+# stop, resume to 100, must give the same bytes (params, Adam state, step).
+mkdir -p "$tmp/train"
+cat >"$tmp/train/fit.tfg" <<'TFG'
+let steps = 100
+let ckpt = "a.safetensors"
+x = reshape(cast(arange(0, 32), f32) / 32.0, [8, 4])
+t = sum(x * tensor([1.0, -2.0, 3.0, 0.5]), axis = 1, keepdims = true)
+param w: f32[4, 1] = normal(seed = 3)
+param b: f32[1]
+h = dropout(x, 0.1)
+loss = mse(matmul(h, w) + b, t)
+train loss { optimizer = adam(lr = 0.01); steps = steps; checkpoint = ckpt; checkpoint_every = 25; log_every = 50 }
+TFG
+expect train-straight 0 "$TFG" run --threads 2 "$tmp/train/fit.tfg" &&
+  contains train-straight "$tmp/err" "step 100/100"
+expect train-half 0 "$TFG" run --threads 2 --set steps=50 --set 'ckpt="b.safetensors"' "$tmp/train/fit.tfg"
+expect train-resume 0 "$TFG" run --threads 2 --set 'ckpt="b.safetensors"' "$tmp/train/fit.tfg" &&
+  contains train-resume "$tmp/err" "restored"
+if cmp -s "$tmp/train/a.safetensors" "$tmp/train/b.safetensors"; then ok; else ko "cli train-resume: 50 + 50 steps differ from 100"; fi
+# The loss fell.
+expect train-loss-falls 0 "$TFG" run --set steps=200 --set 'ckpt="c.safetensors"' "$tmp/train/fit.tfg"
+first=$(grep -m1 '^step 50/' "$tmp/err" | sed -E 's/.*loss ([0-9.]+).*/\1/')
+last=$(grep '^step 200/' "$tmp/err" | sed -E 's/.*loss ([0-9.]+).*/\1/')
+# (dropout keeps the loss off zero: halving it is the bar)
+if awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a / 2) }'; then ok; else ko "cli train-loss-falls: $first -> $last"; fi
+# A NaN loss stops the run, naming the step; --check-numerics names the op.
+cat >"$tmp/train/nan.tfg" <<'TFG'
+param w: f32[2, 2] = ones()
+x = tensor([[1.0, -1.0], [2.0, -3.0]])
+loss = mean(log(matmul(x, w)))
+train loss { optimizer = sgd(lr = 0.1); steps = 3 }
+TFG
+expect train-nan 3 "$TFG" run "$tmp/train/nan.tfg" && contains train-nan "$tmp/err" "step 1: the loss is NaN"
+expect train-check-numerics 3 "$TFG" run --check-numerics "$tmp/train/nan.tfg" &&
+  contains train-check-numerics "$tmp/err" "nan.tfg:3:13: error: log produced -inf at element 0"

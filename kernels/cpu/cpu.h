@@ -61,4 +61,18 @@ TFG_CPU_KERNEL(tfg_cpu_accuracy);
 TFG_CPU_KERNEL(tfg_cpu_conv2d);  /* im2col + gemm */
 TFG_CPU_KERNEL(tfg_cpu_pool);    /* MAX_POOL AVG_POOL */
 
+/* kernels/cpu/grad.c: gradients that are not compositions of other ops */
+TFG_CPU_KERNEL(tfg_cpu_relu_grad);
+TFG_CPU_KERNEL(tfg_cpu_gelu_grad);
+TFG_CPU_KERNEL(tfg_cpu_cross_entropy_grad);
+TFG_CPU_KERNEL(tfg_cpu_layer_norm_grad);
+TFG_CPU_KERNEL(tfg_cpu_conv2d_grad_input);  /* gemm + col2im */
+TFG_CPU_KERNEL(tfg_cpu_conv2d_grad_weight); /* im2col + gemm */
+TFG_CPU_KERNEL(tfg_cpu_pool_grad);          /* MAX_POOL_GRAD AVG_POOL_GRAD */
+TFG_CPU_KERNEL(tfg_cpu_embedding_grad);
+
+/* kernels/cpu/optim.c: in-place updates of in[0] (param) and its state */
+TFG_CPU_KERNEL(tfg_cpu_sgd_update);
+TFG_CPU_KERNEL(tfg_cpu_adam_update);
+
 #endif

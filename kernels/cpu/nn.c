@@ -330,7 +330,9 @@ DEFINE_DROPOUT(float, f32)
 DEFINE_DROPOUT(double, f64)
 
 /* DROPOUT: identity unless ctx->training; then keeps each element with
- * probability 1 - rate (rate = attrs.value, seed = attrs.seed) and scales
+ * probability 1 - rate (rate = attrs.value; the stream mixes attrs.seed
+ * with the train seed and step, so every step draws a new mask and the
+ * gradient, which runs this same op on dy, reuses it) and scales
  * the kept ones by 1 / (1 - rate); rate 1 gives zeros. A rate outside
  * [0, 1] is TFG_ERR_NUMERIC. */
 TFG_CPU_KERNEL(tfg_cpu_dropout) {
@@ -350,7 +352,8 @@ TFG_CPU_KERNEL(tfg_cpu_dropout) {
     if (bytes) memset(out->data, 0, bytes);
     return TFG_OK;
   }
-  dropout_job j = {.x = x->data, .y = out->data, .seed = node->attrs.seed, .rate = rate,
+  uint64_t seed = tfg_rng_dropout_stream(node->attrs.seed, ctx->seed, ctx->step);
+  dropout_job j = {.x = x->data, .y = out->data, .seed = seed, .rate = rate,
                    .scale = 1.0 / (1.0 - rate)};
   tfg_parallel_for(ctx->pool, n, GRAIN_ELEMS,
                    x->dtype == TFG_DTYPE_F32 ? dropout_f32 : dropout_f64, &j);

@@ -51,9 +51,12 @@ int main(void) {
   srunner_add_suite(sr, suite_parser());
   srunner_add_suite(sr, suite_kernels_basic());
   srunner_add_suite(sr, suite_kernels_nn());
+  srunner_add_suite(sr, suite_kernels_grad());
   srunner_add_suite(sr, suite_data());
   srunner_add_suite(sr, suite_interp());
   srunner_add_suite(sr, suite_format());
+  srunner_add_suite(sr, suite_ckpt());
+  srunner_add_suite(sr, suite_autodiff());
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);

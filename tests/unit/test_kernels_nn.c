@@ -595,7 +595,8 @@ END_TEST
  * with mean 70000 and standard deviation sqrt(n p (1 - p)) = 144.9; we
  * accept 6 standard deviations (870), which a correct generator misses
  * with probability about 2e-9. Beyond the count: the mask is exactly the
- * documented rule (uniform(seed, i) >= rate), every kept value is exactly
+ * documented rule (uniform(stream, i) >= rate, the stream derived from the
+ * op's seed, the run's seed and the step), every kept value is exactly
  * x * (1 / (1 - rate)) rounded once, the run repeats bit for bit from the
  * seed (also on a pool), and another seed gives another mask. */
 START_TEST(dropout_training) {
@@ -612,7 +613,7 @@ START_TEST(dropout_training) {
     ck_ok(run(tfg_cpu_dropout, &n, &x, &y, NULL, true));
     int64_t kept = 0;
     for (int64_t i = 0; i < N; i++) {
-      bool keep = tfg_rng_uniform(1234, (uint64_t)i) >= rate;
+      bool keep = tfg_rng_uniform(tfg_rng_dropout_stream(1234, 0, 0), (uint64_t)i) >= rate;
       double want = 0;
       if (keep) {
         want = dt == TFG_DTYPE_F32 ? (double)(float)(get(&x, i) * scale) : get(&x, i) * scale;

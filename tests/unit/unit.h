@@ -16,9 +16,12 @@ Suite *suite_lexer(void);
 Suite *suite_parser(void);
 Suite *suite_kernels_basic(void);
 Suite *suite_kernels_nn(void);
+Suite *suite_kernels_grad(void);
 Suite *suite_data(void);
 Suite *suite_interp(void);
 Suite *suite_format(void);
+Suite *suite_ckpt(void);
+Suite *suite_autodiff(void);
 
 /* Renders d's diagnostics without colour (and the error count when
  * summary is true) into a heap string. */

@@ -1,0 +1,479 @@
+/* compiler/autodiff.c: reverse-mode differentiation over the graph IR.
+ *
+ * One backward sweep in reverse id order (ids are topological): a node's
+ * adjoint is complete once every consumer, all with larger ids, has been
+ * visited. Each rule builds its input gradients from ordinary ops
+ * (matmul with transposes, sums over broadcast axes, where) or from the
+ * gradient ops of compiler/ops.h where a fused kernel is clearly better
+ * (relu, cross_entropy, layer_norm, conv2d, pooling, embedding). */
+#include "compiler/autodiff.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/assert.h"
+#include "compiler/ops.h"
+
+typedef struct ad {
+  tfg_graph *g;
+  tfg_diag *diag;
+  /* The forward node being differentiated, by value: adding nodes may
+   * move the node array. New nodes take its location and device pin. */
+  tfg_loc loc;
+  tfg_devspec pin;
+} ad;
+
+static void at(ad *c, tfg_node_id id) {
+  c->loc = c->g->nodes[id].loc;
+  c->pin = c->g->nodes[id].pin;
+}
+
+/* Adds a node; its shape rule must accept it (anything else is a bug). */
+static tfg_node_id add(ad *c, tfg_op_id op, const tfg_node_id *in, int nin, const tfg_attrs *attrs) {
+  tfg_node_id id = tfg_graph_add(c->g, op, in, nin, &c->loc);
+  tfg_node *n = tfg_graph_node(c->g, id);
+  if (attrs) n->attrs = *attrs;
+  n->pin = c->pin;
+  tfg_status s = tfg_op_get(op)->infer(c->g, n, c->diag);
+  TFG_ASSERT(s == TFG_OK);
+  return id;
+}
+
+static const tfg_node *node(ad *c, tfg_node_id id) { return &c->g->nodes[id]; }
+
+static tfg_node_id op1(ad *c, tfg_op_id op, tfg_node_id a) { return add(c, op, &a, 1, NULL); }
+
+static tfg_node_id op2(ad *c, tfg_op_id op, tfg_node_id a, tfg_node_id b) {
+  tfg_node_id in[2] = {a, b};
+  return add(c, op, in, 2, NULL);
+}
+
+static tfg_node_id scalar(ad *c, double v, tfg_dtype dt) {
+  void *data = tfg_arena_alloc(&c->g->arena, 8);
+  if (dt == TFG_DTYPE_F64) *(double *)data = v;
+  else *(float *)data = (float)v;
+  tfg_attrs a = {.data = data};
+  tfg_node_id id = add(c, TFG_OP_CONST, NULL, 0, &a);
+  tfg_node *n = tfg_graph_node(c->g, id);
+  n->dtype = dt;
+  n->shape.rank = 0;
+  return id;
+}
+
+static tfg_node_id filled(ad *c, tfg_init_kind k, tfg_dtype dt, const tfg_shape *s) {
+  tfg_attrs a = {.init = k};
+  tfg_node_id id = add(c, TFG_OP_INIT, NULL, 0, &a);
+  tfg_node *n = tfg_graph_node(c->g, id);
+  n->dtype = dt;
+  n->shape = *s;
+  return id;
+}
+
+static tfg_node_id reshape(ad *c, tfg_node_id x, const tfg_shape *s) {
+  if (tfg_shape_eq(&node(c, x)->shape, s)) return x;
+  tfg_attrs a = {.niv = s->rank};
+  for (int i = 0; i < s->rank; i++) a.iv[i] = s->dim[i];
+  return add(c, TFG_OP_RESHAPE, &x, 1, &a);
+}
+
+static tfg_node_id broadcast(ad *c, tfg_node_id x, const tfg_shape *s) {
+  if (tfg_shape_eq(&node(c, x)->shape, s)) return x;
+  tfg_attrs a = {.niv = s->rank};
+  for (int i = 0; i < s->rank; i++) a.iv[i] = s->dim[i];
+  return add(c, TFG_OP_BROADCAST, &x, 1, &a);
+}
+
+/* Sum over the given axes of x, keeping them as size 1. */
+static tfg_node_id sum_keep(ad *c, tfg_node_id x, uint32_t axes) {
+  tfg_attrs a = {.keepdims = true};
+  int r = node(c, x)->shape.rank;
+  for (int i = 0; i < r; i++)
+    if (axes & (1u << i)) a.iv[a.niv++] = i;
+  return add(c, TFG_OP_SUM, &x, 1, &a);
+}
+
+/* The gradient of a broadcast operand: dy summed over the axes that were
+ * broadcast, reshaped to the operand's shape. */
+static tfg_node_id sum_to(ad *c, tfg_node_id dy, const tfg_shape *want) {
+  const tfg_shape *have = &node(c, dy)->shape;
+  if (tfg_shape_eq(have, want)) return dy;
+  uint32_t axes = 0;
+  int lead = have->rank - want->rank;
+  for (int i = 0; i < have->rank; i++)
+    if (i < lead || (want->dim[i - lead] == 1 && have->dim[i] != 1)) axes |= 1u << i;
+  tfg_node_id s = axes ? sum_keep(c, dy, axes) : dy;
+  return reshape(c, s, want);
+}
+
+/* dy of a reduction over axes, back to the input's shape x. */
+static tfg_node_id unreduce(ad *c, tfg_node_id dy, const tfg_node *x, uint32_t axes) {
+  tfg_shape keep = x->shape;
+  for (int i = 0; i < keep.rank; i++)
+    if (axes & (1u << i)) keep.dim[i] = 1;
+  return broadcast(c, reshape(c, dy, &keep), &x->shape);
+}
+
+static tfg_node_id where(ad *c, tfg_node_id cond, tfg_node_id a, tfg_node_id b) {
+  tfg_node_id in[3] = {cond, a, b};
+  return add(c, TFG_OP_WHERE, in, 3, NULL);
+}
+
+static tfg_node_id matmul(ad *c, tfg_node_id a, tfg_node_id b, bool ta, bool tb) {
+  tfg_node_id in[2] = {a, b};
+  tfg_attrs at = {.transpose_a = ta, .transpose_b = tb};
+  return add(c, TFG_OP_MATMUL, in, 2, &at);
+}
+
+/* The shape of a node as attrs.iv, for gradient ops shaped by request. */
+static tfg_attrs target(const tfg_attrs *base, const tfg_shape *s) {
+  tfg_attrs a = *base;
+  a.niv = s->rank;
+  for (int i = 0; i < s->rank; i++) a.iv[i] = s->dim[i];
+  return a;
+}
+
+/* ---- the rules ------------------------------------------------------------ */
+
+/* Computes the gradient of input k of node y (id yid) given its adjoint
+ * dy, or -1 when there is none. */
+static tfg_node_id rule(ad *c, tfg_node_id yid, int k, tfg_node_id dy) {
+  /* Copies: adding nodes may move the array. */
+  const tfg_node y = *node(c, yid), xcopy = *node(c, y.inputs[k]);
+  const tfg_node *x = &xcopy;
+  tfg_node_id xid = y.inputs[k];
+  tfg_dtype dt = y.dtype;
+  switch (y.op) {
+  case TFG_OP_NEG: return op1(c, TFG_OP_NEG, dy);
+  case TFG_OP_EXP: return op2(c, TFG_OP_MUL, dy, yid);
+  case TFG_OP_LOG: return op2(c, TFG_OP_DIV, dy, xid);
+  case TFG_OP_SQRT: return op2(c, TFG_OP_DIV, op2(c, TFG_OP_MUL, dy, scalar(c, 0.5, dt)), yid);
+  case TFG_OP_RSQRT: { /* d x^-1/2 = -1/2 x^-3/2 = -1/2 y^3 */
+    tfg_node_id y3 = op2(c, TFG_OP_MUL, op2(c, TFG_OP_MUL, yid, yid), yid);
+    return op2(c, TFG_OP_MUL, op2(c, TFG_OP_MUL, dy, scalar(c, -0.5, dt)), y3);
+  }
+  case TFG_OP_ABS: { /* sign(x) dy, and 0 at 0 as PyTorch */
+    tfg_node_id zero = scalar(c, 0, dt);
+    tfg_node_id neg = where(c, op2(c, TFG_OP_GREATER, zero, xid), op1(c, TFG_OP_NEG, dy), broadcast(c, zero, &y.shape));
+    return where(c, op2(c, TFG_OP_GREATER, xid, zero), dy, neg);
+  }
+  case TFG_OP_RELU: return op2(c, TFG_OP_RELU_GRAD, xid, dy);
+  case TFG_OP_GELU: return op2(c, TFG_OP_GELU_GRAD, xid, dy);
+  case TFG_OP_TANH: /* 1 - y^2 */
+    return op2(c, TFG_OP_MUL, dy, op2(c, TFG_OP_SUB, scalar(c, 1, dt), op2(c, TFG_OP_MUL, yid, yid)));
+  case TFG_OP_SIGMOID: /* y (1 - y) */
+    return op2(c, TFG_OP_MUL, dy, op2(c, TFG_OP_MUL, yid, op2(c, TFG_OP_SUB, scalar(c, 1, dt), yid)));
+  case TFG_OP_CAST: {
+    if (!tfg_dtype_is_float(x->dtype) || !tfg_dtype_is_float(y.dtype)) return -1;
+    tfg_attrs a = {.dtype = x->dtype};
+    return add(c, TFG_OP_CAST, &dy, 1, &a);
+  }
+  case TFG_OP_ADD: return sum_to(c, dy, &x->shape);
+  case TFG_OP_SUB: return sum_to(c, k == 0 ? dy : op1(c, TFG_OP_NEG, dy), &x->shape);
+  case TFG_OP_MUL: return sum_to(c, op2(c, TFG_OP_MUL, dy, y.inputs[1 - k]), &x->shape);
+  case TFG_OP_DIV:
+    if (k == 0) return sum_to(c, op2(c, TFG_OP_DIV, dy, y.inputs[1]), &x->shape);
+    /* d(a/b)/db = -a/b^2 = -y/b */
+    return sum_to(c, op1(c, TFG_OP_NEG, op2(c, TFG_OP_DIV, op2(c, TFG_OP_MUL, dy, yid), y.inputs[1])), &x->shape);
+  case TFG_OP_POW: {
+    tfg_node_id base = y.inputs[0], p = y.inputs[1];
+    if (k == 0) { /* p x^(p-1) */
+      tfg_node_id pm1 = op2(c, TFG_OP_SUB, p, scalar(c, 1, dt));
+      tfg_node_id g = op2(c, TFG_OP_MUL, p, op2(c, TFG_OP_POW, base, pm1));
+      return sum_to(c, op2(c, TFG_OP_MUL, dy, g), &x->shape);
+    }
+    /* x^p log x */
+    return sum_to(c, op2(c, TFG_OP_MUL, dy, op2(c, TFG_OP_MUL, yid, op1(c, TFG_OP_LOG, base))), &x->shape);
+  }
+  case TFG_OP_MAXIMUM:
+  case TFG_OP_MINIMUM: { /* the larger (smaller) side takes dy; a tie splits it, as PyTorch */
+    tfg_node_id a = y.inputs[k], b = y.inputs[1 - k];
+    tfg_node_id wins = y.op == TFG_OP_MAXIMUM ? op2(c, TFG_OP_GREATER, a, b) : op2(c, TFG_OP_GREATER, b, a);
+    tfg_node_id zero = broadcast(c, scalar(c, 0, dt), &y.shape);
+    tfg_node_id half = op2(c, TFG_OP_MUL, dy, scalar(c, 0.5, dt));
+    tfg_node_id g = where(c, wins, dy, where(c, op2(c, TFG_OP_EQUAL, a, b), half, zero));
+    return sum_to(c, g, &x->shape);
+  }
+  case TFG_OP_WHERE: {
+    if (k == 0) return -1;
+    tfg_node_id zero = broadcast(c, scalar(c, 0, dt), &y.shape);
+    tfg_node_id g = k == 1 ? where(c, y.inputs[0], dy, zero) : where(c, y.inputs[0], zero, dy);
+    return sum_to(c, g, &x->shape);
+  }
+  case TFG_OP_MATMUL: {
+    bool ta = y.attrs.transpose_a, tb = y.attrs.transpose_b;
+    tfg_node_id a = y.inputs[0], b = y.inputs[1], g;
+    if (k == 0) g = ta ? matmul(c, b, dy, tb, true) : matmul(c, dy, b, false, !tb);
+    else g = tb ? matmul(c, dy, a, true, ta) : matmul(c, a, dy, !ta, false);
+    return sum_to(c, g, &x->shape);
+  }
+  case TFG_OP_SUM: return unreduce(c, dy, x, y.attrs.axes);
+  case TFG_OP_MEAN: {
+    double count = (double)tfg_shape_numel(&x->shape) / (double)tfg_shape_numel(&y.shape);
+    return unreduce(c, op2(c, TFG_OP_DIV, dy, scalar(c, count, dt)), x, y.attrs.axes);
+  }
+  case TFG_OP_MAX: { /* spread evenly over the maxima, as torch.amax */
+    tfg_node_id mask = op2(c, TFG_OP_EQUAL, xid, unreduce(c, yid, x, y.attrs.axes));
+    tfg_attrs cast = {.dtype = dt};
+    tfg_node_id m = add(c, TFG_OP_CAST, &mask, 1, &cast);
+    tfg_node_id count = broadcast(c, sum_keep(c, m, y.attrs.axes), &x->shape);
+    return op2(c, TFG_OP_DIV, op2(c, TFG_OP_MUL, m, unreduce(c, dy, x, y.attrs.axes)), count);
+  }
+  case TFG_OP_RESHAPE:
+  case TFG_OP_FLATTEN: return reshape(c, dy, &x->shape);
+  case TFG_OP_TRANSPOSE: {
+    tfg_attrs a = {.niv = y.shape.rank};
+    for (int i = 0; i < y.shape.rank; i++) a.iv[y.attrs.perm[i]] = i; /* the inverse permutation */
+    return add(c, TFG_OP_TRANSPOSE, &dy, 1, &a);
+  }
+  case TFG_OP_CONCAT: {
+    int64_t start = 0;
+    for (int i = 0; i < k; i++) start += node(c, y.inputs[i])->shape.dim[y.attrs.axis];
+    tfg_attrs a = {.axis = y.attrs.axis, .start = start, .end = start + x->shape.dim[y.attrs.axis]};
+    return add(c, TFG_OP_SLICE, &dy, 1, &a);
+  }
+  case TFG_OP_SLICE: { /* zeros around dy */
+    int64_t ax = y.attrs.axis, before = y.attrs.start, after = x->shape.dim[ax] - y.attrs.end;
+    tfg_node_id parts[3];
+    int n = 0;
+    tfg_shape s = x->shape;
+    if (before) { s.dim[ax] = before; parts[n++] = filled(c, TFG_INIT_ZEROS, dt, &s); }
+    parts[n++] = dy;
+    if (after) { s.dim[ax] = after; parts[n++] = filled(c, TFG_INIT_ZEROS, dt, &s); }
+    if (n == 1) return dy;
+    tfg_attrs a = {.axis = ax};
+    return add(c, TFG_OP_CONCAT, parts, n, &a);
+  }
+  case TFG_OP_BROADCAST: return sum_to(c, dy, &x->shape);
+  case TFG_OP_SOFTMAX: { /* y (dy - sum(dy y)) */
+    tfg_node_id s = broadcast(c, sum_keep(c, op2(c, TFG_OP_MUL, dy, yid), 1u << y.attrs.axis), &y.shape);
+    return op2(c, TFG_OP_MUL, yid, op2(c, TFG_OP_SUB, dy, s));
+  }
+  case TFG_OP_LOG_SOFTMAX: { /* dy - exp(y) sum(dy) */
+    tfg_node_id s = broadcast(c, sum_keep(c, dy, 1u << y.attrs.axis), &y.shape);
+    return op2(c, TFG_OP_SUB, dy, op2(c, TFG_OP_MUL, op1(c, TFG_OP_EXP, yid), s));
+  }
+  case TFG_OP_CROSS_ENTROPY: {
+    if (k != 0) return -1;
+    tfg_node_id in[3] = {y.inputs[0], y.inputs[1], dy};
+    return add(c, TFG_OP_CROSS_ENTROPY_GRAD, in, 3, NULL);
+  }
+  case TFG_OP_MSE: { /* 2 (a - b) / n, and its negative for b */
+    double n = (double)tfg_shape_numel(&x->shape);
+    tfg_node_id diff = op2(c, TFG_OP_SUB, y.inputs[0], y.inputs[1]);
+    tfg_node_id g = op2(c, TFG_OP_MUL, diff, op2(c, TFG_OP_MUL, dy, scalar(c, 2.0 / n, dt)));
+    return k == 0 ? g : op1(c, TFG_OP_NEG, g);
+  }
+  case TFG_OP_CONV2D: {
+    if (k == 0) {
+      tfg_node_id in[2] = {dy, y.inputs[1]};
+      tfg_attrs a = target(&y.attrs, &x->shape);
+      return add(c, TFG_OP_CONV2D_GRAD_INPUT, in, 2, &a);
+    }
+    tfg_node_id in[2] = {y.inputs[0], dy};
+    tfg_attrs a = target(&y.attrs, &x->shape);
+    return add(c, TFG_OP_CONV2D_GRAD_WEIGHT, in, 2, &a);
+  }
+  case TFG_OP_MAX_POOL: {
+    tfg_node_id in[2] = {xid, dy};
+    return add(c, TFG_OP_MAX_POOL_GRAD, in, 2, &y.attrs);
+  }
+  case TFG_OP_AVG_POOL: {
+    tfg_attrs a = target(&y.attrs, &x->shape);
+    return add(c, TFG_OP_AVG_POOL_GRAD, &dy, 1, &a);
+  }
+  case TFG_OP_LAYER_NORM: {
+    const tfg_node *in0 = node(c, y.inputs[0]);
+    int r = in0->shape.rank;
+    uint32_t lead = r > 1 ? (1u << (r - 1)) - 1 : 0; /* every axis but the last */
+    if (k == 0) {
+      tfg_node_id in[3] = {y.inputs[0], y.inputs[1], dy};
+      return add(c, TFG_OP_LAYER_NORM_GRAD, in, 3, &y.attrs);
+    }
+    tfg_shape d = x->shape; /* [D] */
+    if (k == 2) return sum_to(c, dy, &d);
+    /* dgamma = sum(dy * xhat), xhat = layer_norm(x, 1, 0) */
+    tfg_node_id ln[3] = {y.inputs[0], filled(c, TFG_INIT_ONES, dt, &d), filled(c, TFG_INIT_ZEROS, dt, &d)};
+    tfg_node_id xhat = add(c, TFG_OP_LAYER_NORM, ln, 3, &y.attrs);
+    tfg_node_id prod = op2(c, TFG_OP_MUL, dy, xhat);
+    return reshape(c, lead ? sum_keep(c, prod, lead) : prod, &d);
+  }
+  case TFG_OP_DROPOUT: /* the same mask: dropout's mask is a function of (seed, step, i) */
+    return add(c, TFG_OP_DROPOUT, &dy, 1, &y.attrs);
+  case TFG_OP_EMBEDDING: {
+    if (k != 0) return -1;
+    tfg_node_id in[2] = {y.inputs[1], dy};
+    tfg_attrs a = {.n = x->shape.dim[0]};
+    return add(c, TFG_OP_EMBEDDING_GRAD, in, 2, &a);
+  }
+  default:
+    return -1; /* no gradient: sources, comparisons, argmax, one_hot, accuracy, updates */
+  }
+}
+
+tfg_status tfg_autodiff(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt, int n, tfg_node_id *grads) {
+  int32_t count = loss + 1;
+  /* Relevant nodes: reachable from a wrt node and reaching the loss. */
+  uint8_t *from = calloc((size_t)count, 1), *to = calloc((size_t)count, 1);
+  tfg_node_id *adj = malloc(sizeof *adj * (size_t)count);
+  TFG_ASSERT(from && to && adj);
+  for (int i = 0; i < n; i++)
+    if (wrt[i] < count) from[wrt[i]] = 1;
+  for (int32_t i = 0; i < count; i++) {
+    adj[i] = -1;
+    const tfg_node *nd = &g->nodes[i];
+    for (int k = 0; k < nd->ninputs && !from[i]; k++) from[i] = from[nd->inputs[k]];
+  }
+  to[loss] = 1;
+  for (int32_t i = loss; i >= 0; i--)
+    if (to[i])
+      for (int k = 0; k < g->nodes[i].ninputs; k++) to[g->nodes[i].inputs[k]] = 1;
+
+  ad c = {.g = g};
+  at(&c, loss);
+  adj[loss] = scalar(&c, 1.0, g->nodes[loss].dtype);
+  for (int32_t i = loss; i >= 0; i--) {
+    if (adj[i] < 0 || !from[i] || !to[i]) continue;
+    int nin = g->nodes[i].ninputs;
+    for (int k = 0; k < nin; k++) {
+      tfg_node_id x = g->nodes[i].inputs[k];
+      if (!from[x] || !to[x] || !tfg_dtype_is_float(g->nodes[x].dtype)) continue;
+      at(&c, i);
+      tfg_node_id gk = rule(&c, i, k, adj[i]);
+      if (gk < 0) continue;
+      adj[x] = adj[x] < 0 ? gk : op2(&c, TFG_OP_ADD, adj[x], gk); /* a tensor used several times */
+    }
+  }
+  for (int i = 0; i < n; i++) grads[i] = wrt[i] < count ? adj[wrt[i]] : -1;
+  free(from);
+  free(to);
+  free(adj);
+  return TFG_OK;
+}
+
+/* ---- the training step --------------------------------------------------------- */
+
+static const tfg_value *record_arg(const tfg_record *r, const char *name) {
+  for (int i = 0; i < r->nargs; i++)
+    if (strcmp(r->arg_names[i], name) == 0) return &r->args[i];
+  return NULL;
+}
+
+static double num_arg(const tfg_record *r, const char *name) {
+  const tfg_value *v = record_arg(r, name);
+  TFG_ASSERT(v != NULL);
+  return v->kind == TFG_V_INT ? (double)v->u.i : v->kind == TFG_V_FLOAT ? v->u.f : (double)(v->kind == TFG_V_BOOL && v->u.b);
+}
+
+/* A STATE node named "PARAM:SLOT" shaped like the param. */
+static tfg_node_id add_state(ad *c, const tfg_node *param, const char *slot) {
+  size_t n = strlen(param->name) + strlen(slot) + 2;
+  char *name = tfg_arena_alloc(&c->g->arena, n);
+  snprintf(name, n, "%s:%s", param->name, slot);
+  tfg_dtype dt = param->dtype;
+  tfg_shape shape = param->shape;
+  tfg_node_id id = add(c, TFG_OP_STATE, NULL, 0, NULL);
+  tfg_node *s = tfg_graph_node(c->g, id);
+  s->name = name;
+  s->dtype = dt;
+  s->shape = shape;
+  s->attrs.init = TFG_INIT_ZEROS;
+  return id;
+}
+
+/* Checks an optimizer's numbers: the error is the user's, at the call. */
+static bool check_opt(tfg_diag *d, const tfg_record *r, const tfg_attrs *a) {
+  const char *bad = NULL;
+  if (!(a->opt.lr >= 0)) bad = "lr must not be negative";
+  else if (!(a->opt.momentum >= 0)) bad = "momentum must not be negative";
+  else if (!(a->opt.weight_decay >= 0)) bad = "weight_decay must not be negative";
+  else if (!(a->opt.beta1 >= 0 && a->opt.beta1 < 1)) bad = "b1 must be in [0, 1)";
+  else if (!(a->opt.beta2 >= 0 && a->opt.beta2 < 1)) bad = "b2 must be in [0, 1)";
+  else if (!(a->opt.eps >= 0)) bad = "eps must not be negative";
+  else if (a->opt.nesterov && a->opt.momentum <= 0) bad = "nesterov needs a momentum above 0";
+  if (bad) tfg_diag_error(d, &r->loc, "%s: %s", r->name, bad);
+  return bad == NULL;
+}
+
+tfg_status tfg_autodiff_train_step(tfg_graph *g, const tfg_action *a, const tfg_program *p, tfg_train_step *out,
+                                   tfg_diag *d) {
+  memset(out, 0, sizeof *out);
+  const tfg_record *opt = NULL;
+  for (int i = 0; i < a->nsettings; i++) {
+    if (strcmp(a->settings[i].name, "optimizer") == 0) opt = a->settings[i].value.u.record;
+    if (strcmp(a->settings[i].name, "metrics") == 0) {
+      const tfg_value *m = &a->settings[i].value;
+      out->nmetrics = m->u.list.n;
+      out->metrics = malloc(sizeof *out->metrics * (size_t)(m->u.list.n + 1));
+      TFG_ASSERT(out->metrics != NULL);
+      for (int32_t k = 0; k < m->u.list.n; k++) out->metrics[k] = m->u.list.items[k].u.tensor;
+    }
+  }
+  TFG_ASSERT(opt != NULL); /* the interpreter checked the settings */
+  tfg_attrs ua = {0};
+  ua.opt.lr = num_arg(opt, "lr");
+  ua.opt.weight_decay = num_arg(opt, "weight_decay");
+  bool sgd = strcmp(opt->name, "sgd") == 0;
+  if (sgd) {
+    ua.opt.momentum = num_arg(opt, "momentum");
+    ua.opt.nesterov = num_arg(opt, "nesterov") != 0;
+  } else {
+    ua.opt.beta1 = num_arg(opt, "b1");
+    ua.opt.beta2 = num_arg(opt, "b2");
+    ua.opt.eps = num_arg(opt, "eps");
+    ua.opt.decoupled = strcmp(opt->name, "adamw") == 0;
+  }
+  if (!check_opt(d, opt, &ua)) {
+    free(out->metrics);
+    out->metrics = NULL;
+    return TFG_ERR_NAME;
+  }
+  out->optimizer = opt->name;
+  out->loss = a->loss;
+
+  /* The params this loss trains. */
+  tfg_node_id *grads = malloc(sizeof *grads * (size_t)(p->nparams + 1));
+  TFG_ASSERT(grads != NULL);
+  tfg_autodiff(g, a->loss, p->params, p->nparams, grads);
+  out->params = malloc(sizeof *out->params * (size_t)(p->nparams + 1));
+  out->updates = malloc(sizeof *out->updates * (size_t)(p->nparams + 1));
+  out->states = malloc(sizeof *out->states * (size_t)(2 * p->nparams + 1));
+  TFG_ASSERT(out->params && out->updates && out->states);
+  for (int i = 0; i < p->nparams; i++) {
+    if (grads[i] < 0) continue;
+    ad c = {.g = g, .diag = d};
+    tfg_node_id pid = p->params[i];
+    at(&c, pid);
+    const tfg_node param = g->nodes[pid];
+    tfg_node_id upd;
+    if (sgd) {
+      /* The momentum buffer exists only with momentum, as in PyTorch;
+       * without, the kernel never reads its third input. */
+      tfg_node_id buf = grads[i];
+      if (ua.opt.momentum != 0) {
+        buf = add_state(&c, &param, "momentum_buffer");
+        out->states[out->nstates++] = buf;
+      }
+      tfg_node_id in[3] = {pid, grads[i], buf};
+      upd = add(&c, TFG_OP_SGD_UPDATE, in, 3, &ua);
+    } else {
+      tfg_node_id m = add_state(&c, &param, "exp_avg");
+      tfg_node_id v = add_state(&c, &param, "exp_avg_sq");
+      out->states[out->nstates++] = m;
+      out->states[out->nstates++] = v;
+      tfg_node_id in[4] = {pid, grads[i], m, v};
+      upd = add(&c, TFG_OP_ADAM_UPDATE, in, 4, &ua);
+    }
+    out->params[out->nparams] = pid;
+    out->updates[out->nparams++] = upd;
+  }
+  free(grads);
+  return TFG_OK;
+}
+
+void tfg_train_step_free(tfg_train_step *st) {
+  free(st->params);
+  free(st->updates);
+  free(st->states);
+  free(st->metrics);
+  memset(st, 0, sizeof *st);
+}

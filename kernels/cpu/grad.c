@@ -1,0 +1,771 @@
+/* kernels/cpu/grad.c: the gradient ops that are not compositions of
+ * other ops: relu_grad, gelu_grad, cross_entropy_grad, layer_norm_grad,
+ * conv2d_grad_input, conv2d_grad_weight, max/avg_pool_grad and
+ * embedding_grad (compiler/ops.h lists their contracts).
+ *
+ * Each math kernel is written once as a macro and instantiated for f32
+ * and f64. As in nn.c, per-row sums (softmax denominators, layer_norm
+ * moments) are formed in double for both dtypes and every result is
+ * rounded once to the output's dtype.
+ *
+ * Determinism: every kernel splits its work over ctx->pool so that each
+ * output element is written by exactly one piece, and a piece adds its
+ * contributions in a fixed order (no atomics, no per-thread partials).
+ * The scatter-shaped gradients (col2im, the pools' windows, embedding
+ * rows) would race if split by their *input* element, so they are split
+ * by *output* plane or column instead: the results are the same bits for
+ * every pool and thread count. The two conv gradients are lowered to
+ * gemms like the forward conv (kernels/cpu/conv.c); OpenBLAS partitions
+ * a gemm's output, not its inner dimension, so those are reproducible
+ * too, and the sum over the batch in conv2d_grad_weight is always taken
+ * in the same group order.
+ *
+ * Run-time values (labels, ids) are checked before anything is written,
+ * so a failing kernel names the first bad entry and leaves out alone. */
+#include <cblas.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/assert.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/parallel.h"
+
+/* About this many elements of work per chunk (as in nn.c and conv.c). */
+#define GRAIN_ELEMS (1 << 14)
+/* Scratch (col plus the regrouped dy) per group of images, in elements:
+ * the same 16 MiB of f32 as the forward conv's budget. */
+#define COL_BUDGET ((int64_t)1 << 22)
+
+/* The grain, in units of work that each cost `cost` elements. */
+static int64_t grain_for(int64_t cost) {
+  return cost >= GRAIN_ELEMS ? 1 : GRAIN_ELEMS / (cost > 0 ? cost : 1);
+}
+
+static bool is_f32_f64(tfg_dtype t) { return t == TFG_DTYPE_F32 || t == TFG_DTYPE_F64; }
+
+static tfg_status unsupported(tfg_kernel_ctx *ctx, const char *what, tfg_dtype t) {
+  return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s of dtype %s is not supported on the CPU",
+                         what, tfg_dtype_name(t));
+}
+
+/* Checks that every tensor in ts[0..n) has dtype dt (f32 or f64). */
+static tfg_status same_float(tfg_kernel_ctx *ctx, const char *what, tfg_dtype dt,
+                             const tfg_tensor *const *ts, int n) {
+  if (!is_f32_f64(dt)) return unsupported(ctx, what, dt);
+  for (int i = 0; i < n; i++)
+    if (ts[i]->dtype != dt)
+      return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s mixes %s and %s (one float dtype expected)",
+                             what, tfg_dtype_name(dt), tfg_dtype_name(ts[i]->dtype));
+  return TFG_OK;
+}
+
+static int64_t id_at(const tfg_tensor *ids, int64_t i) {
+  return ids->dtype == TFG_DTYPE_I32 ? ((const int32_t *)ids->data)[i]
+                                     : ((const int64_t *)ids->data)[i];
+}
+
+/* The position of the first of the n ids outside [0, hi), or -1. */
+static int64_t first_bad_id(const tfg_tensor *ids, int64_t n, int64_t hi) {
+  for (int64_t i = 0; i < n; i++) {
+    int64_t v = id_at(ids, i);
+    if (v < 0 || v >= hi) return i;
+  }
+  return -1;
+}
+
+/* ---- relu_grad, gelu_grad ------------------------------------------------ */
+
+typedef struct pointwise_job {
+  const void *x, *dy;
+  void *dx;
+} pointwise_job;
+
+/* relu_grad passes dy where x > 0 and gives 0 elsewhere, x = 0 included
+ * (the subgradient PyTorch picks). A NaN x gives 0 here: the contract is
+ * "x > 0", which NaN is not. */
+#define DEFINE_RELU_GRAD(T, SFX)                                                     \
+  static void relu_grad_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {   \
+    const pointwise_job *j = arg;                                                    \
+    const T *x = j->x, *dy = j->dy;                                                  \
+    T *dx = j->dx;                                                                   \
+    (void)chunk;                                                                     \
+    for (int64_t i = lo; i < hi; i++) dx[i] = x[i] > 0 ? dy[i] : (T)0;               \
+  }
+DEFINE_RELU_GRAD(float, f32)
+DEFINE_RELU_GRAD(double, f64)
+
+/* d/dx [x Phi(x)] = Phi(x) + x phi(x), Phi(x) = erfc(-x / sqrt 2) / 2 (the
+ * same erfc form as the forward gelu, exact where 1 + erf(x / sqrt 2)
+ * would cancel), phi(x) = exp(-x^2 / 2) / sqrt(2 pi). Both dtypes work in
+ * double and round once: f32 would lose ~2z^2 ulp in erfc(z), as the
+ * forward kernel's comment explains. */
+#define DEFINE_GELU_GRAD(T, SFX)                                                     \
+  static void gelu_grad_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {   \
+    const pointwise_job *j = arg;                                                    \
+    const T *x = j->x, *dy = j->dy;                                                  \
+    T *dx = j->dx;                                                                   \
+    (void)chunk;                                                                     \
+    for (int64_t i = lo; i < hi; i++) {                                              \
+      double v = x[i];                                                               \
+      double cdf = 0.5 * erfc(-v * M_SQRT1_2);                                       \
+      double pdf = exp(-0.5 * v * v) * (M_2_SQRTPI * M_SQRT1_2 * 0.5);               \
+      dx[i] = (T)((double)dy[i] * (cdf + v * pdf));                                  \
+    }                                                                                \
+  }
+DEFINE_GELU_GRAD(float, f32)
+DEFINE_GELU_GRAD(double, f64)
+
+/* (x, dy) -> dx for RELU_GRAD / GELU_GRAD: x and dy have the output's
+ * element count and dtype (f32/f64). */
+static tfg_status pointwise_grad(tfg_kernel_ctx *ctx, const char *what, const tfg_tensor *in,
+                                 tfg_tensor *out, tfg_parallel_body f32, tfg_parallel_body f64,
+                                 int64_t grain) {
+  const tfg_tensor *x = &in[0], *dy = &in[1];
+  tfg_status st = same_float(ctx, what, x->dtype, (const tfg_tensor *const[]){dy, out}, 2);
+  if (st != TFG_OK) return st;
+  int64_t n = tfg_shape_numel(&x->shape);
+  TFG_ASSERT(tfg_shape_numel(&dy->shape) == n && tfg_shape_numel(&out->shape) == n);
+  pointwise_job j = {.x = x->data, .dy = dy->data, .dx = out->data};
+  if (n > 0) tfg_parallel_for(ctx->pool, n, grain, x->dtype == TFG_DTYPE_F32 ? f32 : f64, &j);
+  return TFG_OK;
+}
+
+/* RELU_GRAD: (x, dy) -> dy where x > 0, else 0; f32/f64, one shape. */
+TFG_CPU_KERNEL(tfg_cpu_relu_grad) {
+  (void)node;
+  return pointwise_grad(ctx, "relu_grad", in, out, relu_grad_f32, relu_grad_f64, 2 * GRAIN_ELEMS);
+}
+
+/* GELU_GRAD: (x, dy) -> dy * (Phi(x) + x phi(x)), the derivative of the
+ * exact gelu; f32/f64, one shape. */
+TFG_CPU_KERNEL(tfg_cpu_gelu_grad) {
+  (void)node;
+  return pointwise_grad(ctx, "gelu_grad", in, out, gelu_grad_f32, gelu_grad_f64, GRAIN_ELEMS / 2);
+}
+
+/* ---- cross_entropy_grad ------------------------------------------------- */
+
+typedef struct ce_grad_job {
+  const void *logits;
+  const tfg_tensor *labels;
+  void *dx;
+  int64_t c;
+  double scale; /* dy / N */
+} ce_grad_job;
+
+/* Row r: dx = (softmax(x) - onehot(label)) * dy / N, the softmax in the
+ * max-shifted form (exp of x - max <= 0 never overflows, so logits of
+ * +-1000 give exact finite gradients), exp as the forward kernels take
+ * it (expf for f32) and parked in dx until the denominator, summed in
+ * double, is known. */
+#define DEFINE_CE_GRAD(T, SFX, EXPT)                                                 \
+  static void ce_grad_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {     \
+    const ce_grad_job *j = arg;                                                      \
+    (void)chunk;                                                                     \
+    for (int64_t r = lo; r < hi; r++) {                                              \
+      const T *x = (const T *)j->logits + r * j->c;                                  \
+      T *dx = (T *)j->dx + r * j->c;                                                 \
+      T m = x[0];                                                                    \
+      for (int64_t t = 1; t < j->c; t++)                                             \
+        if (x[t] > m) m = x[t];                                                      \
+      double sum = 0;                                                                \
+      for (int64_t t = 0; t < j->c; t++) {                                           \
+        T e = EXPT(x[t] - m);                                                        \
+        dx[t] = e;                                                                   \
+        sum += e;                                                                    \
+      }                                                                              \
+      double inv = 1.0 / sum;                                                        \
+      int64_t label = id_at(j->labels, r);                                           \
+      for (int64_t t = 0; t < j->c; t++) {                                           \
+        double p = (double)dx[t] * inv;                                              \
+        dx[t] = (T)((p - (t == label ? 1.0 : 0.0)) * j->scale);                      \
+      }                                                                              \
+    }                                                                                \
+  }
+DEFINE_CE_GRAD(float, f32, expf)
+DEFINE_CE_GRAD(double, f64, exp)
+
+/* CROSS_ENTROPY_GRAD: (logits [N, C] f32/f64, labels i32/i64 [N], dy a
+ * one-element tensor of the logits' dtype) -> [N, C] = (softmax(logits) -
+ * onehot(labels)) * dy / N, the gradient of cross_entropy's mean. A label
+ * outside [0, C) is TFG_ERR_NUMERIC naming its row (nothing written). */
+TFG_CPU_KERNEL(tfg_cpu_cross_entropy_grad) {
+  const tfg_tensor *x = &in[0], *lab = &in[1], *dy = &in[2];
+  (void)node;
+  tfg_status st = same_float(ctx, "cross_entropy_grad", x->dtype,
+                             (const tfg_tensor *const[]){dy, out}, 2);
+  if (st != TFG_OK) return st;
+  if (!tfg_dtype_is_int(lab->dtype)) return unsupported(ctx, "cross_entropy labels", lab->dtype);
+  TFG_ASSERT(x->shape.rank == 2 && lab->shape.rank == 1 && lab->shape.dim[0] == x->shape.dim[0]);
+  TFG_ASSERT(tfg_shape_numel(&dy->shape) == 1 && tfg_shape_eq(&out->shape, &x->shape));
+  int64_t n = x->shape.dim[0], c = x->shape.dim[1];
+  int64_t bad = first_bad_id(lab, n, c);
+  if (bad >= 0)
+    return tfg_kernel_fail(ctx, TFG_ERR_NUMERIC,
+                           "label %lld in row %lld is outside [0, %lld) (the logits have %lld "
+                           "classes)",
+                           (long long)id_at(lab, bad), (long long)bad, (long long)c, (long long)c);
+  if (n == 0 || c == 0) return TFG_OK;
+  double g = x->dtype == TFG_DTYPE_F32 ? *(const float *)dy->data : *(const double *)dy->data;
+  ce_grad_job j = {.logits = x->data, .labels = lab, .dx = out->data, .c = c,
+                   .scale = g / (double)n};
+  tfg_parallel_for(ctx->pool, n, grain_for(2 * c),
+                   x->dtype == TFG_DTYPE_F32 ? ce_grad_f32 : ce_grad_f64, &j);
+  return TFG_OK;
+}
+
+/* ---- layer_norm_grad ---------------------------------------------------- */
+
+typedef struct ln_grad_job {
+  const void *x, *gamma, *dy;
+  void *dx;
+  int64_t d;
+  double eps;
+} ln_grad_job;
+
+/* Per row, in double: mu and the biased variance exactly as the forward
+ * kernel forms them (two passes), rstd = 1 / sqrt(var + eps), then with
+ * xhat = (x - mu) rstd and g = dy * gamma,
+ *     dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
+ * the gradient of y = xhat * gamma + beta through both mu and rstd
+ * (the two means project g off the directions the normalization removes:
+ * constants and xhat itself). */
+#define DEFINE_LN_GRAD(T, SFX)                                                       \
+  static void ln_grad_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {     \
+    const ln_grad_job *j = arg;                                                      \
+    const T *gm = j->gamma;                                                          \
+    int64_t d = j->d;                                                                \
+    (void)chunk;                                                                     \
+    for (int64_t r = lo; r < hi; r++) {                                              \
+      const T *x = (const T *)j->x + r * d, *dy = (const T *)j->dy + r * d;          \
+      T *dx = (T *)j->dx + r * d;                                                    \
+      double mean = 0, var = 0;                                                      \
+      for (int64_t t = 0; t < d; t++) mean += x[t];                                  \
+      mean /= (double)d;                                                             \
+      for (int64_t t = 0; t < d; t++) {                                              \
+        double dev = (double)x[t] - mean;                                            \
+        var += dev * dev;                                                            \
+      }                                                                              \
+      var /= (double)d;                                                              \
+      double rstd = 1.0 / sqrt(var + j->eps);                                        \
+      double mg = 0, mgx = 0;                                                        \
+      for (int64_t t = 0; t < d; t++) {                                              \
+        double g = (double)dy[t] * (double)gm[t];                                    \
+        mg += g;                                                                     \
+        mgx += g * (((double)x[t] - mean) * rstd);                                   \
+      }                                                                              \
+      mg /= (double)d;                                                               \
+      mgx /= (double)d;                                                              \
+      for (int64_t t = 0; t < d; t++) {                                              \
+        double g = (double)dy[t] * (double)gm[t];                                    \
+        double xhat = ((double)x[t] - mean) * rstd;                                  \
+        dx[t] = (T)(rstd * (g - mg - xhat * mgx));                                   \
+      }                                                                              \
+    }                                                                                \
+  }
+DEFINE_LN_GRAD(float, f32)
+DEFINE_LN_GRAD(double, f64)
+
+/* LAYER_NORM_GRAD: (x [..., D], gamma [D], dy [..., D]) -> dx [..., D],
+ * all one float dtype: the input gradient of torch's layer_norm over the
+ * last axis (biased variance, eps = attrs.value). gamma's and beta's own
+ * gradients are sums over rows that autodiff builds from other ops. */
+TFG_CPU_KERNEL(tfg_cpu_layer_norm_grad) {
+  const tfg_tensor *x = &in[0], *gm = &in[1], *dy = &in[2];
+  tfg_status st = same_float(ctx, "layer_norm_grad", x->dtype,
+                             (const tfg_tensor *const[]){gm, dy, out}, 3);
+  if (st != TFG_OK) return st;
+  TFG_ASSERT(x->shape.rank >= 1 && tfg_shape_eq(&out->shape, &x->shape));
+  TFG_ASSERT(tfg_shape_eq(&dy->shape, &x->shape));
+  int64_t d = x->shape.dim[x->shape.rank - 1];
+  TFG_ASSERT(tfg_shape_numel(&gm->shape) == d);
+  int64_t n = tfg_shape_numel(&x->shape);
+  if (n == 0) return TFG_OK;
+  ln_grad_job j = {.x = x->data, .gamma = gm->data, .dy = dy->data, .dx = out->data, .d = d,
+                   .eps = node->attrs.value};
+  tfg_parallel_for(ctx->pool, n / d, grain_for(3 * d),
+                   x->dtype == TFG_DTYPE_F32 ? ln_grad_f32 : ln_grad_f64, &j);
+  return TFG_OK;
+}
+
+/* ---- conv2d gradients ---------------------------------------------------- */
+
+/* The forward conv's geometry (kernels/cpu/conv.c): x [n, c, h, w],
+ * w [o, c, kh, kw], y [n, o, oh, ow], p = oh * ow output pixels per
+ * image, ckk = c * kh * kw rows of the im2col matrix. */
+typedef struct conv_geom {
+  int64_t n, c, h, w;
+  int64_t o, kh, kw;
+  int64_t oh, ow, p;
+  int64_t sh, sw;
+  int64_t top, left;
+  int64_t ckk;
+} conv_geom;
+
+/* Fills g from the three shapes and the conv attrs, asserting the
+ * forward's shape rule: OH = (H + top + bottom - KH) / SH + 1 (and OW). */
+static void conv_geom_init(conv_geom *g, const tfg_attrs *at, const tfg_shape *x,
+                           const tfg_shape *w, const tfg_shape *y) {
+  TFG_ASSERT(x->rank == 4 && w->rank == 4 && y->rank == 4);
+  *g = (conv_geom){
+      .n = x->dim[0], .c = x->dim[1], .h = x->dim[2], .w = x->dim[3],
+      .o = w->dim[0], .kh = w->dim[2], .kw = w->dim[3],
+      .oh = y->dim[2], .ow = y->dim[3],
+      .sh = at->stride[0], .sw = at->stride[1], .top = at->pad[0], .left = at->pad[2],
+  };
+  TFG_ASSERT(w->dim[1] == g->c && y->dim[0] == g->n && y->dim[1] == g->o);
+  TFG_ASSERT(g->sh >= 1 && g->sw >= 1 && at->pad[0] >= 0 && at->pad[1] >= 0 &&
+             at->pad[2] >= 0 && at->pad[3] >= 0);
+  TFG_ASSERT(g->oh == (g->h + at->pad[0] + at->pad[1] - g->kh) / g->sh + 1);
+  TFG_ASSERT(g->ow == (g->w + at->pad[2] + at->pad[3] - g->kw) / g->sw + 1);
+  g->p = g->oh * g->ow;
+  g->ckk = g->c * g->kh * g->kw;
+}
+
+static bool conv_is_pointwise(const conv_geom *g, const tfg_attrs *at) {
+  return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && at->pad[0] == 0 &&
+         at->pad[1] == 0 && at->pad[2] == 0 && at->pad[3] == 0;
+}
+
+/* For kernel column kx, the output columns [*lo, *hi) whose window column
+ * ox * sw + kx - left lies inside the input; the others read padding. */
+static void valid_cols(const conv_geom *g, int64_t kx, int64_t *lo, int64_t *hi) {
+  int64_t off = kx - g->left;
+  int64_t l = off >= 0 ? 0 : (-off + g->sw - 1) / g->sw;
+  int64_t last = g->w - 1 - off; /* ox * sw <= last */
+  int64_t h = last < 0 ? 0 : last / g->sw + 1;
+  if (h > g->ow) h = g->ow;
+  if (l > h) l = h;
+  *lo = l;
+  *hi = h;
+}
+
+typedef struct col_job {
+  const conv_geom *g;
+  const void *x; /* im2col: the group's first image of x */
+  void *dx;      /* col2im: the group's first image of dx */
+  void *col;     /* [ckk, nb * p] */
+  int64_t nb;
+} col_job;
+
+/* im2col, as conv.c's: piece t = r * nb + j fills row r = (c, ky, kx) of
+ * col for image j with the input values under that kernel tap, zeros
+ * where the tap reads padding. (The forward's copy is static to conv.c.) */
+#define DEFINE_IM2COL(T, SFX)                                                        \
+  static void im2col_##SFX(void *arg, int64_t plo, int64_t phi, int64_t chunk) {    \
+    const col_job *jb = arg;                                                         \
+    const conv_geom *g = jb->g;                                                      \
+    (void)chunk;                                                                     \
+    for (int64_t t = plo; t < phi; t++) {                                            \
+      int64_t r = t / jb->nb, j = t % jb->nb;                                        \
+      int64_t c = r / (g->kh * g->kw), ky = r / g->kw % g->kh, kx = r % g->kw;       \
+      const T *src = (const T *)jb->x + (j * g->c + c) * g->h * g->w;                \
+      T *dst = (T *)jb->col + r * jb->nb * g->p + j * g->p;                          \
+      int64_t off = kx - g->left, lo, hi;                                            \
+      valid_cols(g, kx, &lo, &hi);                                                   \
+      for (int64_t oy = 0; oy < g->oh; oy++, dst += g->ow) {                         \
+        int64_t iy = oy * g->sh + ky - g->top;                                       \
+        if (iy < 0 || iy >= g->h) {                                                  \
+          memset(dst, 0, sizeof(T) * (size_t)g->ow);                                 \
+          continue;                                                                  \
+        }                                                                            \
+        const T *row = src + iy * g->w;                                              \
+        for (int64_t ox = 0; ox < lo; ox++) dst[ox] = 0;                             \
+        for (int64_t ox = lo; ox < hi; ox++) dst[ox] = row[ox * g->sw + off];        \
+        for (int64_t ox = hi; ox < g->ow; ox++) dst[ox] = 0;                         \
+      }                                                                              \
+    }                                                                                \
+  }
+DEFINE_IM2COL(float, f32)
+DEFINE_IM2COL(double, f64)
+
+/* col2im, the adjoint of im2col: piece t = j * c + ch owns the input
+ * plane (image j, channel ch) of dx. It zeroes the plane, then adds every
+ * col entry of the rows r = (ch, ky, kx) of image j's block into the
+ * input position its tap read, in the fixed order ky, kx, oy, ox. Taps
+ * that read padding are dropped, and input positions no window covers
+ * (a stride wider than the kernel, rows past the last window) stay 0.
+ * Split by plane, not by col row, because rows of one channel overlap
+ * in dx: this way no two pieces touch the same output. */
+#define DEFINE_COL2IM(T, SFX)                                                        \
+  static void col2im_##SFX(void *arg, int64_t plo, int64_t phi, int64_t chunk) {    \
+    const col_job *jb = arg;                                                         \
+    const conv_geom *g = jb->g;                                                      \
+    (void)chunk;                                                                     \
+    for (int64_t t = plo; t < phi; t++) {                                            \
+      int64_t j = t / g->c, ch = t % g->c;                                           \
+      T *dst = (T *)jb->dx + t * g->h * g->w;                                        \
+      memset(dst, 0, sizeof(T) * (size_t)(g->h * g->w));                            \
+      for (int64_t ky = 0; ky < g->kh; ky++)                                         \
+        for (int64_t kx = 0; kx < g->kw; kx++) {                                     \
+          int64_t r = (ch * g->kh + ky) * g->kw + kx;                                \
+          const T *src = (const T *)jb->col + r * jb->nb * g->p + j * g->p;          \
+          int64_t off = kx - g->left, lo, hi;                                        \
+          valid_cols(g, kx, &lo, &hi);                                               \
+          for (int64_t oy = 0; oy < g->oh; oy++) {                                   \
+            int64_t iy = oy * g->sh + ky - g->top;                                   \
+            if (iy < 0 || iy >= g->h) continue;                                      \
+            T *row = dst + iy * g->w;                                                \
+            const T *s = src + oy * g->ow;                                           \
+            for (int64_t ox = lo; ox < hi; ox++) row[ox * g->sw + off] += s[ox];     \
+          }                                                                          \
+        }                                                                            \
+    }                                                                                \
+  }
+DEFINE_COL2IM(float, f32)
+DEFINE_COL2IM(double, f64)
+
+typedef struct gather_job {
+  const char *dy; /* the group's first image of dy, [nb, o, p] */
+  char *tmp;      /* [o, nb * p] */
+  int64_t nb, o;
+  size_t plane;   /* bytes of p elements */
+} gather_job;
+
+/* Regroups dy [nb, o, p] as [o, nb * p] (the inverse of conv.c's
+ * scatter), so a group's gemm sees one matrix: piece t = oc * nb + j. */
+static void gather_dy(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
+  const gather_job *s = arg;
+  (void)chunk;
+  for (int64_t t = lo; t < hi; t++) {
+    int64_t oc = t / s->nb, j = t % s->nb;
+    memcpy(s->tmp + (size_t)t * s->plane, s->dy + (size_t)(j * s->o + oc) * s->plane, s->plane);
+  }
+}
+
+/* c [m, n] = op(a) @ op(b) + beta * c, row-major, op(a) [m, k] (stored
+ * [k, m] when ta), op(b) [k, n] (stored [n, k] when tb). */
+static void gemm(bool f64, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
+                 int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc) {
+  enum CBLAS_TRANSPOSE oa = ta ? CblasTrans : CblasNoTrans, ob = tb ? CblasTrans : CblasNoTrans;
+  if (f64)
+    cblas_dgemm(CblasRowMajor, oa, ob, (blasint)m, (blasint)n, (blasint)k, 1.0, a, (blasint)lda,
+                b, (blasint)ldb, beta, c, (blasint)ldc);
+  else
+    cblas_sgemm(CblasRowMajor, oa, ob, (blasint)m, (blasint)n, (blasint)k, 1.0f, a,
+                (blasint)lda, b, (blasint)ldb, (float)beta, c, (blasint)ldc);
+}
+
+static bool fits_blasint(int64_t v) {
+  return sizeof(blasint) >= sizeof(int64_t) || v <= (int64_t)INT32_MAX;
+}
+
+/* Images per group: as many as keep col [ckk, nb * p] plus the regrouped
+ * dy [o, nb * p] near COL_BUDGET (at least one), within the BLAS range.
+ * It depends on the shapes only, so the grouping (and with it the order
+ * conv2d_grad_weight sums the batch in) is the same on every run. */
+static int64_t group_images(const conv_geom *g) {
+  int64_t per_img = (g->ckk + g->o) * g->p;
+  int64_t nb = COL_BUDGET / (per_img > 0 ? per_img : 1);
+  if (nb < 1) nb = 1;
+  if (nb > g->n) nb = g->n;
+  while (nb > 1 && !fits_blasint(nb * g->p)) nb /= 2;
+  return nb;
+}
+
+/* Allocates a group's scratch: col [ckk, nb * p] and, when nb > 1, the
+ * regrouped dy [o, nb * p]. */
+static tfg_status conv_scratch(tfg_kernel_ctx *ctx, const char *what, const conv_geom *g,
+                               int64_t nb, size_t es, char **col, char **tmp) {
+  *col = malloc((size_t)(g->ckk * nb * g->p) * es);
+  *tmp = nb > 1 ? malloc((size_t)(g->o * nb * g->p) * es) : NULL;
+  if (!*col || (nb > 1 && !*tmp)) {
+    free(*col);
+    free(*tmp);
+    return tfg_kernel_fail(ctx, TFG_ERR_NOMEM, "out of host memory for %s's %lld-element scratch",
+                           what, (long long)((g->ckk + g->o) * nb * g->p));
+  }
+  return TFG_OK;
+}
+
+/* The dy of images [n0, n0 + cnt) as one [o, cnt * p] matrix: dy itself
+ * for one image, else regrouped into tmp. */
+static const char *group_dy(tfg_kernel_ctx *ctx, const conv_geom *g, const char *dy, char *tmp,
+                            int64_t n0, int64_t cnt, size_t es) {
+  size_t plane = (size_t)g->p * es;
+  const char *first = dy + (size_t)(n0 * g->o) * plane;
+  if (cnt == 1) return first;
+  gather_job gj = {.dy = first, .tmp = tmp, .nb = cnt, .o = g->o, .plane = plane};
+  tfg_parallel_for(ctx->pool, g->o * cnt, grain_for(g->p), gather_dy, &gj);
+  return tmp;
+}
+
+static tfg_status blas_range(tfg_kernel_ctx *ctx, const char *what, const conv_geom *g) {
+  return tfg_kernel_fail(ctx, TFG_ERR_LIMIT,
+                         "%s as a matrix product (%lld x %lld by %lld x %lld) exceeds the BLAS "
+                         "integer range",
+                         what, (long long)g->o, (long long)g->ckk, (long long)g->o,
+                         (long long)g->p);
+}
+
+/* CONV2D_GRAD_INPUT: (dy [N, O, OH, OW], w [O, C, KH, KW]) -> dx, the
+ * node's shape [N, C, H, W], f32/f64; attrs.stride and attrs.pad (top,
+ * bottom, left, right) as for the forward CONV2D. Per group of images,
+ *     col [C*KH*KW, nb*P] = w^T [C*KH*KW, O] @ dy [O, nb*P]
+ * then col2im adds each column back onto the input pixels its window
+ * read (overlapping windows accumulate; padding taps are dropped).
+ * TFG_ERR_NOMEM when the scratch cannot be allocated, TFG_ERR_LIMIT past
+ * the BLAS integer range. */
+TFG_CPU_KERNEL(tfg_cpu_conv2d_grad_input) {
+  const tfg_tensor *dy = &in[0], *w = &in[1];
+  tfg_dtype dt = dy->dtype;
+  tfg_status st =
+      same_float(ctx, "conv2d_grad_input", dt, (const tfg_tensor *const[]){w, out}, 2);
+  if (st != TFG_OK) return st;
+  const tfg_attrs *at = &node->attrs;
+  conv_geom g;
+  conv_geom_init(&g, at, &out->shape, &w->shape, &dy->shape);
+  bool f64 = dt == TFG_DTYPE_F64;
+  size_t es = tfg_dtype_size(dt);
+  int64_t total = tfg_shape_numel(&out->shape);
+  if (total == 0) return TFG_OK;
+  if (g.o == 0 || g.p == 0 || g.ckk == 0) { /* no window reads anything: zero gradient */
+    memset(out->data, 0, (size_t)total * es);
+    return TFG_OK;
+  }
+  if (!fits_blasint(g.o) || !fits_blasint(g.ckk) || !fits_blasint(g.p))
+    return blas_range(ctx, "conv2d_grad_input", &g);
+
+  const char *dyb = dy->data;
+  char *dxb = out->data;
+  size_t dx_img = (size_t)(g.c * g.h * g.w) * es, dy_img = (size_t)(g.o * g.p) * es;
+
+  /* 1x1, stride 1, no padding: dx_n [C, HW] = w^T [C, O] @ dy_n [O, HW]. */
+  if (conv_is_pointwise(&g, at)) {
+    for (int64_t i = 0; i < g.n; i++)
+      gemm(f64, true, false, g.c, g.p, g.o, w->data, g.c, dyb + (size_t)i * dy_img, g.p, 0.0,
+           dxb + (size_t)i * dx_img, g.p);
+    return TFG_OK;
+  }
+
+  int64_t nb = group_images(&g);
+  char *col, *tmp;
+  st = conv_scratch(ctx, "conv2d_grad_input", &g, nb, es, &col, &tmp);
+  if (st != TFG_OK) return st;
+  for (int64_t n0 = 0; n0 < g.n; n0 += nb) {
+    int64_t cnt = g.n - n0 < nb ? g.n - n0 : nb;
+    const char *dyg = group_dy(ctx, &g, dyb, tmp, n0, cnt, es);
+    gemm(f64, true, false, g.ckk, cnt * g.p, g.o, w->data, g.ckk, dyg, cnt * g.p, 0.0, col,
+         cnt * g.p);
+    col_job cj = {.g = &g, .dx = dxb + (size_t)n0 * dx_img, .col = col, .nb = cnt};
+    tfg_parallel_for(ctx->pool, cnt * g.c, grain_for(g.h * g.w + g.kh * g.kw * g.p),
+                     f64 ? col2im_f64 : col2im_f32, &cj);
+  }
+  free(col);
+  free(tmp);
+  return TFG_OK;
+}
+
+/* CONV2D_GRAD_WEIGHT: (x [N, C, H, W], dy [N, O, OH, OW]) -> dw, the
+ * node's shape [O, C, KH, KW], f32/f64; conv attrs as for CONV2D. Per
+ * group of images (fixed by the shapes),
+ *     dw [O, C*KH*KW] (+)= dy [O, nb*P] @ im2col(x)^T [nb*P, C*KH*KW],
+ * the first group writing and the later ones accumulating, so the batch
+ * is summed in the same order on every run. Errors as conv2d_grad_input. */
+TFG_CPU_KERNEL(tfg_cpu_conv2d_grad_weight) {
+  const tfg_tensor *x = &in[0], *dy = &in[1];
+  tfg_dtype dt = x->dtype;
+  tfg_status st =
+      same_float(ctx, "conv2d_grad_weight", dt, (const tfg_tensor *const[]){dy, out}, 2);
+  if (st != TFG_OK) return st;
+  const tfg_attrs *at = &node->attrs;
+  conv_geom g;
+  conv_geom_init(&g, at, &x->shape, &out->shape, &dy->shape);
+  bool f64 = dt == TFG_DTYPE_F64;
+  size_t es = tfg_dtype_size(dt);
+  int64_t total = tfg_shape_numel(&out->shape);
+  if (total == 0) return TFG_OK;
+  if (g.n == 0 || g.p == 0) { /* an empty sum over the batch or the pixels */
+    memset(out->data, 0, (size_t)total * es);
+    return TFG_OK;
+  }
+  if (!fits_blasint(g.o) || !fits_blasint(g.ckk) || !fits_blasint(g.p))
+    return blas_range(ctx, "conv2d_grad_weight", &g);
+
+  const char *xb = x->data, *dyb = dy->data;
+  size_t x_img = (size_t)(g.c * g.h * g.w) * es, dy_img = (size_t)(g.o * g.p) * es;
+
+  /* 1x1, stride 1, no padding: image n is its own col [C, HW]. */
+  if (conv_is_pointwise(&g, at)) {
+    for (int64_t i = 0; i < g.n; i++)
+      gemm(f64, false, true, g.o, g.c, g.p, dyb + (size_t)i * dy_img, g.p,
+           xb + (size_t)i * x_img, g.p, i == 0 ? 0.0 : 1.0, out->data, g.c);
+    return TFG_OK;
+  }
+
+  int64_t nb = group_images(&g);
+  char *col, *tmp;
+  st = conv_scratch(ctx, "conv2d_grad_weight", &g, nb, es, &col, &tmp);
+  if (st != TFG_OK) return st;
+  for (int64_t n0 = 0; n0 < g.n; n0 += nb) {
+    int64_t cnt = g.n - n0 < nb ? g.n - n0 : nb;
+    col_job cj = {.g = &g, .x = xb + (size_t)n0 * x_img, .col = col, .nb = cnt};
+    tfg_parallel_for(ctx->pool, g.ckk * cnt, grain_for(g.p), f64 ? im2col_f64 : im2col_f32, &cj);
+    const char *dyg = group_dy(ctx, &g, dyb, tmp, n0, cnt, es);
+    gemm(f64, false, true, g.o, g.ckk, cnt * g.p, dyg, cnt * g.p, col, cnt * g.p,
+         n0 == 0 ? 0.0 : 1.0, out->data, g.ckk);
+  }
+  free(col);
+  free(tmp);
+  return TFG_OK;
+}
+
+/* ---- pool gradients ------------------------------------------------------ */
+
+typedef struct pool_grad_job {
+  const void *x, *dy; /* x: MAX_POOL_GRAD only */
+  void *dx;
+  int64_t h, w, oh, ow, kh, kw, sh, sw;
+} pool_grad_job;
+
+/* Piece t owns the input plane t ([N * C] planes of H x W): zero it,
+ * then, window by window in row-major order, add the window's dy to the
+ * element the forward max_pool picked, or dy / (KH * KW) to every element
+ * of the window. Overlapping windows (stride < size) meet only inside one
+ * plane, so pieces never share an output. The max choice repeats the
+ * forward loop (kernels/cpu/conv.c) comparison for comparison: start at
+ * the window's first element, move on a strictly greater value, so ties
+ * go to the first maximum; a NaN also moves it (the forward's max is the
+ * NaN), which is PyTorch's max_pool2d choice too. */
+#define DEFINE_POOL_GRAD(T, SFX)                                                       \
+  static void max_pool_grad_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) { \
+    const pool_grad_job *j = arg;                                                      \
+    (void)chunk;                                                                       \
+    for (int64_t t = lo; t < hi; t++) {                                                \
+      const T *x = (const T *)j->x + t * j->h * j->w;                                  \
+      const T *dy = (const T *)j->dy + t * j->oh * j->ow;                              \
+      T *dx = (T *)j->dx + t * j->h * j->w;                                            \
+      memset(dx, 0, sizeof(T) * (size_t)(j->h * j->w));                               \
+      for (int64_t oy = 0; oy < j->oh; oy++)                                           \
+        for (int64_t ox = 0; ox < j->ow; ox++) {                                       \
+          int64_t base = oy * j->sh * j->w + ox * j->sw, arg_ = base;                  \
+          T m = x[base];                                                               \
+          for (int64_t ky = 0; ky < j->kh; ky++)                                       \
+            for (int64_t kx = 0; kx < j->kw; kx++) {                                   \
+              int64_t at = base + ky * j->w + kx;                                      \
+              T v = x[at];                                                             \
+              if (v > m || v != v) {                                                   \
+                m = v;                                                                 \
+                arg_ = at;                                                             \
+              }                                                                        \
+            }                                                                          \
+          dx[arg_] += dy[oy * j->ow + ox];                                             \
+        }                                                                              \
+    }                                                                                  \
+  }                                                                                    \
+  static void avg_pool_grad_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) { \
+    const pool_grad_job *j = arg;                                                      \
+    double inv = 1.0 / (double)(j->kh * j->kw);                                        \
+    (void)chunk;                                                                       \
+    for (int64_t t = lo; t < hi; t++) {                                                \
+      const T *dy = (const T *)j->dy + t * j->oh * j->ow;                              \
+      T *dx = (T *)j->dx + t * j->h * j->w;                                            \
+      memset(dx, 0, sizeof(T) * (size_t)(j->h * j->w));                               \
+      for (int64_t oy = 0; oy < j->oh; oy++)                                           \
+        for (int64_t ox = 0; ox < j->ow; ox++) {                                       \
+          T share = (T)((double)dy[oy * j->ow + ox] * inv);                            \
+          T *win = dx + oy * j->sh * j->w + ox * j->sw;                                \
+          for (int64_t ky = 0; ky < j->kh; ky++)                                       \
+            for (int64_t kx = 0; kx < j->kw; kx++) win[ky * j->w + kx] += share;       \
+        }                                                                              \
+    }                                                                                  \
+  }
+DEFINE_POOL_GRAD(float, f32)
+DEFINE_POOL_GRAD(double, f64)
+
+/* MAX_POOL_GRAD: (x [N, C, H, W], dy [N, C, OH, OW]) -> dx shaped like
+ * x: each window's dy goes to the element the forward max_pool took
+ * (the first maximum). AVG_POOL_GRAD: (dy) -> dx, the node's shape
+ * [N, C, H, W]: dy / (KH * KW) added to every element of its window.
+ * Both: f32/f64, attrs.size and attrs.stride as for the forward pools
+ * (no padding; OH = (H - KH) / SH + 1), overlapping windows accumulate,
+ * elements in no window get 0. */
+TFG_CPU_KERNEL(tfg_cpu_pool_grad) {
+  bool avg = node->op == TFG_OP_AVG_POOL_GRAD;
+  TFG_ASSERT(avg || node->op == TFG_OP_MAX_POOL_GRAD);
+  const tfg_tensor *dy = avg ? &in[0] : &in[1];
+  tfg_dtype dt = dy->dtype;
+  tfg_status st = avg ? same_float(ctx, "avg_pool_grad", dt, (const tfg_tensor *const[]){out}, 1)
+                      : same_float(ctx, "max_pool_grad", dt,
+                                   (const tfg_tensor *const[]){&in[0], out}, 2);
+  if (st != TFG_OK) return st;
+  const tfg_attrs *at = &node->attrs;
+  TFG_ASSERT(dy->shape.rank == 4 && out->shape.rank == 4);
+  TFG_ASSERT(avg || tfg_shape_eq(&in[0].shape, &out->shape));
+  pool_grad_job j = {
+      .x = avg ? NULL : in[0].data, .dy = dy->data, .dx = out->data,
+      .h = out->shape.dim[2], .w = out->shape.dim[3], .oh = dy->shape.dim[2],
+      .ow = dy->shape.dim[3], .kh = at->size[0], .kw = at->size[1], .sh = at->stride[0],
+      .sw = at->stride[1],
+  };
+  TFG_ASSERT(dy->shape.dim[0] == out->shape.dim[0] && dy->shape.dim[1] == out->shape.dim[1]);
+  TFG_ASSERT(j.kh >= 1 && j.kw >= 1 && j.sh >= 1 && j.sw >= 1);
+  TFG_ASSERT(j.oh == (j.h - j.kh) / j.sh + 1 && j.ow == (j.w - j.kw) / j.sw + 1);
+  int64_t planes = out->shape.dim[0] * out->shape.dim[1];
+  if (planes == 0 || j.h * j.w == 0) return TFG_OK;
+  tfg_parallel_body body = dt == TFG_DTYPE_F32 ? (avg ? avg_pool_grad_f32 : max_pool_grad_f32)
+                                               : (avg ? avg_pool_grad_f64 : max_pool_grad_f64);
+  tfg_parallel_for(ctx->pool, planes, grain_for(j.h * j.w + j.oh * j.ow * j.kh * j.kw), body, &j);
+  return TFG_OK;
+}
+
+/* ---- embedding_grad ------------------------------------------------------ */
+
+typedef struct emb_grad_job {
+  const tfg_tensor *ids;
+  const void *dy;
+  void *dt;     /* [rows, d] */
+  int64_t nids, rows, d;
+} emb_grad_job;
+
+/* Piece [lo, hi) owns columns lo..hi-1 of the table gradient: it zeroes
+ * them, then walks the ids in order of appearance adding each dy row's
+ * slice to its id's row. Repeated ids therefore accumulate in a fixed
+ * order, and splitting by column (rather than by id, which would make
+ * two pieces add to one row) needs no atomics. */
+#define DEFINE_EMB_GRAD(T, SFX)                                                        \
+  static void emb_grad_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {      \
+    const emb_grad_job *j = arg;                                                       \
+    T *out = j->dt;                                                                    \
+    const T *dy = j->dy;                                                               \
+    (void)chunk;                                                                       \
+    for (int64_t r = 0; r < j->rows; r++)                                              \
+      memset(out + r * j->d + lo, 0, sizeof(T) * (size_t)(hi - lo));                  \
+    for (int64_t i = 0; i < j->nids; i++) {                                            \
+      T *row = out + id_at(j->ids, i) * j->d;                                          \
+      const T *src = dy + i * j->d;                                                    \
+      for (int64_t c = lo; c < hi; c++) row[c] += src[c];                              \
+    }                                                                                  \
+  }
+DEFINE_EMB_GRAD(float, f32)
+DEFINE_EMB_GRAD(double, f64)
+
+/* EMBEDDING_GRAD: (ids i32/i64 [...], dy [..., D] f32/f64) -> the table's
+ * gradient [attrs.n, D]: zero, then row ids[i] += dy[i] for every id in
+ * order of appearance. An id outside [0, n) is TFG_ERR_NUMERIC naming it
+ * and its position (nothing written). */
+TFG_CPU_KERNEL(tfg_cpu_embedding_grad) {
+  const tfg_tensor *ids = &in[0], *dy = &in[1];
+  tfg_status st =
+      same_float(ctx, "embedding_grad", dy->dtype, (const tfg_tensor *const[]){out}, 1);
+  if (st != TFG_OK) return st;
+  if (!tfg_dtype_is_int(ids->dtype)) return unsupported(ctx, "embedding ids", ids->dtype);
+  TFG_ASSERT(out->shape.rank == 2 && out->shape.dim[0] == node->attrs.n);
+  int64_t rows = out->shape.dim[0], d = out->shape.dim[1];
+  int64_t nids = tfg_shape_numel(&ids->shape);
+  TFG_ASSERT(tfg_shape_numel(&dy->shape) == nids * d);
+  int64_t bad = first_bad_id(ids, nids, rows);
+  if (bad >= 0)
+    return tfg_kernel_fail(ctx, TFG_ERR_NUMERIC,
+                           "embedding id %lld (at flat position %lld of the ids) is outside "
+                           "[0, %lld), the table's rows",
+                           (long long)id_at(ids, bad), (long long)bad, (long long)rows);
+  if (rows == 0 || d == 0) return TFG_OK;
+  emb_grad_job j = {.ids = ids, .dy = dy->data, .dt = out->data, .nids = nids, .rows = rows,
+                    .d = d};
+  tfg_parallel_for(ctx->pool, d, grain_for(nids + rows),
+                   dy->dtype == TFG_DTYPE_F32 ? emb_grad_f32 : emb_grad_f64, &j);
+  return TFG_OK;
+}

@@ -1,0 +1,194 @@
+/* tests/unit/test_autodiff.c: gradient checks by central finite
+ * differences in f64, for every differentiable op, through the whole
+ * pipeline (interpreter, autodiff, session, CPU kernels).
+ *
+ * Each case is a program in f64 whose params p0, p1, ... feed an
+ * expression y; the loss is sum(y * r) with r a fixed random tensor, so
+ * every output element matters with its own weight. For each param
+ * element (up to 40 per param) the autodiff gradient must match
+ * (L(x + h) - L(x - h)) / 2h with h = 1e-6 max(1, |x|). Tolerance: the
+ * truncation error is O(h^2) ~ 1e-12 and the rounding error ~ eps |L| / h
+ * ~ 1e-9 for |L| ~ 10, so 1e-6 (1 + |g|) cannot hide a wrong rule (a wrong
+ * rule is off by O(|g|)) yet never trips on rounding. Random normal inputs
+ * keep away from the kinks of relu, abs, max and pooling. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/autodiff.h"
+#include "lang/interp.h"
+#include "lang/parse.h"
+#include "runtime/session.h"
+#include "tests/unit/unit.h"
+
+typedef struct gcase {
+  const char *name;
+  const char *body; /* defines params p0.. and y */
+  bool training;    /* run dropout as in training */
+} gcase;
+
+
+/* Most cases leave `training` out (false). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+static const gcase cases[] = {
+    {"neg", "param p0: f64[3, 4] = normal()\ny = neg(p0)"},
+    {"exp", "param p0: f64[3, 4] = normal()\ny = exp(p0)"},
+    {"log", "param p0: f64[3, 4] = uniform(0.5, 2)\ny = log(p0)"},
+    {"sqrt", "param p0: f64[3, 4] = uniform(0.5, 2)\ny = sqrt(p0)"},
+    {"rsqrt", "param p0: f64[3, 4] = uniform(0.5, 2)\ny = rsqrt(p0)"},
+    {"abs", "param p0: f64[3, 4] = normal()\ny = abs(p0)"},
+    {"relu", "param p0: f64[3, 4] = normal()\ny = relu(p0)"},
+    {"gelu", "param p0: f64[3, 4] = normal()\ny = gelu(p0)"},
+    {"tanh", "param p0: f64[3, 4] = normal()\ny = tanh(p0)"},
+    {"sigmoid", "param p0: f64[3, 4] = normal()\ny = sigmoid(p0)"},
+    {"cast", "param p0: f64[3, 4] = normal()\ny = cast(p0, f64) * 2"},
+    {"add broadcast", "param p0: f64[3, 1] = normal()\nparam p1: f64[4] = normal()\ny = p0 + p1"},
+    {"sub broadcast", "param p0: f64[2, 3, 4] = normal()\nparam p1: f64[3, 1] = normal()\ny = p0 - p1"},
+    {"mul broadcast", "param p0: f64[2, 1, 4] = normal()\nparam p1: f64[3, 1] = normal()\ny = p0 * p1"},
+    {"div", "param p0: f64[3, 4] = normal()\nparam p1: f64[4] = uniform(1, 2)\ny = p0 / p1"},
+    {"pow", "param p0: f64[3, 4] = uniform(0.5, 2)\nparam p1: f64[4] = uniform(0.5, 2)\ny = pow(p0, p1)"},
+    {"maximum", "param p0: f64[3, 4] = normal()\nparam p1: f64[3, 4] = normal()\ny = maximum(p0, p1)"},
+    {"minimum", "param p0: f64[3, 4] = normal()\nparam p1: f64[1, 4] = normal()\ny = minimum(p0, p1)"},
+    {"where", "param p0: f64[3, 4] = normal()\nparam p1: f64[4] = normal()\ny = where(greater(p0, 0.0), p0, p1)"},
+    {"matmul", "param p0: f64[3, 4] = normal()\nparam p1: f64[4, 5] = normal()\ny = matmul(p0, p1)"},
+    {"matmul ta", "param p0: f64[4, 3] = normal()\nparam p1: f64[4, 5] = normal()\ny = matmul(p0, p1, transpose_a = true)"},
+    {"matmul tb", "param p0: f64[3, 4] = normal()\nparam p1: f64[5, 4] = normal()\ny = matmul(p0, p1, transpose_b = true)"},
+    {"matmul ta tb",
+     "param p0: f64[4, 3] = normal()\nparam p1: f64[5, 4] = normal()\ny = matmul(p0, p1, transpose_a = true, transpose_b = true)"},
+    {"matmul batched", "param p0: f64[2, 3, 4] = normal()\nparam p1: f64[4, 2] = normal()\ny = matmul(p0, p1)"},
+    {"matmul batch broadcast", "param p0: f64[2, 1, 3, 4] = normal()\nparam p1: f64[3, 4, 2] = normal()\ny = matmul(p0, p1)"},
+    {"sum", "param p0: f64[2, 3, 4] = normal()\ny = sum(p0, axis = [0, 2])"},
+    {"sum all", "param p0: f64[2, 3] = normal()\ny = sum(p0)"},
+    {"mean keepdims", "param p0: f64[2, 3, 4] = normal()\ny = mean(p0, axis = 1, keepdims = true)"},
+    {"max", "param p0: f64[3, 5] = normal()\ny = max(p0, axis = 1)"},
+    {"reshape", "param p0: f64[2, 6] = normal()\ny = reshape(p0, [3, -1]) * tensor([1.0, 2.0, 3.0, 4.0], dtype = f64)"},
+    {"flatten", "param p0: f64[2, 3, 2] = normal()\ny = flatten(p0)"},
+    {"transpose", "param p0: f64[2, 3, 4] = normal()\ny = transpose(p0, perm = [2, 0, 1])"},
+    {"concat", "param p0: f64[2, 3] = normal()\nparam p1: f64[2, 2] = normal()\ny = concat([p0, p1, p0], 1)"},
+    {"slice", "param p0: f64[3, 5] = normal()\ny = slice(p0, 1, 1, 4)"},
+    {"broadcast", "param p0: f64[3, 1] = normal()\ny = broadcast(p0, [2, 3, 4])"},
+    {"softmax", "param p0: f64[3, 4] = normal()\ny = softmax(p0, axis = 0)"},
+    {"log_softmax", "param p0: f64[3, 4] = normal()\ny = log_softmax(p0)"},
+    {"cross_entropy", "param p0: f64[4, 3] = normal()\ny = cross_entropy(p0, tensor([0, 2, 1, 2], dtype = i32))"},
+    {"mse", "param p0: f64[3, 4] = normal()\nparam p1: f64[3, 4] = normal()\ny = mse(p0, p1)"},
+    {"conv2d same",
+     "param p0: f64[2, 2, 5, 5] = normal()\nparam p1: f64[3, 2, 3, 3] = normal()\ny = conv2d(p0, p1, padding = \"same\")"},
+    {"conv2d stride 2",
+     "param p0: f64[1, 2, 6, 5] = normal()\nparam p1: f64[2, 2, 3, 2] = normal()\ny = conv2d(p0, p1, stride = 2, padding = 1)"},
+    {"max_pool", "param p0: f64[1, 2, 4, 4] = normal()\ny = max_pool(p0, 2)"},
+    {"max_pool overlapping", "param p0: f64[1, 1, 5, 5] = normal()\ny = max_pool(p0, 3, stride = 2)"},
+    {"avg_pool", "param p0: f64[2, 1, 4, 6] = normal()\ny = avg_pool(p0, [2, 3])"},
+    {"layer_norm",
+     "param p0: f64[3, 5] = normal()\nparam p1: f64[5] = normal()\nparam p2: f64[5] = normal()\ny = layer_norm(p0, p1, p2)"},
+    {"dropout", "param p0: f64[4, 5] = normal()\ny = dropout(p0, 0.3)", true},
+    {"embedding", "param p0: f64[5, 3] = normal()\ny = embedding(p0, tensor([[1, 4], [1, 0]], dtype = i32))"},
+    {"reuse", "param p0: f64[3] = normal()\ny = p0 * p0 + exp(p0) * p0"},
+};
+#pragma GCC diagnostic pop
+
+/* Builds the case and returns its loss value at the current params. */
+typedef struct gctx {
+  tfg_diag *d;
+  tfg_arena a;
+  tfg_interp *in;
+  tfg_program *p;
+  tfg_session *s;
+  tfg_node_id loss;
+  tfg_run_opts ro;
+} gctx;
+
+static double loss_at(gctx *c) {
+  tfg_tensor t;
+  ck_assert_int_eq(tfg_session_run_with(c->s, &c->loss, 1, &t, &c->ro), TFG_OK);
+  return *(double *)t.data;
+}
+
+START_TEST(gradient_matches_finite_differences) {
+  const gcase *gc = &cases[_i];
+  char text[2048];
+  snprintf(text, sizeof text, "%s\nloss = sum(y * normal(shape(y), seed = 99, dtype = f64))\nprint loss\n", gc->body);
+  gctx c = {0};
+  c.d = tfg_diag_new();
+  tfg_arena_init(&c.a);
+  const tfg_source *src = tfg_diag_add_source(c.d, "grad.tfg", text, strlen(text));
+  tfg_ast *ast = NULL;
+  ck_assert_int_eq(tfg_parse(src, c.d, &c.a, &ast, NULL), TFG_OK);
+  c.in = tfg_interp_new(c.d, NULL);
+  tfg_status st = tfg_interp_eval(c.in, src, ast);
+  if (st != TFG_OK) {
+    char *e = test_render(c.d, false);
+    ck_abort_msg("%s: %s", gc->name, e);
+  }
+  c.p = tfg_interp_program(c.in);
+  c.loss = c.p->actions[c.p->nactions - 1].items[0].node;
+  int np = c.p->nparams;
+  tfg_node_id grads[8];
+  ck_assert_int_le(np, 8);
+  ck_assert_int_eq(tfg_autodiff(c.p->graph, c.loss, c.p->params, np, grads), TFG_OK);
+  tfg_session_opts so = {.threads = 2};
+  c.s = tfg_session_new(c.p, c.d, &so);
+  ck_assert_ptr_nonnull(c.s);
+  c.ro = (tfg_run_opts){.training = gc->training, .step = gc->training ? 3 : 0, .any_split = true};
+  for (int k = 0; k < np; k++) {
+    ck_assert_msg(grads[k] >= 0, "%s: no gradient for p%d", gc->name, k);
+    tfg_tensor gt;
+    ck_assert_int_eq(tfg_session_run_with(c.s, &grads[k], 1, &gt, &c.ro), TFG_OK);
+    int64_t n = tfg_shape_numel(&gt.shape);
+    double *g = malloc(sizeof *g * (size_t)n);
+    memcpy(g, gt.data, sizeof *g * (size_t)n);
+    double *x = tfg_session_storage(c.s, c.p->params[k]);
+    int64_t stride = n > 40 ? n / 40 : 1;
+    for (int64_t i = 0; i < n; i += stride) {
+      double x0 = x[i], h = 1e-6 * (fabs(x0) > 1 ? fabs(x0) : 1);
+      x[i] = x0 + h;
+      double up = loss_at(&c);
+      x[i] = x0 - h;
+      double down = loss_at(&c);
+      x[i] = x0;
+      double fd = (up - down) / (2 * h);
+      ck_assert_msg(fabs(fd - g[i]) <= 1e-6 * (1 + fabs(g[i])), "%s: d/dp%d[%lld]: autodiff %.12g, differences %.12g",
+                    gc->name, k, (long long)i, g[i], fd);
+    }
+    free(g);
+  }
+  tfg_session_free(c.s);
+  tfg_interp_free(c.in);
+  tfg_arena_free(&c.a);
+  tfg_diag_free(c.d);
+}
+END_TEST
+
+/* A loss that reaches a param only through a non-differentiable op has
+ * no gradient for it; one that does not reach it at all neither. */
+START_TEST(no_gradient_through_argmax) {
+  const char *text = "param a: f64[3] = normal()\nparam b: f64[3] = normal()\n"
+                     "loss = sum(cast(argmax(reshape(a, [1, 3])), f64)) + sum(b)\nprint loss\n";
+  tfg_diag *d = tfg_diag_new();
+  tfg_arena ar;
+  tfg_arena_init(&ar);
+  const tfg_source *src = tfg_diag_add_source(d, "t.tfg", text, strlen(text));
+  tfg_ast *ast = NULL;
+  ck_assert_int_eq(tfg_parse(src, d, &ar, &ast, NULL), TFG_OK);
+  tfg_interp *in = tfg_interp_new(d, NULL);
+  ck_assert_int_eq(tfg_interp_eval(in, src, ast), TFG_OK);
+  tfg_program *p = tfg_interp_program(in);
+  tfg_node_id grads[2];
+  tfg_autodiff(p->graph, p->actions[0].items[0].node, p->params, 2, grads);
+  ck_assert_int_eq(grads[0], -1);
+  ck_assert_int_ge(grads[1], 0);
+  tfg_interp_free(in);
+  tfg_arena_free(&ar);
+  tfg_diag_free(d);
+}
+END_TEST
+
+Suite *suite_autodiff(void) {
+  Suite *s = suite_create("autodiff");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 60);
+  tcase_add_loop_test(tc, gradient_matches_finite_differences, 0, (int)(sizeof cases / sizeof cases[0]));
+  tcase_add_test(tc, no_gradient_through_argmax);
+  suite_add_tcase(s, tc);
+  return s;
+}
