@@ -122,7 +122,7 @@ bench-build: $(BENCH_BIN)
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 # ---- packages -------------------------------------------------------------
-DEB_PKGS  := re2c bison check libsubunit-dev pkg-config libopenblas-dev zlib1g-dev libedit-dev
+DEB_PKGS  := re2c bison check libsubunit-dev pkg-config libopenblas-dev zlib1g-dev libedit-dev python3
 FUZZ_PKGS := clang libclang-rt-14-dev
 
 deps:
@@ -157,7 +157,7 @@ fuzz: deps deps-fuzz $(BUILD)/fuzz/fuzz_parse
 
 # ---- demo -----------------------------------------------------------------
 demo: deps all
-	$(BUILD)/tfg run examples/forward_mlp.tfg
+	$(BUILD)/tfg run examples/digits.tfg
 
 clean:
 	rm -rf $(BUILD)

@@ -35,7 +35,10 @@
  *     us is an error, not a SIGBUS), each tensor into its own block.
  *   - The JSON is parsed straight into the schema: the top level is one
  *     object whose members are "__metadata__" (an object of strings) or
- *     tensors (objects with exactly dtype, shape and data_offsets). Any
+ *     tensors (objects with exactly dtype, shape and data_offsets, in any
+ *     order; the reference would ignore other fields, but no writer makes
+ *     them and a typo like "data_offset" should not pass silently). The
+ *     header's order of tensors need not be their order in the data. Any
  *     JSON whitespace may separate tokens and follow the object (writers
  *     pad with spaces). Strings must be valid UTF-8; escapes include
  *     \uXXXX with surrogate pairs; \u0000 is refused (names are C
@@ -392,7 +395,8 @@ typedef struct hdr_parser {
 /* Records the header's one error: the file, the byte offset in the file
  * (the header starts at byte 8), the tensor being read, and what is
  * wrong. Always returns false, for `return bad(...)`. */
-static bool bad(hdr_parser *p, size_t at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool bad(hdr_parser *p, size_t at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static bool bad(hdr_parser *p, size_t at, const char *fmt, ...) {
   tfg_strbuf m = {0};
   va_list ap;
@@ -489,7 +493,8 @@ static bool parse_escape(hdr_parser *p, size_t start) {
   uint32_t cp, lo;
   if (!hex4(p, &cp)) return bad(p, at, "\\u must be followed by four hex digits");
   if (cp >= 0xD800 && cp <= 0xDBFF) { /* a high surrogate: its low half must follow */
-    if (!at_literal(p, "\\u")) return bad(p, at, "unpaired surrogate \\u%04X in a string", (unsigned)cp);
+    if (!at_literal(p, "\\u"))
+      return bad(p, at, "unpaired surrogate \\u%04X in a string", (unsigned)cp);
     p->pos += 2;
     if (!hex4(p, &lo)) return bad(p, p->pos - 2, "\\u must be followed by four hex digits");
     if (lo < 0xDC00 || lo > 0xDFFF)
@@ -825,7 +830,8 @@ static bool check_unique(hdr_parser *p) {
   return ok;
 }
 
-static bool tensor_error(hdr_parser *p, int i, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool tensor_error(hdr_parser *p, int i, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static bool tensor_error(hdr_parser *p, int i, const char *fmt, ...) {
   tfg_strbuf m = {0};
   va_list ap;

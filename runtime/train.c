@@ -274,7 +274,7 @@ tfg_status tfg_train(tfg_session *s, const tfg_program *p, const tfg_action *a, 
   }
   if (r == TFG_OK && b.feed) r = evaluate(s, p, st, &b, c.steps, o->log, d);
   if (r == TFG_OK && !o->quiet && c.steps > done)
-    fprintf(o->log, "trained %" PRId64 " steps in %.2f s\n", c.steps - done, now() - t0);
+    fprintf(o->log, "trained %" PRId64 " steps in %.3f s\n", c.steps - done, now() - t0);
   free(fetch);
   free(out);
   free(sum);

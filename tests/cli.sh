@@ -132,3 +132,23 @@ TFG
 expect train-nan 3 "$TFG" run "$tmp/train/nan.tfg" && contains train-nan "$tmp/err" "step 1: the loss is NaN"
 expect train-check-numerics 3 "$TFG" run --check-numerics "$tmp/train/nan.tfg" &&
   contains train-check-numerics "$tmp/err" "nan.tfg:3:13: error: log produced -inf at element 0"
+# A params-only checkpoint written by another program (tests/ckpt_writer.py,
+# standard library only, as PyTorch's safetensors would) initializes the
+# params; the optimizer starts fresh.
+cat >"$tmp/train/init.tfg" <<'TFG'
+scope h {
+  param w: f32[2, 3]
+  param b: f32[3]
+}
+train sum(w * w) + sum(b) { optimizer = sgd(lr = 0.0, momentum = 0.9); steps = 1; checkpoint = "init.safetensors" }
+print w, b
+TFG
+python3 tests/ckpt_writer.py "$tmp/train/init.safetensors"
+expect ckpt-params-only 0 "$TFG" run "$tmp/train/init.tfg" &&
+  contains ckpt-params-only "$tmp/err" "restored" && contains ckpt-params-only "$tmp/err" "optimizer state fresh"
+contains ckpt-params-only-values "$tmp/out" "[[0. 1. 2.]"
+contains ckpt-params-only-b "$tmp/out" "[ 0.5  -1.5   2.25]"
+# A checkpoint whose shapes differ is an error naming the key.
+sed 's/f32\[2, 3\]/f32[3, 2]/' "$tmp/train/init.tfg" >"$tmp/train/bad.tfg"
+python3 tests/ckpt_writer.py "$tmp/train/init.safetensors"
+expect ckpt-mismatch 1 "$TFG" run "$tmp/train/bad.tfg" && contains ckpt-mismatch "$tmp/err" "'h.w' is f32[2,3] but the program's is f32[3,2]"

@@ -16,75 +16,120 @@
  * The memory-bound steps (im2col and the copy-out) are split over
  * ctx->pool by (row, image) pieces; the gemm runs on the caller and
  * OpenBLAS threads it, rather than each pool thread running its own
- * gemm and competing with OpenBLAS's threads for the cores. */
-#include <cblas.h>
+ * gemm and competing with OpenBLAS's threads for the cores.
+ *
+ * The pieces the conv gradients (kernels/cpu/grad.c) lower through as
+ * well (the geometry, im2col, the gemm, the grouping and its scratch) are
+ * declared in kernels/cpu/conv_impl.h and defined here, once, so both
+ * directions read the same windows and group the same images. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/assert.h"
+#include "kernels/cpu/conv_impl.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/parallel.h"
 
-/* Scratch (col plus tmp) per group, in elements: 16 MiB of f32. */
+/* Scratch (col plus tmp) per group, in elements: 16 MiB of f32. The
+ * gradients' groups (kernels/cpu/grad.c) take the same budget through
+ * tfg_cpu_conv_group_images. */
 #define COL_BUDGET ((int64_t)1 << 22)
 #define GRAIN_ELEMS (1 << 14)
 
-typedef struct conv_geom {
-  int64_t n, c, h, w;  /* input */
-  int64_t o, kh, kw;   /* weights */
-  int64_t oh, ow, p;   /* output rows, cols, p = oh * ow */
-  int64_t sh, sw;      /* strides */
-  int64_t top, left;   /* padding before the first row and column */
-  int64_t ckk;         /* c * kh * kw: the gemm's inner dimension */
-} conv_geom;
+/* ---- the lowering shared with kernels/cpu/grad.c (conv_impl.h) ---------- */
 
-typedef struct im2col_job {
-  const conv_geom *g;
-  const void *x; /* the group's first image */
-  void *col;     /* [ckk, nb * p] */
-  int64_t nb;
-} im2col_job;
+void tfg_cpu_conv_geom_init(tfg_cpu_conv_geom *g, const tfg_attrs *at, const tfg_shape *x,
+                            const tfg_shape *w, const tfg_shape *y) {
+  TFG_ASSERT(x->rank == 4 && w->rank == 4 && y->rank == 4);
+  *g = (tfg_cpu_conv_geom){
+      .n = x->dim[0], .c = x->dim[1], .h = x->dim[2], .w = x->dim[3],
+      .o = w->dim[0], .kh = w->dim[2], .kw = w->dim[3],
+      .oh = y->dim[2], .ow = y->dim[3],
+      .sh = at->stride[0], .sw = at->stride[1], .top = at->pad[0], .left = at->pad[2],
+  };
+  TFG_ASSERT(w->dim[1] == g->c && y->dim[0] == g->n && y->dim[1] == g->o);
+  TFG_ASSERT(g->sh >= 1 && g->sw >= 1 && at->pad[0] >= 0 && at->pad[1] >= 0 &&
+             at->pad[2] >= 0 && at->pad[3] >= 0);
+  TFG_ASSERT(g->oh == (g->h + at->pad[0] + at->pad[1] - g->kh) / g->sh + 1);
+  TFG_ASSERT(g->ow == (g->w + at->pad[2] + at->pad[3] - g->kw) / g->sw + 1);
+  g->p = g->oh * g->ow;
+  g->ckk = g->c * g->kh * g->kw;
+}
 
 /* Piece t = r * nb + j fills row r = (c, ky, kx) of col for image j, so
  * consecutive pieces write consecutive memory. For each output row the
  * valid output columns (window column inside the input) form one range
- * [lo, hi); the columns outside it read padding and get zeros. */
-#define DEFINE_IM2COL(T, SFX)                                                        \
-  static void im2col_##SFX(void *arg, int64_t plo, int64_t phi, int64_t chunk) {    \
-    const im2col_job *jb = arg;                                                      \
-    const conv_geom *g = jb->g;                                                      \
-    (void)chunk;                                                                     \
-    for (int64_t t = plo; t < phi; t++) {                                            \
-      int64_t r = t / jb->nb, j = t % jb->nb;                                        \
-      int64_t c = r / (g->kh * g->kw), ky = r / g->kw % g->kh, kx = r % g->kw;       \
-      const T *src = (const T *)jb->x + (j * g->c + c) * g->h * g->w;                \
-      T *dst = (T *)jb->col + r * jb->nb * g->p + j * g->p;                          \
-      /* input column of output column ox: ox * sw + kx - left */                    \
-      int64_t off = kx - g->left;                                                    \
-      int64_t lo = off >= 0 ? 0 : (-off + g->sw - 1) / g->sw;                        \
-      int64_t last = g->w - 1 - off; /* ox * sw <= last */                           \
-      int64_t hi = last < 0 ? 0 : last / g->sw + 1;                                  \
-      if (hi > g->ow) hi = g->ow;                                                    \
-      if (lo > hi) lo = hi;                                                          \
-      for (int64_t oy = 0; oy < g->oh; oy++, dst += g->ow) {                         \
-        int64_t iy = oy * g->sh + ky - g->top;                                       \
-        if (iy < 0 || iy >= g->h) {                                                  \
-          memset(dst, 0, sizeof(T) * (size_t)g->ow);                                 \
-          continue;                                                                  \
-        }                                                                            \
-        const T *row = src + iy * g->w;                                              \
-        for (int64_t ox = 0; ox < lo; ox++) dst[ox] = 0;                             \
-        if (g->sw == 1)                                                              \
-          memcpy(dst + lo, row + lo + off, sizeof(T) * (size_t)(hi - lo));           \
-        else                                                                         \
-          for (int64_t ox = lo; ox < hi; ox++) dst[ox] = row[ox * g->sw + off];      \
-        for (int64_t ox = hi; ox < g->ow; ox++) dst[ox] = 0;                         \
-      }                                                                              \
-    }                                                                                \
+ * [lo, hi); the columns outside it read padding and get zeros. With
+ * stride 1 the valid range is contiguous in the input row too, so it is
+ * one memcpy. */
+#define DEFINE_IM2COL(T, SFX)                                                          \
+  void tfg_cpu_conv_im2col_##SFX(void *arg, int64_t plo, int64_t phi, int64_t chunk) { \
+    const tfg_cpu_conv_col_job *jb = arg;                                              \
+    const tfg_cpu_conv_geom *g = jb->g;                                                \
+    (void)chunk;                                                                       \
+    for (int64_t t = plo; t < phi; t++) {                                              \
+      int64_t r = t / jb->nb, j = t % jb->nb;                                          \
+      int64_t c = r / (g->kh * g->kw), ky = r / g->kw % g->kh, kx = r % g->kw;         \
+      const T *src = (const T *)jb->x + (j * g->c + c) * g->h * g->w;                  \
+      T *dst = (T *)jb->col + r * jb->nb * g->p + j * g->p;                            \
+      /* input column of output column ox: ox * sw + kx - left */                      \
+      int64_t off = kx - g->left, lo, hi;                                              \
+      tfg_cpu_conv_valid_cols(g, kx, &lo, &hi);                                        \
+      for (int64_t oy = 0; oy < g->oh; oy++, dst += g->ow) {                           \
+        int64_t iy = oy * g->sh + ky - g->top;                                         \
+        if (iy < 0 || iy >= g->h) {                                                    \
+          memset(dst, 0, sizeof(T) * (size_t)g->ow);                                   \
+          continue;                                                                    \
+        }                                                                              \
+        const T *row = src + iy * g->w;                                                \
+        for (int64_t ox = 0; ox < lo; ox++) dst[ox] = 0;                               \
+        if (g->sw == 1)                                                                \
+          memcpy(dst + lo, row + lo + off, sizeof(T) * (size_t)(hi - lo));             \
+        else                                                                           \
+          for (int64_t ox = lo; ox < hi; ox++) dst[ox] = row[ox * g->sw + off];        \
+        for (int64_t ox = hi; ox < g->ow; ox++) dst[ox] = 0;                           \
+      }                                                                                \
+    }                                                                                  \
   }
 DEFINE_IM2COL(float, f32)
 DEFINE_IM2COL(double, f64)
+
+void tfg_cpu_conv_gemm(bool f64, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                       const void *a, int64_t lda, const void *b, int64_t ldb, double beta,
+                       void *c, int64_t ldc) {
+  enum CBLAS_TRANSPOSE oa = ta ? CblasTrans : CblasNoTrans, ob = tb ? CblasTrans : CblasNoTrans;
+  if (f64)
+    cblas_dgemm(CblasRowMajor, oa, ob, (blasint)m, (blasint)n, (blasint)k, 1.0, a, (blasint)lda,
+                b, (blasint)ldb, beta, c, (blasint)ldc);
+  else
+    cblas_sgemm(CblasRowMajor, oa, ob, (blasint)m, (blasint)n, (blasint)k, 1.0f, a,
+                (blasint)lda, b, (blasint)ldb, (float)beta, c, (blasint)ldc);
+}
+
+int64_t tfg_cpu_conv_group_images(const tfg_cpu_conv_geom *g) {
+  int64_t per_img = (g->ckk + g->o) * g->p;
+  int64_t nb = COL_BUDGET / (per_img > 0 ? per_img : 1);
+  if (nb < 1) nb = 1;
+  if (nb > g->n) nb = g->n;
+  while (nb > 1 && !tfg_cpu_conv_fits_blasint(nb * g->p)) nb /= 2;
+  return nb;
+}
+
+tfg_status tfg_cpu_conv_scratch(tfg_kernel_ctx *ctx, const char *what, const tfg_cpu_conv_geom *g,
+                                int64_t nb, size_t es, char **col, char **tmp) {
+  *col = malloc((size_t)(g->ckk * nb * g->p) * es);
+  *tmp = nb > 1 ? malloc((size_t)(g->o * nb * g->p) * es) : NULL;
+  if (!*col || (nb > 1 && !*tmp)) {
+    free(*col);
+    free(*tmp);
+    return tfg_kernel_fail(ctx, TFG_ERR_NOMEM, "out of host memory for %s's %lld-element scratch",
+                           what, (long long)((g->ckk + g->o) * nb * g->p));
+  }
+  return TFG_OK;
+}
+
+/* ---- conv2d -------------------------------------------------------------- */
 
 typedef struct scatter_job {
   const char *tmp; /* [o, nb * p] */
@@ -103,21 +148,6 @@ static void scatter(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
   }
 }
 
-/* c [m, n] = a [m, k] @ b [k, n], all row-major and dense. */
-static void gemm(bool f64, int64_t m, int64_t n, int64_t k, const void *a, const void *b,
-                 void *c) {
-  if (f64)
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)m, (blasint)n, (blasint)k,
-                1.0, a, (blasint)k, b, (blasint)n, 0.0, c, (blasint)n);
-  else
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)m, (blasint)n, (blasint)k,
-                1.0f, a, (blasint)k, b, (blasint)n, 0.0f, c, (blasint)n);
-}
-
-static bool fits_blasint(int64_t v) {
-  return sizeof(blasint) >= sizeof(int64_t) || v <= (int64_t)INT32_MAX;
-}
-
 /* CONV2D: x [N, C, H, W], w [O, C, KH, KW] -> out [N, O, OH, OW], f32 or
  * f64, stride attrs.stride (rows, cols), zero padding attrs.pad (top,
  * bottom, left, right); OH = (H + top + bottom - KH) / stride_rows + 1
@@ -130,21 +160,9 @@ TFG_CPU_KERNEL(tfg_cpu_conv2d) {
     return tfg_kernel_fail(ctx, TFG_ERR_DEVICE,
                            "conv2d of %s and %s is not supported on the CPU (f32 and f64 are)",
                            tfg_dtype_name(x->dtype), tfg_dtype_name(w->dtype));
-  TFG_ASSERT(x->shape.rank == 4 && w->shape.rank == 4 && out->shape.rank == 4);
   const tfg_attrs *at = &node->attrs;
-  conv_geom g = {
-      .n = x->shape.dim[0], .c = x->shape.dim[1], .h = x->shape.dim[2], .w = x->shape.dim[3],
-      .o = w->shape.dim[0], .kh = w->shape.dim[2], .kw = w->shape.dim[3],
-      .oh = out->shape.dim[2], .ow = out->shape.dim[3],
-      .sh = at->stride[0], .sw = at->stride[1], .top = at->pad[0], .left = at->pad[2],
-  };
-  TFG_ASSERT(w->shape.dim[1] == g.c && out->shape.dim[0] == g.n && out->shape.dim[1] == g.o);
-  TFG_ASSERT(g.sh >= 1 && g.sw >= 1 && at->pad[0] >= 0 && at->pad[1] >= 0 && at->pad[2] >= 0 &&
-             at->pad[3] >= 0);
-  TFG_ASSERT(g.oh == (g.h + at->pad[0] + at->pad[1] - g.kh) / g.sh + 1);
-  TFG_ASSERT(g.ow == (g.w + at->pad[2] + at->pad[3] - g.kw) / g.sw + 1);
-  g.p = g.oh * g.ow;
-  g.ckk = g.c * g.kh * g.kw;
+  tfg_cpu_conv_geom g;
+  tfg_cpu_conv_geom_init(&g, at, &x->shape, &w->shape, &out->shape);
 
   bool f64 = dt == TFG_DTYPE_F64;
   size_t es = tfg_dtype_size(dt);
@@ -154,7 +172,8 @@ TFG_CPU_KERNEL(tfg_cpu_conv2d) {
     memset(out->data, 0, (size_t)total * es);
     return TFG_OK;
   }
-  if (!fits_blasint(g.o) || !fits_blasint(g.ckk) || !fits_blasint(g.p))
+  if (!tfg_cpu_conv_fits_blasint(g.o) || !tfg_cpu_conv_fits_blasint(g.ckk) ||
+      !tfg_cpu_conv_fits_blasint(g.p))
     return tfg_kernel_fail(ctx, TFG_ERR_LIMIT,
                            "conv2d as a matrix product (%lld x %lld times %lld x %lld) exceeds "
                            "the BLAS integer range",
@@ -164,41 +183,33 @@ TFG_CPU_KERNEL(tfg_cpu_conv2d) {
   char *ob = out->data;
   size_t x_img = (size_t)(g.c * g.h * g.w) * es, o_img = (size_t)(g.o * g.p) * es;
 
-  /* 1x1, stride 1, no padding: image n is its own col [C, H * W]. */
-  if (g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && at->pad[0] == 0 && at->pad[1] == 0 &&
-      at->pad[2] == 0 && at->pad[3] == 0) {
+  /* 1x1, stride 1, no padding: image n is its own col [C, H * W], so
+   * out_n [O, HW] = w [O, C] @ x_n [C, HW]. */
+  if (tfg_cpu_conv_is_pointwise(&g, at)) {
     for (int64_t i = 0; i < g.n; i++)
-      gemm(f64, g.o, g.p, g.c, w->data, xb + (size_t)i * x_img, ob + (size_t)i * o_img);
+      tfg_cpu_conv_gemm(f64, false, false, g.o, g.p, g.c, w->data, g.c, xb + (size_t)i * x_img,
+                        g.p, 0.0, ob + (size_t)i * o_img, g.p);
     return TFG_OK;
   }
 
-  /* Images per group: as many as fit the budget (at least one), but no
-   * wider than the BLAS integer range allows. */
-  int64_t per_img = (g.ckk + g.o) * g.p;
-  int64_t nb = COL_BUDGET / per_img;
-  if (nb < 1) nb = 1;
-  if (nb > g.n) nb = g.n;
-  while (nb > 1 && !fits_blasint(nb * g.p)) nb /= 2;
-
-  char *col = malloc((size_t)(g.ckk * nb * g.p) * es);
-  char *tmp = nb > 1 ? malloc((size_t)(g.o * nb * g.p) * es) : NULL;
-  if (!col || (nb > 1 && !tmp)) {
-    free(col);
-    free(tmp);
-    return tfg_kernel_fail(ctx, TFG_ERR_NOMEM,
-                           "out of host memory for conv2d's %lld-element scratch",
-                           (long long)(per_img * nb));
-  }
+  int64_t nb = tfg_cpu_conv_group_images(&g);
+  char *col, *tmp;
+  tfg_status st = tfg_cpu_conv_scratch(ctx, "conv2d", &g, nb, es, &col, &tmp);
+  if (st != TFG_OK) return st;
   for (int64_t n0 = 0; n0 < g.n; n0 += nb) {
     int64_t cnt = g.n - n0 < nb ? g.n - n0 : nb;
-    im2col_job ij = {.g = &g, .x = xb + (size_t)n0 * x_img, .col = col, .nb = cnt};
+    tfg_cpu_conv_col_job cj = {.g = &g, .x = xb + (size_t)n0 * x_img, .col = col, .nb = cnt};
     tfg_parallel_for(ctx->pool, g.ckk * cnt, GRAIN_ELEMS / g.p + 1,
-                     f64 ? im2col_f64 : im2col_f32, &ij);
+                     f64 ? tfg_cpu_conv_im2col_f64 : tfg_cpu_conv_im2col_f32, &cj);
     char *dst = ob + (size_t)n0 * o_img;
+    /* One image: the gemm writes the output in place. Several: the gemm
+     * writes tmp [O, cnt * P] and scatter moves each image's block. */
     if (cnt == 1) {
-      gemm(f64, g.o, g.p, g.ckk, w->data, col, dst);
+      tfg_cpu_conv_gemm(f64, false, false, g.o, g.p, g.ckk, w->data, g.ckk, col, g.p, 0.0, dst,
+                        g.p);
     } else {
-      gemm(f64, g.o, cnt * g.p, g.ckk, w->data, col, tmp);
+      tfg_cpu_conv_gemm(f64, false, false, g.o, cnt * g.p, g.ckk, w->data, g.ckk, col, cnt * g.p,
+                        0.0, tmp, cnt * g.p);
       scatter_job sj = {.tmp = tmp, .out = dst, .nb = cnt, .o = g.o, .plane = (size_t)g.p * es};
       tfg_parallel_for(ctx->pool, g.o * cnt, GRAIN_ELEMS / g.p + 1, scatter, &sj);
     }

@@ -13,30 +13,28 @@
  * contributions in a fixed order (no atomics, no per-thread partials).
  * The scatter-shaped gradients (col2im, the pools' windows, embedding
  * rows) would race if split by their *input* element, so they are split
- * by *output* plane or column instead: the results are the same bits for
- * every pool and thread count. The two conv gradients are lowered to
- * gemms like the forward conv (kernels/cpu/conv.c); OpenBLAS partitions
- * a gemm's output, not its inner dimension, so those are reproducible
+ * by *output* plane or row range instead: the results are the same bits
+ * for every pool and thread count. The two conv gradients are lowered to
+ * gemms like the forward conv, through the geometry, im2col, gemm and
+ * image grouping it defines (kernels/cpu/conv_impl.h); OpenBLAS's threads
+ * split a gemm's output, never its inner sum, so those are reproducible
  * too, and the sum over the batch in conv2d_grad_weight is always taken
  * in the same group order.
  *
  * Run-time values (labels, ids) are checked before anything is written,
  * so a failing kernel names the first bad entry and leaves out alone. */
-#include <cblas.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/assert.h"
+#include "kernels/cpu/conv_impl.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/parallel.h"
 
 /* About this many elements of work per chunk (as in nn.c and conv.c). */
 #define GRAIN_ELEMS (1 << 14)
-/* Scratch (col plus the regrouped dy) per group of images, in elements:
- * the same 16 MiB of f32 as the forward conv's budget. */
-#define COL_BUDGET ((int64_t)1 << 22)
 
 /* The grain, in units of work that each cost `cost` elements. */
 static int64_t grain_for(int64_t cost) {
@@ -83,8 +81,9 @@ typedef struct pointwise_job {
 } pointwise_job;
 
 /* relu_grad passes dy where x > 0 and gives 0 elsewhere, x = 0 included
- * (the subgradient PyTorch picks). A NaN x gives 0 here: the contract is
- * "x > 0", which NaN is not. */
+ * (the subgradient PyTorch picks). A NaN x gives 0, as the op's contract
+ * "dy where x > 0" says; PyTorch's threshold_backward tests "y <= 0"
+ * instead and so passes dy through at a NaN. */
 #define DEFINE_RELU_GRAD(T, SFX)                                                     \
   static void relu_grad_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {   \
     const pointwise_job *j = arg;                                                    \
@@ -292,107 +291,20 @@ TFG_CPU_KERNEL(tfg_cpu_layer_norm_grad) {
 
 /* ---- conv2d gradients ---------------------------------------------------- */
 
-/* The forward conv's geometry (kernels/cpu/conv.c): x [n, c, h, w],
- * w [o, c, kh, kw], y [n, o, oh, ow], p = oh * ow output pixels per
- * image, ckk = c * kh * kw rows of the im2col matrix. */
-typedef struct conv_geom {
-  int64_t n, c, h, w;
-  int64_t o, kh, kw;
-  int64_t oh, ow, p;
-  int64_t sh, sw;
-  int64_t top, left;
-  int64_t ckk;
-} conv_geom;
-
-/* Fills g from the three shapes and the conv attrs, asserting the
- * forward's shape rule: OH = (H + top + bottom - KH) / SH + 1 (and OW). */
-static void conv_geom_init(conv_geom *g, const tfg_attrs *at, const tfg_shape *x,
-                           const tfg_shape *w, const tfg_shape *y) {
-  TFG_ASSERT(x->rank == 4 && w->rank == 4 && y->rank == 4);
-  *g = (conv_geom){
-      .n = x->dim[0], .c = x->dim[1], .h = x->dim[2], .w = x->dim[3],
-      .o = w->dim[0], .kh = w->dim[2], .kw = w->dim[3],
-      .oh = y->dim[2], .ow = y->dim[3],
-      .sh = at->stride[0], .sw = at->stride[1], .top = at->pad[0], .left = at->pad[2],
-  };
-  TFG_ASSERT(w->dim[1] == g->c && y->dim[0] == g->n && y->dim[1] == g->o);
-  TFG_ASSERT(g->sh >= 1 && g->sw >= 1 && at->pad[0] >= 0 && at->pad[1] >= 0 &&
-             at->pad[2] >= 0 && at->pad[3] >= 0);
-  TFG_ASSERT(g->oh == (g->h + at->pad[0] + at->pad[1] - g->kh) / g->sh + 1);
-  TFG_ASSERT(g->ow == (g->w + at->pad[2] + at->pad[3] - g->kw) / g->sw + 1);
-  g->p = g->oh * g->ow;
-  g->ckk = g->c * g->kh * g->kw;
-}
-
-static bool conv_is_pointwise(const conv_geom *g, const tfg_attrs *at) {
-  return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && at->pad[0] == 0 &&
-         at->pad[1] == 0 && at->pad[2] == 0 && at->pad[3] == 0;
-}
-
-/* For kernel column kx, the output columns [*lo, *hi) whose window column
- * ox * sw + kx - left lies inside the input; the others read padding. */
-static void valid_cols(const conv_geom *g, int64_t kx, int64_t *lo, int64_t *hi) {
-  int64_t off = kx - g->left;
-  int64_t l = off >= 0 ? 0 : (-off + g->sw - 1) / g->sw;
-  int64_t last = g->w - 1 - off; /* ox * sw <= last */
-  int64_t h = last < 0 ? 0 : last / g->sw + 1;
-  if (h > g->ow) h = g->ow;
-  if (l > h) l = h;
-  *lo = l;
-  *hi = h;
-}
-
-typedef struct col_job {
-  const conv_geom *g;
-  const void *x; /* im2col: the group's first image of x */
-  void *dx;      /* col2im: the group's first image of dx */
-  void *col;     /* [ckk, nb * p] */
-  int64_t nb;
-} col_job;
-
-/* im2col, as conv.c's: piece t = r * nb + j fills row r = (c, ky, kx) of
- * col for image j with the input values under that kernel tap, zeros
- * where the tap reads padding. (The forward's copy is static to conv.c.) */
-#define DEFINE_IM2COL(T, SFX)                                                        \
-  static void im2col_##SFX(void *arg, int64_t plo, int64_t phi, int64_t chunk) {    \
-    const col_job *jb = arg;                                                         \
-    const conv_geom *g = jb->g;                                                      \
-    (void)chunk;                                                                     \
-    for (int64_t t = plo; t < phi; t++) {                                            \
-      int64_t r = t / jb->nb, j = t % jb->nb;                                        \
-      int64_t c = r / (g->kh * g->kw), ky = r / g->kw % g->kh, kx = r % g->kw;       \
-      const T *src = (const T *)jb->x + (j * g->c + c) * g->h * g->w;                \
-      T *dst = (T *)jb->col + r * jb->nb * g->p + j * g->p;                          \
-      int64_t off = kx - g->left, lo, hi;                                            \
-      valid_cols(g, kx, &lo, &hi);                                                   \
-      for (int64_t oy = 0; oy < g->oh; oy++, dst += g->ow) {                         \
-        int64_t iy = oy * g->sh + ky - g->top;                                       \
-        if (iy < 0 || iy >= g->h) {                                                  \
-          memset(dst, 0, sizeof(T) * (size_t)g->ow);                                 \
-          continue;                                                                  \
-        }                                                                            \
-        const T *row = src + iy * g->w;                                              \
-        for (int64_t ox = 0; ox < lo; ox++) dst[ox] = 0;                             \
-        for (int64_t ox = lo; ox < hi; ox++) dst[ox] = row[ox * g->sw + off];        \
-        for (int64_t ox = hi; ox < g->ow; ox++) dst[ox] = 0;                         \
-      }                                                                              \
-    }                                                                                \
-  }
-DEFINE_IM2COL(float, f32)
-DEFINE_IM2COL(double, f64)
-
-/* col2im, the adjoint of im2col: piece t = j * c + ch owns the input
- * plane (image j, channel ch) of dx. It zeroes the plane, then adds every
- * col entry of the rows r = (ch, ky, kx) of image j's block into the
- * input position its tap read, in the fixed order ky, kx, oy, ox. Taps
- * that read padding are dropped, and input positions no window covers
- * (a stride wider than the kernel, rows past the last window) stay 0.
- * Split by plane, not by col row, because rows of one channel overlap
- * in dx: this way no two pieces touch the same output. */
+/* col2im, the adjoint of im2col (kernels/cpu/conv_impl.h): piece
+ * t = j * c + ch owns the input plane (image j, channel ch) of dx. It
+ * zeroes the plane, then adds every col entry of the rows r = (ch, ky, kx)
+ * of image j's block into the input position its tap read, in the fixed
+ * order ky, kx, oy, ox. Taps that read padding (the same ones im2col
+ * zeroes: both take tfg_cpu_conv_valid_cols) are dropped, and input
+ * positions no window covers (a stride wider than the kernel, rows past
+ * the last window) stay 0. Split by plane, not by col row, because rows
+ * of one channel overlap in dx: this way no two pieces touch the same
+ * output. */
 #define DEFINE_COL2IM(T, SFX)                                                        \
   static void col2im_##SFX(void *arg, int64_t plo, int64_t phi, int64_t chunk) {    \
-    const col_job *jb = arg;                                                         \
-    const conv_geom *g = jb->g;                                                      \
+    const tfg_cpu_conv_col_job *jb = arg;                                            \
+    const tfg_cpu_conv_geom *g = jb->g;                                              \
     (void)chunk;                                                                     \
     for (int64_t t = plo; t < phi; t++) {                                            \
       int64_t j = t / g->c, ch = t % g->c;                                           \
@@ -403,7 +315,7 @@ DEFINE_IM2COL(double, f64)
           int64_t r = (ch * g->kh + ky) * g->kw + kx;                                \
           const T *src = (const T *)jb->col + r * jb->nb * g->p + j * g->p;          \
           int64_t off = kx - g->left, lo, hi;                                        \
-          valid_cols(g, kx, &lo, &hi);                                               \
+          tfg_cpu_conv_valid_cols(g, kx, &lo, &hi);                                  \
           for (int64_t oy = 0; oy < g->oh; oy++) {                                   \
             int64_t iy = oy * g->sh + ky - g->top;                                   \
             if (iy < 0 || iy >= g->h) continue;                                      \
@@ -435,55 +347,10 @@ static void gather_dy(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
   }
 }
 
-/* c [m, n] = op(a) @ op(b) + beta * c, row-major, op(a) [m, k] (stored
- * [k, m] when ta), op(b) [k, n] (stored [n, k] when tb). */
-static void gemm(bool f64, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
-                 int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc) {
-  enum CBLAS_TRANSPOSE oa = ta ? CblasTrans : CblasNoTrans, ob = tb ? CblasTrans : CblasNoTrans;
-  if (f64)
-    cblas_dgemm(CblasRowMajor, oa, ob, (blasint)m, (blasint)n, (blasint)k, 1.0, a, (blasint)lda,
-                b, (blasint)ldb, beta, c, (blasint)ldc);
-  else
-    cblas_sgemm(CblasRowMajor, oa, ob, (blasint)m, (blasint)n, (blasint)k, 1.0f, a,
-                (blasint)lda, b, (blasint)ldb, (float)beta, c, (blasint)ldc);
-}
-
-static bool fits_blasint(int64_t v) {
-  return sizeof(blasint) >= sizeof(int64_t) || v <= (int64_t)INT32_MAX;
-}
-
-/* Images per group: as many as keep col [ckk, nb * p] plus the regrouped
- * dy [o, nb * p] near COL_BUDGET (at least one), within the BLAS range.
- * It depends on the shapes only, so the grouping (and with it the order
- * conv2d_grad_weight sums the batch in) is the same on every run. */
-static int64_t group_images(const conv_geom *g) {
-  int64_t per_img = (g->ckk + g->o) * g->p;
-  int64_t nb = COL_BUDGET / (per_img > 0 ? per_img : 1);
-  if (nb < 1) nb = 1;
-  if (nb > g->n) nb = g->n;
-  while (nb > 1 && !fits_blasint(nb * g->p)) nb /= 2;
-  return nb;
-}
-
-/* Allocates a group's scratch: col [ckk, nb * p] and, when nb > 1, the
- * regrouped dy [o, nb * p]. */
-static tfg_status conv_scratch(tfg_kernel_ctx *ctx, const char *what, const conv_geom *g,
-                               int64_t nb, size_t es, char **col, char **tmp) {
-  *col = malloc((size_t)(g->ckk * nb * g->p) * es);
-  *tmp = nb > 1 ? malloc((size_t)(g->o * nb * g->p) * es) : NULL;
-  if (!*col || (nb > 1 && !*tmp)) {
-    free(*col);
-    free(*tmp);
-    return tfg_kernel_fail(ctx, TFG_ERR_NOMEM, "out of host memory for %s's %lld-element scratch",
-                           what, (long long)((g->ckk + g->o) * nb * g->p));
-  }
-  return TFG_OK;
-}
-
 /* The dy of images [n0, n0 + cnt) as one [o, cnt * p] matrix: dy itself
  * for one image, else regrouped into tmp. */
-static const char *group_dy(tfg_kernel_ctx *ctx, const conv_geom *g, const char *dy, char *tmp,
-                            int64_t n0, int64_t cnt, size_t es) {
+static const char *group_dy(tfg_kernel_ctx *ctx, const tfg_cpu_conv_geom *g, const char *dy,
+                            char *tmp, int64_t n0, int64_t cnt, size_t es) {
   size_t plane = (size_t)g->p * es;
   const char *first = dy + (size_t)(n0 * g->o) * plane;
   if (cnt == 1) return first;
@@ -492,7 +359,7 @@ static const char *group_dy(tfg_kernel_ctx *ctx, const conv_geom *g, const char 
   return tmp;
 }
 
-static tfg_status blas_range(tfg_kernel_ctx *ctx, const char *what, const conv_geom *g) {
+static tfg_status blas_range(tfg_kernel_ctx *ctx, const char *what, const tfg_cpu_conv_geom *g) {
   return tfg_kernel_fail(ctx, TFG_ERR_LIMIT,
                          "%s as a matrix product (%lld x %lld by %lld x %lld) exceeds the BLAS "
                          "integer range",
@@ -515,8 +382,8 @@ TFG_CPU_KERNEL(tfg_cpu_conv2d_grad_input) {
       same_float(ctx, "conv2d_grad_input", dt, (const tfg_tensor *const[]){w, out}, 2);
   if (st != TFG_OK) return st;
   const tfg_attrs *at = &node->attrs;
-  conv_geom g;
-  conv_geom_init(&g, at, &out->shape, &w->shape, &dy->shape);
+  tfg_cpu_conv_geom g;
+  tfg_cpu_conv_geom_init(&g, at, &out->shape, &w->shape, &dy->shape);
   bool f64 = dt == TFG_DTYPE_F64;
   size_t es = tfg_dtype_size(dt);
   int64_t total = tfg_shape_numel(&out->shape);
@@ -525,7 +392,8 @@ TFG_CPU_KERNEL(tfg_cpu_conv2d_grad_input) {
     memset(out->data, 0, (size_t)total * es);
     return TFG_OK;
   }
-  if (!fits_blasint(g.o) || !fits_blasint(g.ckk) || !fits_blasint(g.p))
+  if (!tfg_cpu_conv_fits_blasint(g.o) || !tfg_cpu_conv_fits_blasint(g.ckk) ||
+      !tfg_cpu_conv_fits_blasint(g.p))
     return blas_range(ctx, "conv2d_grad_input", &g);
 
   const char *dyb = dy->data;
@@ -533,23 +401,23 @@ TFG_CPU_KERNEL(tfg_cpu_conv2d_grad_input) {
   size_t dx_img = (size_t)(g.c * g.h * g.w) * es, dy_img = (size_t)(g.o * g.p) * es;
 
   /* 1x1, stride 1, no padding: dx_n [C, HW] = w^T [C, O] @ dy_n [O, HW]. */
-  if (conv_is_pointwise(&g, at)) {
+  if (tfg_cpu_conv_is_pointwise(&g, at)) {
     for (int64_t i = 0; i < g.n; i++)
-      gemm(f64, true, false, g.c, g.p, g.o, w->data, g.c, dyb + (size_t)i * dy_img, g.p, 0.0,
-           dxb + (size_t)i * dx_img, g.p);
+      tfg_cpu_conv_gemm(f64, true, false, g.c, g.p, g.o, w->data, g.c, dyb + (size_t)i * dy_img,
+                        g.p, 0.0, dxb + (size_t)i * dx_img, g.p);
     return TFG_OK;
   }
 
-  int64_t nb = group_images(&g);
+  int64_t nb = tfg_cpu_conv_group_images(&g);
   char *col, *tmp;
-  st = conv_scratch(ctx, "conv2d_grad_input", &g, nb, es, &col, &tmp);
+  st = tfg_cpu_conv_scratch(ctx, "conv2d_grad_input", &g, nb, es, &col, &tmp);
   if (st != TFG_OK) return st;
   for (int64_t n0 = 0; n0 < g.n; n0 += nb) {
     int64_t cnt = g.n - n0 < nb ? g.n - n0 : nb;
     const char *dyg = group_dy(ctx, &g, dyb, tmp, n0, cnt, es);
-    gemm(f64, true, false, g.ckk, cnt * g.p, g.o, w->data, g.ckk, dyg, cnt * g.p, 0.0, col,
-         cnt * g.p);
-    col_job cj = {.g = &g, .dx = dxb + (size_t)n0 * dx_img, .col = col, .nb = cnt};
+    tfg_cpu_conv_gemm(f64, true, false, g.ckk, cnt * g.p, g.o, w->data, g.ckk, dyg, cnt * g.p,
+                      0.0, col, cnt * g.p);
+    tfg_cpu_conv_col_job cj = {.g = &g, .dx = dxb + (size_t)n0 * dx_img, .col = col, .nb = cnt};
     tfg_parallel_for(ctx->pool, cnt * g.c, grain_for(g.h * g.w + g.kh * g.kw * g.p),
                      f64 ? col2im_f64 : col2im_f32, &cj);
   }
@@ -571,8 +439,8 @@ TFG_CPU_KERNEL(tfg_cpu_conv2d_grad_weight) {
       same_float(ctx, "conv2d_grad_weight", dt, (const tfg_tensor *const[]){dy, out}, 2);
   if (st != TFG_OK) return st;
   const tfg_attrs *at = &node->attrs;
-  conv_geom g;
-  conv_geom_init(&g, at, &x->shape, &out->shape, &dy->shape);
+  tfg_cpu_conv_geom g;
+  tfg_cpu_conv_geom_init(&g, at, &x->shape, &out->shape, &dy->shape);
   bool f64 = dt == TFG_DTYPE_F64;
   size_t es = tfg_dtype_size(dt);
   int64_t total = tfg_shape_numel(&out->shape);
@@ -581,31 +449,33 @@ TFG_CPU_KERNEL(tfg_cpu_conv2d_grad_weight) {
     memset(out->data, 0, (size_t)total * es);
     return TFG_OK;
   }
-  if (!fits_blasint(g.o) || !fits_blasint(g.ckk) || !fits_blasint(g.p))
+  if (!tfg_cpu_conv_fits_blasint(g.o) || !tfg_cpu_conv_fits_blasint(g.ckk) ||
+      !tfg_cpu_conv_fits_blasint(g.p))
     return blas_range(ctx, "conv2d_grad_weight", &g);
 
   const char *xb = x->data, *dyb = dy->data;
   size_t x_img = (size_t)(g.c * g.h * g.w) * es, dy_img = (size_t)(g.o * g.p) * es;
 
   /* 1x1, stride 1, no padding: image n is its own col [C, HW]. */
-  if (conv_is_pointwise(&g, at)) {
+  if (tfg_cpu_conv_is_pointwise(&g, at)) {
     for (int64_t i = 0; i < g.n; i++)
-      gemm(f64, false, true, g.o, g.c, g.p, dyb + (size_t)i * dy_img, g.p,
-           xb + (size_t)i * x_img, g.p, i == 0 ? 0.0 : 1.0, out->data, g.c);
+      tfg_cpu_conv_gemm(f64, false, true, g.o, g.c, g.p, dyb + (size_t)i * dy_img, g.p,
+                        xb + (size_t)i * x_img, g.p, i == 0 ? 0.0 : 1.0, out->data, g.c);
     return TFG_OK;
   }
 
-  int64_t nb = group_images(&g);
+  int64_t nb = tfg_cpu_conv_group_images(&g);
   char *col, *tmp;
-  st = conv_scratch(ctx, "conv2d_grad_weight", &g, nb, es, &col, &tmp);
+  st = tfg_cpu_conv_scratch(ctx, "conv2d_grad_weight", &g, nb, es, &col, &tmp);
   if (st != TFG_OK) return st;
   for (int64_t n0 = 0; n0 < g.n; n0 += nb) {
     int64_t cnt = g.n - n0 < nb ? g.n - n0 : nb;
-    col_job cj = {.g = &g, .x = xb + (size_t)n0 * x_img, .col = col, .nb = cnt};
-    tfg_parallel_for(ctx->pool, g.ckk * cnt, grain_for(g.p), f64 ? im2col_f64 : im2col_f32, &cj);
+    tfg_cpu_conv_col_job cj = {.g = &g, .x = xb + (size_t)n0 * x_img, .col = col, .nb = cnt};
+    tfg_parallel_for(ctx->pool, g.ckk * cnt, grain_for(g.p),
+                     f64 ? tfg_cpu_conv_im2col_f64 : tfg_cpu_conv_im2col_f32, &cj);
     const char *dyg = group_dy(ctx, &g, dyb, tmp, n0, cnt, es);
-    gemm(f64, false, true, g.o, g.ckk, cnt * g.p, dyg, cnt * g.p, col, cnt * g.p,
-         n0 == 0 ? 0.0 : 1.0, out->data, g.ckk);
+    tfg_cpu_conv_gemm(f64, false, true, g.o, g.ckk, cnt * g.p, dyg, cnt * g.p, col, cnt * g.p,
+                      n0 == 0 ? 0.0 : 1.0, out->data, g.ckk);
   }
   free(col);
   free(tmp);
@@ -717,26 +587,29 @@ typedef struct emb_grad_job {
   const tfg_tensor *ids;
   const void *dy;
   void *dt;     /* [rows, d] */
-  int64_t nids, rows, d;
+  int64_t nids, d;
 } emb_grad_job;
 
-/* Piece [lo, hi) owns columns lo..hi-1 of the table gradient: it zeroes
- * them, then walks the ids in order of appearance adding each dy row's
- * slice to its id's row. Repeated ids therefore accumulate in a fixed
- * order, and splitting by column (rather than by id, which would make
- * two pieces add to one row) needs no atomics. */
+/* Piece [lo, hi) owns rows lo..hi-1 of the table gradient: it zeroes
+ * them, then walks all the ids in order of appearance and adds dy row i
+ * to row ids[i] when that row is its own. Every row therefore sums its
+ * dy rows in id order whatever the split, and no two pieces write one
+ * row (splitting by id instead would need atomics and lose the order).
+ * The walk costs each piece a read of the ids, small next to the rows
+ * of dy it adds, which it reads whole and only once. */
 #define DEFINE_EMB_GRAD(T, SFX)                                                        \
   static void emb_grad_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {      \
     const emb_grad_job *j = arg;                                                       \
     T *out = j->dt;                                                                    \
     const T *dy = j->dy;                                                               \
     (void)chunk;                                                                       \
-    for (int64_t r = 0; r < j->rows; r++)                                              \
-      memset(out + r * j->d + lo, 0, sizeof(T) * (size_t)(hi - lo));                  \
+    memset(out + lo * j->d, 0, sizeof(T) * (size_t)((hi - lo) * j->d));               \
     for (int64_t i = 0; i < j->nids; i++) {                                            \
-      T *row = out + id_at(j->ids, i) * j->d;                                          \
+      int64_t r = id_at(j->ids, i);                                                    \
+      if (r < lo || r >= hi) continue;                                                 \
+      T *row = out + r * j->d;                                                         \
       const T *src = dy + i * j->d;                                                    \
-      for (int64_t c = lo; c < hi; c++) row[c] += src[c];                              \
+      for (int64_t c = 0; c < j->d; c++) row[c] += src[c];                             \
     }                                                                                  \
   }
 DEFINE_EMB_GRAD(float, f32)
@@ -763,9 +636,15 @@ TFG_CPU_KERNEL(tfg_cpu_embedding_grad) {
                            "[0, %lld), the table's rows",
                            (long long)id_at(ids, bad), (long long)bad, (long long)rows);
   if (rows == 0 || d == 0) return TFG_OK;
-  emb_grad_job j = {.ids = ids, .dy = dy->data, .dt = out->data, .nids = nids, .rows = rows,
-                    .d = d};
-  tfg_parallel_for(ctx->pool, d, grain_for(nids + rows),
+  emb_grad_job j = {.ids = ids, .dy = dy->data, .dt = out->data, .nids = nids, .d = d};
+  /* Pieces of at least a grain's worth of zeroing, and no more of them
+   * than there are ids' worth of adds to share: each one walks all the
+   * ids, which must not cost more than the adds it saves. */
+  int64_t grain = grain_for(d);
+  int64_t by_work = nids * d / GRAIN_ELEMS;
+  if (by_work < 1) by_work = 1;
+  if (grain < rows / by_work) grain = rows / by_work;
+  tfg_parallel_for(ctx->pool, rows, grain,
                    dy->dtype == TFG_DTYPE_F32 ? emb_grad_f32 : emb_grad_f64, &j);
   return TFG_OK;
 }

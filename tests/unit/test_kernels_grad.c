@@ -833,16 +833,18 @@ START_TEST(embedding_grad_hand_and_bad_id) {
 }
 END_TEST
 
-/* 6000 ids over 50 rows, D = 96, split over a pool by column: every row
- * is summed in id order, so the result is exactly the in-order sum
- * (0 + dy[first] + dy[next] + ...) in the dtype, with or without a pool. */
+/* 6000 ids over 2000 rows (about three per row, some many more), D = 96,
+ * split over a pool by row ranges (11 pieces): every row is summed in id
+ * order, so the result is exactly the in-order sum (0 + dy[first] +
+ * dy[next] + ...) in the dtype, with or without a pool. */
 START_TEST(embedding_grad_deterministic) {
   tfg_pool *pool = tfg_pool_new(4);
-  enum { V = 50, D = 96, NID = 6000 };
+  enum { V = 2000, D = 96, NID = 6000 };
   for (int d = 0; d < 2; d++) {
     tfg_dtype dt = d ? TFG_DTYPE_F64 : TFG_DTYPE_F32;
     tfg_tensor in[2] = {tnew(TFG_DTYPE_I32, shp(2, 60, 100)), tnew(dt, shp(3, 60, 100, D))};
-    for (int i = 0; i < NID; i++) set(&in[0], i, (double)(tfg_rng_bits(401, (uint64_t)i) % V));
+    for (int i = 0; i < NID; i++) /* every seventh id is row 7: a hot row */
+      set(&in[0], i, i % 7 ? (double)(tfg_rng_bits(401, (uint64_t)i) % V) : 7);
     fill(&in[1], 402, -1, 1);
     tfg_tensor out = tnew(dt, shp(2, V, D)), out2 = tnew(dt, shp(2, V, D));
     tfg_node nd = mknode(TFG_OP_EMBEDDING_GRAD, &out.shape, dt, 2);
