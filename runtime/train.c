@@ -209,6 +209,15 @@ tfg_status tfg_train(tfg_session *s, const tfg_program *p, const tfg_action *a, 
   c.checkpoint_every = int_setting(a, "checkpoint_every", 0);
   c.seed = (uint64_t)int_setting(a, "seed", 0);
   c.checkpoint = str_setting(&arena, a, "checkpoint");
+  for (int i = 0; i < a->nsettings; i++)
+    if (strcmp(a->settings[i].name, "strategy") == 0 && strcmp(a->settings[i].value.u.record->name, "single") != 0) {
+      /* Never train differently from what the program asks. */
+      tfg_diag_error(d, &a->settings[i].loc, "strategy %s needs the multi-device runtime, which tfg %s does not have",
+                     a->settings[i].value.u.record->name, TFG_VERSION);
+      tfg_diag_help(d, "train on one device: strategy = single() (or leave strategy out)");
+      tfg_arena_free(&arena);
+      return TFG_ERR_DEVICE;
+    }
   batching b = batching_of(p);
   tfg_status r = TFG_OK;
   if (c.epochs) {

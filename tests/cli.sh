@@ -152,3 +152,6 @@ contains ckpt-params-only-b "$tmp/out" "[ 0.5  -1.5   2.25]"
 sed 's/f32\[2, 3\]/f32[3, 2]/' "$tmp/train/init.tfg" >"$tmp/train/bad.tfg"
 python3 tests/ckpt_writer.py "$tmp/train/init.safetensors"
 expect ckpt-mismatch 1 "$TFG" run "$tmp/train/bad.tfg" && contains ckpt-mismatch "$tmp/err" "'h.w' is f32[2,3] but the program's is f32[3,2]"
+# A strategy this version cannot run is refused, never silently replaced.
+printf 'param w: f32[]\ntrain w * w { optimizer = sgd(lr = 0.1); steps = 1; strategy = mirrored([gpu:0, gpu:1]) }\n' >"$tmp/train/mirrored.tfg"
+expect train-strategy 3 "$TFG" run "$tmp/train/mirrored.tfg" && contains train-strategy "$tmp/err" "strategy mirrored needs the multi-device runtime"
