@@ -20,8 +20,11 @@ reported. One line per model on stdout, in this fixed format:
 
   pytorch <model> threads=<T> batch=<B> step_ms=<median> steps_per_s=<1000/median>
 
-A line with the torch version and settings goes to stderr. Exit status: 0 on
-success, 2 when torch cannot be imported (or on a usage error).
+--threads is passed to torch.set_num_threads and also set as OMP_NUM_THREADS,
+OPENBLAS_NUM_THREADS and MKL_NUM_THREADS before torch is imported (so the BLAS
+torch calls uses no more threads either). A line with the torch version and
+settings goes to stderr. Exit status: 0 on success, 2 when torch cannot be
+imported (or on a usage error).
 
 Standard library + torch only. Usage:
   python3 bench/pytorch_mlp.py [--threads T] [--steps N] [--warmup W] [--model digits|wide|all]
@@ -101,6 +104,11 @@ def bench_model(torch, sizes, batch, steps, warmup):
 
 def main(argv):
     a = parse_args(argv)
+    # torch.set_num_threads sets only torch's own (OpenMP) pool; the BLAS that
+    # torch calls may keep its own threads (Debian's torch calls OpenBLAS, whose
+    # pthreads pool defaults to every core), so fix those too, before the import.
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(a.threads)
     try:
         import torch
     except ImportError as e:

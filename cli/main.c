@@ -17,6 +17,8 @@
 #include "lang/diag.h"
 #include "lang/interp.h"
 #include "lang/parse.h"
+#include "compiler/place.h"
+#include "runtime/device.h"
 #include "runtime/format.h"
 #include "runtime/session.h"
 #include "runtime/train.h"
@@ -58,13 +60,16 @@ typedef struct cli_opts {
   uint64_t seed;
   int threads;
   bool check_numerics, quiet;
+  const char *devices;    /* --devices SPEC */
+  int64_t memory_limit;   /* --memory-limit SIZE, 0 for none */
+  bool explain, json, dot;
 } cli_opts;
 
 /* Which options a command takes. */
-enum { ALLOW_AST = 1, ALLOW_RUN = 2 };
+enum { ALLOW_AST = 1, ALLOW_RUN = 2, ALLOW_PLACE = 4 };
 
 enum { OPT_COLOR = 256, OPT_AST, OPT_SET, OPT_FEED, OPT_SEED, OPT_PRINT_ALL, OPT_THREADS, OPT_CHECK_NUMERICS,
-       OPT_QUIET };
+       OPT_QUIET, OPT_DEVICES, OPT_MEMORY_LIMIT, OPT_EXPLAIN, OPT_JSON, OPT_DOT };
 
 /* Splits "NAME=VALUE"; false when there is no '=' or no name. */
 static bool split_assign(char *arg, const char **name, const char **value) {
@@ -90,6 +95,11 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
       {"threads", required_argument, NULL, OPT_THREADS},
       {"check-numerics", no_argument, NULL, OPT_CHECK_NUMERICS},
       {"quiet", no_argument, NULL, OPT_QUIET},
+      {"devices", required_argument, NULL, OPT_DEVICES},
+      {"memory-limit", required_argument, NULL, OPT_MEMORY_LIMIT},
+      {"explain", no_argument, NULL, OPT_EXPLAIN},
+      {"json", no_argument, NULL, OPT_JSON},
+      {"dot", no_argument, NULL, OPT_DOT},
       {NULL, 0, NULL, 0},
   };
   memset(o, 0, sizeof *o);
@@ -146,6 +156,24 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
       if (c == OPT_QUIET) o->quiet = true;
       else o->check_numerics = true;
       break;
+    case OPT_DEVICES:
+      if (!(allow & ALLOW_PLACE)) return usage_error(cmd, "unknown option '%s'", "--devices");
+      o->devices = optarg;
+      break;
+    case OPT_MEMORY_LIMIT:
+      if (!(allow & ALLOW_PLACE)) return usage_error(cmd, "unknown option '%s'", "--memory-limit");
+      if (!tfg_size_parse(optarg, &o->memory_limit) || o->memory_limit <= 0)
+        return usage_error(cmd, "--memory-limit takes a size like 512M or 30G, not '%s'", optarg);
+      break;
+    case OPT_EXPLAIN:
+    case OPT_JSON:
+    case OPT_DOT:
+      if (!(allow & ALLOW_PLACE) || !strcmp(cmd->name, "devices"))
+        return usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+      if (c == OPT_EXPLAIN) o->explain = true;
+      else if (c == OPT_JSON) o->json = true;
+      else o->dot = true;
+      break;
     case ':':
       return usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
     default: {
@@ -154,6 +182,7 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
     }
     }
   }
+  if (optind >= argc && !strcmp(cmd->name, "devices")) return -1;
   if (optind >= argc) return usage_error(cmd, "%s", "missing FILE");
   if (argc - optind > 1) return usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
   o->file = argv[optind];
@@ -251,12 +280,108 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
   return rc;
 }
 
+/* The number of GPUs a program names: one past the highest gpu:N of its
+ * pins and of its strategies' device lists (gpu:* asks for one). */
+static int gpus_named(const tfg_program *p) {
+  int n = 0;
+  for (int32_t i = 0; i < p->graph->nnodes; i++) {
+    const tfg_devspec *d = &p->graph->nodes[i].pin;
+    if (d->kind == TFG_DEV_GPU && d->index + 1 > n) n = (int)d->index + 1;
+    if (d->kind == TFG_DEV_GPU_ANY && n < 1) n = 1;
+  }
+  for (int a = 0; a < p->nactions; a++)
+    for (int k = 0; k < p->actions[a].nsettings; k++) {
+      const tfg_value *v = &p->actions[a].settings[k].value;
+      if (v->kind != TFG_V_RECORD) continue;
+      /* devices, workers, ps: lists (possibly nested) of devices */
+      for (int j = 0; j < v->u.record->nargs; j++) {
+        const tfg_value *stack[64];
+        int top = 0;
+        stack[top++] = &v->u.record->args[j];
+        while (top) {
+          const tfg_value *x = stack[--top];
+          if (x->kind == TFG_V_DEVICE && x->u.dev.kind == TFG_DEV_GPU && x->u.dev.index + 1 > n) n = (int)x->u.dev.index + 1;
+          if (x->kind == TFG_V_LIST)
+            for (int32_t q = 0; q < x->u.list.n && top < 64; q++) stack[top++] = &x->u.list.items[q];
+        }
+      }
+    }
+  return n;
+}
+
+/* The devices of a run: --devices, else the default for the program. */
+static tfg_devices *devices_for(const cli_opts *o, const tfg_program *p, tfg_diag *d) {
+  tfg_devices *ds = NULL;
+  const char *notice = NULL;
+  tfg_status st = o->devices ? tfg_devices_parse(d, o->devices, &ds) : tfg_devices_default(d, p ? gpus_named(p) : 0, &ds, &notice);
+  if (st != TFG_OK) return NULL;
+  if (notice) fprintf(stderr, "%s\n", notice);
+  if (o->memory_limit) tfg_devices_limit(ds, o->memory_limit);
+  return ds;
+}
+
+/* `tfg place`: the training steps are built first, so updates and state
+ * are placed with their params. */
+static int place_program(const cli_opts *o, tfg_program *p, tfg_diag *d, bool color) {
+  tfg_train_step *steps = calloc((size_t)p->nactions + 1, sizeof *steps);
+  int nsteps = 0, rc = 0;
+  for (int i = 0; i < p->nactions && rc == 0; i++)
+    if (p->actions[i].kind == TFG_ACTION_TRAIN) {
+      if (tfg_autodiff_train_step(p->graph, &p->actions[i], p, &steps[nsteps], d) != TFG_OK) rc = EXIT_PROGRAM;
+      else nsteps++;
+    }
+  tfg_devices *ds = rc == 0 ? devices_for(o, p, d) : NULL;
+  if (!ds && rc == 0) rc = EXIT_USAGE;
+  tfg_placement *pl = NULL;
+  if (ds && tfg_place(p->graph, ds, steps, nsteps, d, &pl) != TFG_OK) rc = EXIT_PROGRAM;
+  if (pl) {
+    tfg_strbuf out = {0};
+    if (o->json) tfg_place_json(pl, &out);
+    else if (o->dot) tfg_place_dot(pl, &out);
+    else tfg_place_explain(pl, &out);
+    fwrite(out.data, 1, out.len, stdout);
+    tfg_strbuf_free(&out);
+  }
+  tfg_placement_free(pl);
+  tfg_devices_free(ds);
+  for (int i = 0; i < nsteps; i++) tfg_train_step_free(&steps[i]);
+  free(steps);
+  tfg_diag_render(d, stderr, color);
+  return rc;
+}
+
+static int cmd_devices(const cli_cmd *cmd, int argc, char **argv) {
+  cli_opts *o = calloc(1, sizeof *o);
+  int rc = parse_opts(cmd, argc, argv, ALLOW_PLACE, o);
+  if (rc < 0) {
+    if (o->file) rc = usage_error(cmd, "unexpected argument '%s'", o->file);
+    else {
+      tfg_diag *d = tfg_diag_new();
+      tfg_devices *ds = devices_for(o, NULL, d);
+      rc = ds ? 0 : EXIT_USAGE;
+      if (ds) {
+        tfg_strbuf out = {0};
+        tfg_devices_describe(ds, &out);
+        fwrite(out.data, 1, out.len, stdout);
+        tfg_strbuf_free(&out);
+      }
+      tfg_diag_render(d, stderr, color_mode(o->color));
+      tfg_devices_free(ds);
+      tfg_diag_free(d);
+    }
+  }
+  free(o);
+  return rc;
+}
+
 /* The commands that read a program: parse it (and print the tree for
  * --ast), build and check it, then do the command's part. */
 static int cmd_program(const cli_cmd *cmd, int argc, char **argv) {
-  bool is_check = strcmp(cmd->name, "check") == 0, is_run = strcmp(cmd->name, "run") == 0;
+  bool is_check = strcmp(cmd->name, "check") == 0, is_run = strcmp(cmd->name, "run") == 0,
+       is_place = strcmp(cmd->name, "place") == 0;
   cli_opts *o = calloc(1, sizeof *o);
-  int rc = parse_opts(cmd, argc, argv, (is_check ? ALLOW_AST : 0) | (is_run ? ALLOW_RUN : 0), o);
+  int rc = parse_opts(cmd, argc, argv,
+                      (is_check ? ALLOW_AST : 0) | (is_run ? ALLOW_RUN : 0) | (is_place ? ALLOW_PLACE : 0), o);
   if (rc >= 0) {
     free(o);
     return rc;
@@ -280,7 +405,7 @@ static int cmd_program(const cli_cmd *cmd, int argc, char **argv) {
     tfg_interp *I = tfg_interp_new(d, &io);
     st = tfg_interp_eval(I, src, prog);
     if (st == TFG_OK) st = tfg_interp_finish(I);
-    if (st == TFG_OK && !is_run) {
+    if (st == TFG_OK && is_check) {
       /* Checking builds the training steps too: optimizer arguments are
        * checked there, and a failure in autodiff is found now, not mid-run. */
       tfg_program *p = tfg_interp_program(I);
@@ -291,10 +416,11 @@ static int cmd_program(const cli_cmd *cmd, int argc, char **argv) {
         tfg_train_step_free(&ts);
       }
     }
+    if (st == TFG_OK && is_place) rc = place_program(o, tfg_interp_program(I), d, color);
     if (st == TFG_OK && is_run) {
       tfg_diag_render(d, stderr, color);
       rc = run_actions(o, tfg_interp_program(I), d, color);
-    } else if (st == TFG_OK && !is_check) {
+    } else if (st == TFG_OK && !is_check && !is_place) {
       rc = unavailable(cmd);
     }
     tfg_interp_free(I);
@@ -371,8 +497,15 @@ static const cli_cmd commands[] = {
      "options:\n  --ast             print the syntax tree only (format: README.md)\n" COMMON_HELP,
      cmd_program},
     {"place", "placement only: which device runs each op and why",
-     "tfg place [OPTIONS] FILE\n\nShow which device runs each op of FILE and why.\n\n"
-     "options:\n" COMMON_HELP,
+     "tfg place [OPTIONS] FILE\n\nShow which device runs each op of FILE and why: the pass that decided it\n"
+     "and its reason, then per device its ops, FLOPs, param bytes, planned peak and\n"
+     "bytes sent and received per step.\n\n"
+     "options:\n"
+     "  --explain         the table above (the default)\n"
+     "  --json            the same facts as JSON (schema: README.md)\n"
+     "  --dot             Graphviz, one cluster per device\n"
+     "  --devices SPEC    the devices to place on (default: as many host devices as gpu:N named)\n"
+     "  --memory-limit SIZE  cap every device's memory\n" COMMON_HELP,
      cmd_program},
     {"plan", "the compiled plan: streams, copies, collectives, memory",
      "tfg plan [OPTIONS] FILE\n\nShow the compiled plan of FILE: per device its streams, ops in\n"
@@ -380,7 +513,8 @@ static const cli_cmd commands[] = {
      "options:\n" COMMON_HELP,
      cmd_program},
     {"devices", "the hardware found and how logical devices map onto it",
-     "tfg devices\n\nList the hardware found and how logical devices map onto it.\n", cmd_unavailable},
+     "tfg devices [--devices SPEC] [--memory-limit SIZE]\n\nList the hardware found and how logical devices map onto it.\n"
+     "With --devices, the devices that spec gives (CLI.md: host*4, cuda:0*2:30G, sim:h100*8, ...).\n", cmd_devices},
     {"repl", "interactive session (a FILE is loaded first)",
      "tfg repl [FILE]\n\nStart an interactive session; FILE is loaded first.\n", cmd_repl},
     {"version", "version, build options and library versions",

@@ -58,7 +58,7 @@ if grep -q "$(printf '\033')" "$tmp/err"; then ko "cli color-auto: colour on a p
 expect run-example 0 "$TFG" run examples/hello.tfg && contains run-example "$tmp/out" "y: f32[2,3] @cpu:0"
 expect run-bad-program 1 "$TFG" run "$tmp/bad.tfg"
 # Subcommands past this version check the program, then say they are not available.
-expect place-unavailable 3 "$TFG" place examples/hello.tfg && contains place-unavailable "$tmp/err" "not available"
+expect plan-unavailable 3 "$TFG" plan examples/hello.tfg && contains plan-unavailable "$tmp/err" "not available"
 # --set and --feed
 expect set-unknown 2 "$TFG" check --set nothere=1 examples/hello.tfg && contains set-unknown "$tmp/err" "no top-level \`let nothere\`"
 expect set-bad 2 "$TFG" check --set novalue examples/hello.tfg
@@ -155,3 +155,30 @@ expect ckpt-mismatch 1 "$TFG" run "$tmp/train/bad.tfg" && contains ckpt-mismatch
 # A strategy this version cannot run is refused, never silently replaced.
 printf 'param w: f32[]\ntrain w * w { optimizer = sgd(lr = 0.1); steps = 1; strategy = mirrored([gpu:0, gpu:1]) }\n' >"$tmp/train/mirrored.tfg"
 expect train-strategy 3 "$TFG" run "$tmp/train/mirrored.tfg" && contains train-strategy "$tmp/err" "strategy mirrored needs the multi-device runtime"
+
+# ---- placement ---------------------------------------------------------------
+# The 24-layer model of tests/golden/place-memory-split.tfg (72 MiB of
+# params and Adam state) on 2 and on 4 devices: split, each within its
+# capacity.
+for spec in host*2:40M host*4:20M; do
+  expect "place-split-$spec" 0 "$TFG" place --json --devices "$spec" tests/golden/place-memory-split.tfg &&
+  if python3 - "$tmp/out" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+mem = {d["name"]: d["memory"] for d in doc["devices"]}
+used = [t for t in doc["totals"] if t["param_bytes"] > 0]
+ok = len(used) >= 2 and all(t["param_bytes"] <= mem[t["device"]] for t in doc["totals"])
+sys.exit(0 if ok else 1)
+PY
+  then ok; else ko "place-split-$spec: not split, or a device over capacity"; fi
+done
+# A pin to a device that does not exist is a located error.
+printf 'x = zeros([2, 2])\n@gpu:3 y = relu(x)\nprint y\n' >"$tmp/pin.tfg"
+expect place-missing-device 1 "$TFG" place --devices host*2 "$tmp/pin.tfg" &&
+  contains place-missing-device "$tmp/err" "pin.tfg:2:2: error: gpu:3 does not exist: this run has 2 GPUs, gpu:0 to gpu:1"
+# The default: as many host devices as gpu:N the program names, said once.
+printf 'x = zeros([2, 2])\n@gpu:1 y = relu(x)\nprint y\n' >"$tmp/pin2.tfg"
+expect place-default 0 "$TFG" place "$tmp/pin2.tfg" && contains place-default "$tmp/err" "2 host devices"
+expect place-dot 0 "$TFG" place --dot "$tmp/pin2.tfg" && contains place-dot "$tmp/out" "subgraph cluster_2"
+expect devices 0 "$TFG" devices --devices "cuda:0*2:30G,host*2,sim:h100" && contains devices "$tmp/out" "gpu:4"
+expect devices-bad 2 "$TFG" devices --devices "tpu*2"

@@ -4,7 +4,10 @@
 #   1. the Check unit suites (BUILD/unit)
 #   2. golden files: tests/golden/NAME.tfg with NAME.err (exact stderr of
 #      `tfg check`, exit 1), NAME.ast (exact stdout of `tfg check --ast`,
-#      exit 0) or NAME.out (exact stdout of `tfg run`, exit 0)
+#      exit 0), NAME.out (exact stdout of `tfg run`, exit 0) or NAME.explain
+#      (exact stdout of `tfg place --explain --memory-limit 1G`, with the
+#      devices of the file's "# devices: SPEC" line; the host CPU's own
+#      line, which names the machine's cores, is left out of the compare)
 #   3. command-line behaviour (tests/cli.sh)
 #   4. fuzz regressions: every file in tests/fuzz/regress must be checked
 #      without a crash or hang (exit 0 or 1)
@@ -58,6 +61,16 @@ for src in *.tfg; do
     elif ! cmp -s "$tmp/out" "$name.ast"; then
       ko "golden $src: --ast output differs from $name.ast"; diff "$name.ast" "$tmp/out" | head -20
     elif [ -s "$tmp/err" ]; then ko "golden $src: unexpected stderr"
+    else ok; fi
+  elif [ -f "$name.explain" ]; then
+    spec=$(sed -n 's/^# devices: //p' "$src" | head -1)
+    "$TFG" place --explain --memory-limit 1G --color=never ${spec:+--devices "$spec"} "$src" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    grep -v '^  cpu:0 ' "$tmp/out" >"$tmp/out2"
+    grep -v '^  cpu:0 ' "$name.explain" >"$tmp/want"
+    if [ $rc -ne 0 ]; then ko "golden $src: exit $rc, expected 0"; head -5 "$tmp/err"
+    elif ! cmp -s "$tmp/out2" "$tmp/want"; then
+      ko "golden $src: explain differs from $name.explain"; diff "$tmp/want" "$tmp/out2" | head -20
     else ok; fi
   elif [ -f "$name.out" ]; then
     "$TFG" run --color=never "$src" >"$tmp/out" 2>"$tmp/err"

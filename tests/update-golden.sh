@@ -4,6 +4,7 @@
 # golden files are the specification of tfg's messages and output.
 #   ok-*.tfg     -> .ast  (tfg check --ast)
 #   run-*.tfg    -> .out  (tfg run)
+#   place-*.tfg  -> .explain (tfg place --explain, devices from "# devices: SPEC")
 #   err-*, build-* and anything else -> .err (tfg check, stderr)
 BUILD=${1:-build}
 TFG="$(cd "$(dirname "$0")/.." && pwd)/$BUILD/tfg"
@@ -13,6 +14,9 @@ for src in *.tfg; do
   case $name in
     ok-*) "$TFG" check --ast --color=never "$src" >"$name.ast" ;;
     run-*) "$TFG" run --color=never "$src" >"$name.out" ;;
+    place-*)
+      spec=$(sed -n 's/^# devices: //p' "$src" | head -1)
+      "$TFG" place --explain --memory-limit 1G --color=never ${spec:+--devices "$spec"} "$src" >"$name.explain" ;;
     *) "$TFG" check --color=never "$src" 2>"$name.err" ;;
   esac
 done

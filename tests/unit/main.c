@@ -57,6 +57,7 @@ int main(void) {
   srunner_add_suite(sr, suite_format());
   srunner_add_suite(sr, suite_ckpt());
   srunner_add_suite(sr, suite_autodiff());
+  srunner_add_suite(sr, suite_device());
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);

@@ -1,0 +1,644 @@
+/* runtime/device.c: the logical device list: parsing --devices, the
+ * default when it is not given, the built-in sim table and `tfg devices`.
+ *
+ * This file only describes devices (names, hardware, capacities, the
+ * numbers the placer's cost model and the memory planner read); the
+ * backends that run work on them live elsewhere. No CUDA header is
+ * included here (ARCHITECTURE.md, convention 7): a cuda:K entry is taken
+ * at its word and described with planning estimates until the CUDA
+ * backend can probe the real device.
+ *
+ * Capacities. Every GPU entry's devices get the same capacity:
+ *   - host*N: a quarter of the machine's physical memory divided by N by
+ *     default (the rest stays with cpu:0, the data and the OS); a :SIZE
+ *     cap may raise that up to the machine's memory divided by N.
+ *   - cuda:K*N: the sim table's h100 memory divided by N (the N logical
+ *     devices split one GPU's memory, as TensorFlow's logical devices
+ *     do), lowered to :SIZE when given.
+ *   - sim:MODEL*N: N separate hypothetical devices, each with the model's
+ *     memory, lowered to :SIZE when given.
+ * So SIZE never grants a device more than its share of the hardware it
+ * lives on; tfg_devices_limit (--memory-limit) lowers every device,
+ * cpu:0 included.
+ *
+ * Spec errors: each bad entry gets exactly one error, located on the
+ * entry in a source named "--devices" (made on the first error), with a
+ * help line naming what is accepted; every entry is checked, so a spec
+ * with two bad entries reports both. */
+#include "runtime/device.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "base/assert.h"
+
+#define KiB ((int64_t)1 << 10)
+#define MiB ((int64_t)1 << 20)
+#define GiB ((int64_t)1 << 30)
+
+/* Limits of a spec: *COUNT per entry, GPU devices in all, and the
+ * largest K of cuda:K (no machine has more; it keeps names short). */
+enum { MAX_COUNT = 64, MAX_GPUS = 256, MAX_CUDA_INDEX = 255 };
+
+/* ---- the sim table --------------------------------------------------- */
+
+typedef struct sim_model {
+  const char *name; /* lower case; matched case-insensitively */
+  int64_t memory;   /* bytes */
+  double flops;     /* dense f32 FLOP/s (no tensor cores, no sparsity) */
+  double mem_bw;    /* bytes/s */
+  double link_bw;   /* bytes/s to a peer (NVLink for the GPUs) */
+} sim_model;
+
+/* Published peak numbers, from NVIDIA's data sheets: "NVIDIA H100 Tensor
+ * Core GPU" (SXM5 column), "NVIDIA H200 Tensor Core GPU" (SXM) and
+ * "NVIDIA A100 Tensor Core GPU" (80GB SXM4 column). The sheets' "GB" of
+ * HBM is read as GiB: HBM stacks are binary-sized and the drivers report
+ * about that much (an H100 shows ~79.6 GiB usable). Bandwidths and FLOP/s
+ * are decimal (3.35 TB/s is 3.35e12 bytes/s). "cpu" is not a product: a
+ * generic 64 GiB server socket, for planning a CPU cluster. */
+static const sim_model SIM_MODELS[] = {
+    /* H100 SXM5: 80 GB HBM3, 3.35 TB/s, FP32 67 TFLOPS, NVLink 900 GB/s */
+    {"h100", 80 * GiB, 67e12, 3.35e12, 900e9},
+    /* H200 SXM: 141 GB HBM3e, 4.8 TB/s, FP32 67 TFLOPS, NVLink 900 GB/s */
+    {"h200", 141 * GiB, 67e12, 4.8e12, 900e9},
+    /* A100 80GB SXM4: 2,039 GB/s, FP32 19.5 TFLOPS, NVLink 600 GB/s */
+    {"a100", 80 * GiB, 19.5e12, 2.039e12, 600e9},
+    /* a generic host: ~1 TFLOP/s, 100 GB/s DRAM, 25 GB/s network link */
+    {"cpu", 64 * GiB, 1e12, 100e9, 25e9},
+};
+enum { NSIM_MODELS = sizeof SIM_MODELS / sizeof SIM_MODELS[0] };
+
+/* A cuda:K device cannot be probed in this build; the planner still needs
+ * numbers, and an H100 is the GPU people most likely have. */
+#define CUDA_ESTIMATE (&SIM_MODELS[0])
+
+/* Host devices: a deliberately modest estimate of what one worker thread
+ * gets (one core with SIMD and OpenBLAS: tens of GFLOP/s; a share of the
+ * DRAM bandwidth; copies between host devices are memcpy on one machine).
+ * cpu:0 gets the same numbers: its work is run by one worker too, and a
+ * placer told cpu:0 is as fast as all cores together would crowd it. */
+#define HOST_FLOPS 50e9
+#define HOST_MEM_BW 20e9
+#define HOST_LINK_BW 10e9
+
+/* ---- the device list ------------------------------------------------- */
+
+struct tfg_devices {
+  tfg_device *dev; /* dev[0] is cpu:0; room for 1 + MAX_GPUS */
+  int n;
+  int64_t host_memory; /* the machine's physical memory, for describe */
+  char *notice;        /* tfg_devices_default's notice, owned here */
+};
+
+/* Physical memory, or 8 GiB where sysconf cannot tell (some containers):
+ * a plausible small machine, so defaults stay modest. */
+static int64_t host_physical_memory(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return 8 * GiB;
+  if ((uint64_t)pages > (uint64_t)INT64_MAX / (uint64_t)page) return INT64_MAX;
+  return (int64_t)pages * (int64_t)page;
+}
+
+static long host_cores(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? n : 1;
+}
+
+/* A list holding only cpu:0. Never fails (allocation failure is fatal,
+ * as everywhere in tfg's small allocations). */
+static tfg_devices *devices_new(void) {
+  tfg_devices *ds = calloc(1, sizeof *ds);
+  TFG_ASSERT(ds != NULL);
+  ds->dev = calloc(1 + MAX_GPUS, sizeof *ds->dev);
+  TFG_ASSERT(ds->dev != NULL);
+  ds->host_memory = host_physical_memory();
+  tfg_device *c = &ds->dev[0];
+  c->index = 0;
+  c->kind = TFG_DEVICE_CPU;
+  snprintf(c->name, sizeof c->name, "cpu:0");
+  long cores = host_cores();
+  snprintf(c->hardware, sizeof c->hardware, "host CPU (%ld core%s)", cores,
+           cores == 1 ? "" : "s");
+  c->physical = 0;
+  c->memory = ds->host_memory;
+  c->flops = HOST_FLOPS;
+  c->mem_bw = HOST_MEM_BW;
+  c->link_bw = HOST_LINK_BW;
+  ds->n = 1;
+  return ds;
+}
+
+/* Appends one GPU entry device; the caller has checked the MAX_GPUS
+ * limit. Its hardware text is set by the caller. */
+static tfg_device *devices_push(tfg_devices *ds, tfg_device_kind kind, int physical,
+                                int64_t memory, double flops, double mem_bw,
+                                double link_bw) {
+  TFG_ASSERT(ds->n < 1 + MAX_GPUS);
+  tfg_device *g = &ds->dev[ds->n];
+  g->index = ds->n;
+  g->kind = kind;
+  snprintf(g->name, sizeof g->name, "gpu:%d", ds->n - 1);
+  g->physical = physical;
+  g->memory = memory;
+  g->flops = flops;
+  g->mem_bw = mem_bw;
+  g->link_bw = link_bw;
+  ds->n++;
+  return g;
+}
+
+/* How many host devices the list already has: host device K's K. */
+static int count_kind(const tfg_devices *ds, tfg_device_kind kind) {
+  int k = 0;
+  for (int i = 0; i < ds->n; i++) k += ds->dev[i].kind == kind;
+  return k;
+}
+
+/* Appends count host devices, each capped at cap bytes (0: no cap). */
+static void add_host(tfg_devices *ds, int count, int64_t cap) {
+  int64_t share = ds->host_memory / count;
+  int64_t memory = cap ? (cap < share ? cap : share) : share / 4;
+  int k = count_kind(ds, TFG_DEVICE_HOST);
+  for (int i = 0; i < count; i++) {
+    tfg_device *g = devices_push(ds, TFG_DEVICE_HOST, 0, memory, HOST_FLOPS, HOST_MEM_BW,
+                                 HOST_LINK_BW);
+    snprintf(g->hardware, sizeof g->hardware, "host device %d", k + i);
+  }
+}
+
+static void add_cuda(tfg_devices *ds, int physical, int count, int64_t cap) {
+  const sim_model *m = CUDA_ESTIMATE;
+  int64_t memory = m->memory / count;
+  if (cap && cap < memory) memory = cap;
+  for (int i = 0; i < count; i++) {
+    tfg_device *g = devices_push(ds, TFG_DEVICE_CUDA, physical, memory, m->flops, m->mem_bw,
+                                 m->link_bw);
+    if (count == 1)
+      snprintf(g->hardware, sizeof g->hardware, "cuda:%d (not probed in this build)", physical);
+    else
+      snprintf(g->hardware, sizeof g->hardware,
+               "cuda:%d (logical %d of %d; not probed in this build)", physical, i + 1, count);
+  }
+}
+
+/* Sim devices are separate hypothetical devices: physical numbers them
+ * among the list's sim devices, so none shares with another. */
+static void add_sim(tfg_devices *ds, const sim_model *m, int count, int64_t cap) {
+  int64_t memory = cap && cap < m->memory ? cap : m->memory;
+  int k = count_kind(ds, TFG_DEVICE_SIM);
+  for (int i = 0; i < count; i++) {
+    tfg_device *g =
+        devices_push(ds, TFG_DEVICE_SIM, k + i, memory, m->flops, m->mem_bw, m->link_bw);
+    snprintf(g->hardware, sizeof g->hardware, "sim:%s", m->name);
+  }
+}
+
+void tfg_devices_free(tfg_devices *ds) {
+  if (!ds) return;
+  free(ds->dev);
+  free(ds->notice);
+  free(ds);
+}
+
+int tfg_devices_count(const tfg_devices *ds) { return ds->n; }
+
+const tfg_device *tfg_devices_at(const tfg_devices *ds, int i) {
+  TFG_ASSERT(i >= 0 && i < ds->n);
+  return &ds->dev[i];
+}
+
+int tfg_devices_gpus(const tfg_devices *ds) { return ds->n - 1; }
+
+const tfg_device *tfg_devices_gpu(const tfg_devices *ds, int k) {
+  return k >= 0 && k < ds->n - 1 ? &ds->dev[k + 1] : NULL;
+}
+
+void tfg_devices_limit(tfg_devices *ds, int64_t limit) {
+  TFG_ASSERT(limit > 0); /* --memory-limit goes through tfg_size_parse */
+  for (int i = 0; i < ds->n; i++)
+    if (ds->dev[i].memory > limit) ds->dev[i].memory = limit;
+}
+
+/* ---- sizes ----------------------------------------------------------- */
+
+/* Parses s[0..n): digits, then an optional K/M/G/T (powers of 1024) and
+ * an optional "B" (or "iB" after a unit letter), all case-insensitive.
+ * No sign, no spaces, no fraction; zero and values past INT64_MAX fail. */
+static bool size_parse_n(const char *s, size_t n, int64_t *bytes) {
+  size_t i = 0;
+  uint64_t v = 0;
+  if (n == 0 || s[0] < '0' || s[0] > '9') return false;
+  for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
+    unsigned digit = (unsigned)(s[i] - '0');
+    if (v > ((uint64_t)INT64_MAX - digit) / 10) return false;
+    v = v * 10 + digit;
+  }
+  int shift = 0;
+  if (i < n) {
+    switch (s[i]) {
+    case 'k': case 'K': shift = 10; break;
+    case 'm': case 'M': shift = 20; break;
+    case 'g': case 'G': shift = 30; break;
+    case 't': case 'T': shift = 40; break;
+    default: break;
+    }
+    if (shift) i++;
+  }
+  if (shift && i + 2 == n && (s[i] == 'i' || s[i] == 'I')) i++; /* "MiB" */
+  if (i + 1 == n && (s[i] == 'b' || s[i] == 'B')) i++;
+  if (i != n || v == 0) return false;
+  if (v > ((uint64_t)INT64_MAX >> shift)) return false;
+  *bytes = (int64_t)(v << shift);
+  return true;
+}
+
+bool tfg_size_parse(const char *s, int64_t *bytes) {
+  return s != NULL && size_parse_n(s, strlen(s), bytes);
+}
+
+/* The text of tfg_size_format into buf: bytes below 1 KiB as "512 B",
+ * else one decimal in the largest binary unit that keeps the number at
+ * least 1 (1048575 bytes is "1.0 MiB", not "1024.0 KiB"). */
+static void size_text(char *buf, size_t cap, int64_t bytes) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  uint64_t mag = bytes < 0 ? (uint64_t)0 - (uint64_t)bytes : (uint64_t)bytes;
+  const char *sign = bytes < 0 ? "-" : "";
+  if (mag < 1024) {
+    snprintf(buf, cap, "%s%u B", sign, (unsigned)mag);
+    return;
+  }
+  int u = 0;
+  double v = (double)mag;
+  while (v >= 1024.0 && u < 6) {
+    v /= 1024.0;
+    u++;
+  }
+  if (v >= 1023.95 && u < 6) { /* "%.1f" would round it up to 1024.0 */
+    v /= 1024.0;
+    u++;
+  }
+  snprintf(buf, cap, "%s%.1f %s", sign, v, units[u]);
+}
+
+void tfg_size_format(tfg_strbuf *out, int64_t bytes) {
+  char buf[32];
+  size_text(buf, sizeof buf, bytes);
+  tfg_strbuf_puts(out, buf);
+}
+
+/* ---- parsing --------------------------------------------------------- */
+
+typedef struct spec_parser {
+  tfg_diag *d;
+  const char *spec;
+  size_t len;
+  const tfg_source *src; /* made on the first error */
+  int errors;
+  int gpus;              /* GPU devices of the good entries so far */
+  bool over_limit;       /* the MAX_GPUS error was given (once is enough) */
+  int cuda_seen[MAX_CUDA_INDEX + 1]; /* 1 + the entry offset of cuda:K, or 0 */
+} spec_parser;
+
+static const char HELP_ENTRY[] =
+    "a device entry is cuda:K, host or sim:MODEL, each with an optional *COUNT and :SIZE "
+    "(e.g. cuda:0*2:30G, host*4:512M, sim:h100*8)";
+static const char HELP_SIZE[] =
+    "a size is a positive whole number of bytes with an optional K, M, G or T "
+    "(powers of 1024), e.g. 512M or 30G";
+
+/* Records an error over spec bytes [off, off+len): the caret goes under
+ * the entry. The diag API has no va_list form, so the message is
+ * formatted here first. */
+static void spec_error(spec_parser *p, size_t off, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void spec_error(spec_parser *p, size_t off, size_t len, const char *fmt, ...) {
+  if (!p->src) p->src = tfg_diag_add_source(p->d, "--devices", p->spec, p->len);
+  tfg_strbuf msg = {0};
+  va_list ap;
+  va_start(ap, fmt);
+  tfg_strbuf_vprintf(&msg, fmt, ap);
+  va_end(ap);
+  p->errors++;
+  if (p->src) {
+    tfg_loc loc = tfg_source_loc(p->src, (uint32_t)off, (uint32_t)len);
+    tfg_diag_error(p->d, &loc, "%s", msg.data);
+  } else { /* too large to be a source (an error says so already) */
+    tfg_diag_error(p->d, NULL, "%s", msg.data);
+  }
+  tfg_strbuf_free(&msg);
+}
+
+static bool is_blank(char c) { return c == ' ' || c == '\t'; }
+
+/* Case-insensitive: does s[0..n) begin with the lower-case word w? */
+static bool has_prefix(const char *s, size_t n, const char *w) {
+  size_t wl = strlen(w);
+  return n >= wl && strncasecmp(s, w, wl) == 0;
+}
+
+static const sim_model *sim_lookup(const char *s, size_t n) {
+  for (int i = 0; i < NSIM_MODELS; i++)
+    if (strlen(SIM_MODELS[i].name) == n && strncasecmp(SIM_MODELS[i].name, s, n) == 0)
+      return &SIM_MODELS[i];
+  return NULL;
+}
+
+/* Parses the entry spec[off..end) (blanks around it allowed) and appends
+ * its devices to ds; on a bad entry records one error and appends none. */
+static void parse_entry(spec_parser *p, tfg_devices *ds, size_t off, size_t end) {
+  const char *s = p->spec;
+  while (off < end && is_blank(s[off])) off++;
+  while (end > off && is_blank(s[end - 1])) end--;
+  size_t n = end - off;
+  const char *e = s + off; /* the entry, e[0..n) */
+  if (n == 0) {
+    spec_error(p, off, 0, "empty device entry");
+    tfg_diag_help(p->d, "%s", HELP_ENTRY);
+    return;
+  }
+
+  /* KIND: up to the first '*' or ':' (after the one in cuda:/sim:). */
+  tfg_device_kind kind;
+  size_t i;
+  int cuda = 0;
+  const sim_model *model = NULL;
+  if (has_prefix(e, n, "cuda:")) {
+    kind = TFG_DEVICE_CUDA;
+    i = 5;
+    size_t d0 = i;
+    long k = 0;
+    for (; i < n && e[i] >= '0' && e[i] <= '9'; i++)
+      if (k <= MAX_CUDA_INDEX) k = k * 10 + (e[i] - '0');
+    if (i == d0 || k > MAX_CUDA_INDEX) {
+      spec_error(p, off, n, "bad CUDA device number in `%.*s`", (int)n, e);
+      tfg_diag_help(p->d, "cuda:K takes a device number K from 0 to %d, e.g. cuda:0",
+                    MAX_CUDA_INDEX);
+      return;
+    }
+    cuda = (int)k;
+  } else if (has_prefix(e, n, "sim:")) {
+    kind = TFG_DEVICE_SIM;
+    i = 4;
+    while (i < n && e[i] != '*' && e[i] != ':') i++;
+    model = sim_lookup(e + 4, i - 4);
+    if (!model) {
+      if (i == 4)
+        spec_error(p, off, n, "missing sim model in `%.*s`", (int)n, e);
+      else
+        spec_error(p, off, n, "unknown sim model `%.*s` in `%.*s`", (int)(i - 4), e + 4,
+                   (int)n, e);
+      tfg_diag_help(p->d, "the sim models are h100, h200, a100 and cpu (e.g. sim:h100*8)");
+      return;
+    }
+  } else {
+    i = 0;
+    while (i < n && e[i] != '*' && e[i] != ':') i++;
+    if (i == 4 && strncasecmp(e, "host", 4) == 0) {
+      kind = TFG_DEVICE_HOST;
+    } else {
+      if (i == 3 && strncasecmp(e, "cpu", 3) == 0) {
+        spec_error(p, off, n, "`%.*s` is not a device entry: cpu:0 is always present",
+                   (int)n, e);
+        tfg_diag_help(p->d, "--devices lists the GPU entries; %s", HELP_ENTRY);
+      } else if (i == 4 && strncasecmp(e, "cuda", 4) == 0) {
+        spec_error(p, off, n, "`%.*s` needs a device number: cuda:K", (int)n, e);
+        tfg_diag_help(p->d, "%s", HELP_ENTRY);
+      } else {
+        spec_error(p, off, n, "unknown device kind `%.*s` in `%.*s`", (int)i, e, (int)n, e);
+        tfg_diag_help(p->d, "%s", HELP_ENTRY);
+      }
+      return;
+    }
+  }
+
+  /* [*COUNT] */
+  int count = 1;
+  if (i < n && e[i] == '*') {
+    size_t c0 = ++i;
+    long c = 0;
+    for (; i < n && e[i] >= '0' && e[i] <= '9'; i++)
+      if (c <= MAX_COUNT) c = c * 10 + (e[i] - '0');
+    if (i == c0 || (i < n && e[i] != ':') || c < 1 || c > MAX_COUNT) {
+      size_t ce = c0;
+      while (ce < n && e[ce] != ':') ce++;
+      spec_error(p, off, n, "bad device count `*%.*s` in `%.*s`", (int)(ce - c0), e + c0,
+                 (int)n, e);
+      tfg_diag_help(p->d, "a count is a whole number from 1 to %d, e.g. host*4", MAX_COUNT);
+      return;
+    }
+    count = (int)c;
+  }
+
+  /* [:SIZE] */
+  int64_t cap = 0;
+  if (i < n && e[i] == ':') {
+    i++;
+    if (!size_parse_n(e + i, n - i, &cap)) {
+      spec_error(p, off, n, "bad memory size `%.*s` in `%.*s`", (int)(n - i), e + i, (int)n,
+                 e);
+      tfg_diag_help(p->d, "%s", HELP_SIZE);
+      return;
+    }
+    i = n;
+  }
+  if (i != n) {
+    spec_error(p, off, n, "unexpected `%.*s` after `%.*s` in device entry `%.*s`",
+               (int)(n - i), e + i, (int)i, e, (int)n, e);
+    tfg_diag_help(p->d, "%s", HELP_ENTRY);
+    return;
+  }
+
+  if (kind == TFG_DEVICE_CUDA) {
+    /* Two entries for one GPU would make two pools that each believe
+     * they own its memory; *N is how one GPU is split. */
+    if (p->cuda_seen[cuda]) {
+      size_t first = (size_t)p->cuda_seen[cuda] - 1;
+      spec_error(p, off, n, "cuda:%d is listed twice", cuda);
+      if (p->src) {
+        size_t fe = first;
+        while (fe < p->len && p->spec[fe] != ',' && !is_blank(p->spec[fe])) fe++;
+        tfg_loc at = tfg_source_loc(p->src, (uint32_t)first, (uint32_t)(fe - first));
+        tfg_diag_note(p->d, &at, "cuda:%d is first listed here", cuda);
+      }
+      tfg_diag_help(p->d, "for several logical devices on one GPU write cuda:%d*N", cuda);
+      return;
+    }
+    p->cuda_seen[cuda] = (int)off + 1;
+  }
+
+  if (p->gpus + count > MAX_GPUS) {
+    if (!p->over_limit)
+      spec_error(p, off, n, "too many GPU devices: `%.*s` makes %d (the limit is %d)", (int)n,
+                 e, p->gpus + count, MAX_GPUS);
+    else
+      p->errors++; /* said once; later entries only keep the spec failed */
+    p->over_limit = true;
+    return;
+  }
+  p->gpus += count;
+  if (p->errors) return; /* the list is dropped anyway */
+  switch (kind) {
+  case TFG_DEVICE_HOST: add_host(ds, count, cap); break;
+  case TFG_DEVICE_CUDA: add_cuda(ds, cuda, count, cap); break;
+  case TFG_DEVICE_SIM: add_sim(ds, model, count, cap); break;
+  case TFG_DEVICE_CPU: TFG_ASSERT(!"cpu is not an entry kind"); break;
+  }
+}
+
+tfg_status tfg_devices_parse(tfg_diag *d, const char *spec, tfg_devices **out) {
+  TFG_ASSERT(d != NULL && spec != NULL && out != NULL);
+  *out = NULL;
+  spec_parser *p = calloc(1, sizeof *p);
+  TFG_ASSERT(p != NULL);
+  p->d = d;
+  p->spec = spec;
+  p->len = strlen(spec);
+  if (p->len > UINT32_MAX) p->len = UINT32_MAX; /* add_source refuses it anyway */
+  tfg_devices *ds = devices_new();
+
+  size_t k = 0;
+  while (k < p->len && is_blank(spec[k])) k++;
+  if (k == p->len) {
+    spec_error(p, 0, p->len, "empty --devices list");
+    tfg_diag_help(p->d, "%s", HELP_ENTRY);
+  } else {
+    for (size_t start = 0;;) {
+      size_t end = start;
+      while (end < p->len && spec[end] != ',') end++;
+      parse_entry(p, ds, start, end);
+      if (end == p->len) break;
+      start = end + 1;
+    }
+  }
+
+  tfg_status st = p->errors ? TFG_ERR_USAGE : TFG_OK;
+  free(p);
+  if (st != TFG_OK) {
+    tfg_devices_free(ds);
+    return st;
+  }
+  *out = ds;
+  return TFG_OK;
+}
+
+tfg_status tfg_devices_default(tfg_diag *d, int gpus, tfg_devices **out, const char **notice) {
+  TFG_ASSERT(d != NULL && out != NULL && gpus >= 0);
+  *out = NULL;
+  if (notice) *notice = NULL;
+  /* No CUDA backend exists yet, so the runtime finds no GPU: the program's
+   * gpu:N become host devices. */
+  if (gpus > MAX_GPUS) {
+    tfg_diag_error(d, NULL, "the program names %d GPUs; at most %d devices can be emulated",
+                   gpus, MAX_GPUS);
+    return TFG_ERR_LIMIT;
+  }
+  tfg_devices *ds = devices_new();
+  if (gpus > 0) {
+    add_host(ds, gpus, 0);
+    tfg_strbuf b = {0};
+    if (gpus == 1)
+      tfg_strbuf_puts(&b, "tfg: no GPU found; gpu:0 is a host device");
+    else
+      tfg_strbuf_printf(&b, "tfg: no GPU found; gpu:0..gpu:%d are %d host devices", gpus - 1,
+                        gpus);
+    ds->notice = tfg_strbuf_take(&b);
+    if (notice) *notice = ds->notice;
+  }
+  *out = ds;
+  return TFG_OK;
+}
+
+/* ---- describe -------------------------------------------------------- */
+
+/* "67 TFLOP/s", "3.35 TB/s": three significant digits in the decimal
+ * unit that keeps the number below 1000 (vendors publish these in
+ * decimal units). */
+static void rate_text(char *buf, size_t cap, double v, const char *unit) {
+  static const char *const prefix[] = {"", "K", "M", "G", "T", "P", "E"};
+  int u = 0;
+  while (v >= 999.5 && u < 6) {
+    v /= 1000.0;
+    u++;
+  }
+  snprintf(buf, cap, "%.3g %s%s", v, prefix[u], unit);
+}
+
+/* Whether a and b live on one physical device: the host CPU holds cpu:0
+ * and every host device; a cuda:K is shared by its logical devices; sim
+ * devices are each their own. */
+static bool same_physical(const tfg_device *a, const tfg_device *b) {
+  bool ha = a->kind == TFG_DEVICE_CPU || a->kind == TFG_DEVICE_HOST;
+  bool hb = b->kind == TFG_DEVICE_CPU || b->kind == TFG_DEVICE_HOST;
+  if (ha || hb) return ha && hb;
+  return a->kind == b->kind && a->physical == b->physical;
+}
+
+enum { NCOLS = 6, CELL = 72 };
+
+void tfg_devices_describe(const tfg_devices *ds, tfg_strbuf *out) {
+  /* The table: cells first, so columns can be as wide as their widest. */
+  int rows = ds->n + 1;
+  char(*cell)[NCOLS][CELL] = calloc((size_t)rows, sizeof *cell);
+  TFG_ASSERT(cell != NULL);
+  static const char *const head[NCOLS] = {"device", "hardware", "memory",
+                                          "f32 peak", "memory bw", "link bw"};
+  for (int c = 0; c < NCOLS; c++) snprintf(cell[0][c], CELL, "%s", head[c]);
+  for (int i = 0; i < ds->n; i++) {
+    const tfg_device *v = &ds->dev[i];
+    char(*r)[CELL] = cell[i + 1];
+    snprintf(r[0], CELL, "%s", v->name);
+    snprintf(r[1], CELL, "%s", v->hardware);
+    size_text(r[2], CELL, v->memory);
+    rate_text(r[3], CELL, v->flops, "FLOP/s");
+    rate_text(r[4], CELL, v->mem_bw, "B/s");
+    rate_text(r[5], CELL, v->link_bw, "B/s");
+  }
+  /* Hardware and memory have minimum widths so the columns do not move
+   * with the machine's core count or memory (and tests can match). */
+  int width[NCOLS] = {0, 24, 10, 0, 0, 0};
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < NCOLS; c++) {
+      int w = (int)strlen(cell[r][c]);
+      if (w > width[c]) width[c] = w;
+    }
+  for (int r = 0; r < rows; r++) {
+    for (int c = 0; c < NCOLS - 1; c++) tfg_strbuf_printf(out, "%-*s  ", width[c], cell[r][c]);
+    tfg_strbuf_printf(out, "%s\n", cell[r][NCOLS - 1]);
+  }
+  free(cell);
+
+  /* One line per physical device, in order of its first logical one. */
+  tfg_strbuf_puts(out, "\nphysical devices:\n");
+  char mem[32];
+  for (int i = 0; i < ds->n; i++) {
+    const tfg_device *v = &ds->dev[i];
+    bool first = true;
+    for (int j = 0; j < i && first; j++) first = !same_physical(&ds->dev[j], v);
+    if (!first) continue;
+    switch (v->kind) {
+    case TFG_DEVICE_CPU:
+    case TFG_DEVICE_HOST:
+      size_text(mem, sizeof mem, ds->host_memory);
+      tfg_strbuf_printf(out, "  host CPU (%ld core%s, %s):", host_cores(),
+                        host_cores() == 1 ? "" : "s", mem);
+      break;
+    case TFG_DEVICE_CUDA:
+      tfg_strbuf_printf(out, "  cuda:%d (not probed in this build):", v->physical);
+      break;
+    case TFG_DEVICE_SIM:
+      tfg_strbuf_printf(out, "  %s #%d (hypothetical):", v->hardware, v->physical);
+      break;
+    }
+    const char *sep = " ";
+    for (int j = i; j < ds->n; j++)
+      if (same_physical(&ds->dev[j], v)) {
+        tfg_strbuf_printf(out, "%s%s", sep, ds->dev[j].name);
+        sep = ", ";
+      }
+    tfg_strbuf_putc(out, '\n');
+  }
+}

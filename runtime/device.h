@@ -1,0 +1,86 @@
+/* runtime/device.h: logical devices, their hardware, and the backend
+ * interface the executor is written against (modeled on ggml-backend's
+ * `_i` structs).
+ *
+ *   tfg_devices *ds;
+ *   if (tfg_devices_parse(diag, "host*4:512M", &ds) != TFG_OK) ...   // --devices
+ *   // or: tfg_devices_default(diag, 2, &ds)  (a program naming gpu:0 and gpu:1)
+ *   const tfg_device *g1 = tfg_devices_gpu(ds, 1);   // what the program calls gpu:1
+ *   tfg_devices_describe(ds, &text);                  // `tfg devices`
+ *   tfg_devices_free(ds);
+ *
+ * Device 0 is always the host CPU ("cpu:0"): where `cpu` pins go, where
+ * data is loaded, where a parameter server lives. The GPU entries follow in
+ * --devices order; the program's gpu:K is the K-th of them. A GPU entry is
+ * a physical CUDA device (cuda:K), one of several logical devices sharing
+ * one (cuda:K*N: each has its own streams and memory pool, like
+ * TensorFlow's logical devices), a GPU-like device emulated on the CPU
+ * (host*N: its own worker thread and memory pool), or a hypothetical device
+ * for placement and planning only (sim:MODEL*N, capacities from the table
+ * in device.c: h100, h200, a100, cpu).
+ *
+ * Spec grammar (CLI.md): ENTRY[,ENTRY...]; ENTRY = KIND[*COUNT][:SIZE];
+ * KIND = cuda:K | host | sim:MODEL; SIZE = NUMBER[K|M|G|T] (bytes, powers of
+ * 1024; a plain number is bytes) caps each device's memory. */
+#ifndef TFG_DEVICE_H
+#define TFG_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "base/strbuf.h"
+#include "lang/diag.h"
+
+typedef enum tfg_device_kind {
+  TFG_DEVICE_CPU,  /* the host CPU: device 0 */
+  TFG_DEVICE_HOST, /* a GPU-like device emulated on the host */
+  TFG_DEVICE_CUDA, /* a (logical) CUDA GPU */
+  TFG_DEVICE_SIM,  /* hypothetical: for place and plan only */
+} tfg_device_kind;
+
+/* What the placer's cost model and the memory planner know of a device. */
+typedef struct tfg_device {
+  int index;            /* 0 for cpu:0, then 1.. for gpu:0.. */
+  tfg_device_kind kind;
+  char name[16];        /* "cpu:0", "gpu:3" */
+  char hardware[64];    /* "host CPU", "host device 2", "cuda:0 (logical 1 of 2)", "sim:h100" */
+  int physical;         /* the physical device it lives on (cuda:K's K; host: 0) */
+  int64_t memory;       /* capacity in bytes (after any :SIZE cap or --memory-limit) */
+  double flops;         /* peak f32 FLOP/s the cost model assumes */
+  double mem_bw;        /* device memory bandwidth, bytes/s */
+  double link_bw;       /* bandwidth to another device, bytes/s */
+} tfg_device;
+
+typedef struct tfg_devices tfg_devices;
+
+/* Parses a --devices spec. Errors (unknown kind, bad count or size, a
+ * sim model not in the table) are reported naming the entry, with the
+ * spec as the source, and return TFG_ERR_USAGE. cuda:K entries parse
+ * even in a build without CUDA (they are refused when a program runs). */
+tfg_status tfg_devices_parse(tfg_diag *d, const char *spec, tfg_devices **out);
+/* The default when --devices is not given: every physical GPU the runtime
+ * finds; with none, `gpus` host devices (the number of gpu:N a program
+ * names), and *notice set to a one-line notice saying so. */
+tfg_status tfg_devices_default(tfg_diag *d, int gpus, tfg_devices **out, const char **notice);
+/* Caps every device's memory at limit bytes (--memory-limit). */
+void tfg_devices_limit(tfg_devices *ds, int64_t limit);
+void tfg_devices_free(tfg_devices *ds);
+
+int tfg_devices_count(const tfg_devices *ds);   /* cpu:0 plus the GPU entries */
+const tfg_device *tfg_devices_at(const tfg_devices *ds, int i);
+int tfg_devices_gpus(const tfg_devices *ds);    /* GPU entries */
+/* The program's gpu:k, or NULL when there are fewer GPUs. */
+const tfg_device *tfg_devices_gpu(const tfg_devices *ds, int k);
+
+/* Parses a size ("512M", "30G", "1024") into bytes; false when malformed
+ * or overflowing. */
+bool tfg_size_parse(const char *s, int64_t *bytes);
+/* "512.0 MiB" style text for a byte count. */
+void tfg_size_format(tfg_strbuf *out, int64_t bytes);
+
+/* `tfg devices`: the hardware found and how logical devices map onto it. */
+void tfg_devices_describe(const tfg_devices *ds, tfg_strbuf *out);
+
+#endif
