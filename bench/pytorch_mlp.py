@@ -5,8 +5,9 @@ One step is: forward, softmax cross-entropy, backward, Adam update
 (zero_grad(set_to_none=True), model(x), F.cross_entropy, loss.backward(),
 opt.step()). Models:
 
-  digits  64-256-10, ReLU, batch 32: the examples/data/digits.csv.gz MLP
-          (see examples/data/README.md for its training configuration)
+  digits  64-H-10, ReLU, batch B: the examples/data/digits.csv.gz MLP; by
+          default H = 256, B = 32, the configuration checked in
+          examples/data/README.md (--digits-hidden, --digits-batch change it)
   wide    784-1024-1024-10, ReLU, batch 128
 
 Both run on random data of the right shapes (inputs uniform in [0, 1),
@@ -20,14 +21,22 @@ reported. One line per model on stdout, in this fixed format:
 
   pytorch <model> threads=<T> batch=<B> step_ms=<median> steps_per_s=<1000/median>
 
+where <model> is `digits` or `wide`, e.g.
+  pytorch digits threads=2 batch=32 step_ms=0.2960 steps_per_s=3378.2
+
 --threads is passed to torch.set_num_threads and also set as OMP_NUM_THREADS,
 OPENBLAS_NUM_THREADS and MKL_NUM_THREADS before torch is imported (so the BLAS
-torch calls uses no more threads either). A line with the torch version and
-settings goes to stderr. Exit status: 0 on success, 2 when torch cannot be
-imported (or on a usage error).
+torch calls uses no more threads either). OMP_WAIT_POLICY defaults to passive
+(an OMP_WAIT_POLICY already in the environment is kept): with libgomp's
+default spinning, any other load on the machine made a 2-thread step up to
+100x slower (0.3 ms -> 28 ms on a shared 2-core machine); passive threads
+sleep at barriers instead. A line with the torch version, the settings and
+the load average goes to stderr. Exit status: 0 on success, 2 when torch
+cannot be imported (or on a usage error).
 
 Standard library + torch only. Usage:
-  python3 bench/pytorch_mlp.py [--threads T] [--steps N] [--warmup W] [--model digits|wide|all]
+  python3 bench/pytorch_mlp.py [--threads T] [--steps N] [--warmup W]
+      [--model digits|wide|all] [--digits-hidden H] [--digits-batch B]
 """
 
 import argparse
@@ -62,6 +71,10 @@ def parse_args(argv):
     p.add_argument("--model", choices=["all"] + list(MODELS), default="all",
                    help="which model to run (default: all)")
     p.add_argument("--seed", type=int, default=0, help="torch.manual_seed value (default 0)")
+    p.add_argument("--digits-hidden", type=int, default=MODELS["digits"][0][1],
+                   help="hidden units of the digits MLP (default %(default)s)")
+    p.add_argument("--digits-batch", type=int, default=MODELS["digits"][1],
+                   help="batch size of the digits MLP (default %(default)s)")
     a = p.parse_args(argv)
     if a.threads < 1:
         p.error("--threads must be >= 1")
@@ -69,6 +82,8 @@ def parse_args(argv):
         p.error("--steps must be >= 50")
     if a.warmup < 0:
         p.error("--warmup must be >= 0")
+    if a.digits_hidden < 1 or a.digits_batch < 1:
+        p.error("--digits-hidden and --digits-batch must be >= 1")
     return a
 
 
@@ -109,6 +124,7 @@ def main(argv):
     # pthreads pool defaults to every core), so fix those too, before the import.
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(a.threads)
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # see the top comment
     try:
         import torch
     except ImportError as e:
@@ -117,15 +133,22 @@ def main(argv):
         return 2
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    print("# torch %s, threads=%d (torch reports %d), warmup=%d, steps=%d, cpu" %
-          (torch.__version__, a.threads, torch.get_num_threads(), a.warmup, a.steps), file=sys.stderr)
-    names = list(MODELS) if a.model == "all" else [a.model]
+    try:
+        load = "%.2f" % os.getloadavg()[0]
+    except (AttributeError, OSError):
+        load = "?"
+    print("# torch %s, cpu, threads=%d (torch reports %d), OMP_WAIT_POLICY=%s, warmup=%d, "
+          "steps=%d, digits 64-%d-10 batch %d, wide 784-1024-1024-10 batch 128, load average %s" %
+          (torch.__version__, a.threads, torch.get_num_threads(), os.environ["OMP_WAIT_POLICY"],
+           a.warmup, a.steps, a.digits_hidden, a.digits_batch, load), file=sys.stderr)
+    models = dict(MODELS)
+    models["digits"] = ([64, a.digits_hidden, 10], a.digits_batch)
+    names = list(models) if a.model == "all" else [a.model]
     for name in names:
-        sizes, batch = MODELS[name]
+        sizes, batch = models[name]
         ms = bench_model(torch, sizes, batch, a.steps, a.warmup)
-        label = "%s_mlp_%s" % (name, "_".join(str(s) for s in sizes))
         print("pytorch %s threads=%d batch=%d step_ms=%.4f steps_per_s=%.1f" %
-              (label, a.threads, batch, ms, 1000.0 / ms), flush=True)
+              (name, a.threads, batch, ms, 1000.0 / ms), flush=True)
     return 0
 
 

@@ -18,6 +18,7 @@
 #include "lang/interp.h"
 #include "lang/parse.h"
 #include "compiler/place.h"
+#include "compiler/plan.h"
 #include "runtime/device.h"
 #include "runtime/format.h"
 #include "runtime/session.h"
@@ -168,7 +169,7 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
     case OPT_EXPLAIN:
     case OPT_JSON:
     case OPT_DOT:
-      if (!(allow & ALLOW_PLACE) || !strcmp(cmd->name, "devices"))
+      if (!(allow & ALLOW_PLACE) || strcmp(cmd->name, "place"))
         return usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
       if (c == OPT_EXPLAIN) o->explain = true;
       else if (c == OPT_JSON) o->json = true;
@@ -322,7 +323,7 @@ static tfg_devices *devices_for(const cli_opts *o, const tfg_program *p, tfg_dia
 
 /* `tfg place`: the training steps are built first, so updates and state
  * are placed with their params. */
-static int place_program(const cli_opts *o, tfg_program *p, tfg_diag *d, bool color) {
+static int place_program(const cli_opts *o, tfg_program *p, tfg_diag *d, bool color, bool want_plan) {
   tfg_train_step *steps = calloc((size_t)p->nactions + 1, sizeof *steps);
   int nsteps = 0, rc = 0;
   for (int i = 0; i < p->nactions && rc == 0; i++)
@@ -333,15 +334,32 @@ static int place_program(const cli_opts *o, tfg_program *p, tfg_diag *d, bool co
   tfg_devices *ds = rc == 0 ? devices_for(o, p, d) : NULL;
   if (!ds && rc == 0) rc = EXIT_USAGE;
   tfg_placement *pl = NULL;
-  if (ds && tfg_place(p->graph, ds, steps, nsteps, d, &pl) != TFG_OK) rc = EXIT_PROGRAM;
-  if (pl) {
+  if (ds && tfg_place_fit(p->graph, ds, steps, nsteps, d, &pl) != TFG_OK) rc = EXIT_PROGRAM;
+  tfg_plan *plan = NULL;
+  if (pl && want_plan) {
+    tfg_status st = tfg_plan_build(p->graph, pl, ds, d, &plan);
+    if (st != TFG_OK) rc = tfg_status_exit_code(st);
+  }
+  if (plan) {
+    /* Every plan is checked before it is shown: a violation is a bug in
+     * the planner, never something to run. */
+    tfg_strbuf why = {0};
+    if (!tfg_plan_validate(plan, &why)) {
+      fprintf(stderr, "tfg: internal error: the plan is invalid: %s\n", why.data);
+      rc = EXIT_RUNTIME;
+    }
+    tfg_strbuf_free(&why);
+  }
+  if (rc == 0 && (plan || (pl && !want_plan))) {
     tfg_strbuf out = {0};
-    if (o->json) tfg_place_json(pl, &out);
+    if (plan) tfg_plan_print(plan, &out);
+    else if (o->json) tfg_place_json(pl, &out);
     else if (o->dot) tfg_place_dot(pl, &out);
     else tfg_place_explain(pl, &out);
     fwrite(out.data, 1, out.len, stdout);
     tfg_strbuf_free(&out);
   }
+  tfg_plan_free(plan);
   tfg_placement_free(pl);
   tfg_devices_free(ds);
   for (int i = 0; i < nsteps; i++) tfg_train_step_free(&steps[i]);
@@ -378,10 +396,10 @@ static int cmd_devices(const cli_cmd *cmd, int argc, char **argv) {
  * --ast), build and check it, then do the command's part. */
 static int cmd_program(const cli_cmd *cmd, int argc, char **argv) {
   bool is_check = strcmp(cmd->name, "check") == 0, is_run = strcmp(cmd->name, "run") == 0,
-       is_place = strcmp(cmd->name, "place") == 0;
+       is_place = strcmp(cmd->name, "place") == 0, is_plan = strcmp(cmd->name, "plan") == 0;
   cli_opts *o = calloc(1, sizeof *o);
   int rc = parse_opts(cmd, argc, argv,
-                      (is_check ? ALLOW_AST : 0) | (is_run ? ALLOW_RUN : 0) | (is_place ? ALLOW_PLACE : 0), o);
+                      (is_check ? ALLOW_AST : 0) | (is_run ? ALLOW_RUN : 0) | (is_place || is_plan ? ALLOW_PLACE : 0), o);
   if (rc >= 0) {
     free(o);
     return rc;
@@ -416,11 +434,11 @@ static int cmd_program(const cli_cmd *cmd, int argc, char **argv) {
         tfg_train_step_free(&ts);
       }
     }
-    if (st == TFG_OK && is_place) rc = place_program(o, tfg_interp_program(I), d, color);
+    if (st == TFG_OK && (is_place || is_plan)) rc = place_program(o, tfg_interp_program(I), d, color, is_plan);
     if (st == TFG_OK && is_run) {
       tfg_diag_render(d, stderr, color);
       rc = run_actions(o, tfg_interp_program(I), d, color);
-    } else if (st == TFG_OK && !is_check && !is_place) {
+    } else if (st == TFG_OK && !is_check && !is_place && !is_plan) {
       rc = unavailable(cmd);
     }
     tfg_interp_free(I);
@@ -509,8 +527,11 @@ static const cli_cmd commands[] = {
      cmd_program},
     {"plan", "the compiled plan: streams, copies, collectives, memory",
      "tfg plan [OPTIONS] FILE\n\nShow the compiled plan of FILE: per device its streams, ops in\n"
-     "order, copies, collectives, memory offsets and peak.\n\n"
-     "options:\n" COMMON_HELP,
+     "order, copies and events, memory offsets and the planned peak. A plan that\n"
+     "does not fit a device is an error naming the device, the op and the bytes.\n\n"
+     "options:\n"
+     "  --devices SPEC    the devices to plan for (default: as many host devices as gpu:N named)\n"
+     "  --memory-limit SIZE  cap every device's memory\n" COMMON_HELP,
      cmd_program},
     {"devices", "the hardware found and how logical devices map onto it",
      "tfg devices [--devices SPEC] [--memory-limit SIZE]\n\nList the hardware found and how logical devices map onto it.\n"

@@ -14,6 +14,7 @@
 
 #include "base/assert.h"
 #include "compiler/ops.h"
+#include "compiler/plan.h"
 
 struct tfg_placement {
   const tfg_graph *g;
@@ -160,7 +161,7 @@ static int64_t group_need(const tfg_placement *pl, const tfg_node *n, const int6
 }
 
 tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_step *steps, int nsteps,
-                     tfg_diag *d, tfg_placement **out) {
+                     const int64_t *reserve, tfg_diag *d, tfg_placement **out) {
   tfg_placement *pl = calloc(1, sizeof *pl);
   TFG_ASSERT(pl != NULL);
   pl->g = g;
@@ -200,6 +201,11 @@ tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_
     }
   for (int32_t i = 0; i < n; i++)
     if (persistent(&g->nodes[i])) group_bytes[find(pl->parent, i)] += bytes_of(&g->nodes[i]);
+  /* A trained param's gradient lives until its update, at the end of the
+   * step: count it with the group, as the memory it will certainly take. */
+  for (int k = 0; k < nsteps; k++)
+    for (int i = 0; i < steps[k].nparams; i++)
+      group_bytes[find(pl->parent, steps[k].params[i])] += bytes_of(&g->nodes[steps[k].params[i]]);
 
   /* Pass 1: pins, carried to the whole group. */
   tfg_status st = TFG_OK;
@@ -259,7 +265,7 @@ tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_
     for (int dv = lo; dv <= hi; dv++) {
       double t = finish_on(&s, pl, nd, dv);
       if (t < pref_t) { pref_t = t; pref = dv; }
-      if (s.used[dv] + need > tfg_devices_at(ds, dv)->memory) continue;
+      if (need > 0 && s.used[dv] + need > tfg_devices_at(ds, dv)->memory - (reserve ? reserve[dv] : 0)) continue;
       if (t < best_t) {
         second = best;
         second_t = best_t;
@@ -273,7 +279,7 @@ tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_
     if (best < 0) {
       tfg_strbuf need_s = {0};
       tfg_size_format(&need_s, need);
-      tfg_diag_error(d, &nd->loc, "%s: no device has room for the %s of params and state this op uses",
+      tfg_diag_error(d, &nd->loc, "%s: no device has room for the %s of params, state and gradients this op uses",
                      tfg_op_get(nd->op)->name, need_s.data);
       tfg_strbuf_free(&need_s);
       tfg_diag_help(d, "give more devices or more memory (--devices, --memory-limit)");
@@ -288,7 +294,8 @@ tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_
       r->cause = TFG_CAUSE_MEMORY;
       r->refused = pref;
       r->need = need;
-      r->avail = tfg_devices_at(ds, pref)->memory - s.used[pref];
+      r->reserved = reserve ? reserve[pref] : 0;
+      r->avail = tfg_devices_at(ds, pref)->memory - r->reserved - s.used[pref];
     } else {
       r->cause = TFG_CAUSE_COST;
     }
@@ -355,6 +362,55 @@ tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_
   return TFG_OK;
 }
 
+/* ---- fitting activations ------------------------------------------------------- */
+
+tfg_status tfg_place_fit(const tfg_graph *g, const tfg_devices *ds, const tfg_train_step *steps, int nsteps,
+                         tfg_diag *d, tfg_placement **out) {
+  int ndev = tfg_devices_count(ds);
+  int64_t *reserve = calloc((size_t)ndev, sizeof *reserve);
+  TFG_ASSERT(reserve != NULL);
+  tfg_status st = TFG_OK;
+  for (int attempt = 0; attempt < 8; attempt++) {
+    tfg_diag *quiet = tfg_diag_new(); /* the attempts' own complaints are not the user's */
+    tfg_placement *pl = NULL;
+    st = tfg_place(g, ds, steps, nsteps, reserve, quiet, &pl);
+    tfg_diag_free(quiet);
+    if (st != TFG_OK) break;
+    tfg_plan *plan = NULL;
+    tfg_plan_build(g, pl, ds, NULL, &plan);
+    /* Where a device went over, keep what its activations took this time
+     * (and a little more) free of params next time: its peak less the
+     * params, state and gradients the placer counts already. */
+    int64_t *grads = calloc((size_t)ndev, sizeof *grads);
+    TFG_ASSERT(grads != NULL);
+    for (int k = 0; k < nsteps; k++)
+      for (int i = 0; i < steps[k].nparams; i++)
+        grads[tfg_placement_device(pl, steps[k].params[i])] += bytes_of(&g->nodes[steps[k].params[i]]);
+    bool over = false;
+    for (int i = 0; i < ndev; i++) {
+      if (plan->dev[i].peak <= tfg_devices_at(ds, i)->memory) continue;
+      int64_t act = plan->dev[i].peak - plan->dev[i].persistent_bytes - grads[i];
+      if (act < 0) act = 0;
+      int64_t want = act + act / 8 + 4096;
+      reserve[i] = want > reserve[i] ? want : reserve[i] + 4096;
+      over = true;
+    }
+    free(grads);
+    tfg_plan_free(plan);
+    if (!over) {
+      free(reserve);
+      *out = pl;
+      return TFG_OK;
+    }
+    tfg_placement_free(pl);
+  }
+  /* No placement fit: the last one, reported by the caller's plan (or the
+   * placer's own error when params alone do not fit). */
+  st = tfg_place(g, ds, steps, nsteps, reserve, d, out);
+  free(reserve);
+  return st;
+}
+
 /* ---- explain ------------------------------------------------------------------------ */
 
 static const char *base_name(const char *path) {
@@ -403,7 +459,13 @@ static void reason(const tfg_placement *pl, const tfg_place_record *r, tfg_strbu
   case TFG_CAUSE_MEMORY: {
     tfg_strbuf_printf(out, "pass 3: %s has ", tfg_devices_at(ds, r->refused)->name);
     tfg_size_format(out, r->avail > 0 ? r->avail : 0);
-    tfg_strbuf_puts(out, " free, the params here need ");
+    tfg_strbuf_puts(out, " free");
+    if (r->reserved) {
+      tfg_strbuf_puts(out, " (");
+      tfg_size_format(out, r->reserved);
+      tfg_strbuf_puts(out, " kept for activations)");
+    }
+    tfg_strbuf_puts(out, ", the params here need (with state and gradients) ");
     tfg_size_format(out, r->need);
     break;
   }

@@ -50,16 +50,27 @@ typedef struct tfg_place_record {
   double est, runner_est; /* COST: estimated finish time (s) on the winner and the runner-up */
   int refused;           /* MEMORY: the preferred device that had no room */
   int64_t need, avail;   /* MEMORY: bytes the group needs, bytes free there */
+  int64_t reserved;      /* MEMORY: bytes kept there for activations */
 } tfg_place_record;
 
 typedef struct tfg_placement tfg_placement;
 
 /* Places every node of g on ds. steps (may be NULL) are the program's
  * training steps, whose params, updates and state are kept together.
- * Returns TFG_OK, or TFG_ERR_PLACE with a located error (a pin to a device
- * that does not exist; pinned params that do not fit). */
+ * reserve (may be NULL) keeps that many bytes of each device free of
+ * params for activations. Returns TFG_OK, or TFG_ERR_PLACE with a located
+ * error (a pin to a device that does not exist; pinned params that do not
+ * fit). */
 tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_step *steps, int nsteps,
-                     tfg_diag *d, tfg_placement **out);
+                     const int64_t *reserve, tfg_diag *d, tfg_placement **out);
+
+/* Places with pass 3 counting activations too: places, plans (measuring
+ * each device's peak), and where a device's peak passes its capacity,
+ * reserves the difference for activations and places again (a few times
+ * at most). The result is the first placement whose plan fits, else the
+ * last one (its plan then reports the shortage). */
+tfg_status tfg_place_fit(const tfg_graph *g, const tfg_devices *ds, const tfg_train_step *steps, int nsteps,
+                         tfg_diag *d, tfg_placement **out);
 void tfg_placement_free(tfg_placement *pl);
 
 int tfg_placement_device(const tfg_placement *pl, tfg_node_id id);

@@ -288,10 +288,38 @@ tfg_node_id tfg_interp_scalar(tfg_interp *I, double v, tfg_dtype dt, const tfg_l
 
 /* ---- paths of params --------------------------------------------------------------- */
 
+/* The taken paths are kept in order (so a failed statement can drop its
+ * own) and indexed by a hash table: a program with 100,000 params names
+ * them in linear time. */
+static uint32_t hash_name(const char *s);
+
 static bool is_taken(tfg_interp *I, const char *p) {
-  for (int32_t i = 0; i < I->ntaken; i++)
-    if (strcmp(I->taken[i], p) == 0) return true;
-  return false;
+  if (!I->taken_slots) return false;
+  uint32_t mask = (uint32_t)I->taken_slots - 1;
+  for (uint32_t h = hash_name(p) & mask;; h = (h + 1) & mask) {
+    int32_t e = I->taken_index[h];
+    if (e == 0) return false;
+    if (strcmp(I->taken[e - 1], p) == 0) return true;
+  }
+}
+
+static void index_taken(tfg_interp *I, int32_t i) {
+  uint32_t mask = (uint32_t)I->taken_slots - 1;
+  uint32_t h = hash_name(I->taken[i]) & mask;
+  while (I->taken_index[h]) h = (h + 1) & mask;
+  I->taken_index[h] = i + 1;
+}
+
+/* Rebuilds the index for the first ntaken entries (after growth or a
+ * rollback). */
+static void reindex_taken(tfg_interp *I) {
+  int32_t slots = 64;
+  while (slots < 2 * (I->ntaken + 1)) slots *= 2;
+  free(I->taken_index);
+  I->taken_index = calloc((size_t)slots, sizeof *I->taken_index);
+  TFG_ASSERT(I->taken_index != NULL);
+  I->taken_slots = slots;
+  for (int32_t i = 0; i < I->ntaken; i++) index_taken(I, i);
 }
 
 static void *grow(void *arr, int32_t n, int32_t *cap, size_t elem);
@@ -299,6 +327,53 @@ static void *grow(void *arr, int32_t n, int32_t *cap, size_t elem);
 static void take(tfg_interp *I, const char *p) {
   I->taken = grow(I->taken, I->ntaken, &I->captaken, sizeof *I->taken);
   I->taken[I->ntaken++] = (char *)p;
+  if (2 * I->ntaken > I->taken_slots) reindex_taken(I);
+  else index_taken(I, I->ntaken - 1);
+}
+
+/* The suffix hint slot of a path (open addressing; grows at half full). */
+static int32_t *suffix_slot(tfg_interp *I, const char *path) {
+  if (2 * (I->nsuffix + 1) > I->suffix_slots) {
+    int32_t old = I->suffix_slots;
+    const char **ok = I->suffix_key;
+    int32_t *on = I->suffix_next;
+    I->suffix_slots = old ? old * 2 : 64;
+    I->suffix_key = calloc((size_t)I->suffix_slots, sizeof *I->suffix_key);
+    I->suffix_next = calloc((size_t)I->suffix_slots, sizeof *I->suffix_next);
+    TFG_ASSERT(I->suffix_key && I->suffix_next);
+    for (int32_t i = 0; i < old; i++)
+      if (ok[i]) {
+        uint32_t m = (uint32_t)I->suffix_slots - 1, h = hash_name(ok[i]) & m;
+        while (I->suffix_key[h]) h = (h + 1) & m;
+        I->suffix_key[h] = ok[i];
+        I->suffix_next[h] = on[i];
+      }
+    free(ok);
+    free(on);
+  }
+  uint32_t m = (uint32_t)I->suffix_slots - 1, h = hash_name(path) & m;
+  while (I->suffix_key[h] && strcmp(I->suffix_key[h], path) != 0) h = (h + 1) & m;
+  if (!I->suffix_key[h]) {
+    I->suffix_key[h] = path;
+    I->suffix_next[h] = 1;
+    I->nsuffix++;
+  }
+  return &I->suffix_next[h];
+}
+
+static void clear_suffixes(tfg_interp *I) {
+  if (I->suffix_slots) memset(I->suffix_key, 0, sizeof *I->suffix_key * (size_t)I->suffix_slots);
+  I->nsuffix = 0;
+}
+
+/* The first of base, base_1, base_2, ... (base a full path) not taken. */
+static const char *first_free(tfg_interp *I, const char *base, char *buf, size_t n) {
+  if (!is_taken(I, base)) return base;
+  int32_t *next = suffix_slot(I, base);
+  for (;; (*next)++) {
+    snprintf(buf, n, "%s_%d", base, *next);
+    if (!is_taken(I, buf)) return buf;
+  }
 }
 
 /* "a.b.c" from the naming path plus last. */
@@ -313,13 +388,11 @@ static const char *join_path(tfg_interp *I, const char *last) {
 
 /* The first of c, c_1, c_2, ... not yet used at this point of the path. */
 static const char *unique_component(tfg_interp *I, const char *c) {
-  const char *cand = c;
-  for (int k = 1;; k++) {
-    if (!is_taken(I, join_path(I, cand))) return cand;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s_%d", c, k);
-    cand = tfg_interp_strdup(I, buf, strlen(buf));
-  }
+  char buf[512];
+  const char *full = join_path(I, c);
+  const char *got = first_free(I, full, buf, sizeof buf);
+  if (got == full) return c;
+  return tfg_interp_strdup(I, got + strlen(full) - strlen(c), strlen(got) - strlen(full) + strlen(c));
 }
 
 static void push_component(tfg_interp *I, const char *c, const tfg_loc *loc) {
@@ -485,13 +558,10 @@ static void exec_param(tfg_interp *I, tfg_env *env, const tfg_ast *s) {
   tfg_value init = {.kind = TFG_V_NONE};
   if (s->b) init = tfg_interp_expr(I, env, s->b);
   /* The path: scopes and calls in force, then the param's own name. */
-  const char *own = s->name;
-  const char *full = join_path(I, own);
-  for (int k = 1; is_taken(I, full); k++) {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s_%d", own, k);
-    full = join_path(I, buf);
-  }
+  char buf[512];
+  const char *full = join_path(I, s->name);
+  const char *got = first_free(I, full, buf, sizeof buf);
+  if (got != full) full = tfg_interp_strdup(I, got, strlen(got));
   tfg_node_id id = tfg_interp_node(I, TFG_OP_PARAM, NULL, 0, NULL, &s->loc);
   tfg_node *n = tfg_graph_node(I->prog.graph, id);
   n->dtype = dt;
@@ -1386,6 +1456,9 @@ void tfg_interp_free(tfg_interp *I) {
   free(I->prog.params);
   free(I->prog.feeds);
   free(I->taken);
+  free(I->taken_index);
+  free(I->suffix_key);
+  free(I->suffix_next);
   free(I->set_used);
   free(I->builtins);
   tfg_arena_free(&I->sig_arena);
@@ -1423,7 +1496,11 @@ tfg_status tfg_interp_eval(tfg_interp *I, const tfg_source *src, const tfg_ast *
       I->prog.nparams = params;
       I->prog.nactions = actions;
       I->prog.nfeeds = feeds;
-      I->ntaken = taken;
+      if (I->ntaken != taken) {
+        I->ntaken = taken;
+        reindex_taken(I);
+        clear_suffixes(I);
+      }
       env_truncate(&I->main.env, binds);
       return st;
     }

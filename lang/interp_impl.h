@@ -86,6 +86,14 @@ struct tfg_interp {
   int depth;
   char **taken; /* every param path and its prefixes, for _1 suffixes */
   int32_t ntaken, captaken;
+  int32_t *taken_index; /* open-addressing hash over taken: entry + 1, 0 empty */
+  int32_t taken_slots;  /* a power of two, at least twice ntaken */
+  /* The next suffix to try for a path already taken ("h" -> 3: h_1 and
+   * h_2 are taken too), so the n-th `h` costs one look-up, not n. A hint
+   * only: cleared on rollback. */
+  const char **suffix_key;
+  int32_t *suffix_next;
+  int32_t suffix_slots, nsuffix;
   /* the device annotation in force */
   tfg_devspec device;
   const char *dir; /* folder of the module running now: relative paths start here */

@@ -297,6 +297,7 @@ typedef struct spec_parser {
   const char *spec;
   size_t len;
   const tfg_source *src; /* made on the first error */
+  bool src_tried;        /* so a refused source is refused (and said) once */
   int errors;
   int gpus;              /* GPU devices of the good entries so far */
   bool over_limit;       /* the MAX_GPUS error was given (once is enough) */
@@ -316,7 +317,10 @@ static const char HELP_SIZE[] =
 static void spec_error(spec_parser *p, size_t off, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void spec_error(spec_parser *p, size_t off, size_t len, const char *fmt, ...) {
-  if (!p->src) p->src = tfg_diag_add_source(p->d, "--devices", p->spec, p->len);
+  if (!p->src_tried) {
+    p->src_tried = true;
+    p->src = tfg_diag_add_source(p->d, "--devices", p->spec, p->len);
+  }
   tfg_strbuf msg = {0};
   va_list ap;
   va_start(ap, fmt);
@@ -471,10 +475,12 @@ static void parse_entry(spec_parser *p, tfg_devices *ds, size_t off, size_t end)
   }
 
   if (p->gpus + count > MAX_GPUS) {
-    if (!p->over_limit)
+    if (!p->over_limit) {
       spec_error(p, off, n, "too many GPU devices: `%.*s` makes %d (the limit is %d)", (int)n,
                  e, p->gpus + count, MAX_GPUS);
-    else
+      tfg_diag_help(p->d, "--devices lists at most %d GPU devices in all, %d per entry",
+                    MAX_GPUS, MAX_COUNT);
+    } else
       p->errors++; /* said once; later entries only keep the spec failed */
     p->over_limit = true;
     return;

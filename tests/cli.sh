@@ -58,7 +58,7 @@ if grep -q "$(printf '\033')" "$tmp/err"; then ko "cli color-auto: colour on a p
 expect run-example 0 "$TFG" run examples/hello.tfg && contains run-example "$tmp/out" "y: f32[2,3] @cpu:0"
 expect run-bad-program 1 "$TFG" run "$tmp/bad.tfg"
 # Subcommands past this version check the program, then say they are not available.
-expect plan-unavailable 3 "$TFG" plan examples/hello.tfg && contains plan-unavailable "$tmp/err" "not available"
+expect repl-unavailable 3 "$TFG" repl && contains repl-unavailable "$tmp/err" "not available"
 # --set and --feed
 expect set-unknown 2 "$TFG" check --set nothere=1 examples/hello.tfg && contains set-unknown "$tmp/err" "no top-level \`let nothere\`"
 expect set-bad 2 "$TFG" check --set novalue examples/hello.tfg
@@ -158,9 +158,9 @@ expect train-strategy 3 "$TFG" run "$tmp/train/mirrored.tfg" && contains train-s
 
 # ---- placement ---------------------------------------------------------------
 # The 24-layer model of tests/golden/place-memory-split.tfg (72 MiB of
-# params and Adam state) on 2 and on 4 devices: split, each within its
-# capacity.
-for spec in host*2:40M host*4:20M; do
+# params and Adam state, 96 MiB with gradients) on 2 and on 4 devices:
+# split, each within its capacity.
+for spec in host*2:64M host*4:40M; do
   expect "place-split-$spec" 0 "$TFG" place --json --devices "$spec" tests/golden/place-memory-split.tfg &&
   if python3 - "$tmp/out" <<'PY'
 import json, sys
@@ -182,3 +182,15 @@ expect place-default 0 "$TFG" place "$tmp/pin2.tfg" && contains place-default "$
 expect place-dot 0 "$TFG" place --dot "$tmp/pin2.tfg" && contains place-dot "$tmp/out" "subgraph cluster_2"
 expect devices 0 "$TFG" devices --devices "cuda:0*2:30G,host*2,sim:h100" && contains devices "$tmp/out" "gpu:4"
 expect devices-bad 2 "$TFG" devices --devices "tpu*2"
+
+# ---- plans ----------------------------------------------------------------------
+# Every example and every placement golden plans, and its plan passes the
+# validator (tfg plan checks each plan it prints).
+for f in examples/*.tfg tests/golden/place-*.tfg tests/golden/run-*.tfg; do
+  spec=$(sed -n 's/^# devices: //p' "$f" | head -1)
+  expect "plan-$(basename "$f")" 0 "$TFG" plan ${spec:+--devices "$spec"} "$f"
+done
+# Activations that cannot fit: an error naming the device, the op and its line, and the bytes.
+printf 'x = ones([64, 1])\ny = ones([1, 64])\nz = matmul(x, y)\nprint z\n' >"$tmp/oom.tfg"
+expect plan-oom 3 "$TFG" plan --devices 'host*1:1K' "$tmp/oom.tfg" &&
+  contains plan-oom "$tmp/err" "oom.tfg:3:5: error: out of memory on gpu:0: matmul needs 16.0 KiB"

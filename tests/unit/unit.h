@@ -23,6 +23,7 @@ Suite *suite_format(void);
 Suite *suite_ckpt(void);
 Suite *suite_autodiff(void);
 Suite *suite_device(void);
+Suite *suite_plan(void);
 
 /* Renders d's diagnostics without colour (and the error count when
  * summary is true) into a heap string. */

@@ -1,0 +1,75 @@
+/* bench/place_scale.c: how placing a graph grows with its size.
+ *
+ * Builds programs of about 1,000, 10,000 and 100,000 ops (a stack of
+ * dense layers, each a param, a matmul, an add and a relu, in 4 parallel
+ * towers joined at the end) through the interpreter, then times
+ * tfg_place on 4 host devices (median of 5 runs) and prints the time per
+ * size and per op. The target: 10,000 ops under 0.5 s.
+ *
+ *   make build/bench/place_scale && build/bench/place_scale
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "compiler/place.h"
+#include "lang/interp.h"
+#include "lang/parse.h"
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+int main(void) {
+  const int layers[] = {62, 625, 6250}; /* x 4 towers x 4 ops */
+  printf("place_scale: 4 towers of dense layers on host*4, median of 5 runs\n");
+  for (size_t s = 0; s < sizeof layers / sizeof layers[0]; s++) {
+    tfg_strbuf text = {0};
+    tfg_strbuf_puts(&text, "x = normal([8, 16], seed = 1)\n");
+    for (int t = 0; t < 4; t++) {
+      tfg_strbuf_printf(&text, "h%d = x\nfor i in 0..%d {\n  param w: f32[16, 16] = glorot()\n  param b: f32[16]\n"
+                               "  h%d = relu(matmul(h%d, w) + b)\n}\n", t, layers[s], t, t);
+    }
+    tfg_strbuf_puts(&text, "print h0 + h1 + h2 + h3\n");
+    tfg_diag *d = tfg_diag_new();
+    tfg_arena arena;
+    tfg_arena_init(&arena);
+    const tfg_source *src = tfg_diag_add_source(d, "scale.tfg", text.data, text.len);
+    tfg_ast *ast = NULL;
+    tfg_interp *in = tfg_interp_new(d, NULL);
+    double t0 = now();
+    if (tfg_parse(src, d, &arena, &ast, NULL) != TFG_OK || tfg_interp_eval(in, src, ast) != TFG_OK) {
+      tfg_diag_render(d, stderr, false);
+      return 1;
+    }
+    double t_build = now() - t0;
+    tfg_program *p = tfg_interp_program(in);
+    tfg_devices *ds = NULL;
+    if (tfg_devices_parse(d, "host*4:1G", &ds) != TFG_OK) return 1;
+    double times[5];
+    for (int r = 0; r < 5; r++) {
+      tfg_placement *pl = NULL;
+      double a = now();
+      if (tfg_place(p->graph, ds, NULL, 0, NULL, d, &pl) != TFG_OK) return 1;
+      times[r] = now() - a;
+      tfg_placement_free(pl);
+    }
+    qsort(times, 5, sizeof times[0], cmp);
+    int32_t n = p->graph->nnodes;
+    printf("  %7d ops: build %.3f s, place %.4f s (%.2f us/op)\n", n, t_build, times[2], 1e6 * times[2] / n);
+    tfg_devices_free(ds);
+    tfg_interp_free(in);
+    tfg_arena_free(&arena);
+    tfg_diag_free(d);
+    tfg_strbuf_free(&text);
+  }
+  return 0;
+}
