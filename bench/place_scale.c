@@ -2,9 +2,10 @@
  *
  * Builds programs of about 1,000, 10,000 and 100,000 ops (a stack of
  * dense layers, each a param, a matmul, an add and a relu, in 4 parallel
- * towers joined at the end) through the interpreter, then times
- * tfg_place on 4 host devices (median of 5 runs) and prints the time per
- * size and per op. The target: 10,000 ops under 0.5 s.
+ * towers joined at the end) through the interpreter, then times placing
+ * (tfg_place) and planning (tfg_plan_build) on 4 host devices (median of
+ * 5 runs each) and prints the times per size and per op. The target:
+ * placing and planning 10,000 ops under 0.5 s.
  *
  *   make build/bench/place_scale && build/bench/place_scale
  */
@@ -14,6 +15,7 @@
 #include <time.h>
 
 #include "compiler/place.h"
+#include "compiler/plan.h"
 #include "lang/interp.h"
 #include "lang/parse.h"
 
@@ -54,17 +56,24 @@ int main(void) {
     tfg_program *p = tfg_interp_program(in);
     tfg_devices *ds = NULL;
     if (tfg_devices_parse(d, "host*4:1G", &ds) != TFG_OK) return 1;
-    double times[5];
+    double times[5], ptimes[5];
     for (int r = 0; r < 5; r++) {
       tfg_placement *pl = NULL;
+      tfg_plan *plan = NULL;
       double a = now();
       if (tfg_place(p->graph, ds, NULL, 0, NULL, d, &pl) != TFG_OK) return 1;
-      times[r] = now() - a;
+      double b = now();
+      if (tfg_plan_build(p->graph, pl, ds, d, &plan) != TFG_OK) return 1;
+      ptimes[r] = now() - b;
+      times[r] = b - a;
+      tfg_plan_free(plan);
       tfg_placement_free(pl);
     }
     qsort(times, 5, sizeof times[0], cmp);
+    qsort(ptimes, 5, sizeof ptimes[0], cmp);
     int32_t n = p->graph->nnodes;
-    printf("  %7d ops: build %.3f s, place %.4f s (%.2f us/op)\n", n, t_build, times[2], 1e6 * times[2] / n);
+    printf("  %7d ops: build %.3f s, place %.4f s, plan %.4f s, place+plan %.2f us/op\n", n, t_build, times[2], ptimes[2],
+           1e6 * (times[2] + ptimes[2]) / n);
     tfg_devices_free(ds);
     tfg_interp_free(in);
     tfg_arena_free(&arena);

@@ -43,14 +43,14 @@ tfg_step_ms() {
 }
 digits=$(tfg_step_ms bench/mlp_digits.tfg)
 wide=$(tfg_step_ms --feed "x=$tmp/x.npy" --feed "y=$tmp/y.npy" bench/mlp_wide.tfg)
-echo "tfg digits threads=$THREADS batch=64 step_ms=$digits"
+echo "tfg digits threads=$THREADS batch=32 step_ms=$digits"
 echo "tfg wide threads=$THREADS batch=128 step_ms=$wide"
 
 if ! $PY -c 'import torch' 2>/dev/null; then
   echo "pytorch: not installed (apt-get install python3-torch); no comparison" >&2
   exit 2
 fi
-$PY bench/pytorch_mlp.py --threads "$THREADS" | tee "$tmp/torch.txt"
+$PY bench/pytorch_mlp.py --threads "$THREADS" --digits-hidden 256 --digits-batch 32 | tee "$tmp/torch.txt"
 for model in digits wide; do
   t=$(grep "^pytorch $model " "$tmp/torch.txt" | sed -E 's/.*step_ms=([0-9.]+).*/\1/')
   mine=$([ "$model" = digits ] && echo "$digits" || echo "$wide")

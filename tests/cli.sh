@@ -194,3 +194,9 @@ done
 printf 'x = ones([64, 1])\ny = ones([1, 64])\nz = matmul(x, y)\nprint z\n' >"$tmp/oom.tfg"
 expect plan-oom 3 "$TFG" plan --devices 'host*1:1K' "$tmp/oom.tfg" &&
   contains plan-oom "$tmp/err" "oom.tfg:3:5: error: out of memory on gpu:0: matmul needs 16.0 KiB"
+
+# ---- the digits example --------------------------------------------------------
+# At least 96% on the held-out 20%, well inside 30 s (timeout) on 2 cores.
+expect digits 0 timeout 30 "$TFG" run examples/digits.tfg
+acc=$(grep '^eval  step 2200' "$tmp/err" | sed -E 's/.*accuracy ([0-9.]+).*/\1/')
+if awk -v a="$acc" 'BEGIN { exit !(a >= 0.96) }'; then ok; else ko "digits: test accuracy '$acc' below 0.96"; fi
