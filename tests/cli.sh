@@ -200,3 +200,8 @@ expect plan-oom 3 "$TFG" plan --devices 'host*1:1K' "$tmp/oom.tfg" &&
 expect digits 0 timeout 30 "$TFG" run examples/digits.tfg
 acc=$(grep '^eval  step 2200' "$tmp/err" | sed -E 's/.*accuracy ([0-9.]+).*/\1/')
 if awk -v a="$acc" 'BEGIN { exit !(a >= 0.96) }'; then ok; else ko "digits: test accuracy '$acc' below 0.96"; fi
+# tfg's checkpoints read back with an independent reader written from the
+# safetensors specification (tests/ckpt_reader.py, standard library only).
+expect ckpt-reader 0 python3 tests/ckpt_reader.py "$tmp/train/a.safetensors" &&
+  contains ckpt-reader "$tmp/out" "w F32 [4, 1]" && contains ckpt-reader "$tmp/out" "w:exp_avg_sq F32 [4, 1]" &&
+  contains ckpt-reader "$tmp/out" "meta step 100" && contains ckpt-reader "$tmp/out" "meta optimizer adam"

@@ -1,0 +1,96 @@
+/* runtime/backend.h: the backend interface the executor is written against
+ * (modeled on ggml-backend's `_i` structs: a table of function pointers per
+ * backend, opaque handles for what they return).
+ *
+ *   tfg_backend *b = tfg_backend_host_new(device, &diag);  // one per logical device
+ *   tfg_stream *s = b->i.stream_create(b);                  // an ordered queue
+ *   void *buf = b->i.alloc(b, bytes);                       // from the device's pool
+ *   b->i.copy_from_host(b, s, buf, host_ptr, bytes);
+ *   b->i.launch(b, s, kernel_fn, &kctx, node, in, &out);    // queued, runs in order
+ *   tfg_event *e = b->i.event_create(b);
+ *   b->i.event_record(b, s, e);                             // after what s has queued
+ *   other->i.event_wait(other, other_stream, e);            // other stream waits for it
+ *   b->i.synchronize(b, s);                                 // wait for s to drain
+ *   b->i.free(b, buf); b->i.event_free(b, e); b->i.stream_free(b, s);
+ *   b->i.destroy(b);
+ *
+ * Backends: `host` (a GPU-like device emulated on the CPU: one worker
+ * thread per device; a stream is an ordered queue that worker drains; events
+ * are a flag under a mutex with a condition variable) and, later, `cuda`
+ * (real streams and events). Every call is non-blocking except alloc/free,
+ * synchronize and the copies' completion as documented. Failures: a queued
+ * operation that fails marks its stream failed; the failure (status and
+ * message) is returned by the next synchronize and by every later call on
+ * that stream, so an error on any device stops the run promptly. */
+#ifndef TFG_BACKEND_H
+#define TFG_BACKEND_H
+
+#include <stddef.h>
+
+#include "base/status.h"
+#include "base/strbuf.h"
+#include "compiler/graph.h"
+#include "compiler/ops.h"
+#include "kernels/kernel.h"
+#include "runtime/device.h"
+
+typedef struct tfg_backend tfg_backend;
+typedef struct tfg_stream tfg_stream;
+typedef struct tfg_event tfg_event;
+
+typedef struct tfg_backend_i {
+  const char *(*name)(tfg_backend *b); /* "host" */
+  /* Whether an op can run here (the placer validates pins with it). */
+  bool (*supports_op)(tfg_backend *b, const tfg_node *node);
+
+  /* Memory from the device's pool: NULL when the pool (capacity, see
+   * runtime/mem.h) cannot give bytes; the caller reports the OOM. */
+  void *(*alloc)(tfg_backend *b, size_t bytes);
+  void (*free)(tfg_backend *b, void *ptr);
+
+  tfg_stream *(*stream_create)(tfg_backend *b);
+  void (*stream_free)(tfg_backend *b, tfg_stream *s);
+
+  tfg_event *(*event_create)(tfg_backend *b);
+  void (*event_free)(tfg_backend *b, tfg_event *e);
+  /* Marks e done once everything queued on s before this call has run. */
+  void (*event_record)(tfg_backend *b, tfg_stream *s, tfg_event *e);
+  /* Nothing queued on s after this call runs before e is done (e may be
+   * recorded on another backend's stream: events are shared across host
+   * devices). */
+  void (*event_wait)(tfg_backend *b, tfg_stream *s, tfg_event *e);
+
+  /* Queued copies between host memory and device memory, and between two
+   * devices (dst on b, src on src_b). */
+  void (*copy_from_host)(tfg_backend *b, tfg_stream *s, void *dst, const void *src, size_t bytes);
+  void (*copy_to_host)(tfg_backend *b, tfg_stream *s, void *dst, const void *src, size_t bytes);
+  void (*copy_peer)(tfg_backend *b, tfg_stream *s, void *dst, tfg_backend *src_b, const void *src, size_t bytes);
+
+  /* Queues a kernel: runs fn(ctx, node, in, out) in stream order. in and
+   * out (and ctx) must stay valid until the stream has run it. */
+  void (*launch)(tfg_backend *b, tfg_stream *s, tfg_kernel_fn fn, tfg_kernel_ctx *ctx, const tfg_node *node,
+                 const tfg_tensor *in, tfg_tensor *out);
+
+  /* Waits until everything queued on s has run; returns the first failure
+   * of the stream (with its message in *err when err is not NULL). */
+  tfg_status (*synchronize)(tfg_backend *b, tfg_stream *s, tfg_strbuf *err);
+
+  void (*destroy)(tfg_backend *b);
+} tfg_backend_i;
+
+struct tfg_backend {
+  tfg_backend_i i;
+  const tfg_device *device;
+  void *ctx; /* the backend's own state */
+};
+
+/* A host backend for device dev (a TFG_DEVICE_HOST or TFG_DEVICE_CPU
+ * entry): its worker thread starts now; its pool has dev->memory bytes. */
+tfg_backend *tfg_backend_host_new(const tfg_device *dev);
+
+/* Test hook: the N-th kernel launched on any host backend whose device
+ * index is TFG_FAULT_DEVICE fails with TFG_ERR_DEVICE, when the
+ * environment variables TFG_FAULT_DEVICE and TFG_FAULT_AFTER=N are set
+ * (read once). */
+
+#endif

@@ -1,0 +1,572 @@
+/* runtime/backend_host.c: the `host` backend: a GPU-like device emulated
+ * on the CPU, behind the vtable of runtime/backend.h.
+ *
+ * Scheduling. Each backend has one worker thread, and a stream is a FIFO
+ * queue of operations (launch, copy, record, wait) that the worker drains.
+ * The worker serves the backend's streams round robin, one operation per
+ * stream per turn, skipping a stream whose head is a wait on an event not
+ * yet done: a blocked stream never holds up the backend's other streams,
+ * so a copy stream and a compute stream of one device interleave with
+ * CUDA's ordering rules (in order within a stream; across streams only
+ * through events). One worker per device, not per stream, because a host
+ * device stands for one GPU: its streams share its compute, and the
+ * kernels themselves fan out over kctx->pool. Operations run outside the
+ * backend's lock; the caller's thread only queues.
+ *
+ * Events are objects shared by every host backend (a record on one
+ * backend's stream may release a wait on another's). An event counts the
+ * records issued (event_record calls) and remembers the most recent
+ * generation whose record has run. event_record issues generation g =
+ * ++issued and queues "mark g done"; event_wait captures g = issued at
+ * the call and queues "wait until g is done". So a wait waits for the most
+ * recent record issued before the wait was queued, an event is recorded
+ * again each step without being reset, and a wait on an event never
+ * recorded is a no-op (as cudaStreamWaitEvent). Records of one event on
+ * two streams may run out of order; a wait is then released by any record
+ * at least as recent as its own. Because a wait only ever names a record
+ * already queued, and queues are FIFO, waits cannot form a cycle: every
+ * queued operation eventually runs, which is what lets stream_free and
+ * destroy drain instead of cancelling.
+ *
+ * A worker never sleeps on an event (that would stall its other streams).
+ * When the head of one of its streams is a wait on an event not yet done,
+ * it puts itself on the event's waiter list; the worker that runs the
+ * record wakes every backend on that list through the backend's own
+ * condition variable. Lock order: an event's mutex, then a backend's;
+ * a worker never takes an event's mutex while holding its backend's
+ * (it reads the done generation atomically), so there is no cycle.
+ *
+ * Failures (backend.h): the first operation that fails on a stream (a
+ * kernel returning an error, the injected fault) records its status and
+ * message on the stream; the failure is sticky. Later launches and copies
+ * on that stream are skipped, and every synchronize returns it. A skipped
+ * record still marks its event done, so no other stream waits forever,
+ * and carries the failure: a stream whose wait is released by a failed
+ * record fails with the same status and message, which is how an error on
+ * one device stops the devices downstream of it promptly.
+ *
+ * Fault injection (the test hook of backend.h): the environment variables
+ * TFG_FAULT_DEVICE and TFG_FAULT_AFTER are read when a backend is created
+ * (tfg_backend_host_new), not later. On a backend whose device index is
+ * TFG_FAULT_DEVICE, the TFG_FAULT_AFTER-th call to launch (counted from 1
+ * in call order, over all its streams) does not run its kernel and fails
+ * its stream with TFG_ERR_DEVICE. Each backend counts its own launches. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/assert.h"
+#include "runtime/backend.h"
+#include "runtime/mem.h"
+
+typedef struct host_backend host_backend;
+
+typedef enum host_op_kind { HOST_OP_LAUNCH, HOST_OP_COPY, HOST_OP_RECORD, HOST_OP_WAIT } host_op_kind;
+
+typedef struct host_op {
+  struct host_op *next;
+  host_op_kind kind;
+  bool fault;      /* LAUNCH: the injected fault fires here instead of the kernel */
+  bool registered; /* WAIT: this backend is on the event's waiter list (worker only) */
+  union {
+    struct {
+      tfg_kernel_fn fn;
+      tfg_kernel_ctx *ctx;
+      const tfg_node *node;
+      const tfg_tensor *in;
+      tfg_tensor *out;
+    } launch;
+    struct {
+      void *dst;
+      const void *src;
+      size_t bytes;
+    } copy;
+    struct {
+      tfg_event *e; /* holds a reference until the operation has run */
+      uint64_t gen;
+    } ev;
+  } u;
+} host_op;
+
+struct tfg_stream {
+  host_backend *hb;
+  host_op *head, *tail;  /* under hb->mu */
+  uint64_t queued, done; /* operations queued and finished, ever; under hb->mu */
+  /* The first failure, sticky. Written only by the worker, under hb->mu,
+   * so the worker may read them without the lock. */
+  tfg_status status;
+  tfg_strbuf err;
+};
+
+struct tfg_event {
+  pthread_mutex_t mu;
+  uint64_t issued;           /* records issued so far (event_record calls); under mu */
+  _Atomic uint64_t done;     /* the most recent generation whose record has run */
+  tfg_status status;         /* the failure the last record carried (TFG_OK: none); under mu */
+  tfg_strbuf err;            /* its message; under mu */
+  host_backend **waiters;    /* backends with a stream blocked on this event; under mu */
+  size_t nwaiters, waiters_cap;
+  atomic_int refs;           /* the creator's, plus one per queued record or wait */
+};
+
+struct host_backend {
+  tfg_backend base;
+  pthread_mutex_t mu;
+  pthread_cond_t wake; /* to the worker: work queued, an awaited event done, quit */
+  pthread_cond_t idle; /* from the worker: an operation finished */
+  /* Bumped with every signal of wake: the worker compares it before
+   * sleeping, so a signal sent while it scanned without the lock (or
+   * registered on an event) is never lost. */
+  uint64_t wake_seq;
+  bool quit;
+  pthread_t thread;
+  tfg_stream **streams;
+  size_t nstreams, streams_cap;
+  size_t rr;       /* the stream the next scan starts from */
+  host_op *spare;  /* recycled operation records */
+  tfg_mem_pool *pool;
+  int64_t launches;    /* launch calls so far, for the fault hook */
+  int64_t fault_after; /* 0: no fault on this backend */
+  char fault_msg[96];
+  tfg_strbuf scratch; /* the worker's message of the operation it runs */
+};
+
+static host_backend *host_of(tfg_backend *b) { return b->ctx; }
+
+/* ---- events --------------------------------------------------------------- */
+
+static tfg_event *event_ref(tfg_event *e) {
+  atomic_fetch_add(&e->refs, 1);
+  return e;
+}
+
+static void event_unref(tfg_event *e) {
+  if (atomic_fetch_sub(&e->refs, 1) != 1) return;
+  TFG_ASSERT(e->nwaiters == 0);
+  pthread_mutex_destroy(&e->mu);
+  tfg_strbuf_free(&e->err);
+  free(e->waiters);
+  free(e);
+}
+
+static void event_add_waiter(tfg_event *e, host_backend *hb) {
+  pthread_mutex_lock(&e->mu);
+  if (e->nwaiters == e->waiters_cap) {
+    size_t cap = e->waiters_cap ? 2 * e->waiters_cap : 4;
+    host_backend **w = realloc(e->waiters, cap * sizeof *w);
+    TFG_ASSERT(w != NULL);
+    e->waiters = w;
+    e->waiters_cap = cap;
+  }
+  e->waiters[e->nwaiters++] = hb;
+  pthread_mutex_unlock(&e->mu);
+}
+
+/* Removes one entry for hb (a backend appears once per blocked wait). */
+static void event_remove_waiter_locked(tfg_event *e, host_backend *hb) {
+  for (size_t i = 0; i < e->nwaiters; i++) {
+    if (e->waiters[i] == hb) {
+      e->waiters[i] = e->waiters[--e->nwaiters];
+      return;
+    }
+  }
+  TFG_ASSERT(!"event waiter not found");
+}
+
+/* Runs a record: generation gen is done, carrying the recording stream's
+ * failure (st, msg) or none. Wakes every backend waiting on e. The
+ * waiters' locks are taken under e->mu: a waiter leaves the list only
+ * under e->mu, and cannot be destroyed while on it, so each pointer is
+ * live while it is signalled. */
+static void event_complete(tfg_event *e, uint64_t gen, tfg_status st, const char *msg) {
+  pthread_mutex_lock(&e->mu);
+  if (gen > atomic_load(&e->done)) {
+    e->status = st;
+    tfg_strbuf_clear(&e->err);
+    if (st != TFG_OK) tfg_strbuf_puts(&e->err, msg);
+    atomic_store(&e->done, gen);
+    for (size_t i = 0; i < e->nwaiters; i++) {
+      host_backend *w = e->waiters[i];
+      pthread_mutex_lock(&w->mu);
+      w->wake_seq++;
+      pthread_cond_signal(&w->wake);
+      pthread_mutex_unlock(&w->mu);
+    }
+  }
+  pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- the worker ----------------------------------------------------------- */
+
+static bool op_blocked(const tfg_stream *s, const host_op *op) {
+  return op->kind == HOST_OP_WAIT && s->status == TFG_OK && atomic_load(&op->u.ev.e->done) < op->u.ev.gen;
+}
+
+/* Under hb->mu: the next stream, round robin from hb->rr, whose head
+ * operation can run, or NULL. *unregistered gets a blocked wait that is
+ * not yet on its event's waiter list, if any. */
+static tfg_stream *pick_stream(host_backend *hb, host_op **unregistered) {
+  size_t n = hb->nstreams;
+  for (size_t k = 0; k < n; k++) {
+    size_t i = (hb->rr + k) % n;
+    tfg_stream *s = hb->streams[i];
+    host_op *op = s->head;
+    if (!op) continue;
+    if (op_blocked(s, op)) {
+      if (!op->registered && !*unregistered) *unregistered = op;
+      continue;
+    }
+    hb->rr = (i + 1) % n;
+    return s;
+  }
+  return NULL;
+}
+
+static bool all_drained(const host_backend *hb) {
+  for (size_t i = 0; i < hb->nstreams; i++)
+    if (hb->streams[i]->head) return false;
+  return true;
+}
+
+/* Runs op of stream s without the backend's lock. skip: s has failed.
+ * Returns the failure the operation causes (its message in hb->scratch)
+ * or TFG_OK. */
+static tfg_status run_op(host_backend *hb, tfg_stream *s, host_op *op, bool skip) {
+  tfg_status st = TFG_OK;
+  tfg_strbuf_clear(&hb->scratch);
+  switch (op->kind) {
+  case HOST_OP_LAUNCH: {
+    if (skip) break;
+    if (op->fault) {
+      tfg_strbuf_puts(&hb->scratch, hb->fault_msg);
+      st = TFG_ERR_DEVICE;
+      break;
+    }
+    tfg_kernel_ctx *ctx = op->u.launch.ctx;
+    /* A stale message from an earlier failure must not be reported for a
+     * kernel that fails without one. */
+    tfg_strbuf_clear(&ctx->err);
+    st = op->u.launch.fn(ctx, op->u.launch.node, op->u.launch.in, op->u.launch.out);
+    if (st != TFG_OK) {
+      if (ctx->err.len)
+        tfg_strbuf_puts(&hb->scratch, ctx->err.data);
+      else
+        tfg_strbuf_printf(&hb->scratch, "kernel failed: %s", tfg_status_str(st));
+    }
+    break;
+  }
+  case HOST_OP_COPY:
+    if (!skip && op->u.copy.bytes) memcpy(op->u.copy.dst, op->u.copy.src, op->u.copy.bytes);
+    break;
+  case HOST_OP_RECORD:
+    /* Even when skipped: a wait elsewhere must not hang on a failed stream. */
+    event_complete(op->u.ev.e, op->u.ev.gen, s->status, s->err.data);
+    event_unref(op->u.ev.e);
+    break;
+  case HOST_OP_WAIT: {
+    tfg_event *e = op->u.ev.e;
+    pthread_mutex_lock(&e->mu);
+    if (op->registered) event_remove_waiter_locked(e, hb);
+    if (!skip && e->status != TFG_OK) {
+      st = e->status;
+      tfg_strbuf_puts(&hb->scratch, e->err.data);
+    }
+    pthread_mutex_unlock(&e->mu);
+    event_unref(e);
+    break;
+  }
+  }
+  return st;
+}
+
+static void *host_worker(void *arg) {
+  host_backend *hb = arg;
+  pthread_mutex_lock(&hb->mu);
+  for (;;) {
+    uint64_t seen = hb->wake_seq;
+    host_op *unregistered = NULL;
+    tfg_stream *s = pick_stream(hb, &unregistered);
+    if (s) {
+      host_op *op = s->head;
+      s->head = op->next;
+      if (!s->head) s->tail = NULL;
+      bool skip = s->status != TFG_OK;
+      pthread_mutex_unlock(&hb->mu);
+      tfg_status st = run_op(hb, s, op, skip);
+      pthread_mutex_lock(&hb->mu);
+      if (st != TFG_OK && s->status == TFG_OK) {
+        s->status = st;
+        tfg_strbuf_puts(&s->err, hb->scratch.data);
+      }
+      s->done++;
+      op->next = hb->spare;
+      hb->spare = op;
+      pthread_cond_broadcast(&hb->idle);
+      continue;
+    }
+    if (unregistered) {
+      /* Registration takes the event's lock, which must not be taken under
+       * ours; a record that runs meanwhile is seen by the next scan (done
+       * is read there) or wakes us (we are on its list by then). */
+      pthread_mutex_unlock(&hb->mu);
+      event_add_waiter(unregistered->u.ev.e, hb);
+      unregistered->registered = true;
+      pthread_mutex_lock(&hb->mu);
+      continue;
+    }
+    if (hb->quit && all_drained(hb)) break;
+    while (hb->wake_seq == seen) pthread_cond_wait(&hb->wake, &hb->mu);
+  }
+  pthread_mutex_unlock(&hb->mu);
+  return NULL;
+}
+
+/* ---- queueing --------------------------------------------------------------- */
+
+/* Queues a copy of *tmpl on s and wakes the worker. */
+static void enqueue(host_backend *hb, tfg_stream *s, const host_op *tmpl) {
+  TFG_ASSERT(s->hb == hb);
+  pthread_mutex_lock(&hb->mu);
+  host_op *op = hb->spare;
+  if (op)
+    hb->spare = op->next;
+  else
+    op = malloc(sizeof *op);
+  TFG_ASSERT(op != NULL);
+  *op = *tmpl;
+  op->next = NULL;
+  if (op->kind == HOST_OP_LAUNCH && hb->fault_after > 0 && ++hb->launches == hb->fault_after) op->fault = true;
+  if (s->tail)
+    s->tail->next = op;
+  else
+    s->head = op;
+  s->tail = op;
+  s->queued++;
+  hb->wake_seq++;
+  pthread_cond_signal(&hb->wake);
+  pthread_mutex_unlock(&hb->mu);
+}
+
+/* Under hb->mu: waits until everything queued on s before the call has
+ * run (a target, so a producer on another thread cannot starve it). */
+static void drain_locked(host_backend *hb, tfg_stream *s) {
+  uint64_t target = s->queued;
+  while (s->done < target) pthread_cond_wait(&hb->idle, &hb->mu);
+}
+
+/* ---- the vtable --------------------------------------------------------------- */
+
+static const char *host_name(tfg_backend *b) {
+  (void)b;
+  return "host";
+}
+
+/* Every op with a CPU kernel, and the sources whose values the executor
+ * places in memory itself (they have no kernel). */
+static bool host_supports_op(tfg_backend *b, const tfg_node *node) {
+  (void)b;
+  switch (node->op) {
+  case TFG_OP_PARAM:
+  case TFG_OP_INPUT:
+  case TFG_OP_STATE: return true;
+  default: return tfg_op_get(node->op)->cpu != NULL;
+  }
+}
+
+/* Not stream-ordered: the caller frees only memory no queued operation
+ * still uses (after a synchronize, or an event it waited for). */
+static void *host_alloc(tfg_backend *b, size_t bytes) { return tfg_mem_alloc(host_of(b)->pool, bytes); }
+static void host_free(tfg_backend *b, void *ptr) { tfg_mem_free(host_of(b)->pool, ptr); }
+
+static tfg_stream *host_stream_create(tfg_backend *b) {
+  host_backend *hb = host_of(b);
+  tfg_stream *s = calloc(1, sizeof *s);
+  TFG_ASSERT(s != NULL);
+  s->hb = hb;
+  pthread_mutex_lock(&hb->mu);
+  if (hb->nstreams == hb->streams_cap) {
+    size_t cap = hb->streams_cap ? 2 * hb->streams_cap : 4;
+    tfg_stream **v = realloc(hb->streams, cap * sizeof *v);
+    TFG_ASSERT(v != NULL);
+    hb->streams = v;
+    hb->streams_cap = cap;
+  }
+  hb->streams[hb->nstreams++] = s;
+  pthread_mutex_unlock(&hb->mu);
+  return s;
+}
+
+/* Waits for what s has queued (it always finishes: see the top), then
+ * frees it. */
+static void host_stream_free(tfg_backend *b, tfg_stream *s) {
+  if (!s) return;
+  host_backend *hb = host_of(b);
+  TFG_ASSERT(s->hb == hb);
+  pthread_mutex_lock(&hb->mu);
+  drain_locked(hb, s);
+  /* Nothing else queues on s now (the caller is freeing it). */
+  size_t i = 0;
+  while (hb->streams[i] != s) i++;
+  hb->streams[i] = hb->streams[--hb->nstreams];
+  hb->rr = 0;
+  pthread_mutex_unlock(&hb->mu);
+  tfg_strbuf_free(&s->err);
+  free(s);
+}
+
+static tfg_event *host_event_create(tfg_backend *b) {
+  (void)b;
+  tfg_event *e = calloc(1, sizeof *e);
+  TFG_ASSERT(e != NULL);
+  pthread_mutex_init(&e->mu, NULL);
+  atomic_init(&e->done, 0);
+  atomic_init(&e->refs, 1);
+  return e;
+}
+
+/* Drops the creator's reference: operations still queued on e keep it
+ * alive until they have run, so e may be freed right after queueing. */
+static void host_event_free(tfg_backend *b, tfg_event *e) {
+  (void)b;
+  if (e) event_unref(e);
+}
+
+static void host_event_record(tfg_backend *b, tfg_stream *s, tfg_event *e) {
+  pthread_mutex_lock(&e->mu);
+  uint64_t gen = ++e->issued;
+  pthread_mutex_unlock(&e->mu);
+  host_op op = {.kind = HOST_OP_RECORD, .u.ev = {event_ref(e), gen}};
+  enqueue(host_of(b), s, &op);
+}
+
+static void host_event_wait(tfg_backend *b, tfg_stream *s, tfg_event *e) {
+  pthread_mutex_lock(&e->mu);
+  uint64_t gen = e->issued;
+  pthread_mutex_unlock(&e->mu);
+  if (gen == 0) return; /* never recorded: nothing to wait for */
+  host_op op = {.kind = HOST_OP_WAIT, .u.ev = {event_ref(e), gen}};
+  enqueue(host_of(b), s, &op);
+}
+
+static void host_copy(tfg_backend *b, tfg_stream *s, void *dst, const void *src, size_t bytes) {
+  host_op op = {.kind = HOST_OP_COPY, .u.copy = {dst, src, bytes}};
+  enqueue(host_of(b), s, &op);
+}
+
+/* Host and device memory are both host memory here: every direction is a
+ * memcpy on b's worker, in s's order. */
+static void host_copy_peer(tfg_backend *b, tfg_stream *s, void *dst, tfg_backend *src_b, const void *src,
+                           size_t bytes) {
+  (void)src_b;
+  host_copy(b, s, dst, src, bytes);
+}
+
+static void host_launch(tfg_backend *b, tfg_stream *s, tfg_kernel_fn fn, tfg_kernel_ctx *ctx,
+                        const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
+  host_op op = {.kind = HOST_OP_LAUNCH, .u.launch = {fn, ctx, node, in, out}};
+  enqueue(host_of(b), s, &op);
+}
+
+/* Must not be called from a kernel running on b's worker (it would wait
+ * for itself). The message is appended to *err. */
+static tfg_status host_synchronize(tfg_backend *b, tfg_stream *s, tfg_strbuf *err) {
+  host_backend *hb = host_of(b);
+  TFG_ASSERT(s->hb == hb);
+  pthread_mutex_lock(&hb->mu);
+  drain_locked(hb, s);
+  tfg_status st = s->status;
+  if (st != TFG_OK && err) tfg_strbuf_puts(err, s->err.data);
+  pthread_mutex_unlock(&hb->mu);
+  return st;
+}
+
+/* Drains every stream (see the top: it terminates), stops and joins the
+ * worker, and frees the streams not freed yet and the pool with whatever
+ * is still allocated in it. Events are not the backend's: they are freed
+ * by their owners. */
+static void host_destroy(tfg_backend *b) {
+  if (!b) return;
+  host_backend *hb = host_of(b);
+  pthread_mutex_lock(&hb->mu);
+  hb->quit = true;
+  hb->wake_seq++;
+  pthread_cond_signal(&hb->wake);
+  pthread_mutex_unlock(&hb->mu);
+  TFG_ASSERT(pthread_join(hb->thread, NULL) == 0);
+  for (size_t i = 0; i < hb->nstreams; i++) {
+    TFG_ASSERT(hb->streams[i]->head == NULL);
+    tfg_strbuf_free(&hb->streams[i]->err);
+    free(hb->streams[i]);
+  }
+  free(hb->streams);
+  while (hb->spare) {
+    host_op *n = hb->spare->next;
+    free(hb->spare);
+    hb->spare = n;
+  }
+  tfg_mem_pool_free(hb->pool);
+  tfg_strbuf_free(&hb->scratch);
+  pthread_cond_destroy(&hb->wake);
+  pthread_cond_destroy(&hb->idle);
+  pthread_mutex_destroy(&hb->mu);
+  free(hb);
+}
+
+static const tfg_backend_i host_i = {
+    .name = host_name,
+    .supports_op = host_supports_op,
+    .alloc = host_alloc,
+    .free = host_free,
+    .stream_create = host_stream_create,
+    .stream_free = host_stream_free,
+    .event_create = host_event_create,
+    .event_free = host_event_free,
+    .event_record = host_event_record,
+    .event_wait = host_event_wait,
+    .copy_from_host = host_copy,
+    .copy_to_host = host_copy,
+    .copy_peer = host_copy_peer,
+    .launch = host_launch,
+    .synchronize = host_synchronize,
+    .destroy = host_destroy,
+};
+
+/* ---- creation ------------------------------------------------------------------ */
+
+/* A decimal integer filling all of s, or false. */
+static bool env_int(const char *name, long long *out) {
+  const char *s = getenv(name);
+  if (!s || !*s) return false;
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || *end) return false;
+  *out = v;
+  return true;
+}
+
+tfg_backend *tfg_backend_host_new(const tfg_device *dev) {
+  TFG_ASSERT(dev->kind == TFG_DEVICE_HOST || dev->kind == TFG_DEVICE_CPU);
+  host_backend *hb = calloc(1, sizeof *hb);
+  TFG_ASSERT(hb != NULL);
+  hb->base.i = host_i;
+  hb->base.device = dev;
+  hb->base.ctx = hb;
+  pthread_mutex_init(&hb->mu, NULL);
+  pthread_cond_init(&hb->wake, NULL);
+  pthread_cond_init(&hb->idle, NULL);
+  hb->pool = tfg_mem_pool_new(dev->memory, false);
+  TFG_ASSERT(hb->pool != NULL); /* not preallocated: creation cannot fail */
+  long long fdev, fafter;
+  if (env_int("TFG_FAULT_DEVICE", &fdev) && env_int("TFG_FAULT_AFTER", &fafter) && fdev == dev->index &&
+      fafter > 0) {
+    hb->fault_after = fafter;
+    snprintf(hb->fault_msg, sizeof hb->fault_msg, "injected fault (TFG_FAULT_DEVICE=%lld, TFG_FAULT_AFTER=%lld)",
+             fdev, fafter);
+  }
+  TFG_ASSERT(pthread_create(&hb->thread, NULL, host_worker, hb) == 0);
+  return &hb->base;
+}
