@@ -186,7 +186,7 @@ static void event_complete(tfg_event *e, uint64_t gen, tfg_status st, const char
   if (gen > atomic_load(&e->done)) {
     e->status = st;
     tfg_strbuf_clear(&e->err);
-    if (st != TFG_OK) tfg_strbuf_puts(&e->err, msg);
+    if (st != TFG_OK) tfg_strbuf_puts(&e->err, msg ? msg : "");
     atomic_store(&e->done, gen);
     for (size_t i = 0; i < e->nwaiters; i++) {
       host_backend *w = e->waiters[i];
