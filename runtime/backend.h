@@ -2,7 +2,7 @@
  * (modeled on ggml-backend's `_i` structs: a table of function pointers per
  * backend, opaque handles for what they return).
  *
- *   tfg_backend *b = tfg_backend_host_new(device, &diag);  // one per logical device
+ *   tfg_backend *b = tfg_backend_host_new(device);          // one per logical device
  *   tfg_stream *s = b->i.stream_create(b);                  // an ordered queue
  *   void *buf = b->i.alloc(b, bytes);                       // from the device's pool
  *   b->i.copy_from_host(b, s, buf, host_ptr, bytes);
@@ -17,11 +17,20 @@
  * Backends: `host` (a GPU-like device emulated on the CPU: one worker
  * thread per device; a stream is an ordered queue that worker drains; events
  * are a flag under a mutex with a condition variable) and, later, `cuda`
- * (real streams and events). Every call is non-blocking except alloc/free,
- * synchronize and the copies' completion as documented. Failures: a queued
- * operation that fails marks its stream failed; the failure (status and
- * message) is returned by the next synchronize and by every later call on
- * that stream, so an error on any device stops the run promptly. */
+ * (real streams and events). Every call returns at once except alloc,
+ * free, synchronize, stream_free and destroy (the last three wait for the
+ * queues to drain). alloc and free are not ordered with the streams: free
+ * only memory no queued operation still uses. Host buffers given to a
+ * copy, like a launch's tensors, must stay valid until the stream has run
+ * it; copy_peer is ordered on b's stream only (order the source side with
+ * an event).
+ *
+ * Failures: a queued operation that fails marks its stream failed; later
+ * launches and copies on that stream are skipped, and every synchronize of
+ * it returns the failure (status, and the message appended to *err). A
+ * failed stream's records still complete their events, carrying the
+ * failure to the streams that wait on them, so an error on any device stops
+ * the run promptly and never leaves another device waiting. */
 #ifndef TFG_BACKEND_H
 #define TFG_BACKEND_H
 
@@ -88,9 +97,9 @@ struct tfg_backend {
  * entry): its worker thread starts now; its pool has dev->memory bytes. */
 tfg_backend *tfg_backend_host_new(const tfg_device *dev);
 
-/* Test hook: the N-th kernel launched on any host backend whose device
- * index is TFG_FAULT_DEVICE fails with TFG_ERR_DEVICE, when the
- * environment variables TFG_FAULT_DEVICE and TFG_FAULT_AFTER=N are set
- * (read once). */
+/* Test hook: the N-th kernel launched (counting launch calls) on a host
+ * backend whose device index is TFG_FAULT_DEVICE fails with
+ * TFG_ERR_DEVICE, when the environment variables TFG_FAULT_DEVICE and
+ * TFG_FAULT_AFTER=N are set when the backend is created. */
 
 #endif

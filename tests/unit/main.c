@@ -59,6 +59,7 @@ int main(void) {
   srunner_add_suite(sr, suite_autodiff());
   srunner_add_suite(sr, suite_device());
   srunner_add_suite(sr, suite_plan());
+  srunner_add_suite(sr, suite_backend());
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);

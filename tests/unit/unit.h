@@ -24,6 +24,7 @@ Suite *suite_ckpt(void);
 Suite *suite_autodiff(void);
 Suite *suite_device(void);
 Suite *suite_plan(void);
+Suite *suite_backend(void);
 
 /* Renders d's diagnostics without colour (and the error count when
  * summary is true) into a heap string. */
