@@ -41,6 +41,16 @@ int64_t tfg_shape_numel(const tfg_shape *s) {
   return n;
 }
 
+bool tfg_shape_fits(const tfg_shape *s) {
+  int64_t n = 1;
+  for (int i = 0; i < s->rank; i++) {
+    if (s->dim[i] == 0) return true;
+    if (s->dim[i] < 0 || n > TFG_MAX_ELEMENTS / s->dim[i]) return false;
+    n *= s->dim[i];
+  }
+  return true;
+}
+
 bool tfg_shape_eq(const tfg_shape *a, const tfg_shape *b) {
   if (a->rank != b->rank) return false;
   for (int i = 0; i < a->rank; i++)

@@ -290,6 +290,8 @@ static tfg_value bi_init(tfg_interp *I, const tfg_builtin *b, tfg_args *a, const
   for (int k = 0; k < shape.rank; k++)
     if (shape.dim[k] < 0) tfg_interp_fail(I, TFG_ERR_SHAPE, &a->loc[i], "a dimension must not be negative");
   at->dtype = arg_dtype(I, a, arg_index(a, "dtype"));
+  if (!tfg_shape_fits(&shape))
+    tfg_interp_fail(I, TFG_ERR_SHAPE, &a->loc[i], "%s: the shape has more than 2^58 elements", b->name);
   if (!at->seeded) at->seed = (uint64_t)call->off * 0x9E3779B97F4A7C15ull + 7;
   tfg_node_id id = tfg_interp_node(I, TFG_OP_INIT, NULL, 0, at, call);
   tfg_node *n = tfg_graph_node(I->prog.graph, id);

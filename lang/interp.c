@@ -253,6 +253,15 @@ static const char *suggest(tfg_env *e, const char *name) {
 
 /* ---- graph building ------------------------------------------------------------ */
 
+/* A shape past TFG_MAX_ELEMENTS: its byte count would not even fit. */
+static _Noreturn void too_many_elements(tfg_interp *I, const tfg_node *n, const tfg_loc *loc) {
+  tfg_strbuf b = {0};
+  tfg_shape_format(&b, n->dtype, &n->shape);
+  tfg_diag_error(I->diag, loc, "%s has more than 2^58 elements", b.data);
+  tfg_strbuf_free(&b);
+  tfg_interp_unwind(I, TFG_ERR_SHAPE);
+}
+
 tfg_node_id tfg_interp_node(tfg_interp *I, tfg_op_id op, const tfg_node_id *in, int nin,
                             const tfg_attrs *attrs, const tfg_loc *loc) {
   tfg_graph *g = I->prog.graph;
@@ -262,6 +271,7 @@ tfg_node_id tfg_interp_node(tfg_interp *I, tfg_op_id op, const tfg_node_id *in, 
   n->pin = I->device;
   tfg_status s = tfg_op_get(op)->infer(g, n, I->diag);
   if (s != TFG_OK) tfg_interp_unwind(I, s);
+  if (!tfg_shape_fits(&n->shape)) too_many_elements(I, n, loc);
   return id;
 }
 
@@ -473,6 +483,10 @@ static void eval_type(tfg_interp *I, tfg_env *env, const tfg_ast *t, tfg_dtype *
     int64_t n = want_int(I, &v, &e->loc, "a dimension");
     if (n < 0) tfg_interp_fail(I, TFG_ERR_SHAPE, &e->loc, "a dimension must not be negative, got %" PRId64, n);
     shape->dim[shape->rank++] = n;
+  }
+  if (!tfg_shape_fits(shape)) {
+    tfg_node tmp = {.dtype = *dt, .shape = *shape};
+    too_many_elements(I, &tmp, &t->loc);
   }
 }
 

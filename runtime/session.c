@@ -9,11 +9,13 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/assert.h"
 #include "compiler/ops.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/parallel.h"
+#include "runtime/device.h"
 
 struct tfg_session {
   const tfg_program *prog;
@@ -25,6 +27,7 @@ struct tfg_session {
   void **fed;       /* per node id: --feed data for an input, or NULL */
   void **kept;      /* fetched values of the last run, per fetch */
   int nkept;
+  int64_t budget;   /* bytes one buffer may take: the host's memory less the params */
 };
 
 static size_t node_bytes(const tfg_node *n) {
@@ -34,6 +37,31 @@ static size_t node_bytes(const tfg_node *n) {
 static void *alloc_bytes(size_t n) {
   void *p = malloc(n ? n : 1);
   TFG_ASSERT(p != NULL);
+  return p;
+}
+
+/* The host's physical memory: what one CPU device has. */
+static int64_t host_memory(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  return pages > 0 && size > 0 ? (int64_t)pages * size : INT64_MAX;
+}
+
+/* A buffer for node nd's value, or NULL after reporting when it cannot
+ * fit the host: a shape a program can declare must end in an error, not
+ * in the kernel's out-of-memory killer. */
+static void *node_alloc(tfg_session *s, const tfg_node *nd) {
+  int64_t n = tfg_shape_numel(&nd->shape) * (int64_t)tfg_dtype_size(nd->dtype);
+  void *p = n <= s->budget ? malloc(n ? (size_t)n : 1) : NULL;
+  if (!p) {
+    tfg_strbuf need = {0}, have = {0};
+    tfg_size_format(&need, n);
+    tfg_size_format(&have, s->budget > 0 ? s->budget : 0);
+    tfg_diag_error(s->diag, &nd->loc, "out of memory on cpu:0: %s needs %s for its %s, and %s is free",
+                   tfg_op_get(nd->op)->name, need.data, nd->op == TFG_OP_PARAM || nd->op == TFG_OP_STATE ? "value" : "output",
+                   have.data);
+    tfg_strbuf_free(&need);
+    tfg_strbuf_free(&have);
+  }
   return p;
 }
 
@@ -77,6 +105,20 @@ tfg_session *tfg_session_new(const tfg_program *p, tfg_diag *d, const tfg_sessio
   s->params = calloc((size_t)n + 1, sizeof *s->params);
   s->fed = calloc((size_t)n + 1, sizeof *s->fed);
   TFG_ASSERT(s->params && s->fed);
+  /* Params and optimizer state stay for the session; what is left of the
+   * host's memory bounds every other buffer. */
+  s->budget = host_memory();
+  for (int32_t i = 0; i < n; i++) {
+    const tfg_node *nd = &p->graph->nodes[i];
+    if (nd->op != TFG_OP_PARAM && nd->op != TFG_OP_STATE) continue;
+    int64_t b = tfg_shape_numel(&nd->shape) * (int64_t)tfg_dtype_size(nd->dtype);
+    if (b > s->budget) {
+      node_alloc(s, nd); /* reports */
+      tfg_session_free(s);
+      return NULL;
+    }
+    s->budget -= b;
+  }
   for (int i = 0; i < p->nparams; i++) {
     const tfg_node *nd = &p->graph->nodes[p->params[i]];
     tfg_tensor t = {alloc_bytes(node_bytes(nd)), nd->dtype, nd->shape};
@@ -246,7 +288,11 @@ tfg_status tfg_session_run_with(tfg_session *s, const tfg_node_id *fetch, int nf
       const tfg_node *x = &g->nodes[nd->inputs[k]];
       in[k] = (tfg_tensor){val[nd->inputs[k]], x->dtype, x->shape};
     }
-    tfg_tensor o = {alloc_bytes(node_bytes(nd)), nd->dtype, nd->shape};
+    tfg_tensor o = {node_alloc(s, nd), nd->dtype, nd->shape};
+    if (!o.data) {
+      st = TFG_ERR_OOM;
+      break;
+    }
     val[i] = o.data;
     owned[i] = true;
     const tfg_op_def *def = tfg_op_get(nd->op);

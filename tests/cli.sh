@@ -205,3 +205,12 @@ if awk -v a="$acc" 'BEGIN { exit !(a >= 0.96) }'; then ok; else ko "digits: test
 expect ckpt-reader 0 python3 tests/ckpt_reader.py "$tmp/train/a.safetensors" &&
   contains ckpt-reader "$tmp/out" "w F32 [4, 1]" && contains ckpt-reader "$tmp/out" "w:exp_avg_sq F32 [4, 1]" &&
   contains ckpt-reader "$tmp/out" "meta step 100" && contains ckpt-reader "$tmp/out" "meta optimizer adam"
+
+# ---- shapes too large -----------------------------------------------------------
+printf 'param w: f32[10000000000, 10000000000]\n' >"$tmp/huge1.tfg"
+expect huge-type 1 "$TFG" check "$tmp/huge1.tfg" && contains huge-type "$tmp/err" "has more than 2^58 elements"
+printf 'x = zeros([10000000000, 10000000000])\n' >"$tmp/huge2.tfg"
+expect huge-init 1 "$TFG" check "$tmp/huge2.tfg" && contains huge-init "$tmp/err" "zeros: the shape has more than 2^58 elements"
+# Larger than this host: a located out-of-memory error, exit 3, no allocation attempted.
+printf 'param w: f32[1000000, 1000000]\nprint sum(w)\n' >"$tmp/huge3.tfg"
+expect huge-param-run 3 "$TFG" run "$tmp/huge3.tfg" && contains huge-param-run "$tmp/err" "huge3.tfg:1:1: error: out of memory on cpu:0: param needs 3.6 TiB"
