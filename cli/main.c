@@ -134,6 +134,8 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
       if (!(allow & ALLOW_RUN)) return usage_error(cmd, "unknown option '%s'", "--feed");
       if (!split_assign(optarg, &name, &value)) return usage_error(cmd, "--feed takes NAME=FILE.npy, not '%s'", optarg);
       if (o->nfeeds == 64) return usage_error(cmd, "%s", "too many --feed options");
+      for (int k = 0; k < o->nfeeds; k++)
+        if (!strcmp(o->feeds[k].name, name)) return usage_error(cmd, "--feed %s is given twice", name);
       o->feeds[o->nfeeds++] = (tfg_feed_file){name, value};
       break;
     case OPT_SEED:
@@ -226,12 +228,19 @@ static const char *stdlib_dir(char *buf, size_t n) {
 
 /* Prints one print action: a header per tensor, then its values. */
 static tfg_status print_action(tfg_session *s, const tfg_program *p, const tfg_action *a, bool all) {
-  tfg_node_id fetch[64];
-  int map[64], nf = 0;
-  for (int i = 0; i < a->nitems && nf < 64; i++) map[i] = a->items[i].is_tensor ? (fetch[nf] = a->items[i].node, nf++) : -1;
-  tfg_tensor out[64];
+  size_t cap = (size_t)a->nitems + 1;
+  tfg_node_id *fetch = malloc(sizeof *fetch * cap);
+  int *map = malloc(sizeof *map * cap), nf = 0;
+  tfg_tensor *out = malloc(sizeof *out * cap);
+  if (!fetch || !map || !out) abort();
+  for (int i = 0; i < a->nitems; i++) map[i] = a->items[i].is_tensor ? (fetch[nf] = a->items[i].node, nf++) : -1;
   tfg_status st = tfg_session_run(s, fetch, nf, out);
-  if (st != TFG_OK) return st;
+  if (st != TFG_OK) {
+    free(fetch);
+    free(map);
+    free(out);
+    return st;
+  }
   tfg_strbuf b = {0};
   for (int i = 0; i < a->nitems; i++) {
     const tfg_print_item *it = &a->items[i];
@@ -249,6 +258,9 @@ static tfg_status print_action(tfg_session *s, const tfg_program *p, const tfg_a
   fwrite(b.data, 1, b.len, stdout);
   fflush(stdout);
   tfg_strbuf_free(&b);
+  free(fetch);
+  free(map);
+  free(out);
   return TFG_OK;
 }
 
@@ -256,6 +268,15 @@ static tfg_status print_action(tfg_session *s, const tfg_program *p, const tfg_a
  * updates, optimizer state) are added to the graph first, so one session
  * holds every param and state. */
 static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool color) {
+  /* --feed names an input without a source, or it is bad usage. */
+  for (int i = 0; i < o->nfeeds; i++) {
+    bool found = false;
+    for (int k = 0; k < p->nfeeds && !found; k++) found = !strcmp(p->graph->nodes[p->feeds[k].node].name, o->feeds[i].name);
+    if (!found) {
+      fprintf(stderr, "tfg run: --feed %s: the program has no input named '%s'\n", o->feeds[i].name, o->feeds[i].name);
+      return EXIT_USAGE;
+    }
+  }
   tfg_train_step *steps = calloc((size_t)p->nactions + 1, sizeof *steps);
   int rc = 0;
   for (int i = 0; i < p->nactions && rc == 0; i++)
@@ -335,11 +356,11 @@ static int place_program(const cli_opts *o, tfg_program *p, tfg_diag *d, bool co
   if (!ds && rc == 0) rc = EXIT_USAGE;
   tfg_placement *pl = NULL;
   if (ds && tfg_place_fit(p->graph, ds, steps, nsteps, d, &pl) != TFG_OK) rc = EXIT_PROGRAM;
+  /* place plans too: a placement whose plan cannot fit is an error there
+   * as well (memory that cannot fit is an error in the program, found
+   * before anything runs: exit 1). */
   tfg_plan *plan = NULL;
-  if (pl && want_plan) {
-    tfg_status st = tfg_plan_build(p->graph, pl, ds, d, &plan);
-    if (st != TFG_OK) rc = tfg_status_exit_code(st);
-  }
+  if (pl && tfg_plan_build(p->graph, pl, ds, d, &plan) != TFG_OK) rc = EXIT_PROGRAM;
   if (plan) {
     /* Every plan is checked before it is shown: a violation is a bug in
      * the planner, never something to run. */
@@ -350,9 +371,9 @@ static int place_program(const cli_opts *o, tfg_program *p, tfg_diag *d, bool co
     }
     tfg_strbuf_free(&why);
   }
-  if (rc == 0 && (plan || (pl && !want_plan))) {
+  if (rc == 0 && pl) {
     tfg_strbuf out = {0};
-    if (plan) tfg_plan_print(plan, &out);
+    if (want_plan) tfg_plan_print(plan, &out);
     else if (o->json) tfg_place_json(pl, &out);
     else if (o->dot) tfg_place_dot(pl, &out);
     else tfg_place_explain(pl, &out);

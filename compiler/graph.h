@@ -52,9 +52,10 @@ typedef struct tfg_shape {
 } tfg_shape;
 
 int64_t tfg_shape_numel(const tfg_shape *s);
-/* Largest element count of a tensor (bytes of an f64 tensor stay below
- * 2^63): shapes past it are refused where they are built. */
-#define TFG_MAX_ELEMENTS ((int64_t)1 << 58)
+/* Largest element count of a tensor: 2 PiB of f64, so byte counts of a
+ * tensor, and sums of thousands of them (per-device totals), stay far from
+ * int64 overflow. Shapes past it are refused where they are built. */
+#define TFG_MAX_ELEMENTS ((int64_t)1 << 48)
 /* Whether a tensor of shape s is within TFG_MAX_ELEMENTS. */
 bool tfg_shape_fits(const tfg_shape *s);
 bool tfg_shape_eq(const tfg_shape *a, const tfg_shape *b);

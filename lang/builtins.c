@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "base/assert.h"
+#include "base/rng.h"
 #include "lang/interp_impl.h"
 #include "lang/parse.h"
 
@@ -231,13 +232,21 @@ static tfg_value bi_op(tfg_interp *I, const tfg_builtin *b, tfg_args *a, const t
       }
     } else if (strcmp(n, "dtype") == 0) at.dtype = arg_dtype(I, a, i);
     else if (strcmp(n, "eps") == 0 || strcmp(n, "rate") == 0) at.value = arg_num(I, a, i);
-    else if (strcmp(n, "seed") == 0) { at.seed = (uint64_t)arg_int(I, a, i); at.seeded = true; }
+    else if (strcmp(n, "seed") == 0) {
+      if (v->kind != TFG_V_NONE) {
+        at.seed = (uint64_t)arg_int(I, a, i);
+        at.seeded = true;
+      }
+    }
     else if (strcmp(n, "n") == 0) at.n = arg_int(I, a, i);
     else if (strcmp(n, "start") == 0) at.start = arg_int(I, a, i);
     else if (strcmp(n, "end") == 0) at.end = arg_int(I, a, i);
     else TFG_ASSERT(!"an op parameter without a conversion rule");
   }
-  if (b->op == TFG_OP_DROPOUT && !at.seeded) at.seed = (uint64_t)call->off * 0x9E3779B97F4A7C15ull + 1;
+  /* An unseeded dropout draws its own stream: from the node it becomes (a
+   * loop or a fn called twice gives each of its dropouts another). */
+  if (b->op == TFG_OP_DROPOUT && !at.seeded)
+    at.seed = tfg_rng_mix((uint64_t)I->prog.graph->nnodes * 0x9E3779B97F4A7C15ull + (uint64_t)call->off);
   return tfg_val_tensor(tfg_interp_node(I, (tfg_op_id)b->op, in, nin, &at, call));
 }
 
@@ -291,8 +300,8 @@ static tfg_value bi_init(tfg_interp *I, const tfg_builtin *b, tfg_args *a, const
     if (shape.dim[k] < 0) tfg_interp_fail(I, TFG_ERR_SHAPE, &a->loc[i], "a dimension must not be negative");
   at->dtype = arg_dtype(I, a, arg_index(a, "dtype"));
   if (!tfg_shape_fits(&shape))
-    tfg_interp_fail(I, TFG_ERR_SHAPE, &a->loc[i], "%s: the shape has more than 2^58 elements", b->name);
-  if (!at->seeded) at->seed = (uint64_t)call->off * 0x9E3779B97F4A7C15ull + 7;
+    tfg_interp_fail(I, TFG_ERR_SHAPE, &a->loc[i], "%s: the shape has more than 2^48 elements", b->name);
+  if (!at->seeded) at->seed = tfg_rng_mix((uint64_t)I->prog.graph->nnodes * 0x9E3779B97F4A7C15ull + (uint64_t)call->off);
   tfg_node_id id = tfg_interp_node(I, TFG_OP_INIT, NULL, 0, at, call);
   tfg_node *n = tfg_graph_node(I->prog.graph, id);
   n->dtype = at->dtype;

@@ -257,7 +257,7 @@ static const char *suggest(tfg_env *e, const char *name) {
 static _Noreturn void too_many_elements(tfg_interp *I, const tfg_node *n, const tfg_loc *loc) {
   tfg_strbuf b = {0};
   tfg_shape_format(&b, n->dtype, &n->shape);
-  tfg_diag_error(I->diag, loc, "%s has more than 2^58 elements", b.data);
+  tfg_diag_error(I->diag, loc, "%s has more than 2^48 elements", b.data);
   tfg_strbuf_free(&b);
   tfg_interp_unwind(I, TFG_ERR_SHAPE);
 }
@@ -376,14 +376,20 @@ static void clear_suffixes(tfg_interp *I) {
   I->nsuffix = 0;
 }
 
-/* The first of base, base_1, base_2, ... (base a full path) not taken. */
-static const char *first_free(tfg_interp *I, const char *base, char *buf, size_t n) {
+/* The first of base, base_1, base_2, ... (base a full path) not taken,
+ * in the session arena. */
+static const char *first_free(tfg_interp *I, const char *base) {
   if (!is_taken(I, base)) return base;
   int32_t *next = suffix_slot(I, base);
+  tfg_strbuf b = {0};
   for (;; (*next)++) {
-    snprintf(buf, n, "%s_%d", base, *next);
-    if (!is_taken(I, buf)) return buf;
+    tfg_strbuf_clear(&b);
+    tfg_strbuf_printf(&b, "%s_%d", base, *next);
+    if (!is_taken(I, b.data)) break;
   }
+  const char *got = tfg_interp_strdup(I, b.data, b.len);
+  tfg_strbuf_free(&b);
+  return got;
 }
 
 /* "a.b.c" from the naming path plus last. */
@@ -398,11 +404,12 @@ static const char *join_path(tfg_interp *I, const char *last) {
 
 /* The first of c, c_1, c_2, ... not yet used at this point of the path. */
 static const char *unique_component(tfg_interp *I, const char *c) {
-  char buf[512];
   const char *full = join_path(I, c);
-  const char *got = first_free(I, full, buf, sizeof buf);
+  const char *got = first_free(I, full);
   if (got == full) return c;
-  return tfg_interp_strdup(I, got + strlen(full) - strlen(c), strlen(got) - strlen(full) + strlen(c));
+  /* got is full with a suffix: the component is c with the same suffix. */
+  size_t prefix = strlen(full) - strlen(c);
+  return got + prefix;
 }
 
 static void push_component(tfg_interp *I, const char *c, const tfg_loc *loc) {
@@ -572,10 +579,7 @@ static void exec_param(tfg_interp *I, tfg_env *env, const tfg_ast *s) {
   tfg_value init = {.kind = TFG_V_NONE};
   if (s->b) init = tfg_interp_expr(I, env, s->b);
   /* The path: scopes and calls in force, then the param's own name. */
-  char buf[512];
-  const char *full = join_path(I, s->name);
-  const char *got = first_free(I, full, buf, sizeof buf);
-  if (got != full) full = tfg_interp_strdup(I, got, strlen(got));
+  const char *full = first_free(I, join_path(I, s->name));
   tfg_node_id id = tfg_interp_node(I, TFG_OP_PARAM, NULL, 0, NULL, &s->loc);
   tfg_node *n = tfg_graph_node(I->prog.graph, id);
   n->dtype = dt;
@@ -609,8 +613,8 @@ static void exec_input(tfg_interp *I, tfg_env *env, const tfg_ast *s) {
       tfg_interp_fail(I, TFG_ERR_SHAPE, &s->loc, "input %s: column %s of %s holds %s, which cannot feed %s",
                       s->name, cname, src.u.column.ds->path, tfg_data_type_name(ct), tfg_dtype_name(dt));
     }
-    if (shape.rank < 1)
-      tfg_interp_fail(I, TFG_ERR_SHAPE, &s->a->loc, "input %s: a batched input needs a batch dimension first",
+    if (shape.rank < 1 || shape.dim[0] < 1)
+      tfg_interp_fail(I, TFG_ERR_SHAPE, &s->a->loc, "input %s: an input from a dataset needs a batch dimension of at least 1 first",
                       s->name);
     tfg_shape row = tfg_data_row_shape(ds, col);
     int64_t want = 1;
@@ -728,8 +732,13 @@ static void check_setting(tfg_interp *I, tfg_setting *st, const tfg_loc *at) {
     st->value.u.str.len = (uint32_t)strlen(path);
   } else if (strcmp(n, "metrics") == 0) {
     bool ok = v->kind == TFG_V_LIST;
-    for (int32_t i = 0; ok && i < v->u.list.n; i++) ok = v->u.list.items[i].kind == TFG_V_TENSOR;
-    if (!ok) tfg_interp_fail(I, TFG_ERR_NAME, at, "metrics must be a list of tensors, like [accuracy(logits, y)]");
+    for (int32_t i = 0; ok && i < v->u.list.n; i++) {
+      const tfg_value *m = &v->u.list.items[i];
+      ok = m->kind == TFG_V_TENSOR && I->prog.graph->nodes[m->u.tensor].shape.rank == 0 &&
+           tfg_dtype_is_float(I->prog.graph->nodes[m->u.tensor].dtype);
+    }
+    if (!ok)
+      tfg_interp_fail(I, TFG_ERR_NAME, at, "metrics must be a list of float scalars, like [accuracy(logits, y)]");
   } else { /* steps epochs log_every eval_every checkpoint_every seed */
     bool seed = strcmp(n, "seed") == 0;
     if (v->kind != TFG_V_INT || v->u.i < (seed ? 0 : 1))

@@ -65,7 +65,11 @@ static batching batching_of(const tfg_program *p) {
 }
 
 static double scalar_value(const tfg_tensor *t) {
-  return t->dtype == TFG_DTYPE_F64 ? *(const double *)t->data : (double)*(const float *)t->data;
+  switch (t->dtype) {
+  case TFG_DTYPE_F64: return *(const double *)t->data;
+  case TFG_DTYPE_F32: return *(const float *)t->data;
+  default: TFG_ASSERT(!"a loss or metric that is not f32 or f64 (the interpreter checks)"); return 0;
+  }
 }
 
 /* "accuracy" for a metric's source text: the op's name suits a log line. */
