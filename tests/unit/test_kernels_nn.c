@@ -20,52 +20,10 @@
 #include "base/rng.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/parallel.h"
+#include "tests/unit/tensors.h"
 #include "tests/unit/unit.h"
 
 /* ---- helpers --------------------------------------------------------- */
-
-static tfg_shape shp(int rank, ...) {
-  tfg_shape s = {.rank = rank};
-  va_list ap;
-  va_start(ap, rank);
-  for (int i = 0; i < rank; i++) s.dim[i] = va_arg(ap, int);
-  va_end(ap);
-  return s;
-}
-
-static tfg_tensor tnew(tfg_dtype dt, tfg_shape s) {
-  int64_t n = tfg_shape_numel(&s);
-  tfg_tensor t = {.dtype = dt, .shape = s};
-  t.data = calloc((size_t)(n > 0 ? n : 1), tfg_dtype_size(dt));
-  ck_assert_ptr_nonnull(t.data);
-  return t;
-}
-
-static int64_t numel(const tfg_tensor *t) { return tfg_shape_numel(&t->shape); }
-
-static double get(const tfg_tensor *t, int64_t i) {
-  switch (t->dtype) {
-  case TFG_DTYPE_F32: return ((const float *)t->data)[i];
-  case TFG_DTYPE_F64: return ((const double *)t->data)[i];
-  case TFG_DTYPE_I32: return ((const int32_t *)t->data)[i];
-  case TFG_DTYPE_I64: return (double)((const int64_t *)t->data)[i];
-  default: ck_abort_msg("get: unexpected dtype"); return 0;
-  }
-}
-
-static void set(tfg_tensor *t, int64_t i, double v) {
-  switch (t->dtype) {
-  case TFG_DTYPE_F32: ((float *)t->data)[i] = (float)v; break;
-  case TFG_DTYPE_F64: ((double *)t->data)[i] = v; break;
-  case TFG_DTYPE_I32: ((int32_t *)t->data)[i] = (int32_t)v; break;
-  case TFG_DTYPE_I64: ((int64_t *)t->data)[i] = (int64_t)v; break;
-  default: ck_abort_msg("set: unexpected dtype");
-  }
-}
-
-static void set_all(tfg_tensor *t, const double *v) {
-  for (int64_t i = 0; i < numel(t); i++) set(t, i, v[i]);
-}
 
 /* Uniform in [lo, hi) from stream seed; rounded to the tensor's dtype,
  * so the references below see exactly the kernel's inputs. */
