@@ -31,27 +31,19 @@
 #include "base/assert.h"
 #include "kernels/cpu/conv_impl.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/parallel.h"
 
 /* About this many elements of work per chunk (as in nn.c and conv.c). */
 #define GRAIN_ELEMS (1 << 14)
 
 /* The grain, in units of work that each cost `cost` elements. */
-static int64_t grain_for(int64_t cost) {
-  return cost >= GRAIN_ELEMS ? 1 : GRAIN_ELEMS / (cost > 0 ? cost : 1);
-}
-
-static bool is_f32_f64(tfg_dtype t) { return t == TFG_DTYPE_F32 || t == TFG_DTYPE_F64; }
-
-static tfg_status unsupported(tfg_kernel_ctx *ctx, const char *what, tfg_dtype t) {
-  return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s of dtype %s is not supported on the CPU",
-                         what, tfg_dtype_name(t));
-}
+static int64_t grain_for(int64_t cost) { return tfg_parallel_grain(GRAIN_ELEMS, cost); }
 
 /* Checks that every tensor in ts[0..n) has dtype dt (f32 or f64). */
 static tfg_status same_float(tfg_kernel_ctx *ctx, const char *what, tfg_dtype dt,
                              const tfg_tensor *const *ts, int n) {
-  if (!is_f32_f64(dt)) return unsupported(ctx, what, dt);
+  if (!tfg_cpu_is_float(dt)) return tfg_cpu_unsupported(ctx, what, dt);
   for (int i = 0; i < n; i++)
     if (ts[i]->dtype != dt)
       return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s mixes %s and %s (one float dtype expected)",
@@ -59,19 +51,6 @@ static tfg_status same_float(tfg_kernel_ctx *ctx, const char *what, tfg_dtype dt
   return TFG_OK;
 }
 
-static int64_t id_at(const tfg_tensor *ids, int64_t i) {
-  return ids->dtype == TFG_DTYPE_I32 ? ((const int32_t *)ids->data)[i]
-                                     : ((const int64_t *)ids->data)[i];
-}
-
-/* The position of the first of the n ids outside [0, hi), or -1. */
-static int64_t first_bad_id(const tfg_tensor *ids, int64_t n, int64_t hi) {
-  for (int64_t i = 0; i < n; i++) {
-    int64_t v = id_at(ids, i);
-    if (v < 0 || v >= hi) return i;
-  }
-  return -1;
-}
 
 /* ---- relu_grad, gelu_grad ------------------------------------------------ */
 
@@ -176,7 +155,7 @@ typedef struct ce_grad_job {
         sum += e;                                                                    \
       }                                                                              \
       double inv = 1.0 / sum;                                                        \
-      int64_t label = id_at(j->labels, r);                                           \
+      int64_t label = tfg_cpu_id_at(j->labels, r);                                           \
       for (int64_t t = 0; t < j->c; t++) {                                           \
         double p = (double)dx[t] * inv;                                              \
         dx[t] = (T)((p - (t == label ? 1.0 : 0.0)) * j->scale);                      \
@@ -196,16 +175,13 @@ TFG_CPU_KERNEL(tfg_cpu_cross_entropy_grad) {
   tfg_status st = same_float(ctx, "cross_entropy_grad", x->dtype,
                              (const tfg_tensor *const[]){dy, out}, 2);
   if (st != TFG_OK) return st;
-  if (!tfg_dtype_is_int(lab->dtype)) return unsupported(ctx, "cross_entropy labels", lab->dtype);
+  if (!tfg_dtype_is_int(lab->dtype))
+    return tfg_cpu_unsupported(ctx, "cross_entropy labels", lab->dtype);
   TFG_ASSERT(x->shape.rank == 2 && lab->shape.rank == 1 && lab->shape.dim[0] == x->shape.dim[0]);
   TFG_ASSERT(tfg_shape_numel(&dy->shape) == 1 && tfg_shape_eq(&out->shape, &x->shape));
   int64_t n = x->shape.dim[0], c = x->shape.dim[1];
-  int64_t bad = first_bad_id(lab, n, c);
-  if (bad >= 0)
-    return tfg_kernel_fail(ctx, TFG_ERR_NUMERIC,
-                           "label %lld in row %lld is outside [0, %lld) (the logits have %lld "
-                           "classes)",
-                           (long long)id_at(lab, bad), (long long)bad, (long long)c, (long long)c);
+  st = tfg_cpu_check_labels(ctx, lab, n, c);
+  if (st != TFG_OK) return st;
   if (n == 0 || c == 0) return TFG_OK;
   double g = x->dtype == TFG_DTYPE_F32 ? *(const float *)dy->data : *(const double *)dy->data;
   ce_grad_job j = {.logits = x->data, .labels = lab, .dx = out->data, .c = c,
@@ -224,8 +200,8 @@ typedef struct ln_grad_job {
   double eps;
 } ln_grad_job;
 
-/* Per row, in double: mu and the biased variance exactly as the forward
- * kernel forms them (two passes), rstd = 1 / sqrt(var + eps), then with
+/* Per row, in double: mu and rstd = 1 / sqrt(var + eps) from
+ * tfg_cpu_ln_stats, as the forward kernel forms them, then with
  * xhat = (x - mu) rstd and g = dy * gamma,
  *     dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
  * the gradient of y = xhat * gamma + beta through both mu and rstd
@@ -240,15 +216,8 @@ typedef struct ln_grad_job {
     for (int64_t r = lo; r < hi; r++) {                                              \
       const T *x = (const T *)j->x + r * d, *dy = (const T *)j->dy + r * d;          \
       T *dx = (T *)j->dx + r * d;                                                    \
-      double mean = 0, var = 0;                                                      \
-      for (int64_t t = 0; t < d; t++) mean += x[t];                                  \
-      mean /= (double)d;                                                             \
-      for (int64_t t = 0; t < d; t++) {                                              \
-        double dev = (double)x[t] - mean;                                            \
-        var += dev * dev;                                                            \
-      }                                                                              \
-      var /= (double)d;                                                              \
-      double rstd = 1.0 / sqrt(var + j->eps);                                        \
+      double mean;                                                                   \
+      double rstd = tfg_cpu_ln_stats_##SFX(x, d, j->eps, &mean);                     \
       double mg = 0, mgx = 0;                                                        \
       for (int64_t t = 0; t < d; t++) {                                              \
         double g = (double)dy[t] * (double)gm[t];                                    \
@@ -605,7 +574,7 @@ typedef struct emb_grad_job {
     (void)chunk;                                                                       \
     memset(out + lo * j->d, 0, sizeof(T) * (size_t)((hi - lo) * j->d));               \
     for (int64_t i = 0; i < j->nids; i++) {                                            \
-      int64_t r = id_at(j->ids, i);                                                    \
+      int64_t r = tfg_cpu_id_at(j->ids, i);                                                    \
       if (r < lo || r >= hi) continue;                                                 \
       T *row = out + r * j->d;                                                         \
       const T *src = dy + i * j->d;                                                    \
@@ -624,17 +593,13 @@ TFG_CPU_KERNEL(tfg_cpu_embedding_grad) {
   tfg_status st =
       same_float(ctx, "embedding_grad", dy->dtype, (const tfg_tensor *const[]){out}, 1);
   if (st != TFG_OK) return st;
-  if (!tfg_dtype_is_int(ids->dtype)) return unsupported(ctx, "embedding ids", ids->dtype);
+  if (!tfg_dtype_is_int(ids->dtype)) return tfg_cpu_unsupported(ctx, "embedding ids", ids->dtype);
   TFG_ASSERT(out->shape.rank == 2 && out->shape.dim[0] == node->attrs.n);
   int64_t rows = out->shape.dim[0], d = out->shape.dim[1];
   int64_t nids = tfg_shape_numel(&ids->shape);
   TFG_ASSERT(tfg_shape_numel(&dy->shape) == nids * d);
-  int64_t bad = first_bad_id(ids, nids, rows);
-  if (bad >= 0)
-    return tfg_kernel_fail(ctx, TFG_ERR_NUMERIC,
-                           "embedding id %lld (at flat position %lld of the ids) is outside "
-                           "[0, %lld), the table's rows",
-                           (long long)id_at(ids, bad), (long long)bad, (long long)rows);
+  st = tfg_cpu_check_embedding_ids(ctx, ids, nids, rows);
+  if (st != TFG_OK) return st;
   if (rows == 0 || d == 0) return TFG_OK;
   emb_grad_job j = {.ids = ids, .dy = dy->data, .dt = out->data, .nids = nids, .d = d};
   /* Pieces of at least a grain's worth of zeroing, and no more of them

@@ -20,6 +20,7 @@
 #include "base/assert.h"
 #include "base/rng.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/parallel.h"
 
 /* About this many elements of work per chunk: big enough that handing a
@@ -27,30 +28,7 @@
 #define GRAIN_ELEMS (1 << 14)
 
 /* The grain, in rows, for loops whose unit of work is a row of len. */
-static int64_t rows_grain(int64_t len) {
-  return len >= GRAIN_ELEMS ? 1 : GRAIN_ELEMS / (len > 0 ? len : 1);
-}
-
-static bool is_f32_f64(tfg_dtype t) { return t == TFG_DTYPE_F32 || t == TFG_DTYPE_F64; }
-
-static tfg_status unsupported(tfg_kernel_ctx *ctx, const char *what, tfg_dtype t) {
-  return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s of dtype %s is not supported on the CPU",
-                         what, tfg_dtype_name(t));
-}
-
-static int64_t id_at(const tfg_tensor *ids, int64_t i) {
-  return ids->dtype == TFG_DTYPE_I32 ? ((const int32_t *)ids->data)[i]
-                                     : ((const int64_t *)ids->data)[i];
-}
-
-/* The position of the first of the n ids outside [0, hi), or -1. */
-static int64_t first_bad_id(const tfg_tensor *ids, int64_t n, int64_t hi) {
-  for (int64_t i = 0; i < n; i++) {
-    int64_t v = id_at(ids, i);
-    if (v < 0 || v >= hi) return i;
-  }
-  return -1;
-}
+static int64_t rows_grain(int64_t len) { return tfg_parallel_grain(GRAIN_ELEMS, len); }
 
 /* Runs body over [0, n) in tfg_parallel_for's chunks with one double
  * partial per chunk (body stores chunk k's partial in (*slot)[k]) and
@@ -68,6 +46,16 @@ static tfg_status sum_chunks(tfg_kernel_ctx *ctx, int64_t n, int64_t grain,
   free(partial);
   *total = s;
   return TFG_OK;
+}
+
+/* Stores total / n, NaN for n = 0 (an empty mean, as PyTorch), in out's
+ * one element, f32 or f64. */
+static void store_mean(tfg_tensor *out, double total, int64_t n) {
+  double mean = n > 0 ? total / (double)n : NAN;
+  if (out->dtype == TFG_DTYPE_F32)
+    *(float *)out->data = (float)mean;
+  else
+    *(double *)out->data = mean;
 }
 
 /* ---- softmax, log_softmax ---------------------------------------------- */
@@ -121,7 +109,7 @@ DEFINE_SOFTMAX(double, f64, exp)
 /* SOFTMAX, LOG_SOFTMAX along attrs.axis of x (any rank >= 1), f32/f64. */
 TFG_CPU_KERNEL(tfg_cpu_softmax) {
   const tfg_tensor *x = &in[0];
-  if (!is_f32_f64(x->dtype)) return unsupported(ctx, "softmax", x->dtype);
+  if (!tfg_cpu_is_float(x->dtype)) return tfg_cpu_unsupported(ctx, "softmax", x->dtype);
   TFG_ASSERT(out->dtype == x->dtype && tfg_shape_eq(&out->shape, &x->shape));
   int64_t axis = node->attrs.axis;
   TFG_ASSERT(axis >= 0 && axis < x->shape.rank);
@@ -159,7 +147,7 @@ typedef struct ce_job {
         if (x[t] > m) m = x[t];                                                \
       double sum = 0;                                                          \
       for (int64_t t = 0; t < j->c; t++) sum += EXPT(x[t] - m);                \
-      acc += log(sum) + ((double)m - (double)x[id_at(j->labels, r)]);          \
+      acc += log(sum) + ((double)m - (double)x[tfg_cpu_id_at(j->labels, r)]);          \
     }                                                                          \
     j->partial[chunk] = acc;                                                   \
   }
@@ -173,17 +161,14 @@ DEFINE_CE(double, f64, exp)
 TFG_CPU_KERNEL(tfg_cpu_cross_entropy) {
   const tfg_tensor *x = &in[0], *lab = &in[1];
   (void)node;
-  if (!is_f32_f64(x->dtype)) return unsupported(ctx, "cross_entropy", x->dtype);
-  if (!tfg_dtype_is_int(lab->dtype)) return unsupported(ctx, "cross_entropy labels", lab->dtype);
+  if (!tfg_cpu_is_float(x->dtype)) return tfg_cpu_unsupported(ctx, "cross_entropy", x->dtype);
+  if (!tfg_dtype_is_int(lab->dtype))
+    return tfg_cpu_unsupported(ctx, "cross_entropy labels", lab->dtype);
   TFG_ASSERT(x->shape.rank == 2 && lab->shape.rank == 1 && lab->shape.dim[0] == x->shape.dim[0]);
   TFG_ASSERT(out->dtype == x->dtype && out->shape.rank == 0);
   int64_t n = x->shape.dim[0], c = x->shape.dim[1];
-  int64_t bad = first_bad_id(lab, n, c);
-  if (bad >= 0)
-    return tfg_kernel_fail(ctx, TFG_ERR_NUMERIC,
-                           "label %lld in row %lld is outside [0, %lld) (the logits have %lld "
-                           "classes)",
-                           (long long)id_at(lab, bad), (long long)bad, (long long)c, (long long)c);
+  tfg_status bad = tfg_cpu_check_labels(ctx, lab, n, c);
+  if (bad != TFG_OK) return bad;
   ce_job j = {.logits = x->data, .labels = lab, .c = c};
   double total = 0;
   if (n > 0) {
@@ -191,11 +176,7 @@ TFG_CPU_KERNEL(tfg_cpu_cross_entropy) {
                                &j, &j.partial, &total);
     if (st != TFG_OK) return st;
   }
-  double mean = n > 0 ? total / (double)n : NAN;
-  if (out->dtype == TFG_DTYPE_F32)
-    *(float *)out->data = (float)mean;
-  else
-    *(double *)out->data = mean;
+  store_mean(out, total, n);
   return TFG_OK;
 }
 
@@ -225,7 +206,7 @@ DEFINE_MSE(double, f64)
 TFG_CPU_KERNEL(tfg_cpu_mse) {
   const tfg_tensor *a = &in[0], *b = &in[1];
   (void)node;
-  if (!is_f32_f64(a->dtype)) return unsupported(ctx, "mse", a->dtype);
+  if (!tfg_cpu_is_float(a->dtype)) return tfg_cpu_unsupported(ctx, "mse", a->dtype);
   TFG_ASSERT(b->dtype == a->dtype && out->dtype == a->dtype && out->shape.rank == 0);
   TFG_ASSERT(tfg_shape_eq(&a->shape, &b->shape));
   int64_t n = tfg_shape_numel(&a->shape);
@@ -236,11 +217,7 @@ TFG_CPU_KERNEL(tfg_cpu_mse) {
                                &j, &j.partial, &total);
     if (st != TFG_OK) return st;
   }
-  double mean = n > 0 ? total / (double)n : NAN;
-  if (out->dtype == TFG_DTYPE_F32)
-    *(float *)out->data = (float)mean;
-  else
-    *(double *)out->data = mean;
+  store_mean(out, total, n);
   return TFG_OK;
 }
 
@@ -253,10 +230,9 @@ typedef struct ln_job {
   double eps;
 } ln_job;
 
-/* Per row: mean, then the biased variance as the mean of squared
- * deviations (two passes: no cancellation when the mean is large), then
- * y = (x - mean) / sqrt(var + eps) * gamma + beta, in double throughout
- * and rounded once to T. */
+/* Per row: the mean and rstd = 1 / sqrt(var + eps) (tfg_cpu_ln_stats),
+ * then y = (x - mean) * rstd * gamma + beta, in double throughout and
+ * rounded once to T. */
 #define DEFINE_LN(T, SFX)                                                      \
   static void ln_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {    \
     const ln_job *j = arg;                                                     \
@@ -266,15 +242,8 @@ typedef struct ln_job {
     for (int64_t r = lo; r < hi; r++) {                                        \
       const T *x = (const T *)j->x + r * d;                                    \
       T *y = (T *)j->y + r * d;                                                \
-      double mean = 0, var = 0;                                                \
-      for (int64_t t = 0; t < d; t++) mean += x[t];                            \
-      mean /= (double)d;                                                       \
-      for (int64_t t = 0; t < d; t++) {                                        \
-        double dev = (double)x[t] - mean;                                      \
-        var += dev * dev;                                                      \
-      }                                                                        \
-      var /= (double)d;                                                        \
-      double rstd = 1.0 / sqrt(var + j->eps);                                  \
+      double mean;                                                             \
+      double rstd = tfg_cpu_ln_stats_##SFX(x, d, j->eps, &mean);               \
       for (int64_t t = 0; t < d; t++)                                          \
         y[t] = (T)(((double)x[t] - mean) * rstd * (double)g[t] + (double)b[t]); \
     }                                                                          \
@@ -287,7 +256,7 @@ DEFINE_LN(double, f64)
  * with eps = attrs.value. */
 TFG_CPU_KERNEL(tfg_cpu_layer_norm) {
   const tfg_tensor *x = &in[0], *g = &in[1], *b = &in[2];
-  if (!is_f32_f64(x->dtype)) return unsupported(ctx, "layer_norm", x->dtype);
+  if (!tfg_cpu_is_float(x->dtype)) return tfg_cpu_unsupported(ctx, "layer_norm", x->dtype);
   TFG_ASSERT(g->dtype == x->dtype && b->dtype == x->dtype && out->dtype == x->dtype);
   TFG_ASSERT(x->shape.rank >= 1 && tfg_shape_eq(&out->shape, &x->shape));
   int64_t d = x->shape.dim[x->shape.rank - 1];
@@ -337,7 +306,7 @@ DEFINE_DROPOUT(double, f64)
  * [0, 1] is TFG_ERR_NUMERIC. */
 TFG_CPU_KERNEL(tfg_cpu_dropout) {
   const tfg_tensor *x = &in[0];
-  if (!is_f32_f64(x->dtype)) return unsupported(ctx, "dropout", x->dtype);
+  if (!tfg_cpu_is_float(x->dtype)) return tfg_cpu_unsupported(ctx, "dropout", x->dtype);
   TFG_ASSERT(out->dtype == x->dtype && tfg_shape_eq(&out->shape, &x->shape));
   int64_t n = tfg_shape_numel(&x->shape);
   size_t bytes = (size_t)n * tfg_dtype_size(x->dtype);
@@ -374,7 +343,7 @@ static void gather_rows(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
   (void)chunk;
   for (int64_t i = lo; i < hi; i++)
     memcpy(j->out + (size_t)i * j->row_bytes,
-           j->table + (size_t)id_at(j->ids, i) * j->row_bytes, j->row_bytes);
+           j->table + (size_t)tfg_cpu_id_at(j->ids, i) * j->row_bytes, j->row_bytes);
 }
 
 /* EMBEDDING: table [V, D] f32/f64, ids i32/i64 of any shape -> [..., D],
@@ -383,18 +352,15 @@ static void gather_rows(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
 TFG_CPU_KERNEL(tfg_cpu_embedding) {
   const tfg_tensor *table = &in[0], *ids = &in[1];
   (void)node;
-  if (!is_f32_f64(table->dtype)) return unsupported(ctx, "embedding table", table->dtype);
-  if (!tfg_dtype_is_int(ids->dtype)) return unsupported(ctx, "embedding ids", ids->dtype);
+  if (!tfg_cpu_is_float(table->dtype))
+    return tfg_cpu_unsupported(ctx, "embedding table", table->dtype);
+  if (!tfg_dtype_is_int(ids->dtype)) return tfg_cpu_unsupported(ctx, "embedding ids", ids->dtype);
   TFG_ASSERT(table->shape.rank == 2 && out->dtype == table->dtype);
   int64_t v = table->shape.dim[0], d = table->shape.dim[1];
   int64_t n = tfg_shape_numel(&ids->shape);
   TFG_ASSERT(tfg_shape_numel(&out->shape) == n * d);
-  int64_t bad = first_bad_id(ids, n, v);
-  if (bad >= 0)
-    return tfg_kernel_fail(ctx, TFG_ERR_NUMERIC,
-                           "embedding id %lld (at flat position %lld of the ids) is outside "
-                           "[0, %lld), the table's rows",
-                           (long long)id_at(ids, bad), (long long)bad, (long long)v);
+  tfg_status bad = tfg_cpu_check_embedding_ids(ctx, ids, n, v);
+  if (bad != TFG_OK) return bad;
   gather_job j = {.table = table->data, .ids = ids, .out = out->data,
                   .row_bytes = (size_t)d * tfg_dtype_size(table->dtype)};
   tfg_parallel_for(ctx->pool, n, rows_grain(d), gather_rows, &j);
@@ -416,7 +382,7 @@ static void one_hot_rows(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
   (void)chunk;
   memset((char *)j->out + (size_t)(lo * j->depth) * es, 0, (size_t)((hi - lo) * j->depth) * es);
   for (int64_t i = lo; i < hi; i++) {
-    int64_t v = id_at(j->ids, i);
+    int64_t v = tfg_cpu_id_at(j->ids, i);
     if (v < 0 || v >= j->depth) continue; /* out of range: the row stays zero */
     if (j->f64)
       ((double *)j->out)[i * j->depth + v] = 1.0;
@@ -431,8 +397,8 @@ static void one_hot_rows(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
  * TensorFlow's tf.one_hot (PyTorch's one_hot would raise instead). */
 TFG_CPU_KERNEL(tfg_cpu_one_hot) {
   const tfg_tensor *ids = &in[0];
-  if (!tfg_dtype_is_int(ids->dtype)) return unsupported(ctx, "one_hot ids", ids->dtype);
-  if (!is_f32_f64(out->dtype)) return unsupported(ctx, "one_hot output", out->dtype);
+  if (!tfg_dtype_is_int(ids->dtype)) return tfg_cpu_unsupported(ctx, "one_hot ids", ids->dtype);
+  if (!tfg_cpu_is_float(out->dtype)) return tfg_cpu_unsupported(ctx, "one_hot output", out->dtype);
   int64_t n = tfg_shape_numel(&ids->shape), depth = node->attrs.n;
   TFG_ASSERT(depth >= 0 && tfg_shape_numel(&out->shape) == n * depth);
   if (n == 0 || depth == 0) return TFG_OK;
@@ -464,7 +430,7 @@ typedef struct acc_job {
       int64_t best = 0;                                                         \
       for (int64_t t = 1; t < j->c && x[best] == x[best]; t++)                  \
         if (x[t] > x[best] || x[t] != x[t]) best = t;                           \
-      right += best == id_at(j->labels, r);                                     \
+      right += best == tfg_cpu_id_at(j->labels, r);                                     \
     }                                                                           \
     j->partial[chunk] = right;                                                  \
   }
@@ -477,9 +443,9 @@ DEFINE_ACC(double, f64)
 TFG_CPU_KERNEL(tfg_cpu_accuracy) {
   const tfg_tensor *x = &in[0], *lab = &in[1];
   (void)node;
-  if (!is_f32_f64(x->dtype)) return unsupported(ctx, "accuracy", x->dtype);
-  if (!tfg_dtype_is_int(lab->dtype)) return unsupported(ctx, "accuracy labels", lab->dtype);
-  if (!is_f32_f64(out->dtype)) return unsupported(ctx, "accuracy output", out->dtype);
+  if (!tfg_cpu_is_float(x->dtype)) return tfg_cpu_unsupported(ctx, "accuracy", x->dtype);
+  if (!tfg_dtype_is_int(lab->dtype)) return tfg_cpu_unsupported(ctx, "accuracy labels", lab->dtype);
+  if (!tfg_cpu_is_float(out->dtype)) return tfg_cpu_unsupported(ctx, "accuracy output", out->dtype);
   TFG_ASSERT(x->shape.rank == 2 && lab->shape.rank == 1 && lab->shape.dim[0] == x->shape.dim[0]);
   TFG_ASSERT(out->shape.rank == 0);
   int64_t n = x->shape.dim[0], c = x->shape.dim[1];
@@ -491,10 +457,6 @@ TFG_CPU_KERNEL(tfg_cpu_accuracy) {
                                &right);
     if (st != TFG_OK) return st;
   }
-  double frac = n > 0 ? right / (double)n : NAN;
-  if (out->dtype == TFG_DTYPE_F32)
-    *(float *)out->data = (float)frac;
-  else
-    *(double *)out->data = frac;
+  store_mean(out, right, n);
   return TFG_OK;
 }

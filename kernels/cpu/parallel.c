@@ -30,6 +30,10 @@ struct tfg_pool {
   int64_t finished;      /* chunks done, under mu */
 };
 
+int64_t tfg_parallel_grain(int64_t work, int64_t cost) {
+  return cost >= work ? 1 : work / (cost > 0 ? cost : 1);
+}
+
 int64_t tfg_parallel_chunks(const tfg_pool *p, int64_t n, int64_t grain) {
   if (!p || p->nthreads == 0 || n <= grain) return 1;
   if (grain < 1) grain = 1;

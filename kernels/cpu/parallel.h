@@ -34,6 +34,11 @@ void tfg_parallel_for(tfg_pool *p, int64_t n, int64_t grain, tfg_parallel_body b
 /* The number of chunks tfg_parallel_for(p, n, grain, ...) uses, and the
  * bounds of chunk k: for per-chunk partial sums combined in order. */
 int64_t tfg_parallel_chunks(const tfg_pool *p, int64_t n, int64_t grain);
+
+/* The grain, in items, that gives a chunk about `work` units of work when
+ * each item costs `cost` units: work / cost, at least 1 (a cost of 0 or
+ * less counts as 1). */
+int64_t tfg_parallel_grain(int64_t work, int64_t cost);
 void tfg_parallel_chunk_range(int64_t n, int64_t nchunks, int64_t k, int64_t *lo, int64_t *hi);
 
 #endif

@@ -322,8 +322,7 @@ TFG_CPU_KERNEL(tfg_cpu_reduce) {
     free(j.partial);
     return TFG_OK;
   }
-  int64_t grain = count >= GRAIN ? 1 : GRAIN / count;
-  tfg_parallel_for(ctx->pool, nout, grain, reduce_chunk, &j);
+  tfg_parallel_for(ctx->pool, nout, tfg_parallel_grain(GRAIN, count), reduce_chunk, &j);
   return TFG_OK;
 }
 
@@ -453,7 +452,6 @@ TFG_CPU_KERNEL(tfg_cpu_argmax) {
   if (j.len > INT32_MAX)
     return tfg_kernel_fail(ctx, TFG_ERR_LIMIT, "argmax: axis of %lld elements exceeds i32",
                            (long long)j.len);
-  int64_t grain = j.len >= GRAIN ? 1 : GRAIN / j.len;
-  tfg_parallel_for(ctx->pool, nout, grain, argmax_chunk, &j);
+  tfg_parallel_for(ctx->pool, nout, tfg_parallel_grain(GRAIN, j.len), argmax_chunk, &j);
   return TFG_OK;
 }

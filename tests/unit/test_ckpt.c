@@ -3,7 +3,7 @@
  * test vectors), a file from an independent writer (tests/ckpt_writer.py),
  * every malformed-file error, atomic saves under kill -9, and I/O errors.
  *
- * Fixtures are written by the tests into a fresh mkdtemp folder, removed
+ * Fixtures are written by the tests into the scratch folder, removed
  * when the test case ends. */
 #include <dirent.h>
 #include <errno.h>
@@ -20,38 +20,13 @@
 #include <unistd.h>
 
 #include "runtime/ckpt.h"
+#include "tests/unit/scratch.h"
 #include "tests/unit/unit.h"
 
 /* ---- fixture ------------------------------------------------------------ */
 
-static char tmpdir[64];
 static tfg_diag *D;
 static tfg_loc L; /* the "train statement" every error points at */
-
-/* Made once per test case by an unchecked fixture: its teardown runs in
- * the parent process, so the folder goes even when a test's child dies. */
-static void make_dir(void) {
-  strcpy(tmpdir, "/tmp/tfg-ckpt-XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-/* Removes dir's files and, one level down, its folders' files. */
-static void remove_tree(const char *dir, int depth) {
-  DIR *dh = opendir(dir);
-  if (dh) {
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(dh)) != NULL) {
-      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-      snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-      if (unlink(p) != 0 && depth > 0) remove_tree(p, depth - 1);
-    }
-    closedir(dh);
-  }
-  rmdir(dir);
-}
-
-static void remove_dir(void) { remove_tree(tmpdir, 1); }
 
 static void setup(void) {
   D = tfg_diag_new();
@@ -63,24 +38,6 @@ static void setup(void) {
 static void teardown(void) {
   tfg_diag_free(D);
   D = NULL;
-}
-
-/* tmpdir/name in one of a few rotating buffers (several may be live). */
-static const char *path(const char *name) {
-  static char bufs[8][256];
-  static int next;
-  char *b = bufs[next++ % 8];
-  snprintf(b, sizeof bufs[0], "%s/%s", tmpdir, name);
-  return b;
-}
-
-static const char *write_file(const char *name, const void *data, size_t len) {
-  const char *p = path(name);
-  FILE *f = fopen(p, "wb");
-  ck_assert_ptr_nonnull(f);
-  ck_assert_uint_eq(fwrite(data, 1, len, f), len);
-  ck_assert_int_eq(fclose(f), 0);
-  return p;
 }
 
 /* The whole file at p (caller frees); its size in *len. */
@@ -231,7 +188,7 @@ START_TEST(roundtrip_every_dtype) {
       {"\xc3\xbcn\xc3\xaf", "\xf0\x9f\x99\x82"},
       {"empty", ""},
   };
-  const char *p = path("all.safetensors");
+  const char *p = scratch_path("all.safetensors");
   expect_no_errors(tfg_ckpt_save(D, &L, p, e, N, m, 4));
 
   /* The header is padded so the data starts 8-aligned. */
@@ -272,7 +229,7 @@ START_TEST(roundtrip_every_dtype) {
   ck_assert_str_eq(tfg_ckpt_entry_at(c, 0)->name, "scalar");
   ck_assert_ptr_null(tfg_ckpt_meta_get(c, "step"));
   tfg_ckpt_free(c);
-  char *ls = list_dir(tmpdir);
+  char *ls = list_dir(scratch_dir);
   ck_assert_str_eq(ls, "all.safetensors\n");
   free(ls);
   for (int i = 0; i < N; i++) free(buf[i]);
@@ -280,7 +237,7 @@ START_TEST(roundtrip_every_dtype) {
 END_TEST
 
 START_TEST(roundtrip_empty) {
-  const char *p = path("empty.safetensors");
+  const char *p = scratch_path("empty.safetensors");
   expect_no_errors(tfg_ckpt_save(D, &L, p, NULL, 0, NULL, 0));
   tfg_ckpt *c = load_ok(p);
   ck_assert_int_eq(tfg_ckpt_count(c), 0);
@@ -310,7 +267,7 @@ START_TEST(golden_two_tensors) {
   int64_t n = 7;
   tfg_ckpt_entry e[] = {{"w", TFG_DTYPE_F32, shape1(2), w}, {"n", TFG_DTYPE_I64, shape0(), &n}};
   tfg_ckpt_meta m[] = {{"step", "5"}};
-  const char *p = path("golden.safetensors");
+  const char *p = scratch_path("golden.safetensors");
   expect_no_errors(tfg_ckpt_save(D, &L, p, e, 2, m, 1));
 
   static const char json[] = "{\"__metadata__\":{\"step\":\"5\"},"
@@ -335,7 +292,7 @@ START_TEST(golden_escapes) {
   unsigned char one = 1;
   tfg_ckpt_entry e[] = {{"a\"b\\c\n\x01\xc3\xa9", TFG_DTYPE_BOOL, shape1(1), &one}};
   tfg_ckpt_meta m[] = {{"k\t", "v\b\f\r\x1f\x7f"}};
-  const char *p = path("escapes.safetensors");
+  const char *p = scratch_path("escapes.safetensors");
   expect_no_errors(tfg_ckpt_save(D, &L, p, e, 1, m, 1));
   static const char want[] =
       "\x70\0\0\0\0\0\0\0" /* 112 */
@@ -352,7 +309,7 @@ END_TEST
  * safetensors/src/tensor.rs: test_empty, test_serialization and
  * test_serialization_forced_alignement): our writer gives the same bytes. */
 START_TEST(golden_reference_vectors) {
-  const char *p = path("ref.safetensors");
+  const char *p = scratch_path("ref.safetensors");
   expect_no_errors(tfg_ckpt_save(D, &L, p, NULL, 0, NULL, 0));
   static const unsigned char empty[] = {8, 0, 0, 0, 0, 0, 0, 0, 123, 125, 32, 32, 32, 32, 32, 32};
   expect_file_bytes(p, empty, sizeof empty);
@@ -399,7 +356,7 @@ static const char *write_st(const char *name, const char *json, const void *data
   for (int i = 0; i < 8; i++) b[i] = (unsigned char)((uint64_t)hl >> (8 * i));
   memcpy(b + 8, json, hl);
   if (n) memcpy(b + 8 + hl, data, n);
-  const char *p = write_file(name, b, 8 + hl + n);
+  const char *p = scratch_write(name, b, 8 + hl + n);
   free(b);
   return p;
 }
@@ -464,7 +421,7 @@ START_TEST(python_writer) {
   ck_assert_msg(find_python(py, sizeof py), "python3 is needed: neither /usr/bin/python3 nor "
                                             "python3 on PATH exists");
   writer_script(script, sizeof script);
-  const char *out = path("py.safetensors");
+  const char *out = scratch_path("py.safetensors");
   pid_t pid = fork();
   ck_assert_int_ge(pid, 0);
   if (pid == 0) {
@@ -623,31 +580,31 @@ END_TEST
 
 /* Files whose first 8 bytes already fail. */
 START_TEST(malformed_lengths) {
-  const char *p = write_file("zero.safetensors", "", 0);
+  const char *p = scratch_write("zero.safetensors", "", 0);
   expect_load_error(p, TFG_ERR_DATA, "it has 0 bytes, too few for the 8-byte header length",
                     NULL);
-  p = write_file("short.safetensors", "\x02\0\0\0\0", 5);
+  p = scratch_write("short.safetensors", "\x02\0\0\0\0", 5);
   expect_load_error(p, TFG_ERR_DATA, "it has 5 bytes", NULL);
 
   /* A truncated file: the length says 100 bytes of header, 20 are there. */
   unsigned char b[8 + 20] = {100};
   memcpy(b + 8, "{\"a\":{\"dtype\":\"F32\",", 20);
-  p = write_file("trunc.safetensors", b, sizeof b);
+  p = scratch_write("trunc.safetensors", b, sizeof b);
   expect_load_error(p, TFG_ERR_DATA,
                     "the header length (100 bytes) points past the end of the file (28 bytes)",
                     NULL);
 
   /* Over the 100 MB limit: refused before anything is allocated. */
   unsigned char big[16] = {0x01, 0xe1, 0xf5, 0x05, 0, 0, 0, 0, '{', '}'}; /* 100000001 */
-  p = write_file("huge.safetensors", big, sizeof big);
+  p = scratch_write("huge.safetensors", big, sizeof big);
   expect_load_error(p, TFG_ERR_DATA, "header length is 100000001 bytes, over the format's limit",
                     NULL);
   unsigned char max[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
-  p = write_file("max.safetensors", max, sizeof max);
+  p = scratch_write("max.safetensors", max, sizeof max);
   expect_load_error(p, TFG_ERR_DATA, "over the format's limit", NULL);
 
   /* A NUL byte inside the header is not JSON whitespace. */
-  p = write_file("nul.safetensors", "\x08\0\0\0\0\0\0\0{}\0     ", 16);
+  p = scratch_write("nul.safetensors", "\x08\0\0\0\0\0\0\0{}\0     ", 16);
   expect_load_error(p, TFG_ERR_DATA, "whitespace after the header object, found byte 0x00",
                     "byte 10");
 }
@@ -664,7 +621,7 @@ END_TEST
 /* ---- I/O errors --------------------------------------------------------- */
 
 START_TEST(io_errors) {
-  const char *dir = path("io");
+  const char *dir = scratch_path("io");
   ck_assert_int_eq(mkdir(dir, 0755), 0);
   char p[256];
 
@@ -778,7 +735,7 @@ static void sleep_ms(int ms) {
 START_TEST(atomic_under_kill9) {
   make_versions();
   char dir[128], target[160];
-  snprintf(dir, sizeof dir, "%s/atomic", tmpdir);
+  snprintf(dir, sizeof dir, "%s/atomic", scratch_dir);
   ck_assert_int_eq(mkdir(dir, 0755), 0);
   snprintf(target, sizeof target, "%s/m.safetensors", dir);
   expect_no_errors(save_version(D, target, 0));
@@ -848,7 +805,7 @@ END_TEST
 Suite *suite_ckpt(void) {
   Suite *s = suite_create("ckpt");
   TCase *tc = tcase_create("core");
-  tcase_add_unchecked_fixture(tc, make_dir, remove_dir);
+  tcase_add_unchecked_fixture(tc, scratch_make, scratch_remove);
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, roundtrip_every_dtype);
@@ -867,7 +824,7 @@ Suite *suite_ckpt(void) {
 
   /* Alone in its case, so CK_RUN_CASE=atomic runs just it. */
   tc = tcase_create("atomic");
-  tcase_add_unchecked_fixture(tc, make_dir, remove_dir);
+  tcase_add_unchecked_fixture(tc, scratch_make, scratch_remove);
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, atomic_under_kill9);

@@ -1,10 +1,9 @@
 /* tests/unit/test_data.c: datasets: csv, npy and idx readers, the split,
  * per-epoch orders, batch fetching and conversions, and every error.
  *
- * Fixtures are written by the tests themselves into a fresh mkdtemp
- * directory (npy and idx byte by byte, .gz through zlib), removed when the
- * test case ends. */
-#include <dirent.h>
+ * Fixtures are written by the tests themselves (npy and idx byte by
+ * byte, .gz through zlib) into the scratch folder of tests/unit/scratch.h,
+ * removed when the test case ends. */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -16,36 +15,13 @@
 
 #include "base/rng.h"
 #include "runtime/data.h"
+#include "tests/unit/scratch.h"
 #include "tests/unit/unit.h"
 
 /* ---- fixture ------------------------------------------------------------ */
 
-static char tmpdir[64];
 static tfg_diag *D;
 static tfg_loc L; /* the "data statement" every error points at */
-
-/* The directory is made once per test case by an unchecked fixture: its
- * teardown runs in the parent process, so it is removed even when a
- * failing test's child exits early. */
-static void make_dir(void) {
-  strcpy(tmpdir, "/tmp/tfg-data-XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static void remove_dir(void) {
-  DIR *dir = opendir(tmpdir); /* flat: the tests make no subdirectories */
-  if (dir) {
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(dir)) != NULL) {
-      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-      snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-      unlink(p);
-    }
-    closedir(dir);
-  }
-  rmdir(tmpdir);
-}
 
 static void setup(void) {
   D = tfg_diag_new();
@@ -59,30 +35,12 @@ static void teardown(void) {
   D = NULL;
 }
 
-/* tmpdir/name in one of a few rotating buffers (several may be live). */
-static const char *path(const char *name) {
-  static char bufs[8][256];
-  static int next;
-  char *b = bufs[next++ % 8];
-  snprintf(b, sizeof bufs[0], "%s/%s", tmpdir, name);
-  return b;
-}
-
-static const char *write_file(const char *name, const void *data, size_t len) {
-  const char *p = path(name);
-  FILE *f = fopen(p, "wb");
-  ck_assert_ptr_nonnull(f);
-  ck_assert_uint_eq(fwrite(data, 1, len, f), len);
-  fclose(f);
-  return p;
-}
-
 static const char *write_text(const char *name, const char *text) {
-  return write_file(name, text, strlen(text));
+  return scratch_write(name, text, strlen(text));
 }
 
 static const char *write_gz(const char *name, const void *data, size_t len) {
-  const char *p = path(name);
+  const char *p = scratch_path(name);
   gzFile g = gzopen(p, "wb");
   ck_assert_ptr_nonnull(g);
   ck_assert_int_eq(gzwrite(g, data, (unsigned)len), (int)len);
@@ -196,7 +154,7 @@ static char *npy_dict(const char *descr, const char *shape) {
 }
 
 static const char *write_bytes(const char *name, bytes *b, bool gz) {
-  const char *p = gz ? write_gz(name, b->p, b->len) : write_file(name, b->p, b->len);
+  const char *p = gz ? write_gz(name, b->p, b->len) : scratch_write(name, b->p, b->len);
   free(b->p);
   memset(b, 0, sizeof *b);
   return p;
@@ -294,7 +252,7 @@ START_TEST(csv_lines_longer_than_any_buffer) {
   for (int r = 0; r < ROWS; r++)
     for (int c = 0; c < COLS; c++)
       tfg_strbuf_printf(&b, "%d%s", c == COLS - 1 ? r : r * 7 + c, c == COLS - 1 ? "\n" : ",");
-  const char *p = write_file("long.csv", b.data, b.len);
+  const char *p = scratch_write("long.csv", b.data, b.len);
   const char *pz = write_gz("long.csv.gz", b.data, b.len);
   tfg_strbuf_free(&b);
   float *x = malloc(sizeof *x * (COLS - 1) * ROWS);
@@ -353,11 +311,11 @@ START_TEST(csv_errors) {
   st = tfg_data_csv(D, &L, p, -1, true, NULL, &ds);
   expect_fail(st, ds, TFG_ERR_IO, "hdr.csv' has no rows (only a header line)", NULL);
 
-  p = path("missing.csv");
+  p = scratch_path("missing.csv");
   st = tfg_data_csv(D, &L, p, -1, false, NULL, &ds);
   expect_fail(st, ds, TFG_ERR_IO, "cannot open '", "missing.csv': No such file or directory");
 
-  st = tfg_data_csv(D, &L, tmpdir, -1, false, NULL, &ds);
+  st = tfg_data_csv(D, &L, scratch_dir, -1, false, NULL, &ds);
   expect_fail(st, ds, TFG_ERR_IO, "cannot open '", "Is a directory");
 
   p = write_text("range.csv", "1,2,3\n");
@@ -376,13 +334,13 @@ START_TEST(csv_errors) {
   unsigned char buf[1 << 16];
   size_t n = fread(buf, 1, sizeof buf, f);
   fclose(f);
-  p = write_file("cut.csv.gz", buf, n / 2);
+  p = scratch_write("cut.csv.gz", buf, n / 2);
   st = tfg_data_csv(D, &L, p, -1, false, NULL, &ds);
   expect_fail(st, ds, TFG_ERR_IO, "cannot read '", "cut.csv.gz': unexpected end of compressed data");
 
   /* Corrupt deflate data: zlib's message, without its "<fd:N>: " prefix. */
   memset(buf + 20, 0xFF, 64);
-  p = write_file("bad.csv.gz", buf, n);
+  p = scratch_write("bad.csv.gz", buf, n);
   st = tfg_data_csv(D, &L, p, -1, false, NULL, &ds);
   char *out = render();
   ck_assert_int_eq(st, TFG_ERR_IO);
@@ -605,7 +563,7 @@ START_TEST(npy_errors) {
   st = tfg_data_npy(D, &L, 2, dup, paths, NULL, &ds);
   expect_fail(st, ds, TFG_ERR_NAME, "column 'a' is given twice", "two.npy");
 
-  paths[1] = path("nope.npy");
+  paths[1] = scratch_path("nope.npy");
   st = tfg_data_npy(D, &L, 2, names, paths, NULL, &ds);
   expect_fail(st, ds, TFG_ERR_IO, "cannot open '", "nope.npy': No such file or directory");
 }
@@ -709,7 +667,7 @@ START_TEST(idx_errors) {
   st = tfg_data_idx(D, &L, NULL, p, NULL, &ds);
   expect_fail(st, ds, TFG_ERR_IO, "text' is not an IDX file", NULL);
 
-  st = tfg_data_idx(D, &L, path("none"), NULL, NULL, &ds);
+  st = tfg_data_idx(D, &L, scratch_path("none"), NULL, NULL, &ds);
   expect_fail(st, ds, TFG_ERR_IO, "cannot open '", "none': No such file or directory");
 
   st = tfg_data_idx(D, &L, NULL, NULL, NULL, &ds);
@@ -723,7 +681,7 @@ END_TEST
 static const char *csv_rows(const char *name, int n) {
   tfg_strbuf b = {0};
   for (int i = 0; i < n; i++) tfg_strbuf_printf(&b, "%d,%d\n", i, i);
-  const char *p = write_file(name, b.data, b.len);
+  const char *p = scratch_write(name, b.data, b.len);
   tfg_strbuf_free(&b);
   return p;
 }
@@ -788,11 +746,11 @@ START_TEST(split_errors) {
   tfg_status st = tfg_data_csv(D, &L, one, -1, false, &o, &ds);
   expect_fail(st, ds, TFG_ERR_SHAPE, "one.csv': test = 0.6 takes all 1 rows", NULL);
   /* npy and idx check the fraction too (before reading anything). */
-  const char *names[] = {"a"}, *paths[] = {path("absent.npy")};
+  const char *names[] = {"a"}, *paths[] = {scratch_path("absent.npy")};
   o = opts(1.0, false, 0);
   st = tfg_data_npy(D, &L, 1, names, paths, &o, &ds);
   expect_fail(st, ds, TFG_ERR_NAME, "absent.npy': test = 1", NULL);
-  st = tfg_data_idx(D, &L, NULL, path("absent-labels"), &o, &ds);
+  st = tfg_data_idx(D, &L, NULL, scratch_path("absent-labels"), &o, &ds);
   expect_fail(st, ds, TFG_ERR_NAME, "absent-labels': test = 1", NULL);
 }
 END_TEST
@@ -1068,7 +1026,7 @@ END_TEST
 Suite *suite_data(void) {
   Suite *s = suite_create("data");
   TCase *tc = tcase_create("core");
-  tcase_add_unchecked_fixture(tc, make_dir, remove_dir);
+  tcase_add_unchecked_fixture(tc, scratch_make, scratch_remove);
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, csv_header_and_label);
