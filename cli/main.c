@@ -67,10 +67,27 @@ typedef struct cli_opts {
 } cli_opts;
 
 /* Which options a command takes. */
-enum { ALLOW_AST = 1, ALLOW_RUN = 2, ALLOW_PLACE = 4 };
+enum { ALLOW_AST = 1, ALLOW_RUN = 2, ALLOW_PLACE = 4, ALLOW_EXPLAIN = 8 };
 
 enum { OPT_COLOR = 256, OPT_AST, OPT_SET, OPT_FEED, OPT_SEED, OPT_PRINT_ALL, OPT_THREADS, OPT_CHECK_NUMERICS,
        OPT_QUIET, OPT_DEVICES, OPT_MEMORY_LIMIT, OPT_EXPLAIN, OPT_JSON, OPT_DOT };
+
+/* The ALLOW_* bit a command needs to take each option; 0: every command
+ * takes it. Another command's option is an unknown option. */
+static const int opt_allow[] = {
+    [OPT_AST - OPT_COLOR] = ALLOW_AST,
+    [OPT_FEED - OPT_COLOR] = ALLOW_RUN,
+    [OPT_SEED - OPT_COLOR] = ALLOW_RUN,
+    [OPT_PRINT_ALL - OPT_COLOR] = ALLOW_RUN,
+    [OPT_THREADS - OPT_COLOR] = ALLOW_RUN,
+    [OPT_CHECK_NUMERICS - OPT_COLOR] = ALLOW_RUN,
+    [OPT_QUIET - OPT_COLOR] = ALLOW_RUN,
+    [OPT_DEVICES - OPT_COLOR] = ALLOW_PLACE,
+    [OPT_MEMORY_LIMIT - OPT_COLOR] = ALLOW_PLACE,
+    [OPT_EXPLAIN - OPT_COLOR] = ALLOW_EXPLAIN,
+    [OPT_JSON - OPT_COLOR] = ALLOW_EXPLAIN,
+    [OPT_DOT - OPT_COLOR] = ALLOW_EXPLAIN,
+};
 
 /* Splits "NAME=VALUE"; false when there is no '=' or no name. */
 static bool split_assign(char *arg, const char **name, const char **value) {
@@ -106,12 +123,14 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
   memset(o, 0, sizeof *o);
   optind = 1;
   opterr = 0;
-  int c;
+  int c, li = 0;
   /* Options may come before or after FILE (GNU permutation); a leading
    * ':' reports a missing value as ':' rather than '?'. */
-  while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":h", longopts, &li)) != -1) {
     const char *name, *value;
     char *end;
+    if (c >= OPT_COLOR && opt_allow[c - OPT_COLOR] && !(allow & opt_allow[c - OPT_COLOR]))
+      return usage_error(cmd, "unknown option '--%s'", longopts[li].name);
     switch (c) {
     case 'h':
       printf("usage: %s", cmd->help);
@@ -122,7 +141,6 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
       o->color = optarg;
       break;
     case OPT_AST:
-      if (!(allow & ALLOW_AST)) return usage_error(cmd, "unknown option '%s'", "--ast");
       o->ast = true;
       break;
     case OPT_SET:
@@ -131,7 +149,6 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
       o->sets[o->nsets++] = (tfg_set){name, value};
       break;
     case OPT_FEED:
-      if (!(allow & ALLOW_RUN)) return usage_error(cmd, "unknown option '%s'", "--feed");
       if (!split_assign(optarg, &name, &value)) return usage_error(cmd, "--feed takes NAME=FILE.npy, not '%s'", optarg);
       if (o->nfeeds == 64) return usage_error(cmd, "%s", "too many --feed options");
       for (int k = 0; k < o->nfeeds; k++)
@@ -139,40 +156,32 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
       o->feeds[o->nfeeds++] = (tfg_feed_file){name, value};
       break;
     case OPT_SEED:
-      if (!(allow & ALLOW_RUN)) return usage_error(cmd, "unknown option '%s'", "--seed");
       errno = 0;
       o->seed = strtoull(optarg, &end, 10);
       if (errno || *end || !*optarg || optarg[0] == '-') return usage_error(cmd, "--seed takes a non-negative integer, not '%s'", optarg);
       break;
     case OPT_PRINT_ALL:
-      if (!(allow & ALLOW_RUN)) return usage_error(cmd, "unknown option '%s'", "--print-all");
       o->print_all = true;
       break;
     case OPT_THREADS:
-      if (!(allow & ALLOW_RUN)) return usage_error(cmd, "unknown option '%s'", "--threads");
       o->threads = (int)strtol(optarg, &end, 10);
       if (*end || o->threads < 1 || o->threads > 256) return usage_error(cmd, "--threads takes 1 to 256, not '%s'", optarg);
       break;
     case OPT_CHECK_NUMERICS:
     case OPT_QUIET:
-      if (!(allow & ALLOW_RUN)) return usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
       if (c == OPT_QUIET) o->quiet = true;
       else o->check_numerics = true;
       break;
     case OPT_DEVICES:
-      if (!(allow & ALLOW_PLACE)) return usage_error(cmd, "unknown option '%s'", "--devices");
       o->devices = optarg;
       break;
     case OPT_MEMORY_LIMIT:
-      if (!(allow & ALLOW_PLACE)) return usage_error(cmd, "unknown option '%s'", "--memory-limit");
       if (!tfg_size_parse(optarg, &o->memory_limit) || o->memory_limit <= 0)
         return usage_error(cmd, "--memory-limit takes a size like 512M or 30G, not '%s'", optarg);
       break;
     case OPT_EXPLAIN:
     case OPT_JSON:
     case OPT_DOT:
-      if (!(allow & ALLOW_PLACE) || strcmp(cmd->name, "place"))
-        return usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
       if (c == OPT_EXPLAIN) o->explain = true;
       else if (c == OPT_JSON) o->json = true;
       else o->dot = true;
@@ -193,8 +202,8 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
 }
 
 static int unavailable(const cli_cmd *cmd) {
-  fprintf(stderr, "tfg %s: not available in tfg %s, which builds, checks and runs forward programs only\n",
-          cmd->name, TFG_VERSION);
+  fprintf(stderr, "tfg %s: not available yet in tfg %s (run, check, place and plan are)\n", cmd->name,
+          TFG_VERSION);
   return EXIT_RUNTIME;
 }
 
@@ -420,7 +429,9 @@ static int cmd_program(const cli_cmd *cmd, int argc, char **argv) {
        is_place = strcmp(cmd->name, "place") == 0, is_plan = strcmp(cmd->name, "plan") == 0;
   cli_opts *o = calloc(1, sizeof *o);
   int rc = parse_opts(cmd, argc, argv,
-                      (is_check ? ALLOW_AST : 0) | (is_run ? ALLOW_RUN : 0) | (is_place || is_plan ? ALLOW_PLACE : 0), o);
+                      (is_check ? ALLOW_AST : 0) | (is_run ? ALLOW_RUN : 0) | (is_place || is_plan ? ALLOW_PLACE : 0) |
+                          (is_place ? ALLOW_EXPLAIN : 0),
+                      o);
   if (rc >= 0) {
     free(o);
     return rc;

@@ -307,8 +307,8 @@ tfg_status tfg_session_run_with(tfg_session *s, const tfg_node_id *fetch, int nf
         double v = o.dtype == TFG_DTYPE_F32 ? ((float *)o.data)[bad] : ((double *)o.data)[bad];
         tfg_strbuf sh = {0};
         tfg_shape_format(&sh, o.dtype, &o.shape);
-        tfg_diag_error(s->diag, &nd->loc, "%s produced %g at element %lld of its %s result%s", def->name, v,
-                       (long long)bad, sh.data, ro->step ? "" : "");
+        tfg_diag_error(s->diag, &nd->loc, "%s produced %g at element %lld of its %s result", def->name, v,
+                       (long long)bad, sh.data);
         if (ro->step) tfg_diag_note(s->diag, NULL, "in training step %lld", (long long)ro->step);
         tfg_strbuf_free(&sh);
         st = TFG_ERR_NUMERIC;

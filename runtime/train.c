@@ -79,8 +79,11 @@ static const char *metric_name(const tfg_program *p, tfg_node_id id) {
 
 /* ---- checkpoints ------------------------------------------------------------ */
 
-/* The persistent tensors of a step: its params, then their state. */
-static int ckpt_entries(tfg_session *s, const tfg_program *p, const tfg_train_step *st, tfg_ckpt_entry *e) {
+/* The persistent tensors of a step, its params then their state, in a
+ * new array (caller frees) of *count entries. */
+static tfg_ckpt_entry *ckpt_entries(tfg_session *s, const tfg_program *p, const tfg_train_step *st, int *count) {
+  tfg_ckpt_entry *e = malloc(sizeof *e * (size_t)(st->nparams + st->nstates + 1));
+  TFG_ASSERT(e != NULL);
   int n = 0;
   for (int i = 0; i < st->nparams; i++) {
     const tfg_node *nd = &p->graph->nodes[st->params[i]];
@@ -90,14 +93,14 @@ static int ckpt_entries(tfg_session *s, const tfg_program *p, const tfg_train_st
     const tfg_node *nd = &p->graph->nodes[st->states[i]];
     e[n++] = (tfg_ckpt_entry){nd->name, nd->dtype, nd->shape, tfg_session_storage(s, st->states[i])};
   }
-  return n;
+  *count = n;
+  return e;
 }
 
 static tfg_status save(tfg_session *s, const tfg_program *p, const tfg_train_step *st, const cfg *c, int64_t step,
                        tfg_diag *d) {
-  tfg_ckpt_entry *e = malloc(sizeof *e * (size_t)(st->nparams + st->nstates + 1));
-  TFG_ASSERT(e != NULL);
-  int n = ckpt_entries(s, p, st, e);
+  int n;
+  tfg_ckpt_entry *e = ckpt_entries(s, p, st, &n);
   char stepbuf[32];
   snprintf(stepbuf, sizeof stepbuf, "%" PRId64, step);
   tfg_ckpt_meta meta[] = {{"step", stepbuf}, {"optimizer", st->optimizer}, {"format", "tfg " TFG_VERSION}};
@@ -115,9 +118,8 @@ static tfg_status restore(tfg_session *s, const tfg_program *p, const tfg_train_
   tfg_ckpt *k = NULL;
   tfg_status r = tfg_ckpt_load(d, &c->loc, c->checkpoint, &k);
   if (r != TFG_OK) return r;
-  tfg_ckpt_entry *e = malloc(sizeof *e * (size_t)(st->nparams + st->nstates + 1));
-  TFG_ASSERT(e != NULL);
-  int n = ckpt_entries(s, p, st, e), fresh = 0;
+  int n, fresh = 0;
+  tfg_ckpt_entry *e = ckpt_entries(s, p, st, &n);
   for (int i = 0; i < n && r == TFG_OK; i++) {
     bool is_state = i >= st->nparams;
     int at = tfg_ckpt_find(k, e[i].name);
