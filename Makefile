@@ -143,7 +143,7 @@ asan: deps
 
 # ---- fuzzing --------------------------------------------------------------
 FUZZ_SECONDS ?= 600
-FUZZ_SRC := base/arena.c base/strbuf.c base/utf8.c base/status.c base/assert.c \
+FUZZ_SRC := base/arena.c base/strbuf.c base/utf8.c base/status.c base/assert.c base/grow.c \
             lang/diag.c lang/ast.c
 
 $(BUILD)/fuzz/fuzz_parse: tests/fuzz/fuzz_parse.c $(FUZZ_SRC) $(BUILD)/gen/parser.tab.c $(BUILD)/gen/lexer.c

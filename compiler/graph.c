@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/assert.h"
+#include "base/grow.h"
 #include "base/strbuf.h"
 
 static const struct {
@@ -80,11 +81,7 @@ void tfg_graph_free(tfg_graph *g) {
 
 tfg_node_id tfg_graph_add(tfg_graph *g, tfg_op_id op, const tfg_node_id *inputs, int ninputs,
                           const tfg_loc *loc) {
-  if (g->nnodes == g->cap) {
-    g->cap = g->cap ? g->cap * 2 : 64;
-    g->nodes = realloc(g->nodes, sizeof *g->nodes * (size_t)g->cap);
-    TFG_ASSERT(g->nodes != NULL);
-  }
+  TFG_GROW(g->nodes, g->nnodes, g->cap, 64);
   tfg_node *n = &g->nodes[g->nnodes];
   memset(n, 0, sizeof *n);
   n->op = op;

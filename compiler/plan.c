@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "base/assert.h"
+#include "base/grow.h"
 #include "compiler/ops.h"
 
 /* Every offset is a multiple of this: what CUDA's allocator guarantees,
@@ -43,12 +44,6 @@ static int64_t bytes_of(const tfg_node *n) {
 }
 
 static bool persistent(const tfg_node *n) { return n->op == TFG_OP_PARAM || n->op == TFG_OP_STATE; }
-
-static void *xrealloc(void *p, size_t n, size_t size) {
-  void *q = realloc(p, (n ? n : 1) * size);
-  TFG_ASSERT(q != NULL);
-  return q;
-}
 
 void tfg_plan_free(tfg_plan *p) {
   if (!p) return;
@@ -112,10 +107,7 @@ static void need_copy(builder *b, tfg_node_id x, int dst) {
   int prev = -1, c = b->copy_head[x];
   for (; c >= 0 && b->copies[c].dst < dst; c = b->copies[c].next) prev = c;
   if (c >= 0 && b->copies[c].dst == dst) return;
-  if (b->ncopies == b->copies_cap) {
-    b->copies_cap = b->copies_cap ? 2 * b->copies_cap : 16;
-    b->copies = xrealloc(b->copies, (size_t)b->copies_cap, sizeof *b->copies);
-  }
+  TFG_GROW(b->copies, b->ncopies, b->copies_cap, 16);
   int k = b->ncopies++;
   b->copies[k] = (copy_rec){.dst = dst, .arrived = -1, .buf = -1, .next = c};
   if (prev < 0) b->copy_head[x] = k;
@@ -127,20 +119,14 @@ static void need_copy(builder *b, tfg_node_id x, int dst) {
 /* Appends a step to device d's list; returns its index there. */
 static int emit(builder *b, int d, tfg_plan_step s) {
   tfg_plan_device *pd = &b->p->dev[d];
-  if (pd->nsteps == b->steps_cap[d]) {
-    b->steps_cap[d] = b->steps_cap[d] ? 2 * b->steps_cap[d] : 64;
-    pd->steps = xrealloc(pd->steps, (size_t)b->steps_cap[d], sizeof *pd->steps);
-  }
+  TFG_GROW(pd->steps, pd->nsteps, b->steps_cap[d], 64);
   pd->steps[pd->nsteps] = s;
   return pd->nsteps++;
 }
 
 static int add_buffer(builder *b, int d, tfg_plan_buffer buf) {
   tfg_plan_device *pd = &b->p->dev[d];
-  if (pd->nbuffers == b->bufs_cap[d]) {
-    b->bufs_cap[d] = b->bufs_cap[d] ? 2 * b->bufs_cap[d] : 64;
-    pd->buffers = xrealloc(pd->buffers, (size_t)b->bufs_cap[d], sizeof *pd->buffers);
-  }
+  TFG_GROW(pd->buffers, pd->nbuffers, b->bufs_cap[d], 64);
   pd->buffers[pd->nbuffers] = buf;
   return pd->nbuffers++;
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/assert.h"
+#include "base/grow.h"
 #include "base/strbuf.h"
 #include "base/utf8.h"
 
@@ -166,11 +167,7 @@ uint32_t tfg_loc_display_col(const tfg_loc *loc) {
 
 static void diag_push(tfg_diag *d, tfg_diag_severity sev, const tfg_loc *loc, const char *fmt,
                       va_list ap) {
-  if (d->nentries == d->cap) {
-    d->cap = d->cap ? d->cap * 2 : 16;
-    d->entries = realloc(d->entries, sizeof *d->entries * d->cap);
-    TFG_ASSERT(d->entries != NULL);
-  }
+  TFG_GROW(d->entries, d->nentries, d->cap, 16);
   diag_entry *e = &d->entries[d->nentries++];
   tfg_strbuf b = {0};
   tfg_strbuf_vprintf(&b, fmt, ap);

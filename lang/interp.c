@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "base/assert.h"
+#include "base/grow.h"
 #include "lang/interp_impl.h"
 #include "lang/parse.h"
 
@@ -177,11 +178,7 @@ static void env_free(tfg_env *e) {
 }
 
 static void env_bind(tfg_env *e, const char *name, tfg_value v) {
-  if (e->n == e->cap) {
-    e->cap = e->cap ? e->cap * 2 : 16;
-    e->entries = realloc(e->entries, sizeof *e->entries * (size_t)e->cap);
-    TFG_ASSERT(e->entries != NULL);
-  }
+  TFG_GROW(e->entries, e->n, e->cap, 16);
   uint32_t b = hash_name(name) % (uint32_t)e->nheads;
   e->entries[e->n] = (env_entry){name, v, e->heads[b]};
   e->heads[b] = e->n++;
@@ -332,10 +329,8 @@ static void reindex_taken(tfg_interp *I) {
   for (int32_t i = 0; i < I->ntaken; i++) index_taken(I, i);
 }
 
-static void *grow(void *arr, int32_t n, int32_t *cap, size_t elem);
-
 static void take(tfg_interp *I, const char *p) {
-  I->taken = grow(I->taken, I->ntaken, &I->captaken, sizeof *I->taken);
+  TFG_GROW(I->taken, I->ntaken, I->captaken, 8);
   I->taken[I->ntaken++] = (char *)p;
   if (2 * I->ntaken > I->taken_slots) reindex_taken(I);
   else index_taken(I, I->ntaken - 1);
@@ -439,30 +434,21 @@ static flow exec_block(tfg_interp *I, tfg_env *env, const tfg_ast *block);
 static flow exec_stmt(tfg_interp *I, tfg_env *env, const tfg_ast *s);
 static tfg_value call_fn(tfg_interp *I, tfg_env *env, const tfg_fn *fn, const tfg_ast *call);
 
-/* Makes room for one more element in a growable array. */
-static void *grow(void *arr, int32_t n, int32_t *cap, size_t elem) {
-  if (n < *cap) return arr;
-  *cap = *cap ? *cap * 2 : 8;
-  arr = realloc(arr, elem * (size_t)*cap);
-  TFG_ASSERT(arr != NULL);
-  return arr;
-}
-
 static void push_action(tfg_interp *I, tfg_action a) {
   tfg_program *p = &I->prog;
-  p->actions = grow(p->actions, p->nactions, &I->cap_actions, sizeof *p->actions);
+  TFG_GROW(p->actions, p->nactions, I->cap_actions, 8);
   p->actions[p->nactions++] = a;
 }
 
 static void push_param(tfg_interp *I, tfg_node_id id) {
   tfg_program *p = &I->prog;
-  p->params = grow(p->params, p->nparams, &I->cap_params, sizeof *p->params);
+  TFG_GROW(p->params, p->nparams, I->cap_params, 8);
   p->params[p->nparams++] = id;
 }
 
 static void push_feed(tfg_interp *I, tfg_feed f) {
   tfg_program *p = &I->prog;
-  p->feeds = grow(p->feeds, p->nfeeds, &I->cap_feeds, sizeof *p->feeds);
+  TFG_GROW(p->feeds, p->nfeeds, I->cap_feeds, 8);
   p->feeds[p->nfeeds++] = f;
 }
 

@@ -59,6 +59,7 @@
 #include <string.h>
 
 #include "base/assert.h"
+#include "base/grow.h"
 #include "runtime/backend.h"
 #include "runtime/mem.h"
 
@@ -154,13 +155,7 @@ static void event_unref(tfg_event *e) {
 
 static void event_add_waiter(tfg_event *e, host_backend *hb) {
   pthread_mutex_lock(&e->mu);
-  if (e->nwaiters == e->waiters_cap) {
-    size_t cap = e->waiters_cap ? 2 * e->waiters_cap : 4;
-    host_backend **w = realloc(e->waiters, cap * sizeof *w);
-    TFG_ASSERT(w != NULL);
-    e->waiters = w;
-    e->waiters_cap = cap;
-  }
+  TFG_GROW(e->waiters, e->nwaiters, e->waiters_cap, 4);
   e->waiters[e->nwaiters++] = hb;
   pthread_mutex_unlock(&e->mu);
 }
@@ -387,13 +382,7 @@ static tfg_stream *host_stream_create(tfg_backend *b) {
   TFG_ASSERT(s != NULL);
   s->hb = hb;
   pthread_mutex_lock(&hb->mu);
-  if (hb->nstreams == hb->streams_cap) {
-    size_t cap = hb->streams_cap ? 2 * hb->streams_cap : 4;
-    tfg_stream **v = realloc(hb->streams, cap * sizeof *v);
-    TFG_ASSERT(v != NULL);
-    hb->streams = v;
-    hb->streams_cap = cap;
-  }
+  TFG_GROW(hb->streams, hb->nstreams, hb->streams_cap, 4);
   hb->streams[hb->nstreams++] = s;
   pthread_mutex_unlock(&hb->mu);
   return s;

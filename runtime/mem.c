@@ -18,6 +18,7 @@
 #include <stdlib.h>
 
 #include "base/assert.h"
+#include "base/grow.h"
 
 typedef struct block {
   uintptr_t addr;             /* start of the block */
@@ -168,13 +169,7 @@ static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 static bool chunk_add(tfg_mem_pool *p, size_t size) {
   void *base = aligned_alloc(TFG_MEM_ALIGN, size);
   if (!base) return false;
-  if (p->nchunks == p->chunks_cap) {
-    size_t cap = p->chunks_cap ? 2 * p->chunks_cap : 8;
-    chunk *c = realloc(p->chunks, cap * sizeof *c);
-    TFG_ASSERT(c != NULL);
-    p->chunks = c;
-    p->chunks_cap = cap;
-  }
+  TFG_GROW(p->chunks, p->nchunks, p->chunks_cap, 8);
   p->chunks[p->nchunks++] = (chunk){base, size};
   p->reserved += size;
   free_insert(p, block_new(p, (uintptr_t)base, size));
