@@ -394,41 +394,82 @@ static bool check_opt(tfg_diag *d, const tfg_record *r, const tfg_attrs *a) {
   return bad == NULL;
 }
 
+/* The train action's optimizer: its update attrs, checked; NULL after
+ * reporting a bad argument. */
+static const tfg_record *optimizer_of(const tfg_action *a, tfg_attrs *ua, tfg_diag *d) {
+  const tfg_record *opt = NULL;
+  for (int i = 0; i < a->nsettings; i++)
+    if (strcmp(a->settings[i].name, "optimizer") == 0) opt = a->settings[i].value.u.record;
+  TFG_ASSERT(opt != NULL); /* the interpreter checked the settings */
+  memset(ua, 0, sizeof *ua);
+  ua->opt.lr = num_arg(opt, "lr");
+  ua->opt.weight_decay = num_arg(opt, "weight_decay");
+  if (strcmp(opt->name, "sgd") == 0) {
+    ua->opt.momentum = num_arg(opt, "momentum");
+    ua->opt.nesterov = num_arg(opt, "nesterov") != 0;
+  } else {
+    ua->opt.beta1 = num_arg(opt, "b1");
+    ua->opt.beta2 = num_arg(opt, "b2");
+    ua->opt.eps = num_arg(opt, "eps");
+    ua->opt.decoupled = strcmp(opt->name, "adamw") == 0;
+  }
+  return check_opt(d, opt, ua) ? opt : NULL;
+}
+
+tfg_status tfg_autodiff_updates(tfg_graph *g, const tfg_action *a, const tfg_node_id *params, const tfg_node_id *grads,
+                                int n, tfg_node_id *updates, tfg_node_id *states, int *nstates, tfg_diag *d) {
+  tfg_attrs ua;
+  const tfg_record *opt = optimizer_of(a, &ua, d);
+  if (!opt) return TFG_ERR_NAME;
+  bool sgd = strcmp(opt->name, "sgd") == 0;
+  for (int i = 0; i < n; i++) {
+    ad c = {.g = g, .diag = d};
+    tfg_node_id pid = params[i];
+    at(&c, pid);
+    const tfg_node param = g->nodes[pid];
+    if (sgd) {
+      /* The momentum buffer exists only with momentum, as in PyTorch;
+       * without, the kernel never reads its third input. */
+      tfg_node_id buf = grads[i];
+      if (ua.opt.momentum != 0) {
+        buf = add_state(&c, &param, "momentum_buffer");
+        states[(*nstates)++] = buf;
+      }
+      tfg_node_id in[3] = {pid, grads[i], buf};
+      updates[i] = add(&c, TFG_OP_SGD_UPDATE, in, 3, &ua);
+    } else {
+      tfg_node_id m = add_state(&c, &param, "exp_avg");
+      tfg_node_id v = add_state(&c, &param, "exp_avg_sq");
+      states[(*nstates)++] = m;
+      states[(*nstates)++] = v;
+      tfg_node_id in[4] = {pid, grads[i], m, v};
+      updates[i] = add(&c, TFG_OP_ADAM_UPDATE, in, 4, &ua);
+    }
+  }
+  return TFG_OK;
+}
+
 tfg_status tfg_autodiff_train_step(tfg_graph *g, const tfg_action *a, const tfg_program *p, tfg_train_step *out,
                                    tfg_diag *d) {
   memset(out, 0, sizeof *out);
-  const tfg_record *opt = NULL;
-  for (int i = 0; i < a->nsettings; i++) {
-    if (strcmp(a->settings[i].name, "optimizer") == 0) opt = a->settings[i].value.u.record;
+  tfg_attrs ua;
+  const tfg_record *opt = optimizer_of(a, &ua, d);
+  if (!opt) return TFG_ERR_NAME;
+  for (int i = 0; i < a->nsettings; i++)
     if (strcmp(a->settings[i].name, "metrics") == 0) {
       const tfg_value *m = &a->settings[i].value;
       out->nmetrics = m->u.list.n;
       out->metrics = malloc(sizeof *out->metrics * (size_t)(m->u.list.n + 1));
-      TFG_ASSERT(out->metrics != NULL);
-      for (int32_t k = 0; k < m->u.list.n; k++) out->metrics[k] = m->u.list.items[k].u.tensor;
+      out->replica_metrics = malloc(sizeof *out->replica_metrics * (size_t)(m->u.list.n + 1));
+      TFG_ASSERT(out->metrics && out->replica_metrics);
+      for (int32_t k = 0; k < m->u.list.n; k++) out->metrics[k] = out->replica_metrics[k] = m->u.list.items[k].u.tensor;
     }
-  }
-  TFG_ASSERT(opt != NULL); /* the interpreter checked the settings */
-  tfg_attrs ua = {0};
-  ua.opt.lr = num_arg(opt, "lr");
-  ua.opt.weight_decay = num_arg(opt, "weight_decay");
-  bool sgd = strcmp(opt->name, "sgd") == 0;
-  if (sgd) {
-    ua.opt.momentum = num_arg(opt, "momentum");
-    ua.opt.nesterov = num_arg(opt, "nesterov") != 0;
-  } else {
-    ua.opt.beta1 = num_arg(opt, "b1");
-    ua.opt.beta2 = num_arg(opt, "b2");
-    ua.opt.eps = num_arg(opt, "eps");
-    ua.opt.decoupled = strcmp(opt->name, "adamw") == 0;
-  }
-  if (!check_opt(d, opt, &ua)) {
-    free(out->metrics);
-    out->metrics = NULL;
-    return TFG_ERR_NAME;
-  }
   out->optimizer = opt->name;
   out->loss = a->loss;
+  out->nreplicas = 1;
+  out->losses = malloc(sizeof *out->losses);
+  TFG_ASSERT(out->losses != NULL);
+  out->losses[0] = a->loss;
 
   /* The params this loss trains. */
   tfg_node_id *grads = malloc(sizeof *grads * (size_t)(p->nparams + 1));
@@ -438,34 +479,15 @@ tfg_status tfg_autodiff_train_step(tfg_graph *g, const tfg_action *a, const tfg_
   out->updates = malloc(sizeof *out->updates * (size_t)(p->nparams + 1));
   out->states = malloc(sizeof *out->states * (size_t)(2 * p->nparams + 1));
   TFG_ASSERT(out->params && out->updates && out->states);
-  for (int i = 0; i < p->nparams; i++) {
-    if (grads[i] < 0) continue;
-    ad c = {.g = g, .diag = d};
-    tfg_node_id pid = p->params[i];
-    at(&c, pid);
-    const tfg_node param = g->nodes[pid];
-    tfg_node_id upd;
-    if (sgd) {
-      /* The momentum buffer exists only with momentum, as in PyTorch;
-       * without, the kernel never reads its third input. */
-      tfg_node_id buf = grads[i];
-      if (ua.opt.momentum != 0) {
-        buf = add_state(&c, &param, "momentum_buffer");
-        out->states[out->nstates++] = buf;
-      }
-      tfg_node_id in[3] = {pid, grads[i], buf};
-      upd = add(&c, TFG_OP_SGD_UPDATE, in, 3, &ua);
-    } else {
-      tfg_node_id m = add_state(&c, &param, "exp_avg");
-      tfg_node_id v = add_state(&c, &param, "exp_avg_sq");
-      out->states[out->nstates++] = m;
-      out->states[out->nstates++] = v;
-      tfg_node_id in[4] = {pid, grads[i], m, v};
-      upd = add(&c, TFG_OP_ADAM_UPDATE, in, 4, &ua);
+  int n = 0;
+  for (int i = 0; i < p->nparams; i++)
+    if (grads[i] >= 0) {
+      out->params[n] = p->params[i];
+      grads[n++] = grads[i];
     }
-    out->params[out->nparams] = pid;
-    out->updates[out->nparams++] = upd;
-  }
+  out->nparams = out->nupdates = n;
+  tfg_status st = tfg_autodiff_updates(g, a, out->params, grads, n, out->updates, out->states, &out->nstates, d);
+  TFG_ASSERT(st == TFG_OK); /* optimizer_of checked the arguments */
   free(grads);
   return TFG_OK;
 }
@@ -475,5 +497,12 @@ void tfg_train_step_free(tfg_train_step *st) {
   free(st->updates);
   free(st->states);
   free(st->metrics);
+  free(st->losses);
+  free(st->replica_metrics);
+  free(st->mirror_src);
+  free(st->mirror_dst);
+  free(st->worker_grads);
+  free(st->worker_params);
+  free(st->grad_inputs);
   memset(st, 0, sizeof *st);
 }

@@ -24,18 +24,49 @@
  * uses'. Returns TFG_OK (a failure is a bug: asserted). */
 tfg_status tfg_autodiff(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt, int n, tfg_node_id *grads);
 
-/* What one step of a train action runs. */
+/* What one step of a train action runs. A strategy (compiler/strategy.h)
+ * may replicate the step: then every replica has its own loss and
+ * metrics, and persistent copies of the program's params and state. */
 typedef struct tfg_train_step {
-  tfg_node_id loss;
-  int nparams;           /* params the loss depends on */
-  tfg_node_id *params;
-  tfg_node_id *updates;  /* the optimizer update of each param: fetch them all each step */
+  tfg_node_id loss;      /* the loss (replica 0's) */
+  int nparams;           /* the program's params the loss depends on */
+  tfg_node_id *params;   /* their nodes: the checkpoint's tensors */
+  int nupdates;
+  tfg_node_id *updates;  /* every optimizer update (all replicas): fetch them all each step */
   int nstates;
-  tfg_node_id *states;   /* optimizer state nodes (STATE ops), named PARAM:SLOT */
+  tfg_node_id *states;   /* the optimizer state of params[] (STATE nodes named PARAM:SLOT) */
   int nmetrics;
-  tfg_node_id *metrics;  /* the `metrics` setting's tensors */
+  tfg_node_id *metrics;  /* the `metrics` setting's tensors (replica 0's) */
   const char *optimizer; /* "sgd", "adam", "adamw" */
+
+  /* Replicas: 1 for a plain step; mirrored's replicas; parameter_server's
+   * workers. losses[r] and metrics_of[r * nmetrics + k] are replica r's
+   * (losses[0] == loss). */
+  int nreplicas;
+  tfg_node_id *losses;
+  tfg_node_id *replica_metrics;
+  /* Persistent nodes of replicas 1.. (their params and state), each a
+   * copy of a replica-0 node: mirror_dst[i] starts as mirror_src[i]'s
+   * value, after initialization and after a checkpoint is restored. */
+  int nmirrors;
+  tfg_node_id *mirror_src, *mirror_dst;
+  /* parameter_server only (NULL otherwise): worker w computes
+   * worker_grads[w * nparams + i], the gradient of params[i] at its own
+   * copy worker_params[w * nparams + i]; the server's updates read the
+   * gradient from grad_inputs[i], an INPUT node fed with a worker's
+   * gradient (updates[i] is params[i]'s update). */
+  tfg_node_id *worker_grads, *worker_params, *grad_inputs;
 } tfg_train_step;
+
+/* Adds the optimizer update of each params[i] with gradient grads[i]
+ * (the train action's `optimizer`), creating its state (SGD's
+ * momentum_buffer, Adam's exp_avg and exp_avg_sq; STATE nodes named
+ * PARAM:SLOT, colocated with the param). updates[i] gets the update;
+ * the state nodes are appended to states[*nstates...] (room for 2 * n).
+ * Returns TFG_OK, or TFG_ERR_NAME after reporting a bad optimizer
+ * argument at the call. */
+tfg_status tfg_autodiff_updates(tfg_graph *g, const tfg_action *a, const tfg_node_id *params, const tfg_node_id *grads,
+                                int n, tfg_node_id *updates, tfg_node_id *states, int *nstates, tfg_diag *d);
 
 /* Builds the training step of a train action: gradients of its loss for
  * every param it depends on, and each param's optimizer update with its

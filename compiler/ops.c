@@ -747,6 +747,7 @@ static const tfg_op_def ops[TFG_OP_COUNT] = {
     ROW(EMBEDDING_GRAD, infer_embedding_grad, flops_in, tfg_cpu_embedding_grad),
     ROW(SGD_UPDATE, infer_update, flops_update, tfg_cpu_sgd_update),
     ROW(ADAM_UPDATE, infer_update, flops_update, tfg_cpu_adam_update),
+    ROW(ALLREDUCE, infer_like_input, flops_out, tfg_cpu_allreduce_local),
 #undef ROW
 };
 

@@ -109,7 +109,12 @@
   X(SGD_UPDATE, "sgd_update", "")                                                       \
   /* (param, grad, momentum_buf): torch.optim.SGD; attrs.opt */                         \
   X(ADAM_UPDATE, "adam_update", "")                                                     \
-  /* (param, grad, m, v): torch.optim.Adam, or AdamW when attrs.opt.decoupled; step from ctx */
+  /* (param, grad, m, v): torch.optim.Adam, or AdamW when attrs.opt.decoupled; step from ctx */ \
+  /* collectives (compiler/strategy.c adds them; the planner groups them into buckets) */ \
+  X(ALLREDUCE, "allreduce", "")                                                         \
+  /* (grad) -> the mean of grad over the attrs.n nodes of its group, which share the \
+     key attrs.start (one per replica, each on its replica's device); the CPU kernel \
+     is the group of one: a copy */
 
 typedef enum tfg_op_id {
 #define TFG_OP_ENUM(id, name, sig) TFG_OP_##id,

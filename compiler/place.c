@@ -193,7 +193,7 @@ tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_
 
   /* Pass 2's groups: a param with its update and every state it uses. */
   for (int k = 0; k < nsteps; k++)
-    for (int i = 0; i < steps[k].nparams; i++) {
+    for (int i = 0; i < steps[k].nupdates; i++) {
       const tfg_node *u = &g->nodes[steps[k].updates[i]];
       unite(pl->parent, steps[k].updates[i], u->inputs[0]);
       for (int j = 2; j < u->ninputs; j++)

@@ -239,14 +239,14 @@ tfg_status tfg_train(tfg_session *s, const tfg_program *p, const tfg_action *a, 
 
   int64_t done = 0;
   if (c.checkpoint) r = restore(s, p, st, &c, &done, d, o->log);
-  int nf = 1 + st->nmetrics + st->nparams;
+  int nf = 1 + st->nmetrics + st->nupdates;
   tfg_node_id *fetch = malloc(sizeof *fetch * (size_t)nf);
   tfg_tensor *out = malloc(sizeof *out * (size_t)nf);
   double *sum = calloc((size_t)(1 + st->nmetrics), sizeof *sum);
   TFG_ASSERT(fetch && out && sum);
   fetch[0] = st->loss;
   for (int i = 0; i < st->nmetrics; i++) fetch[1 + i] = st->metrics[i];
-  for (int i = 0; i < st->nparams; i++) fetch[1 + st->nmetrics + i] = st->updates[i];
+  for (int i = 0; i < st->nupdates; i++) fetch[1 + st->nmetrics + i] = st->updates[i];
 
   double t0 = now(), tlog = t0;
   int64_t since = 0;
