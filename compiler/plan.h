@@ -9,8 +9,8 @@
  *     tfg_plan_free(p);
  *   }
  *
- * Streams: on every device, stream 0 computes and stream 1 receives
- * copies. Order: each device's ops in graph order on its compute stream.
+ * Streams: on every device, stream 0 computes, stream 1 receives
+ * copies and stream 2 runs collectives. Order: each device's ops in graph order on its compute stream.
  * A tensor used on another device is copied once per destination device
  * (not once per consumer), by a COPY step on the destination's copy
  * stream, as soon as the tensor exists: the source's compute stream
@@ -43,7 +43,23 @@ typedef enum tfg_plan_step_kind {
   TFG_PLAN_COPY,   /* copy node's value from device src to this device */
   TFG_PLAN_RECORD, /* record event on the stream (after its previous step) */
   TFG_PLAN_WAIT,   /* the stream waits until event has been recorded */
+  TFG_PLAN_ALLREDUCE, /* stream 2: all-reduce bucket `bucket` with the other devices of its group */
 } tfg_plan_step_kind;
+
+enum { TFG_PLAN_STREAM_COMPUTE, TFG_PLAN_STREAM_COPY, TFG_PLAN_STREAM_COLLECTIVE, TFG_PLAN_STREAMS };
+
+/* Gradients reduced together (DDP's buckets): the ALLREDUCE nodes of a
+ * group of devices, one per rank per key. Its ALLREDUCE step on a rank
+ * reads each node's input (the gradient) there, copies it into the
+ * node's own buffer, and reduces those buffers in place across the
+ * group (the mean): afterwards every rank holds the same values. */
+typedef struct tfg_plan_bucket {
+  int nranks;          /* devices in the group */
+  int *devices;        /* [nranks], ascending device index */
+  int nnodes;          /* ALLREDUCE nodes per rank */
+  tfg_node_id *nodes;  /* [nranks * nnodes]: rank r's k-th at r * nnodes + k; keys in the same order on every rank */
+  int64_t bytes;       /* per rank: the sum of its nodes' bytes */
+} tfg_plan_bucket;
 
 typedef struct tfg_plan_step {
   tfg_plan_step_kind kind;
@@ -51,6 +67,7 @@ typedef struct tfg_plan_step {
   tfg_node_id node;   /* LAUNCH, COPY: the node whose value is produced or copied */
   int src;            /* COPY: the device copied from */
   int event;          /* RECORD, WAIT: a plan-wide event id */
+  int bucket;         /* ALLREDUCE: index into tfg_plan.buckets */
 } tfg_plan_step;
 
 /* A tensor in a device's memory plan: node's value (an op's output, or
@@ -79,7 +96,16 @@ typedef struct tfg_plan {
   int ndev;
   tfg_plan_device *dev;
   int nevents;
+  int nbuckets;
+  tfg_plan_bucket *buckets;
+  int64_t bucket_bytes; /* the bucket size it was built with */
 } tfg_plan;
+
+typedef struct tfg_plan_opts {
+  int64_t bucket_bytes; /* close a bucket once it holds this many bytes; 0: TFG_PLAN_BUCKET_BYTES */
+} tfg_plan_opts;
+
+#define TFG_PLAN_BUCKET_BYTES ((int64_t)25 << 20) /* PyTorch DDP's bucket_cap_mb = 25 */
 
 /* Builds the plan of a placed graph. Returns TFG_OK, or TFG_ERR_OOM with
  * the error described above when a device's plan does not fit. With d
@@ -87,6 +113,9 @@ typedef struct tfg_plan {
  * peak (the placer's memory pass uses it). */
 tfg_status tfg_plan_build(const tfg_graph *g, const tfg_placement *pl, const tfg_devices *ds, tfg_diag *d,
                           tfg_plan **out);
+/* The same with options (o may be NULL: the defaults). */
+tfg_status tfg_plan_build_with(const tfg_graph *g, const tfg_placement *pl, const tfg_devices *ds,
+                               const tfg_plan_opts *o, tfg_diag *d, tfg_plan **out);
 void tfg_plan_free(tfg_plan *p);
 
 /* Checks the plan's invariants: every input of a LAUNCH is on its device

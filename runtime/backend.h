@@ -44,6 +44,7 @@
 #include "runtime/device.h"
 
 typedef struct tfg_backend tfg_backend;
+struct tfg_trace;
 typedef struct tfg_stream tfg_stream;
 typedef struct tfg_event tfg_event;
 
@@ -74,6 +75,19 @@ typedef struct tfg_backend_i {
   void (*copy_from_host)(tfg_backend *b, tfg_stream *s, void *dst, const void *src, size_t bytes);
   void (*copy_to_host)(tfg_backend *b, tfg_stream *s, void *dst, const void *src, size_t bytes);
   void (*copy_peer)(tfg_backend *b, tfg_stream *s, void *dst, tfg_backend *src_b, const void *src, size_t bytes);
+  /* Queued: dst[i] = (dst[i] + src[i]) * scale for i < count, dst on b,
+   * src on src_b, dt f32 or f64 (the sum in dt; scale 1 is exact). The
+   * ring all-reduce (runtime/collective.h) is built from it and copy_peer. */
+  void (*reduce_peer)(tfg_backend *b, tfg_stream *s, void *dst, tfg_backend *src_b, const void *src, size_t count,
+                      tfg_dtype dt, double scale);
+
+  /* The kernel that runs node's op here (host: the op registry's CPU
+   * kernel), or NULL when this backend has none. */
+  tfg_kernel_fn (*kernel)(tfg_backend *b, const tfg_node *node);
+  /* Records every operation that runs from now on as a slice of t (NULL:
+   * stop): process = the device's index, thread = the stream's creation
+   * order on this backend (0, 1, 2...). */
+  void (*set_trace)(tfg_backend *b, struct tfg_trace *t);
 
   /* Queues a kernel: runs fn(ctx, node, in, out) in stream order. in and
    * out (and ctx) must stay valid until the stream has run it. */

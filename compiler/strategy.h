@@ -1,0 +1,73 @@
+/* compiler/strategy.h: training strategies (LANGUAGE.md section 6) as
+ * graph rewrites: a strategy turns a train action into the nodes one
+ * step runs, pinned to the devices it names, before the placer runs.
+ *
+ *   tfg_train_step st;
+ *   if (tfg_strategy_train_step(graph, &action, prog, devices, &st, diag) == TFG_OK) {
+ *     // st.updates: every node a step runs; st.losses[r]: replica r's loss
+ *     tfg_train_step_free(&st);
+ *   }
+ *
+ * single() (the default): the step as autodiff builds it, placed as the
+ *   placer decides (model parallelism from pins or the memory pass).
+ * mirrored([d0, d1, ...]): synchronous data parallel. The forward cone of
+ *   the loss and metrics is cloned once per replica r with every INPUT
+ *   it reads replaced by r's rows of the global batch (a SLICE on cpu,
+ *   rows [r * B / R, (r + 1) * B / R)), and its shapes inferred again;
+ *   replica 0 trains the program's own params, replicas 1.. their own
+ *   copies (mirrors). Each replica's gradients (autodiff of its loss) go
+ *   through an ALLREDUCE node per param (the mean over the replicas,
+ *   key = the param's index), and every replica applies the same update
+ *   to its copy. Pins: a node of replica r with no pin goes to r's
+ *   device; with a list of groups, mirrored([[gpu:0, gpu:1], [gpu:2,
+ *   gpu:3]]), the program's gpu:K means the K-th device of r's group and
+ *   an unpinned node goes to the group's first device; cpu pins stay.
+ *   The global batch must divide evenly by the replica count.
+ * parameter_server(ps = D, workers = [W0, W1, ...]): asynchronous. Worker
+ *   w gets a clone of the forward cone reading the program's inputs
+ *   (each worker step takes its own whole batch), with its own param
+ *   copies (worker_params) and gradients (worker_grads), all on W_w. The
+ *   program's params, their optimizer state and updates go to D, each
+ *   update reading its gradient from an INPUT placeholder (grad_inputs).
+ *   The runtime pulls params into a worker, runs it, and pushes its
+ *   gradients through the updates, in arrival order.
+ * Every node a strategy adds carries the location of the node it clones,
+ * and its pin carries the strategy's location, so explain can cite it. */
+#ifndef TFG_STRATEGY_H
+#define TFG_STRATEGY_H
+
+#include "compiler/autodiff.h"
+#include "runtime/device.h"
+
+typedef enum tfg_strategy_kind {
+  TFG_STRATEGY_SINGLE,
+  TFG_STRATEGY_MIRRORED,
+  TFG_STRATEGY_PS,
+} tfg_strategy_kind;
+
+typedef struct tfg_strategy {
+  tfg_strategy_kind kind;
+  tfg_loc loc;          /* the strategy setting's value, or the action */
+  int nreplicas;        /* mirrored: replicas; parameter_server: workers; single: 1 */
+  int group;            /* mirrored: devices per replica (1 unless a list of lists) */
+  tfg_devspec *devices; /* mirrored: [nreplicas * group]; parameter_server: the workers */
+  tfg_devspec ps;       /* parameter_server: where params and updates live */
+} tfg_strategy;
+
+/* Reads a train action's strategy setting. Errors, located at the
+ * setting: an empty device list, groups of different sizes, a device
+ * that is not cpu or gpu:N, a device named twice, a missing ps or
+ * workers argument. devices is malloc'ed: tfg_strategy_free. */
+tfg_status tfg_strategy_of(const tfg_action *a, tfg_strategy *out, tfg_diag *d);
+void tfg_strategy_free(tfg_strategy *s);
+
+/* Builds the step of train action a under its strategy (adding nodes to
+ * g), as the comment atop this file describes; single() is
+ * tfg_autodiff_train_step. Errors, located: what tfg_strategy_of
+ * reports; a global batch that does not divide by the replica count
+ * (at the input); a shape that does not survive the batch split (at the
+ * op whose shape rule fails, with a note naming the strategy). */
+tfg_status tfg_strategy_train_step(tfg_graph *g, const tfg_action *a, const tfg_program *p, tfg_train_step *out,
+                                   tfg_diag *d);
+
+#endif

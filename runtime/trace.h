@@ -1,0 +1,37 @@
+/* runtime/trace.h: a Chrome/Perfetto trace of a run (--trace FILE.json):
+ * one process per device, one track (thread) per stream, a slice per
+ * operation (kernels, copies, collectives, waits).
+ *
+ *   tfg_trace *t = tfg_trace_new();
+ *   tfg_trace_name(t, 1, 0, "gpu:0", "compute");   // device 1, stream 0
+ *   double t0 = tfg_trace_now();
+ *   ... tfg_trace_add(t, 1, 0, "matmul", "op", t0, tfg_trace_now());  // any thread
+ *   tfg_trace_write(t, "run.json", &err);          // atomically
+ *   tfg_trace_free(t);
+ *
+ * The file is the Trace Event Format's JSON object form
+ * ({"traceEvents": [...], "displayTimeUnit": "ms"}): "X" (complete)
+ * events with ts and dur in microseconds from the trace's creation, and
+ * "M" (metadata) events naming processes and threads. */
+#ifndef TFG_TRACE_H
+#define TFG_TRACE_H
+
+#include "base/status.h"
+#include "base/strbuf.h"
+
+typedef struct tfg_trace tfg_trace;
+
+tfg_trace *tfg_trace_new(void);
+void tfg_trace_free(tfg_trace *t);
+/* Seconds on the monotonic clock. */
+double tfg_trace_now(void);
+/* Names process pid (a device) and its thread tid (a stream). */
+void tfg_trace_name(tfg_trace *t, int pid, int tid, const char *process, const char *thread);
+/* Adds a slice [t0, t1] (tfg_trace_now seconds) on track (pid, tid).
+ * name and cat are copied. Safe from any thread. */
+void tfg_trace_add(tfg_trace *t, int pid, int tid, const char *name, const char *cat, double t0, double t1);
+/* Writes the trace to path through a temporary file and a rename.
+ * Returns TFG_OK or TFG_ERR_IO with the reason in *err. */
+tfg_status tfg_trace_write(const tfg_trace *t, const char *path, tfg_strbuf *err);
+
+#endif
