@@ -19,9 +19,11 @@
 #include "lang/parse.h"
 #include "compiler/place.h"
 #include "compiler/plan.h"
+#include "compiler/strategy.h"
 #include "runtime/device.h"
 #include "runtime/format.h"
 #include "runtime/session.h"
+#include "runtime/trace.h"
 #include "runtime/train.h"
 
 enum { EXIT_PROGRAM = 1, EXIT_USAGE = 2, EXIT_RUNTIME = 3 };
@@ -64,13 +66,15 @@ typedef struct cli_opts {
   const char *devices;    /* --devices SPEC */
   int64_t memory_limit;   /* --memory-limit SIZE, 0 for none */
   bool explain, json, dot;
+  const char *trace;      /* --trace FILE.json */
+  int64_t bucket_bytes;   /* --bucket-size SIZE, 0 for the default */
 } cli_opts;
 
 /* Which options a command takes. */
 enum { ALLOW_AST = 1, ALLOW_RUN = 2, ALLOW_PLACE = 4, ALLOW_EXPLAIN = 8 };
 
 enum { OPT_COLOR = 256, OPT_AST, OPT_SET, OPT_FEED, OPT_SEED, OPT_PRINT_ALL, OPT_THREADS, OPT_CHECK_NUMERICS,
-       OPT_QUIET, OPT_DEVICES, OPT_MEMORY_LIMIT, OPT_EXPLAIN, OPT_JSON, OPT_DOT };
+       OPT_QUIET, OPT_DEVICES, OPT_MEMORY_LIMIT, OPT_EXPLAIN, OPT_JSON, OPT_DOT, OPT_TRACE, OPT_BUCKET_SIZE };
 
 /* The ALLOW_* bit a command needs to take each option; 0: every command
  * takes it. Another command's option is an unknown option. */
@@ -87,6 +91,8 @@ static const int opt_allow[] = {
     [OPT_EXPLAIN - OPT_COLOR] = ALLOW_EXPLAIN,
     [OPT_JSON - OPT_COLOR] = ALLOW_EXPLAIN,
     [OPT_DOT - OPT_COLOR] = ALLOW_EXPLAIN,
+    [OPT_TRACE - OPT_COLOR] = ALLOW_RUN,
+    [OPT_BUCKET_SIZE - OPT_COLOR] = ALLOW_PLACE,
 };
 
 /* Splits "NAME=VALUE"; false when there is no '=' or no name. */
@@ -118,6 +124,8 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
       {"explain", no_argument, NULL, OPT_EXPLAIN},
       {"json", no_argument, NULL, OPT_JSON},
       {"dot", no_argument, NULL, OPT_DOT},
+      {"trace", required_argument, NULL, OPT_TRACE},
+      {"bucket-size", required_argument, NULL, OPT_BUCKET_SIZE},
       {NULL, 0, NULL, 0},
   };
   memset(o, 0, sizeof *o);
@@ -186,6 +194,13 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
       else if (c == OPT_JSON) o->json = true;
       else o->dot = true;
       break;
+    case OPT_TRACE:
+      o->trace = optarg;
+      break;
+    case OPT_BUCKET_SIZE:
+      if (!tfg_size_parse(optarg, &o->bucket_bytes) || o->bucket_bytes <= 0)
+        return usage_error(cmd, "--bucket-size takes a size like 25M, not '%s'", optarg);
+      break;
     case ':':
       return usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
     default: {
@@ -236,7 +251,8 @@ static const char *stdlib_dir(char *buf, size_t n) {
 }
 
 /* Prints one print action: a header per tensor, then its values. */
-static tfg_status print_action(tfg_session *s, const tfg_program *p, const tfg_action *a, bool all) {
+static tfg_status print_action(tfg_session *s, const tfg_program *p, const tfg_plan *plan, const tfg_action *a,
+                               bool all) {
   size_t cap = (size_t)a->nitems + 1;
   tfg_node_id *fetch = malloc(sizeof *fetch * cap);
   int *map = malloc(sizeof *map * cap), nf = 0;
@@ -260,7 +276,7 @@ static tfg_status print_action(tfg_session *s, const tfg_program *p, const tfg_a
     }
     const tfg_node *n = &p->graph->nodes[it->node];
     tfg_shape_format(&b, n->dtype, &n->shape);
-    tfg_strbuf_puts(&b, " @cpu:0\n");
+    tfg_strbuf_printf(&b, " @%s\n", tfg_devices_at(plan->ds, tfg_placement_device(plan->pl, it->node))->name);
     tfg_format_tensor(&b, &out[map[i]], all);
     tfg_strbuf_putc(&b, '\n');
   }
@@ -273,9 +289,48 @@ static tfg_status print_action(tfg_session *s, const tfg_program *p, const tfg_a
   return TFG_OK;
 }
 
+static tfg_devices *devices_for(const cli_opts *o, const tfg_program *p, tfg_diag *d);
+
+/* Builds the training step of every train action under its strategy
+ * (compiler/strategy.h) into steps[action index]; returns 0 or
+ * EXIT_PROGRAM. The steps of the train actions are also packed into
+ * packed[0..*npacked) for the placer. */
+static int build_steps(tfg_program *p, tfg_diag *d, tfg_train_step *steps, tfg_train_step *packed, int *npacked) {
+  *npacked = 0;
+  for (int i = 0; i < p->nactions; i++) {
+    if (p->actions[i].kind != TFG_ACTION_TRAIN) continue;
+    if (tfg_strategy_train_step(p->graph, &p->actions[i], p, &steps[i], d) != TFG_OK) return EXIT_PROGRAM;
+    packed[(*npacked)++] = steps[i];
+  }
+  return 0;
+}
+
+/* Places and plans the program (exit 1 when it cannot be, as memory
+ * that cannot fit is an error found before anything runs); every plan is
+ * validated: a violation is a bug in the planner, never something to run. */
+static int compile_program(const cli_opts *o, tfg_program *p, const tfg_train_step *packed, int npacked, tfg_diag *d,
+                           tfg_devices **ds, tfg_placement **pl, tfg_plan **plan) {
+  *ds = devices_for(o, p, d);
+  if (!*ds) return EXIT_USAGE;
+  if (tfg_place_fit(p->graph, *ds, packed, npacked, d, pl) != TFG_OK) return EXIT_PROGRAM;
+  tfg_plan_opts po = {.bucket_bytes = o->bucket_bytes};
+  if (tfg_plan_build_with(p->graph, *pl, *ds, &po, d, plan) != TFG_OK) return EXIT_PROGRAM;
+  tfg_strbuf why = {0};
+  int rc = 0;
+  if (!tfg_plan_validate(*plan, &why)) {
+    fprintf(stderr, "tfg: internal error: the plan is invalid: %s\n", why.data);
+    rc = EXIT_RUNTIME;
+  }
+  tfg_strbuf_free(&why);
+  return rc;
+}
+
 /* Runs the program's actions in order. Training steps (gradients,
- * updates, optimizer state) are added to the graph first, so one session
- * holds every param and state. */
+ * updates, optimizer state, a strategy's replicas) are added to the graph
+ * first, and the whole graph is placed and planned once; one session
+ * runs it. Consecutive train actions run as one group (concurrently); a
+ * parameter_server job runs on sessions of its own and hands its params
+ * back. */
 static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool color) {
   /* --feed names an input without a source, or it is bad usage. */
   for (int i = 0; i < o->nfeeds; i++) {
@@ -287,26 +342,60 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
     }
   }
   tfg_train_step *steps = calloc((size_t)p->nactions + 1, sizeof *steps);
-  int rc = 0;
-  for (int i = 0; i < p->nactions && rc == 0; i++)
-    if (p->actions[i].kind == TFG_ACTION_TRAIN &&
-        tfg_autodiff_train_step(p->graph, &p->actions[i], p, &steps[i], d) != TFG_OK)
-      rc = EXIT_PROGRAM;
+  tfg_train_step *packed = calloc((size_t)p->nactions + 1, sizeof *packed);
+  const tfg_action **group = calloc((size_t)p->nactions + 1, sizeof *group);
+  tfg_train_step *gsteps = calloc((size_t)p->nactions + 1, sizeof *gsteps);
+  if (!steps || !packed || !group || !gsteps) abort();
+  int npacked = 0;
+  int rc = build_steps(p, d, steps, packed, &npacked);
+  tfg_devices *ds = NULL;
+  tfg_placement *pl = NULL;
+  tfg_plan *plan = NULL;
+  if (rc == 0) rc = compile_program(o, p, packed, npacked, d, &ds, &pl, &plan);
+  tfg_trace *trace = rc == 0 && o->trace ? tfg_trace_new() : NULL;
   tfg_session_opts so = {.threads = o->threads, .feeds = o->feeds, .nfeeds = o->nfeeds, .seed = o->seed,
-                         .check_numerics = o->check_numerics};
+                         .check_numerics = o->check_numerics, .plan = plan, .trace = trace};
   tfg_session *s = rc == 0 ? tfg_session_new(p, d, &so) : NULL;
   if (!s && rc == 0) rc = EXIT_RUNTIME;
   tfg_train_opts to = {.log = stderr, .tty = isatty(STDERR_FILENO), .quiet = o->quiet};
-  for (int i = 0; s && i < p->nactions && rc == 0; i++) {
+  for (int i = 0; s && i < p->nactions && rc == 0;) {
     const tfg_action *a = &p->actions[i];
-    tfg_status st = a->kind == TFG_ACTION_PRINT ? print_action(s, p, a, o->print_all)
-                                                : tfg_train(s, p, a, &steps[i], &to, d);
+    tfg_status st;
+    if (a->kind == TFG_ACTION_PRINT) {
+      st = print_action(s, p, plan, a, o->print_all);
+      i++;
+    } else if (steps[i].worker_grads) {
+      st = tfg_train_ps(p, a, &steps[i], plan, s, &so, &to, d);
+      i++;
+    } else {
+      int n = 0;
+      for (; i < p->nactions && p->actions[i].kind == TFG_ACTION_TRAIN && !steps[i].worker_grads; i++) {
+        group[n] = &p->actions[i];
+        gsteps[n++] = steps[i];
+      }
+      st = tfg_train_group(s, p, group, gsteps, n, &to, d);
+    }
     if (st != TFG_OK) rc = tfg_status_exit_code(st) == 1 ? EXIT_PROGRAM : EXIT_RUNTIME;
     tfg_diag_render(d, stderr, color);
   }
   tfg_session_free(s);
+  if (trace) {
+    tfg_strbuf err = {0};
+    if (tfg_trace_write(trace, o->trace, &err) != TFG_OK) {
+      fprintf(stderr, "tfg run: --trace %s: %s\n", o->trace, err.data ? err.data : "cannot write");
+      if (rc == 0) rc = EXIT_RUNTIME;
+    }
+    tfg_strbuf_free(&err);
+    tfg_trace_free(trace);
+  }
+  tfg_plan_free(plan);
+  tfg_placement_free(pl);
+  tfg_devices_free(ds);
   for (int i = 0; i < p->nactions; i++) tfg_train_step_free(&steps[i]);
   free(steps);
+  free(packed);
+  free(group);
+  free(gsteps);
   tfg_diag_render(d, stderr, color);
   return rc;
 }
@@ -351,36 +440,19 @@ static tfg_devices *devices_for(const cli_opts *o, const tfg_program *p, tfg_dia
   return ds;
 }
 
-/* `tfg place`: the training steps are built first, so updates and state
- * are placed with their params. */
+/* `tfg place` and `tfg plan`: the training steps are built first, so
+ * updates and state are placed with their params. */
 static int place_program(const cli_opts *o, tfg_program *p, tfg_diag *d, bool color, bool want_plan) {
   tfg_train_step *steps = calloc((size_t)p->nactions + 1, sizeof *steps);
-  int nsteps = 0, rc = 0;
-  for (int i = 0; i < p->nactions && rc == 0; i++)
-    if (p->actions[i].kind == TFG_ACTION_TRAIN) {
-      if (tfg_autodiff_train_step(p->graph, &p->actions[i], p, &steps[nsteps], d) != TFG_OK) rc = EXIT_PROGRAM;
-      else nsteps++;
-    }
-  tfg_devices *ds = rc == 0 ? devices_for(o, p, d) : NULL;
-  if (!ds && rc == 0) rc = EXIT_USAGE;
+  tfg_train_step *packed = calloc((size_t)p->nactions + 1, sizeof *packed);
+  if (!steps || !packed) abort();
+  int npacked = 0;
+  int rc = build_steps(p, d, steps, packed, &npacked);
+  tfg_devices *ds = NULL;
   tfg_placement *pl = NULL;
-  if (ds && tfg_place_fit(p->graph, ds, steps, nsteps, d, &pl) != TFG_OK) rc = EXIT_PROGRAM;
-  /* place plans too: a placement whose plan cannot fit is an error there
-   * as well (memory that cannot fit is an error in the program, found
-   * before anything runs: exit 1). */
   tfg_plan *plan = NULL;
-  if (pl && tfg_plan_build(p->graph, pl, ds, d, &plan) != TFG_OK) rc = EXIT_PROGRAM;
-  if (plan) {
-    /* Every plan is checked before it is shown: a violation is a bug in
-     * the planner, never something to run. */
-    tfg_strbuf why = {0};
-    if (!tfg_plan_validate(plan, &why)) {
-      fprintf(stderr, "tfg: internal error: the plan is invalid: %s\n", why.data);
-      rc = EXIT_RUNTIME;
-    }
-    tfg_strbuf_free(&why);
-  }
-  if (rc == 0 && pl) {
+  if (rc == 0) rc = compile_program(o, p, packed, npacked, d, &ds, &pl, &plan);
+  if (rc == 0) {
     tfg_strbuf out = {0};
     if (want_plan) tfg_plan_print(plan, &out);
     else if (o->json) tfg_place_json(pl, &out);
@@ -392,8 +464,9 @@ static int place_program(const cli_opts *o, tfg_program *p, tfg_diag *d, bool co
   tfg_plan_free(plan);
   tfg_placement_free(pl);
   tfg_devices_free(ds);
-  for (int i = 0; i < nsteps; i++) tfg_train_step_free(&steps[i]);
+  for (int i = 0; i < p->nactions; i++) tfg_train_step_free(&steps[i]);
   free(steps);
+  free(packed);
   tfg_diag_render(d, stderr, color);
   return rc;
 }
@@ -429,7 +502,8 @@ static int cmd_program(const cli_cmd *cmd, int argc, char **argv) {
        is_place = strcmp(cmd->name, "place") == 0, is_plan = strcmp(cmd->name, "plan") == 0;
   cli_opts *o = calloc(1, sizeof *o);
   int rc = parse_opts(cmd, argc, argv,
-                      (is_check ? ALLOW_AST : 0) | (is_run ? ALLOW_RUN : 0) | (is_place || is_plan ? ALLOW_PLACE : 0) |
+                      (is_check ? ALLOW_AST : 0) | (is_run ? ALLOW_RUN | ALLOW_PLACE : 0) |
+                          (is_place || is_plan ? ALLOW_PLACE : 0) |
                           (is_place ? ALLOW_EXPLAIN : 0),
                       o);
   if (rc >= 0) {
@@ -462,7 +536,7 @@ static int cmd_program(const cli_cmd *cmd, int argc, char **argv) {
       for (int i = 0; i < p->nactions && st == TFG_OK; i++) {
         tfg_train_step ts;
         if (p->actions[i].kind != TFG_ACTION_TRAIN) continue;
-        st = tfg_autodiff_train_step(p->graph, &p->actions[i], p, &ts, d);
+        st = tfg_strategy_train_step(p->graph, &p->actions[i], p, &ts, d);
         tfg_train_step_free(&ts);
       }
     }

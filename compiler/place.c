@@ -160,6 +160,24 @@ static int64_t group_need(const tfg_placement *pl, const tfg_node *n, const int6
   return need;
 }
 
+tfg_placement *tfg_place_on(const tfg_graph *g, const tfg_devices *ds, int device) {
+  tfg_placement *pl = calloc(1, sizeof *pl);
+  TFG_ASSERT(pl != NULL && device >= 0 && device < tfg_devices_count(ds));
+  pl->g = g;
+  pl->ds = ds;
+  pl->n = g->nnodes;
+  pl->ndev = tfg_devices_count(ds);
+  pl->rec = calloc((size_t)pl->n + 1, sizeof *pl->rec);
+  pl->parent = malloc(sizeof *pl->parent * ((size_t)pl->n + 1));
+  pl->totals = calloc((size_t)pl->ndev, sizeof *pl->totals);
+  TFG_ASSERT(pl->rec && pl->parent && pl->totals);
+  for (int32_t i = 0; i < pl->n; i++) {
+    pl->parent[i] = i;
+    pl->rec[i] = (tfg_place_record){.device = device, .cause = TFG_CAUSE_FALLBACK, .with = -1, .runner_up = -1, .refused = -1};
+  }
+  return pl;
+}
+
 tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_step *steps, int nsteps,
                      const int64_t *reserve, tfg_diag *d, tfg_placement **out) {
   tfg_placement *pl = calloc(1, sizeof *pl);

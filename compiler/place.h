@@ -71,6 +71,10 @@ tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_
  * last one (its plan then reports the shortage). */
 tfg_status tfg_place_fit(const tfg_graph *g, const tfg_devices *ds, const tfg_train_step *steps, int nsteps,
                          tfg_diag *d, tfg_placement **out);
+/* Every node on one device, pins ignored (cause FALLBACK): how a graph
+ * runs when nothing asks for devices (unit tests, benchmarks). Totals
+ * are not computed. */
+tfg_placement *tfg_place_on(const tfg_graph *g, const tfg_devices *ds, int device);
 void tfg_placement_free(tfg_placement *pl);
 
 int tfg_placement_device(const tfg_placement *pl, tfg_node_id id);

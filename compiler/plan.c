@@ -1,27 +1,38 @@
 /* compiler/plan.c: the execution plan (see plan.h for its rules).
  *
- * Three passes over a placed graph:
+ * Passes over a placed graph:
+ *   0. buckets: the ALLREDUCE nodes grouped by key, the keys of one group
+ *      of devices packed into buckets in gradient order, and for each
+ *      bucket and rank the node after which the sweep lists it;
  *   1. copies: which tensors each device needs from another one, found
  *      from the edges that cross devices: one copy per tensor per
  *      destination, however many ops read it there;
  *   2. steps: one sweep in graph order appends to every device's list, so
  *      the lists interleave as the graph does. An op's LAUNCH goes on its
- *      device's compute stream (after a WAIT for each copied input it is
- *      the first to read); when other devices need the value, a RECORD
- *      follows on the compute stream and each destination's copy stream
- *      gets WAIT, COPY, RECORD at once ("as soon as the tensor exists").
- *      Every step that writes a tensor opens its buffer and every step that
- *      reads one extends it, so liveness falls out of the sweep;
+ *      device's compute stream (after a WAIT for each copied or
+ *      all-reduced input it is the first to read); when other devices need
+ *      the value, a RECORD follows on the compute stream and each
+ *      destination's copy stream gets WAIT, COPY, RECORD at once ("as soon
+ *      as the tensor exists"). A bucket's steps on a rank come right after
+ *      the node pass 0 chose for it. Every step that writes a tensor opens
+ *      its buffer and every step that reads one extends it, so liveness
+ *      falls out of the sweep;
  *   3. memory: per device, persistent tensors packed at the bottom in node
  *      order, then every other buffer by best fit, in the order of the
- *      steps that write them.
- * Passes 1 and 2 are linear in nodes plus edges; best fit keeps the free
- * gaps in a search tree, O(log n) per buffer, so a graph of 100,000 ops
+ *      steps that write them;
+ *   4. copy ordering: a COPY whose memory was last used by a compute step
+ *      the copy stream is not ordered after gets an event from it (the
+ *      rule for concurrent streams in plan.h), found with a max tree over
+ *      the device's offsets.
+ * Passes 0 to 2 are linear in nodes plus edges (plus sorting the
+ * ALLREDUCE nodes); best fit keeps the free gaps in a search tree, and
+ * pass 4 a segment tree, O(log n) per buffer, so a graph of 100,000 ops
  * plans in milliseconds however many tensors are live at once.
  *
  * The validator trusts nothing the builder knew: it replays the steps with
- * vector clocks (the happens-before order the events give the streams),
- * then checks the memory plan against the steps. */
+ * vector clocks (the happens-before order the events and collectives give
+ * the streams), then checks the memory plan against the steps and the
+ * clocks. */
 #include "compiler/plan.h"
 
 #include <inttypes.h>
@@ -51,8 +62,24 @@ void tfg_plan_free(tfg_plan *p) {
     free(p->dev[i].steps);
     free(p->dev[i].buffers);
   }
+  for (int b = 0; b < p->nbuckets; b++) {
+    free(p->buckets[b].devices);
+    free(p->buckets[b].nodes);
+  }
+  free(p->buckets);
   free(p->dev);
   free(p);
+}
+
+/* The rank of device d in bucket pb (its devices ascend), or -1. */
+static int rank_in(const tfg_plan_bucket *pb, int d) {
+  int lo = 0, hi = pb->nranks;
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (pb->devices[mid] < d) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < pb->nranks && pb->devices[lo] == d ? lo : -1;
 }
 
 /* ---- text shared by errors, the validator and print ------------------------ */
@@ -71,6 +98,99 @@ static void node_text(const tfg_graph *g, tfg_node_id id, tfg_strbuf *out) {
 }
 
 static const char *dev_name(const tfg_plan *p, int d) { return tfg_devices_at(p->ds, d)->name; }
+
+static const char *const stream_names[] = {"compute", "copy", "collective"};
+
+static const char *stream_name(int s) { return s >= 0 && s < TFG_PLAN_STREAMS ? stream_names[s] : "?"; }
+
+/* ---- sorting with a context --------------------------------------------------- */
+
+/* Whether a orders before b. */
+typedef bool (*less_fn)(const void *ctx, int a, int b);
+
+/* Sorts a[0..n) stably by less (a merge sort: qsort has no context and
+ * is not stable). */
+static void sort_ints(int *a, int n, less_fn less, const void *ctx) {
+  if (n < 2) return;
+  int *tmp = malloc(sizeof *tmp * (size_t)n);
+  TFG_ASSERT(tmp != NULL);
+  for (int w = 1; w < n; w *= 2) {
+    for (int lo = 0; lo < n; lo += 2 * w) {
+      int mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+      int i = lo, j = mid, k = lo;
+      while (i < mid && j < hi) tmp[k++] = less(ctx, a[j], a[i]) ? a[j++] : a[i++];
+      while (i < mid) tmp[k++] = a[i++];
+      while (j < hi) tmp[k++] = a[j++];
+    }
+    memcpy(a, tmp, sizeof *a * (size_t)n);
+  }
+  free(tmp);
+}
+
+/* ---- pass 0: buckets ------------------------------------------------------------ */
+
+/* One key while buckets are formed: its nodes are ar[first .. first + n)
+ * of the sorted ALLREDUCE nodes, by ascending device. */
+typedef struct key_rec {
+  int first, n;
+  tfg_node_id order;   /* its gradient on the group's first device */
+  tfg_node_id in, out; /* its last gradient on any rank; the first op reading any of its nodes */
+  int bucket;
+} key_rec;
+
+/* A bucket while it is formed. */
+typedef struct bucket_rec {
+  int key0;            /* its first key: the group's devices */
+  int nkeys;
+  int64_t bytes;
+  tfg_node_id in, out; /* over its keys */
+} bucket_rec;
+
+typedef struct pass0 {
+  const tfg_graph *g;
+  const int *dev;
+  const tfg_node_id *ar; /* the ALLREDUCE nodes, by key then device */
+  const key_rec *keys;
+  const bucket_rec *bk;
+} pass0;
+
+static bool ar_less(const void *ctx, int a, int b) {
+  const pass0 *c = ctx;
+  int64_t ka = c->g->nodes[a].attrs.start, kb = c->g->nodes[b].attrs.start;
+  if (ka != kb) return ka < kb;
+  return c->dev[a] < c->dev[b];
+}
+
+/* Keys of one group (same devices) and dtype together, then by gradient
+ * order on the group's first device, then by key. */
+static bool key_less_by_group(const void *ctx, int a, int b) {
+  const pass0 *c = ctx;
+  const key_rec *x = &c->keys[a], *y = &c->keys[b];
+  if (x->n != y->n) return x->n < y->n;
+  for (int r = 0; r < x->n; r++) {
+    int dx = c->dev[c->ar[x->first + r]], dy = c->dev[c->ar[y->first + r]];
+    if (dx != dy) return dx < dy;
+  }
+  tfg_dtype tx = c->g->nodes[c->ar[x->first]].dtype, ty = c->g->nodes[c->ar[y->first]].dtype;
+  if (tx != ty) return tx < ty;
+  if (x->order != y->order) return x->order < y->order;
+  return c->g->nodes[c->ar[x->first]].attrs.start < c->g->nodes[c->ar[y->first]].attrs.start;
+}
+
+/* Whether keys a and b have the same devices and dtype (one group). */
+static bool same_group(const pass0 *c, int a, int b) {
+  const key_rec *x = &c->keys[a], *y = &c->keys[b];
+  if (x->n != y->n || c->g->nodes[c->ar[x->first]].dtype != c->g->nodes[c->ar[y->first]].dtype) return false;
+  for (int r = 0; r < x->n; r++)
+    if (c->dev[c->ar[x->first + r]] != c->dev[c->ar[y->first + r]]) return false;
+  return true;
+}
+
+/* Buckets complete in the order of their last gradient on any rank. */
+static bool bucket_less(const void *ctx, int a, int b) {
+  const pass0 *c = ctx;
+  return c->bk[a].in < c->bk[b].in;
+}
 
 /* ---- pass 1: copies --------------------------------------------------------- */
 
@@ -92,6 +212,15 @@ typedef struct builder {
   copy_rec *copies;
   int ncopies, copies_cap;
   int *steps_cap, *bufs_cap; /* per device: room in dev[d].steps, dev[d].buffers */
+  /* Collectives. A (bucket, rank) pair is slot base[b] + r. */
+  int *bucket_of, *rank_of; /* per node: an ALLREDUCE node's bucket and rank, else -1 */
+  int *base;                /* per bucket: its rank 0's slot */
+  tfg_node_id *at;          /* per slot: the node after which the sweep lists the bucket's steps there */
+  int *ev2;                 /* per slot: the event recorded after its ALLREDUCE, or -1 before */
+  bool *waited2;            /* per slot: the compute stream waited on ev2 already */
+  tfg_node_id *done;        /* per bucket: the node after which every rank has listed it */
+  int *at_head, *at_next;   /* per node: the slots listed after it (by bucket), threaded through at_next */
+  int *done_head, *done_next; /* per node: the buckets every rank has listed after it */
 } builder;
 
 static copy_rec *find_copy(const builder *b, tfg_node_id x, int dst) {
@@ -114,6 +243,184 @@ static void need_copy(builder *b, tfg_node_id x, int dst) {
   else b->copies[prev].next = k;
 }
 
+/* Pass 0: groups the ALLREDUCE nodes into p->buckets (see plan.h) and
+ * decides where the sweep lists each bucket on each rank. The strategy
+ * that adds ALLREDUCE nodes guarantees what is asserted here: one node
+ * per device per key, attrs.n of them, with one dtype and shape, each
+ * reading one gradient that is no ALLREDUCE node, and every gradient of
+ * a key before every op that reads one of its nodes (else the group
+ * could not run in graph order). */
+static void make_buckets(builder *b, int64_t cap) {
+  const tfg_graph *g = b->g;
+  tfg_plan *p = b->p;
+  int32_t n = g->nnodes;
+  int nar = 0;
+  for (int32_t i = 0; i < n; i++) {
+    b->bucket_of[i] = b->rank_of[i] = -1;
+    nar += g->nodes[i].op == TFG_OP_ALLREDUCE;
+  }
+  if (nar == 0) return;
+  int *ar = malloc(sizeof *ar * (size_t)nar);
+  tfg_node_id *reader = malloc(sizeof *reader * ((size_t)n + 1)); /* per node: the first op reading it */
+  TFG_ASSERT(ar && reader);
+  nar = 0;
+  for (int32_t i = 0; i < n; i++) {
+    reader[i] = INT32_MAX;
+    if (g->nodes[i].op == TFG_OP_ALLREDUCE) ar[nar++] = i;
+  }
+  for (int32_t i = n - 1; i >= 0; i--) /* backwards: the first reader is written last */
+    for (int k = 0; k < g->nodes[i].ninputs; k++) reader[g->nodes[i].inputs[k]] = i;
+  pass0 c = {.g = g, .dev = b->dev, .ar = ar};
+  sort_ints(ar, nar, ar_less, &c);
+
+  /* The keys, each its nodes by ascending device (the ranks). */
+  key_rec *keys = malloc(sizeof *keys * (size_t)nar);
+  int *order = malloc(sizeof *order * (size_t)nar);
+  TFG_ASSERT(keys && order);
+  int nkeys = 0;
+  for (int i = 0; i < nar;) {
+    const tfg_node *n0 = &g->nodes[ar[i]];
+    int j = i;
+    key_rec k = {.first = i, .in = -1, .out = INT32_MAX, .bucket = -1};
+    for (; j < nar && g->nodes[ar[j]].attrs.start == n0->attrs.start; j++) {
+      const tfg_node *nd = &g->nodes[ar[j]];
+      TFG_ASSERT(j == i || b->dev[ar[j]] > b->dev[ar[j - 1]]); /* one node per device per key */
+      TFG_ASSERT(nd->ninputs == 1 && g->nodes[nd->inputs[0]].op != TFG_OP_ALLREDUCE);
+      TFG_ASSERT(nd->dtype == n0->dtype && tfg_shape_eq(&nd->shape, &n0->shape));
+      if (nd->inputs[0] > k.in) k.in = nd->inputs[0];
+      if (reader[ar[j]] < k.out) k.out = reader[ar[j]];
+    }
+    k.n = j - i;
+    k.order = n0->inputs[0];
+    TFG_ASSERT(n0->attrs.n == k.n);
+    TFG_ASSERT(k.in < k.out); /* every gradient of the group before any reader */
+    order[nkeys] = nkeys;
+    keys[nkeys++] = k;
+    i = j;
+  }
+  c.keys = keys;
+  sort_ints(order, nkeys, key_less_by_group, &c);
+
+  /* Fill buckets group by group, in gradient order. */
+  bucket_rec *bk = malloc(sizeof *bk * (size_t)nkeys);
+  TFG_ASSERT(bk != NULL);
+  int nb = 0, open = -1;
+  for (int oi = 0; oi < nkeys; oi++) {
+    key_rec *k = &keys[order[oi]];
+    int64_t kb = bytes_of(&g->nodes[ar[k->first]]);
+    if (open >= 0) {
+      bucket_rec *o = &bk[open];
+      tfg_node_id in = o->in > k->in ? o->in : k->in, out = o->out < k->out ? o->out : k->out;
+      if (!same_group(&c, o->key0, order[oi]) || o->bytes + kb > cap || in >= out) open = -1;
+    }
+    if (open < 0) {
+      open = nb++;
+      bk[open] = (bucket_rec){.key0 = order[oi], .in = -1, .out = INT32_MAX};
+    }
+    bucket_rec *o = &bk[open];
+    o->nkeys++;
+    o->bytes += kb;
+    if (k->in > o->in) o->in = k->in;
+    if (k->out < o->out) o->out = k->out;
+    k->bucket = open;
+    if (o->bytes >= cap) open = -1;
+  }
+
+  /* Number them by completion (stable: a tie keeps fill order). */
+  int *border = malloc(sizeof *border * (size_t)nb);
+  int *index = malloc(sizeof *index * (size_t)nb);
+  TFG_ASSERT(border && index);
+  for (int i = 0; i < nb; i++) border[i] = i;
+  c.bk = bk;
+  sort_ints(border, nb, bucket_less, &c);
+  for (int i = 0; i < nb; i++) index[border[i]] = i;
+  p->nbuckets = nb;
+  p->buckets = calloc((size_t)nb, sizeof *p->buckets);
+  b->base = malloc(sizeof *b->base * ((size_t)nb + 1));
+  TFG_ASSERT(p->buckets && b->base);
+  int nslots = 0;
+  for (int i = 0; i < nb; i++) {
+    const bucket_rec *o = &bk[border[i]];
+    const key_rec *k0 = &keys[o->key0];
+    tfg_plan_bucket *pb = &p->buckets[i];
+    pb->nranks = k0->n;
+    pb->devices = malloc(sizeof *pb->devices * (size_t)k0->n);
+    pb->nodes = malloc(sizeof *pb->nodes * (size_t)k0->n * (size_t)o->nkeys);
+    TFG_ASSERT(pb->devices && pb->nodes);
+    for (int r = 0; r < k0->n; r++) pb->devices[r] = b->dev[ar[k0->first + r]];
+    pb->bytes = o->bytes;
+    b->base[i] = nslots;
+    nslots += k0->n;
+  }
+  /* Keys enter their bucket in fill order. */
+  for (int oi = 0; oi < nkeys; oi++) {
+    const key_rec *k = &keys[order[oi]];
+    int bi = index[k->bucket];
+    tfg_plan_bucket *pb = &p->buckets[bi];
+    int nk = bk[k->bucket].nkeys, slot = pb->nnodes++;
+    for (int r = 0; r < k->n; r++) {
+      tfg_node_id x = ar[k->first + r];
+      pb->nodes[r * nk + slot] = x;
+      b->bucket_of[x] = bi;
+      b->rank_of[x] = r;
+    }
+  }
+
+  /* Where each rank lists each bucket: after its last gradient there,
+   * and not before the device's previous bucket, so every device meets
+   * its buckets in index order. Since buckets are numbered by their last
+   * gradient anywhere, every rank lists bucket i by node bk.in, and
+   * every reader comes later. */
+  b->at = malloc(sizeof *b->at * ((size_t)nslots + 1));
+  b->ev2 = malloc(sizeof *b->ev2 * ((size_t)nslots + 1));
+  b->waited2 = calloc((size_t)nslots + 1, sizeof *b->waited2);
+  b->done = malloc(sizeof *b->done * ((size_t)nb + 1));
+  b->at_head = malloc(sizeof *b->at_head * ((size_t)n + 1));
+  b->at_next = malloc(sizeof *b->at_next * ((size_t)nslots + 1));
+  b->done_head = malloc(sizeof *b->done_head * ((size_t)n + 1));
+  b->done_next = malloc(sizeof *b->done_next * ((size_t)nb + 1));
+  tfg_node_id *last_at = malloc(sizeof *last_at * (size_t)p->ndev);
+  TFG_ASSERT(b->at && b->ev2 && b->waited2 && b->done && b->at_head && b->at_next && b->done_head && b->done_next &&
+             last_at);
+  for (int d = 0; d < p->ndev; d++) last_at[d] = -1;
+  for (int32_t i = 0; i < n; i++) b->at_head[i] = b->done_head[i] = -1;
+  for (int i = 0; i < nb; i++) {
+    const tfg_plan_bucket *pb = &p->buckets[i];
+    b->done[i] = -1;
+    for (int r = 0; r < pb->nranks; r++) {
+      int d = pb->devices[r], s = b->base[i] + r;
+      tfg_node_id t = last_at[d];
+      for (int k = 0; k < pb->nnodes; k++) {
+        tfg_node_id y = g->nodes[pb->nodes[r * pb->nnodes + k]].inputs[0];
+        if (y > t) t = y;
+      }
+      b->at[s] = last_at[d] = t;
+      b->ev2[s] = -1;
+      if (t > b->done[i]) b->done[i] = t;
+    }
+    TFG_ASSERT(b->done[i] <= bk[border[i]].in);
+  }
+  /* The lists, built backwards so each comes out in bucket order. */
+  for (int i = nb - 1; i >= 0; i--) {
+    for (int r = p->buckets[i].nranks - 1; r >= 0; r--) {
+      int s = b->base[i] + r;
+      b->at_next[s] = b->at_head[b->at[s]];
+      b->at_head[b->at[s]] = s;
+    }
+    b->done_next[i] = b->done_head[b->done[i]];
+    b->done_head[b->done[i]] = i;
+  }
+  p->bucket_bytes = cap;
+  free(last_at);
+  free(border);
+  free(index);
+  free(bk);
+  free(keys);
+  free(order);
+  free(ar);
+  free(reader);
+}
+
 /* ---- pass 2: steps ------------------------------------------------------------- */
 
 /* Appends a step to device d's list; returns its index there. */
@@ -132,58 +439,145 @@ static int add_buffer(builder *b, int d, tfg_plan_buffer buf) {
 }
 
 static tfg_plan_step step_of(tfg_plan_step_kind kind, int stream, tfg_node_id node, int src, int event) {
-  return (tfg_plan_step){.kind = kind, .stream = stream, .node = node, .src = src, .event = event};
+  return (tfg_plan_step){.kind = kind, .stream = stream, .node = node, .src = src, .event = event, .bucket = -1};
+}
+
+/* The buffer holding x's value on device d (its own, persistent or not,
+ * or its copy), or -1 for an empty tensor. */
+static int buffer_on(const builder *b, tfg_node_id x, int d) {
+  if (b->dev[x] == d) return b->own_buf[x];
+  const copy_rec *c = find_copy(b, x, d);
+  TFG_ASSERT(c != NULL);
+  return c->buf;
+}
+
+/* Extends x's buffer on d (unless persistent) to step s. */
+static void read_at(builder *b, tfg_node_id x, int d, int s) {
+  int bi = buffer_on(b, x, d);
+  if (bi < 0) return;
+  tfg_plan_buffer *bf = &b->p->dev[d].buffers[bi];
+  if (!bf->persistent && bf->last < s) bf->last = s;
+}
+
+/* The compute stream of the bucket's rank in slot s waits on its ev2,
+ * once: the gradients the ALLREDUCE read stay live to this WAIT, since
+ * until it nothing on the compute stream is ordered after that read. */
+static void wait_bucket(builder *b, int bucket, int r) {
+  int s = b->base[bucket] + r;
+  if (b->waited2[s]) return;
+  const tfg_plan_bucket *pb = &b->p->buckets[bucket];
+  int d = pb->devices[r];
+  TFG_ASSERT(b->ev2[s] >= 0); /* the bucket is listed before its readers */
+  int w = emit(b, d, step_of(TFG_PLAN_WAIT, TFG_PLAN_STREAM_COMPUTE, -1, -1, b->ev2[s]));
+  b->waited2[s] = true;
+  for (int k = 0; k < pb->nnodes; k++) read_at(b, b->g->nodes[pb->nodes[r * pb->nnodes + k]].inputs[0], d, w);
+}
+
+/* Bucket `bucket`'s steps on its rank r: the compute stream (after
+ * waiting for any gradient copied in) records ev1, the collective stream
+ * waits on it, all-reduces, and records ev2. The ALLREDUCE reads the
+ * gradients and writes the nodes' own buffers. */
+static void list_bucket(builder *b, int bucket, int r) {
+  const tfg_plan_bucket *pb = &b->p->buckets[bucket];
+  const tfg_graph *g = b->g;
+  int d = pb->devices[r], slot = b->base[bucket] + r;
+  const tfg_node_id *nodes = &pb->nodes[r * pb->nnodes];
+  for (int k = 0; k < pb->nnodes; k++) {
+    tfg_node_id y = g->nodes[nodes[k]].inputs[0];
+    if (b->dev[y] == d) continue;
+    copy_rec *c = find_copy(b, y, d);
+    TFG_ASSERT(c != NULL && c->arrived >= 0); /* pass 1 saw this edge; y came first */
+    if (!c->waited) {
+      emit(b, d, step_of(TFG_PLAN_WAIT, TFG_PLAN_STREAM_COMPUTE, -1, -1, c->arrived));
+      c->waited = true;
+    }
+  }
+  int ev1 = b->p->nevents++;
+  emit(b, d, step_of(TFG_PLAN_RECORD, TFG_PLAN_STREAM_COMPUTE, -1, -1, ev1));
+  emit(b, d, step_of(TFG_PLAN_WAIT, TFG_PLAN_STREAM_COLLECTIVE, -1, -1, ev1));
+  tfg_plan_step st = step_of(TFG_PLAN_ALLREDUCE, TFG_PLAN_STREAM_COLLECTIVE, -1, -1, -1);
+  st.bucket = bucket;
+  int s = emit(b, d, st);
+  b->ev2[slot] = b->p->nevents++;
+  emit(b, d, step_of(TFG_PLAN_RECORD, TFG_PLAN_STREAM_COLLECTIVE, -1, -1, b->ev2[slot]));
+  for (int k = 0; k < pb->nnodes; k++) read_at(b, g->nodes[nodes[k]].inputs[0], d, s);
+  for (int k = 0; k < pb->nnodes; k++) {
+    int64_t nbytes = bytes_of(&g->nodes[nodes[k]]);
+    if (nbytes > 0)
+      b->own_buf[nodes[k]] = add_buffer(b, d, (tfg_plan_buffer){.node = nodes[k], .bytes = nbytes, .first = s, .last = s});
+  }
 }
 
 /* Node i's LAUNCH on its device's compute stream, preceded by a WAIT for
- * each copied input it is the first there to read. Extends the live range
- * of every buffer it reads and opens its own (none for an empty output,
+ * each copied input it is the first to read there, and for each bucket
+ * it is the first there to read a node of. Extends the live range of
+ * every buffer it reads and opens its own (none for an empty output,
  * such as an optimizer update's marker). */
 static void launch(builder *b, tfg_node_id i) {
   const tfg_node *nd = &b->g->nodes[i];
   int d = b->dev[i];
   for (int k = 0; k < nd->ninputs; k++) {
     tfg_node_id x = nd->inputs[k];
-    if (b->dev[x] == d) continue;
+    if (b->dev[x] == d) {
+      if (b->bucket_of[x] >= 0) wait_bucket(b, b->bucket_of[x], b->rank_of[x]);
+      continue;
+    }
     copy_rec *c = find_copy(b, x, d);
     TFG_ASSERT(c != NULL && c->arrived >= 0); /* pass 1 saw this edge; x came first */
     if (!c->waited) {
-      emit(b, d, step_of(TFG_PLAN_WAIT, 0, -1, -1, c->arrived));
+      emit(b, d, step_of(TFG_PLAN_WAIT, TFG_PLAN_STREAM_COMPUTE, -1, -1, c->arrived));
       c->waited = true;
     }
   }
-  int s = emit(b, d, step_of(TFG_PLAN_LAUNCH, 0, i, -1, -1));
-  tfg_plan_buffer *bufs = b->p->dev[d].buffers;
-  for (int k = 0; k < nd->ninputs; k++) {
-    tfg_node_id x = nd->inputs[k];
-    int bi = b->dev[x] == d ? b->own_buf[x] : find_copy(b, x, d)->buf;
-    if (bi >= 0 && !bufs[bi].persistent) bufs[bi].last = s; /* steps only grow: the latest read is the last */
-  }
+  int s = emit(b, d, step_of(TFG_PLAN_LAUNCH, TFG_PLAN_STREAM_COMPUTE, i, -1, -1));
+  for (int k = 0; k < nd->ninputs; k++) read_at(b, nd->inputs[k], d, s); /* steps only grow: the latest read is the last */
   int64_t n = bytes_of(nd);
   if (n > 0) b->own_buf[i] = add_buffer(b, d, (tfg_plan_buffer){.node = i, .bytes = n, .first = s, .last = s});
 }
 
-/* Sends x (just computed, or persistent) to every device that reads it:
- * the source's compute stream records an event, and each destination's
- * copy stream waits on it, copies, and records the event its compute
- * stream will wait on. One event per stream edge: each is recorded once
- * and waited on once, so a plan reads as matched pairs. */
-static void send(builder *b, tfg_node_id x) {
+/* Sends x (just computed, persistent, or just all-reduced) to every
+ * device that reads it. Each destination's copy stream waits on an event
+ * that follows x's producer, copies, and records the event its compute
+ * stream will wait on. For a computed or persistent x that event is
+ * recorded on the source's compute stream, one per destination, so each
+ * is one matched pair; for an all-reduced x it is the bucket's ev2
+ * (ready >= 0), which the copy streams share. */
+static void send(builder *b, tfg_node_id x, int ready) {
   int src = b->dev[x];
   int64_t n = bytes_of(&b->g->nodes[x]);
   for (int c = b->copy_head[x]; c >= 0; c = b->copies[c].next) {
     copy_rec *r = &b->copies[c];
-    int sent = b->p->nevents++;
-    emit(b, src, step_of(TFG_PLAN_RECORD, 0, -1, -1, sent));
-    emit(b, r->dst, step_of(TFG_PLAN_WAIT, 1, -1, -1, sent));
-    int s = emit(b, r->dst, step_of(TFG_PLAN_COPY, 1, x, src, -1));
+    int sent = ready;
+    if (sent < 0) {
+      sent = b->p->nevents++;
+      emit(b, src, step_of(TFG_PLAN_RECORD, TFG_PLAN_STREAM_COMPUTE, -1, -1, sent));
+    }
+    emit(b, r->dst, step_of(TFG_PLAN_WAIT, TFG_PLAN_STREAM_COPY, -1, -1, sent));
+    int s = emit(b, r->dst, step_of(TFG_PLAN_COPY, TFG_PLAN_STREAM_COPY, x, src, -1));
     if (n > 0)
       r->buf = add_buffer(b, r->dst, (tfg_plan_buffer){.node = x, .copy = true, .bytes = n, .first = s, .last = s});
     r->arrived = b->p->nevents++;
-    emit(b, r->dst, step_of(TFG_PLAN_RECORD, 1, -1, -1, r->arrived));
+    emit(b, r->dst, step_of(TFG_PLAN_RECORD, TFG_PLAN_STREAM_COPY, -1, -1, r->arrived));
   }
 }
 
+/* The buckets listed after node i: on i's own device (local true: right
+ * after its LAUNCH) or on the others (after its sends, which may bring a
+ * gradient there). */
+static void list_buckets_at(builder *b, tfg_node_id i, bool local) {
+  if (!b->at_head) return;
+  for (int s = b->at_head[i]; s >= 0; s = b->at_next[s]) {
+    /* the slot's bucket: the last whose base is <= s */
+    int lo = 0, hi = b->p->nbuckets - 1;
+    while (lo < hi) {
+      int mid = (lo + hi + 1) / 2;
+      if (b->base[mid] <= s) lo = mid;
+      else hi = mid - 1;
+    }
+    int r = s - b->base[lo];
+    if ((b->p->buckets[lo].devices[r] == b->dev[i]) == local) list_bucket(b, lo, r);
+  }
+}
 /* ---- ordered sets ------------------------------------------------------------------ */
 
 /* A treap: a search tree on (a, b) keys kept balanced by random priorities,
@@ -450,8 +844,140 @@ static bool assign_memory(tfg_plan *p, int d, tfg_diag *diag) {
   return ok;
 }
 
+
+/* ---- pass 4: copy ordering ------------------------------------------------------- */
+
+/* A max tree over elementary intervals [0, n): chmax over a range, max
+ * over a range, O(log n) each. tag[x] applies to x's whole range; mx[x]
+ * is the maximum anywhere in it. */
+typedef struct maxtree {
+  int n;
+  int *mx, *tag;
+} maxtree;
+
+static void maxtree_update(maxtree *t, int x, int l, int r, int ql, int qr, int v) {
+  if (qr <= l || r <= ql) return;
+  if (t->mx[x] < v) t->mx[x] = v;
+  if (ql <= l && r <= qr) {
+    if (t->tag[x] < v) t->tag[x] = v;
+    return;
+  }
+  int m = (l + r) / 2;
+  maxtree_update(t, 2 * x, l, m, ql, qr, v);
+  maxtree_update(t, 2 * x + 1, m, r, ql, qr, v);
+}
+
+static int maxtree_query(const maxtree *t, int x, int l, int r, int ql, int qr) {
+  if (qr <= l || r <= ql) return -1;
+  if (ql <= l && r <= qr) return t->mx[x];
+  int m = (l + r) / 2, a = maxtree_query(t, 2 * x, l, m, ql, qr), b = maxtree_query(t, 2 * x + 1, m, r, ql, qr);
+  int v = a > b ? a : b;
+  return v > t->tag[x] ? v : t->tag[x];
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* The index of v in the sorted array c[0..n) (it is there). */
+static int coord(const int64_t *c, int n, int64_t v) {
+  const int64_t *f = bsearch(&v, c, (size_t)n, sizeof *c, cmp_i64);
+  TFG_ASSERT(f != NULL);
+  return (int)(f - c);
+}
+
+/* Makes device d's COPY steps wait for the compute steps that last used
+ * their memory (the rule for concurrent streams in plan.h). Buffers in
+ * write order: the max tree holds, per byte, the last step of any buffer
+ * placed there so far; for a COPY's buffer, the highest over its bytes is
+ * the step whose stream must be ordered before the copy. A freed
+ * buffer's last step is a compute step (a read, or the WAIT on a bucket's
+ * ev2) after its other accesses, so an event recorded right after it
+ * covers them; the copy stream runs in order, so once it waited past a
+ * step, later copies need nothing earlier. New events are numbered after
+ * the sweep's; the inserted steps shift indices, and live ranges with
+ * them. */
+static void order_copies(tfg_plan *p, int d) {
+  tfg_plan_device *pd = &p->dev[d];
+  int nb = pd->nbuffers, nc = 0;
+  int64_t *cs = malloc(sizeof *cs * (2 * (size_t)nb + 1));
+  TFG_ASSERT(cs != NULL);
+  for (int i = 0; i < nb; i++)
+    if (!pd->buffers[i].persistent) {
+      cs[nc++] = pd->buffers[i].offset;
+      cs[nc++] = pd->buffers[i].offset + pd->buffers[i].bytes;
+    }
+  qsort(cs, (size_t)nc, sizeof *cs, cmp_i64);
+  int m = 0;
+  for (int i = 0; i < nc; i++)
+    if (m == 0 || cs[m - 1] != cs[i]) cs[m++] = cs[i];
+  maxtree t = {.n = m > 1 ? m - 1 : 1};
+  t.mx = malloc(sizeof *t.mx * 4 * (size_t)t.n);
+  t.tag = malloc(sizeof *t.tag * 4 * (size_t)t.n);
+  int *rec_after = malloc(sizeof *rec_after * ((size_t)pd->nsteps + 1));  /* event recorded after step s, or -1 */
+  int *wait_before = malloc(sizeof *wait_before * ((size_t)pd->nsteps + 1)); /* event the copy stream waits on before s */
+  TFG_ASSERT(t.mx && t.tag && rec_after && wait_before);
+  for (int i = 0; i < 4 * t.n; i++) t.mx[i] = t.tag[i] = -1;
+  for (int s = 0; s < pd->nsteps; s++) rec_after[s] = wait_before[s] = -1;
+  int ordered[TFG_PLAN_STREAMS] = {-1, -1, -1}; /* per stream: the copy stream waited on it past this step */
+  int added = 0;
+  for (int i = 0; i < nb; i++) {
+    const tfg_plan_buffer *bf = &pd->buffers[i];
+    if (bf->persistent) continue;
+    int lo = coord(cs, m, bf->offset), hi = coord(cs, m, bf->offset + bf->bytes);
+    if (bf->copy) {
+      int need = maxtree_query(&t, 1, 0, t.n, lo, hi);
+      int s = need >= 0 ? pd->steps[need].stream : TFG_PLAN_STREAM_COPY;
+      if (s != TFG_PLAN_STREAM_COPY && need > ordered[s]) {
+        TFG_ASSERT(need < bf->first && rec_after[need] < 0 && wait_before[bf->first] < 0);
+        rec_after[need] = wait_before[bf->first] = p->nevents++;
+        ordered[s] = need;
+        added += 2;
+      }
+    }
+    maxtree_update(&t, 1, 0, t.n, lo, hi, bf->last);
+  }
+  if (added > 0) {
+    tfg_plan_step *steps = malloc(sizeof *steps * ((size_t)pd->nsteps + (size_t)added));
+    int *at = malloc(sizeof *at * ((size_t)pd->nsteps + 1)); /* old index -> new */
+    TFG_ASSERT(steps && at);
+    int k = 0;
+    for (int s = 0; s < pd->nsteps; s++) {
+      if (wait_before[s] >= 0) steps[k++] = step_of(TFG_PLAN_WAIT, TFG_PLAN_STREAM_COPY, -1, -1, wait_before[s]);
+      at[s] = k;
+      steps[k++] = pd->steps[s];
+      if (rec_after[s] >= 0) steps[k++] = step_of(TFG_PLAN_RECORD, pd->steps[s].stream, -1, -1, rec_after[s]);
+    }
+    TFG_ASSERT(k == pd->nsteps + added);
+    for (int i = 0; i < nb; i++) {
+      tfg_plan_buffer *bf = &pd->buffers[i];
+      if (bf->persistent) {
+        bf->last = k - 1;
+      } else {
+        bf->first = at[bf->first];
+        bf->last = at[bf->last];
+      }
+    }
+    free(pd->steps);
+    pd->steps = steps;
+    pd->nsteps = k;
+    free(at);
+  }
+  free(cs);
+  free(t.mx);
+  free(t.tag);
+  free(rec_after);
+  free(wait_before);
+}
+
 tfg_status tfg_plan_build(const tfg_graph *g, const tfg_placement *pl, const tfg_devices *ds, tfg_diag *d,
                           tfg_plan **out) {
+  return tfg_plan_build_with(g, pl, ds, NULL, d, out);
+}
+
+tfg_status tfg_plan_build_with(const tfg_graph *g, const tfg_placement *pl, const tfg_devices *ds,
+                               const tfg_plan_opts *o, tfg_diag *d, tfg_plan **out) {
   tfg_plan *p = calloc(1, sizeof *p);
   TFG_ASSERT(p != NULL);
   p->g = g;
@@ -459,20 +985,26 @@ tfg_status tfg_plan_build(const tfg_graph *g, const tfg_placement *pl, const tfg
   p->ds = ds;
   p->ndev = tfg_devices_count(ds);
   p->dev = calloc((size_t)p->ndev, sizeof *p->dev);
+  p->bucket_bytes = o && o->bucket_bytes > 0 ? o->bucket_bytes : TFG_PLAN_BUCKET_BYTES;
   int32_t n = g->nnodes;
   builder b = {.g = g, .p = p};
   b.dev = malloc(sizeof *b.dev * ((size_t)n + 1));
   b.own_buf = malloc(sizeof *b.own_buf * ((size_t)n + 1));
   b.copy_head = malloc(sizeof *b.copy_head * ((size_t)n + 1));
+  b.bucket_of = malloc(sizeof *b.bucket_of * ((size_t)n + 1));
+  b.rank_of = malloc(sizeof *b.rank_of * ((size_t)n + 1));
   b.steps_cap = calloc((size_t)p->ndev, sizeof *b.steps_cap);
   b.bufs_cap = calloc((size_t)p->ndev, sizeof *b.bufs_cap);
-  TFG_ASSERT(p->dev && b.dev && b.own_buf && b.copy_head && b.steps_cap && b.bufs_cap);
+  TFG_ASSERT(p->dev && b.dev && b.own_buf && b.copy_head && b.bucket_of && b.rank_of && b.steps_cap && b.bufs_cap);
   for (int32_t i = 0; i < n; i++) {
     b.dev[i] = tfg_placement_device(pl, i);
     TFG_ASSERT(b.dev[i] >= 0 && b.dev[i] < p->ndev);
     b.own_buf[i] = -1;
     b.copy_head[i] = -1;
   }
+
+  /* Pass 0: the buckets. */
+  make_buckets(&b, p->bucket_bytes);
 
   /* Pass 1: the copies, from the edges that cross devices. */
   for (int32_t i = 0; i < n; i++) {
@@ -491,11 +1023,27 @@ tfg_status tfg_plan_build(const tfg_graph *g, const tfg_placement *pl, const tfg
 
   /* Pass 2: the steps, in graph order. Persistent tensors are not
    * launched (they are initialized once, not every step), but are sent
-   * like any other tensor, at their place in graph order. */
+   * like any other tensor, at their place in graph order. An ALLREDUCE
+   * node has no step of its own: its bucket's steps come after the node
+   * pass 0 chose on each rank, and its sends once every rank has listed
+   * the bucket (so no copy stream waits for a rank that is still far
+   * behind in the sweep). */
   for (int32_t i = 0; i < n; i++) {
-    if (!persistent(&g->nodes[i])) launch(&b, i);
-    send(&b, i);
+    bool ar = g->nodes[i].op == TFG_OP_ALLREDUCE;
+    if (!ar && !persistent(&g->nodes[i])) launch(&b, i);
+    list_buckets_at(&b, i, true);
+    if (!ar) send(&b, i, -1);
+    list_buckets_at(&b, i, false);
+    for (int bk = b.done_head ? b.done_head[i] : -1; bk >= 0; bk = b.done_next[bk]) {
+      const tfg_plan_bucket *pb = &p->buckets[bk];
+      for (int r = 0; r < pb->nranks; r++)
+        for (int k = 0; k < pb->nnodes; k++) send(&b, pb->nodes[r * pb->nnodes + k], b.ev2[b.base[bk] + r]);
+    }
   }
+  /* A bucket no op reads on a rank is still waited on there, at the end:
+   * its gradients live until then, and its ev2 has a WAIT. */
+  for (int bk = 0; bk < p->nbuckets; bk++)
+    for (int r = 0; r < p->buckets[bk].nranks; r++) wait_bucket(&b, bk, r);
 
   /* A tensor sent to another device stays live to the end of its own
    * device's steps. The COPY that reads it runs on the destination's copy
@@ -534,14 +1082,13 @@ tfg_status tfg_plan_build(const tfg_graph *g, const tfg_placement *pl, const tfg
 
   /* Pass 3: memory. A COPY's buffer starts at the COPY's place in the
    * device's list, as plan.h defines liveness, so it may take memory that
-   * a compute step listed before it was the last to read. The copy stream
-   * waits only on the source, so with truly concurrent streams an executor
-   * must not start a COPY before the compute stream has passed the steps
-   * listed before it; one that runs a device's list in order on one worker
-   * thread gets that for free. */
+   * a compute step listed before it was the last to read; pass 4 orders
+   * such copies after that step. */
   tfg_status st = TFG_OK;
   for (int dv = 0; dv < p->ndev && st == TFG_OK; dv++)
     if (!assign_memory(p, dv, d)) st = TFG_ERR_OOM;
+  /* Pass 4: copy ordering. */
+  for (int dv = 0; dv < p->ndev && st == TFG_OK; dv++) order_copies(p, dv);
 
   free(b.dev);
   free(b.own_buf);
@@ -549,6 +1096,17 @@ tfg_status tfg_plan_build(const tfg_graph *g, const tfg_placement *pl, const tfg
   free(b.copies);
   free(b.steps_cap);
   free(b.bufs_cap);
+  free(b.bucket_of);
+  free(b.rank_of);
+  free(b.base);
+  free(b.at);
+  free(b.ev2);
+  free(b.waited2);
+  free(b.done);
+  free(b.at_head);
+  free(b.at_next);
+  free(b.done_head);
+  free(b.done_next);
   if (st != TFG_OK) {
     tfg_plan_free(p);
     *out = NULL;
@@ -564,9 +1122,10 @@ typedef struct checker {
   const tfg_plan *p;
   const tfg_graph *g;
   tfg_strbuf *why;
-  int nstreams;       /* 2 per device: stream s of device d is 2 * d + s */
-  /* where each node is launched (from a scan of the steps) */
-  int *l_dev, *l_step;
+  int nstreams;       /* 3 per device: stream s of device d is 3 * d + s */
+  /* where each node's value is produced (from a scan of the steps): by a
+   * LAUNCH on stream 0, or an ALLREDUCE on stream 2 */
+  int *l_dev, *l_step, *l_stream;
   int32_t *l_time;    /* its time on its stream once replayed, else 0 */
   int *p_dev;         /* the device holding it as a persistent buffer, or -1 */
   /* the copies, per node a list (from a scan of the steps) */
@@ -578,6 +1137,15 @@ typedef struct checker {
   } *c;
   int nc;
   int *own_buf;       /* per node: its non-copy, non-persistent buffer's index on l_dev */
+  /* buckets: a (bucket, rank) pair is slot br_base[b] + r */
+  int *b_of, *r_of;   /* per node: an ALLREDUCE node's bucket and rank, else -1 */
+  int *br_base;
+  int *ar_step;       /* per slot: its ALLREDUCE step on the rank, or -1 */
+  int *ar_seq;        /* per slot: its place among the rank's ALLREDUCE steps */
+  /* per step of every device (device d's step s at step_base[d] + s) */
+  int *step_base;
+  int32_t *sclock;    /* 3 per step once replayed: its stream's clock for the device's 3 streams */
+  int *release;       /* an ALLREDUCE's first compute step on the device ordered after it, or -1 */
 } checker;
 
 static bool fail(checker *ck, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -605,25 +1173,101 @@ static struct vcopy *vfind(const checker *ck, tfg_node_id x, int dst) {
   return NULL;
 }
 
-/* Steps well formed: kinds, streams, nodes, devices and events in range;
- * every op (not params and state) launched once, on its placed device, in
- * graph order there; every event recorded at most once and every waited
- * event recorded. Fills the launch and copy tables. */
+/* A bucket's rank r's k-th node. */
+static tfg_node_id bnode(const tfg_plan_bucket *pb, int r, int k) { return pb->nodes[r * pb->nnodes + k]; }
+
+/* The bucket table: ranks distinct devices in ascending order; every
+ * ALLREDUCE node of the graph in exactly one bucket, on its rank's
+ * device as placed; the same keys in the same order, one dtype and the
+ * same shapes on every rank; group sizes (attrs.n) the rank count; bytes
+ * the sum. Fills b_of, r_of and br_base. */
+static bool check_buckets(checker *ck) {
+  const tfg_plan *p = ck->p;
+  const tfg_graph *g = ck->g;
+  int nslots = 0;
+  if (p->nbuckets < 0 || (p->nbuckets > 0 && !p->buckets)) return fail(ck, "the plan has %d buckets", p->nbuckets);
+  for (int b = 0; b < p->nbuckets; b++) {
+    const tfg_plan_bucket *pb = &p->buckets[b];
+    ck->br_base[b] = nslots;
+    if (pb->nranks < 1 || pb->nnodes < 1 || !pb->devices || !pb->nodes)
+      return fail(ck, "bucket %d has %d ranks and %d tensors", b, pb->nranks, pb->nnodes);
+    nslots += pb->nranks;
+    for (int r = 0; r < pb->nranks; r++)
+      if (pb->devices[r] < 0 || pb->devices[r] >= p->ndev || (r > 0 && pb->devices[r] <= pb->devices[r - 1]))
+        return fail(ck, "bucket %d: rank %d is device %d (ranks are distinct devices in ascending order)", b, r,
+                    pb->devices[r]);
+    int64_t bytes = 0;
+    for (int r = 0; r < pb->nranks; r++)
+      for (int k = 0; k < pb->nnodes; k++) {
+        tfg_node_id x = bnode(pb, r, k);
+        if (x < 0 || x >= g->nnodes) return fail(ck, "bucket %d: node %d does not exist", b, (int)x);
+        const tfg_node *nd = &g->nodes[x], *n0 = &g->nodes[bnode(pb, 0, k)], *f = &g->nodes[bnode(pb, 0, 0)];
+        char *t = ntext(ck, x);
+        bool ok = true;
+        int placed = tfg_placement_device(p->pl, x);
+        if (nd->op != TFG_OP_ALLREDUCE || nd->ninputs != 1)
+          ok = fail(ck, "bucket %d holds %s, which is not an all-reduce of one tensor", b, t);
+        else if (ck->b_of[x] >= 0)
+          ok = fail(ck, "%s is in bucket %d and bucket %d", t, ck->b_of[x], b);
+        else if (placed != pb->devices[r])
+          ok = fail(ck, "bucket %d: %s is placed on %s, but is rank %d's (%s)", b, t, dev_name(p, placed), r,
+                    dev_name(p, pb->devices[r]));
+        else if (n0->op == TFG_OP_ALLREDUCE && nd->attrs.start != n0->attrs.start)
+          ok = fail(ck, "bucket %d: %s has key %" PRId64 ", but rank 0's tensor %d has key %" PRId64, b, t,
+                    nd->attrs.start, k, n0->attrs.start);
+        else if (nd->dtype != f->dtype || !tfg_shape_eq(&nd->shape, &n0->shape))
+          ok = fail(ck, "bucket %d: %s differs from its key's other tensors or the bucket's dtype", b, t);
+        else if (nd->attrs.n != pb->nranks)
+          ok = fail(ck, "bucket %d: %s is one of a group of %" PRId64 " (attrs.n), but the bucket has %d ranks", b, t,
+                    nd->attrs.n, pb->nranks);
+        free(t);
+        if (!ok) return false;
+        ck->b_of[x] = b;
+        ck->r_of[x] = r;
+        if (r == 0) bytes += bytes_of(nd);
+      }
+    if (bytes != pb->bytes)
+      return fail(ck, "bucket %d has %" PRId64 " bytes, but its tensors have %" PRId64, b, pb->bytes, bytes);
+  }
+  for (tfg_node_id i = 0; i < g->nnodes; i++)
+    if (g->nodes[i].op == TFG_OP_ALLREDUCE && ck->b_of[i] < 0) {
+      char *t = ntext(ck, i);
+      fail(ck, "%s is in no bucket", t);
+      free(t);
+      return false;
+    }
+  return true;
+}
+
+/* Steps well formed: kinds, streams, nodes, devices, buckets and events
+ * in range; every op (not params, state and ALLREDUCE nodes) launched
+ * once, on its placed device, in graph order there; every bucket's
+ * ALLREDUCE once on each of its ranks and nowhere else, in one relative
+ * order on all ranks; every event recorded at most once and every waited
+ * event recorded. Fills the launch, copy and all-reduce tables. */
 static bool check_steps(checker *ck, int *rec_dev, int *rec_step, int *nwaits, tfg_node_id *last_launch) {
   const tfg_plan *p = ck->p;
   int32_t n = ck->g->nnodes;
   for (int d = 0; d < p->ndev; d++) last_launch[d] = -1;
-  for (int d = 0; d < p->ndev; d++)
+  for (int d = 0; d < p->ndev; d++) {
+    int nseq = 0;
     for (int s = 0; s < p->dev[d].nsteps; s++) {
       const tfg_plan_step *st = &p->dev[d].steps[s];
       const char *dn = dev_name(p, d);
-      if (st->stream != 0 && st->stream != 1) return fail(ck, "%s step %d: stream %d does not exist", dn, s, st->stream);
+      if (st->stream < 0 || st->stream >= TFG_PLAN_STREAMS)
+        return fail(ck, "%s step %d: stream %d does not exist", dn, s, st->stream);
       switch (st->kind) {
       case TFG_PLAN_LAUNCH:
       case TFG_PLAN_COPY:
         if (st->node < 0 || st->node >= n) return fail(ck, "%s step %d: node %d does not exist", dn, s, (int)st->node);
         if (st->kind == TFG_PLAN_LAUNCH) {
           if (st->stream != 0) return fail(ck, "%s step %d: a launch on stream %d, not the compute stream", dn, s, st->stream);
+          if (ck->b_of[st->node] >= 0) {
+            char *t = ntext(ck, st->node);
+            bool r = fail(ck, "%s step %d: launches %s, which only its bucket's all-reduce computes", dn, s, t);
+            free(t);
+            return r;
+          }
           if (ck->l_dev[st->node] >= 0) {
             char *t = ntext(ck, st->node);
             bool r = fail(ck, "%s step %d: %s is launched twice (first on %s step %d)", dn, s, t,
@@ -641,6 +1285,7 @@ static bool check_steps(checker *ck, int *rec_dev, int *rec_step, int *nwaits, t
           last_launch[d] = st->node;
           ck->l_dev[st->node] = d;
           ck->l_step[st->node] = s;
+          ck->l_stream[st->node] = TFG_PLAN_STREAM_COMPUTE;
         } else {
           if (st->stream != 1) return fail(ck, "%s step %d: a copy on stream %d, not the copy stream", dn, s, st->stream);
           if (st->src < 0 || st->src >= p->ndev || st->src == d)
@@ -655,6 +1300,28 @@ static bool check_steps(checker *ck, int *rec_dev, int *rec_step, int *nwaits, t
           ck->c_head[st->node] = ck->nc++;
         }
         break;
+      case TFG_PLAN_ALLREDUCE: {
+        if (st->stream != TFG_PLAN_STREAM_COLLECTIVE)
+          return fail(ck, "%s step %d: an all-reduce on stream %d, not the collective stream", dn, s, st->stream);
+        if (st->bucket < 0 || st->bucket >= p->nbuckets)
+          return fail(ck, "%s step %d: bucket %d does not exist (the plan has %d)", dn, s, st->bucket, p->nbuckets);
+        const tfg_plan_bucket *pb = &p->buckets[st->bucket];
+        int r = rank_in(pb, d);
+        if (r < 0) return fail(ck, "%s step %d: all-reduces bucket %d, whose ranks do not include %s", dn, s, st->bucket, dn);
+        int slot = ck->br_base[st->bucket] + r;
+        if (ck->ar_step[slot] >= 0)
+          return fail(ck, "%s step %d: bucket %d is all-reduced twice on %s (first at step %d)", dn, s, st->bucket, dn,
+                      ck->ar_step[slot]);
+        ck->ar_step[slot] = s;
+        ck->ar_seq[slot] = nseq++;
+        for (int k = 0; k < pb->nnodes; k++) {
+          tfg_node_id x = bnode(pb, r, k);
+          ck->l_dev[x] = d;
+          ck->l_step[x] = s;
+          ck->l_stream[x] = TFG_PLAN_STREAM_COLLECTIVE;
+        }
+        break;
+      }
       case TFG_PLAN_RECORD:
       case TFG_PLAN_WAIT:
         if (st->event < 0 || st->event >= p->nevents)
@@ -672,6 +1339,39 @@ static bool check_steps(checker *ck, int *rec_dev, int *rec_step, int *nwaits, t
       default: return fail(ck, "%s step %d: unknown step kind %d", dn, s, (int)st->kind);
       }
     }
+  }
+  /* Every bucket on every rank: a rank without it leaves the others
+   * waiting in the collective forever. */
+  for (int b = 0; b < p->nbuckets; b++)
+    for (int r = 0; r < p->buckets[b].nranks; r++)
+      if (ck->ar_step[ck->br_base[b] + r] < 0)
+        return fail(ck, "bucket %d is never all-reduced on %s (rank %d of %d): the other ranks would wait for it forever",
+                    b, dev_name(p, p->buckets[b].devices[r]), r, p->buckets[b].nranks);
+  /* One relative order on all ranks: for consecutive buckets a, b on a
+   * device, every other device that is a rank of both runs a first.
+   * (Orders that disagree only through a third bucket deadlock too; the
+   * replay finds those.) */
+  for (int d = 0; d < p->ndev; d++) {
+    int prev = -1;
+    for (int s = 0; s < p->dev[d].nsteps; s++) {
+      const tfg_plan_step *st = &p->dev[d].steps[s];
+      if (st->kind != TFG_PLAN_ALLREDUCE) continue;
+      int cur = st->bucket;
+      if (prev >= 0) {
+        const tfg_plan_bucket *pa = &p->buckets[prev], *pc = &p->buckets[cur];
+        for (int ra = 0; ra < pa->nranks; ra++) {
+          int e = pa->devices[ra], rc = rank_in(pc, e);
+          if (e == d || rc < 0) continue;
+          if (ck->ar_seq[ck->br_base[prev] + ra] > ck->ar_seq[ck->br_base[cur] + rc])
+            return fail(ck,
+                        "buckets %d and %d are all-reduced in different orders: %s runs %d first, %s runs %d first "
+                        "(the collectives would deadlock)",
+                        prev, cur, dev_name(p, d), prev, dev_name(p, e), cur);
+        }
+      }
+      prev = cur;
+    }
+  }
   /* Every op runs once, where the placer put it. */
   for (tfg_node_id i = 0; i < n; i++) {
     if (persistent(&ck->g->nodes[i])) continue;
@@ -697,9 +1397,55 @@ static bool check_steps(checker *ck, int *rec_dev, int *rec_step, int *nwaits, t
  * k runs next, given k's vector clock. */
 static bool before(const int32_t *clock_k, int from, int32_t t) { return t > 0 && clock_k[from] >= t; }
 
+/* The time of device d's step s on its own stream once replayed, else 0. */
+static int32_t step_time(const checker *ck, int d, int s) {
+  return ck->sclock[3 * ((size_t)ck->step_base[d] + (size_t)s) + (size_t)ck->p->dev[d].steps[s].stream];
+}
+
+/* Records the clock of the step just run (device d's step s) for the
+ * memory checks: its view of the device's three streams. */
+static void note_clock(checker *ck, int d, int s, const int32_t *clock_k) {
+  int32_t *c = &ck->sclock[3 * ((size_t)ck->step_base[d] + (size_t)s)];
+  for (int j = 0; j < 3; j++) c[j] = clock_k[3 * d + j];
+}
+
+/* Whether x's value, read on device d by a step whose stream has clock
+ * ck_k, is there and happens before the read; else reports it (reader
+ * names what reads, at device d step s). */
+static bool check_read(checker *ck, int d, int s, const int32_t *ck_k, const char *reader, tfg_node_id x) {
+  const tfg_plan *p = ck->p;
+  const char *dn = dev_name(p, d);
+  if (ck->p_dev[x] == d) return true;
+  bool ok = true;
+  char *t = ntext(ck, x);
+  if (ck->l_dev[x] == d) {
+    if (!before(ck_k, 3 * d + ck->l_stream[x], ck->l_time[x]))
+      ok = fail(ck,
+                "%s step %d: %s reads %s (step %d, %s stream) without waiting for it: its stream waits on no event "
+                "recorded after it",
+                dn, s, reader, t, ck->l_step[x], stream_name(ck->l_stream[x]));
+  } else {
+    struct vcopy *c = vfind(ck, x, d);
+    if (!c)
+      ok = fail(ck, "%s step %d: %s reads %s, which is not on %s: not computed there, not persistent there, not copied in",
+                dn, s, reader, t, dn);
+    else if (!before(ck_k, 3 * d + 1, c->time))
+      ok = fail(ck,
+                "%s step %d: %s reads the copy of %s (step %d, copy stream) without waiting for it: its stream waits "
+                "on no event recorded after the copy",
+                dn, s, reader, t, c->step);
+  }
+  free(t);
+  return ok;
+}
+
 /* Replays the streams: each runs its steps in list order, a WAIT only once
- * its event is recorded. Vector clocks give the happens-before order, in
- * which every read must follow the step that produced the value. */
+ * its event is recorded, an ALLREDUCE only once every rank's collective
+ * stream has reached it (then it runs on all of them at once, and each
+ * rank's clock joins the others'). Vector clocks give the happens-before
+ * order, in which every read must follow the step that produced the
+ * value. Notes each step's clock, and each ALLREDUCE's release: the first
+ * compute step of its device ordered after it. */
 static bool replay(checker *ck, const int *nwaits) {
   const tfg_plan *p = ck->p;
   const tfg_graph *g = ck->g;
@@ -709,13 +1455,18 @@ static bool replay(checker *ck, const int *nwaits) {
   int *waits_left = malloc(sizeof *waits_left * ((size_t)p->nevents + 1));
   bool *recorded = calloc((size_t)p->nevents + 1, sizeof *recorded);
   int *pos = calloc((size_t)S, sizeof *pos); /* next step index in the device's list, per stream */
-  TFG_ASSERT(clock && ev && waits_left && recorded && pos);
+  int *narrived = calloc((size_t)p->nbuckets + 1, sizeof *narrived);
+  int nslots = p->nbuckets ? ck->br_base[p->nbuckets - 1] + p->buckets[p->nbuckets - 1].nranks : 0;
+  bool *arrived = calloc((size_t)nslots + 1, sizeof *arrived);
+  int *rel_pos = calloc((size_t)p->ndev + 1, sizeof *rel_pos); /* per device: the next ALLREDUCE to release */
+  int32_t *join = malloc(sizeof *join * (size_t)S);
+  TFG_ASSERT(clock && ev && waits_left && recorded && pos && narrived && arrived && rel_pos && join);
   memcpy(waits_left, nwaits, sizeof *waits_left * (size_t)p->nevents);
   bool ok = true, progress = true;
   while (ok && progress) {
     progress = false;
     for (int k = 0; k < S && ok; k++) {
-      int d = k / 2, stream = k % 2;
+      int d = k / 3, stream = k % 3;
       const tfg_plan_device *pd = &p->dev[d];
       int32_t *ck_k = &clock[(size_t)k * (size_t)S];
       for (;;) {
@@ -723,11 +1474,47 @@ static bool replay(checker *ck, const int *nwaits) {
         if (pos[k] >= pd->nsteps) break;
         int s = pos[k];
         const tfg_plan_step *st = &pd->steps[s];
+        const char *dn = dev_name(p, d);
         if (st->kind == TFG_PLAN_WAIT && !recorded[st->event]) break;
+        if (st->kind == TFG_PLAN_ALLREDUCE) {
+          const tfg_plan_bucket *pb = &p->buckets[st->bucket];
+          int r = rank_in(pb, d), slot = ck->br_base[st->bucket] + r;
+          if (!arrived[slot]) {
+            /* its reads happen before it, on this rank's own clock */
+            char reader[64];
+            snprintf(reader, sizeof reader, "bucket %d's all-reduce", st->bucket);
+            for (int j = 0; j < pb->nnodes && ok; j++)
+              ok = check_read(ck, d, s, ck_k, reader, g->nodes[bnode(pb, r, j)].inputs[0]);
+            if (!ok) break;
+            arrived[slot] = true;
+            narrived[st->bucket]++;
+            progress = true;
+          }
+          if (narrived[st->bucket] < pb->nranks) break;
+          /* the last rank is here: it runs everywhere */
+          for (int j = 0; j < S; j++) join[j] = 0;
+          for (int q = 0; q < pb->nranks; q++) {
+            const int32_t *c = &clock[(size_t)(3 * pb->devices[q] + 2) * (size_t)S];
+            for (int j = 0; j < S; j++)
+              if (c[j] > join[j]) join[j] = c[j];
+          }
+          for (int q = 0; q < pb->nranks; q++) {
+            int e = pb->devices[q], kq = 3 * e + 2, sq = ck->ar_step[ck->br_base[st->bucket] + q];
+            int32_t *c = &clock[(size_t)kq * (size_t)S];
+            memcpy(c, join, sizeof *c * (size_t)S);
+            int32_t now = ++c[kq];
+            for (int j = 0; j < pb->nnodes; j++) ck->l_time[bnode(pb, q, j)] = now;
+            note_clock(ck, e, sq, c);
+            TFG_ASSERT(pos[kq] == sq);
+            pos[kq] = sq + 1;
+          }
+          narrived[st->bucket] = -1; /* ran */
+          progress = true;
+          continue;
+        }
         progress = true;
         pos[k]++;
         int32_t now = ++ck_k[k];
-        const char *dn = dev_name(p, d);
         if (st->kind == TFG_PLAN_RECORD) {
           recorded[st->event] = true;
           if (waits_left[st->event] > 0) {
@@ -743,16 +1530,23 @@ static bool replay(checker *ck, const int *nwaits) {
             free(ev[st->event]);
             ev[st->event] = NULL;
           }
+          /* the compute stream may now be past ALLREDUCEs of its device */
+          while (stream == TFG_PLAN_STREAM_COMPUTE) {
+            while (rel_pos[d] < pd->nsteps && pd->steps[rel_pos[d]].kind != TFG_PLAN_ALLREDUCE) rel_pos[d]++;
+            if (rel_pos[d] >= pd->nsteps || !before(ck_k, 3 * d + 2, step_time(ck, d, rel_pos[d]))) break;
+            ck->release[ck->step_base[d] + rel_pos[d]++] = s;
+          }
         } else if (st->kind == TFG_PLAN_COPY) {
           tfg_node_id x = st->node;
           struct vcopy *c = vfind(ck, x, d);
           c->time = now;
+          note_clock(ck, d, s, ck_k);
           if (ck->p_dev[x] == st->src) continue;
           char *t = ntext(ck, x);
           if (ck->l_dev[x] != st->src)
             ok = fail(ck, "%s step %d: copies %s from %s, which neither computes it nor holds it", dn, s, t,
                       dev_name(p, st->src));
-          else if (!before(ck_k, 2 * st->src, ck->l_time[x]))
+          else if (!before(ck_k, 3 * st->src + ck->l_stream[x], ck->l_time[x]))
             ok = fail(ck,
                       "%s step %d: copies %s before %s has computed it (step %d): the copy stream waits on no event "
                       "recorded after it",
@@ -762,52 +1556,53 @@ static bool replay(checker *ck, const int *nwaits) {
         } else { /* LAUNCH */
           const tfg_node *nd = &g->nodes[st->node];
           ck->l_time[st->node] = now;
+          char *a = ntext(ck, st->node);
           for (int j = 0; j < nd->ninputs && ok; j++) {
             tfg_node_id x = nd->inputs[j];
-            if (ck->p_dev[x] == d) continue;
-            if (ck->l_dev[x] == d) {
-              if (ck->l_step[x] < s) continue;
-              char *a = ntext(ck, st->node), *t = ntext(ck, x);
+            if (ck->l_dev[x] == d && ck->l_stream[x] == TFG_PLAN_STREAM_COMPUTE && ck->l_step[x] >= s) {
+              char *t = ntext(ck, x);
               ok = fail(ck, "%s step %d: %s reads %s, which is computed only later (step %d)", dn, s, a, t,
                         ck->l_step[x]);
-              free(a);
               free(t);
-              break;
+            } else {
+              ok = check_read(ck, d, s, ck_k, a, x);
             }
-            struct vcopy *c = vfind(ck, x, d);
-            if (c && before(ck_k, 2 * d + 1, c->time)) continue;
-            char *a = ntext(ck, st->node), *t = ntext(ck, x);
-            if (!c)
-              ok = fail(ck, "%s step %d: %s reads %s, which is not on %s: not computed there, not persistent there, "
-                            "not copied in",
-                        dn, s, a, t, dn);
-            else
-              ok = fail(ck,
-                        "%s step %d: %s reads the copy of %s (step %d, copy stream) without waiting for it: the "
-                        "compute stream waits on no event recorded after the copy",
-                        dn, s, a, t, c->step);
-            free(a);
-            free(t);
           }
+          free(a);
           if (!ok) break;
         }
+        note_clock(ck, d, s, ck_k);
       }
     }
   }
   /* Streams left with steps: each is stuck on a WAIT whose RECORD never
-   * comes before it (waits that wait on each other). */
-  for (int k = 0; k < S && ok; k++) {
-    const tfg_plan_device *pd = &p->dev[k / 2];
-    if (pos[k] < pd->nsteps)
-      ok = fail(ck, "%s step %d: waits on event %d, which can never be recorded before it (a cycle of waits)",
-                dev_name(p, k / 2), pos[k], pd->steps[pos[k]].event);
-  }
+   * comes before it (waits that wait on each other), or on an ALLREDUCE
+   * some rank never reaches. A stuck collective is named first: the
+   * WAITs stuck behind it are its consequence. */
+  for (int pass = 0; pass < 2 && ok; pass++)
+    for (int k = 0; k < S && ok; k++) {
+      const tfg_plan_device *pd = &p->dev[k / 3];
+      if (pos[k] >= pd->nsteps) continue;
+      const tfg_plan_step *st = &pd->steps[pos[k]];
+      if (pass == 0 && st->kind == TFG_PLAN_ALLREDUCE)
+        ok = fail(ck,
+                  "%s step %d: bucket %d's all-reduce can never run: not every rank reaches it (buckets in different "
+                  "orders, or a cycle of waits)",
+                  dev_name(p, k / 3), pos[k], st->bucket);
+      else if (pass == 1)
+        ok = fail(ck, "%s step %d: waits on event %d, which can never be recorded before it (a cycle of waits)",
+                  dev_name(p, k / 3), pos[k], st->event);
+    }
   for (int e = 0; e < p->nevents; e++) free(ev[e]);
   free(clock);
   free(ev);
   free(waits_left);
   free(recorded);
   free(pos);
+  free(narrived);
+  free(arrived);
+  free(rel_pos);
+  free(join);
   return ok;
 }
 
@@ -849,10 +1644,13 @@ static bool check_buffers(checker *ck, int d) {
     } else if (!bf->persistent) {
       /* its first step writes it; a tensor has one buffer per device */
       const tfg_plan_step *w = &pd->steps[bf->first];
-      tfg_plan_step_kind want = bf->copy ? TFG_PLAN_COPY : TFG_PLAN_LAUNCH;
-      if (w->kind != want || w->node != bf->node) {
+      bool reduced = !bf->copy && ck->b_of[bf->node] >= 0;
+      bool writes = bf->copy  ? w->kind == TFG_PLAN_COPY && w->node == bf->node
+                    : reduced ? w->kind == TFG_PLAN_ALLREDUCE && ck->l_dev[bf->node] == d && ck->l_step[bf->node] == bf->first
+                              : w->kind == TFG_PLAN_LAUNCH && w->node == bf->node;
+      if (!writes) {
         ok = fail(ck, "%s: the buffer of %s starts at step %d, which does not %s it", dn, t, bf->first,
-                  bf->copy ? "copy" : "compute");
+                  bf->copy ? "copy" : reduced ? "all-reduce" : "compute");
       } else {
         /* the step exists, so check_steps listed it */
         int *slot = bf->copy ? &vfind(ck, bf->node, d)->buf : &ck->own_buf[bf->node];
@@ -865,11 +1663,143 @@ static bool check_buffers(checker *ck, int d) {
   return ok;
 }
 
+/* The buffer index of x's value on device d (own, copy, or -1 for a
+ * persistent or empty one). */
+static int vbuf(const checker *ck, tfg_node_id x, int d) {
+  if (ck->p_dev[x] == d) return -1;
+  if (ck->l_dev[x] == d) return ck->own_buf[x];
+  const struct vcopy *c = vfind(ck, x, d);
+  return c ? c->buf : -1;
+}
+
+/* Checks that buffer bi of device d, read at step s by `reader`, is live
+ * there. */
+static bool check_live(checker *ck, int d, int s, int bi, const char *reader, tfg_node_id x) {
+  const tfg_plan_buffer *bf = &ck->p->dev[d].buffers[bi];
+  if (s >= bf->first && s <= bf->last) return true;
+  char *t = ntext(ck, x);
+  fail(ck, "%s step %d: %s reads %s%s, whose buffer lives only at steps %d-%d", dev_name(ck->p, d), s, reader,
+       bf->copy ? "the copy of " : "", t, bf->first, bf->last);
+  free(t);
+  return false;
+}
+
+/* The rule for concurrent streams (plan.h), on device d: a sweep over
+ * the buffers in write order keeps, per byte, the latest buffer placed
+ * there (disjoint intervals in a treap keyed by start); each buffer's
+ * predecessors are the buffers its bytes held last. Every access to a
+ * predecessor (its last on each of the device's streams) must happen
+ * before the step that writes the new buffer. Latest holders suffice:
+ * an older holder's accesses happen before the next holder's write,
+ * which happens before that holder's last access. The persistent
+ * buffers never move and are not in the sweep. */
+static bool check_reuse(checker *ck, int d, const int *by_first, int np, int nt) {
+  const tfg_plan *p = ck->p;
+  const tfg_plan_device *pd = &p->dev[d];
+  int nb = pd->nbuffers;
+  int *acc = malloc(sizeof *acc * (3 * (size_t)nb + 1)); /* per buffer and stream: the last step accessing it */
+  TFG_ASSERT(acc != NULL);
+  for (int i = 0; i < 3 * nb; i++) acc[i] = -1;
+#define TOUCH(bi, s)                                                   \
+  do {                                                                 \
+    int b_ = (bi);                                                     \
+    if (b_ >= 0) acc[3 * b_ + pd->steps[s].stream] = (s);              \
+  } while (0)
+  for (int s = 0; s < pd->nsteps; s++) {
+    const tfg_plan_step *st = &pd->steps[s];
+    if (st->kind == TFG_PLAN_LAUNCH) {
+      TOUCH(ck->own_buf[st->node], s);
+      const tfg_node *nd = &ck->g->nodes[st->node];
+      for (int j = 0; j < nd->ninputs; j++) TOUCH(vbuf(ck, nd->inputs[j], d), s);
+    } else if (st->kind == TFG_PLAN_COPY) {
+      TOUCH(vfind(ck, st->node, d)->buf, s);
+    } else if (st->kind == TFG_PLAN_ALLREDUCE) {
+      const tfg_plan_bucket *pb = &p->buckets[st->bucket];
+      int r = rank_in(pb, d);
+      for (int j = 0; j < pb->nnodes; j++) {
+        TOUCH(ck->own_buf[bnode(pb, r, j)], s);
+        TOUCH(vbuf(ck, ck->g->nodes[bnode(pb, r, j)].inputs[0], d), s);
+      }
+    }
+  }
+#undef TOUCH
+  /* intervals [ka, hi) held by owner; at most two new per buffer */
+  treap held;
+  treap_init(&held, 2 * nb + 2);
+  int64_t *hi = malloc(sizeof *hi * (2 * (size_t)nb + 2));
+  int *owner = malloc(sizeof *owner * (2 * (size_t)nb + 2));
+  int *pred = malloc(sizeof *pred * (2 * (size_t)nb + 2));
+  TFG_ASSERT(hi && owner && pred);
+  int nodes = 0;
+  bool ok = true;
+  for (int k = np; k < np + nt && ok; k++) {
+    int bi = by_first[k];
+    const tfg_plan_buffer *bf = &pd->buffers[bi];
+    int64_t lo = bf->offset, end = bf->offset + bf->bytes;
+    int npred = 0;
+    int x = treap_floor_below(&held, lo, INT64_MAX); /* the interval starting at or below lo */
+    if (x >= 0 && hi[x] > lo) {
+      pred[npred++] = owner[x];
+      if (hi[x] > end) { /* it covers the new one: keep its tail */
+        hi[nodes] = hi[x];
+        owner[nodes] = owner[x];
+        treap_insert(&held, nodes, end, nodes);
+        nodes++;
+      }
+      if (held.ka[x] < lo) hi[x] = lo;
+      else treap_erase(&held, x);
+    }
+    for (int y; (y = treap_ceil(&held, lo, INT64_MIN)) >= 0 && held.ka[y] < end;) {
+      pred[npred++] = owner[y];
+      treap_erase(&held, y);
+      if (hi[y] > end) {
+        hi[nodes] = hi[y];
+        owner[nodes] = owner[y];
+        treap_insert(&held, nodes, end, nodes);
+        nodes++;
+      }
+    }
+    hi[nodes] = end;
+    owner[nodes] = bi;
+    treap_insert(&held, nodes, lo, nodes);
+    nodes++;
+    TFG_ASSERT(nodes <= 2 * nb + 2 && npred <= 2 * nb + 2);
+    int w = bf->first;
+    for (int q = 0; q < npred && ok; q++) {
+      const tfg_plan_buffer *o = &pd->buffers[pred[q]];
+      if (o->last >= w) continue; /* live at once: check_memory's overlap */
+      for (int j = 0; j < 3 && ok; j++) {
+        int a = acc[3 * pred[q] + j];
+        if (a < 0) continue;
+        int32_t ta = step_time(ck, d, a), seen = ck->sclock[3 * ((size_t)ck->step_base[d] + (size_t)w) + (size_t)j];
+        if (ta > 0 && seen >= ta) continue;
+        char *t = ntext(ck, bf->node), *u = ntext(ck, o->node);
+        ok = fail(ck,
+                  "%s step %d (%s stream) writes %s%s into [%" PRId64 ", %" PRId64 "), memory that step %d (%s stream) "
+                  "uses for %s%s, and nothing orders that step before the write (the streams run concurrently)",
+                  dev_name(p, d), w, stream_name(pd->steps[w].stream), bf->copy ? "the copy of " : "", t, lo, end, a,
+                  stream_name(j), o->copy ? "the copy of " : "", u);
+        free(t);
+        free(u);
+      }
+    }
+  }
+  treap_free(&held);
+  free(hi);
+  free(owner);
+  free(pred);
+  free(acc);
+  return ok;
+}
+
 /* Memory of device d: every value has its buffer, live at every step
- * that reads it; no two buffers live at once overlap, found by a sweep
- * over the steps with the live buffers kept in offset order (while the
- * set has no overlap, a new buffer overlapping any overlaps one of its
- * two neighbours in that order); the peak is the highest end. */
+ * that reads it; a bucket's gradients live until the compute stream is
+ * ordered after its ALLREDUCE; no two buffers live at once overlap,
+ * found by a sweep over the steps with the live buffers kept in offset
+ * order (while the set has no overlap, a new buffer overlapping any
+ * overlaps one of its two neighbours in that order); memory reused
+ * across streams is ordered (check_reuse); the peak is the highest
+ * end. */
 static bool check_memory(checker *ck, int d) {
   const tfg_plan *p = ck->p;
   const tfg_graph *g = ck->g;
@@ -907,23 +1837,52 @@ static bool check_memory(checker *ck, int d) {
         return false;
       }
     }
-    if (st->kind != TFG_PLAN_LAUNCH) continue;
-    const tfg_node *nd = &g->nodes[st->node];
-    for (int j = 0; j < nd->ninputs; j++) {
-      tfg_node_id x = nd->inputs[j];
-      if (ck->p_dev[x] == d || bytes_of(&g->nodes[x]) == 0) continue;
-      int bi = ck->l_dev[x] == d ? ck->own_buf[x] : vfind(ck, x, d)->buf;
-      if (bi < 0) continue; /* reported as that value's step */
-      const tfg_plan_buffer *bf = &pd->buffers[bi];
-      if (s < bf->first || s > bf->last) {
-        char *a = ntext(ck, st->node), *t = ntext(ck, x);
-        fail(ck, "%s step %d: %s reads %s%s, whose buffer lives only at steps %d-%d", dn, s, a, bf->copy ? "the copy of " : "",
-             t, bf->first, bf->last);
-        free(a);
+    if (st->kind == TFG_PLAN_ALLREDUCE) {
+      const tfg_plan_bucket *pb = &p->buckets[st->bucket];
+      int r = rank_in(pb, d), rel = ck->release[ck->step_base[d] + s];
+      char reader[64];
+      snprintf(reader, sizeof reader, "bucket %d's all-reduce", st->bucket);
+      for (int j = 0; j < pb->nnodes; j++) {
+        tfg_node_id x = bnode(pb, r, j), y = g->nodes[x].inputs[0];
+        if (ck->own_buf[x] < 0 && bytes_of(&g->nodes[x]) > 0) {
+          char *t = ntext(ck, x);
+          fail(ck, "%s step %d: %s has no buffer", dn, s, t);
+          free(t);
+          return false;
+        }
+        int bi = vbuf(ck, y, d);
+        if (bi < 0 || bytes_of(&g->nodes[y]) == 0) continue;
+        if (!check_live(ck, d, s, bi, reader, y)) return false;
+        const tfg_plan_buffer *bf = &pd->buffers[bi];
+        if (bf->last == pd->nsteps - 1 || (rel >= 0 && bf->last >= rel)) continue;
+        char *t = ntext(ck, y);
+        if (rel >= 0)
+          fail(ck,
+               "%s: the buffer of %s%s is freed after step %d, but %s (step %d, collective stream) reads it and the "
+               "compute stream is ordered after that only at step %d",
+               dn, bf->copy ? "the copy of " : "", t, bf->last, reader, s, rel);
+        else
+          fail(ck,
+               "%s: the buffer of %s%s is freed after step %d, but %s (step %d, collective stream) reads it and no "
+               "compute step is ordered after that: it lives to the end",
+               dn, bf->copy ? "the copy of " : "", t, bf->last, reader, s);
         free(t);
         return false;
       }
     }
+    if (st->kind != TFG_PLAN_LAUNCH) continue;
+    const tfg_node *nd = &g->nodes[st->node];
+    char *a = NULL;
+    for (int j = 0; j < nd->ninputs && ok; j++) {
+      tfg_node_id x = nd->inputs[j];
+      if (ck->p_dev[x] == d || bytes_of(&g->nodes[x]) == 0) continue;
+      int bi = vbuf(ck, x, d);
+      if (bi < 0) continue; /* reported as that value's step */
+      if (!a) a = ntext(ck, st->node);
+      ok = check_live(ck, d, s, bi, a, x);
+    }
+    free(a);
+    if (!ok) return false;
   }
 
   /* Overlaps: persistent buffers live throughout; the others enter at
@@ -979,6 +1938,7 @@ static bool check_memory(checker *ck, int d) {
     treap_insert(&live, bi, bf->offset, bi);
   }
   treap_free(&live);
+  ok = ok && check_reuse(ck, d, by_first, np, nt);
   free(by_first);
   free(by_last);
   free(cnt);
@@ -1000,24 +1960,41 @@ static bool check_memory(checker *ck, int d) {
 bool tfg_plan_validate(const tfg_plan *p, tfg_strbuf *why) {
   const tfg_graph *g = p->g;
   int32_t n = g->nnodes;
-  checker ck = {.p = p, .g = g, .why = why, .nstreams = 2 * p->ndev};
-  int ncopy = 0;
-  for (int d = 0; d < p->ndev; d++)
+  checker ck = {.p = p, .g = g, .why = why, .nstreams = 3 * p->ndev};
+  int ncopy = 0, nsteps = 0, nslots = 0;
+  for (int d = 0; d < p->ndev; d++) {
+    nsteps += p->dev[d].nsteps;
     for (int s = 0; s < p->dev[d].nsteps; s++) ncopy += p->dev[d].steps[s].kind == TFG_PLAN_COPY;
+  }
+  for (int b = 0; b < p->nbuckets; b++) nslots += p->buckets[b].nranks > 0 ? p->buckets[b].nranks : 0;
   ck.l_dev = malloc(sizeof *ck.l_dev * ((size_t)n + 1));
   ck.l_step = malloc(sizeof *ck.l_step * ((size_t)n + 1));
+  ck.l_stream = calloc((size_t)n + 1, sizeof *ck.l_stream);
   ck.l_time = calloc((size_t)n + 1, sizeof *ck.l_time);
   ck.p_dev = malloc(sizeof *ck.p_dev * ((size_t)n + 1));
   ck.c_head = malloc(sizeof *ck.c_head * ((size_t)n + 1));
   ck.own_buf = malloc(sizeof *ck.own_buf * ((size_t)n + 1));
   ck.c = calloc((size_t)ncopy + 1, sizeof *ck.c);
+  ck.b_of = malloc(sizeof *ck.b_of * ((size_t)n + 1));
+  ck.r_of = malloc(sizeof *ck.r_of * ((size_t)n + 1));
+  ck.br_base = calloc((size_t)(p->nbuckets > 0 ? p->nbuckets : 0) + 1, sizeof *ck.br_base);
+  ck.ar_step = malloc(sizeof *ck.ar_step * ((size_t)nslots + 1));
+  ck.ar_seq = calloc((size_t)nslots + 1, sizeof *ck.ar_seq);
+  ck.step_base = malloc(sizeof *ck.step_base * ((size_t)p->ndev + 1));
+  ck.sclock = calloc(3 * (size_t)nsteps + 1, sizeof *ck.sclock);
+  ck.release = malloc(sizeof *ck.release * ((size_t)nsteps + 1));
   int *rec_dev = malloc(sizeof *rec_dev * ((size_t)p->nevents + 1));
   int *rec_step = malloc(sizeof *rec_step * ((size_t)p->nevents + 1));
   int *nwaits = calloc((size_t)p->nevents + 1, sizeof *nwaits);
-  TFG_ASSERT(ck.l_dev && ck.l_step && ck.l_time && ck.p_dev && ck.c_head && ck.own_buf && ck.c && rec_dev && rec_step &&
-             nwaits);
-  for (int32_t i = 0; i < n; i++) ck.l_dev[i] = ck.l_step[i] = ck.p_dev[i] = ck.c_head[i] = ck.own_buf[i] = -1;
+  TFG_ASSERT(ck.l_dev && ck.l_step && ck.l_stream && ck.l_time && ck.p_dev && ck.c_head && ck.own_buf && ck.c &&
+             ck.b_of && ck.r_of && ck.br_base && ck.ar_step && ck.ar_seq && ck.step_base && ck.sclock && ck.release &&
+             rec_dev && rec_step && nwaits);
+  for (int32_t i = 0; i < n; i++)
+    ck.l_dev[i] = ck.l_step[i] = ck.p_dev[i] = ck.c_head[i] = ck.own_buf[i] = ck.b_of[i] = ck.r_of[i] = -1;
   for (int e = 0; e < p->nevents; e++) rec_dev[e] = rec_step[e] = -1;
+  for (int i = 0; i < nslots; i++) ck.ar_step[i] = -1;
+  for (int i = 0; i < nsteps; i++) ck.release[i] = -1;
+  for (int d = 0, at = 0; d < p->ndev; at += p->dev[d++].nsteps) ck.step_base[d] = at;
   /* Persistent buffers say where params and state live. */
   bool ok = true;
   for (int d = 0; d < p->ndev && ok; d++)
@@ -1031,13 +2008,14 @@ bool tfg_plan_validate(const tfg_plan *p, tfg_strbuf *why) {
       }
       ck.p_dev[bf->node] = d;
     }
-  tfg_node_id *last_launch = malloc(sizeof *last_launch * (size_t)p->ndev);
+  ok = ok && check_buckets(&ck);
+  tfg_node_id *last_launch = malloc(sizeof *last_launch * ((size_t)p->ndev + 1));
   TFG_ASSERT(last_launch);
   ok = ok && check_steps(&ck, rec_dev, rec_step, nwaits, last_launch);
   free(last_launch);
   ok = ok && replay(&ck, nwaits);
-  /* Every event is one half of a pair: a RECORD nobody waits on is a
-   * dependency the builder lost. */
+  /* Every event is one RECORD and at least one WAIT: a RECORD nobody
+   * waits on is a dependency the builder lost. */
   for (int e = 0; e < p->nevents && ok; e++) {
     if (rec_dev[e] < 0) ok = fail(&ck, "event %d is never recorded", e);
     else if (nwaits[e] == 0)
@@ -1047,11 +2025,20 @@ bool tfg_plan_validate(const tfg_plan *p, tfg_strbuf *why) {
   for (int d = 0; d < p->ndev && ok; d++) ok = check_memory(&ck, d);
   free(ck.l_dev);
   free(ck.l_step);
+  free(ck.l_stream);
   free(ck.l_time);
   free(ck.p_dev);
   free(ck.c_head);
   free(ck.own_buf);
   free(ck.c);
+  free(ck.b_of);
+  free(ck.r_of);
+  free(ck.br_base);
+  free(ck.ar_step);
+  free(ck.ar_seq);
+  free(ck.step_base);
+  free(ck.sclock);
+  free(ck.release);
   free(rec_dev);
   free(rec_step);
   free(nwaits);
@@ -1060,48 +2047,78 @@ bool tfg_plan_validate(const tfg_plan *p, tfg_strbuf *why) {
 
 /* ---- print ---------------------------------------------------------------------------- */
 
-static const char *const kind_names[] = {"launch", "copy", "record", "wait"};
-static const char *const stream_names[] = {"compute", "copy"};
+static const char *const kind_names[] = {"launch", "copy", "record", "wait", "allreduce"};
+
+/* "3 tensors, 1.5 MiB, ranks gpu:0 gpu:1" */
+static void bucket_text(const tfg_plan *p, int b, tfg_strbuf *out) {
+  const tfg_plan_bucket *pb = &p->buckets[b];
+  tfg_strbuf_printf(out, "%d tensor%s, ", pb->nnodes, pb->nnodes == 1 ? "" : "s");
+  tfg_size_format(out, pb->bytes);
+  tfg_strbuf_puts(out, ", ranks");
+  for (int r = 0; r < pb->nranks; r++)
+    tfg_strbuf_printf(out, " %s", pb->devices[r] >= 0 && pb->devices[r] < p->ndev ? dev_name(p, pb->devices[r]) : "?");
+}
 
 void tfg_plan_print(const tfg_plan *p, tfg_strbuf *out) {
   const tfg_graph *g = p->g;
-  /* Who records and who waits on each event, for the text beside them. */
+  /* Who records and who waits on each event, for the text beside them:
+   * the recorder, and the waiters in list order (a bucket's ev2 may have
+   * several), as lists threaded through wnext. */
+  int nwaits = 0;
+  for (int d = 0; d < p->ndev; d++)
+    for (int s = 0; s < p->dev[d].nsteps; s++) nwaits += p->dev[d].steps[s].kind == TFG_PLAN_WAIT;
   int *rec_dev = malloc(sizeof *rec_dev * ((size_t)p->nevents + 1));
   int *rec_stream = malloc(sizeof *rec_stream * ((size_t)p->nevents + 1));
-  int *wait_dev = malloc(sizeof *wait_dev * ((size_t)p->nevents + 1));
-  int *wait_stream = malloc(sizeof *wait_stream * ((size_t)p->nevents + 1));
-  TFG_ASSERT(rec_dev && rec_stream && wait_dev && wait_stream);
-  int ncopies = 0;
-  for (int e = 0; e < p->nevents; e++) rec_dev[e] = wait_dev[e] = -1;
+  int *whead = malloc(sizeof *whead * ((size_t)p->nevents + 1));
+  int *wtail = malloc(sizeof *wtail * ((size_t)p->nevents + 1));
+  int *wdev = malloc(sizeof *wdev * ((size_t)nwaits + 1));
+  int *wstream = malloc(sizeof *wstream * ((size_t)nwaits + 1));
+  int *wnext = malloc(sizeof *wnext * ((size_t)nwaits + 1));
+  TFG_ASSERT(rec_dev && rec_stream && whead && wtail && wdev && wstream && wnext);
+  int ncopies = 0, nw = 0;
+  for (int e = 0; e < p->nevents; e++) rec_dev[e] = whead[e] = wtail[e] = -1;
   for (int d = 0; d < p->ndev; d++)
     for (int s = 0; s < p->dev[d].nsteps; s++) {
       const tfg_plan_step *st = &p->dev[d].steps[s];
       if (st->kind == TFG_PLAN_COPY) ncopies++;
       if (st->kind != TFG_PLAN_RECORD && st->kind != TFG_PLAN_WAIT) continue;
       if (st->event < 0 || st->event >= p->nevents) continue;
-      int *dv = st->kind == TFG_PLAN_RECORD ? rec_dev : wait_dev;
-      int *sv = st->kind == TFG_PLAN_RECORD ? rec_stream : wait_stream;
-      if (dv[st->event] < 0) {
-        dv[st->event] = d;
-        sv[st->event] = st->stream;
+      if (st->kind == TFG_PLAN_RECORD) {
+        if (rec_dev[st->event] < 0) {
+          rec_dev[st->event] = d;
+          rec_stream[st->event] = st->stream;
+        }
+        continue;
       }
+      wdev[nw] = d;
+      wstream[nw] = st->stream;
+      wnext[nw] = -1;
+      if (wtail[st->event] >= 0) wnext[wtail[st->event]] = nw;
+      else whead[st->event] = nw;
+      wtail[st->event] = nw++;
     }
-  tfg_strbuf_printf(out, "plan: %d device%s, %d cop%s, %d event%s\n", p->ndev, p->ndev == 1 ? "" : "s", ncopies,
+  /* With buckets the columns widen for "collective" and "allreduce";
+   * plans without keep the narrow ones. */
+  bool coll = p->nbuckets > 0;
+  int sw = coll ? 10 : 7, kw = coll ? 9 : 6;
+  tfg_strbuf_printf(out, "plan: %d device%s, %d cop%s, %d event%s", p->ndev, p->ndev == 1 ? "" : "s", ncopies,
                     ncopies == 1 ? "y" : "ies", p->nevents, p->nevents == 1 ? "" : "s");
+  if (coll) tfg_strbuf_printf(out, ", %d bucket%s", p->nbuckets, p->nbuckets == 1 ? "" : "s");
+  tfg_strbuf_putc(out, '\n');
   for (int d = 0; d < p->ndev; d++) {
     const tfg_plan_device *pd = &p->dev[d];
-    tfg_strbuf_printf(out, "\n%s: 2 streams (0 compute, 1 copy-in), %d step%s, %d buffer%s, persistent ", dev_name(p, d),
+    tfg_strbuf_printf(out, "\n%s: %s, %d step%s, %d buffer%s, persistent ", dev_name(p, d),
+                      coll ? "3 streams (0 compute, 1 copy-in, 2 collective)" : "2 streams (0 compute, 1 copy-in)",
                       pd->nsteps, pd->nsteps == 1 ? "" : "s", pd->nbuffers, pd->nbuffers == 1 ? "" : "s");
     tfg_size_format(out, pd->persistent_bytes);
     tfg_strbuf_puts(out, ", peak ");
     tfg_size_format(out, pd->peak);
     tfg_strbuf_printf(out, " (%" PRId64 " bytes)\n", pd->peak);
-    if (pd->nsteps) tfg_strbuf_printf(out, "  %5s  %-7s  %-6s  %s\n", "step", "stream", "kind", "what");
+    if (pd->nsteps) tfg_strbuf_printf(out, "  %5s  %-*s  %-*s  %s\n", "step", sw, "stream", kw, "kind", "what");
     for (int s = 0; s < pd->nsteps; s++) {
       const tfg_plan_step *st = &pd->steps[s];
-      bool known = st->kind >= TFG_PLAN_LAUNCH && st->kind <= TFG_PLAN_WAIT;
-      tfg_strbuf_printf(out, "  %5d  %-7s  %-6s  ", s, st->stream == 0 || st->stream == 1 ? stream_names[st->stream] : "?",
-                        known ? kind_names[st->kind] : "?");
+      bool known = st->kind >= TFG_PLAN_LAUNCH && st->kind <= TFG_PLAN_ALLREDUCE;
+      tfg_strbuf_printf(out, "  %5d  %-*s  %-*s  ", s, sw, stream_name(st->stream), kw, known ? kind_names[st->kind] : "?");
       bool ev_ok = st->event >= 0 && st->event < p->nevents;
       switch (st->kind) {
       case TFG_PLAN_LAUNCH:
@@ -1113,13 +2130,23 @@ void tfg_plan_print(const tfg_plan *p, tfg_strbuf *out) {
         break;
       case TFG_PLAN_RECORD:
         tfg_strbuf_printf(out, "event %d", st->event);
-        if (ev_ok && wait_dev[st->event] >= 0)
-          tfg_strbuf_printf(out, " -> %s %s", dev_name(p, wait_dev[st->event]), stream_names[wait_stream[st->event] & 1]);
+        if (ev_ok)
+          for (int w = whead[st->event]; w >= 0; w = wnext[w])
+            tfg_strbuf_printf(out, "%s %s %s", w == whead[st->event] ? " ->" : ",", dev_name(p, wdev[w]),
+                              stream_name(wstream[w]));
         break;
       case TFG_PLAN_WAIT:
         tfg_strbuf_printf(out, "event %d", st->event);
         if (ev_ok && rec_dev[st->event] >= 0)
-          tfg_strbuf_printf(out, " <- %s %s", dev_name(p, rec_dev[st->event]), stream_names[rec_stream[st->event] & 1]);
+          tfg_strbuf_printf(out, " <- %s %s", dev_name(p, rec_dev[st->event]), stream_name(rec_stream[st->event]));
+        break;
+      case TFG_PLAN_ALLREDUCE:
+        if (st->bucket >= 0 && st->bucket < p->nbuckets) {
+          tfg_strbuf_printf(out, "bucket %d: ", st->bucket);
+          bucket_text(p, st->bucket, out);
+        } else {
+          tfg_strbuf_printf(out, "bucket %d", st->bucket);
+        }
         break;
       default: break;
       }
@@ -1142,8 +2169,37 @@ void tfg_plan_print(const tfg_plan *p, tfg_strbuf *out) {
       tfg_strbuf_putc(out, '\n');
     }
   }
+  if (coll) {
+    /* The buckets, each with its tensors per rank (keys in one order). */
+    tfg_strbuf_printf(out, "\nbuckets: %d, cap ", p->nbuckets);
+    tfg_size_format(out, p->bucket_bytes);
+    tfg_strbuf_puts(out, " (all-reduced in this order on every rank)\n");
+    for (int b = 0; b < p->nbuckets; b++) {
+      const tfg_plan_bucket *pb = &p->buckets[b];
+      tfg_strbuf_printf(out, "  bucket %d: ", b);
+      bucket_text(p, b, out);
+      tfg_strbuf_putc(out, '\n');
+      for (int r = 0; r < pb->nranks; r++) {
+        tfg_strbuf_printf(out, "    %s:", pb->devices[r] >= 0 && pb->devices[r] < p->ndev ? dev_name(p, pb->devices[r]) : "?");
+        for (int k = 0; k < pb->nnodes; k++) {
+          tfg_node_id x = pb->nodes[r * pb->nnodes + k];
+          tfg_strbuf_puts(out, k ? ", " : " ");
+          if (x >= 0 && x < g->nnodes) {
+            node_text(g, x, out);
+            if (g->nodes[x].ninputs == 1) tfg_strbuf_printf(out, " of n%d", (int)g->nodes[x].inputs[0]);
+          } else {
+            tfg_strbuf_printf(out, "n%d", (int)x);
+          }
+        }
+        tfg_strbuf_putc(out, '\n');
+      }
+    }
+  }
   free(rec_dev);
   free(rec_stream);
-  free(wait_dev);
-  free(wait_stream);
+  free(whead);
+  free(wtail);
+  free(wdev);
+  free(wstream);
+  free(wnext);
 }

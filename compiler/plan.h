@@ -10,25 +10,66 @@
  *   }
  *
  * Streams: on every device, stream 0 computes, stream 1 receives
- * copies and stream 2 runs collectives. Order: each device's ops in graph order on its compute stream.
- * A tensor used on another device is copied once per destination device
- * (not once per consumer), by a COPY step on the destination's copy
- * stream, as soon as the tensor exists: the source's compute stream
+ * copies and stream 2 runs collectives. Order: each device's ops in
+ * graph order on its compute stream.
+ *
+ * Copies. A tensor used on another device is copied once per destination
+ * device (not once per consumer), by a COPY step on the destination's
+ * copy stream, as soon as the tensor exists: the source's compute stream
  * RECORDs an event after the producing op, the copy stream WAITs on it,
  * copies, and RECORDs its own event, which the consuming compute stream
  * WAITs on before the first op that reads the copy. Every dependency
- * between two streams goes through exactly one such event pair.
+ * between two streams goes through such an event: one RECORD, and one
+ * WAIT (the collective's ev2 below may have several).
+ *
+ * Collectives. ALLREDUCE nodes are never launched: the nodes of one key
+ * (attrs.start), one per device, form a group whose ranks are its
+ * devices in ascending index order. Keys with the same devices and dtype
+ * are packed into buckets as PyTorch DDP does: in the order their
+ * gradient (the node's input) is produced on the group's first device, a
+ * bucket closing once it holds bucket_bytes (it never grows past the cap
+ * unless one tensor alone does: that tensor gets a bucket of its own), or
+ * early when a key's gradient comes after an op that reads one of the
+ * bucket's nodes (graph order must let the bucket run first). Buckets are
+ * numbered by the graph position of the last gradient any rank produces
+ * for them, and every device runs its buckets in that order, so all ranks
+ * meet them in one order (collectives run in different orders would
+ * deadlock, as with NCCL). On a rank, right after the LAUNCH of the last
+ * of the bucket's gradients there (or of the device's previous bucket,
+ * whichever is later): RECORD ev1 on stream 0, WAIT ev1 on stream 2,
+ * ALLREDUCE on stream 2, RECORD ev2 on stream 2; a gradient copied in
+ * from elsewhere is first waited for by stream 0. The compute stream
+ * WAITs on ev2 before the first op that reads one of the bucket's nodes
+ * there (at the end of its list when none does). A node read on another
+ * device is copied as any value, the copy stream WAITing on ev2, once
+ * every rank has listed the bucket.
  *
  * Memory: per device, persistent tensors (params, optimizer state) get
  * their own region at the bottom; every other tensor on the device (op
- * outputs and received copies) lives from the step that writes it to the
- * last step that reads it (in the device's step order), and gets an offset
- * above the persistent region by best fit among the free gaps at that time
- * (the smallest gap that fits; a new top when none does), aligned to 256
- * bytes. The planned peak is the highest end ever allocated. A plan whose
- * peak exceeds a device's capacity fails: the error names the device, the
- * op (and its source line) whose allocation went over, the bytes needed
- * and the bytes available. */
+ * outputs, received copies, all-reduced nodes) lives from the step that
+ * writes it to the last step that reads it (in the device's step order),
+ * and gets an offset above the persistent region by best fit among the
+ * free gaps at that time (the smallest gap that fits; a new top when none
+ * does), aligned to 256 bytes. A bucket's gradients are read by stream
+ * 2, so they live until the compute stream's WAIT on its ev2. A tensor
+ * sent to another device, or read by no op (a result), lives to the end
+ * of the list. The planned peak is the highest end ever allocated. A plan
+ * whose peak exceeds a device's capacity fails: the error names the
+ * device, the op (and its source line) whose allocation went over, the
+ * bytes needed and the bytes available.
+ *
+ * Concurrent streams. The streams of a device run truly concurrently, so
+ * the plan keeps this invariant: every step that writes a buffer comes
+ * after (through its stream's order or an event) every access to the
+ * buffers that held that memory before. A LAUNCH gets it from the list
+ * order, since a buffer's last access is on the compute stream (or
+ * ordered before a compute step within its live range); an ALLREDUCE
+ * from its ev1. A COPY is ordered only after its source, so after the
+ * offsets are assigned, each COPY whose buffer overlaps memory last used
+ * at a compute step the copy stream is not yet ordered after gets a
+ * RECORD on the compute stream right after that step and a WAIT on the
+ * copy stream right before the COPY (none when the memory is fresh, or an
+ * earlier such WAIT covers it: the copy stream runs in order). */
 #ifndef TFG_PLAN_H
 #define TFG_PLAN_H
 
@@ -63,8 +104,8 @@ typedef struct tfg_plan_bucket {
 
 typedef struct tfg_plan_step {
   tfg_plan_step_kind kind;
-  int stream;         /* 0 compute, 1 copy-in */
-  tfg_node_id node;   /* LAUNCH, COPY: the node whose value is produced or copied */
+  int stream;         /* 0 compute, 1 copy-in, 2 collective */
+  tfg_node_id node;   /* LAUNCH, COPY: the node whose value is produced or copied; else -1 */
   int src;            /* COPY: the device copied from */
   int event;          /* RECORD, WAIT: a plan-wide event id */
   int bucket;         /* ALLREDUCE: index into tfg_plan.buckets */
@@ -118,17 +159,35 @@ tfg_status tfg_plan_build_with(const tfg_graph *g, const tfg_placement *pl, cons
                                const tfg_plan_opts *o, tfg_diag *d, tfg_plan **out);
 void tfg_plan_free(tfg_plan *p);
 
-/* Checks the plan's invariants: every input of a LAUNCH is on its device
- * (computed there earlier, persistent, or copied in earlier); every edge
- * between streams has a RECORD before and a matching WAIT after; no event
- * is waited on before it is recorded; no two buffers live at the same time
- * overlap in memory; the peak is the maximum end over all buffers; buffers
- * fit the device. Returns true, or false with the first violation in why. */
+/* Checks the plan's invariants, trusting nothing the builder knew. The
+ * buckets: ranks ascending, every ALLREDUCE node in exactly one bucket on
+ * its placed device, the same keys (in one order), dtype and shapes on
+ * every rank, group size attrs.n = the ranks, bytes the sum. The steps:
+ * streams 0-2, each kind on its stream, every op launched once where it
+ * is placed in graph order, no ALLREDUCE node launched, each bucket's
+ * ALLREDUCE exactly once on each of its ranks (on no other device), in
+ * the same relative order on all ranks. A replay with vector clocks
+ * (an ALLREDUCE is a rendezvous: it runs once every rank's stream 2 has
+ * reached it) checks that every input of a LAUNCH, COPY or ALLREDUCE is
+ * on the device (computed there, persistent, copied in or all-reduced)
+ * and happens before it, and that no stream is stuck (a cycle of waits,
+ * buckets met in different orders). Every event is recorded once and
+ * waited on at least once. Memory: each value has one buffer per device,
+ * written by its step, live at every step that reads it; a bucket's
+ * gradients stay live until the first compute step ordered after its
+ * ALLREDUCE (or to the end); a sent tensor lives to the end; no two
+ * buffers live at the same time overlap; and the rule for concurrent
+ * streams above, in full: when a buffer's memory was held by earlier
+ * buffers (the latest holder of each byte), every access to them on any
+ * of the device's streams happens before the step that writes the new
+ * one. The peak is the maximum end over all buffers; buffers fit the
+ * device. Returns true, or false with the first violation in why. */
 bool tfg_plan_validate(const tfg_plan *p, tfg_strbuf *why);
 
 /* `tfg plan`: per device its streams and steps in order (with the source
- * line of each op), the memory plan (offset, size, live range of each
- * buffer), the persistent bytes and the planned peak. */
+ * line of each op; an all-reduce with its bucket's tensors, size and
+ * ranks), the memory plan (offset, size, live range of each buffer), the
+ * persistent bytes and the planned peak; then the buckets. */
 void tfg_plan_print(const tfg_plan *p, tfg_strbuf *out);
 
 #endif

@@ -3,7 +3,7 @@
  * step runs, pinned to the devices it names, before the placer runs.
  *
  *   tfg_train_step st;
- *   if (tfg_strategy_train_step(graph, &action, prog, devices, &st, diag) == TFG_OK) {
+ *   if (tfg_strategy_train_step(graph, &action, prog, &st, diag) == TFG_OK) {
  *     // st.updates: every node a step runs; st.losses[r]: replica r's loss
  *     tfg_train_step_free(&st);
  *   }
@@ -16,13 +16,18 @@
  *   rows [r * B / R, (r + 1) * B / R)), and its shapes inferred again;
  *   replica 0 trains the program's own params, replicas 1.. their own
  *   copies (mirrors). Each replica's gradients (autodiff of its loss) go
- *   through an ALLREDUCE node per param (the mean over the replicas,
- *   key = the param's index), and every replica applies the same update
- *   to its copy. Pins: a node of replica r with no pin goes to r's
+ *   through an ALLREDUCE node per param (the mean over the replicas;
+ *   key = replica 0's ALLREDUCE node id, shared by the replicas and
+ *   unique in the graph, so two train actions never share a key; one
+ *   node per device), and every replica applies the same update to its
+ *   copy. Pins: a node of replica r with no pin goes to r's
  *   device; with a list of groups, mirrored([[gpu:0, gpu:1], [gpu:2,
  *   gpu:3]]), the program's gpu:K means the K-th device of r's group and
  *   an unpinned node goes to the group's first device; cpu pins stay.
- *   The global batch must divide evenly by the replica count.
+ *   The global batch must divide evenly by the replica count (a scalar
+ *   input has no batch: every replica reads it whole). The mean of the
+ *   replicas' gradients is the global batch's gradient when the loss is
+ *   a mean over the batch (cross_entropy, mse, mean).
  * parameter_server(ps = D, workers = [W0, W1, ...]): asynchronous. Worker
  *   w gets a clone of the forward cone reading the program's inputs
  *   (each worker step takes its own whole batch), with its own param
@@ -30,9 +35,17 @@
  *   program's params, their optimizer state and updates go to D, each
  *   update reading its gradient from an INPUT placeholder (grad_inputs).
  *   The runtime pulls params into a worker, runs it, and pushes its
- *   gradients through the updates, in arrival order.
- * Every node a strategy adds carries the location of the node it clones,
- * and its pin carries the strategy's location, so explain can cite it. */
+ *   gradients through the updates, in arrival order. A param the loss
+ *   does not train (one only a metric reads) is not copied: workers read
+ *   it from the server. The program's cpu pins stay; every other pin of
+ *   a worker's clone goes to W_w.
+ * Every node a strategy adds carries the location of the node it clones
+ * (an ALLREDUCE and a grad_inputs placeholder: their param's), and every
+ * pin it sets carries the strategy's location, so explain can cite it (a
+ * cpu pin the program wrote is kept with its own location). The
+ * program's forward nodes stay in the graph, unchanged but for the pins
+ * of its inputs (cpu) and params (replica 0's devices, or D): a print
+ * after training still reads them, with the trained params. */
 #ifndef TFG_STRATEGY_H
 #define TFG_STRATEGY_H
 
@@ -66,7 +79,9 @@ void tfg_strategy_free(tfg_strategy *s);
  * tfg_autodiff_train_step. Errors, located: what tfg_strategy_of
  * reports; a global batch that does not divide by the replica count
  * (at the input); a shape that does not survive the batch split (at the
- * op whose shape rule fails, with a note naming the strategy). */
+ * op whose shape rule fails, with a note naming the strategy); a gpu:K
+ * pin past mirrored's group size (at the pin); a bad optimizer argument.
+ * On an error out is empty and the graph as it was (nodes and pins). */
 tfg_status tfg_strategy_train_step(tfg_graph *g, const tfg_action *a, const tfg_program *p, tfg_train_step *out,
                                    tfg_diag *d);
 

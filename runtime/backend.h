@@ -86,7 +86,9 @@ typedef struct tfg_backend_i {
   tfg_kernel_fn (*kernel)(tfg_backend *b, const tfg_node *node);
   /* Records every operation that runs from now on as a slice of t (NULL:
    * stop): process = the device's index, thread = the stream's creation
-   * order on this backend (0, 1, 2...). */
+   * order on this backend (0, 1, 2...). Returns once no operation still
+   * records into the previous trace, which may then be freed; not to be
+   * called from a kernel running on b. Names no tracks (tfg_trace_name). */
   void (*set_trace)(tfg_backend *b, struct tfg_trace *t);
 
   /* Queues a kernel: runs fn(ctx, node, in, out) in stream order. in and

@@ -2,9 +2,9 @@
  * on the CPU, behind the vtable of runtime/backend.h.
  *
  * Scheduling. Each backend has one worker thread, and a stream is a FIFO
- * queue of operations (launch, copy, record, wait) that the worker drains.
- * The worker serves the backend's streams round robin, one operation per
- * stream per turn, skipping a stream whose head is a wait on an event not
+ * queue of operations (launch, copy, reduce, record, wait) that the
+ * worker drains. The worker serves the backend's streams round robin, one
+ * operation per stream per turn, skipping a stream whose head is a wait on an event not
  * yet done: a blocked stream never holds up the backend's other streams,
  * so a copy stream and a compute stream of one device interleave with
  * CUDA's ordering rules (in order within a stream; across streams only
@@ -37,20 +37,41 @@
  * (it reads the done generation atomically), so there is no cycle.
  *
  * Failures (backend.h): the first operation that fails on a stream (a
- * kernel returning an error, the injected fault) records its status and
- * message on the stream; the failure is sticky. Later launches and copies
- * on that stream are skipped, and every synchronize returns it. A skipped
- * record still marks its event done, so no other stream waits forever,
- * and carries the failure: a stream whose wait is released by a failed
- * record fails with the same status and message, which is how an error on
- * one device stops the devices downstream of it promptly.
+ * kernel returning an error, the injected fault, a reduction of a dtype
+ * it cannot add) records its status and message on the stream; the
+ * failure is sticky. Later launches, copies and reductions on that stream
+ * are skipped, and every synchronize returns it. A skipped record still
+ * marks its event done, so no other stream waits forever, and carries the
+ * failure: a stream whose wait is released by a failed record fails with
+ * the same status and message, which is how an error on one device stops
+ * the devices downstream of it promptly.
  *
  * Fault injection (the test hook of backend.h): the environment variables
  * TFG_FAULT_DEVICE and TFG_FAULT_AFTER are read when a backend is created
  * (tfg_backend_host_new), not later. On a backend whose device index is
  * TFG_FAULT_DEVICE, the TFG_FAULT_AFTER-th call to launch (counted from 1
  * in call order, over all its streams) does not run its kernel and fails
- * its stream with TFG_ERR_DEVICE. Each backend counts its own launches. */
+ * its stream with TFG_ERR_DEVICE. Each backend counts its own launches.
+ *
+ * Reductions (reduce_peer) run on the worker like a copy: one loop over
+ * the elements that the compiler vectorizes. No thread pool: a ring
+ * all-reduce keeps every device's worker busy at once, so the devices
+ * already use the cores in parallel. A dtype other than f32 or f64 fails
+ * the stream when the operation's turn comes, like a failing kernel.
+ *
+ * Tracing (set_trace). The worker records each operation it runs as a
+ * slice of the trace: process = the device's index, thread = the stream's
+ * creation index on this backend. Kernels are named by their op, copies
+ * "copy" / "h2d" / "d2h", reductions "reduce"; records and waits that did
+ * not block leave no slice, and a wait that did block leaves a "wait"
+ * slice from the scan that first found it blocked to its release (the
+ * time the worker ran it). Skipped operations of a failed stream and the
+ * injected fault leave none: nothing ran. The trace pointer lives under
+ * the backend's lock, which the worker holds anyway when it picks an
+ * operation, so an untraced run pays one pointer test per operation. The
+ * worker notes which trace its running operation records into, and
+ * set_trace waits until that operation has finished before returning, so
+ * a caller may free the old trace as soon as set_trace(b, NULL) returns. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -62,16 +83,30 @@
 #include "base/grow.h"
 #include "runtime/backend.h"
 #include "runtime/mem.h"
+#include "runtime/trace.h"
 
 typedef struct host_backend host_backend;
 
-typedef enum host_op_kind { HOST_OP_LAUNCH, HOST_OP_COPY, HOST_OP_RECORD, HOST_OP_WAIT } host_op_kind;
+typedef enum host_op_kind {
+  HOST_OP_LAUNCH,
+  HOST_OP_COPY,
+  HOST_OP_REDUCE,
+  HOST_OP_RECORD,
+  HOST_OP_WAIT
+} host_op_kind;
+
+/* What a copy's trace slice is called (copy_from_host, copy_to_host and
+ * copy_peer are one operation otherwise). */
+typedef enum host_copy_dir { HOST_COPY_PEER, HOST_COPY_H2D, HOST_COPY_D2H } host_copy_dir;
 
 typedef struct host_op {
   struct host_op *next;
   host_op_kind kind;
   bool fault;      /* LAUNCH: the injected fault fires here instead of the kernel */
   bool registered; /* WAIT: this backend is on the event's waiter list (worker only) */
+  /* WAIT, while tracing: when the worker first found it blocked (0: not
+   * found blocked, or not traced then); under the backend's lock. */
+  double blocked_at;
   union {
     struct {
       tfg_kernel_fn fn;
@@ -84,7 +119,15 @@ typedef struct host_op {
       void *dst;
       const void *src;
       size_t bytes;
+      host_copy_dir dir;
     } copy;
+    struct {
+      void *dst;
+      const void *src;
+      size_t count;
+      tfg_dtype dt;
+      double scale;
+    } reduce;
     struct {
       tfg_event *e; /* holds a reference until the operation has run */
       uint64_t gen;
@@ -94,6 +137,7 @@ typedef struct host_op {
 
 struct tfg_stream {
   host_backend *hb;
+  int index;             /* creation order on hb: the trace's thread id */
   host_op *head, *tail;  /* under hb->mu */
   uint64_t queued, done; /* operations queued and finished, ever; under hb->mu */
   /* The first failure, sticky. Written only by the worker, under hb->mu,
@@ -133,6 +177,11 @@ struct host_backend {
   int64_t fault_after; /* 0: no fault on this backend */
   char fault_msg[96];
   tfg_strbuf scratch; /* the worker's message of the operation it runs */
+  int streams_created; /* stream_create calls so far: the next stream's index */
+  /* Tracing (see the top): the trace new operations record into, and the
+   * one the operation running now records into (NULL: none); under mu. */
+  tfg_trace *trace;
+  tfg_trace *trace_busy;
 };
 
 static host_backend *host_of(tfg_backend *b) { return b->ctx; }
@@ -202,7 +251,8 @@ static bool op_blocked(const tfg_stream *s, const host_op *op) {
 
 /* Under hb->mu: the next stream, round robin from hb->rr, whose head
  * operation can run, or NULL. *unregistered gets a blocked wait that is
- * not yet on its event's waiter list, if any. */
+ * not yet on its event's waiter list, if any. While tracing, a blocked
+ * wait seen for the first time gets the time its "wait" slice starts. */
 static tfg_stream *pick_stream(host_backend *hb, host_op **unregistered) {
   size_t n = hb->nstreams;
   for (size_t k = 0; k < n; k++) {
@@ -212,6 +262,7 @@ static tfg_stream *pick_stream(host_backend *hb, host_op **unregistered) {
     if (!op) continue;
     if (op_blocked(s, op)) {
       if (!op->registered && !*unregistered) *unregistered = op;
+      if (hb->trace && op->blocked_at == 0) op->blocked_at = tfg_trace_now();
       continue;
     }
     hb->rr = (i + 1) % n;
@@ -224,6 +275,82 @@ static bool all_drained(const host_backend *hb) {
   for (size_t i = 0; i < hb->nstreams; i++)
     if (hb->streams[i]->head) return false;
   return true;
+}
+
+/* dst[i] = (dst[i] + src[i]) * scale, in f32 or f64. The restrict loops
+ * are used only when the ranges are disjoint (restrict promises it), the
+ * plain loop otherwise (dst == src, which stays exact elementwise). They
+ * go in blocks of REDUCE_BLOCK elements because GCC's -O2 cost model
+ * vectorizes a loop of a known trip count but not one of n elements
+ * (it would need a scalar epilogue); the remainder runs scalar. scale 1
+ * does not multiply, so a sum is exactly the sum. */
+#define REDUCE_BLOCK 16
+
+static void reduce_f32(float *restrict d, const float *restrict x, size_t n, float scale) {
+  size_t i = 0;
+  if (scale == 1.0f) {
+    for (; i + REDUCE_BLOCK <= n; i += REDUCE_BLOCK)
+      for (size_t k = 0; k < REDUCE_BLOCK; k++) d[i + k] = d[i + k] + x[i + k];
+    for (; i < n; i++) d[i] = d[i] + x[i];
+  } else {
+    for (; i + REDUCE_BLOCK <= n; i += REDUCE_BLOCK)
+      for (size_t k = 0; k < REDUCE_BLOCK; k++) d[i + k] = (d[i + k] + x[i + k]) * scale;
+    for (; i < n; i++) d[i] = (d[i] + x[i]) * scale;
+  }
+}
+
+static void reduce_f64(double *restrict d, const double *restrict x, size_t n, double scale) {
+  size_t i = 0;
+  if (scale == 1.0) {
+    for (; i + REDUCE_BLOCK <= n; i += REDUCE_BLOCK)
+      for (size_t k = 0; k < REDUCE_BLOCK; k++) d[i + k] = d[i + k] + x[i + k];
+    for (; i < n; i++) d[i] = d[i] + x[i];
+  } else {
+    for (; i + REDUCE_BLOCK <= n; i += REDUCE_BLOCK)
+      for (size_t k = 0; k < REDUCE_BLOCK; k++) d[i + k] = (d[i + k] + x[i + k]) * scale;
+    for (; i < n; i++) d[i] = (d[i] + x[i]) * scale;
+  }
+}
+
+static void reduce_f32_alias(float *d, const float *x, size_t n, float scale) {
+  for (size_t i = 0; i < n; i++) d[i] = scale == 1.0f ? d[i] + x[i] : (d[i] + x[i]) * scale;
+}
+
+static void reduce_f64_alias(double *d, const double *x, size_t n, double scale) {
+  for (size_t i = 0; i < n; i++) d[i] = scale == 1.0 ? d[i] + x[i] : (d[i] + x[i]) * scale;
+}
+
+/* Runs a HOST_OP_REDUCE. Returns TFG_ERR_DEVICE with a message in *msg for
+ * a dtype it cannot add. */
+static tfg_status run_reduce(const host_op *op, tfg_strbuf *msg) {
+  void *d = op->u.reduce.dst;
+  const void *x = op->u.reduce.src;
+  size_t n = op->u.reduce.count, es;
+  switch (op->u.reduce.dt) {
+  case TFG_DTYPE_F32: es = sizeof(float); break;
+  case TFG_DTYPE_F64: es = sizeof(double); break;
+  default:
+    tfg_strbuf_printf(msg, "reduce_peer: cannot reduce %s elements (the host backend reduces f32 and f64)",
+                      tfg_dtype_name(op->u.reduce.dt));
+    return TFG_ERR_DEVICE;
+  }
+  if (n == 0) return TFG_OK;
+  const char *dc = d, *xc = x;
+  bool disjoint = dc + n * es <= xc || xc + n * es <= dc;
+  if (op->u.reduce.dt == TFG_DTYPE_F32) {
+    float sc = (float)op->u.reduce.scale;
+    if (disjoint)
+      reduce_f32(d, x, n, sc);
+    else
+      reduce_f32_alias(d, x, n, sc);
+  } else {
+    double sc = op->u.reduce.scale;
+    if (disjoint)
+      reduce_f64(d, x, n, sc);
+    else
+      reduce_f64_alias(d, x, n, sc);
+  }
+  return TFG_OK;
 }
 
 /* Runs op of stream s without the backend's lock. skip: s has failed.
@@ -256,6 +383,9 @@ static tfg_status run_op(host_backend *hb, tfg_stream *s, host_op *op, bool skip
   case HOST_OP_COPY:
     if (!skip && op->u.copy.bytes) memcpy(op->u.copy.dst, op->u.copy.src, op->u.copy.bytes);
     break;
+  case HOST_OP_REDUCE:
+    if (!skip) st = run_reduce(op, &hb->scratch);
+    break;
   case HOST_OP_RECORD:
     /* Even when skipped: a wait elsewhere must not hang on a failed stream. */
     event_complete(op->u.ev.e, op->u.ev.gen, s->status, s->err.data);
@@ -277,6 +407,31 @@ static tfg_status run_op(host_backend *hb, tfg_stream *s, host_op *op, bool skip
   return st;
 }
 
+/* The trace slice of an operation that ran from t0 to t1 on stream s, if
+ * it gets one (see the top). */
+static void trace_op(host_backend *hb, tfg_trace *tr, const tfg_stream *s, const host_op *op, bool skip, double t0,
+                     double t1) {
+  if (skip) return;
+  int pid = hb->base.device->index, tid = s->index;
+  switch (op->kind) {
+  case HOST_OP_LAUNCH:
+    if (op->fault) return;
+    tfg_trace_add(tr, pid, tid, op->u.launch.node ? tfg_op_get(op->u.launch.node->op)->name : "kernel", "op", t0, t1);
+    return;
+  case HOST_OP_COPY: {
+    static const char *const names[] = {[HOST_COPY_PEER] = "copy", [HOST_COPY_H2D] = "h2d", [HOST_COPY_D2H] = "d2h"};
+    tfg_trace_add(tr, pid, tid, names[op->u.copy.dir], "copy", t0, t1);
+    return;
+  }
+  case HOST_OP_REDUCE: tfg_trace_add(tr, pid, tid, "reduce", "collective", t0, t1); return;
+  case HOST_OP_WAIT:
+    /* Blocked from the scan that found it so until released (now). */
+    if (op->blocked_at > 0) tfg_trace_add(tr, pid, tid, "wait", "wait", op->blocked_at, t0);
+    return;
+  case HOST_OP_RECORD: return;
+  }
+}
+
 static void *host_worker(void *arg) {
   host_backend *hb = arg;
   pthread_mutex_lock(&hb->mu);
@@ -289,9 +444,14 @@ static void *host_worker(void *arg) {
       s->head = op->next;
       if (!s->head) s->tail = NULL;
       bool skip = s->status != TFG_OK;
+      tfg_trace *tr = hb->trace;
+      hb->trace_busy = tr; /* set_trace waits for this operation */
       pthread_mutex_unlock(&hb->mu);
+      double t0 = tr ? tfg_trace_now() : 0;
       tfg_status st = run_op(hb, s, op, skip);
+      if (tr) trace_op(hb, tr, s, op, skip, t0, tfg_trace_now());
       pthread_mutex_lock(&hb->mu);
+      hb->trace_busy = NULL;
       if (st != TFG_OK && s->status == TFG_OK) {
         s->status = st;
         tfg_strbuf_puts(&s->err, hb->scratch.data);
@@ -382,6 +542,7 @@ static tfg_stream *host_stream_create(tfg_backend *b) {
   TFG_ASSERT(s != NULL);
   s->hb = hb;
   pthread_mutex_lock(&hb->mu);
+  s->index = hb->streams_created++;
   TFG_GROW(hb->streams, hb->nstreams, hb->streams_cap, 4);
   hb->streams[hb->nstreams++] = s;
   pthread_mutex_unlock(&hb->mu);
@@ -440,17 +601,54 @@ static void host_event_wait(tfg_backend *b, tfg_stream *s, tfg_event *e) {
   enqueue(host_of(b), s, &op);
 }
 
-static void host_copy(tfg_backend *b, tfg_stream *s, void *dst, const void *src, size_t bytes) {
-  host_op op = {.kind = HOST_OP_COPY, .u.copy = {dst, src, bytes}};
+/* Host and device memory are both host memory here: every direction is a
+ * memcpy on b's worker, in s's order; dir only names its trace slice. */
+static void host_copy(tfg_backend *b, tfg_stream *s, void *dst, const void *src, size_t bytes, host_copy_dir dir) {
+  host_op op = {.kind = HOST_OP_COPY, .u.copy = {dst, src, bytes, dir}};
   enqueue(host_of(b), s, &op);
 }
 
-/* Host and device memory are both host memory here: every direction is a
- * memcpy on b's worker, in s's order. */
+static void host_copy_from_host(tfg_backend *b, tfg_stream *s, void *dst, const void *src, size_t bytes) {
+  host_copy(b, s, dst, src, bytes, HOST_COPY_H2D);
+}
+
+static void host_copy_to_host(tfg_backend *b, tfg_stream *s, void *dst, const void *src, size_t bytes) {
+  host_copy(b, s, dst, src, bytes, HOST_COPY_D2H);
+}
+
 static void host_copy_peer(tfg_backend *b, tfg_stream *s, void *dst, tfg_backend *src_b, const void *src,
                            size_t bytes) {
   (void)src_b;
-  host_copy(b, s, dst, src, bytes);
+  host_copy(b, s, dst, src, bytes, HOST_COPY_PEER);
+}
+
+/* Queued on s like a copy; the dtype is checked when it runs (a failure
+ * of the stream, in order, as backend.h describes), not here. dst == src
+ * is allowed (each element doubles); ranges that overlap otherwise are
+ * added in index order. */
+static void host_reduce_peer(tfg_backend *b, tfg_stream *s, void *dst, tfg_backend *src_b, const void *src,
+                             size_t count, tfg_dtype dt, double scale) {
+  (void)src_b;
+  host_op op = {.kind = HOST_OP_REDUCE, .u.reduce = {dst, src, count, dt, scale}};
+  enqueue(host_of(b), s, &op);
+}
+
+/* The registry's CPU kernel: host devices run the CPU kernels. */
+static tfg_kernel_fn host_kernel(tfg_backend *b, const tfg_node *node) {
+  (void)b;
+  return tfg_op_get(node->op)->cpu;
+}
+
+/* Swaps the trace (see the top) and waits until no operation still
+ * records into the old one, so the caller may free it on return. Must
+ * not be called from a kernel running on b's worker (it would wait for
+ * itself). */
+static void host_set_trace(tfg_backend *b, tfg_trace *t) {
+  host_backend *hb = host_of(b);
+  pthread_mutex_lock(&hb->mu);
+  hb->trace = t;
+  while (hb->trace_busy && hb->trace_busy != t) pthread_cond_wait(&hb->idle, &hb->mu);
+  pthread_mutex_unlock(&hb->mu);
 }
 
 static void host_launch(tfg_backend *b, tfg_stream *s, tfg_kernel_fn fn, tfg_kernel_ctx *ctx,
@@ -515,9 +713,12 @@ static const tfg_backend_i host_i = {
     .event_free = host_event_free,
     .event_record = host_event_record,
     .event_wait = host_event_wait,
-    .copy_from_host = host_copy,
-    .copy_to_host = host_copy,
+    .copy_from_host = host_copy_from_host,
+    .copy_to_host = host_copy_to_host,
     .copy_peer = host_copy_peer,
+    .reduce_peer = host_reduce_peer,
+    .kernel = host_kernel,
+    .set_trace = host_set_trace,
     .launch = host_launch,
     .synchronize = host_synchronize,
     .destroy = host_destroy,

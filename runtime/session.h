@@ -1,19 +1,24 @@
-/* runtime/session.h: runs a built program's graph on one CPU device.
+/* runtime/session.h: runs a built program's graph: its params, its
+ * inputs, and an executor (runtime/exec.h) over a plan.
  *
  *   tfg_session *s = tfg_session_new(prog, diag, &opts);  // params initialized
  *   tfg_tensor out[2];
- *   if (tfg_session_run(s, fetch, 2, out) == TFG_OK) ...   // views, valid until the next run
+ *   if (tfg_session_run(s, fetch, 2, out) == TFG_OK) ...   // host copies, valid until the next run
  *   tfg_session_free(s);
  *
- * Params and optimizer state (PARAM and STATE nodes) live in the session;
- * update ops write them in place. A run computes exactly the nodes the
- * fetched ones depend on, in graph order, each on the CPU kernels of the op registry, freeing every
- * intermediate once its last consumer has run. Inputs fed from a dataset
- * get the first batch of their split; others get the array given with
- * --feed. A kernel failure is reported at the op's source location, with
- * the op's name, and the run returns its status (a runtime failure). */
+ * With opts.plan the session runs that plan (its devices, placement,
+ * streams and memory); without, it plans the whole graph on cpu:0 alone,
+ * pins ignored (tests, benchmarks). Params and optimizer state (PARAM and
+ * STATE nodes) live in the executor's memory; update ops write them in
+ * place. A run computes exactly what the fetched nodes need. Inputs fed
+ * from a dataset get the batch the run asks for; others get the array
+ * given with --feed, or a value given to the run. A kernel failure is
+ * reported at the op's source location, with the op's name and device,
+ * and the run returns its status (a runtime failure). */
 #ifndef TFG_SESSION_H
 #define TFG_SESSION_H
+
+#include <stdint.h>
 
 #include "kernels/kernel.h"
 #include "lang/interp.h"
@@ -29,6 +34,9 @@ typedef struct tfg_session_opts {
   int nfeeds;
   uint64_t seed;    /* mixed into every param initializer's seed (--seed) */
   bool check_numerics; /* after every op, fail on the first NaN or Inf it produced */
+  const struct tfg_plan *plan; /* NULL: the whole graph on cpu:0 */
+  const uint8_t *use;  /* per device of plan: whether this session runs it (NULL: all) */
+  struct tfg_trace *trace; /* --trace (NULL: none) */
 } tfg_session_opts;
 
 /* How one run feeds its inputs and runs its kernels. */
@@ -40,6 +48,9 @@ typedef struct tfg_run_opts {
   bool any_split;    /* ... (true) or the split each input names (false) */
   int64_t epoch;     /* ... in this epoch's order ... */
   int64_t first;     /* ... from this row (batch index times batch size) */
+  int nvalues;       /* INPUT nodes given a host value for this run (a parameter server's gradients) */
+  const tfg_node_id *value_nodes;
+  const void *const *values;
 } tfg_run_opts;
 
 typedef struct tfg_session tfg_session;
@@ -54,7 +65,11 @@ tfg_status tfg_session_run(tfg_session *s, const tfg_node_id *fetch, int nfetch,
 /* The same with the batch and mode of ro. */
 tfg_status tfg_session_run_with(tfg_session *s, const tfg_node_id *fetch, int nfetch, tfg_tensor *out,
                                 const tfg_run_opts *ro);
-/* The storage of a PARAM or STATE node (it persists across runs), or NULL. */
-void *tfg_session_storage(tfg_session *s, tfg_node_id id);
+/* Copies a PARAM or STATE node's value out of or into the session
+ * (the node must be on a device the session runs). */
+void tfg_session_read(tfg_session *s, tfg_node_id id, void *host);
+void tfg_session_write(tfg_session *s, tfg_node_id id, const void *host);
+/* Whether the session holds id's value (its device is one it runs). */
+bool tfg_session_holds(const tfg_session *s, tfg_node_id id);
 
 #endif

@@ -25,7 +25,9 @@ tfg_trace *tfg_trace_new(void);
 void tfg_trace_free(tfg_trace *t);
 /* Seconds on the monotonic clock. */
 double tfg_trace_now(void);
-/* Names process pid (a device) and its thread tid (a stream). */
+/* Names process pid (a device) and its thread tid (a stream). A NULL
+ * name leaves that one as it was; a later call replaces earlier names.
+ * Tracks never named are written as "device PID" and "stream TID". */
 void tfg_trace_name(tfg_trace *t, int pid, int tid, const char *process, const char *thread);
 /* Adds a slice [t0, t1] (tfg_trace_now seconds) on track (pid, tid).
  * name and cat are copied. Safe from any thread. */

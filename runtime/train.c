@@ -8,6 +8,7 @@
 #include "runtime/train.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include "base/assert.h"
+#include "compiler/plan.h"
 #include "runtime/ckpt.h"
 
 typedef struct cfg {
@@ -80,32 +82,57 @@ static const char *metric_name(const tfg_program *p, tfg_node_id id) {
 /* ---- checkpoints ------------------------------------------------------------ */
 
 /* The persistent tensors of a step, its params then their state, in a
- * new array (caller frees) of *count entries. */
-static tfg_ckpt_entry *ckpt_entries(tfg_session *s, const tfg_program *p, const tfg_train_step *st, int *count) {
+ * new array (caller frees: ckpt_entries_free) of *count entries, each
+ * with a host buffer of its own: filled from the session when read. */
+static tfg_ckpt_entry *ckpt_entries(tfg_session *s, const tfg_program *p, const tfg_train_step *st, int *count,
+                                    bool read) {
   tfg_ckpt_entry *e = malloc(sizeof *e * (size_t)(st->nparams + st->nstates + 1));
   TFG_ASSERT(e != NULL);
   int n = 0;
-  for (int i = 0; i < st->nparams; i++) {
-    const tfg_node *nd = &p->graph->nodes[st->params[i]];
-    e[n++] = (tfg_ckpt_entry){nd->name, nd->dtype, nd->shape, tfg_session_storage(s, st->params[i])};
-  }
-  for (int i = 0; i < st->nstates; i++) {
-    const tfg_node *nd = &p->graph->nodes[st->states[i]];
-    e[n++] = (tfg_ckpt_entry){nd->name, nd->dtype, nd->shape, tfg_session_storage(s, st->states[i])};
+  for (int i = 0; i < st->nparams + st->nstates; i++) {
+    tfg_node_id id = i < st->nparams ? st->params[i] : st->states[i - st->nparams];
+    const tfg_node *nd = &p->graph->nodes[id];
+    void *data = malloc((size_t)tfg_shape_numel(&nd->shape) * tfg_dtype_size(nd->dtype) + 1);
+    TFG_ASSERT(data != NULL);
+    if (read) tfg_session_read(s, id, data);
+    e[n++] = (tfg_ckpt_entry){nd->name, nd->dtype, nd->shape, data};
   }
   *count = n;
   return e;
 }
 
+static void ckpt_entries_free(tfg_ckpt_entry *e, int n) {
+  for (int i = 0; i < n; i++) free((void *)e[i].data);
+  free(e);
+}
+
+/* The node of entry i of ckpt_entries. */
+static tfg_node_id entry_node(const tfg_train_step *st, int i) {
+  return i < st->nparams ? st->params[i] : st->states[i - st->nparams];
+}
+
+/* Copies replica 0's params and state into every mirror (after
+ * initialization and after a restore): replicas start equal. */
+static void sync_mirrors(tfg_session *s, const tfg_program *p, const tfg_train_step *st) {
+  for (int i = 0; i < st->nmirrors; i++) {
+    const tfg_node *nd = &p->graph->nodes[st->mirror_src[i]];
+    void *v = malloc((size_t)tfg_shape_numel(&nd->shape) * tfg_dtype_size(nd->dtype) + 1);
+    TFG_ASSERT(v != NULL);
+    tfg_session_read(s, st->mirror_src[i], v);
+    tfg_session_write(s, st->mirror_dst[i], v);
+    free(v);
+  }
+}
+
 static tfg_status save(tfg_session *s, const tfg_program *p, const tfg_train_step *st, const cfg *c, int64_t step,
                        tfg_diag *d) {
   int n;
-  tfg_ckpt_entry *e = ckpt_entries(s, p, st, &n);
+  tfg_ckpt_entry *e = ckpt_entries(s, p, st, &n, true);
   char stepbuf[32];
   snprintf(stepbuf, sizeof stepbuf, "%" PRId64, step);
   tfg_ckpt_meta meta[] = {{"step", stepbuf}, {"optimizer", st->optimizer}, {"format", "tfg " TFG_VERSION}};
   tfg_status r = tfg_ckpt_save(d, &c->loc, c->checkpoint, e, n, meta, 3);
-  free(e);
+  ckpt_entries_free(e, n);
   return r;
 }
 
@@ -119,7 +146,7 @@ static tfg_status restore(tfg_session *s, const tfg_program *p, const tfg_train_
   tfg_status r = tfg_ckpt_load(d, &c->loc, c->checkpoint, &k);
   if (r != TFG_OK) return r;
   int n, fresh = 0;
-  tfg_ckpt_entry *e = ckpt_entries(s, p, st, &n);
+  tfg_ckpt_entry *e = ckpt_entries(s, p, st, &n, false);
   for (int i = 0; i < n && r == TFG_OK; i++) {
     bool is_state = i >= st->nparams;
     int at = tfg_ckpt_find(k, e[i].name);
@@ -145,7 +172,7 @@ static tfg_status restore(tfg_session *s, const tfg_program *p, const tfg_train_
       r = TFG_ERR_DATA;
       break;
     }
-    memcpy((void *)e[i].data, t->data, (size_t)tfg_shape_numel(&t->shape) * tfg_dtype_size(t->dtype));
+    tfg_session_write(s, entry_node(st, i), t->data);
   }
   const char *sv = tfg_ckpt_meta_get(k, "step");
   if (r == TFG_OK && sv && fresh == 0) {
@@ -162,137 +189,472 @@ static tfg_status restore(tfg_session *s, const tfg_program *p, const tfg_train_
   if (r == TFG_OK)
     fprintf(log, "restored %s: %d tensors%s, step %" PRId64 "\n", c->checkpoint, n - fresh,
             fresh ? ", optimizer state fresh" : "", *step);
-  free(e);
+  ckpt_entries_free(e, n);
   tfg_ckpt_free(k);
   return r;
 }
 
 /* ---- evaluation -------------------------------------------------------------- */
 
+/* What a step reports: every replica's loss, then every replica's
+ * metrics; means over the replicas (each saw an equal share of rows). */
+typedef struct report {
+  int n;            /* fetched: nreplicas * (1 + nmetrics) */
+  tfg_node_id *fetch;
+  tfg_tensor *out;
+} report;
+
+static report report_of(const tfg_train_step *st) {
+  report r = {.n = st->nreplicas * (1 + st->nmetrics)};
+  r.fetch = malloc(sizeof *r.fetch * (size_t)r.n);
+  r.out = malloc(sizeof *r.out * (size_t)r.n);
+  TFG_ASSERT(r.fetch && r.out);
+  for (int k = 0; k < st->nreplicas; k++) r.fetch[k] = st->losses[k];
+  for (int k = 0; k < st->nreplicas * st->nmetrics; k++) r.fetch[st->nreplicas + k] = st->replica_metrics[k];
+  return r;
+}
+
+static void report_free(report *r) {
+  free(r->fetch);
+  free(r->out);
+}
+
+/* The mean over replicas of value v (0: the loss; 1 + k: metric k) in out. */
+static double replica_mean(const tfg_train_step *st, const tfg_tensor *out, int v) {
+  double sum = 0;
+  for (int k = 0; k < st->nreplicas; k++)
+    sum += scalar_value(&out[v == 0 ? k : st->nreplicas + k * st->nmetrics + (v - 1)]);
+  return sum / st->nreplicas;
+}
+
 /* Loss and metrics on the test split, averaged over its batches (the last
  * batch wraps around to the split's start: shapes are static). */
 static tfg_status evaluate(tfg_session *s, const tfg_program *p, const tfg_train_step *st, const batching *b,
-                           int64_t step, FILE *log, tfg_diag *d) {
+                           int64_t step, const char *who, FILE *log) {
   int64_t rows = tfg_data_rows(b->feed->ds, TFG_SPLIT_TEST);
   if (rows == 0) return TFG_OK;
   int64_t batches = (rows + b->batch - 1) / b->batch;
-  int nf = 1 + st->nmetrics;
-  tfg_node_id *fetch = malloc(sizeof *fetch * (size_t)nf);
-  tfg_tensor *out = malloc(sizeof *out * (size_t)nf);
-  double *sum = calloc((size_t)nf, sizeof *sum);
-  TFG_ASSERT(fetch && out && sum);
-  fetch[0] = st->loss;
-  for (int i = 0; i < st->nmetrics; i++) fetch[1 + i] = st->metrics[i];
+  int nv = 1 + st->nmetrics;
+  report rp = report_of(st);
+  double *sum = calloc((size_t)nv, sizeof *sum);
+  TFG_ASSERT(sum != NULL);
   tfg_status r = TFG_OK;
   for (int64_t k = 0; k < batches && r == TFG_OK; k++) {
     tfg_run_opts ro = {.split = TFG_SPLIT_TEST, .first = k * b->batch};
-    r = tfg_session_run_with(s, fetch, nf, out, &ro);
-    for (int i = 0; r == TFG_OK && i < nf; i++) sum[i] += scalar_value(&out[i]);
+    r = tfg_session_run_with(s, rp.fetch, rp.n, rp.out, &ro);
+    for (int i = 0; r == TFG_OK && i < nv; i++) sum[i] += replica_mean(st, rp.out, i);
   }
   if (r == TFG_OK) {
-    fprintf(log, "eval  step %" PRId64 "  test loss %.4f", step, sum[0] / (double)batches);
+    fprintf(log, "%seval  step %" PRId64 "  test loss %.4f", who, step, sum[0] / (double)batches);
     for (int i = 0; i < st->nmetrics; i++)
       fprintf(log, "  %s %.4f", metric_name(p, st->metrics[i]), sum[1 + i] / (double)batches);
     fprintf(log, "  (%" PRId64 " rows)\n", rows);
   }
-  free(fetch);
-  free(out);
+  report_free(&rp);
   free(sum);
-  (void)d;
   return r;
 }
 
-/* ---- the loop ------------------------------------------------------------------- */
+/* ---- one job ---------------------------------------------------------------------- */
+
+/* A train action of a group: its settings, batching and progress. */
+typedef struct job {
+  const tfg_action *a;
+  const tfg_train_step *st;
+  cfg c;
+  batching b;
+  char who[48];     /* "" alone; "train (line 12): " in a group */
+  int64_t start;    /* the step restored from the checkpoint */
+  int64_t done;     /* steps done */
+  report rp;
+  double *sum;      /* per value since the last log line */
+  int64_t since;
+  double tlog;
+  /* parameter_server */
+  int64_t stale_sum, stale_max;
+} job;
+
+static int64_t pick_log_every(const tfg_action *a, int64_t steps) {
+  return int_setting(a, "log_every", steps >= 10 ? steps / 10 : 1);
+}
+
+/* Reads a job's settings and restores its checkpoint. */
+static tfg_status job_open(job *j, tfg_session *s, const tfg_program *p, const tfg_action *a, const tfg_train_step *st,
+                           bool grouped, tfg_arena *arena, FILE *log, tfg_diag *d) {
+  memset(j, 0, sizeof *j);
+  j->a = a;
+  j->st = st;
+  cfg *c = &j->c;
+  c->loc = a->loc;
+  c->steps = int_setting(a, "steps", 0);
+  c->epochs = int_setting(a, "epochs", 0);
+  c->eval_every = int_setting(a, "eval_every", 0);
+  c->checkpoint_every = int_setting(a, "checkpoint_every", 0);
+  c->seed = (uint64_t)int_setting(a, "seed", 0);
+  c->checkpoint = str_setting(arena, a, "checkpoint");
+  if (grouped) snprintf(j->who, sizeof j->who, "train (line %u): ", a->loc.line);
+  j->b = batching_of(p);
+  if (c->epochs) {
+    if (!j->b.feed || j->b.per_epoch == 0) {
+      tfg_diag_error(d, &a->loc, j->b.feed ? "the train split of %s has fewer rows than a batch" : "%s",
+                     j->b.feed ? j->b.feed->ds_path : "epochs need an input fed from a dataset; give steps instead");
+      return TFG_ERR_DATA;
+    }
+    c->steps = c->epochs * j->b.per_epoch;
+  }
+  c->log_every = pick_log_every(a, c->steps);
+  j->rp = report_of(st);
+  j->sum = calloc((size_t)(1 + st->nmetrics), sizeof *j->sum);
+  TFG_ASSERT(j->sum != NULL);
+  tfg_status r = TFG_OK;
+  if (s) {
+    sync_mirrors(s, p, st);
+    if (c->checkpoint) r = restore(s, p, st, c, &j->start, d, log);
+    if (r == TFG_OK) sync_mirrors(s, p, st);
+    j->done = j->start;
+  }
+  return r;
+}
+
+static void job_close(job *j) {
+  report_free(&j->rp);
+  free(j->sum);
+}
+
+/* The run options of step k (from 0) of job j. */
+static tfg_run_opts step_opts(const job *j, int64_t k) {
+  tfg_run_opts ro = {.training = true, .step = k + 1, .seed = j->c.seed, .any_split = true};
+  if (j->b.feed) {
+    ro.epoch = k / j->b.per_epoch;
+    ro.first = (k % j->b.per_epoch) * j->b.batch;
+  }
+  return ro;
+}
+
+/* Takes step k's losses and metrics (in j->rp.out): checks the loss,
+ * accumulates, logs. */
+static tfg_status job_account(job *j, const tfg_program *p, int64_t k, const tfg_train_opts *o, tfg_diag *d) {
+  const tfg_train_step *st = j->st;
+  double loss = replica_mean(st, j->rp.out, 0);
+  if (!isfinite(loss)) {
+    tfg_diag_error(d, &j->a->loc, "step %" PRId64 ": the loss is %s", k + 1, isnan(loss) ? "NaN" : "infinite");
+    tfg_diag_help(d, "run with --check-numerics to find the op that first produced it");
+    return TFG_ERR_NUMERIC;
+  }
+  j->sum[0] += loss;
+  for (int i = 0; i < st->nmetrics; i++) j->sum[1 + i] += replica_mean(st, j->rp.out, 1 + i);
+  j->since++;
+  int64_t step = k + 1;
+  bool last = step == j->c.steps;
+  if (!o->quiet && (step % j->c.log_every == 0 || last)) {
+    double t = now();
+    fprintf(o->log, "%sstep %" PRId64 "/%" PRId64 "  loss %.4f", j->who, step, j->c.steps, j->sum[0] / (double)j->since);
+    for (int i = 0; i < st->nmetrics; i++)
+      fprintf(o->log, "  %s %.4f", metric_name(p, st->metrics[i]), j->sum[1 + i] / (double)j->since);
+    fprintf(o->log, "  %.1f steps/s", (double)j->since / (t - j->tlog > 1e-9 ? t - j->tlog : 1e-9));
+    if (st->worker_grads)
+      fprintf(o->log, "  staleness mean %.2f max %" PRId64, (double)j->stale_sum / (double)j->since, j->stale_max);
+    fputc('\n', o->log);
+    fflush(o->log);
+    memset(j->sum, 0, sizeof *j->sum * (size_t)(1 + st->nmetrics));
+    j->since = 0;
+    j->stale_sum = j->stale_max = 0;
+    j->tlog = t;
+  } else if (o->tty && !o->quiet) {
+    fprintf(o->log, "\r%sstep %" PRId64 "/%" PRId64 "  loss %.4f\r", j->who, step, j->c.steps, loss);
+  }
+  return TFG_OK;
+}
+
+/* After step k: evaluation and checkpoint when due. */
+static tfg_status job_after(job *j, tfg_session *s, const tfg_program *p, int64_t k, const tfg_train_opts *o,
+                            tfg_diag *d) {
+  int64_t step = k + 1;
+  bool last = step == j->c.steps;
+  tfg_status r = TFG_OK;
+  if (j->b.feed && j->c.eval_every && step % j->c.eval_every == 0 && !last)
+    r = evaluate(s, p, j->st, &j->b, step, j->who, o->log);
+  if (r == TFG_OK && j->c.checkpoint && ((j->c.checkpoint_every && step % j->c.checkpoint_every == 0) || last))
+    r = save(s, p, j->st, &j->c, step, d);
+  return r;
+}
+
+/* ---- synchronous groups ------------------------------------------------------------- */
+
+tfg_status tfg_train_group(tfg_session *s, const tfg_program *p, const tfg_action *const *a, const tfg_train_step *st,
+                           int njobs, const tfg_train_opts *o, tfg_diag *d) {
+  tfg_arena arena;
+  tfg_arena_init(&arena);
+  job *jobs = calloc((size_t)njobs, sizeof *jobs);
+  TFG_ASSERT(jobs != NULL);
+  tfg_status r = TFG_OK;
+  int opened = 0;
+  for (; opened < njobs && r == TFG_OK; opened++)
+    r = job_open(&jobs[opened], s, p, a[opened], &st[opened], njobs > 1, &arena, o->log, d);
+  /* One run per step for the whole group: the jobs' ops run at once, each
+   * job on its own devices. Jobs whose batches differ (another batch size
+   * or dataset) cannot share a run's batch position: they take turns. */
+  int64_t most = 0;
+  int nf = 0;
+  for (int i = 0; i < njobs; i++) {
+    if (jobs[i].c.steps > most) most = jobs[i].c.steps;
+    nf += jobs[i].rp.n + st[i].nupdates;
+  }
+  tfg_node_id *fetch = malloc(sizeof *fetch * (size_t)(nf + 1));
+  tfg_tensor *out = malloc(sizeof *out * (size_t)(nf + 1));
+  TFG_ASSERT(fetch && out);
+  double t0 = now();
+  for (int i = 0; i < njobs; i++) jobs[i].tlog = t0;
+  for (int64_t k = 0; k < most && r == TFG_OK; k++) {
+    for (int first = 0; first < njobs && r == TFG_OK;) {
+      /* the jobs due for step k that share first's batching */
+      int n = 0, in_run[64], nin = 0;
+      for (int i = first; i < njobs && nin < 64; i++) {
+        job *j = &jobs[i];
+        if (k < j->done || k >= j->c.steps) continue;
+        if (nin && (j->b.feed != jobs[in_run[0]].b.feed || j->b.batch != jobs[in_run[0]].b.batch)) continue;
+        in_run[nin++] = i;
+        for (int q = 0; q < j->rp.n; q++) fetch[n++] = j->rp.fetch[q];
+        for (int q = 0; q < j->st->nupdates; q++) fetch[n++] = j->st->updates[q];
+      }
+      if (nin == 0) break;
+      tfg_run_opts ro = step_opts(&jobs[in_run[0]], k);
+      r = tfg_session_run_with(s, fetch, n, out, &ro);
+      for (int q = 0, at = 0; q < nin && r == TFG_OK; q++) {
+        job *j = &jobs[in_run[q]];
+        memcpy(j->rp.out, out + at, sizeof *out * (size_t)j->rp.n);
+        at += j->rp.n + j->st->nupdates;
+        r = job_account(j, p, k, o, d);
+        if (r == TFG_OK) r = job_after(j, s, p, k, o, d);
+        jobs[in_run[q]].done = jobs[in_run[q]].done > k + 1 ? jobs[in_run[q]].done : k + 1;
+      }
+      /* the next turn starts after the last job this one took */
+      int next = njobs;
+      for (int i = first; i < njobs; i++) {
+        bool taken = false;
+        for (int q = 0; q < nin; q++) taken |= in_run[q] == i;
+        bool due = jobs[i].done <= k && k < jobs[i].c.steps;
+        if (!taken && due) {
+          next = i;
+          break;
+        }
+      }
+      first = next;
+    }
+  }
+  for (int i = 0; i < njobs && r == TFG_OK; i++)
+    if (jobs[i].b.feed) r = evaluate(s, p, &st[i], &jobs[i].b, jobs[i].c.steps, jobs[i].who, o->log);
+  if (r == TFG_OK && !o->quiet && njobs == 1 && jobs[0].c.steps > jobs[0].start)
+    fprintf(o->log, "trained %" PRId64 " steps in %.3f s\n", jobs[0].c.steps - jobs[0].start, now() - t0);
+  if (r == TFG_OK && !o->quiet && njobs > 1) fprintf(o->log, "trained %d models together in %.3f s\n", njobs, now() - t0);
+  for (int i = 0; i < opened; i++) job_close(&jobs[i]);
+  free(jobs);
+  free(fetch);
+  free(out);
+  tfg_arena_free(&arena);
+  return r;
+}
 
 tfg_status tfg_train(tfg_session *s, const tfg_program *p, const tfg_action *a, const tfg_train_step *st,
                      const tfg_train_opts *o, tfg_diag *d) {
-  tfg_arena arena;
-  tfg_arena_init(&arena);
-  cfg c = {.loc = a->loc};
-  c.steps = int_setting(a, "steps", 0);
-  c.epochs = int_setting(a, "epochs", 0);
-  c.eval_every = int_setting(a, "eval_every", 0);
-  c.checkpoint_every = int_setting(a, "checkpoint_every", 0);
-  c.seed = (uint64_t)int_setting(a, "seed", 0);
-  c.checkpoint = str_setting(&arena, a, "checkpoint");
-  for (int i = 0; i < a->nsettings; i++)
-    if (strcmp(a->settings[i].name, "strategy") == 0 && strcmp(a->settings[i].value.u.record->name, "single") != 0) {
-      /* Never train differently from what the program asks. */
-      tfg_diag_error(d, &a->settings[i].loc, "strategy %s needs the multi-device runtime, which tfg %s does not have",
-                     a->settings[i].value.u.record->name, TFG_VERSION);
-      tfg_diag_help(d, "train on one device: strategy = single() (or leave strategy out)");
-      tfg_arena_free(&arena);
-      return TFG_ERR_DEVICE;
-    }
-  batching b = batching_of(p);
-  tfg_status r = TFG_OK;
-  if (c.epochs) {
-    if (!b.feed || b.per_epoch == 0) {
-      tfg_diag_error(d, &a->loc, b.feed ? "the train split of %s has fewer rows than a batch" : "%s",
-                     b.feed ? b.feed->ds_path : "epochs need an input fed from a dataset; give steps instead");
-      tfg_arena_free(&arena);
-      return TFG_ERR_DATA;
-    }
-    c.steps = c.epochs * b.per_epoch;
-  }
-  c.log_every = int_setting(a, "log_every", c.steps >= 10 ? c.steps / 10 : 1);
+  return tfg_train_group(s, p, &a, st, 1, o, d);
+}
 
-  int64_t done = 0;
-  if (c.checkpoint) r = restore(s, p, st, &c, &done, d, o->log);
-  int nf = 1 + st->nmetrics + st->nupdates;
-  tfg_node_id *fetch = malloc(sizeof *fetch * (size_t)nf);
-  tfg_tensor *out = malloc(sizeof *out * (size_t)nf);
-  double *sum = calloc((size_t)(1 + st->nmetrics), sizeof *sum);
-  TFG_ASSERT(fetch && out && sum);
-  fetch[0] = st->loss;
-  for (int i = 0; i < st->nmetrics; i++) fetch[1 + i] = st->metrics[i];
-  for (int i = 0; i < st->nupdates; i++) fetch[1 + st->nmetrics + i] = st->updates[i];
+/* ---- parameter server ------------------------------------------------------------------ */
 
-  double t0 = now(), tlog = t0;
-  int64_t since = 0;
-  for (int64_t k = done; k < c.steps && r == TFG_OK; k++) {
-    tfg_run_opts ro = {.training = true, .step = k + 1, .seed = c.seed, .any_split = true};
-    if (b.feed) {
-      ro.epoch = k / b.per_epoch;
-      ro.first = (k % b.per_epoch) * b.batch;
-    }
-    r = tfg_session_run_with(s, fetch, nf, out, &ro);
-    if (r != TFG_OK) break;
-    double loss = scalar_value(&out[0]);
-    if (!isfinite(loss)) {
-      tfg_diag_error(d, &a->loc, "step %" PRId64 ": the loss is %s", k + 1, isnan(loss) ? "NaN" : "infinite");
-      tfg_diag_help(d, "run with --check-numerics to find the op that first produced it");
-      r = TFG_ERR_NUMERIC;
+/* The shared state of an asynchronous run: the server's session (params,
+ * state, updates) behind one lock, and the next step to hand out. */
+typedef struct ps_run {
+  const tfg_program *p;
+  const tfg_train_step *st;
+  const tfg_train_opts *o;
+  job *j;
+  tfg_session *server;
+  tfg_diag *d;               /* the caller's sink: only under mu */
+  pthread_mutex_t mu;
+  int64_t next;              /* the next step to hand out (under mu) */
+  int64_t applied;           /* updates applied: the server's version (under mu) */
+  tfg_status failed;         /* the first failure (under mu) */
+} ps_run;
+
+typedef struct ps_worker {
+  ps_run *run;
+  int w;
+  tfg_session *s;
+  tfg_diag *d;               /* the worker's own sink (locations share the sources) */
+  pthread_t thread;
+} ps_worker;
+
+/* A worker: take a step, pull the params, compute the gradients on its
+ * own batch, push them; the server applies them in arrival order. No
+ * barrier: a worker's gradients may come from params that others have
+ * since updated (the staleness, in updates, is logged). */
+static void *ps_work(void *arg) {
+  ps_worker *wk = arg;
+  ps_run *R = wk->run;
+  const tfg_train_step *st = R->st;
+  const tfg_graph *g = R->p->graph;
+  int n = st->nparams, nm = st->nmetrics;
+  void **vals = calloc((size_t)n + 1, sizeof *vals);
+  tfg_node_id *fetch = malloc(sizeof *fetch * (size_t)(1 + nm + n));
+  tfg_tensor *out = malloc(sizeof *out * (size_t)(1 + nm + n));
+  TFG_ASSERT(vals && fetch && out);
+  for (int i = 0; i < n; i++)
+    vals[i] = malloc((size_t)tfg_shape_numel(&g->nodes[st->params[i]].shape) * tfg_dtype_size(g->nodes[st->params[i]].dtype) + 1);
+  fetch[0] = st->losses[wk->w];
+  for (int k = 0; k < nm; k++) fetch[1 + k] = st->replica_metrics[wk->w * nm + k];
+  for (int i = 0; i < n; i++) fetch[1 + nm + i] = st->worker_grads[wk->w * n + i];
+  for (;;) {
+    pthread_mutex_lock(&R->mu);
+    if (R->failed != TFG_OK || R->next >= R->j->c.steps) {
+      pthread_mutex_unlock(&R->mu);
       break;
     }
-    sum[0] += loss;
-    for (int i = 0; i < st->nmetrics; i++) sum[1 + i] += scalar_value(&out[1 + i]);
-    since++;
-    int64_t step = k + 1;
-    bool last = step == c.steps;
-    if (!o->quiet && (step % c.log_every == 0 || last)) {
-      double t = now();
-      fprintf(o->log, "step %" PRId64 "/%" PRId64 "  loss %.4f", step, c.steps, sum[0] / (double)since);
-      for (int i = 0; i < st->nmetrics; i++)
-        fprintf(o->log, "  %s %.4f", metric_name(p, st->metrics[i]), sum[1 + i] / (double)since);
-      fprintf(o->log, "  %.1f steps/s\n", (double)since / (t - tlog > 1e-9 ? t - tlog : 1e-9));
-      fflush(o->log);
-      memset(sum, 0, sizeof *sum * (size_t)(1 + st->nmetrics));
-      since = 0;
-      tlog = t;
-    } else if (o->tty && !o->quiet) {
-      fprintf(o->log, "\rstep %" PRId64 "/%" PRId64 "  loss %.4f\r", step, c.steps, loss);
+    int64_t k = R->next++, pulled = R->applied;
+    for (int i = 0; i < n; i++) tfg_session_read(R->server, st->params[i], vals[i]);
+    pthread_mutex_unlock(&R->mu);
+    for (int i = 0; i < n; i++) tfg_session_write(wk->s, st->worker_params[wk->w * n + i], vals[i]);
+    tfg_run_opts ro = step_opts(R->j, k);
+    tfg_status r = tfg_session_run_with(wk->s, fetch, 1 + nm + n, out, &ro);
+    pthread_mutex_lock(&R->mu);
+    if (r == TFG_OK && R->failed == TFG_OK) {
+      /* Push: the server applies this worker's gradients as update
+       * number applied + 1 (Adam's step counts updates applied). */
+      const void **g_vals = malloc(sizeof *g_vals * (size_t)(n + 1));
+      TFG_ASSERT(g_vals != NULL);
+      for (int i = 0; i < n; i++) g_vals[i] = out[1 + nm + i].data;
+      tfg_run_opts uo = {.training = true, .step = R->applied + 1, .seed = R->j->c.seed, .any_split = true,
+                         .nvalues = n, .value_nodes = st->grad_inputs, .values = (const void *const *)g_vals};
+      tfg_tensor *uout = malloc(sizeof *uout * (size_t)(st->nupdates + 1));
+      TFG_ASSERT(uout != NULL);
+      r = tfg_session_run_with(R->server, st->updates, st->nupdates, uout, &uo);
+      free(uout);
+      free(g_vals);
+      if (r == TFG_OK) {
+        int64_t stale = R->applied - pulled;
+        R->applied++;
+        job *j = R->j;
+        j->stale_sum += stale;
+        if (stale > j->stale_max) j->stale_max = stale;
+        /* the log averages what arrived: each update's worker's loss */
+        for (int q = 0; q <= nm; q++) j->rp.out[q] = out[q];
+        r = job_account(j, R->p, R->applied - 1, R->o, R->d);
+        if (r == TFG_OK && j->c.checkpoint &&
+            ((j->c.checkpoint_every && R->applied % j->c.checkpoint_every == 0) || R->applied == j->c.steps))
+          r = save(R->server, R->p, st, &j->c, R->applied, R->d);
+      } else {
+        tfg_diag_note(R->d, NULL, "while the parameter server applied worker %d's update", wk->w);
+      }
     }
-    if (b.feed && c.eval_every && step % c.eval_every == 0 && !last) r = evaluate(s, p, st, &b, step, o->log, d);
-    if (r == TFG_OK && c.checkpoint && ((c.checkpoint_every && step % c.checkpoint_every == 0) || last))
-      r = save(s, p, st, &c, step, d);
+    if (r != TFG_OK && R->failed == TFG_OK) R->failed = r;
+    pthread_mutex_unlock(&R->mu);
+    if (r != TFG_OK) break;
   }
-  if (r == TFG_OK && b.feed) r = evaluate(s, p, st, &b, c.steps, o->log, d);
-  if (r == TFG_OK && !o->quiet && c.steps > done)
-    fprintf(o->log, "trained %" PRId64 " steps in %.3f s\n", c.steps - done, now() - t0);
+  for (int i = 0; i < n; i++) free(vals[i]);
+  free(vals);
   free(fetch);
   free(out);
-  free(sum);
+  return NULL;
+}
+
+/* Copies the params and state of st from one session to another. */
+static void hand_over(tfg_session *from, tfg_session *to, const tfg_program *p, const tfg_train_step *st) {
+  for (int i = 0; i < st->nparams + st->nstates; i++) {
+    tfg_node_id id = entry_node(st, i);
+    const tfg_node *nd = &p->graph->nodes[id];
+    void *v = malloc((size_t)tfg_shape_numel(&nd->shape) * tfg_dtype_size(nd->dtype) + 1);
+    TFG_ASSERT(v != NULL);
+    tfg_session_read(from, id, v);
+    tfg_session_write(to, id, v);
+    free(v);
+  }
+}
+
+tfg_status tfg_train_ps(const tfg_program *p, const tfg_action *a, const tfg_train_step *st, const struct tfg_plan *plan,
+                        tfg_session *main, const tfg_session_opts *so, const tfg_train_opts *o, tfg_diag *d) {
+  int W = st->nreplicas, ndev = plan->ndev;
+  tfg_arena arena;
+  tfg_arena_init(&arena);
+  ps_run R = {.p = p, .st = st, .o = o, .d = d, .failed = TFG_OK};
+  pthread_mutex_init(&R.mu, NULL);
+  job j;
+  /* The server: the device of the params, their state and updates. */
+  uint8_t *use = calloc((size_t)ndev, 1);
+  TFG_ASSERT(use != NULL);
+  for (int i = 0; i < st->nparams; i++) use[tfg_placement_device(plan->pl, st->params[i])] = 1;
+  for (int i = 0; i < st->nupdates; i++) use[tfg_placement_device(plan->pl, st->updates[i])] = 1;
+  tfg_session_opts sso = *so;
+  sso.plan = plan;
+  sso.use = use;
+  R.server = tfg_session_new(p, d, &sso);
+  if (R.server) hand_over(main, R.server, p, st);
+  /* The log and evaluation see one replica: the worker an update came
+   * from (worker 0's model for evaluation: losses[0] is its loss). */
+  tfg_train_step one = *st;
+  one.nreplicas = 1;
+  tfg_status r = R.server ? job_open(&j, R.server, p, a, &one, false, &arena, o->log, d) : TFG_ERR_DEVICE;
+  R.j = &j;
+  R.next = R.applied = r == TFG_OK ? j.start : 0;
+  ps_worker *wk = calloc((size_t)W, sizeof *wk);
+  TFG_ASSERT(wk != NULL);
+  /* Each worker: its own session over the devices its step uses. */
+  for (int w = 0; w < W && r == TFG_OK; w++) {
+    memset(use, 0, (size_t)ndev);
+    uint8_t *cone = calloc((size_t)p->graph->nnodes + 1, 1);
+    TFG_ASSERT(cone != NULL);
+    cone[st->losses[w]] = 1;
+    for (int k = 0; k < st->nmetrics; k++) cone[st->replica_metrics[w * st->nmetrics + k]] = 1;
+    for (int i = 0; i < st->nparams; i++) cone[st->worker_grads[w * st->nparams + i]] = 1;
+    for (int32_t i = p->graph->nnodes - 1; i >= 0; i--)
+      if (cone[i]) {
+        use[tfg_placement_device(plan->pl, i)] = 1;
+        for (int k = 0; k < p->graph->nodes[i].ninputs; k++) cone[p->graph->nodes[i].inputs[k]] = 1;
+      }
+    free(cone);
+    wk[w] = (ps_worker){.run = &R, .w = w, .d = tfg_diag_new()};
+    wk[w].s = tfg_session_new(p, wk[w].d, &sso);
+    if (!wk[w].s) r = TFG_ERR_DEVICE;
+  }
+  double t0 = now();
+  j.tlog = t0;
+  int started = 0;
+  for (int w = 0; w < W && r == TFG_OK; w++, started++)
+    if (pthread_create(&wk[w].thread, NULL, ps_work, &wk[w]) != 0) {
+      tfg_diag_error(d, &a->loc, "cannot start the thread of worker %d", w);
+      pthread_mutex_lock(&R.mu);
+      R.failed = TFG_ERR_DEVICE;
+      pthread_mutex_unlock(&R.mu);
+      break;
+    }
+  for (int w = 0; w < started; w++) pthread_join(wk[w].thread, NULL);
+  if (r == TFG_OK) r = R.failed;
+  /* Evaluate the server's params on worker 0's replica of the model. */
+  if (r == TFG_OK && j.b.feed) {
+    for (int i = 0; i < st->nparams; i++) {
+      const tfg_node *nd = &p->graph->nodes[st->params[i]];
+      void *v = malloc((size_t)tfg_shape_numel(&nd->shape) * tfg_dtype_size(nd->dtype) + 1);
+      TFG_ASSERT(v != NULL);
+      tfg_session_read(R.server, st->params[i], v);
+      tfg_session_write(wk[0].s, st->worker_params[i], v);
+      free(v);
+    }
+    r = evaluate(wk[0].s, p, &one, &j.b, j.c.steps, "", o->log);
+  }
+  if (r == TFG_OK) hand_over(R.server, main, p, st);
+  if (r == TFG_OK && !o->quiet && j.c.steps > j.start)
+    fprintf(o->log, "trained %" PRId64 " steps on %d workers in %.3f s\n", j.c.steps - j.start, W, now() - t0);
+  for (int w = 0; w < W; w++) {
+    if (wk[w].d) {
+      tfg_diag_render(wk[w].d, stderr, false);
+      tfg_diag_free(wk[w].d);
+    }
+    tfg_session_free(wk[w].s);
+  }
+  free(wk);
+  if (R.server) job_close(&j);
+  tfg_session_free(R.server);
+  free(use);
+  pthread_mutex_destroy(&R.mu);
   tfg_arena_free(&arena);
   return r;
 }

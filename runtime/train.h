@@ -34,4 +34,29 @@ typedef struct tfg_train_opts {
 tfg_status tfg_train(tfg_session *s, const tfg_program *p, const tfg_action *a, const tfg_train_step *st,
                      const tfg_train_opts *o, tfg_diag *d);
 
+/* Trains the jobs of one group (consecutive train actions, LANGUAGE.md
+ * section 6) concurrently: each step is one run of the session with every
+ * due job's updates, so the jobs' ops run at the same time, each on its
+ * own devices (jobs whose batches differ take turns within the step).
+ * Each job keeps its own steps, log (lines prefixed with its train
+ * statement's line), evaluation and checkpoint. A step with several
+ * replicas (mirrored) reports the mean of its replicas' losses and
+ * metrics. */
+tfg_status tfg_train_group(tfg_session *s, const tfg_program *p, const tfg_action *const *a, const tfg_train_step *st,
+                           int njobs, const tfg_train_opts *o, tfg_diag *d);
+
+/* A parameter_server job (compiler/strategy.h): the server's session
+ * holds the params, their state and updates; each worker runs in its own
+ * thread with its own session over its devices: it takes the next step's
+ * batch, pulls the params, computes its gradients and pushes them, and
+ * the server applies them in arrival order, without a barrier. The log
+ * adds the staleness of the updates (how many updates landed between a
+ * worker's pull and its push). Evaluation runs worker 0's model on the
+ * server's final params; checkpoints hold the server's params and state.
+ * The server starts from main's values of the params and state and gives
+ * them back to main at the end (main runs the program's other actions). */
+struct tfg_plan;
+tfg_status tfg_train_ps(const tfg_program *p, const tfg_action *a, const tfg_train_step *st, const struct tfg_plan *plan,
+                        tfg_session *main, const tfg_session_opts *so, const tfg_train_opts *o, tfg_diag *d);
+
 #endif

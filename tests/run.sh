@@ -8,7 +8,8 @@
 #      (exact stdout of `tfg place --explain --memory-limit 1G`, with the
 #      devices of the file's "# devices: SPEC" line; the host CPU's own
 #      line, which names the machine's cores, is left out of the compare)
-#   3. command-line behaviour (tests/cli.sh)
+#   3. command-line behaviour (tests/cli.sh) and the multi-device
+#      runtime end to end (tests/strategies.sh)
 #   4. fuzz regressions: every file in tests/fuzz/regress must be checked
 #      without a crash or hang (exit 0 or 1)
 #
@@ -88,6 +89,7 @@ cd "$ROOT" || exit 1
 
 # ---- 3. command line ----------------------------------------------------------
 . "$ROOT/tests/cli.sh"
+. "$ROOT/tests/strategies.sh"
 
 # ---- 4. fuzz regressions ------------------------------------------------------
 for f in "$ROOT"/tests/fuzz/regress/*; do

@@ -60,6 +60,10 @@ int main(void) {
   srunner_add_suite(sr, suite_device());
   srunner_add_suite(sr, suite_plan());
   srunner_add_suite(sr, suite_backend());
+  srunner_add_suite(sr, suite_collective());
+  srunner_add_suite(sr, suite_trace());
+  srunner_add_suite(sr, suite_strategy());
+  srunner_add_suite(sr, suite_exec());
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);

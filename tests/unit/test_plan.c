@@ -2,7 +2,11 @@
  * are parsed, evaluated, given their training steps, placed and planned;
  * every plan must pass the validator. Then exact offsets and peaks checked
  * by hand, best fit's choices, the validator catching broken plans, the
- * out-of-memory error, and graphs of 10,000 and 100,000 ops. */
+ * out-of-memory error, and graphs of 10,000 and 100,000 ops. Collectives
+ * on graphs built by hand (replicas' gradients, ALLREDUCE nodes, their
+ * readers, pinned per replica): buckets, their steps and events, and the
+ * validator catching broken ones; and copies ordered after the compute
+ * steps that last used their memory. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +85,7 @@ static void expect_valid(const tfg_plan *p) {
   bool ok = tfg_plan_validate(p, &why);
   if (!ok) {
     char *text = print_plan(p);
+    if (strlen(text) > 3000) text[0] = 0; /* Check's messages are short: the reason alone */
     ck_abort_msg("invalid plan: %s\n%s", why.data, text);
     free(text);
   }
@@ -467,6 +472,606 @@ START_TEST(validator_catches) {
 }
 END_TEST
 
+/* ---- collectives ------------------------------------------------------------------ */
+
+/* A graph built by hand, placed by its pins and planned. */
+typedef struct handmade {
+  tfg_graph *g;
+  tfg_diag *d;
+  tfg_devices *ds;
+  tfg_placement *pl;
+  tfg_plan *plan;
+} handmade;
+
+/* Adds an op with a 1-d output of numel elements of dtype dt, pinned to gpu:gpu. */
+static tfg_node_id hand_node(tfg_graph *g, tfg_op_id op, const tfg_node_id *in, int nin, tfg_dtype dt, int64_t numel,
+                             int gpu) {
+  tfg_loc loc = {0};
+  tfg_node_id id = tfg_graph_add(g, op, in, nin, &loc);
+  tfg_node *nd = tfg_graph_node(g, id);
+  nd->dtype = dt;
+  nd->shape = (tfg_shape){1, {numel}};
+  nd->pin = (tfg_devspec){.kind = TFG_DEV_GPU, .index = gpu};
+  return id;
+}
+
+/* The ALLREDUCE node of key `key` in a group of n, reading grad, where grad's replica is. */
+static tfg_node_id hand_allreduce(tfg_graph *g, tfg_node_id grad, int64_t key, int n, int gpu) {
+  const tfg_node *gn = &g->nodes[grad];
+  tfg_node_id id = hand_node(g, TFG_OP_ALLREDUCE, &grad, 1, gn->dtype, tfg_shape_numel(&gn->shape), gpu);
+  tfg_graph_node(g, id)->attrs.n = n;
+  tfg_graph_node(g, id)->attrs.start = key;
+  return id;
+}
+
+static void hand_plan(handmade *h, const char *devices, int64_t bucket_bytes) {
+  h->d = tfg_diag_new();
+  ck_assert_int_eq(tfg_devices_parse(h->d, devices, &h->ds), TFG_OK);
+  ck_assert_int_eq(tfg_place(h->g, h->ds, NULL, 0, NULL, h->d, &h->pl), TFG_OK);
+  tfg_plan_opts o = {.bucket_bytes = bucket_bytes};
+  ck_assert_int_eq(tfg_plan_build_with(h->g, h->pl, h->ds, &o, h->d, &h->plan), TFG_OK);
+  if (getenv("TFG_TEST_SHOW_PLAN")) {
+    char *shown = print_plan(h->plan);
+    fprintf(stderr, "%s----\n", shown);
+    free(shown);
+  }
+  expect_valid(h->plan);
+}
+
+static void hand_free(handmade *h) {
+  tfg_plan_free(h->plan);
+  tfg_placement_free(h->pl);
+  tfg_devices_free(h->ds);
+  tfg_diag_free(h->d);
+  tfg_graph_free(h->g);
+  memset(h, 0, sizeof *h);
+}
+
+/* Data parallel as the mirrored strategy builds it: replica r (on
+ * gpu:r) computes its P gradients (numel[i] f32 elements each, the i-th
+ * for key P - 1 - i: backward runs from the last param), then every
+ * replica gets its ALLREDUCE nodes, then an update (neg) reads each.
+ * grads, ars and upd are [R * P], replica-major. */
+static tfg_graph *ddp_graph(int R, int P, const int64_t *numel, tfg_node_id *grads, tfg_node_id *ars, tfg_node_id *upd) {
+  tfg_graph *g = tfg_graph_new();
+  for (int r = 0; r < R; r++) {
+    tfg_node_id x = hand_node(g, TFG_OP_INIT, NULL, 0, TFG_DTYPE_F32, 16, r);
+    for (int i = 0; i < P; i++) {
+      grads[r * P + i] = hand_node(g, TFG_OP_INIT, NULL, 0, TFG_DTYPE_F32, numel[i], r);
+      (void)x;
+    }
+  }
+  for (int r = 0; r < R; r++)
+    for (int i = 0; i < P; i++) ars[r * P + i] = hand_allreduce(g, grads[r * P + i], P - 1 - i, R, r);
+  for (int r = 0; r < R; r++)
+    for (int i = 0; i < P; i++) upd[r * P + i] = hand_node(g, TFG_OP_NEG, &ars[r * P + i], 1, TFG_DTYPE_F32, numel[i], r);
+  return g;
+}
+
+/* The index of device d's step with this kind and node (or bucket, for
+ * an ALLREDUCE), or -1. */
+static int step_of_node(const tfg_plan_device *pd, tfg_plan_step_kind kind, int what) {
+  for (int s = 0; s < pd->nsteps; s++)
+    if (pd->steps[s].kind == kind && (kind == TFG_PLAN_ALLREDUCE ? pd->steps[s].bucket : pd->steps[s].node) == what)
+      return s;
+  return -1;
+}
+
+/* The step of device pd that records event e, or -1. */
+static int record_of(const tfg_plan_device *pd, int e) {
+  for (int s = 0; s < pd->nsteps; s++)
+    if (pd->steps[s].kind == TFG_PLAN_RECORD && pd->steps[s].event == e) return s;
+  return -1;
+}
+
+START_TEST(buckets_form) {
+  /* bytes 1000, 1000, 3000, 500, 8000, 200 with a cap of 4096: [k5 k4]
+   * (the next would pass the cap), [k3 k2], [k1] alone (over the cap by
+   * itself), [k0] */
+  const int64_t numel[6] = {250, 250, 750, 125, 2000, 50};
+  tfg_node_id grads[12], ars[12], upd[12];
+  handmade h = {.g = ddp_graph(2, 6, numel, grads, ars, upd)};
+  hand_plan(&h, "host*2:64M", 4096);
+  const tfg_plan *p = h.plan;
+  ck_assert_int_eq(p->bucket_bytes, 4096);
+  ck_assert_int_eq(p->nbuckets, 4);
+  const int want_keys[4][2] = {{5, 4}, {3, 2}, {1, -1}, {0, -1}};
+  const int64_t want_bytes[4] = {2000, 3500, 8000, 200};
+  for (int b = 0; b < 4; b++) {
+    const tfg_plan_bucket *pb = &p->buckets[b];
+    ck_assert_int_eq(pb->nranks, 2);
+    ck_assert_int_eq(pb->devices[0], 1); /* gpu:0, gpu:1: ranks in device order */
+    ck_assert_int_eq(pb->devices[1], 2);
+    ck_assert_int_eq(pb->nnodes, want_keys[b][1] < 0 ? 1 : 2);
+    ck_assert_int_eq(pb->bytes, want_bytes[b]);
+    for (int k = 0; k < pb->nnodes; k++)
+      for (int r = 0; r < 2; r++) {
+        tfg_node_id x = pb->nodes[r * pb->nnodes + k];
+        ck_assert_int_eq(h.g->nodes[x].attrs.start, want_keys[b][k]);
+        ck_assert_int_eq(x, ars[r * 6 + (5 - want_keys[b][k])]);
+      }
+  }
+  /* the default cap puts them all in one bucket */
+  tfg_plan *q = NULL;
+  ck_assert_int_eq(tfg_plan_build(h.g, h.pl, h.ds, h.d, &q), TFG_OK);
+  ck_assert_int_eq(q->bucket_bytes, TFG_PLAN_BUCKET_BYTES);
+  ck_assert_int_eq(q->nbuckets, 1);
+  ck_assert_int_eq(q->buckets[0].nnodes, 6);
+  ck_assert_int_eq(q->buckets[0].bytes, 13700);
+  expect_valid(q);
+  char *text = print_plan(q);
+  ck_assert_ptr_nonnull(strstr(text, "plan: 3 devices, 0 copies, 4 events, 1 bucket\n"));
+  ck_assert_ptr_nonnull(strstr(text, "gpu:0: 3 streams (0 compute, 1 copy-in, 2 collective)"));
+  ck_assert_ptr_nonnull(strstr(text, "collective  allreduce  bucket 0: 6 tensors, 13.4 KiB, ranks gpu:0 gpu:1\n"));
+  ck_assert_ptr_nonnull(strstr(text, "collective  record     event 1 -> gpu:0 compute\n"));
+  ck_assert_ptr_nonnull(strstr(text, "buckets: 1, cap 25.0 MiB"));
+  free(text);
+  tfg_plan_free(q);
+  hand_free(&h);
+}
+END_TEST
+
+START_TEST(bucket_steps) {
+  const int64_t numel[6] = {250, 250, 750, 125, 2000, 50};
+  tfg_node_id grads[12], ars[12], upd[12];
+  handmade h = {.g = ddp_graph(2, 6, numel, grads, ars, upd)};
+  hand_plan(&h, "host*2:64M", 4096);
+  const tfg_plan *p = h.plan;
+  const int last_grad[4] = {1, 3, 4, 5}; /* bucket b's last gradient, by production */
+  for (int r = 0; r < 2; r++) {
+    const tfg_plan_device *pd = &p->dev[1 + r];
+    int prev = -1;
+    for (int b = 0; b < 4; b++) {
+      /* right after the LAUNCH of its last gradient: RECORD ev1 (0), WAIT
+       * ev1 (2), ALLREDUCE (2), RECORD ev2 (2) */
+      int s = step_of_node(pd, TFG_PLAN_LAUNCH, grads[r * 6 + last_grad[b]]);
+      ck_assert_int_ge(s, 0);
+      const tfg_plan_step *st = &pd->steps[s + 1];
+      ck_assert_int_eq(st[0].kind, TFG_PLAN_RECORD);
+      ck_assert_int_eq(st[0].stream, TFG_PLAN_STREAM_COMPUTE);
+      ck_assert_int_eq(st[1].kind, TFG_PLAN_WAIT);
+      ck_assert_int_eq(st[1].stream, TFG_PLAN_STREAM_COLLECTIVE);
+      ck_assert_int_eq(st[1].event, st[0].event);
+      ck_assert_int_eq(st[2].kind, TFG_PLAN_ALLREDUCE);
+      ck_assert_int_eq(st[2].stream, TFG_PLAN_STREAM_COLLECTIVE);
+      ck_assert_int_eq(st[2].bucket, b);
+      ck_assert_int_eq(st[3].kind, TFG_PLAN_RECORD);
+      ck_assert_int_eq(st[3].stream, TFG_PLAN_STREAM_COLLECTIVE);
+      ck_assert_int_gt(s + 3, prev); /* buckets in index order on every rank */
+      prev = s + 3;
+      ck_assert_int_eq(count_steps(p, 1 + r, TFG_PLAN_ALLREDUCE, -1), 4);
+      /* the compute stream waits on ev2 once, before the first update reading the bucket */
+      int ev2 = st[3].event, waits = 0, w = -1;
+      for (int k = 0; k < pd->nsteps; k++)
+        if (pd->steps[k].kind == TFG_PLAN_WAIT && pd->steps[k].event == ev2) {
+          waits++;
+          w = k;
+          ck_assert_int_eq(pd->steps[k].stream, TFG_PLAN_STREAM_COMPUTE);
+        }
+      ck_assert_int_eq(waits, 1);
+      const tfg_plan_bucket *pb = &p->buckets[b];
+      int first_reader = pd->nsteps;
+      for (int k = 0; k < pb->nnodes; k++) {
+        tfg_node_id x = pb->nodes[r * pb->nnodes + k];
+        int u = step_of_node(pd, TFG_PLAN_LAUNCH, upd[r * 6 + (5 - (int)h.g->nodes[x].attrs.start)]);
+        if (u < first_reader) first_reader = u;
+        /* the node's buffer from the ALLREDUCE to its reader */
+        const tfg_plan_buffer *nb = buffer_of(pd, x, false);
+        ck_assert_ptr_nonnull(nb);
+        ck_assert_int_eq(nb->first, s + 3);
+        ck_assert_int_eq(nb->last, u);
+        /* the gradient's buffer to the WAIT on ev2 */
+        const tfg_plan_buffer *gb = buffer_of(pd, h.g->nodes[x].inputs[0], false);
+        ck_assert_ptr_nonnull(gb);
+        ck_assert_int_eq(gb->last, w);
+      }
+      ck_assert_int_eq(w, first_reader - 1);
+      ck_assert_int_eq(step_of_node(pd, TFG_PLAN_LAUNCH, ars[r * 6]), -1); /* never launched */
+    }
+  }
+  /* every event one RECORD and at least one WAIT (the validator says so too) */
+  for (int e = 0; e < p->nevents; e++) {
+    int recs = 0;
+    for (int d = 0; d < p->ndev; d++) recs += record_of(&p->dev[d], e) >= 0;
+    ck_assert_int_eq(recs, 1);
+  }
+  hand_free(&h);
+}
+END_TEST
+
+/* Four replicas, and groups of different devices: keys 0-2 on all four,
+ * keys 10-11 on gpu:0 and gpu:1 only, keys 20-21 on gpu:2 and gpu:3; an
+ * f64 key among them gets a bucket of its own dtype. */
+START_TEST(buckets_four_devices) {
+  tfg_graph *g = tfg_graph_new();
+  tfg_node_id gr[4][8], ar[4][8];
+  int nk[4] = {0};
+  const int64_t keys_all[3] = {0, 1, 2};
+  for (int r = 0; r < 4; r++) {
+    for (int i = 0; i < 3; i++) gr[r][nk[r]++] = hand_node(g, TFG_OP_INIT, NULL, 0, TFG_DTYPE_F32, 300, r);
+    gr[r][nk[r]++] = hand_node(g, TFG_OP_INIT, NULL, 0, TFG_DTYPE_F64, 100, r); /* key 3: f64 */
+    for (int i = 0; i < 2; i++) gr[r][nk[r]++] = hand_node(g, TFG_OP_INIT, NULL, 0, TFG_DTYPE_F32, 200, r);
+  }
+  for (int r = 0; r < 4; r++) {
+    for (int i = 0; i < 3; i++) ar[r][i] = hand_allreduce(g, gr[r][i], keys_all[i], 4, r);
+    ar[r][3] = hand_allreduce(g, gr[r][3], 3, 4, r);
+    for (int i = 0; i < 2; i++) ar[r][4 + i] = hand_allreduce(g, gr[r][4 + i], (r < 2 ? 10 : 20) + i, 2, r);
+  }
+  for (int r = 0; r < 4; r++)
+    for (int i = 0; i < 6; i++) {
+      const tfg_node *a = &g->nodes[ar[r][i]];
+      tfg_node_id u = hand_node(g, TFG_OP_NEG, &ar[r][i], 1, a->dtype, tfg_shape_numel(&a->shape), r);
+      (void)u;
+    }
+  handmade h = {.g = g};
+  hand_plan(&h, "host*4:64M", 2400); /* two 1200-byte keys per bucket */
+  const tfg_plan *p = h.plan;
+  /* all four: [k0 k1] [k2], f64 [k3]; pairs: [k10 k11], [k20 k21] */
+  ck_assert_int_eq(p->nbuckets, 5);
+  int seen4 = 0, seen2a = 0, seen2b = 0, f64 = 0;
+  for (int b = 0; b < p->nbuckets; b++) {
+    const tfg_plan_bucket *pb = &p->buckets[b];
+    tfg_dtype dt = g->nodes[pb->nodes[0]].dtype;
+    for (int k = 0; k < pb->nranks * pb->nnodes; k++) ck_assert_int_eq(g->nodes[pb->nodes[k]].dtype, dt);
+    if (dt == TFG_DTYPE_F64) f64++;
+    if (pb->nranks == 4) seen4 += pb->nnodes;
+    else if (pb->devices[0] == 1) {
+      ck_assert_int_eq(pb->devices[1], 2);
+      seen2a += pb->nnodes;
+    } else {
+      ck_assert_int_eq(pb->devices[0], 3);
+      ck_assert_int_eq(pb->devices[1], 4);
+      seen2b += pb->nnodes;
+    }
+    /* once on each rank, nowhere else */
+    for (int d = 0; d < p->ndev; d++) {
+      bool rank = false;
+      for (int r = 0; r < pb->nranks; r++) rank |= pb->devices[r] == d;
+      int n = 0;
+      for (int s = 0; s < p->dev[d].nsteps; s++) n += p->dev[d].steps[s].kind == TFG_PLAN_ALLREDUCE && p->dev[d].steps[s].bucket == b;
+      ck_assert_int_eq(n, rank ? 1 : 0);
+    }
+  }
+  ck_assert_int_eq(seen4, 4);
+  ck_assert_int_eq(seen2a, 2);
+  ck_assert_int_eq(seen2b, 2);
+  ck_assert_int_eq(f64, 1);
+  /* every device meets its buckets in ascending index order */
+  for (int d = 1; d <= 4; d++) {
+    int prev = -1;
+    for (int s = 0; s < p->dev[d].nsteps; s++)
+      if (p->dev[d].steps[s].kind == TFG_PLAN_ALLREDUCE) {
+        ck_assert_int_gt(p->dev[d].steps[s].bucket, prev);
+        prev = p->dev[d].steps[s].bucket;
+      }
+  }
+  hand_free(&h);
+}
+END_TEST
+
+/* A gradient computed on another device (copied in before its bucket
+ * runs), and an all-reduced value read on another device (copied once
+ * the bucket ran: the copy stream waits on ev2). */
+START_TEST(buckets_across_devices) {
+  tfg_graph *g = tfg_graph_new();
+  tfg_node_id g0 = hand_node(g, TFG_OP_INIT, NULL, 0, TFG_DTYPE_F32, 64, 0);
+  tfg_node_id g1 = hand_node(g, TFG_OP_INIT, NULL, 0, TFG_DTYPE_F32, 64, 2); /* replica 1's, on gpu:2 */
+  tfg_node_id a0 = hand_allreduce(g, g0, 0, 2, 0), a1 = hand_allreduce(g, g1, 0, 2, 1);
+  tfg_node_id u0 = hand_node(g, TFG_OP_NEG, &a0, 1, TFG_DTYPE_F32, 64, 2); /* read on gpu:2 */
+  tfg_node_id u1 = hand_node(g, TFG_OP_NEG, &a1, 1, TFG_DTYPE_F32, 64, 1);
+  handmade h = {.g = g};
+  hand_plan(&h, "host*3:64M", 0);
+  const tfg_plan *p = h.plan;
+  ck_assert_int_eq(p->nbuckets, 1);
+  /* gpu:1: the copy of g1 arrives, the compute stream waits for it, then ev1 */
+  const tfg_plan_device *d2 = &p->dev[2];
+  int c = step_of_node(d2, TFG_PLAN_COPY, g1), s = step_of_node(d2, TFG_PLAN_ALLREDUCE, 0);
+  ck_assert_int_ge(c, 0);
+  ck_assert_int_eq(d2->steps[c + 1].kind, TFG_PLAN_RECORD);
+  ck_assert_int_eq(d2->steps[c + 2].kind, TFG_PLAN_WAIT);
+  ck_assert_int_eq(d2->steps[c + 2].stream, TFG_PLAN_STREAM_COMPUTE);
+  ck_assert_int_eq(d2->steps[c + 2].event, d2->steps[c + 1].event);
+  ck_assert_int_eq(s, c + 5);
+  /* the copy of g1 lives to gpu:1's WAIT on ev2 */
+  const tfg_plan_buffer *cb = buffer_of(d2, g1, true);
+  ck_assert_ptr_nonnull(cb);
+  ck_assert_int_eq(d2->steps[cb->last].kind, TFG_PLAN_WAIT);
+  ck_assert_int_eq(d2->steps[cb->last].event, d2->steps[s + 1].event);
+  ck_assert_int_eq(cb->last + 1, step_of_node(d2, TFG_PLAN_LAUNCH, u1));
+  /* gpu:2 copies a0 after gpu:0's ev2 */
+  const tfg_plan_device *d1 = &p->dev[1], *d3 = &p->dev[3];
+  int s0 = step_of_node(d1, TFG_PLAN_ALLREDUCE, 0), cc = step_of_node(d3, TFG_PLAN_COPY, a0);
+  ck_assert_int_ge(cc, 1);
+  ck_assert_int_eq(d3->steps[cc - 1].kind, TFG_PLAN_WAIT);
+  ck_assert_int_eq(d3->steps[cc - 1].event, d1->steps[s0 + 1].event);
+  /* a0 is sent: it lives to the end of gpu:0's list; ev2 has two waiters */
+  ck_assert_int_eq(buffer_of(d1, a0, false)->last, d1->nsteps - 1);
+  char *text = print_plan(p);
+  ck_assert_ptr_nonnull(strstr(text, " -> gpu:0 compute, gpu:2 copy\n"));
+  free(text);
+  (void)u0;
+  hand_free(&h);
+}
+END_TEST
+
+START_TEST(validator_catches_collectives) {
+  const int64_t numel[4] = {250, 250, 250, 250};
+  tfg_node_id grads[8], ars[8], upd[8];
+  handmade h;
+  /* a rank without its ALLREDUCE */
+  h = (handmade){.g = ddp_graph(2, 4, numel, grads, ars, upd)};
+  hand_plan(&h, "host*2:64M", 2000);
+  ck_assert_int_eq(h.plan->nbuckets, 2);
+  remove_step(&h.plan->dev[2], step_of_node(&h.plan->dev[2], TFG_PLAN_ALLREDUCE, 1));
+  expect_invalid(h.plan, "bucket 1 is never all-reduced on gpu:1 (rank 1 of 2): the other ranks would wait for it forever");
+  hand_free(&h);
+  /* buckets in different orders */
+  h = (handmade){.g = ddp_graph(2, 4, numel, grads, ars, upd)};
+  hand_plan(&h, "host*2:64M", 2000);
+  {
+    tfg_plan_device *d2 = &h.plan->dev[2];
+    int s0 = step_of_node(d2, TFG_PLAN_ALLREDUCE, 0), s1 = step_of_node(d2, TFG_PLAN_ALLREDUCE, 1);
+    d2->steps[s0].bucket = 1;
+    d2->steps[s1].bucket = 0;
+    expect_invalid(h.plan, "buckets 0 and 1 are all-reduced in different orders: gpu:0 runs 0 first, gpu:1 runs 1 first");
+  }
+  hand_free(&h);
+  /* a bucket's gradient freed at its ALLREDUCE, before the compute stream waited on ev2 */
+  h = (handmade){.g = ddp_graph(2, 4, numel, grads, ars, upd)};
+  hand_plan(&h, "host*2:64M", 2000);
+  {
+    tfg_plan_device *d1 = &h.plan->dev[1];
+    int s = step_of_node(d1, TFG_PLAN_ALLREDUCE, 0);
+    tfg_plan_buffer *gb = (tfg_plan_buffer *)buffer_of(d1, grads[0], false);
+    int w = gb->last;
+    ck_assert_int_eq(d1->steps[w].kind, TFG_PLAN_WAIT);
+    gb->last = s;
+    char want[256];
+    snprintf(want, sizeof want,
+             "gpu:0: the buffer of n%d init is freed after step %d, but bucket 0's all-reduce (step %d, collective "
+             "stream) reads it and the compute stream is ordered after that only at step %d",
+             (int)grads[0], s, s, w);
+    expect_invalid(h.plan, want);
+    gb->last = w;
+    expect_valid(h.plan);
+  }
+  hand_free(&h);
+  /* the ALLREDUCE without its WAIT on ev1: it may read a gradient not yet computed */
+  h = (handmade){.g = ddp_graph(2, 4, numel, grads, ars, upd)};
+  hand_plan(&h, "host*2:64M", 2000);
+  {
+    tfg_plan_device *d1 = &h.plan->dev[1];
+    int s = step_of_node(d1, TFG_PLAN_ALLREDUCE, 0);
+    ck_assert_int_eq(d1->steps[s - 1].kind, TFG_PLAN_WAIT);
+    d1->steps[s - 1].stream = TFG_PLAN_STREAM_COMPUTE; /* the compute stream waits on its own event instead */
+    char want[200];
+    snprintf(want, sizeof want,
+             "gpu:0 step %d: bucket 0's all-reduce reads n%d init (step %d, compute stream) without waiting for it", s,
+             (int)grads[0], step_of_node(d1, TFG_PLAN_LAUNCH, grads[0]));
+    expect_invalid(h.plan, want);
+  }
+  hand_free(&h);
+  /* an update reading its all-reduced gradient without waiting on ev2 */
+  h = (handmade){.g = ddp_graph(2, 4, numel, grads, ars, upd)};
+  hand_plan(&h, "host*2:64M", 2000);
+  {
+    tfg_plan_device *d1 = &h.plan->dev[1];
+    int u = step_of_node(d1, TFG_PLAN_LAUNCH, upd[0]);
+    ck_assert_int_eq(d1->steps[u - 1].kind, TFG_PLAN_WAIT);
+    d1->steps[u - 1].stream = TFG_PLAN_STREAM_COPY; /* waited on by the wrong stream */
+    expect_invalid(h.plan, "without waiting for it");
+  }
+  hand_free(&h);
+  /* an ALLREDUCE node launched like an op */
+  h = (handmade){.g = ddp_graph(2, 4, numel, grads, ars, upd)};
+  hand_plan(&h, "host*2:64M", 2000);
+  {
+    tfg_plan_device *d1 = &h.plan->dev[1];
+    int u = step_of_node(d1, TFG_PLAN_LAUNCH, upd[0]);
+    d1->steps[u].node = ars[0];
+    expect_invalid(h.plan, "which only its bucket's all-reduce computes");
+  }
+  hand_free(&h);
+  /* the bucket table: wrong bytes, a node in no bucket, a rank on the wrong device */
+  h = (handmade){.g = ddp_graph(2, 4, numel, grads, ars, upd)};
+  hand_plan(&h, "host*2:64M", 2000);
+  h.plan->buckets[0].bytes++;
+  expect_invalid(h.plan, "bucket 0 has 2001 bytes, but its tensors have 2000");
+  h.plan->buckets[0].bytes--;
+  h.plan->nbuckets = 1;
+  expect_invalid(h.plan, "is in no bucket");
+  h.plan->nbuckets = 2;
+  h.plan->buckets[1].devices[1] = 1;
+  expect_invalid(h.plan, "bucket 1: rank 1 is device 1 (ranks are distinct devices in ascending order)");
+  h.plan->buckets[1].devices[1] = 2;
+  expect_valid(h.plan);
+  hand_free(&h);
+}
+END_TEST
+
+/* Three groups over three devices, each pair of devices sharing one: no
+ * two buckets have two ranks in common, so no pair runs in two orders,
+ * yet gpu:0 runs A then C, gpu:1 B then A, gpu:2 C then B: each waits
+ * for the next. Only the replay's rendezvous finds it. Each device's
+ * buckets all read one gradient, so swapping them keeps every read
+ * ordered. */
+START_TEST(buckets_cycle) {
+  tfg_graph *g = tfg_graph_new();
+  tfg_node_id gr[3];
+  for (int d = 0; d < 3; d++) gr[d] = hand_node(g, TFG_OP_INIT, NULL, 0, TFG_DTYPE_F32, 64, d);
+  const int grp[3][2] = {{0, 1}, {1, 2}, {0, 2}}; /* A, B, C */
+  for (int k = 0; k < 3; k++)
+    for (int r = 0; r < 2; r++) hand_allreduce(g, gr[grp[k][r]], k, 2, grp[k][r]);
+  handmade h = {.g = g};
+  hand_plan(&h, "host*3:64M", 0);
+  const tfg_plan *p = h.plan;
+  ck_assert_int_eq(p->nbuckets, 3); /* A 0, C 1 (a tie with B, filled first), B 2 */
+  ck_assert_int_eq(p->buckets[1].devices[0], 1);
+  ck_assert_int_eq(p->buckets[1].devices[1], 3);
+  tfg_plan_device *d1 = &h.plan->dev[2];
+  int a = step_of_node(d1, TFG_PLAN_ALLREDUCE, 0), b = step_of_node(d1, TFG_PLAN_ALLREDUCE, 2);
+  ck_assert_int_lt(a, b);
+  d1->steps[a].bucket = 2;
+  d1->steps[b].bucket = 0;
+  expect_invalid(h.plan, "gpu:0 step 3: bucket 0's all-reduce can never run: not every rank reaches it");
+  hand_free(&h);
+}
+END_TEST
+
+/* Random groups, sizes, caps and placements: gradients computed by
+ * chains that also read values of other devices (copies), some on a
+ * device that is not their rank's, groups of one to all devices, f32 and
+ * f64, all-reduced values read on their rank or elsewhere. Every plan
+ * must pass the validator, and the buckets follow the rules. */
+START_TEST(buckets_random) {
+  for (unsigned seed = 1; seed <= 60; seed++) {
+    unsigned rs = seed * 2654435761u;
+#define RND(n) ((rs = rs * 1103515245u + 12345u), (int)((rs >> 8) % (unsigned)(n)))
+    int ngpu = 2 + RND(3), nkeys = 1 + RND(12);
+    tfg_graph *g = tfg_graph_new();
+    int ranks[12][4], nr[12];
+    tfg_dtype dt[12];
+    int64_t numel[12];
+    tfg_node_id grad[12][4];
+    for (int k = 0; k < nkeys; k++) {
+      nr[k] = 0;
+      bool all = RND(2);
+      for (int d = 0; d < ngpu; d++)
+        if (all || RND(2)) ranks[k][nr[k]++] = d;
+      if (nr[k] == 0) ranks[k][nr[k]++] = RND(ngpu);
+      dt[k] = RND(4) ? TFG_DTYPE_F32 : TFG_DTYPE_F64;
+      numel[k] = 1 + RND(600);
+    }
+    /* per device a chain of values; gradients come out of it in a random interleaving */
+    tfg_node_id last[4];
+    for (int d = 0; d < ngpu; d++) last[d] = hand_node(g, TFG_OP_INIT, NULL, 0, TFG_DTYPE_F32, 1 + RND(300), d);
+    int todo[48], ntodo = 0;
+    for (int k = 0; k < nkeys; k++)
+      for (int r = 0; r < nr[k]; r++) todo[ntodo++] = k * 4 + r;
+    while (ntodo > 0) {
+      int pick = RND(ntodo), k = todo[pick] / 4, r = todo[pick] % 4;
+      todo[pick] = todo[--ntodo];
+      int d = ranks[k][r], where = RND(5) ? d : RND(ngpu);
+      for (int extra = RND(3); extra > 0; extra--) { /* churn: ops reading this or another device's chain */
+        int from = RND(3) ? where : RND(ngpu);
+        const tfg_node *f = &g->nodes[last[from]];
+        last[where] = hand_node(g, TFG_OP_RELU, &last[from], 1, f->dtype, tfg_shape_numel(&f->shape), where);
+      }
+      grad[k][r] = hand_node(g, TFG_OP_INIT, NULL, 0, dt[k], numel[k], where);
+    }
+    tfg_node_id ars[12][4];
+    for (int k = 0; k < nkeys; k++)
+      for (int r = 0; r < nr[k]; r++) ars[k][r] = hand_allreduce(g, grad[k][r], 100 + k, nr[k], ranks[k][r]);
+    for (int k = 0; k < nkeys; k++)
+      for (int r = 0; r < nr[k]; r++) {
+        if (RND(6) == 0) continue; /* a result nobody reads */
+        int where = RND(4) ? ranks[k][r] : RND(ngpu);
+        hand_node(g, TFG_OP_NEG, &ars[k][r], 1, dt[k], numel[k], where);
+      }
+    char spec[32];
+    snprintf(spec, sizeof spec, "host*%d:64M", ngpu);
+    int64_t cap = 256 + RND(4000);
+    handmade h = {.g = g};
+    hand_plan(&h, spec, cap);
+    /* every ALLREDUCE node in one bucket; a bucket over the cap holds one key */
+    int total = 0;
+    for (int b = 0; b < h.plan->nbuckets; b++) {
+      const tfg_plan_bucket *pb = &h.plan->buckets[b];
+      total += pb->nranks * pb->nnodes;
+      ck_assert(pb->bytes <= cap || pb->nnodes == 1);
+    }
+    int want = 0;
+    for (int k = 0; k < nkeys; k++) want += nr[k];
+    ck_assert_int_eq(total, want);
+    hand_free(&h);
+#undef RND
+  }
+}
+END_TEST
+
+/* ---- concurrent streams ------------------------------------------------------------ */
+
+/* On gpu:1, a is read last by b's LAUNCH (compute stream); the copy of y
+ * from gpu:0 then takes a's memory. The copy stream waits only on gpu:0,
+ * so without an event from gpu:1's compute stream it could overwrite a
+ * while b still reads it. */
+static const char REUSE[] = "@gpu:1 a = zeros([64])\n"
+                            "@gpu:1 b = neg(a)\n"
+                            "@gpu:0 x = zeros([64])\n"
+                            "@gpu:0 y = relu(x)\n"
+                            "@gpu:1 c = b + y\n"
+                            "print c\n";
+
+/* Removes step s of pd, keeping the live ranges on the steps they name. */
+static void drop_step(tfg_plan_device *pd, int s) {
+  remove_step(pd, s);
+  for (int i = 0; i < pd->nbuffers; i++) {
+    tfg_plan_buffer *bf = &pd->buffers[i];
+    if (bf->persistent) {
+      bf->last = pd->nsteps - 1;
+      continue;
+    }
+    if (bf->first > s) bf->first--;
+    if (bf->last >= s) bf->last--;
+  }
+}
+
+START_TEST(copy_waits_for_reused_memory) {
+  planned b;
+  build_ok(&b, REUSE, "host*2:64M");
+  const tfg_graph *g = b.p->graph;
+  tfg_plan_device *g1 = &b.plan->dev[2];
+  tfg_node_id a = 0, bn = 1, y = last_op(g, TFG_OP_RELU);
+  const tfg_plan_buffer *ab = buffer_of(g1, a, false), *yc = buffer_of(g1, y, true);
+  ck_assert_ptr_nonnull(ab);
+  ck_assert_ptr_nonnull(yc);
+  ck_assert_int_eq(yc->offset, ab->offset); /* best fit reuses a's memory */
+  int lb = step_of_node(g1, TFG_PLAN_LAUNCH, bn), c = yc->first;
+  ck_assert_int_eq(ab->last, lb);
+  /* gpu:1: launch b, RECORD (compute); ... WAIT (copy) before the COPY */
+  ck_assert_int_eq(g1->steps[lb + 1].kind, TFG_PLAN_RECORD);
+  ck_assert_int_eq(g1->steps[lb + 1].stream, TFG_PLAN_STREAM_COMPUTE);
+  ck_assert_int_eq(g1->steps[c].kind, TFG_PLAN_COPY);
+  ck_assert_int_eq(g1->steps[c - 1].kind, TFG_PLAN_WAIT);
+  ck_assert_int_eq(g1->steps[c - 1].stream, TFG_PLAN_STREAM_COPY);
+  ck_assert_int_eq(g1->steps[c - 1].event, g1->steps[lb + 1].event);
+  ck_assert_int_eq(g1->steps[c - 1].event, b.plan->nevents - 1); /* numbered after the sweep's */
+  ck_assert_int_eq(count_steps(b.plan, 2, TFG_PLAN_WAIT, -1), 3); /* the source, the reuse, the arrival */
+  char *text = print_plan(b.plan);
+  char want[64];
+  snprintf(want, sizeof want, "record  event %d -> gpu:1 copy\n", b.plan->nevents - 1);
+  ck_assert_ptr_nonnull(strstr(text, want));
+  free(text);
+  /* without them, the validator finds the race */
+  drop_step(g1, c - 1);
+  drop_step(g1, lb + 1);
+  b.plan->nevents--;
+  char race[300];
+  snprintf(race, sizeof race,
+           "gpu:1 step %d (copy stream) writes the copy of n%d relu (t.tfg:4) into [%lld, %lld), memory that step %d "
+           "(compute stream) uses for n0 init (t.tfg:1), and nothing orders that step before the write",
+           c - 2, (int)y, (long long)yc->offset, (long long)(yc->offset + yc->bytes), lb);
+  expect_invalid(b.plan, race);
+  unplan(&b);
+
+  /* two copies into memory freed by the same read: one WAIT covers both */
+  build_ok(&b,
+           "@gpu:1 a = zeros([128])\n@gpu:1 b = neg(a)\n@gpu:0 x = zeros([64])\n@gpu:0 y = relu(x)\n"
+           "@gpu:0 z = exp(x)\n@gpu:1 c = b + concat([y, z])\nprint c\n",
+           "host*2:64M");
+  g1 = &b.plan->dev[2];
+  ck_assert_int_eq(buffer_of(g1, last_op(b.p->graph, TFG_OP_RELU), true)->offset, 0);
+  ck_assert_int_eq(buffer_of(g1, last_op(b.p->graph, TFG_OP_EXP), true)->offset, 256);
+  ck_assert_int_eq(count_steps(b.plan, 2, TFG_PLAN_WAIT, -1), 2 + 1 + 2);
+  unplan(&b);
+
+  /* fresh memory: no extra wait (model parallel: the copy lands above everything) */
+  build_ok(&b, MODEL_PARALLEL, "host*2:64M");
+  ck_assert_int_eq(count_steps(b.plan, 2, TFG_PLAN_WAIT, -1), 2);
+  unplan(&b);
+}
+END_TEST
+
 /* ---- out of memory -------------------------------------------------------------------- */
 
 START_TEST(out_of_memory) {
@@ -645,6 +1250,14 @@ Suite *suite_plan(void) {
   tcase_add_test(tc, chain_offsets);
   tcase_add_test(tc, best_fit);
   tcase_add_test(tc, validator_catches);
+  tcase_add_test(tc, buckets_form);
+  tcase_add_test(tc, bucket_steps);
+  tcase_add_test(tc, buckets_four_devices);
+  tcase_add_test(tc, buckets_across_devices);
+  tcase_add_test(tc, validator_catches_collectives);
+  tcase_add_test(tc, buckets_cycle);
+  tcase_add_test(tc, buckets_random);
+  tcase_add_test(tc, copy_waits_for_reused_memory);
   tcase_add_test(tc, out_of_memory);
   tcase_add_test(tc, random_graphs);
   tcase_add_test(tc, scale);

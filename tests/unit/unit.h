@@ -25,6 +25,10 @@ Suite *suite_autodiff(void);
 Suite *suite_device(void);
 Suite *suite_plan(void);
 Suite *suite_backend(void);
+Suite *suite_collective(void);
+Suite *suite_trace(void);
+Suite *suite_strategy(void);
+Suite *suite_exec(void);
 
 /* Renders d's diagnostics without colour (and the error count when
  * summary is true) into a heap string. */

@@ -1,0 +1,590 @@
+/* runtime/exec.c: runs a plan on the backends (see exec.h for the rules).
+ *
+ * Everything a step needs is resolved once, when the executor is made:
+ * each device's arena, every tensor's address in it, the input and output
+ * tensors of every launch, each bucket's slots. A run then only decides
+ * which steps its fetches need and queues them, so the hot path is a walk
+ * over arrays with no allocation and no lock of its own: the backends'
+ * queues are the only synchronization. */
+#include "runtime/exec.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/assert.h"
+#include "compiler/ops.h"
+#include "kernels/cpu/parallel.h"
+#include "runtime/collective.h"
+#include "runtime/trace.h"
+
+typedef struct exec_dev exec_dev;
+
+/* The kernel context of a device: its kernels run one at a time (on the
+ * device's worker), so one context serves them all. */
+typedef struct exec_kctx {
+  tfg_kernel_ctx k; /* first: the backend hands kernels &k */
+  exec_dev *dev;
+} exec_kctx;
+
+/* One LAUNCH, resolved: its tensors point into the arena. */
+typedef struct exec_launch {
+  tfg_tensor *in;
+  tfg_tensor out;
+} exec_launch;
+
+struct exec_dev {
+  tfg_exec *x;
+  const tfg_device *device;
+  tfg_backend *b;              /* NULL: not used by this executor */
+  tfg_stream *s[TFG_PLAN_STREAMS];
+  char *arena;
+  int64_t *own;                /* per node: offset of its value here (own or persistent buffer), -1 */
+  int64_t *copy;               /* per node: offset of its copy received here, -1 */
+  exec_launch *launch;         /* per step index (LAUNCH steps only) */
+  exec_kctx kctx;
+  /* Failure attribution: the node whose kernel failed, and the launches
+   * of this run in order with how many completed (an injected fault
+   * fails a launch without calling its kernel). Written by the worker. */
+  _Atomic tfg_node_id failed;
+  atomic_int done;
+  tfg_node_id *launched;
+  int nlaunched;
+};
+
+/* A bucket's collective state. */
+typedef struct exec_bucket {
+  tfg_coll *coll;  /* shared by the buckets of one device group; owned when own_coll */
+  bool own_coll;
+  void **slots;    /* [nranks * nnodes]: each ALLREDUCE node's buffer */
+  size_t *counts;  /* [nnodes] elements */
+  uint32_t *at;    /* [nranks]: the run in which each rank's walk reached it */
+  uint32_t queued; /* the run that queued it */
+} exec_bucket;
+
+struct tfg_exec {
+  const tfg_plan *p;
+  const tfg_graph *g;
+  int ndev;
+  exec_dev *dev;
+  tfg_event **ev;
+  exec_bucket *buckets;
+  tfg_pool *pool;
+  bool check_numerics;
+  /* per run */
+  uint8_t *need;
+  const void **fed;            /* per node: the host value of a needed INPUT */
+  int *fetch_first, *fetch_next; /* per node: its first index in fetch; per fetch index: the next */
+  uint32_t *issued;            /* per event: the run that queued its RECORD */
+  uint32_t run;
+};
+
+static size_t node_bytes(const tfg_node *n) { return (size_t)tfg_shape_numel(&n->shape) * tfg_dtype_size(n->dtype); }
+
+static bool persistent(const tfg_node *n) { return n->op == TFG_OP_PARAM || n->op == TFG_OP_STATE; }
+
+/* The address of node id's value on device d (its own value or the copy
+ * received there). Empty tensors have no buffer: the arena itself. */
+static void *addr(const exec_dev *dv, tfg_node_id id) {
+  int64_t off = dv->own[id] >= 0 ? dv->own[id] : dv->copy[id];
+  return off >= 0 ? dv->arena + off : dv->arena;
+}
+
+/* ---- kernels ---------------------------------------------------------------- */
+
+/* The index of the first NaN or Inf in a float tensor, or -1. */
+static int64_t first_nonfinite(const tfg_tensor *t) {
+  int64_t n = tfg_shape_numel(&t->shape);
+  if (t->dtype == TFG_DTYPE_F32) {
+    const float *v = t->data;
+    for (int64_t i = 0; i < n; i++)
+      if (!isfinite(v[i])) return i;
+  } else if (t->dtype == TFG_DTYPE_F64) {
+    const double *v = t->data;
+    for (int64_t i = 0; i < n; i++)
+      if (!isfinite(v[i])) return i;
+  }
+  return -1;
+}
+
+/* What every launch runs: the backend's kernel for the op, then the
+ * numerics check; a failure remembers its node for the report. */
+static tfg_status run_kernel(tfg_kernel_ctx *k, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
+  exec_kctx *c = (exec_kctx *)k;
+  exec_dev *dv = c->dev;
+  tfg_kernel_fn fn = dv->b->i.kernel(dv->b, node);
+  tfg_status st = fn ? fn(k, node, in, out)
+                     : tfg_kernel_fail(k, TFG_ERR_DEVICE, "no %s kernel for it", dv->b->i.name(dv->b));
+  if (st == TFG_OK && dv->x->check_numerics) {
+    int64_t bad = first_nonfinite(out);
+    if (bad >= 0) {
+      double v = out->dtype == TFG_DTYPE_F32 ? ((float *)out->data)[bad] : ((double *)out->data)[bad];
+      tfg_strbuf sh = {0};
+      tfg_shape_format(&sh, out->dtype, &out->shape);
+      st = tfg_kernel_fail(k, TFG_ERR_NUMERIC, "produced %g at element %lld of its %s result", v, (long long)bad, sh.data);
+      tfg_strbuf_free(&sh);
+    }
+  }
+  if (st != TFG_OK) atomic_store(&dv->failed, (tfg_node_id)(node - dv->x->g->nodes));
+  else atomic_fetch_add(&dv->done, 1);
+  return st;
+}
+
+/* ---- creation --------------------------------------------------------------- */
+
+static tfg_status open_backend(tfg_exec *x, int d, const tfg_exec_opts *o, tfg_diag *diag) {
+  exec_dev *dv = &x->dev[d];
+  const tfg_device *dev = dv->device;
+  if (dev->kind == TFG_DEVICE_SIM || dev->kind == TFG_DEVICE_CUDA) {
+    tfg_diag_error(diag, NULL, "%s (%s) cannot run programs: %s", dev->name, dev->hardware,
+                   dev->kind == TFG_DEVICE_SIM ? "sim devices are for tfg place and tfg plan only"
+                                               : "this build of tfg has no CUDA backend");
+    tfg_diag_help(diag, "run on host devices: --devices host*N");
+    return TFG_ERR_DEVICE;
+  }
+  dv->b = tfg_backend_host_new(dev);
+  for (int s = 0; s < TFG_PLAN_STREAMS; s++) dv->s[s] = dv->b->i.stream_create(dv->b);
+  if (o->trace) {
+    static const char *const names[TFG_PLAN_STREAMS] = {"compute", "copy", "collective"};
+    for (int s = 0; s < TFG_PLAN_STREAMS; s++) tfg_trace_name(o->trace, dev->index, s, dev->name, names[s]);
+    dv->b->i.set_trace(dv->b, o->trace);
+  }
+  const tfg_plan_device *pd = &x->p->dev[d];
+  int64_t bytes = pd->peak > 0 ? pd->peak : 1;
+  dv->arena = dv->b->i.alloc(dv->b, (size_t)bytes);
+  if (!dv->arena) {
+    tfg_strbuf need = {0}, cap = {0};
+    tfg_size_format(&need, bytes);
+    tfg_size_format(&cap, dev->memory);
+    tfg_diag_error(diag, NULL, "out of memory on %s: its plan needs %s and the device has %s", dev->name, need.data,
+                   cap.data);
+    tfg_strbuf_free(&need);
+    tfg_strbuf_free(&cap);
+    return TFG_ERR_OOM;
+  }
+  dv->kctx.dev = dv;
+  dv->kctx.k.pool = x->pool;
+  return TFG_OK;
+}
+
+/* Resolves device d's buffers and launches into addresses. */
+static void resolve(tfg_exec *x, int d) {
+  exec_dev *dv = &x->dev[d];
+  const tfg_plan_device *pd = &x->p->dev[d];
+  for (int i = 0; i < pd->nbuffers; i++) {
+    const tfg_plan_buffer *bf = &pd->buffers[i];
+    (bf->copy ? dv->copy : dv->own)[bf->node] = bf->offset;
+  }
+  dv->launch = calloc((size_t)pd->nsteps + 1, sizeof *dv->launch);
+  dv->launched = malloc(sizeof *dv->launched * ((size_t)pd->nsteps + 1));
+  TFG_ASSERT(dv->launch && dv->launched);
+  for (int k = 0; k < pd->nsteps; k++) {
+    const tfg_plan_step *st = &pd->steps[k];
+    if (st->kind != TFG_PLAN_LAUNCH) continue;
+    const tfg_node *nd = &x->g->nodes[st->node];
+    exec_launch *l = &dv->launch[k];
+    l->in = calloc((size_t)nd->ninputs + 1, sizeof *l->in);
+    TFG_ASSERT(l->in != NULL);
+    for (int j = 0; j < nd->ninputs; j++) {
+      const tfg_node *in = &x->g->nodes[nd->inputs[j]];
+      l->in[j] = (tfg_tensor){addr(dv, nd->inputs[j]), in->dtype, in->shape};
+    }
+    l->out = (tfg_tensor){addr(dv, st->node), nd->dtype, nd->shape};
+  }
+}
+
+/* One communicator per group of devices: buckets of the same group share
+ * it (their collectives are queued in one order on every rank). */
+static void open_buckets(tfg_exec *x) {
+  const tfg_plan *p = x->p;
+  x->buckets = calloc((size_t)p->nbuckets + 1, sizeof *x->buckets);
+  TFG_ASSERT(x->buckets != NULL);
+  for (int b = 0; b < p->nbuckets; b++) {
+    const tfg_plan_bucket *pb = &p->buckets[b];
+    exec_bucket *eb = &x->buckets[b];
+    bool used = true;
+    for (int r = 0; r < pb->nranks; r++) used &= x->dev[pb->devices[r]].b != NULL;
+    if (!used) continue; /* an executor for part of the devices never runs it */
+    for (int a = 0; a < b && !eb->coll; a++) {
+      const tfg_plan_bucket *pa = &p->buckets[a];
+      if (x->buckets[a].coll && pa->nranks == pb->nranks &&
+          memcmp(pa->devices, pb->devices, sizeof *pa->devices * (size_t)pb->nranks) == 0)
+        eb->coll = x->buckets[a].coll;
+    }
+    if (!eb->coll) {
+      tfg_backend **bs = malloc(sizeof *bs * (size_t)pb->nranks);
+      tfg_stream **ss = malloc(sizeof *ss * (size_t)pb->nranks);
+      TFG_ASSERT(bs && ss);
+      for (int r = 0; r < pb->nranks; r++) {
+        bs[r] = x->dev[pb->devices[r]].b;
+        ss[r] = x->dev[pb->devices[r]].s[TFG_PLAN_STREAM_COLLECTIVE];
+      }
+      eb->coll = tfg_coll_ring_new(pb->nranks, bs, ss);
+      eb->own_coll = true;
+      free(bs);
+      free(ss);
+    }
+    eb->at = calloc((size_t)pb->nranks, sizeof *eb->at);
+    eb->slots = malloc(sizeof *eb->slots * ((size_t)pb->nranks * (size_t)pb->nnodes + 1));
+    eb->counts = malloc(sizeof *eb->counts * ((size_t)pb->nnodes + 1));
+    TFG_ASSERT(eb->at && eb->slots && eb->counts);
+    for (int k = 0; k < pb->nnodes; k++) eb->counts[k] = (size_t)tfg_shape_numel(&x->g->nodes[pb->nodes[k]].shape);
+    for (int r = 0; r < pb->nranks; r++)
+      for (int k = 0; k < pb->nnodes; k++)
+        eb->slots[r * pb->nnodes + k] = addr(&x->dev[pb->devices[r]], pb->nodes[r * pb->nnodes + k]);
+  }
+}
+
+tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, tfg_exec **out) {
+  static const tfg_exec_opts none = {0};
+  if (!o) o = &none;
+  tfg_exec *x = calloc(1, sizeof *x);
+  TFG_ASSERT(x != NULL);
+  x->p = p;
+  x->g = p->g;
+  x->ndev = p->ndev;
+  x->check_numerics = o->check_numerics;
+  x->pool = tfg_pool_new(o->threads);
+  int32_t n = x->g->nnodes;
+  x->dev = calloc((size_t)x->ndev, sizeof *x->dev);
+  x->ev = calloc((size_t)p->nevents + 1, sizeof *x->ev);
+  x->issued = calloc((size_t)p->nevents + 1, sizeof *x->issued);
+  x->need = calloc((size_t)n + 1, 1);
+  x->fed = calloc((size_t)n + 1, sizeof *x->fed);
+  x->fetch_first = malloc(sizeof *x->fetch_first * ((size_t)n + 1));
+  TFG_ASSERT(x->dev && x->ev && x->issued && x->need && x->fed && x->fetch_first);
+  for (int32_t i = 0; i < n; i++) x->fetch_first[i] = -1;
+  tfg_status st = TFG_OK;
+  for (int dv = 0; dv < x->ndev; dv++) {
+    exec_dev *e = &x->dev[dv];
+    e->x = x;
+    e->device = tfg_devices_at(p->ds, dv);
+    e->own = malloc(sizeof *e->own * ((size_t)n + 1));
+    e->copy = malloc(sizeof *e->copy * ((size_t)n + 1));
+    TFG_ASSERT(e->own && e->copy);
+    for (int32_t i = 0; i < n; i++) e->own[i] = e->copy[i] = -1;
+    atomic_init(&e->failed, -1);
+    atomic_init(&e->done, 0);
+    bool use = o->use ? o->use[dv] != 0 : p->dev[dv].nsteps > 0 || p->dev[dv].nbuffers > 0;
+    if (!use || st != TFG_OK) continue;
+    st = open_backend(x, dv, o, d);
+    if (st == TFG_OK) resolve(x, dv);
+  }
+  if (st == TFG_OK) {
+    /* Events are shared objects: any used backend can make them. */
+    tfg_backend *any = NULL;
+    for (int dv = 0; dv < x->ndev && !any; dv++) any = x->dev[dv].b;
+    for (int e = 0; any && e < p->nevents; e++) x->ev[e] = any->i.event_create(any);
+    open_buckets(x);
+  }
+  if (st != TFG_OK) {
+    tfg_exec_free(x);
+    *out = NULL;
+    return st;
+  }
+  *out = x;
+  return TFG_OK;
+}
+
+void tfg_exec_free(tfg_exec *x) {
+  if (!x) return;
+  for (int b = 0; x->buckets && b < x->p->nbuckets; b++) {
+    exec_bucket *eb = &x->buckets[b];
+    if (eb->own_coll) eb->coll->i.free(eb->coll);
+    free(eb->at);
+    free(eb->slots);
+    free(eb->counts);
+  }
+  free(x->buckets);
+  tfg_backend *any = NULL;
+  for (int dv = 0; dv < x->ndev && !any; dv++) any = x->dev[dv].b;
+  for (int e = 0; any && e < x->p->nevents; e++)
+    if (x->ev[e]) any->i.event_free(any, x->ev[e]);
+  for (int dv = 0; dv < x->ndev; dv++) {
+    exec_dev *e = &x->dev[dv];
+    if (e->b) {
+      for (int s = 0; s < TFG_PLAN_STREAMS; s++)
+        if (e->s[s]) e->b->i.stream_free(e->b, e->s[s]);
+      if (e->arena) e->b->i.free(e->b, e->arena);
+      e->b->i.destroy(e->b);
+    }
+    if (e->launch)
+      for (int k = 0; k < x->p->dev[dv].nsteps; k++) free(e->launch[k].in);
+    free(e->launch);
+    free(e->launched);
+    free(e->own);
+    free(e->copy);
+    tfg_strbuf_free(&e->kctx.k.err);
+  }
+  free(x->dev);
+  free(x->ev);
+  free(x->issued);
+  free(x->need);
+  free(x->fed);
+  free(x->fetch_first);
+  free(x->fetch_next);
+  tfg_pool_free(x->pool);
+  free(x);
+}
+
+bool tfg_exec_holds(const tfg_exec *x, tfg_node_id id) {
+  return x->dev[tfg_placement_device(x->p->pl, id)].b != NULL;
+}
+
+/* The device holding persistent node id, which this executor must run. */
+static exec_dev *holder(tfg_exec *x, tfg_node_id id) {
+  exec_dev *dv = &x->dev[tfg_placement_device(x->p->pl, id)];
+  TFG_ASSERT(dv->b != NULL && dv->own[id] >= 0 && persistent(&x->g->nodes[id]));
+  return dv;
+}
+
+void tfg_exec_write(tfg_exec *x, tfg_node_id id, const void *host) {
+  size_t n = node_bytes(&x->g->nodes[id]);
+  if (n == 0) return;
+  exec_dev *dv = holder(x, id);
+  dv->b->i.copy_from_host(dv->b, dv->s[0], addr(dv, id), host, n);
+  tfg_status st = dv->b->i.synchronize(dv->b, dv->s[0], NULL);
+  TFG_ASSERT(st == TFG_OK || !"a copy into a failed device");
+}
+
+void tfg_exec_read(tfg_exec *x, tfg_node_id id, void *host) {
+  size_t n = node_bytes(&x->g->nodes[id]);
+  if (n == 0) return;
+  exec_dev *dv = holder(x, id);
+  dv->b->i.copy_to_host(dv->b, dv->s[0], host, addr(dv, id), n);
+  tfg_status st = dv->b->i.synchronize(dv->b, dv->s[0], NULL);
+  TFG_ASSERT(st == TFG_OK || !"a copy out of a failed device");
+}
+
+/* ---- a run ---------------------------------------------------------------------- */
+
+/* Marks the dependency cone of the fetches in x->need. A bucket with a
+ * needed node needs all of its nodes (a collective takes every rank), so
+ * the sweep repeats until the buckets add nothing. */
+static void mark_needed(tfg_exec *x, const tfg_node_id *fetch, int nfetch) {
+  const tfg_graph *g = x->g;
+  int32_t n = g->nnodes;
+  memset(x->need, 0, (size_t)n);
+  for (int i = 0; i < nfetch; i++) x->need[fetch[i]] = 1;
+  for (bool again = true; again;) {
+    for (int32_t i = n - 1; i >= 0; i--)
+      if (x->need[i] && g->nodes[i].op != TFG_OP_INPUT)
+        for (int k = 0; k < g->nodes[i].ninputs; k++) x->need[g->nodes[i].inputs[k]] = 1;
+    again = false;
+    for (int b = 0; b < x->p->nbuckets; b++) {
+      const tfg_plan_bucket *pb = &x->p->buckets[b];
+      int total = pb->nranks * pb->nnodes, some = 0;
+      for (int k = 0; k < total; k++) some += x->need[pb->nodes[k]];
+      if (some == 0 || some == total) continue;
+      for (int k = 0; k < total; k++) x->need[pb->nodes[k]] = 1;
+      again = true;
+    }
+  }
+}
+
+static bool bucket_needed(const tfg_exec *x, int b) { return x->need[x->p->buckets[b].nodes[0]] != 0; }
+
+/* Queues the copies out of node id's value on device dv's stream s into
+ * every fetch slot that asks for it. */
+static void fetch_out(tfg_exec *x, exec_dev *dv, int s, tfg_node_id id, void *const *out) {
+  size_t n = node_bytes(&x->g->nodes[id]);
+  if (n == 0) return;
+  for (int f = x->fetch_first[id]; f >= 0; f = x->fetch_next[f])
+    dv->b->i.copy_to_host(dv->b, dv->s[s], out[f], addr(dv, id), n);
+}
+
+/* Queues the steps of device d from *pos until its end or a step that
+ * must wait (a WAIT whose RECORD is not queued yet, a collective not all
+ * ranks have reached). Returns whether it queued anything. */
+static bool advance(tfg_exec *x, int d, int *pos, void *const *out) {
+  exec_dev *dv = &x->dev[d];
+  const tfg_plan_device *pd = &x->p->dev[d];
+  int start = *pos;
+  while (*pos < pd->nsteps) {
+    const tfg_plan_step *st = &pd->steps[*pos];
+    tfg_stream *s = dv->s[st->stream];
+    switch (st->kind) {
+    case TFG_PLAN_LAUNCH: {
+      tfg_node_id id = st->node;
+      if (!x->need[id]) break;
+      const tfg_node *nd = &x->g->nodes[id];
+      size_t n = node_bytes(nd);
+      if (nd->op == TFG_OP_INPUT) {
+        if (n) dv->b->i.copy_from_host(dv->b, s, addr(dv, id), x->fed[id], n);
+      } else if (nd->op == TFG_OP_CONST) {
+        if (n) dv->b->i.copy_from_host(dv->b, s, addr(dv, id), nd->attrs.data, n);
+      } else {
+        dv->launched[dv->nlaunched++] = id;
+        exec_launch *l = &dv->launch[*pos];
+        dv->b->i.launch(dv->b, s, run_kernel, &dv->kctx.k, nd, l->in, &l->out);
+      }
+      if (x->fetch_first[id] >= 0) fetch_out(x, dv, st->stream, id, out);
+      break;
+    }
+    case TFG_PLAN_COPY: {
+      if (!x->need[st->node]) break;
+      size_t n = node_bytes(&x->g->nodes[st->node]);
+      exec_dev *src = &x->dev[st->src];
+      TFG_ASSERT(src->b != NULL); /* mark_needed put the source in this run */
+      if (n) dv->b->i.copy_peer(dv->b, s, dv->arena + dv->copy[st->node], src->b, addr(src, st->node), n);
+      break;
+    }
+    case TFG_PLAN_RECORD:
+      dv->b->i.event_record(dv->b, s, x->ev[st->event]);
+      x->issued[st->event] = x->run;
+      break;
+    case TFG_PLAN_WAIT:
+      if (x->issued[st->event] != x->run) return *pos > start; /* its RECORD comes later in the walk */
+      dv->b->i.event_wait(dv->b, s, x->ev[st->event]);
+      break;
+    case TFG_PLAN_ALLREDUCE: {
+      if (!bucket_needed(x, st->bucket)) break;
+      const tfg_plan_bucket *pb = &x->p->buckets[st->bucket];
+      exec_bucket *eb = &x->buckets[st->bucket];
+      if (eb->queued == x->run) break; /* queued by the last rank to arrive */
+      /* Ranks that arrive first hold here (their later stream-2 steps must
+       * follow the collective); the last to arrive queues every rank's part. */
+      int arrived = 0, newly = 0;
+      for (int r = 0; r < pb->nranks; r++) {
+        if (pb->devices[r] == d && eb->at[r] != x->run) {
+          eb->at[r] = x->run;
+          newly = 1;
+        }
+        arrived += eb->at[r] == x->run;
+      }
+      if (arrived < pb->nranks) return *pos > start || newly;
+      eb->queued = x->run;
+      for (int r = 0; r < pb->nranks; r++) {
+        exec_dev *rd = &x->dev[pb->devices[r]];
+        tfg_stream *rs = rd->s[TFG_PLAN_STREAM_COLLECTIVE];
+        for (int k = 0; k < pb->nnodes; k++) {
+          tfg_node_id node = pb->nodes[r * pb->nnodes + k];
+          size_t n = node_bytes(&x->g->nodes[node]);
+          if (n) rd->b->i.copy_peer(rd->b, rs, addr(rd, node), rd->b, addr(rd, x->g->nodes[node].inputs[0]), n);
+        }
+      }
+      eb->coll->i.allreduce(eb->coll, eb->slots, eb->counts, pb->nnodes, x->g->nodes[pb->nodes[0]].dtype, TFG_COLL_MEAN);
+      for (int r = 0; r < pb->nranks; r++) {
+        exec_dev *rd = &x->dev[pb->devices[r]];
+        for (int k = 0; k < pb->nnodes; k++) {
+          tfg_node_id node = pb->nodes[r * pb->nnodes + k];
+          if (x->fetch_first[node] >= 0) fetch_out(x, rd, TFG_PLAN_STREAM_COLLECTIVE, node, out);
+        }
+      }
+      break;
+    }
+    }
+    (*pos)++;
+  }
+  return *pos > start;
+}
+
+/* Reports the first failure of the run: at the op that failed when a
+ * kernel did (or where a device stopped), else on the device. */
+static void report(tfg_exec *x, int d, tfg_status st, const char *msg, tfg_diag *diag) {
+  exec_dev *dv = &x->dev[d];
+  tfg_node_id id = atomic_load(&dv->failed);
+  int done = atomic_load(&dv->done);
+  if (id < 0 && done < dv->nlaunched) id = dv->launched[done];
+  if (id >= 0) {
+    const tfg_node *nd = &x->g->nodes[id];
+    tfg_diag_error(diag, &nd->loc, "%s on %s failed: %s", tfg_op_get(nd->op)->name, dv->device->name,
+                   msg && *msg ? msg : tfg_status_str(st));
+  } else {
+    tfg_diag_error(diag, NULL, "%s failed: %s", dv->device->name, msg && *msg ? msg : tfg_status_str(st));
+  }
+}
+
+tfg_status tfg_exec_run(tfg_exec *x, const tfg_node_id *fetch, int nfetch, void *const *out, const tfg_exec_run_opts *ro,
+                        tfg_diag *d) {
+  static const tfg_exec_run_opts none = {0};
+  if (!ro) ro = &none;
+  const tfg_graph *g = x->g;
+  mark_needed(x, fetch, nfetch);
+  /* Every needed node must be on a device this executor runs; inputs get
+   * their values first, so a feed that fails stops the run before
+   * anything is queued. */
+  for (int32_t i = 0; i < g->nnodes; i++) {
+    if (!x->need[i]) continue;
+    int dv = tfg_placement_device(x->p->pl, i);
+    if (!x->dev[dv].b) {
+      tfg_diag_error(d, &g->nodes[i].loc, "%s is placed on %s, which this run does not use",
+                     tfg_op_get(g->nodes[i].op)->name, x->dev[dv].device->name);
+      return TFG_ERR_DEVICE;
+    }
+    if (g->nodes[i].op != TFG_OP_INPUT) continue;
+    tfg_status st = ro->feed ? ro->feed(ro->feed_arg, i, &x->fed[i]) : TFG_ERR_IO;
+    if (st != TFG_OK) {
+      if (!ro->feed) tfg_diag_error(d, &g->nodes[i].loc, "input %s has no value", g->nodes[i].name);
+      return st;
+    }
+  }
+  free(x->fetch_next);
+  x->fetch_next = malloc(sizeof *x->fetch_next * ((size_t)nfetch + 1));
+  TFG_ASSERT(x->fetch_next != NULL);
+  for (int f = nfetch - 1; f >= 0; f--) {
+    x->fetch_next[f] = x->fetch_first[fetch[f]];
+    x->fetch_first[fetch[f]] = f;
+  }
+  x->run++;
+  for (int dv = 0; dv < x->ndev; dv++) {
+    exec_dev *e = &x->dev[dv];
+    if (!e->b) continue;
+    e->kctx.k.training = ro->training;
+    e->kctx.k.step = ro->step;
+    e->kctx.k.seed = ro->seed;
+    e->nlaunched = 0;
+    atomic_store(&e->done, 0);
+  }
+
+  /* The walk: round robin until every used device has queued its list. */
+  int *pos = calloc((size_t)x->ndev, sizeof *pos);
+  TFG_ASSERT(pos != NULL);
+  for (bool busy = true; busy;) {
+    busy = false;
+    bool moved = false;
+    for (int dv = 0; dv < x->ndev; dv++) {
+      if (!x->dev[dv].b || pos[dv] >= x->p->dev[dv].nsteps) continue;
+      moved |= advance(x, dv, &pos[dv], out);
+      busy |= pos[dv] < x->p->dev[dv].nsteps;
+    }
+    TFG_ASSERT(moved || !busy); /* a validated plan never deadlocks */
+  }
+  free(pos);
+  /* Persistent values fetched: after everything this run did to them. */
+  for (int f = 0; f < nfetch; f++) {
+    const tfg_node *nd = &g->nodes[fetch[f]];
+    if (!persistent(nd) || node_bytes(nd) == 0) continue;
+    exec_dev *dv = holder(x, fetch[f]);
+    dv->b->i.copy_to_host(dv->b, dv->s[0], out[f], addr(dv, fetch[f]), node_bytes(nd));
+  }
+
+  /* Synchronize everything; the first failure is the one to report (the
+   * others carry it: events pass a failure on). A device whose own kernel
+   * failed is the origin; else the first failed device. */
+  tfg_status first = TFG_OK;
+  int first_dev = -1;
+  tfg_strbuf msg = {0}, m = {0};
+  for (int dv = 0; dv < x->ndev; dv++) {
+    exec_dev *e = &x->dev[dv];
+    if (!e->b) continue;
+    for (int s = 0; s < TFG_PLAN_STREAMS; s++) {
+      tfg_strbuf_clear(&m);
+      tfg_status st = e->b->i.synchronize(e->b, e->s[s], &m);
+      if (st == TFG_OK) continue;
+      bool origin = atomic_load(&e->failed) >= 0;
+      if (first == TFG_OK || (origin && atomic_load(&x->dev[first_dev].failed) < 0)) {
+        first = st;
+        first_dev = dv;
+        tfg_strbuf_clear(&msg);
+        tfg_strbuf_puts(&msg, m.data ? m.data : "");
+      }
+    }
+  }
+  if (first != TFG_OK) report(x, first_dev, first, msg.data, d);
+  tfg_strbuf_free(&msg);
+  tfg_strbuf_free(&m);
+  for (int f = 0; f < nfetch; f++) x->fetch_first[fetch[f]] = -1;
+  return first;
+}

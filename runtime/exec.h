@@ -1,0 +1,93 @@
+/* runtime/exec.h: the executor: runs a plan (compiler/plan.h) on the
+ * devices' backends, written once against the backend vtable
+ * (runtime/backend.h).
+ *
+ *   tfg_exec_opts o = {.threads = 0};
+ *   tfg_exec *x;
+ *   if (tfg_exec_new(plan, &o, diag, &x) == TFG_OK) {
+ *     tfg_exec_write(x, param, host_values);          // persistent tensors
+ *     tfg_exec_run_opts ro = {.feed = my_feed, .feed_arg = me};
+ *     void *out[1] = {host_buffer};
+ *     tfg_exec_run(x, &loss, 1, out, &ro);            // one step of the plan
+ *     tfg_exec_free(x);
+ *   }
+ *
+ * Memory is the plan's: each device gets one arena of the plan's planned
+ * peak from its backend's pool, and every tensor lives at its planned
+ * offset; params and optimizer state (persistent) stay between runs.
+ *
+ * A run computes what the fetched nodes need: the dependency cone of the
+ * fetches (a bucket's collective runs when any of its nodes is needed,
+ * and then pulls in all of them: every rank must take part). It walks the
+ * devices' step lists and queues each step on its stream: LAUNCH as the
+ * backend's kernel (an INPUT as a copy of the host value the feed
+ * callback gives; a CONST as a copy of its data), COPY as copy_peer,
+ * RECORD and WAIT as events, ALLREDUCE as a copy of each gradient into
+ * its bucket slot and the group's collective (runtime/collective.h).
+ * The walk moves round robin over the devices and queues a WAIT only
+ * once its RECORD is queued (events wait for the latest record issued,
+ * as in CUDA), and a collective once every rank has reached it; the
+ * calling thread only queues, the backends run, and nothing takes a
+ * global lock. The run then synchronizes every stream.
+ *
+ * Failures: the first failure of any stream (a kernel error, a fault, a
+ * failed copy) is carried by events to every stream that depends on it
+ * (backend.h), so no device waits forever; the run returns the status and
+ * reports it at the source line of the op that failed, naming the op and
+ * the device. */
+#ifndef TFG_EXEC_H
+#define TFG_EXEC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "compiler/plan.h"
+#include "runtime/backend.h"
+
+typedef struct tfg_exec tfg_exec;
+struct tfg_trace;
+
+typedef struct tfg_exec_opts {
+  int threads;          /* CPU threads for host kernels (one pool shared by the host devices); 0: one per core */
+  bool check_numerics;  /* after every op, fail on the first NaN or Inf it produced (host devices) */
+  const uint8_t *use;   /* per device: whether this executor runs it (NULL: all); a needed node elsewhere is an error */
+  struct tfg_trace *trace; /* record every operation (NULL: none) */
+} tfg_exec_opts;
+
+/* Creates the backends of the plan's devices (host and cpu devices run on
+ * the host backend), their streams, the plan's events, one collective
+ * per bucket group, and each device's arena. Returns TFG_OK, or
+ * TFG_ERR_DEVICE (a device no backend can run: sim, or cuda in a build
+ * without CUDA) or TFG_ERR_OOM (an arena its pool cannot give), reported. */
+tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, tfg_exec **out);
+void tfg_exec_free(tfg_exec *x);
+
+/* Copies a persistent node's value (a PARAM or STATE) in or out,
+ * synchronously; the node must be on a device this executor runs. */
+void tfg_exec_write(tfg_exec *x, tfg_node_id id, const void *host);
+void tfg_exec_read(tfg_exec *x, tfg_node_id id, void *host);
+/* Whether this executor holds id's value (its device is used). */
+bool tfg_exec_holds(const tfg_exec *x, tfg_node_id id);
+
+/* Gives the host value of INPUT node id for this run (*data must stay
+ * valid until tfg_exec_run returns). Returns TFG_OK or a status after
+ * reporting. */
+typedef tfg_status (*tfg_exec_feed_fn)(void *arg, tfg_node_id id, const void **data);
+
+typedef struct tfg_exec_run_opts {
+  bool training;         /* dropout active */
+  int64_t step;          /* training step from 1 (Adam, dropout masks); 0 outside training */
+  uint64_t seed;         /* the train action's seed (dropout masks) */
+  tfg_exec_feed_fn feed; /* values of the needed INPUT nodes */
+  void *feed_arg;
+} tfg_exec_run_opts;
+
+/* Runs the plan for the fetched nodes: out[i] (host memory of the node's
+ * bytes) receives fetch[i]'s value. A fetched persistent node gives its
+ * value after the run's updates. Returns TFG_OK or the first failure,
+ * reported. A failure is sticky (as a CUDA error is): later runs fail
+ * too; make a new executor to go on. */
+tfg_status tfg_exec_run(tfg_exec *x, const tfg_node_id *fetch, int nfetch, void *const *out, const tfg_exec_run_opts *ro,
+                        tfg_diag *d);
+
+#endif

@@ -1,0 +1,113 @@
+# tests/strategies.sh: the multi-device runtime end to end on host devices
+# (issue: executor, all-reduce, strategies, faults, trace), sourced by
+# tests/run.sh after tests/cli.sh (it uses expect and contains from there).
+#
+# Equality tests train the same model for 20 steps two ways and compare
+# the checkpoints with tests/ckpt_compare.py. The tolerance, 2e-5
+# relative, allows f32 sums taken in another order (a replica's gradient
+# is a sum over its rows, the all-reduce adds the replicas' in ring
+# order): each step's gradients then differ in the last bits (about 1e-7
+# relative) and 20 steps of Adam, which divides by the gradient's running
+# RMS, carry that to a few 1e-6 at most. A wrong split, a missing mean or
+# a replica out of step is off by far more (1e-3 and up).
+
+digits="$ROOT/examples/data/digits.csv.gz"
+# mlp_program FILE OPTIMIZER STRATEGY BATCH [PINNED]: a digits MLP whose
+# checkpoint after 20 steps is FILE.safetensors. PINNED splits it over
+# gpu:0 and gpu:1 by `with` blocks (the devices are lets: --set them).
+mlp_program() {
+  {
+    echo "import nn"
+    echo "let d0 = gpu:0"
+    echo "let d1 = gpu:1"
+    echo "data digits = csv(\"$digits\", label = -1, test = 0.2, shuffle = true, seed = 7)"
+    echo "input x: f32[$4, 64] from digits.x"
+    echo "input y: i32[$4] from digits.y"
+    if [ -n "${5:-}" ]; then
+      echo "with d0 { h = nn.dense(x / 16.0, 48) }"
+      echo "with d1 { logits = nn.dense(h, 10, act = nn.identity) }"
+    else
+      echo "logits = nn.mlp(x / 16.0, [48, 10])"
+    fi
+    echo "train cross_entropy(logits, y) {"
+    echo "  optimizer = $2"
+    echo "  steps = 20"
+    [ -n "${3:-}" ] && echo "  strategy = $3"
+    echo "  checkpoint = \"$1.safetensors\""
+    echo "  log_every = 20"
+    echo "}"
+  } >"$1.tfg"
+}
+# same NAME A B: the checkpoints A and B hold the same tensors, within 2e-5
+same() {
+  if python3 "$ROOT/tests/ckpt_compare.py" "$2.safetensors" "$3.safetensors" 2e-5 >"$tmp/cmp" 2>&1; then ok
+  else ko "strategies $1: $(cat "$tmp/cmp")"; fi
+}
+
+for opt in "sgd(lr = 0.1, momentum = 0.9)" "adam(lr = 1e-2)"; do
+  tag=$(echo "$opt" | cut -c1-3)
+  mlp_program "$tmp/single_$tag" "$opt" "" 16
+  expect "single-$tag" 0 "$TFG" run --devices host*4 "$tmp/single_$tag.tfg"
+  for n in 1 2 4; do
+    case $n in 1) devs="[gpu:0]" ;; 2) devs="[gpu:0, gpu:1]" ;; 4) devs="[gpu:0, gpu:1, gpu:2, gpu:3]" ;; esac
+    mlp_program "$tmp/mirrored${n}_$tag" "$opt" "mirrored($devs)" 16
+    expect "mirrored$n-$tag" 0 "$TFG" run --devices host*4 "$tmp/mirrored${n}_$tag.tfg" &&
+      same "mirrored$n-$tag" "$tmp/mirrored${n}_$tag" "$tmp/single_$tag"
+  done
+done
+
+# data x model parallel: two replicas, each split over two devices by pins
+mlp_program "$tmp/pinned" "adam(lr = 1e-2)" "" 16 pinned
+mlp_program "$tmp/dxm" "adam(lr = 1e-2)" "mirrored([[gpu:0, gpu:1], [gpu:2, gpu:3]])" 16 pinned
+expect single-pinned 0 "$TFG" run --devices host*4 "$tmp/pinned.tfg"
+expect data-x-model 0 "$TFG" run --devices host*4 "$tmp/dxm.tfg" && same data-x-model "$tmp/dxm" "$tmp/pinned"
+contains data-x-model-log "$tmp/err" "step 20/20"
+
+# model parallel: the pinned model split over two devices, and unsplit
+cp "$tmp/pinned.tfg" "$tmp/unsplit.tfg"
+sed -i "s|pinned.safetensors|unsplit.safetensors|" "$tmp/unsplit.tfg"
+expect model-parallel-unsplit 0 "$TFG" run --devices host*2 --set d1=gpu:0 "$tmp/unsplit.tfg" &&
+  same model-parallel "$tmp/pinned" "$tmp/unsplit"
+expect model-parallel-plan 0 "$TFG" plan --devices host*2 "$tmp/pinned.tfg" && contains model-parallel-plan "$tmp/out" "copy"
+
+# a batch that does not split evenly is an error at the input
+mlp_program "$tmp/uneven" "sgd(lr = 0.1)" "mirrored([gpu:0, gpu:1, gpu:2])" 16
+expect mirrored-uneven 1 "$TFG" run --devices host*4 --color=never "$tmp/uneven.tfg" &&
+  contains mirrored-uneven "$tmp/err" "error:"
+
+# the examples, each without a GPU
+for ex in data_parallel model_parallel ensemble async_ps; do
+  expect "example-$ex" 0 "$TFG" run "examples/$ex.tfg"
+  cp "$tmp/err" "$tmp/$ex.log"
+  cp "$tmp/out" "$tmp/$ex.out"
+done
+contains ensemble-print "$tmp/ensemble.out" "accuracy((softmax(ta) + softmax(tb)) / 2.0, ty): f32[] @"
+contains ensemble-grouped "$tmp/ensemble.log" "train (line"
+contains async-staleness "$tmp/async_ps.log" "staleness"
+# parameter_server reaches within 1% of synchronous training's test accuracy
+expect digits-sync 0 "$TFG" run examples/digits.tfg
+acc() { sed -n 's/.*eval .*accuracy \([0-9.]*\).*/\1/p' "$1" | tail -1; }
+sync_acc=$(acc "$tmp/err")
+ps_acc=$(acc "$tmp/async_ps.log")
+if python3 -c "import sys; sys.exit(0 if abs($sync_acc - $ps_acc) <= 0.01 else 1)" 2>/dev/null; then ok
+else ko "strategies ps-accuracy: parameter_server $ps_acc, synchronous $sync_acc"; fi
+
+# a fault on one device ends the run: exit 3, a message, no hang, and the
+# last checkpoint (step 10) intact
+mlp_program "$tmp/fault" "adam(lr = 1e-2)" "mirrored([gpu:0, gpu:1])" 16
+sed -i 's/  log_every = 20/  checkpoint_every = 10/' "$tmp/fault.tfg"
+expect fault 3 env TFG_FAULT_DEVICE=2 TFG_FAULT_AFTER=300 timeout 60 "$TFG" run --devices host*2 --color=never "$tmp/fault.tfg" &&
+  contains fault "$tmp/err" "injected fault"
+if python3 "$ROOT/tests/ckpt_reader.py" "$tmp/fault.safetensors" 2>/dev/null | grep -q "meta step 10"; then ok
+else ko "strategies fault: the checkpoint of step 10 is not intact"; fi
+
+# --trace: JSON with a track per device stream
+expect trace 0 "$TFG" run --devices host*2 --trace "$tmp/trace.json" "$tmp/mirrored2_ada.tfg"
+if python3 - "$tmp/trace.json" <<'PY'; then ok; else ko "strategies trace: not a trace with a track per stream"; fi
+import json, sys
+t = json.load(open(sys.argv[1]))["traceEvents"]
+names = {(e["pid"], e["args"]["name"]) for e in t if e.get("ph") == "M" and e.get("name") == "thread_name"}
+slices = [e for e in t if e.get("ph") == "X"]
+need = {(p, s) for p in (1, 2) for s in ("compute", "copy", "collective")}
+sys.exit(0 if need <= names and slices and any(e["tid"] == 2 for e in slices) else 1)
+PY

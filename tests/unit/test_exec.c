@@ -1,0 +1,4 @@
+/* tests/unit/test_exec.c */
+#include "tests/unit/unit.h"
+
+Suite *suite_exec(void) { return suite_create("exec"); }
