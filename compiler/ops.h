@@ -83,7 +83,7 @@
   X(LAYER_NORM, "layer_norm", "x, gamma, beta, eps = 1e-5")                            \
   /* over the last axis; gamma, beta [D]; attrs.value = eps; biased variance */         \
   X(DROPOUT, "dropout", "x, rate, seed = none")                                           \
-  /* attrs.value = rate, seed; identity unless training; kept values scaled 1/(1-rate) */ \
+  /* attrs.value = rate, seed, start (the mask's first element index); identity unless training; kept values scaled 1/(1-rate) */ \
   X(EMBEDDING, "embedding", "table, ids") /* table [V, D], ids int [...] -> [..., D] */ \
   X(ONE_HOT, "one_hot", "ids, n")   /* ids int [...] -> f32 [..., n]; attrs.n */        \
   X(ACCURACY, "accuracy", "logits, labels")                                            \

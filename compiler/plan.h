@@ -111,8 +111,9 @@ typedef struct tfg_plan_step {
   int bucket;         /* ALLREDUCE: index into tfg_plan.buckets */
 } tfg_plan_step;
 
-/* A tensor in a device's memory plan: node's value (an op's output, or
- * the copy received from another device). */
+/* A tensor in a device's memory plan: node's value (an op's output, an
+ * ALLREDUCE node's reduced value, written by its bucket's ALLREDUCE
+ * step, or the copy received from another device). */
 typedef struct tfg_plan_buffer {
   tfg_node_id node;
   bool copy;          /* received from another device */

@@ -367,6 +367,11 @@ static tfg_status clone_replica(rewrite *c, int r, tfg_train_step *out) {
     st = add_clone(c, &nd, c->ins, &pin, &c->map[i]);
     if (st != TFG_OK && !ps)
       tfg_diag_note(c->d, &s->loc, "the batch is split %d ways by mirrored here", R);
+    /* A replica's dropout draws its rows' part of the whole batch's mask
+     * (batch-major tensors: replica r's elements start at r times its
+     * size), so mirrored trains as one device would. */
+    if (st == TFG_OK && !ps && nd.op == TFG_OP_DROPOUT)
+      c->g->nodes[c->map[i]].attrs.start = r * tfg_shape_numel(&c->g->nodes[c->map[i]].shape);
   }
   return st;
 }

@@ -56,6 +56,16 @@ for opt in "sgd(lr = 0.1, momentum = 0.9)" "adam(lr = 1e-2)"; do
   done
 done
 
+# dropout under mirrored: each replica draws its rows' part of the whole
+# batch's mask, so the result is still the single-device one
+mlp_program "$tmp/drop1" "adam(lr = 1e-2)" "" 16
+mlp_program "$tmp/drop2" "adam(lr = 1e-2)" "mirrored([gpu:0, gpu:1])" 16
+sed -i 's|nn.mlp(x / 16.0, \[48, 10\])|nn.dense(dropout(nn.dense(x / 16.0, 48), 0.3), 10, act = nn.identity)|' \
+  "$tmp/drop1.tfg" "$tmp/drop2.tfg"
+expect dropout-single 0 "$TFG" run --devices host*2 "$tmp/drop1.tfg"
+expect dropout-mirrored 0 "$TFG" run --devices host*2 "$tmp/drop2.tfg" && same dropout-mirrored "$tmp/drop2" "$tmp/drop1"
+grep -q dropout "$tmp/drop2.tfg" && ok || ko "strategies dropout: the program has no dropout"
+
 # data x model parallel: two replicas, each split over two devices by pins
 mlp_program "$tmp/pinned" "adam(lr = 1e-2)" "" 16 pinned
 mlp_program "$tmp/dxm" "adam(lr = 1e-2)" "mirrored([[gpu:0, gpu:1], [gpu:2, gpu:3]])" 16 pinned

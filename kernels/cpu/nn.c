@@ -276,11 +276,13 @@ typedef struct dropout_job {
   const void *x;
   void *y;
   uint64_t seed;
+  int64_t offset;
   double rate, scale;
 } dropout_job;
 
-/* Element i is kept when tfg_rng_uniform(seed, i) >= rate, i being its
- * flat index in x: the mask depends on (seed, i) only, never on the
+/* Element i is kept when tfg_rng_uniform(seed, offset + i) >= rate, i
+ * being its flat index in x (offset: attrs.start, where a mirrored
+ * replica's part of the batch starts): the mask depends on (seed, i) only, never on the
  * chunking, so every thread count and device draws the same mask. Kept
  * values are x * scale with scale = 1 / (1 - rate), formed in double and
  * rounded once to T. */
@@ -291,7 +293,7 @@ typedef struct dropout_job {
     T *y = j->y;                                                                 \
     (void)chunk;                                                                 \
     for (int64_t i = lo; i < hi; i++)                                            \
-      y[i] = tfg_rng_uniform(j->seed, (uint64_t)i) >= j->rate                    \
+      y[i] = tfg_rng_uniform(j->seed, (uint64_t)(j->offset + i)) >= j->rate      \
                  ? (T)((double)x[i] * j->scale)                                  \
                  : (T)0;                                                         \
   }
@@ -322,7 +324,7 @@ TFG_CPU_KERNEL(tfg_cpu_dropout) {
     return TFG_OK;
   }
   uint64_t seed = tfg_rng_dropout_stream(node->attrs.seed, ctx->seed, ctx->step);
-  dropout_job j = {.x = x->data, .y = out->data, .seed = seed, .rate = rate,
+  dropout_job j = {.x = x->data, .y = out->data, .seed = seed, .offset = node->attrs.start, .rate = rate,
                    .scale = 1.0 / (1.0 - rate)};
   tfg_parallel_for(ctx->pool, n, GRAIN_ELEMS,
                    x->dtype == TFG_DTYPE_F32 ? dropout_f32 : dropout_f64, &j);

@@ -1,0 +1,50 @@
+#!/bin/sh
+# bench/train_devices.sh [THREADS]: the digits MLP (64-256-10, global
+# batch 32) and a wide one (784-1024-1024-10, global batch 128) trained
+# with mirrored(...) on 1, 2 and 4 host devices: steps per second and the
+# speed-up over one device. Host devices share this machine's cores, so
+# the speed-up is bounded by its core count; on a GPU machine the same
+# programs run on cuda devices.
+#
+#   make && sh bench/train_devices.sh 2
+#
+# A benchmark, not a test: numbers depend on the machine and its load.
+set -eu
+cd "$(dirname "$0")/.."
+THREADS=${1:-$(nproc)}
+TFG=${TFG:-build/tfg}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OPENBLAS_NUM_THREADS=$THREADS
+PY=python3
+[ -x /usr/bin/python3 ] && PY=/usr/bin/python3
+$PY - "$tmp" <<'PY'
+import random, struct, sys
+def npy(path, descr, shape, values, fmt):
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
+        descr, ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else ""))
+    header += " " * (-(10 + len(header) + 1) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+        f.write(struct.pack("<%d%s" % (len(values), fmt), *values))
+r = random.Random(1)
+npy(sys.argv[1] + "/x.npy", "<f4", (128, 784), [r.random() for _ in range(128 * 784)], "f")
+npy(sys.argv[1] + "/y.npy", "<i4", (128,), [r.randrange(10) for _ in range(128)], "i")
+PY
+# steps/s from "trained N steps in T s", after a warm-up run
+steps_per_s() {
+  "$TFG" run --quiet --threads "$THREADS" "$@" >/dev/null 2>&1
+  "$TFG" run --threads "$THREADS" "$@" 2>&1 >/dev/null | grep '^trained' | awk '{ printf "%.1f", $2 / $5 }'
+}
+for model in digits wide; do
+  base=""
+  for n in 1 2 4; do
+    devs=$(seq 0 $((n - 1)) | sed 's/^/gpu:/' | paste -sd, - | sed 's/,/, /g')
+    set -- --devices "host*$n" --set "strategy=mirrored([$devs])"
+    if [ "$model" = digits ]; then r=$(steps_per_s "$@" bench/mlp_digits.tfg)
+    else r=$(steps_per_s "$@" --feed "x=$tmp/x.npy" --feed "y=$tmp/y.npy" bench/mlp_wide.tfg); fi
+    [ -z "$base" ] && base=$r
+    awk -v m="$model" -v n="$n" -v r="$r" -v b="$base" -v t="$THREADS" \
+      'BEGIN { printf "%s devices=%d threads=%s steps_per_s=%s speedup=%.2f\n", m, n, t, r, r / b }'
+  done
+done
