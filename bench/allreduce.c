@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench.h"
 #include "runtime/backend.h"
 #include "runtime/collective.h"
 #include "runtime/device.h"
@@ -29,22 +30,6 @@
 #define WARMUP 2
 #define RUNS 9
 #define MAXR 4
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* The median time of one memcpy of bytes, between buffers touched first
  * (so page faults are not timed). */
@@ -60,14 +45,14 @@ static double time_memcpy(size_t bytes) {
   for (int i = 0; i < WARMUP; i++) memcpy(b, a, bytes);
   for (int i = 0; i < RUNS; i++) {
     a[i] = (char)i; /* so no two copies are the same work the compiler could drop */
-    double t0 = now();
+    double t0 = bench_now();
     memcpy(b, a, bytes);
-    t[i] = now() - t0;
+    t[i] = bench_now() - t0;
     if (b[i] != (char)i) exit(1);
   }
   free(a);
   free(b);
-  return median(t, RUNS);
+  return bench_median(t, RUNS);
 }
 
 /* One case: R ranks, bytes per rank. Returns 0 or 1 on a failure. */
@@ -94,7 +79,7 @@ static int run_case(const tfg_devices *ds, int R, size_t bytes) {
   double t[RUNS];
   int failed = 0;
   for (int i = 0; i < WARMUP + RUNS && !failed; i++) {
-    double t0 = now();
+    double t0 = bench_now();
     c->i.allreduce(c, buf, &count, 1, TFG_DTYPE_F32, TFG_COLL_MEAN);
     for (int r = 0; r < R; r++) {
       tfg_strbuf err = {0};
@@ -104,7 +89,7 @@ static int run_case(const tfg_devices *ds, int R, size_t bytes) {
       }
       tfg_strbuf_free(&err);
     }
-    if (i >= WARMUP) t[i - WARMUP] = now() - t0;
+    if (i >= WARMUP) t[i - WARMUP] = bench_now() - t0;
   }
   for (int r = 1; r < R && !failed; r++)
     if (memcmp(buf[0], buf[r], bytes) != 0) {
@@ -119,7 +104,7 @@ static int run_case(const tfg_devices *ds, int R, size_t bytes) {
   free(init);
   if (failed) return 1;
 
-  double tm = median(t, RUNS), tc = time_memcpy(bytes);
+  double tm = bench_median(t, RUNS), tc = time_memcpy(bytes);
   double algbw = (double)bytes / tm / 1e9, busbw = algbw * 2.0 * (R - 1) / R;
   printf("  %5d  %6zu MiB  %9.3f  %8.2f  %8.2f  %9.3f  %8.2f  %8.2f\n", R, bytes >> 20, tm * 1e3, algbw, busbw,
          tc * 1e3, (double)bytes / tc / 1e9, tm / tc);

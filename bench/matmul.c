@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench.h"
 #include "base/rng.h"
 #include "lang/interp.h"
 #include "lang/parse.h"
@@ -28,22 +29,6 @@
 #define DIM 1024
 #define WARMUP 3
 #define RUNS 15
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 int main(void) {
   const size_t n = (size_t)DIM * DIM;
@@ -96,15 +81,15 @@ int main(void) {
   tfg_node_id c_id = prog->graph->nnodes - 1;
   double t_tfg[RUNS], t_blas[RUNS], t_run[RUNS];
   for (int r = -WARMUP; r < RUNS; r++) {
-    double t0 = now();
+    double t0 = bench_now();
     tfg_status st = tfg_cpu_matmul(&ctx, &node, in, &out);
-    double t1 = now();
+    double t1 = bench_now();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, DIM, DIM, DIM, 1.0f, a, DIM, b, DIM,
                 0.0f, c_blas, DIM);
-    double t2 = now();
+    double t2 = bench_now();
     tfg_tensor got;
     tfg_status st_run = sess ? tfg_session_run(sess, &c_id, 1, &got) : TFG_ERR_DEVICE;
-    double t3 = now();
+    double t3 = bench_now();
     if (st != TFG_OK || st_run != TFG_OK) {
       fprintf(stderr, "matmul bench: a run failed: %s\n", ctx.err.data ? ctx.err.data : "");
       tfg_diag_render(d, stderr, false);
@@ -123,12 +108,12 @@ int main(void) {
   tfg_diag_free(d);
 
   double flop = 2.0 * DIM * DIM * DIM;
-  double mt = median(t_tfg, RUNS), mb = median(t_blas, RUNS);
+  double mt = bench_median(t_tfg, RUNS), mb = bench_median(t_blas, RUNS);
   printf("matmul f32 %dx%dx%d, OpenBLAS %s, %d threads, %d warm-up + median of %d runs each\n",
          DIM, DIM, DIM, openblas_get_corename(), threads, WARMUP, RUNS);
   printf("  tfg_cpu_matmul  %8.3f ms  %7.1f GFLOP/s\n", 1e3 * mt, flop / mt * 1e-9);
   printf("  cblas_sgemm     %8.3f ms  %7.1f GFLOP/s\n", 1e3 * mb, flop / mb * 1e-9);
-  double mr = median(t_run, RUNS);
+  double mr = bench_median(t_run, RUNS);
   printf("  tfg session run %8.3f ms  %7.1f GFLOP/s  (a whole program run)\n", 1e3 * mr, flop / mr * 1e-9);
   printf("  ratio kernel/direct %.3f   outputs identical: %s\n", mt / mb, same ? "yes" : "NO");
   printf("  ratio run/direct    %.3f\n", mr / mb);

@@ -14,21 +14,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench.h"
 #include "compiler/place.h"
 #include "compiler/plan.h"
 #include "lang/interp.h"
 #include "lang/parse.h"
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 int main(void) {
   const int layers[] = {62, 625, 6250}; /* x 4 towers x 4 ops */
@@ -47,12 +37,12 @@ int main(void) {
     const tfg_source *src = tfg_diag_add_source(d, "scale.tfg", text.data, text.len);
     tfg_ast *ast = NULL;
     tfg_interp *in = tfg_interp_new(d, NULL);
-    double t0 = now();
+    double t0 = bench_now();
     if (tfg_parse(src, d, &arena, &ast, NULL) != TFG_OK || tfg_interp_eval(in, src, ast) != TFG_OK) {
       tfg_diag_render(d, stderr, false);
       return 1;
     }
-    double t_build = now() - t0;
+    double t_build = bench_now() - t0;
     tfg_program *p = tfg_interp_program(in);
     tfg_devices *ds = NULL;
     if (tfg_devices_parse(d, "host*4:1G", &ds) != TFG_OK) return 1;
@@ -60,17 +50,17 @@ int main(void) {
     for (int r = 0; r < 5; r++) {
       tfg_placement *pl = NULL;
       tfg_plan *plan = NULL;
-      double a = now();
+      double a = bench_now();
       if (tfg_place(p->graph, ds, NULL, 0, NULL, d, &pl) != TFG_OK) return 1;
-      double b = now();
+      double b = bench_now();
       if (tfg_plan_build(p->graph, pl, ds, d, &plan) != TFG_OK) return 1;
-      ptimes[r] = now() - b;
+      ptimes[r] = bench_now() - b;
       times[r] = b - a;
       tfg_plan_free(plan);
       tfg_placement_free(pl);
     }
-    qsort(times, 5, sizeof times[0], cmp);
-    qsort(ptimes, 5, sizeof ptimes[0], cmp);
+    qsort(times, 5, sizeof times[0], bench_cmp_double);
+    qsort(ptimes, 5, sizeof ptimes[0], bench_cmp_double);
     int32_t n = p->graph->nnodes;
     printf("  %7d ops: build %.3f s, place %.4f s, plan %.4f s, place+plan %.2f us/op\n", n, t_build, times[2], ptimes[2],
            1e6 * (times[2] + ptimes[2]) / n);

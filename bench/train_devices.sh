@@ -18,19 +18,7 @@ trap 'rm -rf "$tmp"' EXIT
 export OPENBLAS_NUM_THREADS=$THREADS
 PY=python3
 [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
-$PY - "$tmp" <<'PY'
-import random, struct, sys
-def npy(path, descr, shape, values, fmt):
-    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
-        descr, ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else ""))
-    header += " " * (-(10 + len(header) + 1) % 64) + "\n"
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
-        f.write(struct.pack("<%d%s" % (len(values), fmt), *values))
-r = random.Random(1)
-npy(sys.argv[1] + "/x.npy", "<f4", (128, 784), [r.random() for _ in range(128 * 784)], "f")
-npy(sys.argv[1] + "/y.npy", "<i4", (128,), [r.randrange(10) for _ in range(128)], "i")
-PY
+$PY bench/make_batch.py "$tmp"
 # steps/s from "trained N steps in T s", after a warm-up run
 steps_per_s() {
   "$TFG" run --quiet --threads "$THREADS" "$@" >/dev/null 2>&1

@@ -21,19 +21,7 @@ PY=python3
 [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 
 # The wide model's batch: 128 random rows (x in [0, 1), labels 0..9), as .npy.
-$PY - "$tmp" <<'PY'
-import random, struct, sys
-def npy(path, descr, shape, values, fmt):
-    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
-        descr, ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else ""))
-    header += " " * (-(10 + len(header) + 1) % 64) + "\n"
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
-        f.write(struct.pack("<%d%s" % (len(values), fmt), *values))
-r = random.Random(1)
-npy(sys.argv[1] + "/x.npy", "<f4", (128, 784), [r.random() for _ in range(128 * 784)], "f")
-npy(sys.argv[1] + "/y.npy", "<i4", (128,), [r.randrange(10) for _ in range(128)], "i")
-PY
+$PY bench/make_batch.py "$tmp"
 
 # Seconds per step from "trained N steps in T s", after one warm-up run.
 tfg_step_ms() {

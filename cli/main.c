@@ -184,9 +184,14 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
       o->devices = optarg;
       break;
     case OPT_MEMORY_LIMIT:
-      if (!tfg_size_parse(optarg, &o->memory_limit) || o->memory_limit <= 0)
-        return usage_error(cmd, "--memory-limit takes a size like 512M or 30G, not '%s'", optarg);
+    case OPT_BUCKET_SIZE: {
+      int64_t *size = c == OPT_MEMORY_LIMIT ? &o->memory_limit : &o->bucket_bytes;
+      if (!tfg_size_parse(optarg, size) || *size <= 0)
+        return usage_error(cmd, c == OPT_MEMORY_LIMIT ? "--memory-limit takes a size like 512M or 30G, not '%s'"
+                                                      : "--bucket-size takes a size like 25M, not '%s'",
+                           optarg);
       break;
+    }
     case OPT_EXPLAIN:
     case OPT_JSON:
     case OPT_DOT:
@@ -196,10 +201,6 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
       break;
     case OPT_TRACE:
       o->trace = optarg;
-      break;
-    case OPT_BUCKET_SIZE:
-      if (!tfg_size_parse(optarg, &o->bucket_bytes) || o->bucket_bytes <= 0)
-        return usage_error(cmd, "--bucket-size takes a size like 25M, not '%s'", optarg);
       break;
     case ':':
       return usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);

@@ -166,6 +166,11 @@ struct host_backend {
    * sleeping, so a signal sent while it scanned without the lock (or
    * registered on an event) is never lost. */
   uint64_t wake_seq;
+  /* Signals cost a system call when nobody waits: the worker's wake is
+   * signalled only while it sleeps, idle only while someone waits on it
+   * (both under mu). Per-op signalling was most of a small step's time. */
+  bool sleeping;
+  int idle_waiters;
   bool quit;
   pthread_t thread;
   tfg_stream **streams;
@@ -236,7 +241,7 @@ static void event_complete(tfg_event *e, uint64_t gen, tfg_status st, const char
       host_backend *w = e->waiters[i];
       pthread_mutex_lock(&w->mu);
       w->wake_seq++;
-      pthread_cond_signal(&w->wake);
+      if (w->sleeping) pthread_cond_signal(&w->wake);
       pthread_mutex_unlock(&w->mu);
     }
   }
@@ -286,31 +291,22 @@ static bool all_drained(const host_backend *hb) {
  * does not multiply, so a sum is exactly the sum. */
 #define REDUCE_BLOCK 16
 
-static void reduce_f32(float *restrict d, const float *restrict x, size_t n, float scale) {
-  size_t i = 0;
-  if (scale == 1.0f) {
-    for (; i + REDUCE_BLOCK <= n; i += REDUCE_BLOCK)
-      for (size_t k = 0; k < REDUCE_BLOCK; k++) d[i + k] = d[i + k] + x[i + k];
-    for (; i < n; i++) d[i] = d[i] + x[i];
-  } else {
-    for (; i + REDUCE_BLOCK <= n; i += REDUCE_BLOCK)
-      for (size_t k = 0; k < REDUCE_BLOCK; k++) d[i + k] = (d[i + k] + x[i + k]) * scale;
-    for (; i < n; i++) d[i] = (d[i] + x[i]) * scale;
+#define DEFINE_REDUCE(T, SFX)                                                        \
+  static void reduce_##SFX(T *restrict d, const T *restrict x, size_t n, T scale) {  \
+    size_t i = 0;                                                                    \
+    if (scale == (T)1) {                                                             \
+      for (; i + REDUCE_BLOCK <= n; i += REDUCE_BLOCK)                               \
+        for (size_t k = 0; k < REDUCE_BLOCK; k++) d[i + k] = d[i + k] + x[i + k];    \
+      for (; i < n; i++) d[i] = d[i] + x[i];                                         \
+    } else {                                                                         \
+      for (; i + REDUCE_BLOCK <= n; i += REDUCE_BLOCK)                               \
+        for (size_t k = 0; k < REDUCE_BLOCK; k++)                                    \
+          d[i + k] = (d[i + k] + x[i + k]) * scale;                                  \
+      for (; i < n; i++) d[i] = (d[i] + x[i]) * scale;                               \
+    }                                                                                \
   }
-}
-
-static void reduce_f64(double *restrict d, const double *restrict x, size_t n, double scale) {
-  size_t i = 0;
-  if (scale == 1.0) {
-    for (; i + REDUCE_BLOCK <= n; i += REDUCE_BLOCK)
-      for (size_t k = 0; k < REDUCE_BLOCK; k++) d[i + k] = d[i + k] + x[i + k];
-    for (; i < n; i++) d[i] = d[i] + x[i];
-  } else {
-    for (; i + REDUCE_BLOCK <= n; i += REDUCE_BLOCK)
-      for (size_t k = 0; k < REDUCE_BLOCK; k++) d[i + k] = (d[i + k] + x[i + k]) * scale;
-    for (; i < n; i++) d[i] = (d[i] + x[i]) * scale;
-  }
-}
+DEFINE_REDUCE(float, f32)
+DEFINE_REDUCE(double, f64)
 
 static void reduce_f32_alias(float *d, const float *x, size_t n, float scale) {
   for (size_t i = 0; i < n; i++) d[i] = scale == 1.0f ? d[i] + x[i] : (d[i] + x[i]) * scale;
@@ -459,7 +455,7 @@ static void *host_worker(void *arg) {
       s->done++;
       op->next = hb->spare;
       hb->spare = op;
-      pthread_cond_broadcast(&hb->idle);
+      if (hb->idle_waiters) pthread_cond_broadcast(&hb->idle);
       continue;
     }
     if (unregistered) {
@@ -473,7 +469,9 @@ static void *host_worker(void *arg) {
       continue;
     }
     if (hb->quit && all_drained(hb)) break;
+    hb->sleeping = true;
     while (hb->wake_seq == seen) pthread_cond_wait(&hb->wake, &hb->mu);
+    hb->sleeping = false;
   }
   pthread_mutex_unlock(&hb->mu);
   return NULL;
@@ -501,7 +499,7 @@ static void enqueue(host_backend *hb, tfg_stream *s, const host_op *tmpl) {
   s->tail = op;
   s->queued++;
   hb->wake_seq++;
-  pthread_cond_signal(&hb->wake);
+  if (hb->sleeping) pthread_cond_signal(&hb->wake);
   pthread_mutex_unlock(&hb->mu);
 }
 
@@ -509,7 +507,9 @@ static void enqueue(host_backend *hb, tfg_stream *s, const host_op *tmpl) {
  * run (a target, so a producer on another thread cannot starve it). */
 static void drain_locked(host_backend *hb, tfg_stream *s) {
   uint64_t target = s->queued;
+  hb->idle_waiters++;
   while (s->done < target) pthread_cond_wait(&hb->idle, &hb->mu);
+  hb->idle_waiters--;
 }
 
 /* ---- the vtable --------------------------------------------------------------- */
@@ -647,7 +647,9 @@ static void host_set_trace(tfg_backend *b, tfg_trace *t) {
   host_backend *hb = host_of(b);
   pthread_mutex_lock(&hb->mu);
   hb->trace = t;
+  hb->idle_waiters++;
   while (hb->trace_busy && hb->trace_busy != t) pthread_cond_wait(&hb->idle, &hb->mu);
+  hb->idle_waiters--;
   pthread_mutex_unlock(&hb->mu);
 }
 
