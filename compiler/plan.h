@@ -152,7 +152,10 @@ typedef struct tfg_plan_opts {
 /* Builds the plan of a placed graph. Returns TFG_OK, or TFG_ERR_OOM with
  * the error described above when a device's plan does not fit. With d
  * NULL, capacities are not checked: the plan only measures each device's
- * peak (the placer's memory pass uses it). */
+ * peak (the placer's memory pass uses it). ALLREDUCE nodes must be as a
+ * strategy makes them (asserted): attrs.n nodes per key, one per device,
+ * of one dtype and shape, each reading one gradient, every gradient of a
+ * key before any op that reads one of the key's nodes. */
 tfg_status tfg_plan_build(const tfg_graph *g, const tfg_placement *pl, const tfg_devices *ds, tfg_diag *d,
                           tfg_plan **out);
 /* The same with options (o may be NULL: the defaults). */

@@ -121,3 +121,9 @@ slices = [e for e in t if e.get("ph") == "X"]
 need = {(p, s) for p in (1, 2) for s in ("compute", "copy", "collective")}
 sys.exit(0 if need <= names and slices and any(e["tid"] == 2 for e in slices) else 1)
 PY
+
+# devices that cannot run: refused with a message, before anything runs
+expect run-sim 3 "$TFG" run --devices sim:h100*2 "$tmp/mirrored2_ada.tfg" &&
+  contains run-sim "$tmp/err" "sim devices are for tfg place and tfg plan only"
+expect run-too-few 1 "$TFG" run --devices host*1 --color=never "$tmp/mirrored2_ada.tfg" &&
+  contains run-too-few "$tmp/err" "gpu:1 does not exist"
