@@ -99,6 +99,10 @@ typedef struct tfg_backend_i {
   /* Waits until everything queued on s has run; returns the first failure
    * of the stream (with its message in *err when err is not NULL). */
   tfg_status (*synchronize)(tfg_backend *b, tfg_stream *s, tfg_strbuf *err);
+  /* After synchronize returned a failure: whether it began on s (one of
+   * its own operations failed) rather than arriving through an event, so
+   * the executor can report where a failure started. */
+  bool (*failed_here)(tfg_backend *b, tfg_stream *s);
 
   void (*destroy)(tfg_backend *b);
 } tfg_backend_i;

@@ -144,6 +144,7 @@ struct tfg_stream {
    * so the worker may read them without the lock. */
   tfg_status status;
   tfg_strbuf err;
+  bool here;             /* the failure began on this stream (not through a wait) */
 };
 
 struct tfg_event {
@@ -450,6 +451,7 @@ static void *host_worker(void *arg) {
       hb->trace_busy = NULL;
       if (st != TFG_OK && s->status == TFG_OK) {
         s->status = st;
+        s->here = op->kind != HOST_OP_WAIT;
         tfg_strbuf_puts(&s->err, hb->scratch.data);
       }
       s->done++;
@@ -672,6 +674,14 @@ static tfg_status host_synchronize(tfg_backend *b, tfg_stream *s, tfg_strbuf *er
   return st;
 }
 
+static bool host_failed_here(tfg_backend *b, tfg_stream *s) {
+  host_backend *hb = host_of(b);
+  pthread_mutex_lock(&hb->mu);
+  bool here = s->status != TFG_OK && s->here;
+  pthread_mutex_unlock(&hb->mu);
+  return here;
+}
+
 /* Drains every stream (see the top: it terminates), stops and joins the
  * worker, and frees the streams not freed yet and the pool with whatever
  * is still allocated in it. Events are not the backend's: they are freed
@@ -723,6 +733,7 @@ static const tfg_backend_i host_i = {
     .set_trace = host_set_trace,
     .launch = host_launch,
     .synchronize = host_synchronize,
+    .failed_here = host_failed_here,
     .destroy = host_destroy,
 };
 

@@ -560,11 +560,11 @@ tfg_status tfg_exec_run(tfg_exec *x, const tfg_node_id *fetch, int nfetch, void 
     dv->b->i.copy_to_host(dv->b, dv->s[0], out[f], addr(dv, fetch[f]), node_bytes(nd));
   }
 
-  /* Synchronize everything; the first failure is the one to report (the
-   * others carry it: events pass a failure on). A device whose own kernel
-   * failed is the origin; else the first failed device. */
+  /* Synchronize everything; one failure is reported: the one that began
+   * on a stream (the others carry it: events pass a failure on). */
   tfg_status first = TFG_OK;
   int first_dev = -1;
+  bool first_origin = false;
   tfg_strbuf msg = {0}, m = {0};
   for (int dv = 0; dv < x->ndev; dv++) {
     exec_dev *e = &x->dev[dv];
@@ -573,10 +573,13 @@ tfg_status tfg_exec_run(tfg_exec *x, const tfg_node_id *fetch, int nfetch, void 
       tfg_strbuf_clear(&m);
       tfg_status st = e->b->i.synchronize(e->b, e->s[s], &m);
       if (st == TFG_OK) continue;
-      bool origin = atomic_load(&e->failed) >= 0;
-      if (first == TFG_OK || (origin && atomic_load(&x->dev[first_dev].failed) < 0)) {
+      /* The failure that began here (a kernel error, a fault) is the
+       * one to report; the others arrived through events. */
+      bool origin = atomic_load(&e->failed) >= 0 || e->b->i.failed_here(e->b, e->s[s]);
+      if (first == TFG_OK || (origin && !first_origin)) {
         first = st;
         first_dev = dv;
+        first_origin = origin;
         tfg_strbuf_clear(&msg);
         tfg_strbuf_puts(&msg, m.data ? m.data : "");
       }

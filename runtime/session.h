@@ -8,7 +8,8 @@
  *
  * With opts.plan the session runs that plan (its devices, placement,
  * streams and memory); without, it plans the whole graph on cpu:0 alone,
- * pins ignored (tests, benchmarks). Params and optimizer state (PARAM and
+ * pins ignored (tests, benchmarks): a graph with a strategy's all-reduce
+ * nodes needs a plan, as their replicas must be on distinct devices. Params and optimizer state (PARAM and
  * STATE nodes) live in the executor's memory; update ops write them in
  * place. A run computes exactly what the fetched nodes need. Inputs fed
  * from a dataset get the batch the run asks for; others get the array

@@ -127,3 +127,22 @@ expect run-sim 3 "$TFG" run --devices sim:h100*2 "$tmp/mirrored2_ada.tfg" &&
   contains run-sim "$tmp/err" "sim devices are for tfg place and tfg plan only"
 expect run-too-few 1 "$TFG" run --devices host*1 --color=never "$tmp/mirrored2_ada.tfg" &&
   contains run-too-few "$tmp/err" "gpu:1 does not exist"
+
+# model parallel from the placer's memory split: 24 layers that do not fit
+# one 16 MiB device train over two, as on one large device
+{
+  echo "x = normal([16, 256], seed = 1)"
+  echo "let h = x"
+  echo "for i in 0..24 {"
+  echo "  param w: f32[256, 256] = glorot()"
+  echo "  h = relu(matmul(h, w))"
+  echo "}"
+  echo "train mean(h) { optimizer = adam(lr = 1e-3); steps = 3; checkpoint = \"CK.safetensors\" }"
+} >"$tmp/split.tfg"
+sed 's/CK/split_two/' "$tmp/split.tfg" >"$tmp/split_two.tfg"
+sed 's/CK/split_one/' "$tmp/split.tfg" >"$tmp/split_one.tfg"
+expect memory-split-place 0 "$TFG" place --devices host*2:16M "$tmp/split_two.tfg" &&
+  contains memory-split-place "$tmp/out" "pass 3"
+expect memory-split-two 0 "$TFG" run --devices host*2:16M "$tmp/split_two.tfg"
+expect memory-split-one 0 "$TFG" run --devices host*1 "$tmp/split_one.tfg" &&
+  same memory-split "$tmp/split_two" "$tmp/split_one"
