@@ -15,6 +15,7 @@
 
 #include "base/assert.h"
 #include "compiler/ops.h"
+#include "kernels/cpu/cpu.h"
 #include "kernels/cpu/parallel.h"
 #include "runtime/collective.h"
 #include "runtime/trace.h"
@@ -236,6 +237,33 @@ static void open_buckets(tfg_exec *x) {
   }
 }
 
+/* Host devices that run kernels at once share the machine's cores: when
+ * several of the plan's devices compute, the kernel pool and each matrix
+ * product (kernels/cpu/cpu.h) get one share of the threads each, as the
+ * devices' kernels run at the same time. Returns the pool's threads. */
+static int share_cores(const tfg_plan *p, const tfg_exec_opts *o) {
+  int busy = 0;
+  for (int dv = 0; dv < p->ndev; dv++) {
+    if (o->use && !o->use[dv]) continue;
+    const tfg_plan_device *pd = &p->dev[dv];
+    bool computes = false;
+    for (int k = 0; k < pd->nsteps && !computes; k++) {
+      const tfg_plan_step *st = &pd->steps[k];
+      tfg_op_id op = st->kind == TFG_PLAN_LAUNCH ? p->g->nodes[st->node].op : TFG_OP_INPUT;
+      computes = op != TFG_OP_INPUT && op != TFG_OP_CONST && op != TFG_OP_SLICE;
+    }
+    busy += computes;
+  }
+  if (busy <= 1) {
+    tfg_cpu_blas_threads(o->threads);
+    return o->threads;
+  }
+  int all = o->threads > 0 ? o->threads : tfg_cpu_blas_default_threads();
+  int share = all / busy > 0 ? all / busy : 1;
+  tfg_cpu_blas_threads(share);
+  return share;
+}
+
 tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, tfg_exec **out) {
   static const tfg_exec_opts none = {0};
   if (!o) o = &none;
@@ -245,7 +273,7 @@ tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, 
   x->g = p->g;
   x->ndev = p->ndev;
   x->check_numerics = o->check_numerics;
-  x->pool = tfg_pool_new(o->threads);
+  x->pool = tfg_pool_new(share_cores(p, o));
   int32_t n = x->g->nnodes;
   x->dev = calloc((size_t)x->ndev, sizeof *x->dev);
   x->ev = calloc((size_t)p->nevents + 1, sizeof *x->ev);

@@ -35,6 +35,15 @@ TFG_CPU_KERNEL(tfg_cpu_cast);
 
 /* kernels/cpu/linalg.c */
 TFG_CPU_KERNEL(tfg_cpu_matmul);
+/* How many threads one matrix product may use. OpenBLAS's threads are
+ * the process's, so host devices that compute at once split the cores
+ * between them rather than each asking for all (4 BLAS threads on 2
+ * cores ran a 2-device step at half the speed of 1 thread each).
+ * n <= 0: the count OpenBLAS started with (OPENBLAS_NUM_THREADS, else
+ * the cores). */
+void tfg_cpu_blas_threads(int n);
+/* The count OpenBLAS started with. */
+int tfg_cpu_blas_default_threads(void);
 
 /* kernels/cpu/reduce.c */
 TFG_CPU_KERNEL(tfg_cpu_reduce);  /* SUM MEAN MAX */

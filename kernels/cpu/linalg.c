@@ -22,6 +22,23 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/parallel.h"
 
+/* OpenBLAS's own controls (declared by its cblas.h in most builds; here
+ * so the build does not depend on which). */
+extern void openblas_set_num_threads(int n);
+extern int openblas_get_num_threads(void);
+
+static int blas_default = -1;
+
+int tfg_cpu_blas_default_threads(void) {
+  if (blas_default < 0) blas_default = openblas_get_num_threads();
+  return blas_default;
+}
+
+void tfg_cpu_blas_threads(int n) {
+  int d = tfg_cpu_blas_default_threads();
+  openblas_set_num_threads(n > 0 ? n : d);
+}
+
 /* Below this many multiply-adds per product OpenBLAS 0.3 stays on one
  * thread (SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD = 65536 * 4),
  * so such batches are better spread over the pool. */
