@@ -73,6 +73,9 @@ struct tfg_exec {
   exec_bucket *buckets;
   tfg_pool *pool;
   bool check_numerics;
+  /* The step fault hook (exec.h): device index and training step, or -1. */
+  int fault_device;
+  int64_t fault_step;
   /* per run */
   uint8_t *need;
   const void **fed;            /* per node: the host value of a needed INPUT */
@@ -114,10 +117,15 @@ static int64_t first_nonfinite(const tfg_tensor *t) {
 static tfg_status run_kernel(tfg_kernel_ctx *k, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
   exec_kctx *c = (exec_kctx *)k;
   exec_dev *dv = c->dev;
+  tfg_exec *x = dv->x;
   tfg_kernel_fn fn = dv->b->i.kernel(dv->b, node);
-  tfg_status st = fn ? fn(k, node, in, out)
-                     : tfg_kernel_fail(k, TFG_ERR_DEVICE, "no %s kernel for it", dv->b->i.name(dv->b));
-  if (st == TFG_OK && dv->x->check_numerics) {
+  tfg_status st;
+  if (dv->device->index == x->fault_device && k->step == x->fault_step)
+    st = tfg_kernel_fail(k, TFG_ERR_DEVICE, "injected fault (TFG_FAULT_DEVICE=%d, TFG_FAULT_STEP=%lld)", x->fault_device,
+                         (long long)x->fault_step);
+  else
+    st = fn ? fn(k, node, in, out) : tfg_kernel_fail(k, TFG_ERR_DEVICE, "no %s kernel for it", dv->b->i.name(dv->b));
+  if (st == TFG_OK && x->check_numerics) {
     int64_t bad = first_nonfinite(out);
     if (bad >= 0) {
       double v = out->dtype == TFG_DTYPE_F32 ? ((float *)out->data)[bad] : ((double *)out->data)[bad];
@@ -127,7 +135,7 @@ static tfg_status run_kernel(tfg_kernel_ctx *k, const tfg_node *node, const tfg_
       tfg_strbuf_free(&sh);
     }
   }
-  if (st != TFG_OK) atomic_store(&dv->failed, (tfg_node_id)(node - dv->x->g->nodes));
+  if (st != TFG_OK) atomic_store(&dv->failed, (tfg_node_id)(node - x->g->nodes));
   else atomic_fetch_add(&dv->done, 1);
   return st;
 }
@@ -273,6 +281,9 @@ tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, 
   x->g = p->g;
   x->ndev = p->ndev;
   x->check_numerics = o->check_numerics;
+  const char *fd = getenv("TFG_FAULT_DEVICE"), *fs = getenv("TFG_FAULT_STEP");
+  x->fault_device = fd && fs ? atoi(fd) : -1;
+  x->fault_step = fd && fs ? atoll(fs) : -1;
   x->pool = tfg_pool_new(share_cores(p, o));
   int32_t n = x->g->nnodes;
   x->dev = calloc((size_t)x->ndev, sizeof *x->dev);

@@ -34,7 +34,13 @@
  * failed copy) is carried by events to every stream that depends on it
  * (backend.h), so no device waits forever; the run returns the status and
  * reports it at the source line of the op that failed, naming the op and
- * the device. */
+ * the device.
+ *
+ * Fault injection (for tests, on any backend): with the environment
+ * variables TFG_FAULT_DEVICE=I and TFG_FAULT_STEP=K set when the executor
+ * is made, the first kernel of training step K on device I fails with
+ * TFG_ERR_DEVICE ("injected fault"). The host backend has its own hook,
+ * by launch count (runtime/backend.h). */
 #ifndef TFG_EXEC_H
 #define TFG_EXEC_H
 
