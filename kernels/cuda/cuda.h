@@ -1,0 +1,111 @@
+/* kernels/cuda/cuda.h: the CUDA kernels: what they share with the CUDA
+ * backend (runtime/backend_cuda.c), which is the only C file besides
+ * kernels/cuda/ that includes it.
+ *
+ *   tfg_kernel_fn fn = tfg_cuda_kernel(TFG_OP_MATMUL);   // NULL: none
+ *   // the backend's launch sets ctx->backend to its tfg_cuda_ctx with
+ *   // the launch's stream, then calls fn(ctx, node, in, out)
+ *
+ * Every kernel has the tfg_kernel_fn contract (compiler/ops.h) with the
+ * tensors in device memory: it queues its work on cx->stream and returns
+ * at once; it writes every element of out. It supports what the CPU
+ * kernel of the op supports (kernels/cpu/cpu.h): f32 and f64 for all
+ * math, integer and bool dtypes where the op makes sense for them, f16
+ * and bf16 through cast, the shape ops and matmul (f32 accumulation).
+ * What it can check before launching (dtypes, shapes) it reports at once
+ * with tfg_kernel_fail; what only the data shows (an embedding id out of
+ * range, a label past the classes) it reports through tfg_cuda_flag: the
+ * first such error of a device is kept in device memory and the backend
+ * reads it at the next synchronize, naming the op. Every CUDA, cuBLAS,
+ * cuDNN and NCCL call is checked with the TFG_CUDA_* macros below, which
+ * fail the kernel with the call, its error and file:line.
+ *
+ * Results match the CPU kernels' within per-dtype tolerances
+ * (tests/gpu): the same formulas, the same counter-based random numbers
+ * (base/rng.h), sums in another order. */
+#ifndef TFG_KERNELS_CUDA_H
+#define TFG_KERNELS_CUDA_H
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "kernels/kernel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A data error found by a kernel on the device (tfg_cuda_flag). */
+typedef struct tfg_cuda_error {
+  int code;          /* 0: none; else a TFG_CUDA_E_* */
+  int node;          /* the node id of the kernel that found it */
+  long long value;   /* the offending value (an id, a label) */
+  long long limit;   /* the range it had to be in: [0, limit) */
+} tfg_cuda_error;
+
+enum { TFG_CUDA_E_NONE, TFG_CUDA_E_ID_RANGE, TFG_CUDA_E_LABEL_RANGE };
+
+/* What a CUDA kernel needs beyond its tensors: one per logical device,
+ * owned by the backend. */
+typedef struct tfg_cuda_ctx {
+  int device;                 /* the CUDA device ordinal (physical) */
+  cudaStream_t stream;        /* the stream of the launch in progress */
+  cublasHandle_t cublas;      /* bound to stream before each launch */
+  cublasLtHandle_t cublaslt;
+  cudnnHandle_t cudnn;        /* bound to stream before each launch */
+  void *workspace;            /* device scratch for cuBLASLt and cuDNN */
+  size_t workspace_bytes;
+  bool tf32;                  /* --tf32: f32 matrix products may use TF32 */
+  tfg_cuda_error *error;      /* device memory: the first data error */
+  int sms;                    /* multiprocessors, for grid sizes */
+} tfg_cuda_ctx;
+
+/* The CUDA kernel of op, or NULL when it has none. */
+tfg_kernel_fn tfg_cuda_kernel(int op);
+
+/* The ctx of a launch (the backend sets ctx->backend). */
+static inline tfg_cuda_ctx *tfg_cuda_of(tfg_kernel_ctx *ctx) { return (tfg_cuda_ctx *)ctx->backend; }
+
+/* Fails ctx with "CALL failed: ERROR (FILE:LINE)" and returns TFG_ERR_DEVICE. */
+tfg_status tfg_cuda_fail_call(tfg_kernel_ctx *ctx, const char *call, const char *error, const char *file, int line);
+
+#define TFG_CUDA_CHECK(ctx, call)                                                               \
+  do {                                                                                          \
+    cudaError_t tfg_e_ = (call);                                                                \
+    if (tfg_e_ != cudaSuccess) return tfg_cuda_fail_call(ctx, #call, cudaGetErrorString(tfg_e_), __FILE__, __LINE__); \
+  } while (0)
+#define TFG_CUBLAS_CHECK(ctx, call)                                                             \
+  do {                                                                                          \
+    cublasStatus_t tfg_e_ = (call);                                                             \
+    if (tfg_e_ != CUBLAS_STATUS_SUCCESS)                                                        \
+      return tfg_cuda_fail_call(ctx, #call, cublasGetStatusString(tfg_e_), __FILE__, __LINE__); \
+  } while (0)
+#define TFG_CUDNN_CHECK(ctx, call)                                                              \
+  do {                                                                                          \
+    cudnnStatus_t tfg_e_ = (call);                                                              \
+    if (tfg_e_ != CUDNN_STATUS_SUCCESS)                                                         \
+      return tfg_cuda_fail_call(ctx, #call, cudnnGetErrorString(tfg_e_), __FILE__, __LINE__);   \
+  } while (0)
+/* After a kernel launch (<<<...>>>): its launch error, if any. */
+#define TFG_CUDA_LAUNCHED(ctx) TFG_CUDA_CHECK(ctx, cudaGetLastError())
+
+/* Each file of kernels/cuda registers its kernels in the table (indexed
+ * by op id); tfg_cuda_kernel reads it. */
+void tfg_cuda_register_elementwise(tfg_kernel_fn *table); /* elementwise.cu: unary, binary, where, cast, init, dropout */
+void tfg_cuda_register_shape(tfg_kernel_fn *table);       /* shape.cu: reshape, flatten, transpose, concat, slice, broadcast */
+void tfg_cuda_register_optim(tfg_kernel_fn *table);       /* optim.cu: sgd_update, adam_update, allreduce (a copy) */
+void tfg_cuda_register_reduce(tfg_kernel_fn *table);      /* reduce.cu: sum, mean, max, argmax */
+void tfg_cuda_register_nn(tfg_kernel_fn *table);          /* nn.cu: softmax, log_softmax, cross_entropy, mse, layer_norm,
+                                                           * embedding, one_hot, accuracy, and their gradients */
+void tfg_cuda_register_linalg(tfg_kernel_fn *table);      /* linalg.cu: matmul (cuBLAS / cuBLASLt) */
+void tfg_cuda_register_conv(tfg_kernel_fn *table);        /* conv.cu: conv2d, max_pool, avg_pool and their gradients (cuDNN) */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
