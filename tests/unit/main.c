@@ -1,8 +1,10 @@
 /* tests/unit/main.c: runs every Check suite; the summary line
- * ("Checks: N, Failures: F, Errors: E") is read by tests/run.sh. */
+ * ("Checks: N, Failures: F, Errors: E") is read by tests/run.sh. Also
+ * the shared helpers tests/unit/unit.h declares. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lang/parse.h"
 #include "tests/unit/unit.h"
@@ -42,6 +44,19 @@ char *test_parse(const char *text, size_t len, char **errs, size_t *nerr) {
   tfg_arena_free(&a);
   tfg_diag_free(d);
   return dump;
+}
+
+bool test_find_python(char *buf, size_t n) {
+  snprintf(buf, n, "/usr/bin/python3");
+  if (access(buf, X_OK) == 0) return true;
+  const char *pathvar = getenv("PATH");
+  while (pathvar && *pathvar) {
+    size_t k = strcspn(pathvar, ":");
+    snprintf(buf, n, "%.*s/python3", k ? (int)k : 1, k ? pathvar : ".");
+    if (access(buf, X_OK) == 0) return true;
+    pathvar += k + (pathvar[k] == ':');
+  }
+  return false;
 }
 
 int main(void) {

@@ -49,3 +49,19 @@ const char *scratch_write(const char *name, const void *data, size_t len) {
   ck_assert_int_eq(fclose(f), 0);
   return p;
 }
+
+char *scratch_read(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  ck_assert_msg(f != NULL, "cannot open %s", path);
+  ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+  long n = ftell(f);
+  ck_assert_int_ge(n, 0);
+  rewind(f);
+  char *s = malloc((size_t)n + 1);
+  ck_assert_ptr_nonnull(s);
+  ck_assert_uint_eq(fread(s, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  s[n] = 0;
+  if (len) *len = (size_t)n;
+  return s;
+}

@@ -3,6 +3,7 @@
  *
  *   tcase_add_unchecked_fixture(tc, scratch_make, scratch_remove);
  *   const char *p = scratch_write("x.csv", "1,2\n", 4);
+ *   char *text = scratch_read(p, NULL);
  *
  * The fixture is unchecked so that its teardown runs in the parent
  * process: the folder goes even when a failing test's child exits early. */
@@ -23,5 +24,9 @@ void scratch_remove(void);
 const char *scratch_path(const char *name);
 /* Writes len bytes to scratch_dir/name and returns its path. */
 const char *scratch_write(const char *name, const void *data, size_t len);
+/* The whole file at path (one scratch_path gave, or any other), with a
+ * NUL after it (caller frees); its length in *len when len is not NULL.
+ * A file that cannot be read is a failed check. */
+char *scratch_read(const char *path, size_t *len);
 
 #endif

@@ -16,9 +16,8 @@
 #include <string.h>
 
 #include "compiler/autodiff.h"
-#include "lang/interp.h"
-#include "lang/parse.h"
 #include "runtime/session.h"
+#include "tests/unit/programs.h"
 #include "tests/unit/unit.h"
 
 typedef struct gcase {
@@ -89,10 +88,7 @@ static const gcase cases[] = {
 
 /* Builds the case and returns its loss value at the current params. */
 typedef struct gctx {
-  tfg_diag *d;
-  tfg_arena a;
-  tfg_interp *in;
-  tfg_program *p;
+  built b;
   tfg_session *s;
   tfg_node_id loss;
   tfg_run_opts ro;
@@ -109,25 +105,14 @@ START_TEST(gradient_matches_finite_differences) {
   char text[2048];
   snprintf(text, sizeof text, "%s\nloss = sum(y * normal(shape(y), seed = 99, dtype = f64))\nprint loss\n", gc->body);
   gctx c = {0};
-  c.d = tfg_diag_new();
-  tfg_arena_init(&c.a);
-  const tfg_source *src = tfg_diag_add_source(c.d, "grad.tfg", text, strlen(text));
-  tfg_ast *ast = NULL;
-  ck_assert_int_eq(tfg_parse(src, c.d, &c.a, &ast, NULL), TFG_OK);
-  c.in = tfg_interp_new(c.d, NULL);
-  tfg_status st = tfg_interp_eval(c.in, src, ast);
-  if (st != TFG_OK) {
-    char *e = test_render(c.d, false);
-    ck_abort_msg("%s: %s", gc->name, e);
-  }
-  c.p = tfg_interp_program(c.in);
-  c.loss = c.p->actions[c.p->nactions - 1].items[0].node;
-  int np = c.p->nparams;
+  if (program_build(&c.b, text, &(build_opts){.name = "grad.tfg"}) != TFG_OK) ck_abort_msg("%s: %s", gc->name, c.b.errs);
+  c.loss = c.b.p->actions[c.b.p->nactions - 1].items[0].node;
+  int np = c.b.p->nparams;
   tfg_node_id grads[8];
   ck_assert_int_le(np, 8);
-  ck_assert_int_eq(tfg_autodiff(c.p->graph, c.loss, c.p->params, np, grads), TFG_OK);
+  ck_assert_int_eq(tfg_autodiff(c.b.p->graph, c.loss, c.b.p->params, np, grads), TFG_OK);
   tfg_session_opts so = {.threads = 2};
-  c.s = tfg_session_new(c.p, c.d, &so);
+  c.s = tfg_session_new(c.b.p, c.b.d, &so);
   ck_assert_ptr_nonnull(c.s);
   c.ro = (tfg_run_opts){.training = gc->training, .step = gc->training ? 3 : 0, .any_split = true};
   for (int k = 0; k < np; k++) {
@@ -137,19 +122,19 @@ START_TEST(gradient_matches_finite_differences) {
     int64_t n = tfg_shape_numel(&gt.shape);
     double *g = malloc(sizeof *g * (size_t)n);
     memcpy(g, gt.data, sizeof *g * (size_t)n);
-    double *x = malloc(sizeof *x * (size_t)tfg_shape_numel(&c.p->graph->nodes[c.p->params[k]].shape));
-    tfg_session_read(c.s, c.p->params[k], x);
+    double *x = malloc(sizeof *x * (size_t)tfg_shape_numel(&c.b.p->graph->nodes[c.b.p->params[k]].shape));
+    tfg_session_read(c.s, c.b.p->params[k], x);
     int64_t stride = n > 40 ? n / 40 : 1;
     for (int64_t i = 0; i < n; i += stride) {
       double x0 = x[i], h = 1e-6 * (fabs(x0) > 1 ? fabs(x0) : 1);
       x[i] = x0 + h;
-      tfg_session_write(c.s, c.p->params[k], x);
+      tfg_session_write(c.s, c.b.p->params[k], x);
       double up = loss_at(&c);
       x[i] = x0 - h;
-      tfg_session_write(c.s, c.p->params[k], x);
+      tfg_session_write(c.s, c.b.p->params[k], x);
       double down = loss_at(&c);
       x[i] = x0;
-      tfg_session_write(c.s, c.p->params[k], x);
+      tfg_session_write(c.s, c.b.p->params[k], x);
       double fd = (up - down) / (2 * h);
       ck_assert_msg(fabs(fd - g[i]) <= 1e-6 * (1 + fabs(g[i])), "%s: d/dp%d[%lld]: autodiff %.12g, differences %.12g",
                     gc->name, k, (long long)i, g[i], fd);
@@ -158,9 +143,7 @@ START_TEST(gradient_matches_finite_differences) {
     free(x);
   }
   tfg_session_free(c.s);
-  tfg_interp_free(c.in);
-  tfg_arena_free(&c.a);
-  tfg_diag_free(c.d);
+  program_free(&c.b);
 }
 END_TEST
 
@@ -169,22 +152,14 @@ END_TEST
 START_TEST(no_gradient_through_argmax) {
   const char *text = "param a: f64[3] = normal()\nparam b: f64[3] = normal()\n"
                      "loss = sum(cast(argmax(reshape(a, [1, 3])), f64)) + sum(b)\nprint loss\n";
-  tfg_diag *d = tfg_diag_new();
-  tfg_arena ar;
-  tfg_arena_init(&ar);
-  const tfg_source *src = tfg_diag_add_source(d, "t.tfg", text, strlen(text));
-  tfg_ast *ast = NULL;
-  ck_assert_int_eq(tfg_parse(src, d, &ar, &ast, NULL), TFG_OK);
-  tfg_interp *in = tfg_interp_new(d, NULL);
-  ck_assert_int_eq(tfg_interp_eval(in, src, ast), TFG_OK);
-  tfg_program *p = tfg_interp_program(in);
+  built b;
+  ck_assert_int_eq(program_build(&b, text, &(build_opts){0}), TFG_OK);
+  tfg_program *p = b.p;
   tfg_node_id grads[2];
   tfg_autodiff(p->graph, p->actions[0].items[0].node, p->params, 2, grads);
   ck_assert_int_eq(grads[0], -1);
   ck_assert_int_ge(grads[1], 0);
-  tfg_interp_free(in);
-  tfg_arena_free(&ar);
-  tfg_diag_free(d);
+  program_free(&b);
 }
 END_TEST
 

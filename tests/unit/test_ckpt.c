@@ -40,22 +40,6 @@ static void teardown(void) {
   D = NULL;
 }
 
-/* The whole file at p (caller frees); its size in *len. */
-static unsigned char *read_file(const char *p, size_t *len) {
-  FILE *f = fopen(p, "rb");
-  ck_assert_ptr_nonnull(f);
-  ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
-  long n = ftell(f);
-  ck_assert_int_ge(n, 0);
-  rewind(f);
-  unsigned char *b = malloc((size_t)n + 1);
-  ck_assert_ptr_nonnull(b);
-  ck_assert_uint_eq(fread(b, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  *len = (size_t)n;
-  return b;
-}
-
 /* The names in dir other than . and .., sorted, each followed by '\n'
  * (caller frees). */
 static int cmp_str(const void *a, const void *b) {
@@ -138,7 +122,7 @@ static char *escaped(const unsigned char *s, size_t n) {
 /* The file at p holds exactly want[0..n). */
 static void expect_file_bytes(const char *p, const void *want, size_t n) {
   size_t len;
-  unsigned char *got = read_file(p, &len);
+  unsigned char *got = (unsigned char *)scratch_read(p, &len);
   if (len != n || memcmp(got, want, n) != 0) {
     char *g = escaped(got, len), *w = escaped(want, n);
     ck_abort_msg("%s differs (%zu bytes, want %zu):\n got: %s\nwant: %s", p, len, n, g, w);
@@ -193,7 +177,7 @@ START_TEST(roundtrip_every_dtype) {
 
   /* The header is padded so the data starts 8-aligned. */
   size_t len;
-  unsigned char *file = read_file(p, &len);
+  unsigned char *file = (unsigned char *)scratch_read(p, &len);
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; i--) hlen = hlen << 8 | file[i];
   ck_assert_uint_eq(hlen % 8, 0);
@@ -402,23 +386,9 @@ static void writer_script(char *buf, size_t n) {
   snprintf(buf, n, "tests/ckpt_writer.py");
 }
 
-/* /usr/bin/python3, else python3 on PATH. */
-static bool find_python(char *buf, size_t n) {
-  snprintf(buf, n, "/usr/bin/python3");
-  if (access(buf, X_OK) == 0) return true;
-  const char *pathvar = getenv("PATH");
-  while (pathvar && *pathvar) {
-    size_t k = strcspn(pathvar, ":");
-    snprintf(buf, n, "%.*s/python3", k ? (int)k : 1, k ? pathvar : ".");
-    if (access(buf, X_OK) == 0) return true;
-    pathvar += k + (pathvar[k] == ':');
-  }
-  return false;
-}
-
 START_TEST(python_writer) {
   char py[512], script[512];
-  ck_assert_msg(find_python(py, sizeof py), "python3 is needed: neither /usr/bin/python3 nor "
+  ck_assert_msg(test_find_python(py, sizeof py), "python3 is needed: neither /usr/bin/python3 nor "
                                             "python3 on PATH exists");
   writer_script(script, sizeof script);
   const char *out = scratch_path("py.safetensors");

@@ -18,72 +18,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compiler/place.h"
-#include "compiler/plan.h"
-#include "compiler/strategy.h"
-#include "lang/interp.h"
-#include "lang/parse.h"
-#include "runtime/device.h"
 #include "runtime/session.h"
 #include "runtime/trace.h"
+#include "tests/unit/programs.h"
 #include "tests/unit/scratch.h"
 #include "tests/unit/unit.h"
 
-/* A program taken through the pipeline: built, its first train action (if
- * any) given its step, and (with devices) placed and planned. */
-typedef struct built {
-  tfg_diag *d;
-  tfg_arena a;
-  tfg_interp *I;
-  tfg_program *p;
-  const tfg_action *act; /* the first train action, or NULL */
-  tfg_train_step st;
-  bool has_step;
-  tfg_devices *ds;
-  tfg_placement *pl;
-  tfg_plan *plan;
-} built;
-
-/* Builds text (named "t.tfg"); with devices (a --devices spec), places
- * it with tfg_place_fit over its step and plans it. Any failure up to
- * the plan aborts the test with the diagnostics. */
+/* Builds text with its first train action's step (if any); with devices
+ * (a --devices spec), placed with tfg_place_fit over it and planned. Any
+ * failure aborts the test with the diagnostics; the plan must be valid. */
 static void build(built *b, const char *text, const char *devices) {
-  memset(b, 0, sizeof *b);
-  b->d = tfg_diag_new();
-  tfg_arena_init(&b->a);
-  const tfg_source *src = tfg_diag_add_source(b->d, "t.tfg", text, strlen(text));
-  tfg_ast *prog = NULL;
-  ck_assert_int_eq(tfg_parse(src, b->d, &b->a, &prog, NULL), TFG_OK);
-  b->I = tfg_interp_new(b->d, NULL);
-  tfg_status st = tfg_interp_eval(b->I, src, prog);
-  if (st == TFG_OK) st = tfg_interp_finish(b->I);
-  b->p = tfg_interp_program(b->I);
-  for (int i = 0; i < b->p->nactions && !b->act; i++)
-    if (b->p->actions[i].kind == TFG_ACTION_TRAIN) b->act = &b->p->actions[i];
-  if (st == TFG_OK && b->act) {
-    st = tfg_strategy_train_step(b->p->graph, b->act, b->p, &b->st, b->d);
-    b->has_step = st == TFG_OK;
-  }
-  if (st == TFG_OK && devices) st = tfg_devices_parse(b->d, devices, &b->ds);
-  if (st == TFG_OK && devices) st = tfg_place_fit(b->p->graph, b->ds, b->has_step ? &b->st : NULL, b->has_step, b->d, &b->pl);
-  if (st == TFG_OK && devices) st = tfg_plan_build(b->p->graph, b->pl, b->ds, b->d, &b->plan);
-  if (st != TFG_OK) ck_abort_msg("building the program failed: %s", test_render(b->d, false));
+  if (program_build(b, text, &(build_opts){.steps = 1, .devices = devices, .fit = true}) != TFG_OK)
+    ck_abort_msg("building the program failed: %s", b->errs);
   if (b->plan) {
     tfg_strbuf why = {0};
     bool ok = tfg_plan_validate(b->plan, &why);
     ck_assert_msg(ok, "invalid plan: %s", why.data ? why.data : "");
     tfg_strbuf_free(&why);
   }
-}
-
-static void unbuild(built *b) {
-  tfg_plan_free(b->plan);
-  tfg_placement_free(b->pl);
-  tfg_devices_free(b->ds);
-  if (b->has_step) tfg_train_step_free(&b->st);
-  tfg_interp_free(b->I);
-  tfg_arena_free(&b->a);
-  tfg_diag_free(b->d);
 }
 
 /* The k-th tensor the program prints (over all its print actions). */
@@ -190,7 +142,7 @@ START_TEST(two_devices_same_bits) {
   ck_assert_int_eq(tfg_diag_error_count(b.d), 0);
   tfg_session_free(one);
   tfg_session_free(two);
-  unbuild(&b);
+  program_free(&b);
 }
 END_TEST
 
@@ -230,7 +182,7 @@ static void cone_on(bool planned) {
   ck_assert_int_eq(tfg_session_run(s, &bad, 1, out), TFG_ERR_NUMERIC);
   expect_one_error(&b, 4, (const char *const[]){"embedding on", "id 5", NULL});
   tfg_session_free(s);
-  unbuild(&b);
+  program_free(&b);
 }
 
 START_TEST(cone_only) {
@@ -286,7 +238,7 @@ START_TEST(injected_fault) {
   ck_assert_msg(strstr(e, "mul on gpu:1 failed") != NULL, "want \"mul on gpu:1 failed\" in:\n%s", e);
   free(e);
   tfg_session_free(s);
-  unbuild(&b);
+  program_free(&b);
 }
 END_TEST
 
@@ -305,7 +257,7 @@ START_TEST(injected_fault_upstream) {
   ck_assert_int_ne(tfg_session_run(s, fetch, 2, out), TFG_OK);
   ck_assert_int_ge(tfg_diag_error_count(b.d), 1);
   tfg_session_free(s);
-  unbuild(&b);
+  program_free(&b);
 }
 END_TEST
 
@@ -337,7 +289,7 @@ START_TEST(kernel_error_on_one_device) {
   tfg_diag_clear(b.d);
   ck_assert_int_ne(tfg_session_run(s, &fetch[1], 1, out), TFG_OK);
   tfg_session_free(s);
-  unbuild(&b);
+  program_free(&b);
 }
 END_TEST
 
@@ -367,7 +319,7 @@ START_TEST(check_numerics_names_op) {
   ck_assert_int_eq(tfg_session_run(s, fetch, 2, out), TFG_ERR_NUMERIC);
   expect_one_error(&b, 1, (const char *const[]){"log on gpu:0 failed", "produced", "nan", "element 0", NULL});
   tfg_session_free(s);
-  unbuild(&b);
+  program_free(&b);
 }
 END_TEST
 
@@ -390,8 +342,8 @@ START_TEST(persistent_round_trip_and_update) {
   tfg_node_id w = named(&b, "w");
   ck_assert_int_eq(printed(&b, 0), w);
   ck_assert_int_eq(tfg_placement_device(b.pl, w), 2);
-  ck_assert_int_eq(b.st.nparams, 1);
-  ck_assert_int_eq(b.st.params[0], w);
+  ck_assert_int_eq(b.steps[0].nparams, 1);
+  ck_assert_int_eq(b.steps[0].params[0], w);
   tfg_session *s = open_session(&b, true, (tfg_session_opts){.threads = 1});
   ck_assert(tfg_session_holds(s, w));
 
@@ -404,11 +356,11 @@ START_TEST(persistent_round_trip_and_update) {
   ck_assert(memcmp(v, w0, sizeof v) == 0);
 
   /* fetch the loss, every update and w: w comes back after the update */
-  int nf = b.st.nupdates + 2;
+  int nf = b.steps[0].nupdates + 2;
   tfg_node_id fetch[8];
   ck_assert_int_le(nf, 8);
-  fetch[0] = b.st.loss;
-  for (int i = 0; i < b.st.nupdates; i++) fetch[1 + i] = b.st.updates[i];
+  fetch[0] = b.steps[0].loss;
+  for (int i = 0; i < b.steps[0].nupdates; i++) fetch[1 + i] = b.steps[0].updates[i];
   fetch[nf - 1] = w;
   tfg_tensor out[8];
   static const float want_loss[2] = {36, 9}; /* (1-3)^2+0+(3+1)^2+(-4)^2; (2-3)^2+0+(1+1)^2+(-2)^2 */
@@ -425,11 +377,11 @@ START_TEST(persistent_round_trip_and_update) {
   /* a write is what the next forward run reads: w = t gives loss 0 */
   const float t[4] = {3, 2, -1, 0};
   tfg_session_write(s, w, t);
-  ck_assert_int_eq(tfg_session_run(s, &b.st.loss, 1, out), TFG_OK);
+  ck_assert_int_eq(tfg_session_run(s, &b.steps[0].loss, 1, out), TFG_OK);
   ck_assert(*(const float *)out[0].data == 0.0f);
   ck_assert_int_eq(tfg_diag_error_count(b.d), 0);
   tfg_session_free(s);
-  unbuild(&b);
+  program_free(&b);
 }
 END_TEST
 
@@ -463,7 +415,7 @@ static void trainer_open(trainer *t, const char *strategy) {
   tfg_session_write(t->s, named(&t->b, "w"), w0);
   tfg_session_write(t->s, named(&t->b, "b"), b0);
   /* replicas start equal, as tfg_train makes them (sync_mirrors) */
-  const tfg_train_step *st = &t->b.st;
+  const tfg_train_step *st = &t->b.steps[0];
   for (int i = 0; i < st->nmirrors; i++) {
     float buf[6];
     ck_assert_uint_le(nbytes(&(tfg_tensor){NULL, N(&t->b, st->mirror_src[i])->dtype, N(&t->b, st->mirror_src[i])->shape}),
@@ -476,7 +428,7 @@ static void trainer_open(trainer *t, const char *strategy) {
 /* Step k (from 1): feeds the global batch, runs every update; *loss gets
  * the mean of the replicas' losses (each saw an equal share). */
 static void trainer_step(trainer *t, int k, const float *xv, const float *yv, double *loss) {
-  const tfg_train_step *st = &t->b.st;
+  const tfg_train_step *st = &t->b.steps[0];
   int nf = st->nreplicas + st->nupdates;
   tfg_node_id fetch[32];
   tfg_tensor out[32];
@@ -495,7 +447,7 @@ static void trainer_step(trainer *t, int k, const float *xv, const float *yv, do
 
 static void trainer_close(trainer *t) {
   tfg_session_free(t->s);
-  unbuild(&t->b);
+  program_free(&t->b);
 }
 
 /* Three SGD steps mirrored over gpu:0 and gpu:1 against the same three
@@ -522,7 +474,7 @@ START_TEST(mirrored_replicas_identical) {
   trainer m, one;
   trainer_open(&m, "; strategy = mirrored([gpu:0, gpu:1])");
   trainer_open(&one, "");
-  const tfg_train_step *st = &m.b.st;
+  const tfg_train_step *st = &m.b.steps[0];
   ck_assert_int_eq(st->nreplicas, 2);
   ck_assert_int_eq(st->nparams, 2);
   ck_assert_int_eq(st->nmirrors, 2); /* w and b on gpu:1; SGD without momentum has no state */
@@ -573,19 +525,6 @@ END_TEST
 
 /* ---- 8. trace --------------------------------------------------------------------- */
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  ck_assert_ptr_nonnull(f);
-  ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
-  long n = ftell(f);
-  rewind(f);
-  char *s = calloc(1, (size_t)n + 1);
-  ck_assert_ptr_nonnull(s);
-  ck_assert_int_eq(fread(s, 1, (size_t)n, f), n);
-  fclose(f);
-  return s;
-}
-
 /* The writer's format is fixed (runtime/trace.c): a slice is
  * {"name":N,"cat":C,"ph":"X","pid":DEVICE,"tid":STREAM,...}. */
 START_TEST(trace_has_both_devices) {
@@ -603,7 +542,7 @@ START_TEST(trace_has_both_devices) {
   ck_assert_msg(tfg_trace_write(tr, path, &err) == TFG_OK, "%s", err.data ? err.data : "");
   tfg_strbuf_free(&err);
   tfg_trace_free(tr);
-  char *j = slurp(path);
+  char *j = scratch_read(path, NULL);
   static const char *const want[] = {
       /* tracks named after the devices and streams */
       "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,\"args\":{\"name\":\"gpu:0\"}}",
@@ -620,7 +559,7 @@ START_TEST(trace_has_both_devices) {
       NULL};
   for (const char *const *w = want; *w; w++) ck_assert_msg(strstr(j, *w) != NULL, "the trace lacks %s", *w);
   free(j);
-  unbuild(&b);
+  program_free(&b);
 }
 END_TEST
 

@@ -8,41 +8,16 @@
 #include <unistd.h>
 
 #include "lang/interp.h"
-#include "lang/parse.h"
+#include "tests/unit/programs.h"
 #include "tests/unit/unit.h"
 
-typedef struct built {
-  tfg_diag *d;
-  tfg_arena a;
-  tfg_interp *I;
-  tfg_status st;
-  char *errs;
-} built;
-
-
-/* Builds text as the file `name` (so imports resolve beside it). */
+/* Builds text as the file `name` (so imports resolve beside it), with
+ * sets; the evaluation may fail (b->st, b->errs). */
 static void build_named(built *b, const char *name, const char *text, const tfg_set *sets, int nsets) {
-  static tfg_interp_opts o;
-  o = (tfg_interp_opts){.sets = sets, .nsets = nsets, .stdlib_dir = "stdlib"};
-  b->d = tfg_diag_new();
-  tfg_arena_init(&b->a);
-  const tfg_source *src = tfg_diag_add_source(b->d, name, text, strlen(text));
-  tfg_ast *prog = NULL;
-  ck_assert_int_eq(tfg_parse(src, b->d, &b->a, &prog, NULL), TFG_OK);
-  b->I = tfg_interp_new(b->d, &o);
-  b->st = tfg_interp_eval(b->I, src, prog);
-  if (b->st == TFG_OK) b->st = tfg_interp_finish(b->I);
-  b->errs = test_render(b->d, false);
+  program_build(b, text, &(build_opts){.name = name, .sets = sets, .nsets = nsets});
 }
 
 static void build(built *b, const char *text) { build_named(b, "t.tfg", text, NULL, 0); }
-
-static void unbuild(built *b) {
-  tfg_interp_free(b->I);
-  tfg_arena_free(&b->a);
-  tfg_diag_free(b->d);
-  free(b->errs);
-}
 
 /* The params' names, comma separated. */
 static char *param_names(const built *b) {
@@ -63,7 +38,7 @@ static char *param_names(const built *b) {
     char *got_ = param_names(&b_);                                  \
     ck_assert_str_eq(got_, want);                                   \
     free(got_);                                                     \
-    unbuild(&b_);                                                   \
+    program_free(&b_);                                              \
   } while (0)
 
 START_TEST(param_paths_follow_bindings) {
@@ -101,15 +76,15 @@ START_TEST(lexical_scoping) {
   ck_assert_int_eq(p->nactions, 1);
   ck_assert_str_eq(p->actions[0].items[0].value, "20");
   ck_assert_str_eq(p->actions[0].items[1].value, "1");
-  unbuild(&b);
+  program_free(&b);
   build(&b, "fn g() { let inner = 1; return inner }\nlet s = g()\nprint inner");
   ck_assert_int_eq(b.st, TFG_ERR_NAME);
   ck_assert_ptr_nonnull(strstr(b.errs, "t.tfg:3:7: error: unknown name 'inner'"));
-  unbuild(&b);
+  program_free(&b);
   build(&b, "fn h() { return local }\nfn caller() { let local = 3; return h() }\nlet v = caller()");
   ck_assert_int_eq(b.st, TFG_ERR_NAME);
   ck_assert_ptr_nonnull(strstr(b.errs, "unknown name 'local'"));
-  unbuild(&b);
+  program_free(&b);
   /* Blocks do not open scopes. */
   build(&b, "if true { let a = 1 }\nfor i in 0..2 { let last = i }\nprint a, last, i");
   ck_assert_msg(b.st == TFG_OK, "%s", b.errs);
@@ -117,7 +92,7 @@ START_TEST(lexical_scoping) {
   ck_assert_str_eq(a->items[0].value, "1");
   ck_assert_str_eq(a->items[1].value, "1");
   ck_assert_str_eq(a->items[2].value, "1");
-  unbuild(&b);
+  program_free(&b);
 }
 END_TEST
 
@@ -130,7 +105,7 @@ static void expect_value(const char *expr, const char *want) {
   ck_assert_msg(b.st == TFG_OK, "%s: %s", expr, b.errs);
   ck_assert_msg(strcmp(tfg_interp_program(b.I)->actions[0].items[0].value, want) == 0, "%s = %s, want %s", expr,
                 tfg_interp_program(b.I)->actions[0].items[0].value, want);
-  unbuild(&b);
+  program_free(&b);
 }
 
 START_TEST(build_time_arithmetic) {
@@ -175,7 +150,7 @@ START_TEST(build_time_errors) {
     build(&b, cases[i][0]);
     ck_assert_msg(b.st != TFG_OK, "%s built", cases[i][0]);
     ck_assert_msg(strstr(b.errs, cases[i][1]) != NULL, "%s:\n%s", cases[i][0], b.errs);
-    unbuild(&b);
+    program_free(&b);
   }
 }
 END_TEST
@@ -204,7 +179,7 @@ START_TEST(shapes_and_devices) {
   ck_assert_int_eq(d->pin.kind, TFG_DEV_GPU);
   ck_assert_int_eq(d->pin.index, 1);
   ck_assert_int_eq(e->pin.kind, TFG_DEV_GPU_ANY);
-  unbuild(&b);
+  program_free(&b);
 }
 END_TEST
 
@@ -217,17 +192,17 @@ START_TEST(set_overrides_top_level_let) {
   ck_assert_str_eq(a->items[0].value, "32");
   ck_assert_str_eq(a->items[1].value, "\"run1\"");
   ck_assert_str_eq(a->items[2].value, "1"); /* only top-level lets */
-  unbuild(&b);
+  program_free(&b);
   tfg_set unused[] = {{"hidden", "3"}};
   build_named(&b, "t.tfg", "let batch = 1", unused, 1);
   ck_assert_int_eq(b.st, TFG_ERR_USAGE);
   ck_assert_ptr_nonnull(strstr(b.errs, "--set hidden: the program has no top-level `let hidden`"));
-  unbuild(&b);
+  program_free(&b);
   tfg_set bad[] = {{"batch", "1 +"}};
   build_named(&b, "t.tfg", "let batch = 1", bad, 1);
   ck_assert_int_eq(b.st, TFG_ERR_SYNTAX);
   ck_assert_ptr_nonnull(strstr(b.errs, "--set batch:1:4: error: expected an expression"));
-  unbuild(&b);
+  program_free(&b);
 }
 END_TEST
 
@@ -254,15 +229,15 @@ START_TEST(imports) {
   const tfg_action *a = &tfg_interp_program(b.I)->actions[0];
   ck_assert_str_eq(a->items[0].value, "7");
   ck_assert_str_eq(a->items[1].value, "7");
-  unbuild(&b);
+  program_free(&b);
   build_named(&b, path, "import nn\nprint nn.dence", NULL, 0);
   ck_assert_ptr_nonnull(strstr(b.errs, "module nn has no member 'dence'"));
   ck_assert_ptr_nonnull(strstr(b.errs, "did you mean 'dense'?"));
-  unbuild(&b);
+  program_free(&b);
   build_named(&b, path, "import nosuchmodule", NULL, 0);
   ck_assert_int_eq(b.st, TFG_ERR_NAME);
   ck_assert_ptr_nonnull(strstr(b.errs, "no module named 'nosuchmodule'"));
-  unbuild(&b);
+  program_free(&b);
   snprintf(path, sizeof path, "%s/lib/blocks.tfg", dir);
   unlink(path);
   rmdir(lib);
@@ -280,7 +255,7 @@ START_TEST(failed_statement_rolls_back) {
   ck_assert_int_eq(p->nparams, 1);
   ck_assert_int_eq(p->graph->nnodes, 2);
   ck_assert_ptr_nonnull(strstr(b.errs, "matmul: f32[2] x f32[2]: both operands need at least 2 dimensions"));
-  unbuild(&b);
+  program_free(&b);
 }
 END_TEST
 
@@ -294,17 +269,17 @@ START_TEST(train_action_checked) {
   ck_assert_int_eq(a->nsettings, 2);
   ck_assert_int_eq(a->settings[0].value.kind, TFG_V_RECORD);
   ck_assert_str_eq(a->settings[0].value.u.record->name, "adam");
-  unbuild(&b);
+  program_free(&b);
   build(&b, "x = ones([3, 2])\ntrain mean(x) { steps = 1 }");
   ck_assert_ptr_nonnull(strstr(b.errs, "the loss does not depend on any param"));
-  unbuild(&b);
+  program_free(&b);
   build(&b, "param w: f32[2]\ntrain w { stepz = 1 }");
   ck_assert_ptr_nonnull(strstr(b.errs, "the loss must be a float scalar, got f32[2]"));
-  unbuild(&b);
+  program_free(&b);
   build(&b, "param w: f32[]\ntrain w { stepz = 1 }");
   ck_assert_ptr_nonnull(strstr(b.errs, "unknown train setting 'stepz'"));
   ck_assert_ptr_nonnull(strstr(b.errs, "did you mean 'steps'?"));
-  unbuild(&b);
+  program_free(&b);
 }
 END_TEST
 

@@ -11,67 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compiler/autodiff.h"
-#include "compiler/place.h"
-#include "compiler/plan.h"
-#include "lang/interp.h"
-#include "lang/parse.h"
-#include "runtime/device.h"
+#include "tests/unit/programs.h"
 #include "tests/unit/unit.h"
-
-/* A program taken through the pipeline up to its plan. */
-typedef struct planned {
-  tfg_diag *d;
-  tfg_arena a;
-  tfg_interp *I;
-  tfg_program *p;
-  tfg_train_step steps[4];
-  int nsteps;
-  tfg_devices *ds;
-  tfg_placement *pl;
-  tfg_plan *plan;
-  tfg_status st; /* of the plan (the stages before must succeed) */
-  char *errs;
-} planned;
-
-static void plan_program(planned *b, const char *text, const char *devices) {
-  static const tfg_interp_opts o = {.stdlib_dir = "stdlib"};
-  memset(b, 0, sizeof *b);
-  b->d = tfg_diag_new();
-  tfg_arena_init(&b->a);
-  const tfg_source *src = tfg_diag_add_source(b->d, "t.tfg", text, strlen(text));
-  tfg_ast *prog = NULL;
-  ck_assert_int_eq(tfg_parse(src, b->d, &b->a, &prog, NULL), TFG_OK);
-  b->I = tfg_interp_new(b->d, &o);
-  tfg_status st = tfg_interp_eval(b->I, src, prog);
-  if (st == TFG_OK) st = tfg_interp_finish(b->I);
-  b->p = tfg_interp_program(b->I);
-  for (int i = 0; i < b->p->nactions && st == TFG_OK; i++)
-    if (b->p->actions[i].kind == TFG_ACTION_TRAIN) {
-      ck_assert_int_lt(b->nsteps, 4);
-      st = tfg_autodiff_train_step(b->p->graph, &b->p->actions[i], b->p, &b->steps[b->nsteps], b->d);
-      if (st == TFG_OK) b->nsteps++;
-    }
-  if (st == TFG_OK) st = tfg_devices_parse(b->d, devices, &b->ds);
-  if (st == TFG_OK) st = tfg_place(b->p->graph, b->ds, b->steps, b->nsteps, NULL, b->d, &b->pl);
-  if (st != TFG_OK) {
-    char *e = test_render(b->d, false);
-    ck_abort_msg("building the program failed: %s", e);
-  }
-  b->st = tfg_plan_build(b->p->graph, b->pl, b->ds, b->d, &b->plan);
-  b->errs = test_render(b->d, false);
-}
-
-static void unplan(planned *b) {
-  tfg_plan_free(b->plan);
-  tfg_placement_free(b->pl);
-  tfg_devices_free(b->ds);
-  for (int i = 0; i < b->nsteps; i++) tfg_train_step_free(&b->steps[i]);
-  tfg_interp_free(b->I);
-  tfg_arena_free(&b->a);
-  tfg_diag_free(b->d);
-  free(b->errs);
-}
 
 static char *print_plan(const tfg_plan *p) {
   tfg_strbuf out = {0};
@@ -102,7 +43,13 @@ static void expect_invalid(const tfg_plan *p, const char *want) {
   tfg_strbuf_free(&why);
 }
 
-static void build_ok(planned *b, const char *text, const char *devices) {
+/* Builds text with its train steps, placed with tfg_place over devices
+ * and planned: the plan may fail (b->st, b->errs), the stages before not. */
+static void plan_program(built *b, const char *text, const char *devices) {
+  program_build(b, text, &(build_opts){.steps = BUILT_MAX_STEPS, .devices = devices});
+}
+
+static void build_ok(built *b, const char *text, const char *devices) {
   plan_program(b, text, devices);
   ck_assert_msg(b->st == TFG_OK, "%s", b->errs);
   if (getenv("TFG_TEST_SHOW_PLAN")) { /* for a person reading along */
@@ -151,7 +98,7 @@ static int find_step(const tfg_plan_device *pd, tfg_plan_step_kind kind, int str
 /* ---- valid plans ----------------------------------------------------------- */
 
 START_TEST(single_device) {
-  planned b;
+  built b;
   build_ok(&b,
            "x = normal([8, 16], seed = 1)\nparam w: f32[16, 32]\nh = relu(matmul(x, w))\ny = sum(h)\nprint y\n",
            "host*1:64M");
@@ -169,7 +116,7 @@ START_TEST(single_device) {
   ck_assert_int_eq(pd->buffers[0].first, 0);
   ck_assert_int_eq(pd->buffers[0].last, pd->nsteps - 1);
   ck_assert_int_eq(pd->persistent_bytes, 16 * 32 * 4);
-  unplan(&b);
+  program_free(&b);
 }
 END_TEST
 
@@ -184,7 +131,7 @@ static const char MODEL_PARALLEL[] = "x = normal([8, 16], seed = 1)\n"
                                      "print y\n";
 
 START_TEST(model_parallel_one_copy) {
-  planned b;
+  built b;
   build_ok(&b, MODEL_PARALLEL, "host*2:64M");
   const tfg_plan *p = b.plan;
   tfg_node_id h = last_op(b.p->graph, TFG_OP_RELU);
@@ -222,15 +169,15 @@ START_TEST(model_parallel_one_copy) {
   ck_assert_ptr_nonnull(strstr(text, "record  event 0 -> gpu:1 copy"));
   ck_assert_ptr_nonnull(strstr(text, "wait    event 1 <- gpu:1 copy"));
   free(text);
-  unplan(&b);
+  program_free(&b);
 }
 END_TEST
 
 START_TEST(parallel_branches) {
-  planned b;
+  built b;
   build_ok(&b, "x = normal([8, 16], seed = 1)\na = relu(x)\nc = tanh(x)\ne = exp(x)\ny = a + c + e\nprint y\n",
            "host*2:64M");
-  unplan(&b);
+  program_free(&b);
   /* pinned apart: x goes to both sides, the branches come back */
   build_ok(&b,
            "@gpu:0 x = normal([8, 16], seed = 1)\n@gpu:0 a = relu(x)\n@gpu:1 c = tanh(x)\n@gpu:1 e = exp(x)\n"
@@ -238,7 +185,7 @@ START_TEST(parallel_branches) {
            "host*2:64M");
   ck_assert_int_eq(count_steps(b.plan, 2, TFG_PLAN_COPY, last_op(b.p->graph, TFG_OP_INIT)), 1);
   ck_assert_int_eq(count_steps(b.plan, 1, TFG_PLAN_COPY, -1), 2);
-  unplan(&b);
+  program_free(&b);
   /* one device: the three branches are live at once */
   build_ok(&b, "x = normal([8, 16], seed = 1)\na = relu(x)\nc = tanh(x)\ne = exp(x)\ny = a + c + e\nprint y\n",
            "host*1:64M");
@@ -248,7 +195,7 @@ START_TEST(parallel_branches) {
   ck_assert_int_eq(pd->peak, 4 * 512);
   ck_assert_int_eq(pd->buffers[4].offset, 0);
   ck_assert_int_eq(pd->buffers[5].offset, 512);
-  unplan(&b);
+  program_free(&b);
 }
 END_TEST
 
@@ -263,7 +210,7 @@ static const char TRAINING[] = "x = normal([8, 4], seed = 1)\n"
                                "train loss { optimizer = adam(lr = 0.01); steps = 1 }\n";
 
 START_TEST(training_step) {
-  planned b;
+  built b;
   build_ok(&b, TRAINING, "host*2:64M");
   const tfg_plan *p = b.plan;
   const tfg_graph *g = b.p->graph;
@@ -289,7 +236,7 @@ START_TEST(training_step) {
   /* forward h to gpu:1, gradient back to gpu:0 */
   ck_assert_int_ge(count_steps(p, 1, TFG_PLAN_COPY, -1), 1);
   ck_assert_int_ge(count_steps(p, 2, TFG_PLAN_COPY, -1), 1);
-  unplan(&b);
+  program_free(&b);
   /* unpinned on one device, with SGD and momentum (one state per param) */
   build_ok(&b,
            "x = normal([8, 4], seed = 1)\ny = tensor([0, 1, 2, 0, 1, 2, 0, 1], dtype = i32)\n"
@@ -302,14 +249,14 @@ START_TEST(training_step) {
   ck_assert_int_eq(b.plan->dev[1].persistent_bytes, 4 * 256);
   ck_assert_int_eq(b.plan->dev[1].buffers[3].offset, 3 * 256);
   ck_assert_int_eq(b.plan->dev[1].buffers[3].bytes, 192);
-  unplan(&b);
+  program_free(&b);
 }
 END_TEST
 
 /* ---- exact offsets ------------------------------------------------------------ */
 
 START_TEST(chain_offsets) {
-  planned b;
+  built b;
   build_ok(&b, "param w: f32[10]\nx = zeros([10, 10])\nh = x * w\ny = sum(h)\nprint y\n", "host*1:64M");
   const tfg_plan_device *pd = &b.plan->dev[1];
   /* w: 40 B, persistent at 0 (the region rounds up to 256); x: 400 B at
@@ -345,12 +292,12 @@ START_TEST(chain_offsets) {
                        "         256           4  2-2          n3 sum (t.tfg:4)\n";
   ck_assert_str_eq(text, golden);
   free(text);
-  unplan(&b);
+  program_free(&b);
 }
 END_TEST
 
 START_TEST(best_fit) {
-  planned b;
+  built b;
   /* a 256 at 0, b 512 at 256, c 256 at 768, d 256 at 1024, e 256 at 1280,
    * f = concat(b, d) 768 on top at 1536; then b and d are free: gaps of 512
    * at 256 and 256 at 1024: g (256) takes the smaller, not the lower.
@@ -365,7 +312,7 @@ START_TEST(best_fit) {
   ck_assert_int_eq(pd->nbuffers, 8);
   for (int i = 0; i < 8; i++) ck_assert_int_eq(pd->buffers[i].offset, want[i]);
   ck_assert_int_eq(pd->peak, 1536 + 768);
-  unplan(&b);
+  program_free(&b);
   /* a tie: b and d leave two gaps of 256 between a, c and e, all live
    * (c and e are read later): g takes the lower */
   build_ok(&b,
@@ -375,46 +322,46 @@ START_TEST(best_fit) {
   pd = &b.plan->dev[1];
   ck_assert_int_eq(pd->buffers[5].offset, 1280);
   ck_assert_int_eq(pd->buffers[6].offset, 256);
-  unplan(&b);
+  program_free(&b);
 }
 END_TEST
 
 /* ---- the validator catches broken plans --------------------------------------------- */
 
 START_TEST(validator_catches) {
-  planned b;
+  built b;
   /* the compute stream's WAIT for the copy */
   build_ok(&b, MODEL_PARALLEL, "host*2:64M");
   remove_step(&b.plan->dev[2], find_step(&b.plan->dev[2], TFG_PLAN_WAIT, 0));
   expect_invalid(b.plan, "without waiting for it");
-  unplan(&b);
+  program_free(&b);
   /* the copy stream's WAIT for the producer */
   build_ok(&b, MODEL_PARALLEL, "host*2:64M");
   remove_step(&b.plan->dev[2], find_step(&b.plan->dev[2], TFG_PLAN_WAIT, 1));
   expect_invalid(b.plan, "before gpu:0 has computed it");
-  unplan(&b);
+  program_free(&b);
   /* the COPY */
   build_ok(&b, MODEL_PARALLEL, "host*2:64M");
   remove_step(&b.plan->dev[2], find_step(&b.plan->dev[2], TFG_PLAN_COPY, 1));
   expect_invalid(b.plan, "not copied in");
-  unplan(&b);
+  program_free(&b);
   /* a RECORD */
   build_ok(&b, MODEL_PARALLEL, "host*2:64M");
   remove_step(&b.plan->dev[1], find_step(&b.plan->dev[1], TFG_PLAN_RECORD, 0));
   expect_invalid(b.plan, "gpu:1 step 0: waits on event 0, which is never recorded");
-  unplan(&b);
+  program_free(&b);
   /* an event waited on before it is recorded: the copy stream waits on
    * the event it records itself after the copy */
   build_ok(&b, MODEL_PARALLEL, "host*2:64M");
   b.plan->dev[2].steps[0].event = 1;
   expect_invalid(b.plan, "which can never be recorded before it");
-  unplan(&b);
+  program_free(&b);
 
   /* a LAUNCH */
   build_ok(&b, MODEL_PARALLEL, "host*2:64M");
   remove_step(&b.plan->dev[2], find_step(&b.plan->dev[2], TFG_PLAN_LAUNCH, 0));
   expect_invalid(b.plan, "n6 matmul (t.tfg:6) is never launched (it is placed on gpu:1)");
-  unplan(&b);
+  program_free(&b);
   /* two launches out of graph order */
   build_ok(&b, MODEL_PARALLEL, "host*2:64M");
   {
@@ -425,7 +372,7 @@ START_TEST(validator_catches) {
     g1->steps[s + 1] = t;
     expect_invalid(b.plan, "gpu:1 step 5: n6 matmul (t.tfg:6) is launched after n7 matmul (t.tfg:7), out of graph order");
   }
-  unplan(&b);
+  program_free(&b);
   /* a RECORD nobody waits on */
   build_ok(&b, MODEL_PARALLEL, "host*2:64M");
   {
@@ -434,7 +381,7 @@ START_TEST(validator_catches) {
     g0->steps[g0->nsteps++] = (tfg_plan_step){.kind = TFG_PLAN_RECORD, .node = -1, .src = -1, .event = b.plan->nevents++};
     expect_invalid(b.plan, "event 2 (recorded on gpu:0 step 4) is never waited on");
   }
-  unplan(&b);
+  program_free(&b);
 
   /* two live buffers overlapping; a wrong peak */
   const char *chain = "param w: f32[10]\nx = zeros([10, 10])\nh = x * w\ny = sum(h)\nprint y\n";
@@ -460,7 +407,7 @@ START_TEST(validator_catches) {
   expect_invalid(b.plan, "inside the persistent region");
   b.plan->dev[1].buffers[1].offset = 256;
   expect_valid(b.plan);
-  unplan(&b);
+  program_free(&b);
 
   /* a sent tensor freed early on its own device */
   build_ok(&b, MODEL_PARALLEL, "host*2:64M");
@@ -468,7 +415,7 @@ START_TEST(validator_catches) {
   for (int i = 0; i < g0->nbuffers; i++)
     if (g0->buffers[i].node == last_op(b.p->graph, TFG_OP_RELU)) g0->buffers[i].last = g0->buffers[i].first;
   expect_invalid(b.plan, "a tensor sent elsewhere lives to the end");
-  unplan(&b);
+  program_free(&b);
 }
 END_TEST
 
@@ -559,14 +506,20 @@ static int record_of(const tfg_plan_device *pd, int e) {
   return -1;
 }
 
+/* The bucket tests' graph: two replicas (gpu:0, gpu:1) of six gradients,
+ * planned with a cap of 4096. Bytes 1000, 1000, 3000, 500, 8000, 200
+ * make four buckets: [k5 k4] (the next would pass the cap), [k3 k2], [k1]
+ * alone (over the cap by itself), [k0]. grads, ars and upd are [12]. */
+static void four_buckets(handmade *h, tfg_node_id *grads, tfg_node_id *ars, tfg_node_id *upd) {
+  static const int64_t numel[6] = {250, 250, 750, 125, 2000, 50};
+  *h = (handmade){.g = ddp_graph(2, 6, numel, grads, ars, upd)};
+  hand_plan(h, "host*2:64M", 4096);
+}
+
 START_TEST(buckets_form) {
-  /* bytes 1000, 1000, 3000, 500, 8000, 200 with a cap of 4096: [k5 k4]
-   * (the next would pass the cap), [k3 k2], [k1] alone (over the cap by
-   * itself), [k0] */
-  const int64_t numel[6] = {250, 250, 750, 125, 2000, 50};
   tfg_node_id grads[12], ars[12], upd[12];
-  handmade h = {.g = ddp_graph(2, 6, numel, grads, ars, upd)};
-  hand_plan(&h, "host*2:64M", 4096);
+  handmade h;
+  four_buckets(&h, grads, ars, upd);
   const tfg_plan *p = h.plan;
   ck_assert_int_eq(p->bucket_bytes, 4096);
   ck_assert_int_eq(p->nbuckets, 4);
@@ -607,10 +560,9 @@ START_TEST(buckets_form) {
 END_TEST
 
 START_TEST(bucket_steps) {
-  const int64_t numel[6] = {250, 250, 750, 125, 2000, 50};
   tfg_node_id grads[12], ars[12], upd[12];
-  handmade h = {.g = ddp_graph(2, 6, numel, grads, ars, upd)};
-  hand_plan(&h, "host*2:64M", 4096);
+  handmade h;
+  four_buckets(&h, grads, ars, upd);
   const tfg_plan *p = h.plan;
   const int last_grad[4] = {1, 3, 4, 5}; /* bucket b's last gradient, by production */
   for (int r = 0; r < 2; r++) {
@@ -1009,7 +961,7 @@ static void drop_step(tfg_plan_device *pd, int s) {
 }
 
 START_TEST(copy_waits_for_reused_memory) {
-  planned b;
+  built b;
   build_ok(&b, REUSE, "host*2:64M");
   const tfg_graph *g = b.p->graph;
   tfg_plan_device *g1 = &b.plan->dev[2];
@@ -1044,7 +996,7 @@ START_TEST(copy_waits_for_reused_memory) {
            "(compute stream) uses for n0 init (t.tfg:1), and nothing orders that step before the write",
            c - 2, (int)y, (long long)yc->offset, (long long)(yc->offset + yc->bytes), lb);
   expect_invalid(b.plan, race);
-  unplan(&b);
+  program_free(&b);
 
   /* two copies into memory freed by the same read: one WAIT covers both */
   build_ok(&b,
@@ -1055,19 +1007,19 @@ START_TEST(copy_waits_for_reused_memory) {
   ck_assert_int_eq(buffer_of(g1, last_op(b.p->graph, TFG_OP_RELU), true)->offset, 0);
   ck_assert_int_eq(buffer_of(g1, last_op(b.p->graph, TFG_OP_EXP), true)->offset, 256);
   ck_assert_int_eq(count_steps(b.plan, 2, TFG_PLAN_WAIT, -1), 2 + 1 + 2);
-  unplan(&b);
+  program_free(&b);
 
   /* fresh memory: no extra wait (model parallel: the copy lands above everything) */
   build_ok(&b, MODEL_PARALLEL, "host*2:64M");
   ck_assert_int_eq(count_steps(b.plan, 2, TFG_PLAN_WAIT, -1), 2);
-  unplan(&b);
+  program_free(&b);
 }
 END_TEST
 
 /* ---- out of memory -------------------------------------------------------------------- */
 
 START_TEST(out_of_memory) {
-  planned b;
+  built b;
   plan_program(&b, "x = zeros([64, 1])\nw = zeros([1, 64])\ny = matmul(x, w)\nprint y\n", "host*1:1K");
   ck_assert_int_eq(b.st, TFG_ERR_OOM);
   ck_assert_ptr_null(b.plan);
@@ -1076,7 +1028,7 @@ START_TEST(out_of_memory) {
                 "%s", b.errs);
   ck_assert_msg(strstr(b.errs, "note: gpu:0 has 1.0 KiB: 0 B persistent, 512 B held by 2 tensors live at this step") != NULL,
                 "%s", b.errs);
-  unplan(&b);
+  program_free(&b);
 }
 END_TEST
 

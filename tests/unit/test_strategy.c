@@ -11,59 +11,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compiler/strategy.h"
-#include "lang/interp.h"
-#include "lang/parse.h"
 #include "runtime/session.h"
+#include "tests/unit/programs.h"
 #include "tests/unit/scratch.h"
 #include "tests/unit/unit.h"
 
-/* A program with its first train action rewritten by its strategy. */
-typedef struct built {
-  tfg_diag *d;
-  tfg_arena a;
-  tfg_interp *I;
-  tfg_program *p;
-  const tfg_action *act;
-  int32_t n0;            /* nodes before the rewrite */
-  tfg_train_step st;
-  tfg_status status;     /* of the rewrite (the program must build) */
-  char *errs;            /* the rendered diagnostics */
-} built;
-
+/* Builds text with its first train action rewritten by its strategy
+ * (steps[0]); the program must have one, and must build up to it. */
 static void build(built *b, const char *text) {
-  memset(b, 0, sizeof *b);
-  b->d = tfg_diag_new();
-  tfg_arena_init(&b->a);
-  const tfg_source *src = tfg_diag_add_source(b->d, "t.tfg", text, strlen(text));
-  tfg_ast *prog = NULL;
-  ck_assert_int_eq(tfg_parse(src, b->d, &b->a, &prog, NULL), TFG_OK);
-  b->I = tfg_interp_new(b->d, NULL);
-  tfg_status st = tfg_interp_eval(b->I, src, prog);
-  if (st != TFG_OK) {
-    char *e = test_render(b->d, false);
-    ck_abort_msg("the program failed to build: %s", e);
-  }
-  b->p = tfg_interp_program(b->I);
-  for (int i = 0; i < b->p->nactions && !b->act; i++)
-    if (b->p->actions[i].kind == TFG_ACTION_TRAIN) b->act = &b->p->actions[i];
+  program_build(b, text, &(build_opts){.steps = 1});
   ck_assert_ptr_nonnull(b->act);
-  b->n0 = b->p->graph->nnodes;
-  b->status = tfg_strategy_train_step(b->p->graph, b->act, b->p, &b->st, b->d);
-  b->errs = test_render(b->d, false);
-}
-
-static void unbuild(built *b) {
-  tfg_train_step_free(&b->st);
-  tfg_interp_free(b->I);
-  tfg_arena_free(&b->a);
-  tfg_diag_free(b->d);
-  free(b->errs);
 }
 
 static void build_ok(built *b, const char *text) {
   build(b, text);
-  ck_assert_msg(b->status == TFG_OK, "the strategy failed: %s", b->errs);
+  ck_assert_msg(b->st == TFG_OK, "the strategy failed: %s", b->errs);
 }
 
 static const tfg_node *N(const built *b, tfg_node_id id) { return &b->p->graph->nodes[id]; }
@@ -84,8 +46,8 @@ static bool pinned(const tfg_node *n, int k) {
 
 /* The mirror of program node src (its copy in replica 1..), or -1. */
 static tfg_node_id mirror_of(const built *b, tfg_node_id src, int nth) {
-  for (int i = 0; i < b->st.nmirrors; i++)
-    if (b->st.mirror_src[i] == src && nth-- == 0) return b->st.mirror_dst[i];
+  for (int i = 0; i < b->steps[0].nmirrors; i++)
+    if (b->steps[0].mirror_src[i] == src && nth-- == 0) return b->steps[0].mirror_dst[i];
   return -1;
 }
 
@@ -185,7 +147,7 @@ START_TEST(reads_strategies) {
     if (cases[c].text) ck_assert_int_eq(s.loc.len, strlen(cases[c].text));
     else ck_assert_int_eq(s.loc.off, b.act->loc.off);
     tfg_strategy_free(&s);
-    unbuild(&b);
+    program_free(&b);
   }
 }
 END_TEST
@@ -219,13 +181,13 @@ START_TEST(rejects_bad_strategies) {
     snprintf(text, sizeof text, mlp, setting);
     built b;
     build(&b, text);
-    ck_assert_msg(b.status == TFG_ERR_NAME, "%s: status %d", cases[c].text, (int)b.status);
+    ck_assert_msg(b.st == TFG_ERR_NAME, "%s: status %d", cases[c].text, (int)b.st);
     ck_assert_msg(strstr(b.errs, cases[c].message) != NULL, "%s: got\n%s", cases[c].text, b.errs);
     /* Nothing is left behind. */
     ck_assert_int_eq(b.p->graph->nnodes, b.n0);
-    ck_assert_int_eq(b.st.nupdates, 0);
-    ck_assert_ptr_null(b.st.updates);
-    unbuild(&b);
+    ck_assert_int_eq(b.steps[0].nupdates, 0);
+    ck_assert_ptr_null(b.steps[0].updates);
+    program_free(&b);
   }
 }
 END_TEST
@@ -250,7 +212,7 @@ START_TEST(duplicate_device_message) {
                    " 5 |   strategy = mirrored([gpu:0, gpu:0])\n"
                    "   |                        ^~~~~\n"
                    "help: each replica needs devices of its own\n");
-  unbuild(&b);
+  program_free(&b);
 }
 END_TEST
 
@@ -259,15 +221,15 @@ END_TEST
 START_TEST(single_is_autodiff) {
   built b;
   build_mlp(&b, "single()");
-  ck_assert_int_eq(b.st.nreplicas, 1);
-  ck_assert_int_eq(b.st.nparams, 4);
-  ck_assert_int_eq(b.st.nupdates, 4);
-  ck_assert_int_eq(b.st.nmirrors, 0);
-  ck_assert_int_eq(b.st.loss, b.act->loss);
-  ck_assert_int_eq(b.st.losses[0], b.act->loss);
-  ck_assert_ptr_null(b.st.worker_grads);
+  ck_assert_int_eq(b.steps[0].nreplicas, 1);
+  ck_assert_int_eq(b.steps[0].nparams, 4);
+  ck_assert_int_eq(b.steps[0].nupdates, 4);
+  ck_assert_int_eq(b.steps[0].nmirrors, 0);
+  ck_assert_int_eq(b.steps[0].loss, b.act->loss);
+  ck_assert_int_eq(b.steps[0].losses[0], b.act->loss);
+  ck_assert_ptr_null(b.steps[0].worker_grads);
   for (int32_t i = b.n0; i < b.p->graph->nnodes; i++) ck_assert_int_ne(N(&b, i)->op, TFG_OP_ALLREDUCE);
-  unbuild(&b);
+  program_free(&b);
 }
 END_TEST
 
@@ -276,7 +238,7 @@ END_TEST
 START_TEST(mirrored_structure) {
   built b;
   build_mlp(&b, "mirrored([gpu:0, gpu:1])");
-  const tfg_train_step *st = &b.st;
+  const tfg_train_step *st = &b.steps[0];
   tfg_strategy s;
   ck_assert_int_eq(tfg_strategy_of(b.act, &s, b.d), TFG_OK);
   ck_assert_int_eq(st->nreplicas, 2);
@@ -358,7 +320,7 @@ START_TEST(mirrored_structure) {
   for (int32_t i = b.n0; i < b.p->graph->nnodes; i++) nallreduce += N(&b, i)->op == TFG_OP_ALLREDUCE;
   ck_assert_int_eq(nallreduce, 8);
   tfg_strategy_free(&s);
-  unbuild(&b);
+  program_free(&b);
 }
 END_TEST
 
@@ -377,7 +339,7 @@ START_TEST(mirrored_groups_map_pins) {
            "}\n"
            "loss = cross_entropy(logits, y)\n"
            "train loss { optimizer = adam(lr = 0.01); steps = 1; strategy = mirrored([[gpu:0, gpu:1], [gpu:2, gpu:3]]) }\n");
-  const tfg_train_step *st = &b.st;
+  const tfg_train_step *st = &b.steps[0];
   ck_assert_int_eq(st->nreplicas, 2);
   ck_assert_int_eq(st->nupdates, 4);
   ck_assert_int_eq(st->nstates, 4);  /* exp_avg, exp_avg_sq */
@@ -405,7 +367,7 @@ START_TEST(mirrored_groups_map_pins) {
     ck_assert(pinned(N(&b, u2->inputs[3]), 2 * r + 1));
     ck_assert_int_eq(N(&b, u2->inputs[1])->attrs.start, N(&b, st->updates[1])->inputs[1]);
   }
-  unbuild(&b);
+  program_free(&b);
 }
 END_TEST
 
@@ -421,7 +383,7 @@ START_TEST(mirrored_pin_outside_group) {
         "  strategy = mirrored([[gpu:0, gpu:1], [gpu:2, gpu:3]])\n"
         "  optimizer = sgd(lr = 0.1); steps = 1\n"
         "}\n");
-  ck_assert_int_eq(b.status, TFG_ERR_PLACE);
+  ck_assert_int_eq(b.st, TFG_ERR_PLACE);
   ck_assert_str_eq(b.errs,
                    "t.tfg:4:2: error: gpu:2 has no place in mirrored's groups: each replica has 2 devices, gpu:0 to gpu:1\n"
                    " 4 | @gpu:2 logits = matmul(x, w1)\n"
@@ -434,7 +396,7 @@ START_TEST(mirrored_pin_outside_group) {
   ck_assert_int_eq(b.p->graph->nnodes, b.n0);
   ck_assert_int_eq(N(&b, named(&b, "x"))->pin.kind, TFG_DEV_NONE);
   ck_assert_int_eq(N(&b, named(&b, "w1"))->pin.kind, TFG_DEV_NONE);
-  unbuild(&b);
+  program_free(&b);
 }
 END_TEST
 
@@ -448,7 +410,7 @@ START_TEST(mirrored_batch_must_divide) {
         "  strategy = mirrored([gpu:0, gpu:1, gpu:2, gpu:3])\n"
         "  optimizer = sgd(lr = 0.1); steps = 1\n"
         "}\n");
-  ck_assert_int_eq(b.status, TFG_ERR_SHAPE);
+  ck_assert_int_eq(b.st, TFG_ERR_SHAPE);
   ck_assert_str_eq(b.errs,
                    "t.tfg:1:1: error: input x: a global batch of 10 rows does not split evenly over 4 replicas\n"
                    " 1 | input x: f32[10, 4]\n"
@@ -458,7 +420,7 @@ START_TEST(mirrored_batch_must_divide) {
                    "   |              ^~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~\n"
                    "help: make the batch a multiple of 4, like 8 or 12\n");
   ck_assert_int_eq(b.p->graph->nnodes, b.n0);
-  unbuild(&b);
+  program_free(&b);
 }
 END_TEST
 
@@ -471,13 +433,13 @@ START_TEST(mirrored_shape_must_survive_split) {
         "param w: f32[4, 1] = glorot()\n"
         "loss = mean(reshape(matmul(x, w), [8]))\n"
         "train loss { optimizer = sgd(lr = 0.1); steps = 1; strategy = mirrored([gpu:0, gpu:1]) }\n");
-  ck_assert_int_eq(b.status, TFG_ERR_SHAPE);
+  ck_assert_int_eq(b.st, TFG_ERR_SHAPE);
   ck_assert_msg(strstr(b.errs, "t.tfg:3:13: error: reshape: cannot reshape f32[4,1] (4 elements) into f32[8] (8 elements)\n") ==
                     b.errs,
                 "got\n%s", b.errs);
   ck_assert_msg(strstr(b.errs, "t.tfg:4:63: note: the batch is split 2 ways by mirrored here\n") != NULL, "got\n%s", b.errs);
   ck_assert_int_eq(b.p->graph->nnodes, b.n0);
-  unbuild(&b);
+  program_free(&b);
 
   /* Written with -1 it follows the replica's batch. */
   build_ok(&b,
@@ -485,9 +447,9 @@ START_TEST(mirrored_shape_must_survive_split) {
            "param w: f32[4, 1] = glorot()\n"
            "loss = mean(reshape(matmul(x, w), [-1]))\n"
            "train loss { optimizer = sgd(lr = 0.1); steps = 1; strategy = mirrored([gpu:0, gpu:1]) }\n");
-  const tfg_node *mean = N(&b, b.st.losses[1]);
+  const tfg_node *mean = N(&b, b.steps[0].losses[1]);
   ck_assert_int_eq(N(&b, mean->inputs[0])->shape.dim[0], 4);
-  unbuild(&b);
+  program_free(&b);
 }
 END_TEST
 
@@ -500,13 +462,13 @@ START_TEST(mirrored_failure_is_undone) {
         "param w: f32[4, 1] = glorot()\n"
         "loss = mean(matmul(x, w))\n"
         "train loss { optimizer = sgd(lr = -1); steps = 1; strategy = mirrored([gpu:0, gpu:1]) }\n");
-  ck_assert_int_eq(b.status, TFG_ERR_NAME);
+  ck_assert_int_eq(b.st, TFG_ERR_NAME);
   ck_assert_msg(strstr(b.errs, "error: sgd: lr must not be negative") != NULL, "got\n%s", b.errs);
   ck_assert_int_eq(b.p->graph->nnodes, b.n0);
   ck_assert_int_eq(N(&b, named(&b, "x"))->pin.kind, TFG_DEV_NONE);
   ck_assert_int_eq(N(&b, named(&b, "w"))->pin.kind, TFG_DEV_NONE);
-  ck_assert_ptr_null(b.st.losses);
-  unbuild(&b);
+  ck_assert_ptr_null(b.steps[0].losses);
+  program_free(&b);
 }
 END_TEST
 
@@ -526,23 +488,23 @@ START_TEST(metric_only_params) {
   snprintf(text, sizeof text, metric_param, "mirrored([gpu:0, gpu:1])");
   build_ok(&b, text);
   tfg_node_id t = named(&b, "t");
-  ck_assert_int_eq(b.st.nparams, 1);
-  ck_assert_int_eq(b.st.nmirrors, 2); /* w and t; SGD without momentum has no state */
+  ck_assert_int_eq(b.steps[0].nparams, 1);
+  ck_assert_int_eq(b.steps[0].nmirrors, 2); /* w and t; SGD without momentum has no state */
   ck_assert(pinned(N(&b, t), 0));
   ck_assert(pinned(N(&b, mirror_of(&b, t, 0)), 1));
-  unbuild(&b);
+  program_free(&b);
 
   snprintf(text, sizeof text, metric_param, "parameter_server(workers = [gpu:0, gpu:1])");
   build_ok(&b, text);
   t = named(&b, "t");
-  ck_assert_int_eq(b.st.nparams, 1);
+  ck_assert_int_eq(b.steps[0].nparams, 1);
   ck_assert(pinned(N(&b, t), -1));
   for (int w = 0; w < 2; w++) {
-    const tfg_node *m = N(&b, b.st.replica_metrics[w]); /* mean(... * t) */
+    const tfg_node *m = N(&b, b.steps[0].replica_metrics[w]); /* mean(... * t) */
     ck_assert_int_eq(N(&b, m->inputs[0])->inputs[1], t);
     ck_assert(pinned(m, w));
   }
-  unbuild(&b);
+  program_free(&b);
 }
 END_TEST
 
@@ -557,12 +519,12 @@ START_TEST(mirrored_cpu_gradient_reduced_on_replica) {
            "loss = mean(h)\n"
            "train loss { optimizer = sgd(lr = 0.1); steps = 1; strategy = mirrored([gpu:0, gpu:1]) }\n");
   for (int r = 0; r < 2; r++) {
-    const tfg_node *ar = N(&b, N(&b, b.st.updates[r])->inputs[1]);
+    const tfg_node *ar = N(&b, N(&b, b.steps[0].updates[r])->inputs[1]);
     ck_assert_int_eq(ar->op, TFG_OP_ALLREDUCE);
     ck_assert(pinned(N(&b, ar->inputs[0]), -1)); /* the gradient, with its matmul */
     ck_assert(pinned(ar, r));
   }
-  unbuild(&b);
+  program_free(&b);
 }
 END_TEST
 
@@ -589,11 +551,11 @@ START_TEST(mirrored_keys_unique_across_actions) {
     if (k == nkeys) keys[nkeys++] = n->attrs.start;
   }
   ck_assert_int_eq(nkeys, 2); /* one per job's param, each shared by its 2 replicas */
-  ck_assert_int_ne(N(&b, N(&b, b.st.updates[0])->inputs[1])->attrs.start,
+  ck_assert_int_ne(N(&b, N(&b, b.steps[0].updates[0])->inputs[1])->attrs.start,
                    N(&b, N(&b, second.updates[0])->inputs[1])->attrs.start);
   ck_assert(pinned(N(&b, N(&b, second.updates[1])->inputs[1]), 3));
   tfg_train_step_free(&second);
-  unbuild(&b);
+  program_free(&b);
 }
 END_TEST
 
@@ -602,7 +564,7 @@ END_TEST
 START_TEST(ps_structure) {
   built b;
   build_mlp(&b, "parameter_server(ps = cpu, workers = [gpu:0, gpu:1])");
-  const tfg_train_step *st = &b.st;
+  const tfg_train_step *st = &b.steps[0];
   ck_assert_int_eq(st->nreplicas, 2);
   ck_assert_int_eq(st->nparams, 4);
   ck_assert_int_eq(st->nupdates, 4);
@@ -651,7 +613,7 @@ START_TEST(ps_structure) {
     ck_assert(pinned(loss, w));
     ck_assert_int_eq(loss->inputs[1], named(&b, "y"));
   }
-  unbuild(&b);
+  program_free(&b);
 }
 END_TEST
 
@@ -719,7 +681,7 @@ static void expect_global_gradient(const char *strategy, bool ps) {
   snprintf(text, sizeof text, mlp64, strategy);
   built b;
   build_ok(&b, text);
-  const tfg_train_step *st = &b.st;
+  const tfg_train_step *st = &b.steps[0];
   int n = st->nparams, R = st->nreplicas;
   ck_assert_int_eq(n, 4);
 
@@ -788,7 +750,7 @@ static void expect_global_gradient(const char *strategy, bool ps) {
   mean /= R;
   ck_assert_msg(fabs(mean - L) <= 1e-12 * (1 + fabs(L)), "%s: loss %.17g vs %.17g", strategy, mean, L);
   tfg_session_free(s);
-  unbuild(&b);
+  program_free(&b);
 }
 
 START_TEST(mirrored_mean_is_global_gradient) {

@@ -148,22 +148,6 @@ static bool json_valid(const char *text, size_t len) {
 
 /* ---- helpers ------------------------------------------------------------------------ */
 
-/* The whole file (NUL-terminated; caller frees), its length in *len. */
-static char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  ck_assert_msg(f != NULL, "cannot open %s", path);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  rewind(f);
-  char *s = malloc((size_t)n + 1);
-  ck_assert_ptr_nonnull(s);
-  ck_assert_uint_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  s[n] = 0;
-  *len = (size_t)n;
-  return s;
-}
-
 static int count_of(const char *hay, const char *needle) {
   int n = 0;
   for (const char *p = hay; (p = strstr(p, needle)) != NULL; p += strlen(needle)) n++;
@@ -185,25 +169,11 @@ static int dir_entries(const char *dir, tfg_strbuf *names) {
   return n;
 }
 
-/* /usr/bin/python3, else python3 on PATH. */
-static bool find_python(char *buf, size_t n) {
-  snprintf(buf, n, "/usr/bin/python3");
-  if (access(buf, X_OK) == 0) return true;
-  const char *pathvar = getenv("PATH");
-  while (pathvar && *pathvar) {
-    size_t k = strcspn(pathvar, ":");
-    snprintf(buf, n, "%.*s/python3", k ? (int)k : 1, k ? pathvar : ".");
-    if (access(buf, X_OK) == 0) return true;
-    pathvar += k + (pathvar[k] == ':');
-  }
-  return false;
-}
-
 /* Runs python3 -c script with args (NULL-terminated, at most 8); returns
  * its exit status, or -1 when there is no python3 (the check is skipped). */
 static int run_python(const char *script, const char *const *args) {
   char py[512];
-  if (!find_python(py, sizeof py)) return -1;
+  if (!test_find_python(py, sizeof py)) return -1;
   const char *argv[12] = {py, "-c", script};
   int n = 3;
   for (; args[n - 3] && n < 11; n++) argv[n] = args[n - 3];
@@ -309,7 +279,7 @@ START_TEST(trace_threads_and_escaping) {
   tfg_strbuf_free(&names);
 
   size_t len;
-  char *text = slurp(path, &len);
+  char *text = scratch_read(path, &len);
   ck_assert_msg(json_valid(text, len), "not JSON:\n%.2000s", text);
   ck_assert_int_eq(count_of(text, "\"ph\":\"X\""), nx);
   int op3 = 0;
@@ -356,7 +326,7 @@ START_TEST(trace_empty) {
   const char *path = scratch_path("empty.json");
   ck_assert_int_eq(tfg_trace_write(t, path, NULL), TFG_OK);
   size_t len;
-  char *text = slurp(path, &len);
+  char *text = scratch_read(path, &len);
   ck_assert(json_valid(text, len));
   ck_assert_ptr_nonnull(strstr(text, "\"traceEvents\":["));
   free(text);
@@ -504,7 +474,7 @@ START_TEST(backend_slices) {
   ck_assert_int_eq(tfg_trace_write(t, path, NULL), TFG_OK);
   tfg_trace_free(t);
   size_t len;
-  char *text = slurp(path, &len);
+  char *text = scratch_read(path, &len);
   ck_assert(json_valid(text, len));
   ck_assert_int_eq(count_of(text, "\"ph\":\"X\""), 6);
   ck_assert_ptr_nonnull(strstr(text, "{\"name\":\"matmul\",\"cat\":\"op\",\"ph\":\"X\",\"pid\":1,\"tid\":1,"));

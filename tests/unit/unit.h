@@ -39,4 +39,8 @@ char *test_render(tfg_diag *d, bool summary);
  * *errs when errs is not NULL (caller frees), the error count to *nerr. */
 char *test_parse(const char *text, size_t len, char **errs, size_t *nerr);
 
+/* Puts /usr/bin/python3 in buf (n bytes), else the first python3 on PATH;
+ * false when there is none (the suite skips or fails the check). */
+bool test_find_python(char *buf, size_t n);
+
 #endif

@@ -1,0 +1,67 @@
+/* tests/unit/programs.c: the helpers of tests/unit/programs.h. */
+#include "tests/unit/programs.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "lang/parse.h"
+#include "tests/unit/unit.h"
+
+/* A stage before the last one asked for must succeed. */
+static void must_succeed(built *b, tfg_status st) {
+  if (st != TFG_OK) ck_abort_msg("building the program failed: %s", test_render(b->d, false));
+}
+
+/* Gives the first o->steps train actions their steps, in program order. */
+static tfg_status build_steps(built *b, const build_opts *o) {
+  ck_assert_int_le(o->steps, BUILT_MAX_STEPS);
+  tfg_status st = TFG_OK;
+  for (int i = 0; i < b->p->nactions && b->nsteps < o->steps && st == TFG_OK; i++) {
+    if (b->p->actions[i].kind != TFG_ACTION_TRAIN) continue;
+    st = tfg_strategy_train_step(b->p->graph, &b->p->actions[i], b->p, &b->steps[b->nsteps], b->d);
+    if (st == TFG_OK) b->nsteps++;
+  }
+  return st;
+}
+
+tfg_status program_build(built *b, const char *text, const build_opts *o) {
+  memset(b, 0, sizeof *b);
+  b->io = (tfg_interp_opts){.sets = o->sets, .nsets = o->nsets, .stdlib_dir = "stdlib"};
+  b->d = tfg_diag_new();
+  tfg_arena_init(&b->a);
+  const tfg_source *src = tfg_diag_add_source(b->d, o->name ? o->name : "t.tfg", text, strlen(text));
+  tfg_ast *prog = NULL;
+  ck_assert_int_eq(tfg_parse(src, b->d, &b->a, &prog, NULL), TFG_OK);
+  b->I = tfg_interp_new(b->d, &b->io);
+  tfg_status st = tfg_interp_eval(b->I, src, prog);
+  if (st == TFG_OK) st = tfg_interp_finish(b->I);
+  b->p = tfg_interp_program(b->I);
+  b->n0 = b->p->graph->nnodes;
+  for (int i = 0; i < b->p->nactions && !b->act; i++)
+    if (b->p->actions[i].kind == TFG_ACTION_TRAIN) b->act = &b->p->actions[i];
+  if (o->steps > 0 || o->devices) {
+    must_succeed(b, st);
+    st = build_steps(b, o);
+  }
+  if (o->devices) {
+    must_succeed(b, st);
+    must_succeed(b, tfg_devices_parse(b->d, o->devices, &b->ds));
+    if (o->fit) must_succeed(b, tfg_place_fit(b->p->graph, b->ds, b->steps, b->nsteps, b->d, &b->pl));
+    else must_succeed(b, tfg_place(b->p->graph, b->ds, b->steps, b->nsteps, NULL, b->d, &b->pl));
+    st = tfg_plan_build(b->p->graph, b->pl, b->ds, b->d, &b->plan);
+  }
+  b->st = st;
+  b->errs = test_render(b->d, false);
+  return st;
+}
+
+void program_free(built *b) {
+  tfg_plan_free(b->plan);
+  tfg_placement_free(b->pl);
+  tfg_devices_free(b->ds);
+  for (int i = 0; i < b->nsteps; i++) tfg_train_step_free(&b->steps[i]);
+  tfg_interp_free(b->I);
+  tfg_arena_free(&b->a);
+  tfg_diag_free(b->d);
+  free(b->errs);
+}

@@ -1,0 +1,75 @@
+/* tests/unit/programs.h: a tfg program taken from source text through the
+ * real pipeline, as far as a suite needs: parsed, evaluated (the
+ * interpreter), its train actions given their steps (compiler/strategy.h),
+ * and placed and planned over a --devices spec.
+ *
+ *   built b;
+ *   program_build(&b, text, &(build_opts){.steps = 1, .devices = "host*2", .fit = true});
+ *   ck_assert_msg(b.st == TFG_OK, "%s", b.errs);
+ *   ... b.p, b.steps[0], b.pl, b.plan ...
+ *   program_free(&b);
+ *
+ * The last stage asked for may fail, and the suite checks how (b.st and
+ * b.errs); a stage before it must succeed, else the test aborts with the
+ * diagnostics. */
+#ifndef TFG_TEST_PROGRAMS_H
+#define TFG_TEST_PROGRAMS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/arena.h"
+#include "compiler/place.h"
+#include "compiler/plan.h"
+#include "compiler/strategy.h"
+#include "lang/diag.h"
+#include "lang/interp.h"
+#include "runtime/device.h"
+
+/* The most train actions one build gives steps to. */
+#define BUILT_MAX_STEPS 4
+
+/* How far program_build goes, and how. Zero is "t.tfg", evaluated only. */
+typedef struct build_opts {
+  const char *name;     /* the source's name (imports resolve beside it); NULL: "t.tfg" */
+  const tfg_set *sets;  /* --set overrides (kept by the interpreter: they must outlive the build) */
+  int nsets;
+  int steps;            /* the first `steps` train actions, in program order, get their steps
+                         * (at most BUILT_MAX_STEPS); later ones are left alone */
+  const char *devices;  /* a --devices spec: placed over it with the steps, then planned; NULL: not placed */
+  bool fit;             /* place with tfg_place_fit (activations counted), else tfg_place */
+} build_opts;
+
+/* A program as program_build leaves it. Every pointer the build did not
+ * reach is NULL. The interpreter keeps a pointer to io: b must not move
+ * between program_build and program_free. */
+typedef struct built {
+  tfg_diag *d;
+  tfg_arena a;
+  tfg_interp_opts io;
+  tfg_interp *I;
+  tfg_program *p;
+  const tfg_action *act; /* the first train action, or NULL */
+  int32_t n0;            /* the graph's nodes before the steps were built */
+  tfg_train_step steps[BUILT_MAX_STEPS];
+  int nsteps;            /* the steps built (a failed one is left empty, uncounted) */
+  tfg_devices *ds;
+  tfg_placement *pl;
+  tfg_plan *plan;        /* not validated: the suite checks it as it needs */
+  tfg_status st;         /* of the last stage asked for */
+  char *errs;            /* the diagnostics when the build ended, rendered without colour */
+} built;
+
+/* Builds text into *b (overwritten: zeroed first) through the stages o
+ * asks for: parse (a syntax error fails the test), evaluate (with
+ * tfg_interp_finish, the stdlib from ./stdlib), steps (o->steps > 0),
+ * then devices, placement and plan (o->devices). The last stage asked
+ * for may fail: its status is returned and kept in b->st. A failure in an
+ * earlier stage aborts the test with the diagnostics. Either way b holds
+ * what was built, for program_free. */
+tfg_status program_build(built *b, const char *text, const build_opts *o);
+
+/* Frees everything program_build made (any stage may be missing). */
+void program_free(built *b);
+
+#endif
