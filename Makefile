@@ -8,6 +8,13 @@
 #   make deps       install the Debian packages the build and tests need
 #   make CUDA=0     build without CUDA even where the toolkit exists
 #
+# CUDA is on when nvcc is found (on PATH, or CUDA_HOME/bin/nvcc): then
+# kernels/cuda/*.cu are compiled by nvcc and runtime/backend_cuda.c by the C
+# compiler with the toolkit's headers, and everything links the CUDA
+# runtime, cuBLAS, cuBLASLt, cuDNN and NCCL (with an rpath, so build/tfg
+# runs where it was built). The binary starts without a driver or GPU: it
+# then finds none and runs on host devices.
+#
 # re2c and Bison generate into $(BUILD)/gen; nothing generated is committed.
 
 BUILD   ?= build
@@ -24,6 +31,20 @@ endif
 
 # ---- CUDA detection: nvcc on PATH or under CUDA_HOME -----------------------
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null))
+ifeq ($(CUDA_HOME),)
+  CUDA_HOME := $(wildcard /usr/local/cuda)
+endif
+# The sanitizer build (make asan) is always CUDA=0. ASan and the CUDA
+# runtime link together (and a driverless run works), but on a machine with
+# a driver they conflict: ASan protects the low "shadow gap" of the address
+# space, where the CUDA driver maps memory, so cuInit/context creation fails
+# unless ASAN_OPTIONS=protect_shadow_gap=0 (google/sanitizers#629), and
+# LeakSanitizer would blame the driver's own allocations. make asan checks
+# the CPU path, which is all tests/run.sh runs; the GPU path has its own
+# suite (tests/gpu).
+ifneq ($(SAN),)
+  override CUDA := 0
+endif
 ifeq ($(CUDA),auto)
   ifneq ($(wildcard $(CUDA_HOME)/bin/nvcc),)
     CUDA_ON := 1
@@ -52,14 +73,36 @@ PREFIX  ?= /usr/local
 CPPFLAGS += -DTFG_VERSION='"$(VERSION)"' -DTFG_BUILD_CUDA=$(CUDA_ON) \
             -DTFG_STDLIB_DIR='"$(PREFIX)/share/tfg/stdlib"' -DTFG_SOURCE_STDLIB='"$(CURDIR)/stdlib"' 
 
+# ---- CUDA: nvcc for the kernels, the libraries for the link ------------------
+ifeq ($(CUDA_ON),1)
+  NVCC       ?= $(CUDA_HOME)/bin/nvcc
+  # lib64 or lib, whichever holds the runtime (some toolkits link one to the other)
+  CUDA_LIBDIR := $(patsubst %/,%,$(dir $(firstword $(wildcard $(CUDA_HOME)/lib64/libcudart.so \
+                                                              $(CUDA_HOME)/lib/libcudart.so))))
+  # sm_80 (A100) and sm_90 (H100/H200) code, and compute_90 PTX for newer GPUs to JIT.
+  CUDA_ARCH  ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+                -gencode arch=compute_90,code=compute_90
+  NVCCFLAGS  := -std=c++17 -O2 -g $(CUDA_ARCH) -Xcompiler -Wall,-Werror $(NVCCFLAGS)
+  CU_SRC     := $(wildcard kernels/cuda/*.cu)
+  CU_OBJ     := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC))
+  CUDA_LIBS  := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudart -lcublasLt -lcublas -lcudnn -lnccl -lstdc++
+  LDLIBS     += $(CUDA_LIBS)
+  # The toolkit's headers are system headers for our warnings (nccl.h and
+  # cublasLt.h have old-style declarations that -Wstrict-prototypes flags).
+  $(BUILD)/obj/runtime/backend_cuda.o: CPPFLAGS += -isystem $(CUDA_HOME)/include
+endif
+
 # ---- sources ----------------------------------------------------------------
 LIB_SRC := $(wildcard base/*.c lang/*.c compiler/*.c runtime/*.c kernels/*.c kernels/cpu/*.c)
+ifneq ($(CUDA_ON),1)
+  LIB_SRC := $(filter-out runtime/backend_cuda.c,$(LIB_SRC))
+endif
 GEN_SRC := $(BUILD)/gen/parser.tab.c $(BUILD)/gen/lexer.c
 CLI_SRC := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/unit/*.c)
 
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) \
-            $(BUILD)/obj/gen/parser.tab.o $(BUILD)/obj/gen/lexer.o
+            $(BUILD)/obj/gen/parser.tab.o $(BUILD)/obj/gen/lexer.o $(CU_OBJ)
 CLI_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(CLI_SRC))
 TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRC))
 
@@ -86,6 +129,11 @@ $(BUILD)/obj/%.o: %.c $(BUILD)/gen/parser.tab.h
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
 
+$(BUILD)/obj/%.o: %.cu $(BUILD)/gen/parser.tab.h
+	@mkdir -p $(dir $@)
+	@echo "  NVCC    $<"
+	$(Q)$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
+
 $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c $(BUILD)/gen/parser.tab.h
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
@@ -108,8 +156,9 @@ $(BUILD)/unit: $(TEST_OBJ) $(BUILD)/libtfg.a
 	@echo "  LINK    $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libtfg.a $(CHECK_LIBS) $(LDLIBS)
 
-# Benchmarks: each bench/NAME.c is a program linked against libtfg.
-BENCH_SRC := $(wildcard bench/*.c)
+# Benchmarks: each bench/NAME.c and bench/gpu/NAME.c is a program linked
+# against libtfg (the GPU ones find a GPU through the backend registration).
+BENCH_SRC := $(wildcard bench/*.c bench/gpu/*.c)
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libtfg.a
@@ -118,6 +167,20 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libtfg.a
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libtfg.a $(LDLIBS)
 
 bench-build: $(BENCH_BIN)
+
+# The GPU tests: each tests/gpu/NAME.c is a program linked against libtfg;
+# tests/gpu/run.sh runs them (and build/tfg on cuda:0), or prints one SKIP
+# line where there is no GPU (no driver, no device, a build without CUDA).
+GPU_TEST_SRC := $(wildcard tests/gpu/*.c)
+GPU_TEST_BIN := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(GPU_TEST_SRC))
+
+$(BUILD)/tests/gpu/%: tests/gpu/%.c $(BUILD)/libtfg.a
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libtfg.a $(LDLIBS)
+
+test-gpu: all $(GPU_TEST_BIN)
+	@sh tests/gpu/run.sh $(BUILD)
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 

@@ -20,6 +20,7 @@
 #include "compiler/place.h"
 #include "compiler/plan.h"
 #include "compiler/strategy.h"
+#include "runtime/backend.h"
 #include "runtime/device.h"
 #include "runtime/format.h"
 #include "runtime/session.h"
@@ -68,13 +69,16 @@ typedef struct cli_opts {
   bool explain, json, dot;
   const char *trace;      /* --trace FILE.json */
   int64_t bucket_bytes;   /* --bucket-size SIZE, 0 for the default */
+  bool preallocate;       /* --memory preallocate (default: growth) */
+  bool tf32;              /* --tf32 */
 } cli_opts;
 
 /* Which options a command takes. */
 enum { ALLOW_AST = 1, ALLOW_RUN = 2, ALLOW_PLACE = 4, ALLOW_EXPLAIN = 8 };
 
 enum { OPT_COLOR = 256, OPT_AST, OPT_SET, OPT_FEED, OPT_SEED, OPT_PRINT_ALL, OPT_THREADS, OPT_CHECK_NUMERICS,
-       OPT_QUIET, OPT_DEVICES, OPT_MEMORY_LIMIT, OPT_EXPLAIN, OPT_JSON, OPT_DOT, OPT_TRACE, OPT_BUCKET_SIZE };
+       OPT_QUIET, OPT_DEVICES, OPT_MEMORY_LIMIT, OPT_EXPLAIN, OPT_JSON, OPT_DOT, OPT_TRACE, OPT_BUCKET_SIZE,
+       OPT_MEMORY, OPT_TF32 };
 
 /* The ALLOW_* bit a command needs to take each option; 0: every command
  * takes it. Another command's option is an unknown option. */
@@ -93,6 +97,8 @@ static const int opt_allow[] = {
     [OPT_DOT - OPT_COLOR] = ALLOW_EXPLAIN,
     [OPT_TRACE - OPT_COLOR] = ALLOW_RUN,
     [OPT_BUCKET_SIZE - OPT_COLOR] = ALLOW_PLACE,
+    [OPT_MEMORY - OPT_COLOR] = ALLOW_PLACE,
+    [OPT_TF32 - OPT_COLOR] = ALLOW_RUN,
 };
 
 /* Splits "NAME=VALUE"; false when there is no '=' or no name. */
@@ -126,6 +132,8 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
       {"dot", no_argument, NULL, OPT_DOT},
       {"trace", required_argument, NULL, OPT_TRACE},
       {"bucket-size", required_argument, NULL, OPT_BUCKET_SIZE},
+      {"memory", required_argument, NULL, OPT_MEMORY},
+      {"tf32", no_argument, NULL, OPT_TF32},
       {NULL, 0, NULL, 0},
   };
   memset(o, 0, sizeof *o);
@@ -201,6 +209,14 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
       break;
     case OPT_TRACE:
       o->trace = optarg;
+      break;
+    case OPT_MEMORY:
+      if (strcmp(optarg, "growth") && strcmp(optarg, "preallocate"))
+        return usage_error(cmd, "--memory takes growth or preallocate, not '%s'", optarg);
+      o->preallocate = strcmp(optarg, "preallocate") == 0;
+      break;
+    case OPT_TF32:
+      o->tf32 = true;
       break;
     case ':':
       return usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
@@ -306,16 +322,52 @@ static int build_steps(tfg_program *p, tfg_diag *d, tfg_train_step *steps, tfg_t
   return 0;
 }
 
+/* Marks in keep every node a run of the program may fetch, which fusion
+ * must leave materialized: the tensors its print actions show, and per
+ * train step what runtime/train.c fetches (losses, metrics, updates, a
+ * parameter server's worker gradients) or reads and writes (params,
+ * state, mirrors, fed gradients). */
+static void mark_fetched(const tfg_program *p, const tfg_train_step *packed, int npacked, uint8_t *keep) {
+  for (int a = 0; a < p->nactions; a++)
+    for (int i = 0; p->actions[a].kind == TFG_ACTION_PRINT && i < p->actions[a].nitems; i++)
+      if (p->actions[a].items[i].is_tensor) keep[p->actions[a].items[i].node] = 1;
+  for (int k = 0; k < npacked; k++) {
+    const tfg_train_step *st = &packed[k];
+    int W = st->nreplicas, P = st->nparams;
+    keep[st->loss] = 1;
+    for (int i = 0; i < W; i++) keep[st->losses[i]] = 1;
+    for (int i = 0; i < st->nmetrics; i++) keep[st->metrics[i]] = 1;
+    for (int i = 0; i < W * st->nmetrics; i++) keep[st->replica_metrics[i]] = 1;
+    for (int i = 0; i < st->nupdates; i++) keep[st->updates[i]] = 1;
+    for (int i = 0; i < P; i++) keep[st->params[i]] = 1;
+    for (int i = 0; i < st->nstates; i++) keep[st->states[i]] = 1;
+    for (int i = 0; i < st->nmirrors; i++) keep[st->mirror_src[i]] = keep[st->mirror_dst[i]] = 1;
+    for (int i = 0; st->worker_grads && i < W * P; i++) keep[st->worker_grads[i]] = keep[st->worker_params[i]] = 1;
+    for (int i = 0; st->grad_inputs && i < P; i++) keep[st->grad_inputs[i]] = 1;
+  }
+}
+
 /* Places and plans the program (exit 1 when it cannot be, as memory
  * that cannot fit is an error found before anything runs); every plan is
- * validated: a violation is a bug in the planner, never something to run. */
+ * validated: a violation is a bug in the planner, never something to run.
+ * Chains of elementwise ops are fused (compiler/plan.h) unless TFG_FUSE=0
+ * or --check-numerics (which names the op that made a NaN: each op must
+ * run alone). */
 static int compile_program(const cli_opts *o, tfg_program *p, const tfg_train_step *packed, int npacked, tfg_diag *d,
                            tfg_devices **ds, tfg_placement **pl, tfg_plan **plan) {
   *ds = devices_for(o, p, d);
   if (!*ds) return EXIT_USAGE;
   if (tfg_place_fit(p->graph, *ds, packed, npacked, d, pl) != TFG_OK) return EXIT_PROGRAM;
-  tfg_plan_opts po = {.bucket_bytes = o->bucket_bytes};
-  if (tfg_plan_build_with(p->graph, *pl, *ds, &po, d, plan) != TFG_OK) return EXIT_PROGRAM;
+  const char *env = getenv("TFG_FUSE");
+  uint8_t *keep = calloc((size_t)p->graph->nnodes + 1, 1);
+  if (!keep) abort();
+  mark_fetched(p, packed, npacked, keep);
+  tfg_plan_opts po = {.bucket_bytes = o->bucket_bytes,
+                      .fuse = !o->check_numerics && !(env && strcmp(env, "0") == 0),
+                      .keep = keep};
+  tfg_status st = tfg_plan_build_with(p->graph, *pl, *ds, &po, d, plan);
+  free(keep);
+  if (st != TFG_OK) return EXIT_PROGRAM;
   tfg_strbuf why = {0};
   int rc = 0;
   if (!tfg_plan_validate(*plan, &why)) {
@@ -355,7 +407,8 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
   if (rc == 0) rc = compile_program(o, p, packed, npacked, d, &ds, &pl, &plan);
   tfg_trace *trace = rc == 0 && o->trace ? tfg_trace_new() : NULL;
   tfg_session_opts so = {.threads = o->threads, .feeds = o->feeds, .nfeeds = o->nfeeds, .seed = o->seed,
-                         .check_numerics = o->check_numerics, .plan = plan, .trace = trace};
+                         .check_numerics = o->check_numerics, .plan = plan, .trace = trace,
+                         .preallocate = o->preallocate, .tf32 = o->tf32};
   tfg_session *s = rc == 0 ? tfg_session_new(p, d, &so) : NULL;
   if (!s && rc == 0) rc = EXIT_RUNTIME;
   tfg_train_opts to = {.log = stderr, .tty = isatty(STDERR_FILENO), .quiet = o->quiet};
@@ -481,6 +534,9 @@ static int cmd_devices(const cli_cmd *cmd, int argc, char **argv) {
       tfg_diag *d = tfg_diag_new();
       tfg_devices *ds = devices_for(o, NULL, d);
       rc = ds ? 0 : EXIT_USAGE;
+      /* The default list says why it has no GPU (once: a program's run
+       * says it in the notice about host devices instead). */
+      if (ds && tfg_devices_no_gpu(ds)) fprintf(stderr, "tfg: no GPU found (%s)\n", tfg_devices_no_gpu(ds));
       if (ds) {
         tfg_strbuf out = {0};
         tfg_devices_describe(ds, &out);
@@ -591,11 +647,14 @@ static int cmd_version(const cli_cmd *cmd, int argc, char **argv) {
 #elif defined(__GNUC__)
   printf("compiler: gcc %s, C11\n", __VERSION__);
 #endif
-  /* Build options as CLI.md lists them. The CUDA line reports what the
-   * build found, so a user can tell a CPU-only build from a missing toolkit. */
-  printf("cuda: off%s\n", TFG_BUILD_CUDA ? " (toolkit found at build time; no GPU backend in this version)"
-                                         : "");
-  printf("cudnn: off\nnccl: off\nmpi: off\n");
+  /* Build options as CLI.md lists them: the GPU part comes from the
+   * backend registration (runtime/backend.c), which knows whether this
+   * build has CUDA and asks the libraries their versions. */
+  tfg_strbuf b = {0};
+  tfg_backend_build_info(&b);
+  fwrite(b.data, 1, b.len, stdout);
+  tfg_strbuf_free(&b);
+  printf("mpi: off\n");
   return 0;
 }
 
@@ -613,7 +672,12 @@ static const cli_cmd commands[] = {
      "  --print-all       print every value, not `...` past 6 per axis\n"
      "  --threads N       CPU threads for kernels (default: one per core)\n"
      "  --check-numerics  stop at the first op that produces a NaN or Inf, naming it\n"
-     "  --quiet           no progress lines while training\n" COMMON_HELP,
+     "  --quiet           no progress lines while training\n"
+     "  --devices SPEC    the devices to run on (default: every GPU; else host devices)\n"
+     "  --memory MODE     device memory pools: growth (default) or preallocate\n"
+     "  --memory-limit SIZE  cap every device's memory\n"
+     "  --tf32            let f32 matrix products on GPUs use TF32 tensor cores\n"
+     "  --trace FILE.json write a Chrome/Perfetto trace of the run\n" COMMON_HELP,
      cmd_program},
     {"check", "build and shape-check only; prints nothing on success",
      "tfg check [OPTIONS] FILE\n\nBuild and check FILE ('-' reads standard input): syntax, names,\n"
@@ -629,7 +693,8 @@ static const cli_cmd commands[] = {
      "  --explain         the table above (the default)\n"
      "  --json            the same facts as JSON (schema: README.md)\n"
      "  --dot             Graphviz, one cluster per device\n"
-     "  --devices SPEC    the devices to place on (default: as many host devices as gpu:N named)\n"
+     "  --devices SPEC    the devices to place on (default: every GPU; else as many host devices as gpu:N named)\n"
+     "  --memory MODE     growth (default) or preallocate (accepted as for tfg run; no effect here)\n"
      "  --memory-limit SIZE  cap every device's memory\n" COMMON_HELP,
      cmd_program},
     {"plan", "the compiled plan: streams, copies, collectives, memory",
@@ -637,7 +702,8 @@ static const cli_cmd commands[] = {
      "order, copies and events, memory offsets and the planned peak. A plan that\n"
      "does not fit a device is an error naming the device, the op and the bytes.\n\n"
      "options:\n"
-     "  --devices SPEC    the devices to plan for (default: as many host devices as gpu:N named)\n"
+     "  --devices SPEC    the devices to plan for (default: every GPU; else as many host devices as gpu:N named)\n"
+     "  --memory MODE     growth (default) or preallocate (accepted as for tfg run; no effect here)\n"
      "  --memory-limit SIZE  cap every device's memory\n" COMMON_HELP,
      cmd_program},
     {"devices", "the hardware found and how logical devices map onto it",

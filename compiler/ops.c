@@ -16,6 +16,7 @@
 #include "base/strbuf.h"
 #include "compiler/graph.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/fused.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -625,6 +626,16 @@ static tfg_status infer_update(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
   return TFG_OK;
 }
 
+/* A FUSED node is built by the executor from a chain of the plan, with
+ * the dtype and shape of the chain's last op: never by a program, so
+ * there is nothing to infer. */
+static tfg_status infer_fused(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  (void)g;
+  (void)n;
+  (void)d;
+  return TFG_OK;
+}
+
 /* ---- costs ------------------------------------------------------------------ */
 
 static double numel(const tfg_node *n) { return (double)tfg_shape_numel(&n->shape); }
@@ -676,6 +687,14 @@ static double flops_conv2d_grad(const tfg_graph *g, const tfg_node *n) {
 /* Per element: Adam is about a dozen flops, SGD a few. */
 static double flops_update(const tfg_graph *g, const tfg_node *n) {
   return (n->op == TFG_OP_ADAM_UPDATE ? 12.0 : 4.0) * numel(input(g, n, 0));
+}
+
+/* A chain costs what its ops cost: about one flop each per element (the
+ * transcendental ones more, not counted: the cost model only compares). */
+static double flops_fused(const tfg_graph *g, const tfg_node *n) {
+  (void)g;
+  const tfg_fused_prog *p = n->attrs.data;
+  return (p ? p->nops : 1) * numel(n);
 }
 
 static double flops_pool(const tfg_graph *g, const tfg_node *n) {
@@ -748,6 +767,7 @@ static const tfg_op_def ops[TFG_OP_COUNT] = {
     ROW(SGD_UPDATE, infer_update, flops_update, tfg_cpu_sgd_update),
     ROW(ADAM_UPDATE, infer_update, flops_update, tfg_cpu_adam_update),
     ROW(ALLREDUCE, infer_like_input, flops_out, tfg_cpu_allreduce_local),
+    ROW(FUSED, infer_fused, flops_fused, tfg_cpu_fused),
 #undef ROW
 };
 

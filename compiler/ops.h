@@ -114,7 +114,11 @@
   X(ALLREDUCE, "allreduce", "")                                                         \
   /* (grad) -> the mean of grad over the attrs.n nodes of its group, which share the \
      key attrs.start (one per replica, each on its replica's device); the CPU kernel \
-     is the group of one: a copy */
+     is the group of one: a copy */                                                     \
+  /* fusion (the executor builds these from the plan's chains, compiler/plan.h) */      \
+  X(FUSED, "fused", "")                                                                 \
+  /* (the chain's external inputs) -> its last op's value; attrs.data: the chain's \
+     program, a tfg_fused_prog (kernels/fused.h); dtype and shape of the last op */
 
 typedef enum tfg_op_id {
 #define TFG_OP_ENUM(id, name, sig) TFG_OP_##id,

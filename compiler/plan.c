@@ -4,11 +4,14 @@
  *   0. buckets: the ALLREDUCE nodes grouped by key, the keys of one group
  *      of devices packed into buckets in gradient order, and for each
  *      bucket and rank the node after which the sweep lists it;
+ *   0b. chains (with fusion on): elementwise ops fused into one launch,
+ *      grown greedily in graph order (see Fusion in plan.h);
  *   1. copies: which tensors each device needs from another one, found
  *      from the edges that cross devices: one copy per tensor per
  *      destination, however many ops read it there;
  *   2. steps: one sweep in graph order appends to every device's list, so
- *      the lists interleave as the graph does. An op's LAUNCH goes on its
+ *      the lists interleave as the graph does (a chain has one LAUNCH,
+ *      at its last member; its other members none). An op's LAUNCH goes on its
  *      device's compute stream (after a WAIT for each copied or
  *      all-reduced input it is the first to read); when other devices need
  *      the value, a RECORD follows on the compute stream and each
@@ -67,6 +70,11 @@ void tfg_plan_free(tfg_plan *p) {
     free(p->buckets[b].nodes);
   }
   free(p->buckets);
+  for (int c = 0; c < p->nchains; c++) {
+    free(p->chains[c].nodes);
+    free(p->chains[c].inputs);
+  }
+  free(p->chains);
   free(p->dev);
   free(p);
 }
@@ -221,6 +229,7 @@ typedef struct builder {
   tfg_node_id *done;        /* per bucket: the node after which every rank has listed it */
   int *at_head, *at_next;   /* per node: the slots listed after it (by bucket), threaded through at_next */
   int *done_head, *done_next; /* per node: the buckets every rank has listed after it */
+  int *chain_of;            /* per node: its chain, or -1 (NULL: no fusion) */
 } builder;
 
 static copy_rec *find_copy(const builder *b, tfg_node_id x, int dst) {
@@ -421,6 +430,155 @@ static void make_buckets(builder *b, int64_t cap) {
   free(reader);
 }
 
+/* ---- pass 0b: chains ------------------------------------------------------------ */
+
+/* Whether node i may be a member of a chain: an elementwise op of arity
+ * 1 or 2 on f32 or f64, each input of its dtype and of its shape or a
+ * scalar. (Where it sits and who reads it is the caller's question.) */
+static bool fusable(const tfg_graph *g, tfg_node_id i) {
+  const tfg_node *nd = &g->nodes[i];
+  int arity = tfg_fused_arity(nd->op);
+  if (arity == 0 || nd->ninputs != arity) return false;
+  if (nd->dtype != TFG_DTYPE_F32 && nd->dtype != TFG_DTYPE_F64) return false;
+  for (int k = 0; k < arity; k++) {
+    const tfg_node *x = &g->nodes[nd->inputs[k]];
+    if (x->dtype != nd->dtype || (x->shape.rank != 0 && !tfg_shape_eq(&x->shape, &nd->shape))) return false;
+  }
+  return true;
+}
+
+/* Optimizer updates write their param and state in place. */
+static bool in_place(tfg_op_id op) { return op == TFG_OP_SGD_UPDATE || op == TFG_OP_ADAM_UPDATE; }
+
+static bool member_of(const tfg_node_id *m, int n, tfg_node_id x) {
+  for (int e = 0; e < n; e++)
+    if (m[e] == x) return true;
+  return false;
+}
+
+/* The values the members m[0..n) (ascending) read that are not members,
+ * each once, in first-read order, into in[0..cap); returns their count,
+ * or -1 when there are more than cap. */
+static int chain_inputs(const tfg_graph *g, const tfg_node_id *m, int n, tfg_node_id *in, int cap) {
+  int k = 0;
+  for (int e = 0; e < n; e++) {
+    const tfg_node *nd = &g->nodes[m[e]];
+    for (int j = 0; j < nd->ninputs; j++) {
+      tfg_node_id x = nd->inputs[j];
+      if (member_of(m, n, x) || member_of(in, k, x)) continue;
+      if (k == cap) return -1;
+      in[k++] = x;
+    }
+  }
+  return k;
+}
+
+/* A chain while chains form: its members, ascending. */
+typedef struct fuse_group {
+  int n;
+  tfg_node_id m[TFG_FUSED_MAX_OPS];
+} fuse_group;
+
+/* Pass 0b: the chains (plan.h, Fusion). In graph order, each fusable
+ * node starts a group of its own and takes in each input x (once) that
+ * may be its intermediate: fusable, on its device, of its shape, read by
+ * no other op, not kept; x comes with x's group, if the merged group
+ * stays within the caps (ops, inputs) and spans no optimizer update.
+ * Every taken input has one reader, so the groups are trees, and each
+ * node joins at most one. Groups of two or more are the chains, in the
+ * order of their last members; b->chain_of is filled. Linear in nodes
+ * and edges (the caps bound the work per node). */
+static void make_chains(builder *b, const uint8_t *keep) {
+  const tfg_graph *g = b->g;
+  tfg_plan *p = b->p;
+  int32_t n = g->nnodes;
+  int *readers = calloc((size_t)n + 1, sizeof *readers);   /* per node: how many distinct ops read it */
+  tfg_node_id *last = malloc(sizeof *last * ((size_t)n + 1)); /* the last op counted as its reader */
+  int *updates = malloc(sizeof *updates * ((size_t)n + 1)); /* optimizer updates before each node */
+  int *group_of = malloc(sizeof *group_of * ((size_t)n + 1)); /* per fusable node: its group */
+  b->chain_of = malloc(sizeof *b->chain_of * ((size_t)n + 1));
+  TFG_ASSERT(readers && last && updates && group_of && b->chain_of);
+  updates[0] = 0;
+  for (int32_t i = 0; i < n; i++) last[i] = -1;
+  for (int32_t i = 0; i < n; i++) {
+    updates[i + 1] = updates[i] + in_place(g->nodes[i].op);
+    for (int k = 0; k < g->nodes[i].ninputs; k++) {
+      tfg_node_id x = g->nodes[i].inputs[k];
+      if (last[x] != i) readers[x]++;
+      last[x] = i;
+    }
+  }
+  fuse_group *groups = NULL;
+  int ngroups = 0, cap = 0;
+  for (int32_t i = 0; i < n; i++) {
+    group_of[i] = -1;
+    b->chain_of[i] = -1;
+    if (!fusable(g, i)) continue;
+    const tfg_node *nd = &g->nodes[i];
+    fuse_group cur = {.n = 1, .m = {i}};
+    for (int k = 0; k < nd->ninputs; k++) {
+      tfg_node_id x = nd->inputs[k];
+      if (k > 0 && nd->inputs[0] == x) continue; /* x * x: once */
+      if (group_of[x] < 0 || readers[x] != 1 || keep[x] || b->dev[x] != b->dev[i] ||
+          !tfg_shape_eq(&g->nodes[x].shape, &nd->shape))
+        continue;
+      fuse_group *gx = &groups[group_of[x]];
+      if (cur.n + gx->n > TFG_FUSED_MAX_OPS) continue;
+      /* merge the two ascending lists */
+      fuse_group cand = {.n = 0};
+      for (int u = 0, v = 0; u < cur.n || v < gx->n;)
+        cand.m[cand.n++] = v >= gx->n || (u < cur.n && cur.m[u] < gx->m[v]) ? cur.m[u++] : gx->m[v++];
+      tfg_node_id in[TFG_FUSED_MAX_INPUTS];
+      if (chain_inputs(g, cand.m, cand.n, in, TFG_FUSED_MAX_INPUTS) < 0) continue;
+      if (updates[i] != updates[cand.m[0]]) continue; /* an update between its first member and i */
+      cur = cand;
+      gx->n = 0; /* taken in */
+    }
+    TFG_GROW(groups, ngroups, cap, 64);
+    groups[ngroups] = cur;
+    group_of[i] = ngroups++;
+  }
+  int nchains = 0;
+  for (int k = 0; k < ngroups; k++) nchains += groups[k].n >= 2;
+  p->chains = calloc((size_t)nchains + 1, sizeof *p->chains);
+  TFG_ASSERT(p->chains != NULL);
+  for (int k = 0; k < ngroups; k++) {
+    const fuse_group *gr = &groups[k];
+    if (gr->n < 2) continue;
+    tfg_plan_chain *c = &p->chains[p->nchains];
+    tfg_node_id in[TFG_FUSED_MAX_INPUTS];
+    c->ninputs = chain_inputs(g, gr->m, gr->n, in, TFG_FUSED_MAX_INPUTS);
+    c->nnodes = gr->n;
+    c->nodes = malloc(sizeof *c->nodes * (size_t)gr->n);
+    c->inputs = malloc(sizeof *c->inputs * ((size_t)c->ninputs + 1));
+    TFG_ASSERT(c->ninputs >= 0 && c->nodes && c->inputs);
+    memcpy(c->nodes, gr->m, sizeof *c->nodes * (size_t)gr->n);
+    memcpy(c->inputs, in, sizeof *c->inputs * (size_t)c->ninputs);
+    for (int e = 0; e < gr->n; e++) b->chain_of[gr->m[e]] = p->nchains;
+    p->nchains++;
+  }
+  free(groups);
+  free(readers);
+  free(last);
+  free(updates);
+  free(group_of);
+}
+
+const tfg_node_id *tfg_plan_step_inputs(const tfg_plan *p, const tfg_plan_step *st, int *n) {
+  if (st->chain >= 0) {
+    *n = p->chains[st->chain].ninputs;
+    return p->chains[st->chain].inputs;
+  }
+  *n = p->g->nodes[st->node].ninputs;
+  return p->g->nodes[st->node].inputs;
+}
+
+int tfg_plan_chain_of(const tfg_plan *p, tfg_node_id id) {
+  for (int c = 0; c < p->nchains; c++)
+    if (member_of(p->chains[c].nodes, p->chains[c].nnodes, id)) return c;
+  return -1;
+}
+
 /* ---- pass 2: steps ------------------------------------------------------------- */
 
 /* Appends a step to device d's list; returns its index there. */
@@ -439,7 +597,8 @@ static int add_buffer(builder *b, int d, tfg_plan_buffer buf) {
 }
 
 static tfg_plan_step step_of(tfg_plan_step_kind kind, int stream, tfg_node_id node, int src, int event) {
-  return (tfg_plan_step){.kind = kind, .stream = stream, .node = node, .src = src, .event = event, .bucket = -1};
+  return (tfg_plan_step){.kind = kind, .stream = stream, .node = node, .src = src, .event = event, .bucket = -1,
+                         .chain = -1};
 }
 
 /* The buffer holding x's value on device d (its own, persistent or not,
@@ -508,16 +667,19 @@ static void list_bucket(builder *b, int bucket, int r) {
   }
 }
 
-/* Node i's LAUNCH on its device's compute stream, preceded by a WAIT for
- * each copied input it is the first to read there, and for each bucket
- * it is the first there to read a node of. Extends the live range of
- * every buffer it reads and opens its own (none for an empty output,
- * such as an optimizer update's marker). */
-static void launch(builder *b, tfg_node_id i) {
+/* Node i's LAUNCH on its device's compute stream (running chain `chain`
+ * when >= 0: then it reads the chain's inputs), preceded by a WAIT for each
+ * copied input it is the first to read there, and for each bucket it is
+ * the first there to read a node of. Extends the live range of every
+ * buffer it reads and opens its own (none for an empty output, such as
+ * an optimizer update's marker). */
+static void launch(builder *b, tfg_node_id i, int chain) {
   const tfg_node *nd = &b->g->nodes[i];
   int d = b->dev[i];
-  for (int k = 0; k < nd->ninputs; k++) {
-    tfg_node_id x = nd->inputs[k];
+  const tfg_node_id *ins = chain >= 0 ? b->p->chains[chain].inputs : nd->inputs;
+  int nins = chain >= 0 ? b->p->chains[chain].ninputs : nd->ninputs;
+  for (int k = 0; k < nins; k++) {
+    tfg_node_id x = ins[k];
     if (b->dev[x] == d) {
       if (b->bucket_of[x] >= 0) wait_bucket(b, b->bucket_of[x], b->rank_of[x]);
       continue;
@@ -529,8 +691,10 @@ static void launch(builder *b, tfg_node_id i) {
       c->waited = true;
     }
   }
-  int s = emit(b, d, step_of(TFG_PLAN_LAUNCH, TFG_PLAN_STREAM_COMPUTE, i, -1, -1));
-  for (int k = 0; k < nd->ninputs; k++) read_at(b, nd->inputs[k], d, s); /* steps only grow: the latest read is the last */
+  tfg_plan_step st = step_of(TFG_PLAN_LAUNCH, TFG_PLAN_STREAM_COMPUTE, i, -1, -1);
+  st.chain = chain;
+  int s = emit(b, d, st);
+  for (int k = 0; k < nins; k++) read_at(b, ins[k], d, s); /* steps only grow: the latest read is the last */
   int64_t n = bytes_of(nd);
   if (n > 0) b->own_buf[i] = add_buffer(b, d, (tfg_plan_buffer){.node = i, .bytes = n, .first = s, .last = s});
 }
@@ -976,8 +1140,9 @@ tfg_status tfg_plan_build(const tfg_graph *g, const tfg_placement *pl, const tfg
   return tfg_plan_build_with(g, pl, ds, NULL, d, out);
 }
 
-tfg_status tfg_plan_build_with(const tfg_graph *g, const tfg_placement *pl, const tfg_devices *ds,
-                               const tfg_plan_opts *o, tfg_diag *d, tfg_plan **out) {
+/* Builds the plan, fusing chains when fuse (then o->keep is set). */
+static tfg_status build(const tfg_graph *g, const tfg_placement *pl, const tfg_devices *ds, const tfg_plan_opts *o,
+                        bool fuse, tfg_diag *d, tfg_plan **out) {
   tfg_plan *p = calloc(1, sizeof *p);
   TFG_ASSERT(p != NULL);
   p->g = g;
@@ -1003,8 +1168,9 @@ tfg_status tfg_plan_build_with(const tfg_graph *g, const tfg_placement *pl, cons
     b.copy_head[i] = -1;
   }
 
-  /* Pass 0: the buckets. */
+  /* Pass 0: the buckets; 0b: the chains. */
   make_buckets(&b, p->bucket_bytes);
+  if (fuse) make_chains(&b, o->keep);
 
   /* Pass 1: the copies, from the edges that cross devices. */
   for (int32_t i = 0; i < n; i++) {
@@ -1030,7 +1196,10 @@ tfg_status tfg_plan_build_with(const tfg_graph *g, const tfg_placement *pl, cons
    * behind in the sweep). */
   for (int32_t i = 0; i < n; i++) {
     bool ar = g->nodes[i].op == TFG_OP_ALLREDUCE;
-    if (!ar && !persistent(&g->nodes[i])) launch(&b, i);
+    int c = b.chain_of ? b.chain_of[i] : -1;
+    bool inner = c >= 0 && p->chains[c].nodes[p->chains[c].nnodes - 1] != i; /* runs in its chain's LAUNCH */
+    TFG_ASSERT(!inner || b.copy_head[i] < 0); /* read by one op, on its device */
+    if (!ar && !persistent(&g->nodes[i]) && !inner) launch(&b, i, c);
     list_buckets_at(&b, i, true);
     if (!ar) send(&b, i, -1);
     list_buckets_at(&b, i, false);
@@ -1107,6 +1276,7 @@ tfg_status tfg_plan_build_with(const tfg_graph *g, const tfg_placement *pl, cons
   free(b.at_next);
   free(b.done_head);
   free(b.done_next);
+  free(b.chain_of);
   if (st != TFG_OK) {
     tfg_plan_free(p);
     *out = NULL;
@@ -1114,6 +1284,25 @@ tfg_status tfg_plan_build_with(const tfg_graph *g, const tfg_placement *pl, cons
   }
   *out = p;
   return TFG_OK;
+}
+
+/* With fusion, the fused plan is built first without a sink, so that
+ * only its peaks are measured; when one does not fit its device, the
+ * unfused plan is built instead (and reports, if it too does not fit). */
+tfg_status tfg_plan_build_with(const tfg_graph *g, const tfg_placement *pl, const tfg_devices *ds,
+                               const tfg_plan_opts *o, tfg_diag *d, tfg_plan **out) {
+  bool fuse = o && o->fuse && o->keep;
+  if (!fuse || !d) return build(g, pl, ds, o, fuse, d, out);
+  tfg_plan *p = NULL;
+  TFG_ASSERT(build(g, pl, ds, o, true, NULL, &p) == TFG_OK); /* unbounded: it only measures */
+  bool fits = true;
+  for (int dv = 0; dv < p->ndev; dv++) fits &= p->dev[dv].peak <= tfg_devices_at(ds, dv)->memory;
+  if (fits) {
+    *out = p;
+    return TFG_OK;
+  }
+  tfg_plan_free(p);
+  return build(g, pl, ds, o, false, d, out);
 }
 
 /* ---- validation --------------------------------------------------------------------- */
@@ -1146,6 +1335,7 @@ typedef struct checker {
   int *step_base;
   int32_t *sclock;    /* 3 per step once replayed: its stream's clock for the device's 3 streams */
   int *release;       /* an ALLREDUCE's first compute step on the device ordered after it, or -1 */
+  int *ch_of;         /* per node: the chain it is a member of, or -1 */
 } checker;
 
 static bool fail(checker *ck, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -1239,6 +1429,96 @@ static bool check_buckets(checker *ck) {
   return true;
 }
 
+/* Whether x is an intermediate of its chain (a member but the last). */
+static bool inner_of(const checker *ck, tfg_node_id x) {
+  int c = ck->ch_of[x];
+  return c >= 0 && ck->p->chains[c].nodes[ck->p->chains[c].nnodes - 1] != x;
+}
+
+/* The chains (plan.h, Fusion): well formed, members distinct across
+ * chains and in graph order, each fusable, of the last member's shape and
+ * on its device; every intermediate read by exactly one op, a member of
+ * its chain; the inputs exactly what chain_inputs gives; no optimizer
+ * update between the first member and the last. Fills ch_of. */
+static bool check_chains(checker *ck) {
+  const tfg_plan *p = ck->p;
+  const tfg_graph *g = ck->g;
+  int32_t n = g->nnodes;
+  if (p->nchains < 0 || (p->nchains > 0 && !p->chains)) return fail(ck, "the plan has %d chains", p->nchains);
+  for (int c = 0; c < p->nchains; c++) {
+    const tfg_plan_chain *ch = &p->chains[c];
+    if (ch->nnodes < 2 || ch->nnodes > TFG_FUSED_MAX_OPS || !ch->nodes || ch->ninputs < 0 ||
+        ch->ninputs > TFG_FUSED_MAX_INPUTS || (ch->ninputs > 0 && !ch->inputs))
+      return fail(ck, "chain %d has %d ops and %d inputs (2 to %d ops, at most %d inputs)", c, ch->nnodes, ch->ninputs,
+                  TFG_FUSED_MAX_OPS, TFG_FUSED_MAX_INPUTS);
+    for (int e = 0; e < ch->nnodes; e++) {
+      tfg_node_id x = ch->nodes[e];
+      if (x < 0 || x >= n) return fail(ck, "chain %d: node %d does not exist", c, (int)x);
+      if (e > 0 && x <= ch->nodes[e - 1]) return fail(ck, "chain %d: its members are not in graph order", c);
+      if (ck->ch_of[x] >= 0) {
+        char *t = ntext(ck, x);
+        bool r = fail(ck, "%s is a member of chain %d and chain %d", t, ck->ch_of[x], c);
+        free(t);
+        return r;
+      }
+      ck->ch_of[x] = c;
+    }
+  }
+  /* who reads each intermediate (distinct ops) */
+  int *readers = calloc((size_t)n + 1, sizeof *readers);
+  tfg_node_id *reader = malloc(sizeof *reader * ((size_t)n + 1));
+  int *updates = malloc(sizeof *updates * ((size_t)n + 1));
+  TFG_ASSERT(readers && reader && updates);
+  updates[0] = 0;
+  for (int32_t i = 0; i < n; i++) reader[i] = -1;
+  for (int32_t i = 0; i < n; i++) {
+    updates[i + 1] = updates[i] + in_place(g->nodes[i].op);
+    for (int k = 0; k < g->nodes[i].ninputs; k++) {
+      tfg_node_id x = g->nodes[i].inputs[k];
+      if (reader[x] != i) readers[x]++;
+      reader[x] = i;
+    }
+  }
+  bool ok = true;
+  for (int c = 0; c < p->nchains && ok; c++) {
+    const tfg_plan_chain *ch = &p->chains[c];
+    tfg_node_id lastm = ch->nodes[ch->nnodes - 1];
+    const tfg_node *ln = &g->nodes[lastm];
+    int dev = tfg_placement_device(p->pl, lastm);
+    for (int e = 0; e < ch->nnodes && ok; e++) {
+      tfg_node_id x = ch->nodes[e];
+      const tfg_node *nd = &g->nodes[x];
+      char *t = ntext(ck, x);
+      if (!fusable(g, x))
+        ok = fail(ck, "chain %d: %s is not an elementwise f32/f64 op of inputs of its shape or scalars", c, t);
+      else if (nd->dtype != ln->dtype || !tfg_shape_eq(&nd->shape, &ln->shape))
+        ok = fail(ck, "chain %d: %s differs from its last member in dtype or shape", c, t);
+      else if (tfg_placement_device(p->pl, x) != dev)
+        ok = fail(ck, "chain %d: %s is placed on %s, its last member on %s", c, t,
+                  dev_name(p, tfg_placement_device(p->pl, x)), dev_name(p, dev));
+      else if (x != lastm && (readers[x] != 1 || ck->ch_of[reader[x]] != c))
+        ok = fail(ck, "chain %d: %s is read by %d ops%s, but an intermediate is read only by a member of its chain", c,
+                  t, readers[x], readers[x] == 1 ? " (outside the chain)" : "");
+      free(t);
+    }
+    tfg_node_id in[TFG_FUSED_MAX_INPUTS];
+    int nin = ok ? chain_inputs(g, ch->nodes, ch->nnodes, in, TFG_FUSED_MAX_INPUTS) : 0;
+    if (ok && (nin != ch->ninputs || memcmp(in, ch->inputs, sizeof *in * (size_t)(nin > 0 ? nin : 0)) != 0))
+      ok = fail(ck, "chain %d: its inputs are not what its members read outside it, each once, in first-read order", c);
+    if (ok && updates[lastm] != updates[ch->nodes[0]]) {
+      char *t = ntext(ck, lastm);
+      ok = fail(ck,
+                "chain %d (last %s) spans an optimizer update, which writes in place what the chain may read before",
+                c, t);
+      free(t);
+    }
+  }
+  free(readers);
+  free(reader);
+  free(updates);
+  return ok;
+}
+
 /* Steps well formed: kinds, streams, nodes, devices, buckets and events
  * in range; every op (not params, state and ALLREDUCE nodes) launched
  * once, on its placed device, in graph order there; every bucket's
@@ -1262,6 +1542,20 @@ static bool check_steps(checker *ck, int *rec_dev, int *rec_step, int *nwaits, t
         if (st->node < 0 || st->node >= n) return fail(ck, "%s step %d: node %d does not exist", dn, s, (int)st->node);
         if (st->kind == TFG_PLAN_LAUNCH) {
           if (st->stream != 0) return fail(ck, "%s step %d: a launch on stream %d, not the compute stream", dn, s, st->stream);
+          /* a chain's last member runs its chain; nothing else names one */
+          int want = ck->ch_of[st->node] >= 0 && !inner_of(ck, st->node) ? ck->ch_of[st->node] : -1;
+          if (inner_of(ck, st->node) || st->chain != want) {
+            char *t = ntext(ck, st->node);
+            bool r = inner_of(ck, st->node)
+                         ? fail(ck, "%s step %d: launches %s, which chain %d fuses (only its last member is launched)", dn,
+                                s, t, ck->ch_of[st->node])
+                     : want >= 0 ? fail(ck, "%s step %d: launches %s, the last member of chain %d, without its chain", dn,
+                                        s, t, want)
+                                 : fail(ck, "%s step %d: launches %s with chain %d, which it does not end", dn, s, t,
+                                        st->chain);
+            free(t);
+            return r;
+          }
           if (ck->b_of[st->node] >= 0) {
             char *t = ntext(ck, st->node);
             bool r = fail(ck, "%s step %d: launches %s, which only its bucket's all-reduce computes", dn, s, t);
@@ -1290,6 +1584,13 @@ static bool check_steps(checker *ck, int *rec_dev, int *rec_step, int *nwaits, t
           if (st->stream != 1) return fail(ck, "%s step %d: a copy on stream %d, not the copy stream", dn, s, st->stream);
           if (st->src < 0 || st->src >= p->ndev || st->src == d)
             return fail(ck, "%s step %d: a copy from device %d", dn, s, st->src);
+          if (inner_of(ck, st->node)) {
+            char *t = ntext(ck, st->node);
+            bool r = fail(ck, "%s step %d: copies %s, which chain %d fuses: it has no value", dn, s, t,
+                          ck->ch_of[st->node]);
+            free(t);
+            return r;
+          }
           if (vfind(ck, st->node, d)) {
             char *t = ntext(ck, st->node);
             bool r = fail(ck, "%s step %d: %s is copied to %s twice", dn, s, t, dn);
@@ -1372,9 +1673,10 @@ static bool check_steps(checker *ck, int *rec_dev, int *rec_step, int *nwaits, t
       prev = cur;
     }
   }
-  /* Every op runs once, where the placer put it. */
+  /* Every op runs once, where the placer put it (an intermediate within
+   * its chain's launch, which the chain's last member checks). */
   for (tfg_node_id i = 0; i < n; i++) {
-    if (persistent(&ck->g->nodes[i])) continue;
+    if (persistent(&ck->g->nodes[i]) || inner_of(ck, i)) continue;
     int want = tfg_placement_device(p->pl, i);
     if (ck->l_dev[i] == want) continue;
     char *t = ntext(ck, i);
@@ -1554,11 +1856,12 @@ static bool replay(checker *ck, const int *nwaits) {
           free(t);
           if (!ok) break;
         } else { /* LAUNCH */
-          const tfg_node *nd = &g->nodes[st->node];
+          int nin;
+          const tfg_node_id *ins = tfg_plan_step_inputs(p, st, &nin);
           ck->l_time[st->node] = now;
           char *a = ntext(ck, st->node);
-          for (int j = 0; j < nd->ninputs && ok; j++) {
-            tfg_node_id x = nd->inputs[j];
+          for (int j = 0; j < nin && ok; j++) {
+            tfg_node_id x = ins[j];
             if (ck->l_dev[x] == d && ck->l_stream[x] == TFG_PLAN_STREAM_COMPUTE && ck->l_step[x] >= s) {
               char *t = ntext(ck, x);
               ok = fail(ck, "%s step %d: %s reads %s, which is computed only later (step %d)", dn, s, a, t,
@@ -1619,7 +1922,9 @@ static bool check_buffers(checker *ck, int d) {
     const tfg_plan_buffer *bf = &pd->buffers[i];
     if (bf->node < 0 || bf->node >= g->nnodes) return fail(ck, "%s buffer %d: node %d does not exist", dn, i, (int)bf->node);
     char *t = ntext(ck, bf->node);
-    if (bf->bytes <= 0 || bf->offset < 0 || bf->offset % ALIGN)
+    if (inner_of(ck, bf->node))
+      ok = fail(ck, "%s: %s has a buffer, but chain %d fuses it: it has no value", dn, t, ck->ch_of[bf->node]);
+    else if (bf->bytes <= 0 || bf->offset < 0 || bf->offset % ALIGN)
       ok = fail(ck, "%s: the buffer of %s has offset %" PRId64 " and %" PRId64 " bytes (offsets are multiples of %d)", dn,
                 t, bf->offset, bf->bytes, ALIGN);
     else if (bf->bytes != bytes_of(&g->nodes[bf->node]))
@@ -1709,8 +2014,9 @@ static bool check_reuse(checker *ck, int d, const int *by_first, int np, int nt)
     const tfg_plan_step *st = &pd->steps[s];
     if (st->kind == TFG_PLAN_LAUNCH) {
       TOUCH(ck->own_buf[st->node], s);
-      const tfg_node *nd = &ck->g->nodes[st->node];
-      for (int j = 0; j < nd->ninputs; j++) TOUCH(vbuf(ck, nd->inputs[j], d), s);
+      int nin;
+      const tfg_node_id *ins = tfg_plan_step_inputs(p, st, &nin);
+      for (int j = 0; j < nin; j++) TOUCH(vbuf(ck, ins[j], d), s);
     } else if (st->kind == TFG_PLAN_COPY) {
       TOUCH(vfind(ck, st->node, d)->buf, s);
     } else if (st->kind == TFG_PLAN_ALLREDUCE) {
@@ -1871,10 +2177,11 @@ static bool check_memory(checker *ck, int d) {
       }
     }
     if (st->kind != TFG_PLAN_LAUNCH) continue;
-    const tfg_node *nd = &g->nodes[st->node];
+    int nin;
+    const tfg_node_id *ins = tfg_plan_step_inputs(p, st, &nin);
     char *a = NULL;
-    for (int j = 0; j < nd->ninputs && ok; j++) {
-      tfg_node_id x = nd->inputs[j];
+    for (int j = 0; j < nin && ok; j++) {
+      tfg_node_id x = ins[j];
       if (ck->p_dev[x] == d || bytes_of(&g->nodes[x]) == 0) continue;
       int bi = vbuf(ck, x, d);
       if (bi < 0) continue; /* reported as that value's step */
@@ -1983,14 +2290,15 @@ bool tfg_plan_validate(const tfg_plan *p, tfg_strbuf *why) {
   ck.step_base = malloc(sizeof *ck.step_base * ((size_t)p->ndev + 1));
   ck.sclock = calloc(3 * (size_t)nsteps + 1, sizeof *ck.sclock);
   ck.release = malloc(sizeof *ck.release * ((size_t)nsteps + 1));
+  ck.ch_of = malloc(sizeof *ck.ch_of * ((size_t)n + 1));
   int *rec_dev = malloc(sizeof *rec_dev * ((size_t)p->nevents + 1));
   int *rec_step = malloc(sizeof *rec_step * ((size_t)p->nevents + 1));
   int *nwaits = calloc((size_t)p->nevents + 1, sizeof *nwaits);
   TFG_ASSERT(ck.l_dev && ck.l_step && ck.l_stream && ck.l_time && ck.p_dev && ck.c_head && ck.own_buf && ck.c &&
              ck.b_of && ck.r_of && ck.br_base && ck.ar_step && ck.ar_seq && ck.step_base && ck.sclock && ck.release &&
-             rec_dev && rec_step && nwaits);
+             ck.ch_of && rec_dev && rec_step && nwaits);
   for (int32_t i = 0; i < n; i++)
-    ck.l_dev[i] = ck.l_step[i] = ck.p_dev[i] = ck.c_head[i] = ck.own_buf[i] = ck.b_of[i] = ck.r_of[i] = -1;
+    ck.l_dev[i] = ck.l_step[i] = ck.p_dev[i] = ck.c_head[i] = ck.own_buf[i] = ck.b_of[i] = ck.r_of[i] = ck.ch_of[i] = -1;
   for (int e = 0; e < p->nevents; e++) rec_dev[e] = rec_step[e] = -1;
   for (int i = 0; i < nslots; i++) ck.ar_step[i] = -1;
   for (int i = 0; i < nsteps; i++) ck.release[i] = -1;
@@ -2009,6 +2317,7 @@ bool tfg_plan_validate(const tfg_plan *p, tfg_strbuf *why) {
       ck.p_dev[bf->node] = d;
     }
   ok = ok && check_buckets(&ck);
+  ok = ok && check_chains(&ck);
   tfg_node_id *last_launch = malloc(sizeof *last_launch * ((size_t)p->ndev + 1));
   TFG_ASSERT(last_launch);
   ok = ok && check_steps(&ck, rec_dev, rec_step, nwaits, last_launch);
@@ -2039,6 +2348,7 @@ bool tfg_plan_validate(const tfg_plan *p, tfg_strbuf *why) {
   free(ck.step_base);
   free(ck.sclock);
   free(ck.release);
+  free(ck.ch_of);
   free(rec_dev);
   free(rec_step);
   free(nwaits);
@@ -2057,6 +2367,36 @@ static void bucket_text(const tfg_plan *p, int b, tfg_strbuf *out) {
   tfg_strbuf_puts(out, ", ranks");
   for (int r = 0; r < pb->nranks; r++)
     tfg_strbuf_printf(out, " %s", pb->devices[r] >= 0 && pb->devices[r] < p->ndev ? dev_name(p, pb->devices[r]) : "?");
+}
+
+/* Member e of chain c as the expression of its ops: "relu(add(mul))",
+ * each op with the members it reads (its other inputs are the chain's). */
+static void chain_expr(const tfg_plan *p, const tfg_plan_chain *c, int e, tfg_strbuf *out) {
+  const tfg_node *nd = &p->g->nodes[c->nodes[e]];
+  tfg_strbuf_puts(out, tfg_op_get(nd->op)->name);
+  int nargs = 0;
+  for (int k = 0; k < nd->ninputs; k++) {
+    if (k > 0 && nd->inputs[k] == nd->inputs[0]) continue; /* x * x: once */
+    for (int f = e - 1; f >= 0; f--)
+      if (c->nodes[f] == nd->inputs[k]) {
+        tfg_strbuf_puts(out, nargs++ ? ", " : "(");
+        chain_expr(p, c, f, out);
+        break;
+      }
+  }
+  if (nargs) tfg_strbuf_putc(out, ')');
+}
+
+/* "fused relu(add(mul)) n12 (t.tfg:3), members n10 n11 n12" */
+static void chain_text(const tfg_plan *p, int ci, tfg_strbuf *out) {
+  const tfg_plan_chain *c = &p->chains[ci];
+  const tfg_node *last = &p->g->nodes[c->nodes[c->nnodes - 1]];
+  tfg_strbuf_puts(out, "fused ");
+  chain_expr(p, c, c->nnodes - 1, out);
+  tfg_strbuf_printf(out, " n%d", (int)c->nodes[c->nnodes - 1]);
+  if (last->loc.src) tfg_strbuf_printf(out, " (%s:%u)", base_name(last->loc.src->name), last->loc.line);
+  tfg_strbuf_puts(out, ", members");
+  for (int e = 0; e < c->nnodes; e++) tfg_strbuf_printf(out, " n%d", (int)c->nodes[e]);
 }
 
 void tfg_plan_print(const tfg_plan *p, tfg_strbuf *out) {
@@ -2104,6 +2444,11 @@ void tfg_plan_print(const tfg_plan *p, tfg_strbuf *out) {
   tfg_strbuf_printf(out, "plan: %d device%s, %d cop%s, %d event%s", p->ndev, p->ndev == 1 ? "" : "s", ncopies,
                     ncopies == 1 ? "y" : "ies", p->nevents, p->nevents == 1 ? "" : "s");
   if (coll) tfg_strbuf_printf(out, ", %d bucket%s", p->nbuckets, p->nbuckets == 1 ? "" : "s");
+  if (p->nchains > 0) {
+    int fused = 0;
+    for (int c = 0; c < p->nchains; c++) fused += p->chains[c].nnodes;
+    tfg_strbuf_printf(out, ", %d fused chain%s (%d ops)", p->nchains, p->nchains == 1 ? "" : "s", fused);
+  }
   tfg_strbuf_putc(out, '\n');
   for (int d = 0; d < p->ndev; d++) {
     const tfg_plan_device *pd = &p->dev[d];
@@ -2123,7 +2468,8 @@ void tfg_plan_print(const tfg_plan *p, tfg_strbuf *out) {
       switch (st->kind) {
       case TFG_PLAN_LAUNCH:
       case TFG_PLAN_COPY:
-        if (st->node >= 0 && st->node < g->nnodes) node_text(g, st->node, out);
+        if (st->kind == TFG_PLAN_LAUNCH && st->chain >= 0 && st->chain < p->nchains) chain_text(p, st->chain, out);
+        else if (st->node >= 0 && st->node < g->nnodes) node_text(g, st->node, out);
         else tfg_strbuf_printf(out, "n%d", (int)st->node);
         if (st->kind == TFG_PLAN_COPY)
           tfg_strbuf_printf(out, " from %s", st->src >= 0 && st->src < p->ndev ? dev_name(p, st->src) : "?");

@@ -69,7 +69,32 @@
  * at a compute step the copy stream is not yet ordered after gets a
  * RECORD on the compute stream right after that step and a WAIT on the
  * copy stream right before the COPY (none when the memory is fresh, or an
- * earlier such WAIT covers it: the copy stream runs in order). */
+ * earlier such WAIT covers it: the copy stream runs in order).
+ *
+ * Fusion (only when tfg_plan_opts sets fuse and gives keep). A chain is
+ * 2 to TFG_FUSED_MAX_OPS elementwise ops (NEG EXP LOG SQRT RSQRT ABS RELU
+ * GELU TANH SIGMOID, ADD SUB MUL DIV POW MAXIMUM MINIMUM: kernels/fused.h)
+ * of one dtype, f32 or f64, and one shape, on one device, each binary one
+ * reading values of that shape or scalars (rank 0). Its last member in
+ * graph order gives the chain's value; every other member (an
+ * intermediate) is read by exactly one op, a member of the chain, and is
+ * not kept (keep: the nodes the caller may fetch), so an intermediate is
+ * never fetched, copied to another device, all-reduced or persistent.
+ * The members may form a tree (add(mul(a, b), exp(c)) fuses whole). The
+ * values the members read that are not members are the chain's inputs,
+ * at most TFG_FUSED_MAX_INPUTS, and no optimizer update lies between the
+ * first member and the last in graph order (an update writes params and
+ * state in place, and a chain reads its inputs where its last member
+ * runs). Chains form greedily in graph order: each eligible node takes
+ * in every input that may become its intermediate, with that input's own
+ * chain, while the caps hold. One LAUNCH runs a chain, where its last
+ * member would run, naming that member (node) and the chain (chain); it
+ * reads the chain's inputs, WAITing for copies and buckets as any
+ * launch, and writes the last member's buffer. Intermediates have no
+ * step and no buffer. A chain's inputs live until its LAUNCH, which can
+ * raise the peak (an intermediate may read two inputs): a fused plan
+ * whose peak does not fit a device is dropped for the unfused one, so
+ * fusion never fails a plan that fits without it. */
 #ifndef TFG_PLAN_H
 #define TFG_PLAN_H
 
@@ -78,6 +103,7 @@
 
 #include "base/strbuf.h"
 #include "compiler/place.h"
+#include "kernels/fused.h"
 
 typedef enum tfg_plan_step_kind {
   TFG_PLAN_LAUNCH, /* run node on the stream */
@@ -102,6 +128,15 @@ typedef struct tfg_plan_bucket {
   int64_t bytes;       /* per rank: the sum of its nodes' bytes */
 } tfg_plan_bucket;
 
+/* Elementwise ops run as one LAUNCH (see Fusion above). */
+typedef struct tfg_plan_chain {
+  int nnodes;          /* 2 .. TFG_FUSED_MAX_OPS */
+  tfg_node_id *nodes;  /* [nnodes] the members in graph order; the last gives the chain's value */
+  int ninputs;         /* 0 .. TFG_FUSED_MAX_INPUTS */
+  tfg_node_id *inputs; /* [ninputs] what the members read that is not a member, each once, in the
+                        * order the members (in graph order) first read them */
+} tfg_plan_chain;
+
 typedef struct tfg_plan_step {
   tfg_plan_step_kind kind;
   int stream;         /* 0 compute, 1 copy-in, 2 collective */
@@ -109,6 +144,8 @@ typedef struct tfg_plan_step {
   int src;            /* COPY: the device copied from */
   int event;          /* RECORD, WAIT: a plan-wide event id */
   int bucket;         /* ALLREDUCE: index into tfg_plan.buckets */
+  int chain;          /* LAUNCH: the index in tfg_plan.chains of the chain it runs (node is its
+                       * last member), or -1: node alone */
 } tfg_plan_step;
 
 /* A tensor in a device's memory plan: node's value (an op's output, an
@@ -141,10 +178,19 @@ typedef struct tfg_plan {
   int nbuckets;
   tfg_plan_bucket *buckets;
   int64_t bucket_bytes; /* the bucket size it was built with */
+  int nchains;
+  tfg_plan_chain *chains; /* fused chains, in the graph order of their last members */
 } tfg_plan;
 
 typedef struct tfg_plan_opts {
   int64_t bucket_bytes; /* close a bucket once it holds this many bytes; 0: TFG_PLAN_BUCKET_BYTES */
+  /* Fusion (see Fusion above): on only with both. keep[id] (per node of
+   * the graph) is nonzero for every node whose value the caller may
+   * fetch (printed values, losses, metrics, updates): those stay
+   * materialized. The planner cannot know fetches; without keep it
+   * does not fuse. */
+  bool fuse;
+  const uint8_t *keep;
 } tfg_plan_opts;
 
 #define TFG_PLAN_BUCKET_BYTES ((int64_t)25 << 20) /* PyTorch DDP's bucket_cap_mb = 25 */
@@ -163,19 +209,35 @@ tfg_status tfg_plan_build_with(const tfg_graph *g, const tfg_placement *pl, cons
                                const tfg_plan_opts *o, tfg_diag *d, tfg_plan **out);
 void tfg_plan_free(tfg_plan *p);
 
+/* What LAUNCH step st of p reads: the inputs of its chain when it runs
+ * one, else its node's inputs; *n gets the count. */
+const tfg_node_id *tfg_plan_step_inputs(const tfg_plan *p, const tfg_plan_step *st, int *n);
+
+/* The chain node id is a member of, or -1 (a scan of the chains). */
+int tfg_plan_chain_of(const tfg_plan *p, tfg_node_id id);
+
 /* Checks the plan's invariants, trusting nothing the builder knew. The
  * buckets: ranks ascending, every ALLREDUCE node in exactly one bucket on
  * its placed device, the same keys (in one order), dtype and shapes on
  * every rank, group size attrs.n = the ranks, bytes the sum. The steps:
  * streams 0-2, each kind on its stream, every op launched once where it
- * is placed in graph order, no ALLREDUCE node launched, each bucket's
+ * is placed in graph order (a chain's intermediates within its LAUNCH),
+ * no ALLREDUCE node launched, each bucket's
  * ALLREDUCE exactly once on each of its ranks (on no other device), in
- * the same relative order on all ranks. A replay with vector clocks
+ * the same relative order on all ranks. Chains: members distinct and in
+ * graph order, each an elementwise op as Fusion above requires, on the
+ * last member's device, every intermediate read by exactly one op, of
+ * its chain, the inputs exactly the members' other inputs in first-read
+ * order, no optimizer update between first and last member; each chain
+ * launched once, by a LAUNCH of its last member naming it; no other step
+ * launches or copies an intermediate, and none has a buffer (the keep set
+ * is the caller's: not checked). A replay with vector clocks
  * (an ALLREDUCE is a rendezvous: it runs once every rank's stream 2 has
- * reached it) checks that every input of a LAUNCH, COPY or ALLREDUCE is
- * on the device (computed there, persistent, copied in or all-reduced)
- * and happens before it, and that no stream is stuck (a cycle of waits,
- * buckets met in different orders). Every event is recorded once and
+ * reached it) checks that every input of a LAUNCH (of a chain's LAUNCH:
+ * the chain's inputs), COPY or ALLREDUCE is on the device (computed
+ * there, persistent, copied in or all-reduced) and happens before it,
+ * and that no stream is stuck (a cycle of waits, buckets met in
+ * different orders). Every event is recorded once and
  * waited on at least once. Memory: each value has one buffer per device,
  * written by its step, live at every step that reads it; a bucket's
  * gradients stay live until the first compute step ordered after its
@@ -190,8 +252,10 @@ bool tfg_plan_validate(const tfg_plan *p, tfg_strbuf *why);
 
 /* `tfg plan`: per device its streams and steps in order (with the source
  * line of each op; an all-reduce with its bucket's tensors, size and
- * ranks), the memory plan (offset, size, live range of each buffer), the
- * persistent bytes and the planned peak; then the buckets. */
+ * ranks; a chain as "fused relu(add(mul)) n12 (t.tfg:3), members n10
+ * n11 n12": its ops nested as they read each other, the last member and
+ * every member), the memory plan (offset, size, live range of each
+ * buffer), the persistent bytes and the planned peak; then the buckets. */
 void tfg_plan_print(const tfg_plan *p, tfg_strbuf *out);
 
 #endif

@@ -27,6 +27,8 @@ typedef struct tfg_kernel_ctx {
   int64_t step;          /* the training step, from 1: Adam's bias correction, dropout masks */
   uint64_t seed;         /* the train action's seed, mixed into dropout masks */
   tfg_strbuf err;        /* a kernel's error message (without the op and location) */
+  int32_t node;          /* the id of the node being run (the executor sets it; -1 unknown): device-side
+                          * errors name it (kernels/cuda/cuda.h) */
   void *backend;         /* the backend's state for this launch (NULL on host devices; CUDA:
                           * a tfg_cuda_ctx, kernels/cuda/cuda.h), set by the backend's launch */
 } tfg_kernel_ctx;

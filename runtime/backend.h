@@ -2,7 +2,9 @@
  * (modeled on ggml-backend's `_i` structs: a table of function pointers per
  * backend, opaque handles for what they return).
  *
- *   tfg_backend *b = tfg_backend_host_new(device);          // one per logical device
+ *   tfg_strbuf why = {0};
+ *   tfg_backend *b = tfg_backend_new(device, &opts, &why);   // one per logical device; NULL: why says
+ *                                                            // (or tfg_backend_host_new(device))
  *   tfg_stream *s = b->i.stream_create(b);                  // an ordered queue
  *   void *buf = b->i.alloc(b, bytes);                       // from the device's pool
  *   b->i.copy_from_host(b, s, buf, host_ptr, bytes);
@@ -16,14 +18,24 @@
  *
  * Backends: `host` (a GPU-like device emulated on the CPU: one worker
  * thread per device; a stream is an ordered queue that worker drains; events
- * are a flag under a mutex with a condition variable) and, later, `cuda`
- * (real streams and events). Every call returns at once except alloc,
- * free, synchronize, stream_free and destroy (the last three wait for the
- * queues to drain). alloc and free are not ordered with the streams: free
- * only memory no queued operation still uses. Host buffers given to a
- * copy, like a launch's tensors, must stay valid until the stream has run
- * it; copy_peer is ordered on b's stream only (order the source side with
- * an event).
+ * are a flag under a mutex with a condition variable; runtime/backend_host.c)
+ * and `cuda` (real streams and events on a GPU; runtime/backend_cuda.c,
+ * in builds with CUDA). tfg_backend_new (runtime/backend.c) picks the one
+ * for a device. Events are one object type for every backend
+ * (runtime/backend_impl.h), so a stream of one kind may wait for a record
+ * on the other. Every call returns at once except alloc, free,
+ * synchronize, stream_free and destroy (the last three wait for the
+ * queues to drain), read_now, and on `cuda`: a wait for a record that a
+ * host stream issued (it waits until that record has run), and a copy
+ * to pageable host memory (CUDA may return only once it is done). A
+ * `cuda` backend takes its calls from one thread at a time (its
+ * executor's), read_now excepted; `host` takes them from any thread.
+ * alloc and free are not ordered with the
+ * streams: free only memory no queued operation still uses. Host buffers
+ * given to a copy, like a launch's tensors and node, must stay valid
+ * until the stream has run it (on `cuda`: until the next synchronize of
+ * it); copy_peer is ordered on b's stream only (order the source side
+ * with an event).
  *
  * Failures: a queued operation that fails marks its stream failed; later
  * launches and copies on that stream are skipped, and every synchronize of
@@ -42,6 +54,7 @@
 #include "compiler/ops.h"
 #include "kernels/kernel.h"
 #include "runtime/device.h"
+#include "runtime/mem.h"
 
 typedef struct tfg_backend tfg_backend;
 struct tfg_trace;
@@ -96,6 +109,20 @@ typedef struct tfg_backend_i {
   void (*launch)(tfg_backend *b, tfg_stream *s, tfg_kernel_fn fn, tfg_kernel_ctx *ctx, const tfg_node *node,
                  const tfg_tensor *in, tfg_tensor *out);
 
+  /* Copies bytes of b's memory at src to host memory at dst now, on the
+   * calling thread (any thread, a host backend's worker included) and
+   * outside every stream: the caller has ordered it (an event it waited
+   * for). Returns TFG_OK, or TFG_ERR_DEVICE with the reason appended to
+   * *err. NULL when b's memory is host memory (the host backend): others
+   * read it directly then (a host backend's copy_peer from a GPU calls
+   * it; the executor's --check-numerics reads host memory only). */
+  tfg_status (*read_now)(tfg_backend *b, void *dst, const void *src, size_t bytes, tfg_strbuf *err);
+  /* The pool's numbers (runtime/mem.h), and in *free_bytes what an
+   * allocation could still get: the pool's free memory plus what it may
+   * still grow by, bounded by what the hardware has left (cudaMemGetInfo
+   * on a GPU). For the executor's out-of-memory report. */
+  void (*mem_stats)(tfg_backend *b, tfg_mem_stats *st, int64_t *free_bytes);
+
   /* Waits until everything queued on s has run; returns the first failure
    * of the stream (with its message in *err when err is not NULL). */
   tfg_status (*synchronize)(tfg_backend *b, tfg_stream *s, tfg_strbuf *err);
@@ -103,6 +130,13 @@ typedef struct tfg_backend_i {
    * its own operations failed) rather than arriving through an event, so
    * the executor can report where a failure started. */
   bool (*failed_here)(tfg_backend *b, tfg_stream *s);
+  /* After synchronize returned a failure that the device found after
+   * the launch had returned (a data error a CUDA kernel flagged, a NaN
+   * that --check-numerics found on a GPU): the id of the node whose
+   * kernel it was (the ctx->node the launch's kernel function left, which
+   * the executor sets), or -1 when none is known (a host backend's
+   * failures are known at the launch: the executor notes those itself). */
+  tfg_node_id (*failed_node)(tfg_backend *b, tfg_stream *s);
 
   void (*destroy)(tfg_backend *b);
 } tfg_backend_i;
@@ -113,9 +147,36 @@ struct tfg_backend {
   void *ctx; /* the backend's own state */
 };
 
+/* How a run uses its backends (tfg_exec_opts passes them on). */
+typedef struct tfg_backend_opts {
+  bool preallocate;    /* --memory preallocate: the pool takes its whole capacity now (else grows);
+                        * not cpu:0's, whose capacity is the machine's memory */
+  bool tf32;           /* --tf32: f32 matrix products on a GPU may use TF32 tensor cores */
+  bool check_numerics; /* a GPU checks every f32/f64 result for NaN and Inf (host devices:
+                        * the executor checks, reading host memory) */
+} tfg_backend_opts;
+
+/* The backend for device dev (runtime/backend.c): the host backend for
+ * TFG_DEVICE_CPU and TFG_DEVICE_HOST; the CUDA backend for TFG_DEVICE_CUDA
+ * when this build has one and dev's GPU exists. Otherwise NULL with the
+ * reason appended to *why ("this build of tfg has no CUDA backend", "no
+ * CUDA driver or GPU on this machine", "cuda:3 does not exist: this
+ * machine has 1 GPU", a compute capability below 7.0, a pool that cannot
+ * be preallocated; sim devices: "sim devices are for tfg place and tfg
+ * plan only"). o may be NULL (defaults: growth, no TF32, no checks). */
+tfg_backend *tfg_backend_new(const tfg_device *dev, const tfg_backend_opts *o, tfg_strbuf *why);
+
 /* A host backend for device dev (a TFG_DEVICE_HOST or TFG_DEVICE_CPU
- * entry): its worker thread starts now; its pool has dev->memory bytes. */
+ * entry): its worker thread starts now; its pool has dev->memory bytes,
+ * grown on demand. */
 tfg_backend *tfg_backend_host_new(const tfg_device *dev);
+/* The same with its pool preallocated when preallocate is set (NULL
+ * when the host cannot give dev->memory bytes at once). */
+tfg_backend *tfg_backend_host_new_with(const tfg_device *dev, bool preallocate);
+
+/* The build's GPU support for `tfg version` (runtime/backend.c): lines
+ * "cuda: ...", "cudnn: ...", "nccl: ..." appended to *out. */
+void tfg_backend_build_info(tfg_strbuf *out);
 
 /* Test hook: the N-th kernel launched (counting launch calls) on a host
  * backend whose device index is TFG_FAULT_DEVICE fails with

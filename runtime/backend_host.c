@@ -13,8 +13,9 @@
  * kernels themselves fan out over kctx->pool. Operations run outside the
  * backend's lock; the caller's thread only queues.
  *
- * Events are objects shared by every host backend (a record on one
- * backend's stream may release a wait on another's). An event counts the
+ * Events are objects shared by every backend (runtime/backend_impl.h: a
+ * record on one backend's stream may release a wait on another's, a CUDA
+ * backend's included). An event counts the
  * records issued (event_record calls) and remembers the most recent
  * generation whose record has run. event_record issues generation g =
  * ++issued and queues "mark g done"; event_wait captures g = issued at
@@ -27,6 +28,13 @@
  * already queued, and queues are FIFO, waits cannot form a cycle: every
  * queued operation eventually runs, which is what lets stream_free and
  * destroy drain instead of cancelling.
+ *
+ * A wait for a record that a GPU's stream issued (last_gpu >= 0) first
+ * asks the CUDA side to complete that generation here once the GPU has
+ * reached it (ext_export, backend_impl.h); the worker then waits for it
+ * like any other. A copy or reduction whose source is a GPU's memory
+ * (src_b->i.read_now set) reads it with read_now when its turn comes,
+ * after the waits that ordered it.
  *
  * A worker never sleeps on an event (that would stall its other streams).
  * When the head of one of its streams is a wait on an event not yet done,
@@ -82,6 +90,7 @@
 #include "base/assert.h"
 #include "base/grow.h"
 #include "runtime/backend.h"
+#include "runtime/backend_impl.h"
 #include "runtime/mem.h"
 #include "runtime/trace.h"
 
@@ -120,6 +129,7 @@ typedef struct host_op {
       const void *src;
       size_t bytes;
       host_copy_dir dir;
+      tfg_backend *src_b; /* the source's backend; NULL: host memory given by the caller */
     } copy;
     struct {
       void *dst;
@@ -127,6 +137,7 @@ typedef struct host_op {
       size_t count;
       tfg_dtype dt;
       double scale;
+      tfg_backend *src_b;
     } reduce;
     struct {
       tfg_event *e; /* holds a reference until the operation has run */
@@ -145,17 +156,6 @@ struct tfg_stream {
   tfg_status status;
   tfg_strbuf err;
   bool here;             /* the failure began on this stream (not through a wait) */
-};
-
-struct tfg_event {
-  pthread_mutex_t mu;
-  uint64_t issued;           /* records issued so far (event_record calls); under mu */
-  _Atomic uint64_t done;     /* the most recent generation whose record has run */
-  tfg_status status;         /* the failure the last record carried (TFG_OK: none); under mu */
-  tfg_strbuf err;            /* its message; under mu */
-  host_backend **waiters;    /* backends with a stream blocked on this event; under mu */
-  size_t nwaiters, waiters_cap;
-  atomic_int refs;           /* the creator's, plus one per queued record or wait */
 };
 
 struct host_backend {
@@ -192,20 +192,43 @@ struct host_backend {
 
 static host_backend *host_of(tfg_backend *b) { return b->ctx; }
 
-/* ---- events --------------------------------------------------------------- */
+/* ---- events ---------------------------------------------------------------
+ * The event object is shared with the CUDA backend (runtime/backend_impl.h);
+ * its host part is implemented here. */
 
-static tfg_event *event_ref(tfg_event *e) {
+tfg_event *tfg_event_new(void) {
+  tfg_event *e = calloc(1, sizeof *e);
+  TFG_ASSERT(e != NULL);
+  pthread_mutex_init(&e->mu, NULL);
+  pthread_cond_init(&e->done_cv, NULL);
+  atomic_init(&e->done, 0);
+  atomic_init(&e->refs, 1);
+  e->last_gpu = -1;
+  return e;
+}
+
+tfg_event *tfg_event_ref(tfg_event *e) {
   atomic_fetch_add(&e->refs, 1);
   return e;
 }
 
-static void event_unref(tfg_event *e) {
+void tfg_event_unref(tfg_event *e) {
   if (atomic_fetch_sub(&e->refs, 1) != 1) return;
-  TFG_ASSERT(e->nwaiters == 0);
+  TFG_ASSERT(e->nwaiters == 0 && e->sleepers == 0);
+  if (e->ext && e->ext_free) e->ext_free(e->ext);
+  pthread_cond_destroy(&e->done_cv);
   pthread_mutex_destroy(&e->mu);
   tfg_strbuf_free(&e->err);
   free(e->waiters);
   free(e);
+}
+
+uint64_t tfg_event_issue(tfg_event *e, int gpu) {
+  pthread_mutex_lock(&e->mu);
+  uint64_t gen = ++e->issued;
+  e->last_gpu = gpu;
+  pthread_mutex_unlock(&e->mu);
+  return gen;
 }
 
 static void event_add_waiter(tfg_event *e, host_backend *hb) {
@@ -227,11 +250,11 @@ static void event_remove_waiter_locked(tfg_event *e, host_backend *hb) {
 }
 
 /* Runs a record: generation gen is done, carrying the recording stream's
- * failure (st, msg) or none. Wakes every backend waiting on e. The
- * waiters' locks are taken under e->mu: a waiter leaves the list only
- * under e->mu, and cannot be destroyed while on it, so each pointer is
- * live while it is signalled. */
-static void event_complete(tfg_event *e, uint64_t gen, tfg_status st, const char *msg) {
+ * failure (st, msg) or none. Wakes every backend waiting on e, and the
+ * threads in tfg_event_wait_done. The waiters' locks are taken under
+ * e->mu: a waiter leaves the list only under e->mu, and cannot be
+ * destroyed while on it, so each pointer is live while it is signalled. */
+void tfg_event_complete(tfg_event *e, uint64_t gen, tfg_status st, const char *msg) {
   pthread_mutex_lock(&e->mu);
   if (gen > atomic_load(&e->done)) {
     e->status = st;
@@ -245,8 +268,20 @@ static void event_complete(tfg_event *e, uint64_t gen, tfg_status st, const char
       if (w->sleeping) pthread_cond_signal(&w->wake);
       pthread_mutex_unlock(&w->mu);
     }
+    if (e->sleepers) pthread_cond_broadcast(&e->done_cv);
   }
   pthread_mutex_unlock(&e->mu);
+}
+
+tfg_status tfg_event_wait_done(tfg_event *e, uint64_t gen, tfg_strbuf *msg) {
+  pthread_mutex_lock(&e->mu);
+  e->sleepers++;
+  while (atomic_load(&e->done) < gen) pthread_cond_wait(&e->done_cv, &e->mu);
+  e->sleepers--;
+  tfg_status st = e->status;
+  if (st != TFG_OK && msg) tfg_strbuf_puts(msg, e->err.data ? e->err.data : "");
+  pthread_mutex_unlock(&e->mu);
+  return st;
 }
 
 /* ---- the worker ----------------------------------------------------------- */
@@ -332,6 +367,20 @@ static tfg_status run_reduce(const host_op *op, tfg_strbuf *msg) {
     return TFG_ERR_DEVICE;
   }
   if (n == 0) return TFG_OK;
+  void *staged = NULL;
+  tfg_backend *sb = op->u.reduce.src_b;
+  if (sb && sb->i.read_now) {
+    /* The source is a GPU's: bring it over first (read_now orders
+     * nothing; the caller ordered the source side with an event). */
+    staged = malloc(n * es);
+    TFG_ASSERT(staged != NULL);
+    tfg_status st = sb->i.read_now(sb, staged, x, n * es, msg);
+    if (st != TFG_OK) {
+      free(staged);
+      return st;
+    }
+    x = staged;
+  }
   const char *dc = d, *xc = x;
   bool disjoint = dc + n * es <= xc || xc + n * es <= dc;
   if (op->u.reduce.dt == TFG_DTYPE_F32) {
@@ -347,6 +396,7 @@ static tfg_status run_reduce(const host_op *op, tfg_strbuf *msg) {
     else
       reduce_f64_alias(d, x, n, sc);
   }
+  free(staged);
   return TFG_OK;
 }
 
@@ -377,16 +427,22 @@ static tfg_status run_op(host_backend *hb, tfg_stream *s, host_op *op, bool skip
     }
     break;
   }
-  case HOST_OP_COPY:
-    if (!skip && op->u.copy.bytes) memcpy(op->u.copy.dst, op->u.copy.src, op->u.copy.bytes);
+  case HOST_OP_COPY: {
+    if (skip || !op->u.copy.bytes) break;
+    tfg_backend *sb = op->u.copy.src_b;
+    if (sb && sb->i.read_now)
+      st = sb->i.read_now(sb, op->u.copy.dst, op->u.copy.src, op->u.copy.bytes, &hb->scratch);
+    else
+      memcpy(op->u.copy.dst, op->u.copy.src, op->u.copy.bytes);
     break;
+  }
   case HOST_OP_REDUCE:
     if (!skip) st = run_reduce(op, &hb->scratch);
     break;
   case HOST_OP_RECORD:
     /* Even when skipped: a wait elsewhere must not hang on a failed stream. */
-    event_complete(op->u.ev.e, op->u.ev.gen, s->status, s->err.data);
-    event_unref(op->u.ev.e);
+    tfg_event_complete(op->u.ev.e, op->u.ev.gen, s->status, s->err.data);
+    tfg_event_unref(op->u.ev.e);
     break;
   case HOST_OP_WAIT: {
     tfg_event *e = op->u.ev.e;
@@ -397,7 +453,7 @@ static tfg_status run_op(host_backend *hb, tfg_stream *s, host_op *op, bool skip
       tfg_strbuf_puts(&hb->scratch, e->err.data);
     }
     pthread_mutex_unlock(&e->mu);
-    event_unref(e);
+    tfg_event_unref(e);
     break;
   }
   }
@@ -569,59 +625,62 @@ static void host_stream_free(tfg_backend *b, tfg_stream *s) {
   free(s);
 }
 
+/* Events are the shared objects of backend_impl.h: a CUDA backend's
+ * streams may record and wait on them too. */
 static tfg_event *host_event_create(tfg_backend *b) {
   (void)b;
-  tfg_event *e = calloc(1, sizeof *e);
-  TFG_ASSERT(e != NULL);
-  pthread_mutex_init(&e->mu, NULL);
-  atomic_init(&e->done, 0);
-  atomic_init(&e->refs, 1);
-  return e;
+  return tfg_event_new();
 }
 
 /* Drops the creator's reference: operations still queued on e keep it
  * alive until they have run, so e may be freed right after queueing. */
 static void host_event_free(tfg_backend *b, tfg_event *e) {
   (void)b;
-  if (e) event_unref(e);
+  if (e) tfg_event_unref(e);
 }
 
 static void host_event_record(tfg_backend *b, tfg_stream *s, tfg_event *e) {
-  pthread_mutex_lock(&e->mu);
-  uint64_t gen = ++e->issued;
-  pthread_mutex_unlock(&e->mu);
-  host_op op = {.kind = HOST_OP_RECORD, .u.ev = {event_ref(e), gen}};
+  uint64_t gen = tfg_event_issue(e, -1);
+  host_op op = {.kind = HOST_OP_RECORD, .u.ev = {tfg_event_ref(e), gen}};
   enqueue(host_of(b), s, &op);
 }
 
+/* When the latest record was issued on a GPU's stream, that record is
+ * not run by a host worker: ext_export makes the CUDA side complete the
+ * generation on the host once the GPU has reached it (backend_impl.h). */
 static void host_event_wait(tfg_backend *b, tfg_stream *s, tfg_event *e) {
   pthread_mutex_lock(&e->mu);
   uint64_t gen = e->issued;
+  bool from_gpu = e->last_gpu >= 0 && e->ext_export != NULL;
+  void (*export)(tfg_event *, uint64_t) = e->ext_export;
   pthread_mutex_unlock(&e->mu);
   if (gen == 0) return; /* never recorded: nothing to wait for */
-  host_op op = {.kind = HOST_OP_WAIT, .u.ev = {event_ref(e), gen}};
+  if (from_gpu) export(e, gen);
+  host_op op = {.kind = HOST_OP_WAIT, .u.ev = {tfg_event_ref(e), gen}};
   enqueue(host_of(b), s, &op);
 }
 
 /* Host and device memory are both host memory here: every direction is a
- * memcpy on b's worker, in s's order; dir only names its trace slice. */
-static void host_copy(tfg_backend *b, tfg_stream *s, void *dst, const void *src, size_t bytes, host_copy_dir dir) {
-  host_op op = {.kind = HOST_OP_COPY, .u.copy = {dst, src, bytes, dir}};
+ * memcpy on b's worker, in s's order; dir only names its trace slice. A
+ * source on a backend whose memory is not host memory (src_b->i.read_now
+ * set: a GPU) is read with read_now when the copy's turn comes. */
+static void host_copy(tfg_backend *b, tfg_stream *s, void *dst, tfg_backend *src_b, const void *src, size_t bytes,
+                      host_copy_dir dir) {
+  host_op op = {.kind = HOST_OP_COPY, .u.copy = {dst, src, bytes, dir, src_b}};
   enqueue(host_of(b), s, &op);
 }
 
 static void host_copy_from_host(tfg_backend *b, tfg_stream *s, void *dst, const void *src, size_t bytes) {
-  host_copy(b, s, dst, src, bytes, HOST_COPY_H2D);
+  host_copy(b, s, dst, NULL, src, bytes, HOST_COPY_H2D);
 }
 
 static void host_copy_to_host(tfg_backend *b, tfg_stream *s, void *dst, const void *src, size_t bytes) {
-  host_copy(b, s, dst, src, bytes, HOST_COPY_D2H);
+  host_copy(b, s, dst, NULL, src, bytes, HOST_COPY_D2H);
 }
 
 static void host_copy_peer(tfg_backend *b, tfg_stream *s, void *dst, tfg_backend *src_b, const void *src,
                            size_t bytes) {
-  (void)src_b;
-  host_copy(b, s, dst, src, bytes, HOST_COPY_PEER);
+  host_copy(b, s, dst, src_b, src, bytes, HOST_COPY_PEER);
 }
 
 /* Queued on s like a copy; the dtype is checked when it runs (a failure
@@ -630,8 +689,7 @@ static void host_copy_peer(tfg_backend *b, tfg_stream *s, void *dst, tfg_backend
  * added in index order. */
 static void host_reduce_peer(tfg_backend *b, tfg_stream *s, void *dst, tfg_backend *src_b, const void *src,
                              size_t count, tfg_dtype dt, double scale) {
-  (void)src_b;
-  host_op op = {.kind = HOST_OP_REDUCE, .u.reduce = {dst, src, count, dt, scale}};
+  host_op op = {.kind = HOST_OP_REDUCE, .u.reduce = {dst, src, count, dt, scale, src_b}};
   enqueue(host_of(b), s, &op);
 }
 
@@ -672,6 +730,21 @@ static tfg_status host_synchronize(tfg_backend *b, tfg_stream *s, tfg_strbuf *er
   if (st != TFG_OK && err) tfg_strbuf_puts(err, s->err.data);
   pthread_mutex_unlock(&hb->mu);
   return st;
+}
+
+/* Failures are known when the launch runs (the executor notes the node
+ * then): nothing is found later. */
+static tfg_node_id host_failed_node(tfg_backend *b, tfg_stream *s) {
+  (void)b;
+  (void)s;
+  return -1;
+}
+
+/* Host memory: what the pool has free plus what it may still grow by. */
+static void host_mem_stats(tfg_backend *b, tfg_mem_stats *st, int64_t *free_bytes) {
+  tfg_mem_pool_stats(host_of(b)->pool, st);
+  int64_t usable = st->capacity > 0 ? st->capacity / TFG_MEM_ALIGN * TFG_MEM_ALIGN : 0;
+  *free_bytes = usable - st->in_use;
 }
 
 static bool host_failed_here(tfg_backend *b, tfg_stream *s) {
@@ -732,8 +805,11 @@ static const tfg_backend_i host_i = {
     .kernel = host_kernel,
     .set_trace = host_set_trace,
     .launch = host_launch,
+    .read_now = NULL, /* host memory: read directly */
+    .mem_stats = host_mem_stats,
     .synchronize = host_synchronize,
     .failed_here = host_failed_here,
+    .failed_node = host_failed_node,
     .destroy = host_destroy,
 };
 
@@ -752,7 +828,15 @@ static bool env_int(const char *name, long long *out) {
 }
 
 tfg_backend *tfg_backend_host_new(const tfg_device *dev) {
+  tfg_backend *b = tfg_backend_host_new_with(dev, false);
+  TFG_ASSERT(b != NULL); /* not preallocated: creation cannot fail */
+  return b;
+}
+
+tfg_backend *tfg_backend_host_new_with(const tfg_device *dev, bool preallocate) {
   TFG_ASSERT(dev->kind == TFG_DEVICE_HOST || dev->kind == TFG_DEVICE_CPU);
+  tfg_mem_pool *pool = tfg_mem_pool_new(dev->memory, preallocate);
+  if (!pool) return NULL;
   host_backend *hb = calloc(1, sizeof *hb);
   TFG_ASSERT(hb != NULL);
   hb->base.i = host_i;
@@ -761,8 +845,7 @@ tfg_backend *tfg_backend_host_new(const tfg_device *dev) {
   pthread_mutex_init(&hb->mu, NULL);
   pthread_cond_init(&hb->wake, NULL);
   pthread_cond_init(&hb->idle, NULL);
-  hb->pool = tfg_mem_pool_new(dev->memory, false);
-  TFG_ASSERT(hb->pool != NULL); /* not preallocated: creation cannot fail */
+  hb->pool = pool;
   long long fdev, fafter;
   if (env_int("TFG_FAULT_DEVICE", &fdev) && env_int("TFG_FAULT_AFTER", &fafter) && fdev == dev->index &&
       fafter > 0) {

@@ -4,15 +4,21 @@
  * This file only describes devices (names, hardware, capacities, the
  * numbers the placer's cost model and the memory planner read); the
  * backends that run work on them live elsewhere. No CUDA header is
- * included here (ARCHITECTURE.md, convention 7): a cuda:K entry is taken
- * at its word and described with planning estimates until the CUDA
- * backend can probe the real device.
+ * included here (ARCHITECTURE.md, convention 7): what the machine's GPUs
+ * are comes from tfg_backend_probe_gpus (runtime/backend.c, which asks
+ * the CUDA backend in builds that have one). A cuda:K entry for a GPU
+ * the probe found gets its name and memory; one it did not find (no
+ * driver, no such ordinal, a build without CUDA) is taken at its word and
+ * described with planning estimates, and refused when a program runs.
+ * FLOP/s and bandwidths are always the sim table's numbers for the model
+ * the GPU's name matches (H100 when none does): planning estimates.
  *
  * Capacities. Every GPU entry's devices get the same capacity:
  *   - host*N: a quarter of the machine's physical memory divided by N by
  *     default (the rest stays with cpu:0, the data and the OS); a :SIZE
  *     cap may raise that up to the machine's memory divided by N.
- *   - cuda:K*N: the sim table's h100 memory divided by N (the N logical
+ *   - cuda:K*N: the GPU's free memory when probed (else the sim table's
+ *     h100 memory) divided by N, less CUDA_RESERVE each (the N logical
  *     devices split one GPU's memory, as TensorFlow's logical devices
  *     do), lowered to :SIZE when given.
  *   - sim:MODEL*N: N separate hypothetical devices, each with the model's
@@ -72,9 +78,15 @@ static const sim_model SIM_MODELS[] = {
 };
 enum { NSIM_MODELS = sizeof SIM_MODELS / sizeof SIM_MODELS[0] };
 
-/* A cuda:K device cannot be probed in this build; the planner still needs
- * numbers, and an H100 is the GPU people most likely have. */
+/* A cuda:K device that cannot be probed: the planner still needs numbers,
+ * and an H100 is the GPU people most likely have. */
 #define CUDA_ESTIMATE (&SIM_MODELS[0])
+
+/* What each logical device on a probed GPU leaves outside its pool: the
+ * CUDA backend's per-stream workspaces (32 MiB for each stream that
+ * launches kernels), the cuBLAS and cuDNN handles' own allocations, and
+ * the data-error flags. */
+#define CUDA_RESERVE (256 * MiB)
 
 /* Host devices: a deliberately modest estimate of what one worker thread
  * gets (one core with SIMD and OpenBLAS: tens of GFLOP/s; a share of the
@@ -92,6 +104,7 @@ struct tfg_devices {
   int n;
   int64_t host_memory; /* the machine's physical memory, for describe */
   char *notice;        /* tfg_devices_default's notice, owned here */
+  char *no_gpu;        /* tfg_devices_no_gpu, owned here */
 };
 
 /* Physical memory, or 8 GiB where sysconf cannot tell (some containers):
@@ -170,18 +183,56 @@ static void add_host(tfg_devices *ds, int count, int64_t cap) {
   }
 }
 
+/* The sim model a GPU's name names ("NVIDIA H100 80GB HBM3" -> h100),
+ * for its planning numbers; the estimate when none matches. */
+static const sim_model *cuda_model(const char *name) {
+  for (int i = 0; i < NSIM_MODELS; i++) {
+    if (strcmp(SIM_MODELS[i].name, "cpu") == 0) continue;
+    for (const char *p = name; *p; p++)
+      if (strncasecmp(p, SIM_MODELS[i].name, strlen(SIM_MODELS[i].name)) == 0) return &SIM_MODELS[i];
+  }
+  return CUDA_ESTIMATE;
+}
+
+/* The GPU the probe found at ordinal physical, or NULL. */
+static const tfg_gpu_info *probed_gpu(int physical) {
+  const tfg_gpu_info *info = NULL;
+  const char *why = NULL;
+  int n = tfg_backend_probe_gpus(&info, &why, NULL);
+  return physical >= 0 && physical < n ? &info[physical] : NULL;
+}
+
+/* Sets g's hardware text, cut to fit (a GPU's name can be long). */
+static void set_hardware(tfg_device *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_hardware(tfg_device *g, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(g->hardware, sizeof g->hardware, fmt, ap);
+  va_end(ap);
+}
+
 static void add_cuda(tfg_devices *ds, int physical, int count, int64_t cap) {
-  const sim_model *m = CUDA_ESTIMATE;
+  const tfg_gpu_info *gi = probed_gpu(physical);
+  const sim_model *m = gi ? cuda_model(gi->name) : CUDA_ESTIMATE;
   int64_t memory = m->memory / count;
+  if (gi) {
+    int64_t free = tfg_backend_probe_free(physical);
+    if (free < 0) free = gi->memory;
+    memory = free / count - CUDA_RESERVE;
+    if (memory < 0) memory = 0;
+  }
   if (cap && cap < memory) memory = cap;
   for (int i = 0; i < count; i++) {
     tfg_device *g = devices_push(ds, TFG_DEVICE_CUDA, physical, memory, m->flops, m->mem_bw,
                                  m->link_bw);
-    if (count == 1)
-      snprintf(g->hardware, sizeof g->hardware, "cuda:%d (not probed in this build)", physical);
+    if (gi && count == 1)
+      set_hardware(g, "cuda:%d %.48s", physical, gi->name);
+    else if (gi)
+      set_hardware(g, "cuda:%d %.32s (logical %d of %d)", physical, gi->name, i + 1, count);
+    else if (count == 1)
+      set_hardware(g, "cuda:%d (not probed in this build)", physical);
     else
-      snprintf(g->hardware, sizeof g->hardware,
-               "cuda:%d (logical %d of %d; not probed in this build)", physical, i + 1, count);
+      set_hardware(g, "cuda:%d (logical %d of %d; not probed in this build)", physical, i + 1, count);
   }
 }
 
@@ -201,6 +252,7 @@ void tfg_devices_free(tfg_devices *ds) {
   if (!ds) return;
   free(ds->dev);
   free(ds->notice);
+  free(ds->no_gpu);
   free(ds);
 }
 
@@ -535,28 +587,45 @@ tfg_status tfg_devices_default(tfg_diag *d, int gpus, tfg_devices **out, const c
   TFG_ASSERT(d != NULL && out != NULL && gpus >= 0);
   *out = NULL;
   if (notice) *notice = NULL;
-  /* No CUDA backend exists yet, so the runtime finds no GPU: the program's
-   * gpu:N become host devices. */
+  const tfg_gpu_info *info = NULL;
+  const char *why = NULL;
+  int found = tfg_backend_probe_gpus(&info, &why, NULL);
+  if (found > MAX_GPUS) found = MAX_GPUS;
+  if (found > 0) {
+    /* Every physical GPU, one logical device each; a program that names
+     * more gpu:N than there are gets the placer's error for the pin. */
+    tfg_devices *ds = devices_new();
+    for (int k = 0; k < found; k++) add_cuda(ds, k, 1, 0);
+    *out = ds;
+    return TFG_OK;
+  }
+  /* No GPU: the program's gpu:N become host devices. */
   if (gpus > MAX_GPUS) {
     tfg_diag_error(d, NULL, "the program names %d GPUs; at most %d devices can be emulated",
                    gpus, MAX_GPUS);
     return TFG_ERR_LIMIT;
   }
   tfg_devices *ds = devices_new();
+  ds->no_gpu = strdup(why ? why : "none found");
+  TFG_ASSERT(ds->no_gpu != NULL);
   if (gpus > 0) {
     add_host(ds, gpus, 0);
     tfg_strbuf b = {0};
+    /* Said once, with why (no driver, no device, a build without CUDA). */
+    tfg_strbuf_puts(&b, "tfg: no GPU found");
+    if (why) tfg_strbuf_printf(&b, " (%s)", why);
     if (gpus == 1)
-      tfg_strbuf_puts(&b, "tfg: no GPU found; gpu:0 is a host device");
+      tfg_strbuf_puts(&b, "; gpu:0 is a host device");
     else
-      tfg_strbuf_printf(&b, "tfg: no GPU found; gpu:0..gpu:%d are %d host devices", gpus - 1,
-                        gpus);
+      tfg_strbuf_printf(&b, "; gpu:0..gpu:%d are %d host devices", gpus - 1, gpus);
     ds->notice = tfg_strbuf_take(&b);
     if (notice) *notice = ds->notice;
   }
   *out = ds;
   return TFG_OK;
 }
+
+const char *tfg_devices_no_gpu(const tfg_devices *ds) { return ds->no_gpu; }
 
 /* ---- describe -------------------------------------------------------- */
 
@@ -632,9 +701,21 @@ void tfg_devices_describe(const tfg_devices *ds, tfg_strbuf *out) {
       tfg_strbuf_printf(out, "  host CPU (%ld core%s, %s):", host_cores(),
                         host_cores() == 1 ? "" : "s", mem);
       break;
-    case TFG_DEVICE_CUDA:
-      tfg_strbuf_printf(out, "  cuda:%d (not probed in this build):", v->physical);
+    case TFG_DEVICE_CUDA: {
+      const tfg_gpu_info *gi = probed_gpu(v->physical);
+      if (gi) {
+        char freetext[32];
+        int64_t free = tfg_backend_probe_free(v->physical);
+        size_text(mem, sizeof mem, gi->memory);
+        if (free >= 0) size_text(freetext, sizeof freetext, free);
+        tfg_strbuf_printf(out, "  cuda:%d %s (compute capability %d.%d, %d SMs, %s%s%s):", v->physical,
+                          gi->name, gi->major, gi->minor, gi->sms, mem, free >= 0 ? ", free " : "",
+                          free >= 0 ? freetext : "");
+      } else {
+        tfg_strbuf_printf(out, "  cuda:%d (not probed in this build):", v->physical);
+      }
       break;
+    }
     case TFG_DEVICE_SIM:
       tfg_strbuf_printf(out, "  %s #%d (hypothetical):", v->hardware, v->physical);
       break;

@@ -58,12 +58,20 @@ typedef struct tfg_devices tfg_devices;
 /* Parses a --devices spec. Errors (unknown kind, bad count or size, a
  * sim model not in the table) are reported naming the entry, with the
  * spec as the source, and return TFG_ERR_USAGE. cuda:K entries parse
- * even in a build without CUDA (they are refused when a program runs). */
+ * even in a build without CUDA or on a machine without that GPU (they
+ * are refused when a program runs); a GPU the runtime finds is described
+ * as found (name, memory: tfg_backend_probe_gpus), others with planning
+ * estimates. */
 tfg_status tfg_devices_parse(tfg_diag *d, const char *spec, tfg_devices **out);
 /* The default when --devices is not given: every physical GPU the runtime
- * finds; with none, `gpus` host devices (the number of gpu:N a program
- * names), and *notice set to a one-line notice saying so. */
+ * finds (one logical device each); with none, `gpus` host devices (the
+ * number of gpu:N a program names), and *notice set to a one-line notice
+ * saying so and why, when gpus > 0. */
 tfg_status tfg_devices_default(tfg_diag *d, int gpus, tfg_devices **out, const char **notice);
+/* Why a default list (tfg_devices_default) has no GPU, in a few words
+ * ("no CUDA driver", "this build of tfg has no CUDA backend"); NULL when
+ * it has GPUs or ds was parsed from a spec. */
+const char *tfg_devices_no_gpu(const tfg_devices *ds);
 /* Caps every device's memory at limit bytes (--memory-limit). */
 void tfg_devices_limit(tfg_devices *ds, int64_t limit);
 void tfg_devices_free(tfg_devices *ds);
@@ -82,5 +90,25 @@ void tfg_size_format(tfg_strbuf *out, int64_t bytes);
 
 /* `tfg devices`: the hardware found and how logical devices map onto it. */
 void tfg_devices_describe(const tfg_devices *ds, tfg_strbuf *out);
+
+/* ---- GPU discovery (implemented by runtime/backend.c) ------------------ */
+
+/* A physical GPU as the CUDA runtime reports it. */
+typedef struct tfg_gpu_info {
+  char name[96];     /* "NVIDIA H100 80GB HBM3" */
+  int major, minor;  /* compute capability */
+  int64_t memory;    /* total device memory, bytes */
+  int sms;           /* multiprocessors */
+} tfg_gpu_info;
+
+/* The physical GPUs of this machine, probed once per process: returns
+ * their count and points *info at that many entries (CUDA ordinals 0..).
+ * 0 when there are none, with *why saying why in a few words ("no CUDA
+ * driver", "no CUDA-capable device", "this build of tfg has no CUDA
+ * backend"); *detail (when not NULL) gets the runtime's own words, or "". */
+int tfg_backend_probe_gpus(const tfg_gpu_info **info, const char **why, const char **detail);
+/* Bytes free on GPU k as the CUDA runtime reports them (this makes the
+ * GPU's context); the first answer is kept. -1 when it cannot tell. */
+int64_t tfg_backend_probe_free(int k);
 
 #endif

@@ -2,7 +2,9 @@
  *
  * Everything a step needs is resolved once, when the executor is made:
  * each device's arena, every tensor's address in it, the input and output
- * tensors of every launch, each bucket's slots. A run then only decides
+ * tensors of every launch, each bucket's slots, and for each fused chain
+ * of the plan the FUSED node its launch runs (its program compiled from
+ * the chain: kernels/fused.h). A run then only decides
  * which steps its fetches need and queues them, so the hot path is a walk
  * over arrays with no allocation and no lock of its own: the backends'
  * queues are the only synchronization. */
@@ -17,20 +19,24 @@
 #include "compiler/ops.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/fused.h"
 #include "runtime/collective.h"
 #include "runtime/trace.h"
 
 typedef struct exec_dev exec_dev;
 
 /* The kernel context of a device: its kernels run one at a time (on the
- * device's worker), so one context serves them all. */
+ * host device's worker, or on the caller's thread when a CUDA launch
+ * queues them), so one context serves them all. */
 typedef struct exec_kctx {
   tfg_kernel_ctx k; /* first: the backend hands kernels &k */
   exec_dev *dev;
 } exec_kctx;
 
-/* One LAUNCH, resolved: its tensors point into the arena. */
+/* One LAUNCH, resolved: the node its kernel runs (the graph's, or the
+ * FUSED node of its chain) and its tensors, which point into the arena. */
 typedef struct exec_launch {
+  const tfg_node *node;
   tfg_tensor *in;
   tfg_tensor out;
 } exec_launch;
@@ -52,6 +58,8 @@ struct exec_dev {
   atomic_int done;
   tfg_node_id *launched;
   int nlaunched;
+  bool host_memory;            /* the backend's memory is host memory (read_now NULL): the
+                                * numerics check reads results here; else the backend checks */
 };
 
 /* A bucket's collective state. */
@@ -73,6 +81,12 @@ struct tfg_exec {
   exec_bucket *buckets;
   tfg_pool *pool;
   bool check_numerics;
+  /* Per chain of the plan: the FUSED node its LAUNCH runs (inputs: the
+   * chain's; dtype, shape and location: its last member's) and the
+   * program the node's attrs.data points to. */
+  tfg_node *fused;
+  tfg_fused_prog *progs;
+  uint8_t *inner;              /* per node: an intermediate of a chain (it has no value) */
   /* The step fault hook (exec.h): device index and training step, or -1. */
   int fault_device;
   int64_t fault_step;
@@ -97,6 +111,16 @@ static void *addr(const exec_dev *dv, tfg_node_id id) {
 
 /* ---- kernels ---------------------------------------------------------------- */
 
+/* The graph node a kernel ran for: a FUSED node stands for its chain's
+ * last member, whose location a failure inside the chain reports. */
+static tfg_node_id node_id(const tfg_exec *x, const tfg_node *node) {
+  if (node->op == TFG_OP_FUSED) {
+    const tfg_plan_chain *c = &x->p->chains[node - x->fused];
+    return c->nodes[c->nnodes - 1];
+  }
+  return (tfg_node_id)(node - x->g->nodes);
+}
+
 /* The index of the first NaN or Inf in a float tensor, or -1. */
 static int64_t first_nonfinite(const tfg_tensor *t) {
   int64_t n = tfg_shape_numel(&t->shape);
@@ -119,13 +143,14 @@ static tfg_status run_kernel(tfg_kernel_ctx *k, const tfg_node *node, const tfg_
   exec_dev *dv = c->dev;
   tfg_exec *x = dv->x;
   tfg_kernel_fn fn = dv->b->i.kernel(dv->b, node);
+  k->node = node_id(x, node);
   tfg_status st;
   if (dv->device->index == x->fault_device && k->step == x->fault_step)
     st = tfg_kernel_fail(k, TFG_ERR_DEVICE, "injected fault (TFG_FAULT_DEVICE=%d, TFG_FAULT_STEP=%lld)", x->fault_device,
                          (long long)x->fault_step);
   else
     st = fn ? fn(k, node, in, out) : tfg_kernel_fail(k, TFG_ERR_DEVICE, "no %s kernel for it", dv->b->i.name(dv->b));
-  if (st == TFG_OK && x->check_numerics) {
+  if (st == TFG_OK && x->check_numerics && dv->host_memory) {
     int64_t bad = first_nonfinite(out);
     if (bad >= 0) {
       double v = out->dtype == TFG_DTYPE_F32 ? ((float *)out->data)[bad] : ((double *)out->data)[bad];
@@ -135,24 +160,31 @@ static tfg_status run_kernel(tfg_kernel_ctx *k, const tfg_node *node, const tfg_
       tfg_strbuf_free(&sh);
     }
   }
-  if (st != TFG_OK) atomic_store(&dv->failed, (tfg_node_id)(node - x->g->nodes));
+  if (st != TFG_OK) atomic_store(&dv->failed, node_id(x, node));
   else atomic_fetch_add(&dv->done, 1);
   return st;
 }
 
 /* ---- creation --------------------------------------------------------------- */
 
+/* The backend of device d (runtime/backend.c picks it), its streams,
+ * trace and arena. A device no backend can run is refused with the
+ * registration's reason. */
 static tfg_status open_backend(tfg_exec *x, int d, const tfg_exec_opts *o, tfg_diag *diag) {
   exec_dev *dv = &x->dev[d];
   const tfg_device *dev = dv->device;
-  if (dev->kind == TFG_DEVICE_SIM || dev->kind == TFG_DEVICE_CUDA) {
+  tfg_backend_opts bo = {.preallocate = o->preallocate, .tf32 = o->tf32, .check_numerics = o->check_numerics};
+  tfg_strbuf why = {0};
+  dv->b = tfg_backend_new(dev, &bo, &why);
+  if (!dv->b) {
     tfg_diag_error(diag, NULL, "%s (%s) cannot run programs: %s", dev->name, dev->hardware,
-                   dev->kind == TFG_DEVICE_SIM ? "sim devices are for tfg place and tfg plan only"
-                                               : "this build of tfg has no CUDA backend");
+                   why.data ? why.data : "no backend");
     tfg_diag_help(diag, "run on host devices: --devices host*N");
+    tfg_strbuf_free(&why);
     return TFG_ERR_DEVICE;
   }
-  dv->b = tfg_backend_host_new(dev);
+  tfg_strbuf_free(&why);
+  dv->host_memory = dv->b->i.read_now == NULL;
   for (int s = 0; s < TFG_PLAN_STREAMS; s++) dv->s[s] = dv->b->i.stream_create(dv->b);
   if (o->trace) {
     static const char *const names[TFG_PLAN_STREAMS] = {"compute", "copy", "collective"};
@@ -163,13 +195,22 @@ static tfg_status open_backend(tfg_exec *x, int d, const tfg_exec_opts *o, tfg_d
   int64_t bytes = pd->peak > 0 ? pd->peak : 1;
   dv->arena = dv->b->i.alloc(dv->b, (size_t)bytes);
   if (!dv->arena) {
-    tfg_strbuf need = {0}, cap = {0};
+    tfg_mem_stats ms;
+    int64_t free_bytes = 0;
+    dv->b->i.mem_stats(dv->b, &ms, &free_bytes);
+    tfg_strbuf need = {0}, cap = {0}, fr = {0}, big = {0};
     tfg_size_format(&need, bytes);
     tfg_size_format(&cap, dev->memory);
-    tfg_diag_error(diag, NULL, "out of memory on %s: its plan needs %s and the device has %s", dev->name, need.data,
-                   cap.data);
+    tfg_size_format(&fr, free_bytes);
+    tfg_size_format(&big, ms.largest_free);
+    tfg_diag_error(diag, NULL,
+                   "out of memory on %s: its plan needs %s (%lld bytes) and the device has %s: %s free, "
+                   "the largest free block %s",
+                   dev->name, need.data, (long long)bytes, cap.data, fr.data, big.data);
     tfg_strbuf_free(&need);
     tfg_strbuf_free(&cap);
+    tfg_strbuf_free(&fr);
+    tfg_strbuf_free(&big);
     return TFG_ERR_OOM;
   }
   dv->kctx.dev = dv;
@@ -191,8 +232,9 @@ static void resolve(tfg_exec *x, int d) {
   for (int k = 0; k < pd->nsteps; k++) {
     const tfg_plan_step *st = &pd->steps[k];
     if (st->kind != TFG_PLAN_LAUNCH) continue;
-    const tfg_node *nd = &x->g->nodes[st->node];
+    const tfg_node *nd = st->chain >= 0 ? &x->fused[st->chain] : &x->g->nodes[st->node];
     exec_launch *l = &dv->launch[k];
+    l->node = nd;
     l->in = calloc((size_t)nd->ninputs + 1, sizeof *l->in);
     TFG_ASSERT(l->in != NULL);
     for (int j = 0; j < nd->ninputs; j++) {
@@ -246,13 +288,14 @@ static void open_buckets(tfg_exec *x) {
 }
 
 /* Host devices that run kernels at once share the machine's cores: when
- * several of the plan's devices compute, the kernel pool and each matrix
+ * several of the plan's host devices compute (GPUs do not count), the kernel pool and each matrix
  * product (kernels/cpu/cpu.h) get one share of the threads each, as the
  * devices' kernels run at the same time. Returns the pool's threads. */
 static int share_cores(const tfg_plan *p, const tfg_exec_opts *o) {
   int busy = 0;
   for (int dv = 0; dv < p->ndev; dv++) {
     if (o->use && !o->use[dv]) continue;
+    if (tfg_devices_at(p->ds, dv)->kind == TFG_DEVICE_CUDA) continue; /* a GPU computes on itself */
     const tfg_plan_device *pd = &p->dev[dv];
     bool computes = false;
     for (int k = 0; k < pd->nsteps && !computes; k++) {
@@ -270,6 +313,26 @@ static int share_cores(const tfg_plan *p, const tfg_exec_opts *o) {
   int share = all / busy > 0 ? all / busy : 1;
   tfg_cpu_blas_threads(share);
   return share;
+}
+
+/* The FUSED node of each chain, with its program. The plan was validated,
+ * so every chain compiles. */
+static void make_fused(tfg_exec *x) {
+  const tfg_plan *p = x->p;
+  x->fused = calloc((size_t)p->nchains + 1, sizeof *x->fused);
+  x->progs = calloc((size_t)p->nchains + 1, sizeof *x->progs);
+  x->inner = calloc((size_t)x->g->nnodes + 1, 1);
+  TFG_ASSERT(x->fused && x->progs && x->inner);
+  for (int c = 0; c < p->nchains; c++) {
+    const tfg_plan_chain *ch = &p->chains[c];
+    const tfg_node *last = &x->g->nodes[ch->nodes[ch->nnodes - 1]];
+    bool built = tfg_fused_build(x->g, ch->nodes, ch->nnodes, ch->inputs, ch->ninputs, &x->progs[c]);
+    TFG_ASSERT(built);
+    x->fused[c] = (tfg_node){.op = TFG_OP_FUSED, .dtype = last->dtype, .shape = last->shape, .ninputs = ch->ninputs,
+                             .inputs = ch->inputs, .loc = last->loc, .pin = last->pin};
+    x->fused[c].attrs.data = &x->progs[c];
+    for (int e = 0; e < ch->nnodes - 1; e++) x->inner[ch->nodes[e]] = 1;
+  }
 }
 
 tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, tfg_exec **out) {
@@ -294,6 +357,7 @@ tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, 
   x->fetch_first = malloc(sizeof *x->fetch_first * ((size_t)n + 1));
   TFG_ASSERT(x->dev && x->ev && x->issued && x->need && x->fed && x->fetch_first);
   for (int32_t i = 0; i < n; i++) x->fetch_first[i] = -1;
+  make_fused(x);
   tfg_status st = TFG_OK;
   for (int dv = 0; dv < x->ndev; dv++) {
     exec_dev *e = &x->dev[dv];
@@ -363,6 +427,9 @@ void tfg_exec_free(tfg_exec *x) {
   free(x->fed);
   free(x->fetch_first);
   free(x->fetch_next);
+  free(x->fused);
+  free(x->progs);
+  free(x->inner);
   tfg_pool_free(x->pool);
   free(x);
 }
@@ -456,7 +523,7 @@ static bool advance(tfg_exec *x, int d, int *pos, void *const *out) {
       } else {
         dv->launched[dv->nlaunched++] = id;
         exec_launch *l = &dv->launch[*pos];
-        dv->b->i.launch(dv->b, s, run_kernel, &dv->kctx.k, nd, l->in, &l->out);
+        dv->b->i.launch(dv->b, s, run_kernel, &dv->kctx.k, l->node, l->in, &l->out);
       }
       if (x->fetch_first[id] >= 0) fetch_out(x, dv, st->stream, id, out);
       break;
@@ -519,13 +586,17 @@ static bool advance(tfg_exec *x, int d, int *pos, void *const *out) {
   return *pos > start;
 }
 
-/* Reports the first failure of the run: at the op that failed when a
- * kernel did (or where a device stopped), else on the device. */
-static void report(tfg_exec *x, int d, tfg_status st, const char *msg, tfg_diag *diag) {
+/* Reports the first failure of the run (on stream s of device d): at the
+ * op that failed when a kernel did (or where a device stopped, or the
+ * node the device names for what it found after the launch: failed_node),
+ * else on the device. */
+static void report(tfg_exec *x, int d, int s, tfg_status st, const char *msg, tfg_diag *diag) {
   exec_dev *dv = &x->dev[d];
   tfg_node_id id = atomic_load(&dv->failed);
   int done = atomic_load(&dv->done);
   if (id < 0 && done < dv->nlaunched) id = dv->launched[done];
+  if (id < 0) id = dv->b->i.failed_node(dv->b, dv->s[s]);
+  if (id >= x->g->nnodes) id = -1;
   if (id >= 0) {
     const tfg_node *nd = &x->g->nodes[id];
     tfg_diag_error(diag, &nd->loc, "%s on %s failed: %s", tfg_op_get(nd->op)->name, dv->device->name,
@@ -540,6 +611,15 @@ tfg_status tfg_exec_run(tfg_exec *x, const tfg_node_id *fetch, int nfetch, void 
   static const tfg_exec_run_opts none = {0};
   if (!ro) ro = &none;
   const tfg_graph *g = x->g;
+  /* A chain's intermediate has no value to give: the plan's caller had
+   * to keep every node it fetches (tfg_plan_opts.keep). */
+  for (int f = 0; f < nfetch; f++)
+    if (x->inner[fetch[f]]) {
+      tfg_diag_error(d, &g->nodes[fetch[f]].loc,
+                     "%s (n%d) was fused into a chain by the plan and has no value to fetch (plan with it kept)",
+                     tfg_op_get(g->nodes[fetch[f]].op)->name, (int)fetch[f]);
+      return TFG_ERR_DEVICE;
+    }
   mark_needed(x, fetch, nfetch);
   /* Every needed node must be on a device this executor runs; inputs get
    * their values first, so a feed that fails stops the run before
@@ -602,7 +682,7 @@ tfg_status tfg_exec_run(tfg_exec *x, const tfg_node_id *fetch, int nfetch, void 
   /* Synchronize everything; one failure is reported: the one that began
    * on a stream (the others carry it: events pass a failure on). */
   tfg_status first = TFG_OK;
-  int first_dev = -1;
+  int first_dev = -1, first_stream = 0;
   bool first_origin = false;
   tfg_strbuf msg = {0}, m = {0};
   for (int dv = 0; dv < x->ndev; dv++) {
@@ -618,13 +698,14 @@ tfg_status tfg_exec_run(tfg_exec *x, const tfg_node_id *fetch, int nfetch, void 
       if (first == TFG_OK || (origin && !first_origin)) {
         first = st;
         first_dev = dv;
+        first_stream = s;
         first_origin = origin;
         tfg_strbuf_clear(&msg);
         tfg_strbuf_puts(&msg, m.data ? m.data : "");
       }
     }
   }
-  if (first != TFG_OK) report(x, first_dev, first, msg.data, d);
+  if (first != TFG_OK) report(x, first_dev, first_stream, first, msg.data, d);
   tfg_strbuf_free(&msg);
   tfg_strbuf_free(&m);
   for (int f = 0; f < nfetch; f++) x->fetch_first[fetch[f]] = -1;

@@ -21,7 +21,9 @@
  * and then pulls in all of them: every rank must take part). It walks the
  * devices' step lists and queues each step on its stream: LAUNCH as the
  * backend's kernel (an INPUT as a copy of the host value the feed
- * callback gives; a CONST as a copy of its data), COPY as copy_peer,
+ * callback gives; a CONST as a copy of its data; a fused chain's LAUNCH
+ * as one FUSED node the executor makes from the chain, which reports a
+ * failure at the chain's last member), COPY as copy_peer,
  * RECORD and WAIT as events, ALLREDUCE as a copy of each gradient into
  * its bucket slot and the group's collective (runtime/collective.h).
  * The walk moves round robin over the devices and queues a WAIT only
@@ -55,16 +57,22 @@ struct tfg_trace;
 
 typedef struct tfg_exec_opts {
   int threads;          /* CPU threads for host kernels (one pool shared by the host devices); 0: one per core */
-  bool check_numerics;  /* after every op, fail on the first NaN or Inf it produced (host devices) */
+  bool check_numerics;  /* after every op, fail on the first NaN or Inf it produced (host devices: checked
+                         * here; GPUs: scanned on the device and reported at the next synchronize) */
+  bool preallocate;     /* --memory preallocate: each device's pool takes its whole capacity at creation */
+  bool tf32;            /* --tf32: f32 matrix products on GPUs may use TF32 tensor cores */
   const uint8_t *use;   /* per device: whether this executor runs it (NULL: all); a needed node elsewhere is an error */
   struct tfg_trace *trace; /* record every operation (NULL: none) */
 } tfg_exec_opts;
 
-/* Creates the backends of the plan's devices (host and cpu devices run on
- * the host backend), their streams, the plan's events, one collective
- * per bucket group, and each device's arena. Returns TFG_OK, or
- * TFG_ERR_DEVICE (a device no backend can run: sim, or cuda in a build
- * without CUDA) or TFG_ERR_OOM (an arena its pool cannot give), reported. */
+/* Creates the backends of the plan's devices (tfg_backend_new: host and
+ * cpu devices run on the host backend, cuda devices on the CUDA backend),
+ * their streams, the plan's events, one collective per bucket group, and
+ * each device's arena. Returns TFG_OK, or TFG_ERR_DEVICE (a device no
+ * backend can run: sim; cuda in a build without CUDA, on a machine
+ * without a driver or that GPU) or TFG_ERR_OOM (an arena its pool cannot
+ * give: the report names the device, the bytes asked, the bytes free and
+ * the largest free block), reported. */
 tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, tfg_exec **out);
 void tfg_exec_free(tfg_exec *x);
 
@@ -90,8 +98,9 @@ typedef struct tfg_exec_run_opts {
 
 /* Runs the plan for the fetched nodes: out[i] (host memory of the node's
  * bytes) receives fetch[i]'s value. A fetched persistent node gives its
- * value after the run's updates. Returns TFG_OK or the first failure,
- * reported. A failure is sticky (as a CUDA error is): later runs fail
+ * value after the run's updates. An intermediate of a fused chain has no
+ * value: fetching one is TFG_ERR_DEVICE, reported. Returns TFG_OK or the
+ * first failure, reported. A failure is sticky (as a CUDA error is): later runs fail
  * too; make a new executor to go on. */
 tfg_status tfg_exec_run(tfg_exec *x, const tfg_node_id *fetch, int nfetch, void *const *out, const tfg_exec_run_opts *ro,
                         tfg_diag *d);

@@ -45,7 +45,22 @@ struct tfg_mem_pool {
   block *free_tree, *used_tree;
   block *spare; /* recycled block records, linked through next */
   int64_t in_use, peak, nallocs;
+  tfg_mem_region_alloc_fn region_alloc; /* where regions come from (mem.h) */
+  tfg_mem_region_free_fn region_free;
+  void *region_arg;
 };
+
+/* The default region hooks: the host allocator. */
+static void *host_region_alloc(void *arg, size_t bytes) {
+  (void)arg;
+  return aligned_alloc(TFG_MEM_ALIGN, bytes);
+}
+
+static void host_region_free(void *arg, void *base, size_t bytes) {
+  (void)arg;
+  (void)bytes;
+  free(base);
+}
 
 /* ---- block records ------------------------------------------------------ */
 
@@ -165,10 +180,12 @@ static block *free_best_fit(const tfg_mem_pool *p, size_t size) {
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
 /* Takes a chunk of exactly size bytes (a multiple of TFG_MEM_ALIGN) from
- * the host and makes it one free block; false when the host refuses. */
+ * the region allocator and makes it one free block; false when it
+ * refuses. */
 static bool chunk_add(tfg_mem_pool *p, size_t size) {
-  void *base = aligned_alloc(TFG_MEM_ALIGN, size);
+  void *base = p->region_alloc(p->region_arg, size);
   if (!base) return false;
+  TFG_ASSERT((uintptr_t)base % TFG_MEM_ALIGN == 0 && "a region must be aligned to TFG_MEM_ALIGN");
   TFG_GROW(p->chunks, p->nchunks, p->chunks_cap, 8);
   p->chunks[p->nchunks++] = (chunk){base, size};
   p->reserved += size;
@@ -199,9 +216,17 @@ static bool pool_grow(tfg_mem_pool *p, size_t need) {
 /* ---- the pool ------------------------------------------------------------- */
 
 tfg_mem_pool *tfg_mem_pool_new(int64_t capacity, bool preallocate) {
+  return tfg_mem_pool_new_with(capacity, preallocate, NULL, NULL, NULL);
+}
+
+tfg_mem_pool *tfg_mem_pool_new_with(int64_t capacity, bool preallocate, tfg_mem_region_alloc_fn region_alloc,
+                                    tfg_mem_region_free_fn region_free, void *arg) {
   tfg_mem_pool *p = calloc(1, sizeof *p);
   TFG_ASSERT(p != NULL);
   pthread_mutex_init(&p->mu, NULL);
+  p->region_alloc = region_alloc ? region_alloc : host_region_alloc;
+  p->region_free = region_free ? region_free : host_region_free;
+  p->region_arg = arg;
   p->capacity = capacity;
   p->usable = capacity > 0 ? (size_t)capacity / TFG_MEM_ALIGN * TFG_MEM_ALIGN : 0;
   p->next_chunk = (size_t)TFG_MEM_FIRST_CHUNK;
@@ -235,7 +260,7 @@ void tfg_mem_pool_free(tfg_mem_pool *p) {
     free(p->spare);
     p->spare = n;
   }
-  for (size_t i = 0; i < p->nchunks; i++) free(p->chunks[i].base);
+  for (size_t i = 0; i < p->nchunks; i++) p->region_free(p->region_arg, p->chunks[i].base, p->chunks[i].size);
   free(p->chunks);
   pthread_mutex_destroy(&p->mu);
   free(p);

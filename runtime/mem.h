@@ -33,8 +33,14 @@
  * is why the memory planner's arena is one allocation. The sum of the
  * chunks never exceeds the capacity.
  *
+ * Regions come from the host allocator (aligned_alloc) unless the pool
+ * is made with tfg_mem_pool_new_with, whose region hooks give them
+ * instead: the CUDA backend's pools take their regions from cudaMalloc.
+ * The pool never reads or writes its memory, only the addresses, so the
+ * same bookkeeping serves any address space.
+ *
  * Every function is thread-safe (one mutex per pool); none blocks beyond
- * that mutex and the host allocator. */
+ * that mutex and the region allocator. */
 #ifndef TFG_MEM_H
 #define TFG_MEM_H
 
@@ -64,6 +70,18 @@ typedef struct tfg_mem_stats {
  * allocated until the first tfg_mem_alloc. A capacity below TFG_MEM_ALIGN
  * gives a pool that refuses every request. Free with tfg_mem_pool_free. */
 tfg_mem_pool *tfg_mem_pool_new(int64_t capacity, bool preallocate);
+/* Gives a region of exactly bytes bytes (a multiple of TFG_MEM_ALIGN)
+ * aligned to TFG_MEM_ALIGN, or NULL when it cannot; arg is the pool's. */
+typedef void *(*tfg_mem_region_alloc_fn)(void *arg, size_t bytes);
+/* Returns a region region_alloc gave (base, of bytes bytes). */
+typedef void (*tfg_mem_region_free_fn)(void *arg, void *base, size_t bytes);
+
+/* tfg_mem_pool_new with the regions (the preallocated one, or the chunks
+ * a growing pool adds) from region_alloc and returned to region_free
+ * when the pool is freed. Both hooks are called under the pool's mutex;
+ * NULL hooks mean the host allocator. */
+tfg_mem_pool *tfg_mem_pool_new_with(int64_t capacity, bool preallocate, tfg_mem_region_alloc_fn region_alloc,
+                                    tfg_mem_region_free_fn region_free, void *arg);
 /* Frees the pool and all its memory, including allocations still live
  * (their pointers dangle afterwards). NULL is allowed. */
 void tfg_mem_pool_free(tfg_mem_pool *p);

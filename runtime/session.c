@@ -116,7 +116,8 @@ tfg_session *tfg_session_new(const tfg_program *p, tfg_diag *d, const tfg_sessio
     if (tfg_plan_build(p->graph, s->own_pl, s->own_ds, d, &s->own_plan) != TFG_OK) goto fail;
     plan = s->own_plan;
   }
-  tfg_exec_opts xo = {.threads = o->threads, .check_numerics = o->check_numerics, .use = o->use, .trace = o->trace};
+  tfg_exec_opts xo = {.threads = o->threads, .check_numerics = o->check_numerics, .use = o->use, .trace = o->trace,
+                      .preallocate = o->preallocate, .tf32 = o->tf32};
   if (tfg_exec_new(plan, &xo, d, &s->x) != TFG_OK) goto fail;
   /* Params start from their initializers, optimizer state at zero (as
    * torch.optim's buffers do); every copy a strategy made included. */

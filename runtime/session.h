@@ -38,6 +38,8 @@ typedef struct tfg_session_opts {
   const struct tfg_plan *plan; /* NULL: the whole graph on cpu:0 */
   const uint8_t *use;  /* per device of plan: whether this session runs it (NULL: all) */
   struct tfg_trace *trace; /* --trace (NULL: none) */
+  bool preallocate;  /* --memory preallocate: device pools take their capacity at once */
+  bool tf32;         /* --tf32: f32 matrix products on GPUs may use TF32 */
 } tfg_session_opts;
 
 /* How one run feeds its inputs and runs its kernels. */

@@ -206,6 +206,28 @@ expect ckpt-reader 0 python3 tests/ckpt_reader.py "$tmp/train/a.safetensors" &&
   contains ckpt-reader "$tmp/out" "w F32 [4, 1]" && contains ckpt-reader "$tmp/out" "w:exp_avg_sq F32 [4, 1]" &&
   contains ckpt-reader "$tmp/out" "meta step 100" && contains ckpt-reader "$tmp/out" "meta optimizer adam"
 
+# ---- fusion --------------------------------------------------------------------
+# Chains of elementwise ops run as one launch (compiler/plan.h, Fusion);
+# TFG_FUSE=0 turns fusion off, and results do not change.
+printf 'x = normal([4, 3], seed = 1)\ny = relu(x * 2 + 1)\nprint y\n' >"$tmp/fuse.tfg"
+expect plan-fused 0 "$TFG" plan "$tmp/fuse.tfg" &&
+  contains plan-fused "$tmp/out" "launch  fused relu(add(mul)) n5 (fuse.tfg:2), members n2 n4 n5"
+if [ "$(grep -c '  launch  ' "$tmp/out")" = 4 ] && [ "$(grep -c 'fused' "$tmp/out")" = 2 ]; then ok
+else ko "cli plan-fused: not one fused launch among 4"; fi
+expect plan-unfused 0 env TFG_FUSE=0 "$TFG" plan "$tmp/fuse.tfg"
+if grep -q fused "$tmp/out"; then ko "cli plan-unfused: TFG_FUSE=0 still fuses"; else ok; fi
+# digits (an MLP: no chain fuses in it) and xor (tanh's gradient fuses): the same
+# output, and the same log and evaluation lines (less their speed), with
+# fusion as without.
+for ex in digits xor; do
+  expect "fused-$ex" 0 "$TFG" run "examples/$ex.tfg" && cp "$tmp/out" "$tmp/fused.out" &&
+    grep -E '^(step|eval)' "$tmp/err" | sed 's/  [0-9.]* steps\/s//' >"$tmp/fused.log"
+  expect "unfused-$ex" 0 env TFG_FUSE=0 "$TFG" run "examples/$ex.tfg" &&
+    grep -E '^(step|eval)' "$tmp/err" | sed 's/  [0-9.]* steps\/s//' >"$tmp/unfused.log"
+  if cmp -s "$tmp/out" "$tmp/fused.out" && cmp -s "$tmp/fused.log" "$tmp/unfused.log" && [ -s "$tmp/fused.log" ]; then ok
+  else ko "cli fused-$ex: output or log differs with TFG_FUSE=0"; fi
+done
+
 # ---- shapes too large -----------------------------------------------------------
 printf 'param w: f32[10000000000, 10000000000]\n' >"$tmp/huge1.tfg"
 expect huge-type 1 "$TFG" check "$tmp/huge1.tfg" && contains huge-type "$tmp/err" "has more than 2^48 elements"

@@ -15,6 +15,12 @@
 #
 # Ends with one line: "tests: N passed, M failed"; exits 1 if M > 0.
 set -u
+# This suite is the CPU path's, and its expected outputs (placements,
+# `tfg devices`, notices) are those of a machine without a GPU: hide any
+# GPU from the CUDA runtime so a build with CUDA on a GPU machine gives the
+# same results. The GPU path has its own suite (tests/gpu).
+CUDA_VISIBLE_DEVICES=
+export CUDA_VISIBLE_DEVICES
 BUILD=${1:-build}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TFG="$ROOT/$BUILD/tfg"

@@ -33,6 +33,9 @@ TFG_CPU_KERNEL(tfg_cpu_binary);  /* ADD SUB MUL DIV POW MAXIMUM MINIMUM EQUAL GR
 TFG_CPU_KERNEL(tfg_cpu_where);
 TFG_CPU_KERNEL(tfg_cpu_cast);
 
+/* kernels/cpu/fused.c */
+TFG_CPU_KERNEL(tfg_cpu_fused);  /* FUSED: a chain of elementwise ops (kernels/fused.h) */
+
 /* kernels/cpu/linalg.c */
 TFG_CPU_KERNEL(tfg_cpu_matmul);
 /* How many threads one matrix product may use. OpenBLAS's threads are

@@ -22,6 +22,7 @@
 
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/elementwise_math.h"
 
 /* GCC's -O2 uses the "very cheap" vectorizer cost model, which refuses any
  * loop whose trip count is not a known multiple of the vector width: that
@@ -136,28 +137,7 @@ typedef struct unary_job {
   void *y;
 } unary_job;
 
-/* sigmoid only ever exponentiates -|x|, so it cannot overflow for any x:
- * s = 1 / (1 + e^-|x|) for x >= 0, and e^-|x| * s = e^x / (1 + e^x) below,
- * which keeps full relative accuracy down to the smallest results. */
-static inline float sigmoidf(float x) {
-  float e = expf(-fabsf(x)), s = 1.0f / (1.0f + e);
-  return x >= 0 ? s : e * s;
-}
-
-static inline double sigmoid(double x) {
-  double e = exp(-fabs(x)), s = 1.0 / (1.0 + e);
-  return x >= 0 ? s : e * s;
-}
-
-/* gelu(x) = x * (1 + erf(x / sqrt 2)) / 2, written with erfc(-x / sqrt 2),
- * which equals 1 + erf(x / sqrt 2) but keeps full relative accuracy where
- * that sum cancels (x below about -4). The f32 version also runs in
- * double: the relative error of erfc(z) is about 2z^2 times that of z, so
- * merely rounding x / sqrt 2 to f32 would cost ~30 ulp at x = -8. */
-static inline float geluf(float x) { return (float)(0.5 * x * erfc(-x * M_SQRT1_2)); }
-static inline double gelu(double x) { return 0.5 * x * erfc(-x * M_SQRT1_2); }
-
-/* FN(exp, f) is expf, FN(exp, ) is exp: one loop body for f32 and f64. */
+/* FN(tfg_em_exp_, f32) is tfg_em_exp_f32: one loop body for f32 and f64. */
 #define FN(name, suf) name##suf
 
 #define MAP(T, EXPR)                                              \
@@ -170,20 +150,20 @@ static inline double gelu(double x) { return 0.5 * x * erfc(-x * M_SQRT1_2); }
     }                                                             \
   } while (0)
 
-/* The float ops for type T with libm suffix S. relu keeps NaN (NaN < 0
- * is false), as PyTorch does. */
+/* The float ops for type T (S: f32 or f64), with the formulas the fused
+ * kernels share (kernels/elementwise_math.h). */
 #define UNARY_FLOAT(T, S)                                                                 \
   switch (j->op) {                                                                        \
-  case TFG_OP_NEG: MAP(T, -x); break;                                                     \
-  case TFG_OP_EXP: MAP(T, FN(exp, S)(x)); break;                                          \
-  case TFG_OP_LOG: MAP(T, FN(log, S)(x)); break;                                          \
-  case TFG_OP_SQRT: MAP(T, FN(sqrt, S)(x)); break;                                        \
-  case TFG_OP_RSQRT: MAP(T, (T)1 / FN(sqrt, S)(x)); break;                                \
-  case TFG_OP_ABS: MAP(T, FN(fabs, S)(x)); break;                                         \
-  case TFG_OP_RELU: MAP(T, x < 0 ? (T)0 : x); break;                                      \
-  case TFG_OP_GELU: MAP(T, FN(gelu, S)(x)); break;                                        \
-  case TFG_OP_TANH: MAP(T, FN(tanh, S)(x)); break;                                        \
-  case TFG_OP_SIGMOID: MAP(T, FN(sigmoid, S)(x)); break;                                  \
+  case TFG_OP_NEG: MAP(T, FN(tfg_em_neg_, S)(x)); break;                                  \
+  case TFG_OP_EXP: MAP(T, FN(tfg_em_exp_, S)(x)); break;                                  \
+  case TFG_OP_LOG: MAP(T, FN(tfg_em_log_, S)(x)); break;                                  \
+  case TFG_OP_SQRT: MAP(T, FN(tfg_em_sqrt_, S)(x)); break;                                \
+  case TFG_OP_RSQRT: MAP(T, FN(tfg_em_rsqrt_, S)(x)); break;                              \
+  case TFG_OP_ABS: MAP(T, FN(tfg_em_abs_, S)(x)); break;                                  \
+  case TFG_OP_RELU: MAP(T, FN(tfg_em_relu_, S)(x)); break;                                \
+  case TFG_OP_GELU: MAP(T, FN(tfg_em_gelu_, S)(x)); break;                                \
+  case TFG_OP_TANH: MAP(T, FN(tfg_em_tanh_, S)(x)); break;                                \
+  case TFG_OP_SIGMOID: MAP(T, FN(tfg_em_sigmoid_, S)(x)); break;                          \
   default: break;                                                                         \
   }
 
@@ -202,8 +182,8 @@ static void unary_chunk(void *arg, int64_t lo, int64_t hi, int64_t k) {
   const unary_job *j = arg;
   int64_t n = hi - lo;
   switch (j->dt) {
-  case TFG_DTYPE_F32: UNARY_FLOAT(float, f); break;
-  case TFG_DTYPE_F64: UNARY_FLOAT(double, ); break;
+  case TFG_DTYPE_F32: UNARY_FLOAT(float, f32); break;
+  case TFG_DTYPE_F64: UNARY_FLOAT(double, f64); break;
   case TFG_DTYPE_I32: UNARY_INT(int32_t, uint32_t); break;
   case TFG_DTYPE_I64: UNARY_INT(int64_t, uint64_t); break;
   default: break;
@@ -278,18 +258,17 @@ typedef struct binary_job {
     }                                                                                         \
   } while (0)
 
-/* maximum/minimum propagate NaN from either side, as PyTorch does: a
- * comparison with NaN is false, so x != x picks a NaN x and the fall
- * through to y picks a NaN y. */
+/* The float ops: the shared formulas (maximum/minimum propagate NaN from
+ * either side, as PyTorch does). */
 #define BINARY_FLOAT(T, S)                                                   \
   switch (op) {                                                              \
-  case TFG_OP_ADD: ZIP(T, T, x + y); break;                                  \
-  case TFG_OP_SUB: ZIP(T, T, x - y); break;                                  \
-  case TFG_OP_MUL: ZIP(T, T, x * y); break;                                  \
-  case TFG_OP_DIV: ZIP(T, T, x / y); break;                                  \
-  case TFG_OP_POW: ZIP(T, T, FN(pow, S)(x, y)); break;                       \
-  case TFG_OP_MAXIMUM: ZIP(T, T, (x > y || x != x) ? x : y); break;          \
-  case TFG_OP_MINIMUM: ZIP(T, T, (x < y || x != x) ? x : y); break;          \
+  case TFG_OP_ADD: ZIP(T, T, FN(tfg_em_add_, S)(x, y)); break;               \
+  case TFG_OP_SUB: ZIP(T, T, FN(tfg_em_sub_, S)(x, y)); break;               \
+  case TFG_OP_MUL: ZIP(T, T, FN(tfg_em_mul_, S)(x, y)); break;               \
+  case TFG_OP_DIV: ZIP(T, T, FN(tfg_em_div_, S)(x, y)); break;               \
+  case TFG_OP_POW: ZIP(T, T, FN(tfg_em_pow_, S)(x, y)); break;               \
+  case TFG_OP_MAXIMUM: ZIP(T, T, FN(tfg_em_maximum_, S)(x, y)); break;       \
+  case TFG_OP_MINIMUM: ZIP(T, T, FN(tfg_em_minimum_, S)(x, y)); break;       \
   case TFG_OP_EQUAL: ZIP(T, uint8_t, x == y); break;                         \
   case TFG_OP_GREATER: ZIP(T, uint8_t, x > y); break;                        \
   default: break;                                                            \
@@ -314,8 +293,8 @@ typedef struct binary_job {
 static void binary_row(tfg_op_id op, tfg_dtype dt, const void *a, int64_t sa, const void *b,
                        int64_t sb, void *o, int64_t n) {
   switch (dt) {
-  case TFG_DTYPE_F32: BINARY_FLOAT(float, f); break;
-  case TFG_DTYPE_F64: BINARY_FLOAT(double, ); break;
+  case TFG_DTYPE_F32: BINARY_FLOAT(float, f32); break;
+  case TFG_DTYPE_F64: BINARY_FLOAT(double, f64); break;
   case TFG_DTYPE_I32: BINARY_INT(int32_t, uint32_t); break;
   case TFG_DTYPE_I64: BINARY_INT(int64_t, uint64_t); break;
   case TFG_DTYPE_BOOL:

@@ -33,21 +33,22 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "kernels/kernel.h"
-
+/* tfg's headers are C: their functions keep C linkage in .cu files. */
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+#include "kernels/kernel.h"
+
 /* A data error found by a kernel on the device (tfg_cuda_flag). */
 typedef struct tfg_cuda_error {
   int code;          /* 0: none; else a TFG_CUDA_E_* */
-  int node;          /* the node id of the kernel that found it */
+  int node;          /* the node id of the kernel that found it (ctx->node) */
   long long value;   /* the offending value (an id, a label) */
   long long limit;   /* the range it had to be in: [0, limit) */
 } tfg_cuda_error;
 
-enum { TFG_CUDA_E_NONE, TFG_CUDA_E_ID_RANGE, TFG_CUDA_E_LABEL_RANGE };
+enum { TFG_CUDA_E_NONE, TFG_CUDA_E_ID_RANGE, TFG_CUDA_E_LABEL_RANGE, TFG_CUDA_E_DIV_ZERO };
 
 /* What a CUDA kernel needs beyond its tensors: one per logical device,
  * owned by the backend. */
@@ -103,6 +104,7 @@ void tfg_cuda_register_nn(tfg_kernel_fn *table);          /* nn.cu: softmax, log
                                                            * embedding, one_hot, accuracy, and their gradients */
 void tfg_cuda_register_linalg(tfg_kernel_fn *table);      /* linalg.cu: matmul (cuBLAS / cuBLASLt) */
 void tfg_cuda_register_conv(tfg_kernel_fn *table);        /* conv.cu: conv2d, max_pool, avg_pool and their gradients (cuDNN) */
+void tfg_cuda_register_fused(tfg_kernel_fn *table);       /* fused.cu: fused, a chain of elementwise ops (kernels/fused.h) */
 
 #ifdef __cplusplus
 }

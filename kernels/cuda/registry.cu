@@ -3,8 +3,11 @@
 #include <mutex>
 #include <stdio.h>
 
-#include "compiler/ops.h"
 #include "kernels/cuda/cuda.h"
+
+extern "C" {
+#include "compiler/ops.h"
+}
 
 static tfg_kernel_fn table[TFG_OP_COUNT];
 static std::once_flag built;
@@ -17,6 +20,7 @@ static void build(void) {
   tfg_cuda_register_nn(table);
   tfg_cuda_register_linalg(table);
   tfg_cuda_register_conv(table);
+  tfg_cuda_register_fused(table);
 }
 
 extern "C" tfg_kernel_fn tfg_cuda_kernel(int op) {

@@ -11,7 +11,12 @@
  * round), a blocked stream not holding up its neighbour, copies, failure
  * propagation, the fault-injection hook, and destroy draining queued work.
  * A "gate" kernel on a backend of its own blocks until the test opens it,
- * to hold a record back while the test looks at the other streams. */
+ * to hold a record back while the test looks at the other streams.
+ * Beyond the host backend alone: a pool's region hooks (what the CUDA
+ * backend's cudaMalloc regions go through), the registration's refusals
+ * (tfg_backend_new), and the host side of mixing backends: copies and
+ * reductions from memory only read_now can read, and waits for records a
+ * GPU issued (the event's export hook), with a stand-in for the GPU. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -21,6 +26,7 @@
 #include <time.h>
 
 #include "runtime/backend.h"
+#include "runtime/backend_impl.h"
 #include "runtime/mem.h"
 #include "tests/unit/unit.h"
 
@@ -992,6 +998,256 @@ START_TEST(backend_destroy_drains) {
 }
 END_TEST
 
+/* ---- region hooks, registration, foreign backends --------------------------- */
+
+typedef struct regions {
+  int allocs, frees, refusals;
+  size_t bytes_live;
+  size_t refuse_above; /* a region larger than this is refused (0: none) */
+} regions;
+
+static void *count_alloc(void *arg, size_t bytes) {
+  regions *r = arg;
+  if (r->refuse_above && bytes > r->refuse_above) {
+    r->refusals++;
+    return NULL;
+  }
+  r->allocs++;
+  r->bytes_live += bytes;
+  return aligned_alloc(TFG_MEM_ALIGN, bytes);
+}
+
+static void count_free(void *arg, void *base, size_t bytes) {
+  regions *r = arg;
+  r->frees++;
+  r->bytes_live -= bytes;
+  free(base);
+}
+
+START_TEST(pool_region_hooks) {
+  /* Preallocated: one region of the whole (rounded) capacity, now. */
+  regions r = {0};
+  tfg_mem_pool *p = tfg_mem_pool_new_with(10 * KiB + 5, true, count_alloc, count_free, &r);
+  ck_assert_ptr_nonnull(p);
+  ck_assert_int_eq(r.allocs, 1);
+  ck_assert_uint_eq(r.bytes_live, 10 * KiB);
+  void *a = tfg_mem_alloc(p, 3000);
+  ck_assert_ptr_nonnull(a);
+  ck_assert_int_eq(r.allocs, 1);
+  tfg_mem_pool_free(p);
+  ck_assert_int_eq(r.frees, 1);
+  ck_assert_uint_eq(r.bytes_live, 0);
+  /* Growth: regions as needed; a refused chunk is halved down to the
+   * request, and every region goes back when the pool is freed. */
+  r = (regions){.refuse_above = 2 * (size_t)MiB};
+  p = tfg_mem_pool_new_with(64 * MiB, false, count_alloc, count_free, &r);
+  ck_assert_int_eq(r.allocs, 0);
+  void *b1 = tfg_mem_alloc(p, 100), *b2 = tfg_mem_alloc(p, (size_t)MiB + 1), *b3 = tfg_mem_alloc(p, 3 * (size_t)MiB);
+  ck_assert_ptr_nonnull(b1);
+  ck_assert_ptr_nonnull(b2);
+  ck_assert_ptr_null(b3); /* the hook refuses any region that large */
+  ck_assert_int_gt(r.refusals, 0);
+  ck_assert_int_eq(r.allocs, 2);
+  tfg_mem_free(p, b1);
+  tfg_mem_free(p, b2);
+  tfg_mem_pool_free(p);
+  ck_assert_int_eq(r.frees, 2);
+  ck_assert_uint_eq(r.bytes_live, 0);
+  /* A preallocation the hook refuses: no pool. */
+  r = (regions){.refuse_above = 1};
+  ck_assert_ptr_null(tfg_mem_pool_new_with(MiB, true, count_alloc, count_free, &r));
+  ck_assert_int_eq(r.frees, 0);
+}
+END_TEST
+
+START_TEST(backend_registration) {
+  tfg_strbuf why = {0};
+  /* Host devices: the host backend; preallocated when asked. */
+  tfg_device h = host_dev(1, MiB);
+  tfg_backend_opts o = {.preallocate = true};
+  tfg_backend *b = tfg_backend_new(&h, &o, &why);
+  ck_assert_ptr_nonnull(b);
+  ck_assert_str_eq(b->i.name(b), "host");
+  ck_assert_ptr_null(b->i.read_now);
+  tfg_mem_stats st;
+  int64_t fr = 0;
+  b->i.mem_stats(b, &st, &fr);
+  ck_assert_int_eq(st.reserved, MiB);
+  ck_assert_int_eq(fr, MiB);
+  void *p = b->i.alloc(b, 1000);
+  b->i.mem_stats(b, &st, &fr);
+  ck_assert_int_eq(fr, MiB - 1024);
+  ck_assert_int_eq(st.largest_free, MiB - 1024);
+  b->i.free(b, p);
+  b->i.destroy(b);
+  ck_assert_uint_eq(why.len, 0);
+  /* Sim devices never run. */
+  tfg_device sim = {.index = 1, .kind = TFG_DEVICE_SIM, .memory = MiB};
+  ck_assert_ptr_null(tfg_backend_new(&sim, NULL, &why));
+  ck_assert_str_eq(why.data, "sim devices are for tfg place and tfg plan only");
+  /* A CUDA device this machine cannot have: refused, saying why. */
+  tfg_strbuf_clear(&why);
+  tfg_device cu = {.index = 1, .kind = TFG_DEVICE_CUDA, .physical = 200, .memory = MiB};
+  ck_assert_ptr_null(tfg_backend_new(&cu, NULL, &why));
+  ck_assert_msg(strstr(why.data, "this build of tfg has no CUDA backend") == why.data ||
+                    strstr(why.data, "no CUDA driver or GPU on this machine") == why.data ||
+                    strstr(why.data, "cuda:200 does not exist: this machine has ") == why.data,
+                "why: %s", why.data);
+  tfg_strbuf_free(&why);
+  /* The build report names the three libraries' lines. */
+  tfg_strbuf info = {0};
+  tfg_backend_build_info(&info);
+  ck_assert_ptr_nonnull(strstr(info.data, "cuda: "));
+  ck_assert_ptr_nonnull(strstr(info.data, "cudnn: "));
+  ck_assert_ptr_nonnull(strstr(info.data, "nccl: "));
+  tfg_strbuf_free(&info);
+}
+END_TEST
+
+/* A stand-in for a backend whose memory the host cannot read directly:
+ * read_now "reads" by copying and adding 1 to every byte, or fails. */
+static atomic_int foreign_reads;
+static bool foreign_fail;
+
+static tfg_status foreign_read(tfg_backend *b, void *dst, const void *src, size_t bytes, tfg_strbuf *err) {
+  (void)b;
+  atomic_fetch_add(&foreign_reads, 1);
+  if (foreign_fail) {
+    tfg_strbuf_puts(err, "the device is gone");
+    return TFG_ERR_DEVICE;
+  }
+  const unsigned char *s = src;
+  unsigned char *d = dst;
+  for (size_t i = 0; i < bytes; i++) d[i] = (unsigned char)(s[i] + 1);
+  return TFG_OK;
+}
+
+START_TEST(backend_foreign_source) {
+  tfg_device d1 = host_dev(1, MiB), d2 = host_dev(2, MiB);
+  tfg_backend *b = tfg_backend_host_new(&d1);
+  tfg_backend foreign = {.device = &d2};
+  foreign.i.read_now = foreign_read;
+  tfg_stream *s = b->i.stream_create(b);
+  atomic_store(&foreign_reads, 0);
+  foreign_fail = false;
+  /* copy_peer from it goes through read_now, in stream order. */
+  unsigned char src[64], out[64];
+  for (int i = 0; i < 64; i++) src[i] = (unsigned char)i;
+  unsigned char *db = b->i.alloc(b, 64);
+  b->i.copy_peer(b, s, db, &foreign, src, 64);
+  b->i.copy_to_host(b, s, out, db, 64);
+  sync_ok(b, s);
+  for (int i = 0; i < 64; i++) ck_assert_uint_eq(out[i], (unsigned)(i + 1));
+  ck_assert_int_eq(atomic_load(&foreign_reads), 1);
+  /* reduce_peer from it: the source is staged through read_now. */
+  float fsrc[5], *fd = b->i.alloc(b, sizeof fsrc), fout[5];
+  memset(fsrc, 0, sizeof fsrc); /* every byte becomes 1 on the way: 0x01010101 as a float */
+  float one_bytes;
+  unsigned char ones[4] = {1, 1, 1, 1};
+  memcpy(&one_bytes, ones, 4);
+  float start[5] = {1, 2, 3, 4, 5};
+  b->i.copy_from_host(b, s, fd, start, sizeof start);
+  b->i.reduce_peer(b, s, fd, &foreign, fsrc, 5, TFG_DTYPE_F32, 1.0);
+  b->i.copy_to_host(b, s, fout, fd, sizeof fout);
+  sync_ok(b, s);
+  for (int i = 0; i < 5; i++) ck_assert_float_eq(fout[i], start[i] + one_bytes);
+  ck_assert_int_eq(atomic_load(&foreign_reads), 2);
+  /* A read that fails fails the stream, where it began. */
+  foreign_fail = true;
+  b->i.copy_peer(b, s, db, &foreign, src, 64);
+  tfg_strbuf err = {0};
+  ck_assert_int_eq(b->i.synchronize(b, s, &err), TFG_ERR_DEVICE);
+  ck_assert_str_eq(err.data, "the device is gone");
+  ck_assert(b->i.failed_here(b, s));
+  ck_assert_int_eq(b->i.failed_node(b, s), -1);
+  tfg_strbuf_free(&err);
+  b->i.free(b, db);
+  b->i.free(b, fd);
+  b->i.destroy(b);
+}
+END_TEST
+
+/* A stand-in for the CUDA side of an event: export notes what the host
+ * asked for; the test completes it later, as the GPU's callback would. */
+static tfg_event *exported_e;
+static uint64_t exported_gen;
+static int exports;
+
+static void fake_export(tfg_event *e, uint64_t gen) {
+  exported_e = e;
+  exported_gen = gen;
+  exports++;
+}
+
+typedef struct done_waiter {
+  tfg_event *e;
+  uint64_t gen;
+  tfg_status st;
+  tfg_strbuf msg;
+} done_waiter;
+
+static void *wait_done_thread(void *arg) {
+  done_waiter *w = arg;
+  w->st = tfg_event_wait_done(w->e, w->gen, &w->msg);
+  return NULL;
+}
+
+START_TEST(backend_event_from_gpu) {
+  bench *t = bench_new();
+  tfg_device d1 = host_dev(1, MiB);
+  tfg_backend *b = tfg_backend_host_new(&d1);
+  tfg_stream *s = b->i.stream_create(b);
+  tfg_event *e = b->i.event_create(b);
+  e->ext_export = fake_export;
+  exports = 0;
+  /* A record "issued on GPU 0": the host wait asks for an export of it
+   * and then waits until that generation is completed. */
+  uint64_t g = tfg_event_issue(e, 0);
+  ck_assert_uint_eq(g, 1);
+  b->i.event_wait(b, s, e);
+  ck_assert_int_eq(exports, 1);
+  ck_assert_ptr_eq(exported_e, e);
+  ck_assert_uint_eq(exported_gen, 1);
+  put(t, b, 0, s, 7, 0);
+  sleep_us(20000);
+  ck_assert_int_eq(tlog_count(&t->log), 0); /* still waiting */
+  /* A thread blocked in tfg_event_wait_done is released by the same completion. */
+  done_waiter w = {.e = e, .gen = 1};
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, wait_done_thread, &w), 0);
+  tfg_event_complete(e, exported_gen, TFG_OK, NULL);
+  sync_ok(b, s);
+  ck_assert_int_eq(tlog_count(&t->log), 1);
+  pthread_join(th, NULL);
+  ck_assert_int_eq(w.st, TFG_OK);
+  /* A host record issues no export; a GPU's record that carries a failure
+   * fails the waiting host stream (not where it began). */
+  b->i.event_record(b, s, e);
+  b->i.event_wait(b, s, e);
+  ck_assert_int_eq(exports, 1);
+  sync_ok(b, s);
+  g = tfg_event_issue(e, 0);
+  b->i.event_wait(b, s, e);
+  ck_assert_int_eq(exports, 2);
+  put(t, b, 0, s, 8, 0);
+  tfg_event_complete(e, g, TFG_ERR_NUMERIC, "embedding id 7 is outside [0, 3)");
+  tfg_strbuf err = {0};
+  ck_assert_int_eq(b->i.synchronize(b, s, &err), TFG_ERR_NUMERIC);
+  ck_assert_str_eq(err.data, "embedding id 7 is outside [0, 3)");
+  ck_assert(!b->i.failed_here(b, s));
+  ck_assert_int_eq(tlog_count(&t->log), 1); /* 8 skipped */
+  w = (done_waiter){.e = e, .gen = g};
+  wait_done_thread(&w); /* done already: returns at once, with the failure */
+  ck_assert_int_eq(w.st, TFG_ERR_NUMERIC);
+  ck_assert_str_eq(w.msg.data, "embedding id 7 is outside [0, 3)");
+  tfg_strbuf_free(&w.msg);
+  tfg_strbuf_free(&err);
+  b->i.event_free(b, e);
+  b->i.destroy(b);
+  bench_free(t);
+}
+END_TEST
+
 Suite *suite_backend(void) {
   Suite *s = suite_create("backend");
   TCase *pool = tcase_create("pool");
@@ -1003,6 +1259,7 @@ Suite *suite_backend(void) {
   tcase_add_test(pool, pool_alignment);
   tcase_add_test(pool, pool_random_vs_model);
   tcase_add_test(pool, pool_threads);
+  tcase_add_test(pool, pool_region_hooks);
   suite_add_tcase(s, pool);
   TCase *host = tcase_create("host");
   tcase_set_timeout(host, 30);
@@ -1017,6 +1274,9 @@ Suite *suite_backend(void) {
   tcase_add_test(host, backend_failure_propagation);
   tcase_add_test(host, backend_fault_injection);
   tcase_add_test(host, backend_destroy_drains);
+  tcase_add_test(host, backend_registration);
+  tcase_add_test(host, backend_foreign_source);
+  tcase_add_test(host, backend_event_from_gpu);
   suite_add_tcase(s, host);
   return s;
 }

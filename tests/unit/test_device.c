@@ -373,12 +373,24 @@ START_TEST(default_no_gpus) {
 }
 END_TEST
 
+/* The notice about host devices: "tfg: no GPU found (WHY); REST", WHY
+ * being what the probe says (no driver, no device, a build without CUDA),
+ * which depends on the machine and the build. */
+static void assert_notice(const char *notice, const char *rest) {
+  ck_assert_ptr_nonnull(notice);
+  static const char head[] = "tfg: no GPU found (";
+  ck_assert_msg(strncmp(notice, head, sizeof head - 1) == 0, "notice '%s'", notice);
+  const char *close = strstr(notice, "); ");
+  ck_assert_msg(close != NULL && strcmp(close + 3, rest) == 0, "notice '%s' does not end with '; %s'", notice, rest);
+}
+
 START_TEST(default_two_gpus) {
   tfg_diag *d = tfg_diag_new();
   tfg_devices *ds = NULL;
   const char *notice = NULL;
   ck_assert_int_eq(tfg_devices_default(d, 2, &ds, &notice), TFG_OK);
-  ck_assert_str_eq(notice, "tfg: no GPU found; gpu:0..gpu:1 are 2 host devices");
+  assert_notice(notice, "gpu:0..gpu:1 are 2 host devices");
+  ck_assert_ptr_nonnull(tfg_devices_no_gpu(ds));
   ck_assert_int_eq(tfg_devices_count(ds), 3);
   for (int k = 0; k < 2; k++) {
     const tfg_device *g = tfg_devices_gpu(ds, k);
@@ -392,7 +404,7 @@ START_TEST(default_two_gpus) {
   tfg_devices_free(ds);
 
   ck_assert_int_eq(tfg_devices_default(d, 1, &ds, &notice), TFG_OK);
-  ck_assert_str_eq(notice, "tfg: no GPU found; gpu:0 is a host device");
+  assert_notice(notice, "gpu:0 is a host device");
   tfg_devices_free(ds);
   ck_assert_int_eq(tfg_devices_default(d, 3, &ds, NULL), TFG_OK); /* notice optional */
   ck_assert_int_eq(tfg_devices_gpus(ds), 3);

@@ -29,6 +29,7 @@ Suite *suite_collective(void);
 Suite *suite_trace(void);
 Suite *suite_strategy(void);
 Suite *suite_exec(void);
+Suite *suite_fuse(void);
 
 /* Renders d's diagnostics without colour (and the error count when
  * summary is true) into a heap string. */

@@ -1,0 +1,141 @@
+#!/bin/sh
+# bench/gpu/run.sh [BUILD]: tfg and PyTorch side by side on the same GPU.
+#
+#   make all bench-build && sh bench/gpu/run.sh
+#
+#   1. matmul 4096 and 8192 in f32, tf32 and bf16: tfg's matmul kernel
+#      through the CUDA backend (build/bench/gpu/gpubench) against
+#      torch.matmul
+#   2. relu(x * a + b) over 256M floats: tfg's fused chain (one FUSED
+#      launch) and unfused (three launches), against PyTorch eager (and
+#      torch.compile when it works), all as bandwidth next to a
+#      device-to-device copy of the same bytes and the GPU's peak from
+#      tfg's planning table
+#   3. a training step of the digits MLP (bench/mlp_digits.tfg, 64-256-10,
+#      batch 32) and of the wide one (bench/mlp_wide.tfg, 784-1024-1024-10,
+#      batch 128) with --devices cuda:0 (CUDA Graphs on, the default, and
+#      off: TFG_CUDA_GRAPHS=0), against PyTorch eager and the whole step
+#      captured in a CUDA graph (bench/gpu/torch_bench.py)
+#   4. the all-reduce of two logical devices on one GPU (cuda:0*2) against
+#      a device-to-device copy of the same bytes
+#
+# Output goes to the terminal and to bench/results/gpu-DEVICE-DATE.txt
+# (DEVICE: nvidia-smi's name with dashes for spaces). Timings are medians
+# of samples after warm-up (see gpubench.c and torch_bench.py); ratios are
+# tfg / PyTorch time (below 1: tfg is faster). A benchmark, not a test.
+# Without a GPU it prints one line and exits 2; without PyTorch it runs
+# tfg's side and says so.
+set -u
+cd "$(dirname "$0")/../.." || exit 2
+BUILD=${1:-build}
+GB=$BUILD/bench/gpu/gpubench
+TFG=${TFG:-$BUILD/tfg}
+PY=${PYTHON:-python3}
+
+name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+if [ -z "$name" ]; then
+  echo "bench/gpu/run.sh: no GPU (nvidia-smi finds none)"
+  exit 2
+fi
+if [ ! -x "$GB" ] || [ ! -x "$TFG" ]; then
+  echo "bench/gpu/run.sh: $GB or $TFG is missing: make all bench-build"
+  exit 2
+fi
+if ! info=$("$GB" info 2>&1); then
+  echo "bench/gpu/run.sh: $(echo "$info" | tail -1)"
+  exit 2
+fi
+device=$(echo "$name" | tr ' ' '-')
+mkdir -p bench/results
+out="bench/results/gpu-$device-$(date +%Y-%m-%d).txt"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# val LINE KEY: the value of KEY=VALUE in LINE
+val() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1; }
+# ratio WHAT A B: "ratio WHAT tfg/torch A/B" when both are numbers
+ratio() {
+  case "$2$3" in *[!0-9.]*|'') echo "ratio $1: n/a" ;; *) awk -v a="$2" -v b="$3" -v w="$1" 'BEGIN { printf "ratio %s tfg/torch %.2f\n", w, a / b }' ;; esac
+}
+# torch ARGS...: one torch_bench.py run, or nothing when PyTorch is missing
+torch() { [ "$have_torch" = 1 ] && $PY bench/gpu/torch_bench.py "$@" 2>&1 | grep '^torch'; }
+
+# tfg's training step in ms: its whole train loop ("trained N steps in T s":
+# feeding each step's batch from the host, forward, backward, update) over
+# the steps, after one untimed run (cuBLAS heuristics, CUDA contexts, the
+# page cache). tfg_step_ms on|off ARGS...: CUDA Graphs on (the default) or
+# off (TFG_CUDA_GRAPHS=0).
+tfg_step_ms() {
+  graphs=$1
+  shift
+  if [ "$graphs" = off ]; then set -- env TFG_CUDA_GRAPHS=0 "$TFG" run "$@"; else set -- "$TFG" run "$@"; fi
+  "$@" --quiet >/dev/null 2>&1
+  line=$("$@" 2>&1 >/dev/null | grep '^trained')
+  echo "$line" | awk '{ if ($5 > 0) printf "%.4f", 1000 * $5 / $2; else printf "n/a" }'
+}
+
+# shellcheck disable=SC2086 # $digits and $wide are option lists, split into words on purpose
+main() {
+  echo "# bench/gpu/run.sh on $(hostname) $(date -u '+%Y-%m-%d %H:%M UTC')"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.memory,power.limit --format=csv 2>&1 |
+    sed 's/^/# /'
+  echo "# $("$TFG" version 2>&1 | tr '\n' ' ')"
+  echo "# $info"
+  have_torch=0
+  if t=$($PY bench/gpu/torch_bench.py info 2>&1); then
+    have_torch=1
+    echo "# $t"
+  else
+    echo "# pytorch: not available ($t); tfg's side only"
+  fi
+
+  echo
+  echo "## 1. matmul (C = A @ B, n x n, random in [-1, 1))"
+  for n in 4096 8192; do
+    for dt in f32 tf32 bf16; do
+      a=$("$GB" matmul "$n" "$dt" 2>&1 | tail -1)
+      b=$(torch matmul "$n" "$dt")
+      echo "$a"
+      [ -n "$b" ] && echo "$b" && ratio "matmul $n $dt" "$(val "$a" ms)" "$(val "$b" ms)"
+    done
+  done
+
+  echo
+  echo "## 2. relu(x * a + b) over 256M f32 (bandwidth = 8 bytes per element / time)"
+  "$GB" chain 2>&1 | tee "$tmp/chain"
+  torch chain | tee "$tmp/tchain"
+  fused=$(grep 'mode=fused ms=' "$tmp/chain")
+  eager=$(grep 'mode=eager' "$tmp/tchain")
+  compiled=$(grep 'mode=compiled ms=' "$tmp/tchain")
+  [ -n "$fused" ] && [ -n "$eager" ] && ratio "chain fused/eager" "$(val "$fused" ms)" "$(val "$eager" ms)"
+  [ -n "$fused" ] && [ -n "$compiled" ] && ratio "chain fused/compiled" "$(val "$fused" ms)" "$(val "$compiled" ms)"
+
+  echo
+  echo "## 3. one training step (Adam), --devices cuda:0"
+  $PY bench/make_batch.py "$tmp"
+  digits="--devices cuda:0 --set steps=5000 bench/mlp_digits.tfg"
+  wide="--devices cuda:0 --set steps=2000 --feed x=$tmp/x.npy --feed y=$tmp/y.npy bench/mlp_wide.tfg"
+  d=$(tfg_step_ms on $digits)
+  d0=$(tfg_step_ms off $digits)
+  w=$(tfg_step_ms on $wide)
+  w0=$(tfg_step_ms off $wide)
+  echo "tfg mlp model=digits mode=graphs batch=32 step_ms=$d"
+  echo "tfg mlp model=digits mode=no-graphs batch=32 step_ms=$d0"
+  echo "tfg mlp model=wide mode=graphs batch=128 step_ms=$w"
+  echo "tfg mlp model=wide mode=no-graphs batch=128 step_ms=$w0"
+  for model in digits wide; do
+    torch mlp "$model" | tee "$tmp/t_$model"
+    mine=$([ "$model" = digits ] && echo "$d" || echo "$w")
+    for mode in eager graphed; do
+      line=$(grep "mode=$mode " "$tmp/t_$model")
+      [ -n "$line" ] && ratio "mlp $model tfg/torch-$mode" "$mine" "$(val "$line" step_ms)"
+    done
+  done
+
+  echo
+  echo "## 4. all-reduce over two logical devices of one GPU (cuda:0*2)"
+  "$GB" allreduce 2>&1
+}
+
+main 2>&1 | tee "$out"
+echo "results: $out"

@@ -1,0 +1,151 @@
+/* kernels/cpu/fused.c: the FUSED op on the CPU: a chain of elementwise
+ * ops (kernels/fused.h) in one pass over the output.
+ *
+ * Evaluating the program element by element would switch on each op for
+ * every element and vectorize nothing. Instead the output is cut into
+ * blocks of BLOCK elements, and each op runs over a whole block with the
+ * switch outside its loop, into a small scratch row per op that stays in
+ * the L1 cache (16 rows of 256 doubles: 32 KiB); the last op writes the
+ * output. Each loop is a loop of kernels/cpu/elementwise.c, calling the
+ * same formulas (kernels/elementwise_math.h) in the same dtype, so the
+ * chain gives the bits its ops give one at a time, while reading its
+ * inputs and writing its output once. Blocks are split over ctx->pool
+ * by output range, as every elementwise kernel is. */
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/elementwise_math.h"
+#include "kernels/fused.h"
+
+/* As in elementwise.c: GCC's -O2 cost model would vectorize none of
+ * these loops (their trip counts are not known multiples of the width). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("vect-cost-model=dynamic")
+#endif
+
+enum { BLOCK = 256, GRAIN = 8192 };
+
+typedef struct fused_job {
+  const tfg_fused_prog *p;
+  tfg_dtype dt;
+  const char *in[TFG_FUSED_MAX_INPUTS];
+  char *out;
+} fused_job;
+
+/* y[i] = EXPR(x) over a row of n, x read at stride sx (1, or 0 for a
+ * scalar: then only one element is computed, see run_block). */
+#define MAP1(T, EXPR)                                                   \
+  do {                                                                  \
+    const T *X_ = (const T *)xa;                                        \
+    T *Y_ = (T *)y;                                                     \
+    if (sa == 1)                                                        \
+      for (int64_t i = 0; i < n; i++) Y_[i] = EXPR(X_[i]);              \
+    else                                                                \
+      for (int64_t i = 0; i < n; i++) Y_[i] = EXPR(X_[0]);              \
+  } while (0)
+
+/* y[i] = EXPR(a, b) with a and b at stride 1 or 0, as elementwise.c's ZIP. */
+#define MAP2(T, EXPR)                                                                  \
+  do {                                                                                 \
+    const T *A_ = (const T *)xa, *B_ = (const T *)xb;                                  \
+    T *Y_ = (T *)y;                                                                    \
+    if (sa == 1 && sb == 1) {                                                          \
+      for (int64_t i = 0; i < n; i++) Y_[i] = EXPR(A_[i], B_[i]);                      \
+    } else if (sa == 1) {                                                              \
+      const T b_ = B_[0];                                                              \
+      for (int64_t i = 0; i < n; i++) Y_[i] = EXPR(A_[i], b_);                         \
+    } else if (sb == 1) {                                                              \
+      const T a_ = A_[0];                                                              \
+      for (int64_t i = 0; i < n; i++) Y_[i] = EXPR(a_, B_[i]);                         \
+    } else {                                                                           \
+      for (int64_t i = 0; i < n; i++) Y_[i] = EXPR(A_[0], B_[0]);                      \
+    }                                                                                  \
+  } while (0)
+
+#define OPS(T, S)                                                             \
+  switch (o->op) {                                                            \
+  case TFG_OP_NEG: MAP1(T, tfg_em_neg_##S); break;                            \
+  case TFG_OP_EXP: MAP1(T, tfg_em_exp_##S); break;                            \
+  case TFG_OP_LOG: MAP1(T, tfg_em_log_##S); break;                            \
+  case TFG_OP_SQRT: MAP1(T, tfg_em_sqrt_##S); break;                          \
+  case TFG_OP_RSQRT: MAP1(T, tfg_em_rsqrt_##S); break;                        \
+  case TFG_OP_ABS: MAP1(T, tfg_em_abs_##S); break;                            \
+  case TFG_OP_RELU: MAP1(T, tfg_em_relu_##S); break;                          \
+  case TFG_OP_GELU: MAP1(T, tfg_em_gelu_##S); break;                          \
+  case TFG_OP_TANH: MAP1(T, tfg_em_tanh_##S); break;                          \
+  case TFG_OP_SIGMOID: MAP1(T, tfg_em_sigmoid_##S); break;                    \
+  case TFG_OP_ADD: MAP2(T, tfg_em_add_##S); break;                            \
+  case TFG_OP_SUB: MAP2(T, tfg_em_sub_##S); break;                            \
+  case TFG_OP_MUL: MAP2(T, tfg_em_mul_##S); break;                            \
+  case TFG_OP_DIV: MAP2(T, tfg_em_div_##S); break;                            \
+  case TFG_OP_POW: MAP2(T, tfg_em_pow_##S); break;                            \
+  case TFG_OP_MAXIMUM: MAP2(T, tfg_em_maximum_##S); break;                    \
+  case TFG_OP_MINIMUM: MAP2(T, tfg_em_minimum_##S); break;                    \
+  default: break;                                                             \
+  }
+
+/* Where operand x of the block at output element base is: an input (its
+ * element base, or element 0 at stride 0 for a scalar) or an earlier
+ * op's scratch row. */
+static const char *operand(const fused_job *j, char *scratch, size_t esz, int x, int64_t base, int *stride) {
+  if (x >= TFG_FUSED_MAX_INPUTS) {
+    *stride = 1;
+    return scratch + (size_t)(x - TFG_FUSED_MAX_INPUTS) * BLOCK * esz;
+  }
+  *stride = j->p->scalar[x] ? 0 : 1;
+  return j->in[x] + (j->p->scalar[x] ? 0 : base * (int64_t)esz);
+}
+
+/* Runs every op over the n (<= BLOCK) outputs from element base. */
+static void run_block(const fused_job *j, char *scratch, int64_t base, int64_t n) {
+  const tfg_fused_prog *p = j->p;
+  size_t esz = tfg_dtype_size(j->dt);
+  for (int s = 0; s < p->nops; s++) {
+    const tfg_fused_op *o = &p->ops[s];
+    char *y = s == p->nops - 1 ? j->out + base * (int64_t)esz : scratch + (size_t)s * BLOCK * esz;
+    int sa = 1, sb = 1;
+    const char *xa = operand(j, scratch, esz, o->a, base, &sa);
+    const char *xb = o->b >= 0 ? operand(j, scratch, esz, o->b, base, &sb) : NULL;
+    if (j->dt == TFG_DTYPE_F32) {
+      OPS(float, f32);
+    } else {
+      OPS(double, f64);
+    }
+  }
+}
+
+static void fused_chunk(void *arg, int64_t lo, int64_t hi, int64_t k) {
+  (void)k;
+  const fused_job *j = arg;
+  _Alignas(64) char scratch[TFG_FUSED_MAX_OPS * BLOCK * sizeof(double)];
+  for (int64_t base = lo; base < hi; base += BLOCK) run_block(j, scratch, base, hi - base < BLOCK ? hi - base : BLOCK);
+}
+
+/* FUSED: node->attrs.data is a tfg_fused_prog over node->ninputs inputs,
+ * f32 or f64 like the output; a scalar input has one element, every
+ * other input the output's element count. */
+TFG_CPU_KERNEL(tfg_cpu_fused) {
+  const tfg_fused_prog *p = node->attrs.data;
+  const char *bad = tfg_fused_check(p, node->ninputs);
+  if (bad) return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "fused: %s", bad);
+  tfg_dtype dt = out->dtype;
+  if (dt != TFG_DTYPE_F32 && dt != TFG_DTYPE_F64)
+    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "fused on %s is not supported on the CPU", tfg_dtype_name(dt));
+  int64_t n = tfg_shape_numel(&out->shape);
+  fused_job j = {.p = p, .dt = dt, .out = out->data};
+  for (int k = 0; k < p->ninputs; k++) {
+    if (in[k].dtype != dt)
+      return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "fused: input %d is %s, the output %s", k, tfg_dtype_name(in[k].dtype),
+                             tfg_dtype_name(dt));
+    int64_t want = p->scalar[k] ? 1 : n;
+    if (tfg_shape_numel(&in[k].shape) != want)
+      return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "fused: input %d has %lld elements, not %lld", k,
+                             (long long)tfg_shape_numel(&in[k].shape), (long long)want);
+    j.in[k] = in[k].data;
+  }
+  if (n == 0) return TFG_OK;
+  tfg_parallel_for(ctx->pool, n, GRAIN, fused_chunk, &j);
+  return TFG_OK;
+}

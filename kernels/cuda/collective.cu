@@ -1,0 +1,82 @@
+/* kernels/cuda/collective.cu: the CUDA backend's own kernels
+ * (kernels/cuda/backend_kernels.h): reduce_peer's elementwise
+ * dst = (dst + src) * scale, which the ring all-reduce of
+ * runtime/collective.c is built from on GPUs, and the NaN/Inf scan of
+ * --check-numerics.
+ *
+ * Both are grid-stride loops over 64-bit indices with a grid of a few
+ * waves of the device's multiprocessors. The reduction rounds like the
+ * host backend's loop (one IEEE add, then one multiply when scale is not
+ * 1; the _rn intrinsics keep nvcc from fusing them into an FMA), so a
+ * ring over GPUs gives the same bits as one over host devices. */
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/cuda/backend_kernels.h"
+
+namespace {
+
+const int THREADS = 256;
+
+/* Blocks for n items: enough for every thread to get one, at most 8 per
+ * multiprocessor (the device's count, read once per call: cheap, cached
+ * by the runtime). */
+unsigned blocks_for(size_t n) {
+  int dev = 0, sms = 132;
+  if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  size_t want = (n + THREADS - 1) / THREADS, cap = (size_t)(sms > 0 ? sms : 132) * 8;
+  if (want > cap) want = cap;
+  return want ? (unsigned)want : 1u;
+}
+
+__global__ void reduce_f32(float *d, const float *x, size_t n, float scale, bool scaled) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    float v = __fadd_rn(d[i], x[i]);
+    d[i] = scaled ? __fmul_rn(v, scale) : v;
+  }
+}
+
+__global__ void reduce_f64(double *d, const double *x, size_t n, double scale, bool scaled) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    double v = __dadd_rn(d[i], x[i]);
+    d[i] = scaled ? __dmul_rn(v, scale) : v;
+  }
+}
+
+template <typename T>
+__global__ void check_finite(const T *x, size_t n, unsigned long long tag, tfg_cuda_numerics *flag) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    T v = x[i];
+    if (isfinite(v)) continue;
+    unsigned long long kind = isnan(v) ? 0ull : v > 0 ? 1ull : 2ull;
+    /* The first scan to find one claims the flag; its threads (and only
+     * its) then keep the lowest index. */
+    unsigned long long owner = atomicCAS(&flag->tag, 0ull, tag);
+    if (owner == 0ull || owner == tag) atomicMax(&flag->inv, ~(((unsigned long long)i << 2) | kind));
+  }
+}
+
+}  // namespace
+
+extern "C" cudaError_t tfg_cuda_reduce_peer(void *dst, const void *src, size_t count, bool f64, double scale,
+                                            cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  unsigned b = blocks_for(count);
+  if (f64)
+    reduce_f64<<<b, THREADS, 0, stream>>>((double *)dst, (const double *)src, count, scale, scale != 1.0);
+  else
+    reduce_f32<<<b, THREADS, 0, stream>>>((float *)dst, (const float *)src, count, (float)scale,
+                                          (float)scale != 1.0f);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t tfg_cuda_check_finite(const void *x, size_t n, bool f64, unsigned long long tag,
+                                             tfg_cuda_numerics *flag, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  unsigned b = blocks_for(n);
+  if (f64)
+    check_finite<double><<<b, THREADS, 0, stream>>>((const double *)x, n, tag, flag);
+  else
+    check_finite<float><<<b, THREADS, 0, stream>>>((const float *)x, n, tag, flag);
+  return cudaGetLastError();
+}

@@ -1,0 +1,89 @@
+/* kernels/cuda/fused.cu: the FUSED op on a CUDA device: a chain of
+ * elementwise ops (kernels/fused.h) in one kernel, the GPU twin of
+ * kernels/cpu/fused.c.
+ *
+ * One grid-stride loop over the output: each thread loads the chain's
+ * inputs at its element (element 0 of a scalar input), runs the ops in
+ * order and stores the last result, so a chain of k ops reads its inputs
+ * and writes its output once where k separate kernels would write and
+ * read k - 1 intermediates through global memory. The program travels by
+ * value as a kernel parameter (constant memory, the same for every
+ * thread: the switch on each op does not diverge), with the input
+ * pointers beside it. Operands are looked up by index in a small
+ * per-thread array (inputs, then results): it may live in local memory,
+ * which the L1 cache serves.
+ *
+ * The formulas are kernels/elementwise_math.h's, as on the CPU, in the
+ * output's dtype: device arithmetic there is unfused (_rn intrinsics) so
+ * a * b + c across two ops rounds twice as the ops do one at a time; the
+ * transcendentals are CUDA's (within its ulp bounds of glibc's). */
+#include "kernels/cuda/common.cuh"
+
+#include "kernels/elementwise_math.h"
+#include "kernels/fused.h"
+
+/* The device addresses of a chain's inputs, by value beside the program. */
+typedef struct fused_inputs {
+  const void *p[TFG_FUSED_MAX_INPUTS];
+} fused_inputs;
+
+/* One op of a program: binary when it has a second operand (b >= 0). */
+static __device__ __forceinline__ float fused_op(int op, bool binary, float x, float y) {
+  return binary ? tfg_em_binary_f32(op, x, y) : tfg_em_unary_f32(op, x);
+}
+
+static __device__ __forceinline__ double fused_op(int op, bool binary, double x, double y) {
+  return binary ? tfg_em_binary_f64(op, x, y) : tfg_em_unary_f64(op, x);
+}
+
+/* out[i] for i in [0, n): the program p over inputs in. */
+template <typename T>
+static __global__ void fused_kernel(tfg_fused_prog p, fused_inputs in, T *out, int64_t n) {
+  TFG_CUDA_LOOP(i, n) {
+    T v[TFG_FUSED_MAX_INPUTS + TFG_FUSED_MAX_OPS];
+#pragma unroll
+    for (int k = 0; k < TFG_FUSED_MAX_INPUTS; k++)
+      if (k < p.ninputs) v[k] = ((const T *)in.p[k])[p.scalar[k] ? 0 : i];
+    for (int s = 0; s < p.nops; s++) {
+      const tfg_fused_op o = p.ops[s];
+      v[TFG_FUSED_MAX_INPUTS + s] = fused_op(o.op, o.b >= 0, v[o.a], o.b >= 0 ? v[o.b] : (T)0);
+    }
+    out[i] = v[TFG_FUSED_MAX_INPUTS + p.nops - 1];
+  }
+}
+
+/* FUSED: node->attrs.data is a tfg_fused_prog over node->ninputs inputs,
+ * f32 or f64 like the output; a scalar input has one element, every other
+ * input the output's element count. The same checks and messages as the
+ * CPU kernel ("on the GPU" for "on the CPU"). */
+static tfg_status fused(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
+  tfg_cuda_ctx *cx = tfg_cuda_of(ctx);
+  const tfg_fused_prog *p = (const tfg_fused_prog *)node->attrs.data;
+  const char *bad = tfg_fused_check(p, node->ninputs);
+  if (bad) return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "fused: %s", bad);
+  tfg_dtype dt = out->dtype;
+  if (dt != TFG_DTYPE_F32 && dt != TFG_DTYPE_F64)
+    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "fused on %s is not supported on the GPU", tfg_dtype_name(dt));
+  int64_t n = tfg_shape_numel(&out->shape);
+  fused_inputs ins = {};
+  for (int k = 0; k < p->ninputs; k++) {
+    if (in[k].dtype != dt)
+      return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "fused: input %d is %s, the output %s", k, tfg_dtype_name(in[k].dtype),
+                             tfg_dtype_name(dt));
+    int64_t want = p->scalar[k] ? 1 : n;
+    if (tfg_shape_numel(&in[k].shape) != want)
+      return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "fused: input %d has %lld elements, not %lld", k,
+                             (long long)tfg_shape_numel(&in[k].shape), (long long)want);
+    ins.p[k] = in[k].data;
+  }
+  if (n == 0) return TFG_OK;
+  unsigned blocks = tfg_cuda_blocks(cx, n, TFG_CUDA_THREADS);
+  if (dt == TFG_DTYPE_F32)
+    fused_kernel<float><<<blocks, TFG_CUDA_THREADS, 0, cx->stream>>>(*p, ins, (float *)out->data, n);
+  else
+    fused_kernel<double><<<blocks, TFG_CUDA_THREADS, 0, cx->stream>>>(*p, ins, (double *)out->data, n);
+  TFG_CUDA_LAUNCHED(ctx);
+  return TFG_OK;
+}
+
+extern "C" void tfg_cuda_register_fused(tfg_kernel_fn *table) { table[TFG_OP_FUSED] = fused; }

@@ -1,0 +1,97 @@
+/* runtime/backend.c: the backend registration: which backend runs a
+ * device, what GPUs the machine has, and what the build supports.
+ *
+ * This is the one file outside kernels/cuda/ and runtime/backend_cuda.c
+ * that asks whether the build has CUDA (`#if TFG_BUILD_CUDA`,
+ * ARCHITECTURE.md convention 7); it includes no CUDA header. Everything
+ * else (the executor, `tfg devices`, `tfg version`) goes through the
+ * functions here, so a build without CUDA differs only in this file's
+ * answers. */
+#include <stdio.h>
+
+#include "runtime/backend.h"
+#if TFG_BUILD_CUDA
+#include "runtime/backend_cuda.h"
+#endif
+
+#define NO_CUDA_BUILD "this build of tfg has no CUDA backend"
+
+int tfg_backend_probe_gpus(const tfg_gpu_info **info, const char **why, const char **detail) {
+#if TFG_BUILD_CUDA
+  return tfg_backend_cuda_probe(info, why, detail);
+#else
+  if (info) *info = NULL;
+  if (why) *why = NO_CUDA_BUILD;
+  if (detail) *detail = "";
+  return 0;
+#endif
+}
+
+int64_t tfg_backend_probe_free(int k) {
+#if TFG_BUILD_CUDA
+  return tfg_backend_cuda_free_memory(k);
+#else
+  (void)k;
+  return -1;
+#endif
+}
+
+/* A CUDA device: refused with the reason unless the build has CUDA, the
+ * machine has a driver and GPUs, and dev's ordinal is one of them. */
+static tfg_backend *cuda_new(const tfg_device *dev, const tfg_backend_opts *o, tfg_strbuf *why) {
+#if TFG_BUILD_CUDA
+  const tfg_gpu_info *info;
+  const char *short_why, *detail;
+  int n = tfg_backend_cuda_probe(&info, &short_why, &detail);
+  if (n == 0) {
+    tfg_strbuf_puts(why, "no CUDA driver or GPU on this machine");
+    if (short_why && detail && *detail)
+      tfg_strbuf_printf(why, " (%s; %s)", short_why, detail);
+    else if (short_why)
+      tfg_strbuf_printf(why, " (%s)", short_why);
+    return NULL;
+  }
+  if (dev->physical >= n) {
+    tfg_strbuf_printf(why, "cuda:%d does not exist: this machine has %d GPU%s", dev->physical, n,
+                      n == 1 ? "" : "s");
+    return NULL;
+  }
+  return tfg_backend_cuda_new(dev, o, why);
+#else
+  (void)dev;
+  (void)o;
+  tfg_strbuf_puts(why, NO_CUDA_BUILD);
+  return NULL;
+#endif
+}
+
+tfg_backend *tfg_backend_new(const tfg_device *dev, const tfg_backend_opts *o, tfg_strbuf *why) {
+  static const tfg_backend_opts defaults = {0};
+  if (!o) o = &defaults;
+  switch (dev->kind) {
+  case TFG_DEVICE_CPU:
+  case TFG_DEVICE_HOST: {
+    /* cpu:0's capacity is the machine's memory: its pool always grows. */
+    tfg_backend *b = tfg_backend_host_new_with(dev, o->preallocate && dev->kind == TFG_DEVICE_HOST);
+    if (!b) {
+      tfg_strbuf size = {0};
+      tfg_size_format(&size, dev->memory);
+      tfg_strbuf_printf(why, "cannot preallocate its %s of host memory (--memory preallocate)", size.data);
+      tfg_strbuf_free(&size);
+    }
+    return b;
+  }
+  case TFG_DEVICE_CUDA: return cuda_new(dev, o, why);
+  case TFG_DEVICE_SIM: tfg_strbuf_puts(why, "sim devices are for tfg place and tfg plan only"); return NULL;
+  }
+  tfg_strbuf_puts(why, "unknown device kind");
+  return NULL;
+}
+
+void tfg_backend_build_info(tfg_strbuf *out) {
+#if TFG_BUILD_CUDA
+  tfg_backend_cuda_build_info(out);
+#else
+  tfg_strbuf_puts(out, "cuda: off (built with CUDA=0 or without the CUDA toolkit)\ncudnn: off\nnccl: off\n");
+#endif
+}

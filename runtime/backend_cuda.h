@@ -1,0 +1,26 @@
+/* runtime/backend_cuda.h: the CUDA backend's entry points, for the
+ * backend registration (runtime/backend.c) only. No CUDA header here:
+ * the declarations are plain C, so backend.c needs none.
+ *
+ * Compiled only in builds with CUDA (TFG_BUILD_CUDA=1); backend.c calls
+ * these only under `#if TFG_BUILD_CUDA`. */
+#ifndef TFG_BACKEND_CUDA_H
+#define TFG_BACKEND_CUDA_H
+
+#include "runtime/backend.h"
+
+/* A CUDA backend for the logical device dev (a TFG_DEVICE_CUDA entry whose
+ * dev->physical the probe found), or NULL with the reason appended to
+ * *why (compute capability below 7.0, a CUDA call that failed, a pool
+ * that cannot be preallocated). */
+tfg_backend *tfg_backend_cuda_new(const tfg_device *dev, const tfg_backend_opts *o, tfg_strbuf *why);
+
+/* What runtime/backend.c's tfg_backend_probe_gpus and
+ * tfg_backend_probe_free give in a build with CUDA. */
+int tfg_backend_cuda_probe(const tfg_gpu_info **info, const char **why, const char **detail);
+int64_t tfg_backend_cuda_free_memory(int k);
+
+/* "cuda: on (...)", "cudnn: ...", "nccl: ..." lines for `tfg version`. */
+void tfg_backend_cuda_build_info(tfg_strbuf *out);
+
+#endif
