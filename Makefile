@@ -7,13 +7,18 @@
 #   make demo       build and run an example
 #   make deps       install the Debian packages the build and tests need
 #   make CUDA=0     build without CUDA even where the toolkit exists
+#   make NCCL=0     build with CUDA but without NCCL (all-reduce across GPUs
+#                   then uses the built-in ring over peer access)
 #
 # CUDA is on when nvcc is found (on PATH, or CUDA_HOME/bin/nvcc): then
 # kernels/cuda/*.cu are compiled by nvcc and runtime/backend_cuda.c by the C
 # compiler with the toolkit's headers, and everything links the CUDA
 # runtime, cuBLAS, cuBLASLt, cuDNN and NCCL (with an rpath, so build/tfg
 # runs where it was built). The binary starts without a driver or GPU: it
-# then finds none and runs on host devices.
+# then finds none and runs on host devices. NCCL is on with CUDA when nccl.h
+# is found (under CUDA_HOME/include or /usr/include); NCCL=0 leaves it out
+# (TFG_BUILD_NCCL=0: runtime/backend.c then says "this build of tfg has no
+# NCCL"). Switching CUDA or NCCL needs a clean BUILD (or another BUILD dir).
 #
 # re2c and Bison generate into $(BUILD)/gen; nothing generated is committed.
 
@@ -68,9 +73,21 @@ ifneq ($(SAN),)
   override LDFLAGS += -fsanitize=address,undefined
 endif
 
+# NCCL: only with CUDA; auto = where its header is.
+NCCL    ?= auto
+ifeq ($(CUDA_ON),1)
+  ifeq ($(NCCL),auto)
+    NCCL_ON := $(if $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h),1,0)
+  else
+    NCCL_ON := $(NCCL)
+  endif
+else
+  NCCL_ON := 0
+endif
+
 VERSION := 0.1.0
 PREFIX  ?= /usr/local
-CPPFLAGS += -DTFG_VERSION='"$(VERSION)"' -DTFG_BUILD_CUDA=$(CUDA_ON) \
+CPPFLAGS += -DTFG_VERSION='"$(VERSION)"' -DTFG_BUILD_CUDA=$(CUDA_ON) -DTFG_BUILD_NCCL=$(NCCL_ON) \
             -DTFG_STDLIB_DIR='"$(PREFIX)/share/tfg/stdlib"' -DTFG_SOURCE_STDLIB='"$(CURDIR)/stdlib"' 
 
 # ---- CUDA: nvcc for the kernels, the libraries for the link ------------------
@@ -85,7 +102,8 @@ ifeq ($(CUDA_ON),1)
   NVCCFLAGS  := -std=c++17 -O2 -g $(CUDA_ARCH) -Xcompiler -Wall,-Werror $(NVCCFLAGS)
   CU_SRC     := $(wildcard kernels/cuda/*.cu)
   CU_OBJ     := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC))
-  CUDA_LIBS  := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudart -lcublasLt -lcublas -lcudnn -lnccl -lstdc++
+  CUDA_LIBS  := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudart -lcublasLt -lcublas -lcudnn \
+                $(if $(filter 1,$(NCCL_ON)),-lnccl) -lstdc++
   LDLIBS     += $(CUDA_LIBS)
   # The toolkit's headers are system headers for our warnings (nccl.h and
   # cublasLt.h have old-style declarations that -Wstrict-prototypes flags).
@@ -148,9 +166,12 @@ $(BUILD)/libtfg.a: $(LIB_OBJ)
 	@echo "  AR      $@"
 	$(Q)rm -f $@ && ar rcs $@ $^
 
+# The CLI alone links libedit (line editing in `tfg repl`).
+CLI_LIBS := $(shell pkg-config --libs libedit 2>/dev/null || echo -ledit)
+
 $(BUILD)/tfg: $(CLI_OBJ) $(BUILD)/libtfg.a
 	@echo "  LINK    $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libtfg.a $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libtfg.a $(LDLIBS) $(CLI_LIBS)
 
 $(BUILD)/unit: $(TEST_OBJ) $(BUILD)/libtfg.a
 	@echo "  LINK    $@"

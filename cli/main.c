@@ -2,7 +2,8 @@
  *
  * One table row per subcommand: its name, one-line summary, full help and
  * handler. Handlers return a process exit code: 0 success, 1 the program
- * has an error (diagnostics printed), 2 bad usage, 3 runtime failure. */
+ * has an error (diagnostics printed), 2 bad usage, 3 runtime failure.
+ * What the REPL (cli/repl.c) shares with them is declared in cli/cli.h. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdbool.h>
@@ -26,18 +27,10 @@
 #include "runtime/session.h"
 #include "runtime/trace.h"
 #include "runtime/train.h"
-
-enum { EXIT_PROGRAM = 1, EXIT_USAGE = 2, EXIT_RUNTIME = 3 };
-
-typedef struct cli_cmd {
-  const char *name;
-  const char *summary;
-  const char *help; /* printed after "usage: " */
-  int (*run)(const struct cli_cmd *cmd, int argc, char **argv);
-} cli_cmd;
+#include "cli/cli.h"
 
 /* Colour on a terminal only, never when NO_COLOR is set (no-color.org). */
-static bool color_mode(const char *opt) {
+bool cli_color_mode(const char *opt) {
   if (opt && strcmp(opt, "always") == 0) return true;
   if (opt && strcmp(opt, "never") == 0) return false;
   const char *term = getenv("TERM");
@@ -52,29 +45,8 @@ static int usage_error(const cli_cmd *cmd, const char *fmt, const char *arg) {
   return EXIT_USAGE;
 }
 
-/* Options of the commands that read a program. */
-typedef struct cli_opts {
-  const char *color;
-  bool ast, print_all;
-  const char *file;
-  tfg_set sets[64];
-  int nsets;
-  tfg_feed_file feeds[64];
-  int nfeeds;
-  uint64_t seed;
-  int threads;
-  bool check_numerics, quiet;
-  const char *devices;    /* --devices SPEC */
-  int64_t memory_limit;   /* --memory-limit SIZE, 0 for none */
-  bool explain, json, dot;
-  const char *trace;      /* --trace FILE.json */
-  int64_t bucket_bytes;   /* --bucket-size SIZE, 0 for the default */
-  bool preallocate;       /* --memory preallocate (default: growth) */
-  bool tf32;              /* --tf32 */
-} cli_opts;
-
-/* Which options a command takes. */
-enum { ALLOW_AST = 1, ALLOW_RUN = 2, ALLOW_PLACE = 4, ALLOW_EXPLAIN = 8 };
+/* Which options a command takes (the REPL takes run's but --trace). */
+enum { ALLOW_AST = 1, ALLOW_RUN = 2, ALLOW_PLACE = 4, ALLOW_EXPLAIN = 8, ALLOW_TRACE = 16 };
 
 enum { OPT_COLOR = 256, OPT_AST, OPT_SET, OPT_FEED, OPT_SEED, OPT_PRINT_ALL, OPT_THREADS, OPT_CHECK_NUMERICS,
        OPT_QUIET, OPT_DEVICES, OPT_MEMORY_LIMIT, OPT_EXPLAIN, OPT_JSON, OPT_DOT, OPT_TRACE, OPT_BUCKET_SIZE,
@@ -95,7 +67,7 @@ static const int opt_allow[] = {
     [OPT_EXPLAIN - OPT_COLOR] = ALLOW_EXPLAIN,
     [OPT_JSON - OPT_COLOR] = ALLOW_EXPLAIN,
     [OPT_DOT - OPT_COLOR] = ALLOW_EXPLAIN,
-    [OPT_TRACE - OPT_COLOR] = ALLOW_RUN,
+    [OPT_TRACE - OPT_COLOR] = ALLOW_TRACE,
     [OPT_BUCKET_SIZE - OPT_COLOR] = ALLOW_PLACE,
     [OPT_MEMORY - OPT_COLOR] = ALLOW_PLACE,
     [OPT_TF32 - OPT_COLOR] = ALLOW_RUN,
@@ -111,8 +83,8 @@ static bool split_assign(char *arg, const char **name, const char **value) {
   return true;
 }
 
-/* Parses argv for cmd (allow: ALLOW_* bits) and exactly one FILE.
- * Returns -1 to go on, else the exit code. */
+/* Parses argv for cmd (allow: ALLOW_* bits) and exactly one FILE (at
+ * most one for devices and repl). Returns -1 to go on, else the exit code. */
 static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_opts *o) {
   static const struct option longopts[] = {
       {"help", no_argument, NULL, 'h'},
@@ -226,24 +198,18 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
     }
     }
   }
-  if (optind >= argc && !strcmp(cmd->name, "devices")) return -1;
+  if (optind >= argc && (!strcmp(cmd->name, "devices") || !strcmp(cmd->name, "repl"))) return -1;
   if (optind >= argc) return usage_error(cmd, "%s", "missing FILE");
   if (argc - optind > 1) return usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
   o->file = argv[optind];
   return -1;
 }
 
-static int unavailable(const cli_cmd *cmd) {
-  fprintf(stderr, "tfg %s: not available yet in tfg %s (run, check, place and plan are)\n", cmd->name,
-          TFG_VERSION);
-  return EXIT_RUNTIME;
-}
-
 /* The folder of the standard library: TFG_STDLIB; else beside the
  * binary as built (build/tfg -> stdlib/) or installed (bin/tfg ->
  * share/tfg/stdlib); else the source tree it was built from; else the
  * installed default. */
-static const char *stdlib_dir(char *buf, size_t n) {
+const char *cli_stdlib_dir(char *buf, size_t n) {
   const char *env = getenv("TFG_STDLIB");
   if (env && *env) return env;
   char exe[4096];
@@ -268,8 +234,8 @@ static const char *stdlib_dir(char *buf, size_t n) {
 }
 
 /* Prints one print action: a header per tensor, then its values. */
-static tfg_status print_action(tfg_session *s, const tfg_program *p, const tfg_plan *plan, const tfg_action *a,
-                               bool all) {
+tfg_status cli_print_action(tfg_session *s, const tfg_program *p, const tfg_plan *plan, const tfg_action *a,
+                            bool all) {
   size_t cap = (size_t)a->nitems + 1;
   tfg_node_id *fetch = malloc(sizeof *fetch * cap);
   int *map = malloc(sizeof *map * cap), nf = 0;
@@ -306,13 +272,11 @@ static tfg_status print_action(tfg_session *s, const tfg_program *p, const tfg_p
   return TFG_OK;
 }
 
-static tfg_devices *devices_for(const cli_opts *o, const tfg_program *p, tfg_diag *d);
-
 /* Builds the training step of every train action under its strategy
  * (compiler/strategy.h) into steps[action index]; returns 0 or
  * EXIT_PROGRAM. The steps of the train actions are also packed into
  * packed[0..*npacked) for the placer. */
-static int build_steps(tfg_program *p, tfg_diag *d, tfg_train_step *steps, tfg_train_step *packed, int *npacked) {
+int cli_build_steps(tfg_program *p, tfg_diag *d, tfg_train_step *steps, tfg_train_step *packed, int *npacked) {
   *npacked = 0;
   for (int i = 0; i < p->nactions; i++) {
     if (p->actions[i].kind != TFG_ACTION_TRAIN) continue;
@@ -353,19 +317,19 @@ static void mark_fetched(const tfg_program *p, const tfg_train_step *packed, int
  * Chains of elementwise ops are fused (compiler/plan.h) unless TFG_FUSE=0
  * or --check-numerics (which names the op that made a NaN: each op must
  * run alone). */
-static int compile_program(const cli_opts *o, tfg_program *p, const tfg_train_step *packed, int npacked, tfg_diag *d,
-                           tfg_devices **ds, tfg_placement **pl, tfg_plan **plan) {
-  *ds = devices_for(o, p, d);
-  if (!*ds) return EXIT_USAGE;
-  if (tfg_place_fit(p->graph, *ds, packed, npacked, d, pl) != TFG_OK) return EXIT_PROGRAM;
+int cli_compile_program(const cli_opts *o, tfg_program *p, const tfg_train_step *packed, int npacked,
+                        tfg_devices *ds, const tfg_node_id *extra, int nextra, tfg_diag *d,
+                        tfg_placement **pl, tfg_plan **plan) {
+  if (tfg_place_fit(p->graph, ds, packed, npacked, d, pl) != TFG_OK) return EXIT_PROGRAM;
   const char *env = getenv("TFG_FUSE");
   uint8_t *keep = calloc((size_t)p->graph->nnodes + 1, 1);
   if (!keep) abort();
   mark_fetched(p, packed, npacked, keep);
+  for (int i = 0; i < nextra; i++) keep[extra[i]] = 1;
   tfg_plan_opts po = {.bucket_bytes = o->bucket_bytes,
                       .fuse = !o->check_numerics && !(env && strcmp(env, "0") == 0),
                       .keep = keep};
-  tfg_status st = tfg_plan_build_with(p->graph, *pl, *ds, &po, d, plan);
+  tfg_status st = tfg_plan_build_with(p->graph, *pl, ds, &po, d, plan);
   free(keep);
   if (st != TFG_OK) return EXIT_PROGRAM;
   tfg_strbuf why = {0};
@@ -400,11 +364,12 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
   tfg_train_step *gsteps = calloc((size_t)p->nactions + 1, sizeof *gsteps);
   if (!steps || !packed || !group || !gsteps) abort();
   int npacked = 0;
-  int rc = build_steps(p, d, steps, packed, &npacked);
+  int rc = cli_build_steps(p, d, steps, packed, &npacked);
   tfg_devices *ds = NULL;
   tfg_placement *pl = NULL;
   tfg_plan *plan = NULL;
-  if (rc == 0) rc = compile_program(o, p, packed, npacked, d, &ds, &pl, &plan);
+  if (rc == 0 && !(ds = cli_devices_for(o, p, d))) rc = EXIT_USAGE;
+  if (rc == 0) rc = cli_compile_program(o, p, packed, npacked, ds, NULL, 0, d, &pl, &plan);
   tfg_trace *trace = rc == 0 && o->trace ? tfg_trace_new() : NULL;
   tfg_session_opts so = {.threads = o->threads, .feeds = o->feeds, .nfeeds = o->nfeeds, .seed = o->seed,
                          .check_numerics = o->check_numerics, .plan = plan, .trace = trace,
@@ -416,7 +381,7 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
     const tfg_action *a = &p->actions[i];
     tfg_status st;
     if (a->kind == TFG_ACTION_PRINT) {
-      st = print_action(s, p, plan, a, o->print_all);
+      st = cli_print_action(s, p, plan, a, o->print_all);
       i++;
     } else if (steps[i].worker_grads) {
       st = tfg_train_ps(p, a, &steps[i], plan, s, &so, &to, d);
@@ -456,7 +421,7 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
 
 /* The number of GPUs a program names: one past the highest gpu:N of its
  * pins and of its strategies' device lists (gpu:* asks for one). */
-static int gpus_named(const tfg_program *p) {
+int cli_gpus_named(const tfg_program *p) {
   int n = 0;
   for (int32_t i = 0; i < p->graph->nnodes; i++) {
     const tfg_devspec *d = &p->graph->nodes[i].pin;
@@ -484,10 +449,10 @@ static int gpus_named(const tfg_program *p) {
 }
 
 /* The devices of a run: --devices, else the default for the program. */
-static tfg_devices *devices_for(const cli_opts *o, const tfg_program *p, tfg_diag *d) {
+tfg_devices *cli_devices_for(const cli_opts *o, const tfg_program *p, tfg_diag *d) {
   tfg_devices *ds = NULL;
   const char *notice = NULL;
-  tfg_status st = o->devices ? tfg_devices_parse(d, o->devices, &ds) : tfg_devices_default(d, p ? gpus_named(p) : 0, &ds, &notice);
+  tfg_status st = o->devices ? tfg_devices_parse(d, o->devices, &ds) : tfg_devices_default(d, p ? cli_gpus_named(p) : 0, &ds, &notice);
   if (st != TFG_OK) return NULL;
   if (notice) fprintf(stderr, "%s\n", notice);
   if (o->memory_limit) tfg_devices_limit(ds, o->memory_limit);
@@ -501,11 +466,12 @@ static int place_program(const cli_opts *o, tfg_program *p, tfg_diag *d, bool co
   tfg_train_step *packed = calloc((size_t)p->nactions + 1, sizeof *packed);
   if (!steps || !packed) abort();
   int npacked = 0;
-  int rc = build_steps(p, d, steps, packed, &npacked);
+  int rc = cli_build_steps(p, d, steps, packed, &npacked);
   tfg_devices *ds = NULL;
   tfg_placement *pl = NULL;
   tfg_plan *plan = NULL;
-  if (rc == 0) rc = compile_program(o, p, packed, npacked, d, &ds, &pl, &plan);
+  if (rc == 0 && !(ds = cli_devices_for(o, p, d))) rc = EXIT_USAGE;
+  if (rc == 0) rc = cli_compile_program(o, p, packed, npacked, ds, NULL, 0, d, &pl, &plan);
   if (rc == 0) {
     tfg_strbuf out = {0};
     if (want_plan) tfg_plan_print(plan, &out);
@@ -532,7 +498,7 @@ static int cmd_devices(const cli_cmd *cmd, int argc, char **argv) {
     if (o->file) rc = usage_error(cmd, "unexpected argument '%s'", o->file);
     else {
       tfg_diag *d = tfg_diag_new();
-      tfg_devices *ds = devices_for(o, NULL, d);
+      tfg_devices *ds = cli_devices_for(o, NULL, d);
       rc = ds ? 0 : EXIT_USAGE;
       /* The default list says why it has no GPU (once: a program's run
        * says it in the notice about host devices instead). */
@@ -543,7 +509,7 @@ static int cmd_devices(const cli_cmd *cmd, int argc, char **argv) {
         fwrite(out.data, 1, out.len, stdout);
         tfg_strbuf_free(&out);
       }
-      tfg_diag_render(d, stderr, color_mode(o->color));
+      tfg_diag_render(d, stderr, cli_color_mode(o->color));
       tfg_devices_free(ds);
       tfg_diag_free(d);
     }
@@ -559,7 +525,7 @@ static int cmd_program(const cli_cmd *cmd, int argc, char **argv) {
        is_place = strcmp(cmd->name, "place") == 0, is_plan = strcmp(cmd->name, "plan") == 0;
   cli_opts *o = calloc(1, sizeof *o);
   int rc = parse_opts(cmd, argc, argv,
-                      (is_check ? ALLOW_AST : 0) | (is_run ? ALLOW_RUN | ALLOW_PLACE : 0) |
+                      (is_check ? ALLOW_AST : 0) | (is_run ? ALLOW_RUN | ALLOW_PLACE | ALLOW_TRACE : 0) |
                           (is_place || is_plan ? ALLOW_PLACE : 0) |
                           (is_place ? ALLOW_EXPLAIN : 0),
                       o);
@@ -568,7 +534,7 @@ static int cmd_program(const cli_cmd *cmd, int argc, char **argv) {
     return rc;
   }
   rc = 0;
-  bool color = color_mode(o->color);
+  bool color = cli_color_mode(o->color);
   tfg_diag *d = tfg_diag_new();
   tfg_arena arena;
   tfg_arena_init(&arena);
@@ -582,7 +548,7 @@ static int cmd_program(const cli_cmd *cmd, int argc, char **argv) {
     tfg_strbuf_free(&out);
   } else if (st == TFG_OK) {
     char buf[4096];
-    tfg_interp_opts io = {.sets = o->sets, .nsets = o->nsets, .stdlib_dir = stdlib_dir(buf, sizeof buf)};
+    tfg_interp_opts io = {.sets = o->sets, .nsets = o->nsets, .stdlib_dir = cli_stdlib_dir(buf, sizeof buf)};
     tfg_interp *I = tfg_interp_new(d, &io);
     st = tfg_interp_eval(I, src, prog);
     if (st == TFG_OK) st = tfg_interp_finish(I);
@@ -601,8 +567,6 @@ static int cmd_program(const cli_cmd *cmd, int argc, char **argv) {
     if (st == TFG_OK && is_run) {
       tfg_diag_render(d, stderr, color);
       rc = run_actions(o, tfg_interp_program(I), d, color);
-    } else if (st == TFG_OK && !is_check && !is_place && !is_plan) {
-      rc = unavailable(cmd);
     }
     tfg_interp_free(I);
   }
@@ -628,14 +592,14 @@ static int no_opts(const cli_cmd *cmd, int argc, char **argv) {
   return -1;
 }
 
-static int cmd_unavailable(const cli_cmd *cmd, int argc, char **argv) {
-  int rc = no_opts(cmd, argc, argv);
-  return rc >= 0 ? rc : unavailable(cmd);
-}
-
-/* `tfg repl [FILE]`: FILE, when given, is checked first. */
+/* `tfg repl [FILE]`: an interactive session (cli/repl.c). */
 static int cmd_repl(const cli_cmd *cmd, int argc, char **argv) {
-  return argc > 1 && argv[1][0] != '-' ? cmd_program(cmd, argc, argv) : cmd_unavailable(cmd, argc, argv);
+  cli_opts *o = calloc(1, sizeof *o);
+  if (!o) abort();
+  int rc = parse_opts(cmd, argc, argv, ALLOW_RUN | ALLOW_PLACE, o);
+  if (rc < 0) rc = cli_repl(o);
+  free(o);
+  return rc;
 }
 
 static int cmd_version(const cli_cmd *cmd, int argc, char **argv) {
@@ -710,7 +674,23 @@ static const cli_cmd commands[] = {
      "tfg devices [--devices SPEC] [--memory-limit SIZE]\n\nList the hardware found and how logical devices map onto it.\n"
      "With --devices, the devices that spec gives (CLI.md: host*4, cuda:0*2:30G, sim:h100*8, ...).\n", cmd_devices},
     {"repl", "interactive session (a FILE is loaded first)",
-     "tfg repl [FILE]\n\nStart an interactive session; FILE is loaded first.\n", cmd_repl},
+     "tfg repl [OPTIONS] [FILE]\n\nStart an interactive session: statements build the session's graph, a bare\n"
+     "expression prints its value (computed on its placed device), print and train\n"
+     "run at once. FILE, when given, is loaded first. Type :help for the commands.\n"
+     "History is kept in ~/.tfg_history (TFG_HISTFILE overrides; empty: none).\n"
+     "With standard input not a terminal: no prompts, and exit 1 if any input failed.\n\n"
+     "options:\n"
+     "  --seed N          shift every param initializer's seed\n"
+     "  --print-all       print every value, not `...` past 6 per axis\n"
+     "  --threads N       CPU threads for kernels (default: one per core)\n"
+     "  --check-numerics  stop at the first op that produces a NaN or Inf, naming it\n"
+     "  --quiet           no progress lines while training\n"
+     "  --feed NAME=FILE.npy  feed the input NAME (one without `from`) (repeatable)\n"
+     "  --devices SPEC    the devices to run on (default: every GPU; else host devices)\n"
+     "  --memory MODE     device memory pools: growth (default) or preallocate\n"
+     "  --memory-limit SIZE  cap every device's memory\n"
+     "  --tf32            let f32 matrix products on GPUs use TF32 tensor cores\n" COMMON_HELP,
+     cmd_repl},
     {"version", "version, build options and library versions",
      "tfg version\n\nPrint the version, build options and library versions.\n", cmd_version},
 };

@@ -23,11 +23,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "compiler/graph.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#include "compiler/graph.h"
+#include "kernels/kernel.h"
 
 enum {
   TFG_FUSED_MAX_OPS = 16,   /* ops in one chain */
@@ -90,6 +91,15 @@ static inline const char *tfg_fused_check(const tfg_fused_prog *p, int ninputs) 
   }
   return NULL;
 }
+
+/* The checks both FUSED kernels make before running node (attrs.data a
+ * tfg_fused_prog) on in[0..node->ninputs) into out, with the same
+ * messages ("... is not supported on the WHERE": "CPU", "GPU"): the
+ * program (tfg_fused_check); out f32 or f64; each input of out's dtype,
+ * with one element if the program reads it as a scalar, else out's
+ * element count. TFG_OK, or the failure recorded in ctx and returned. */
+tfg_status tfg_fused_check_tensors(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
+                                   const tfg_tensor *out, const char *where);
 
 /* Compiles a chain: members[0..n) in graph order (each an elementwise op
  * of arity > 0; the last is the output), inputs[0..ninputs) the values

@@ -1,7 +1,10 @@
-/* kernels/kernel.c: helpers shared by every backend's kernels. */
+/* kernels/kernel.c: helpers shared by every backend's kernels: the error
+ * message, op names, and the checks of the elementwise and shape ops. */
 #include "kernels/kernel.h"
 
 #include <stdarg.h>
+
+#include "kernels/index_math.h"
 
 tfg_status tfg_kernel_fail(tfg_kernel_ctx *ctx, tfg_status s, const char *fmt, ...) {
   va_list ap;
@@ -10,4 +13,126 @@ tfg_status tfg_kernel_fail(tfg_kernel_ctx *ctx, tfg_status s, const char *fmt, .
   tfg_strbuf_vprintf(&ctx->err, fmt, ap);
   va_end(ap);
   return s;
+}
+
+const char *tfg_kernel_op_name(int op) {
+  static const char *const names[] = {
+#define TFG_KERNEL_OP_NAME_(id, name, sig) name,
+      TFG_OPS(TFG_KERNEL_OP_NAME_)
+#undef TFG_KERNEL_OP_NAME_
+  };
+  return op >= 0 && op < TFG_OP_COUNT ? names[op] : "?";
+}
+
+tfg_status tfg_kernel_check_unary(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
+                                  const tfg_tensor *out, const char *where) {
+  tfg_op_id op = node->op;
+  tfg_dtype dt = in[0].dtype;
+  bool int_ok = op == TFG_OP_NEG || op == TFG_OP_ABS || op == TFG_OP_RELU;
+  bool supported = dt == TFG_DTYPE_F32 || dt == TFG_DTYPE_F64 ||
+                   (int_ok && (dt == TFG_DTYPE_I32 || dt == TFG_DTYPE_I64));
+  switch (op) {
+  case TFG_OP_NEG: case TFG_OP_EXP: case TFG_OP_LOG: case TFG_OP_SQRT: case TFG_OP_RSQRT:
+  case TFG_OP_ABS: case TFG_OP_RELU: case TFG_OP_GELU: case TFG_OP_TANH: case TFG_OP_SIGMOID:
+    break;
+  default:
+    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s is not a unary op", tfg_kernel_op_name(op));
+  }
+  if (!supported || out->dtype != dt)
+    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s on %s is not supported on the %s",
+                           tfg_kernel_op_name(op), tfg_dtype_name(dt), where);
+  if (tfg_shape_numel(&in[0].shape) != tfg_shape_numel(&out->shape))
+    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "unary op: input and output sizes differ");
+  return TFG_OK;
+}
+
+tfg_status tfg_kernel_check_binary(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
+                                   const tfg_tensor *out, const char *where, tfg_index_map *ix) {
+  tfg_op_id op = node->op;
+  tfg_dtype dt = in[0].dtype;
+  bool cmp = op == TFG_OP_EQUAL || op == TFG_OP_GREATER;
+  bool is_int = dt == TFG_DTYPE_I32 || dt == TFG_DTYPE_I64;
+  bool supported = dt == TFG_DTYPE_F32 || dt == TFG_DTYPE_F64 || (is_int && op != TFG_OP_POW) ||
+                   (cmp && dt == TFG_DTYPE_BOOL);
+  switch (op) {
+  case TFG_OP_ADD: case TFG_OP_SUB: case TFG_OP_MUL: case TFG_OP_DIV: case TFG_OP_POW:
+  case TFG_OP_MAXIMUM: case TFG_OP_MINIMUM: case TFG_OP_EQUAL: case TFG_OP_GREATER:
+    break;
+  default:
+    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s is not a binary op", tfg_kernel_op_name(op));
+  }
+  if (in[1].dtype != dt)
+    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "%s: input dtypes %s and %s differ",
+                           tfg_kernel_op_name(op), tfg_dtype_name(dt), tfg_dtype_name(in[1].dtype));
+  if (!supported || out->dtype != (cmp ? TFG_DTYPE_BOOL : dt))
+    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s on %s is not supported on the %s",
+                           tfg_kernel_op_name(op), tfg_dtype_name(dt), where);
+  if (!tfg_index_broadcast(ix, &out->shape, in, 2))
+    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "%s: inputs do not broadcast to the output", tfg_kernel_op_name(op));
+  return TFG_OK;
+}
+
+tfg_status tfg_kernel_check_where(tfg_kernel_ctx *ctx, const tfg_tensor *in, const tfg_tensor *out,
+                                  tfg_index_map *ix) {
+  if (in[0].dtype != TFG_DTYPE_BOOL)
+    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "where: the condition is %s, not bool", tfg_dtype_name(in[0].dtype));
+  if (in[1].dtype != out->dtype || in[2].dtype != out->dtype)
+    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "where: the value dtypes differ");
+  if (!tfg_index_broadcast(ix, &out->shape, in, 3))
+    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "where: inputs do not broadcast to the output");
+  return TFG_OK;
+}
+
+tfg_status tfg_kernel_transpose_strides(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
+                                        const tfg_tensor *out, int64_t *st) {
+  if (out->shape.rank != in[0].shape.rank || in[0].dtype != out->dtype)
+    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "transpose: output rank differs");
+  if (!tfg_index_transpose_strides(&in[0].shape, &out->shape, node->attrs.perm, st))
+    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "transpose: perm is not a permutation of the axes");
+  return TFG_OK;
+}
+
+tfg_status tfg_kernel_broadcast_strides(tfg_kernel_ctx *ctx, const tfg_tensor *in, const tfg_tensor *out,
+                                        int64_t *st) {
+  const tfg_shape *s = &in[0].shape;
+  int r = out->shape.rank;
+  if (s->rank > r || in[0].dtype != out->dtype)
+    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "broadcast: input rank exceeds the output's");
+  int bad = tfg_index_broadcast_strides(s, &out->shape, st);
+  if (bad >= 0)
+    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "broadcast: dim %lld cannot become %lld",
+                           (long long)tfg_index_aligned_dim(s, r, bad), (long long)out->shape.dim[bad]);
+  return TFG_OK;
+}
+
+tfg_status tfg_kernel_concat_rows(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
+                                  const tfg_tensor *out, int64_t *outer, int64_t *inner) {
+  int64_t axis = node->attrs.axis, total = 0;
+  const tfg_shape *os = &out->shape;
+  if (axis < 0 || axis >= os->rank)
+    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "concat: axis %lld is out of range", (long long)axis);
+  for (int q = 0; q < node->ninputs; q++) {
+    const tfg_shape *s = &in[q].shape;
+    bool ok = s->rank == os->rank && in[q].dtype == out->dtype;
+    for (int i = 0; ok && i < s->rank; i++) ok = i == axis || s->dim[i] == os->dim[i];
+    if (!ok) return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "concat: input %d does not match the output", q);
+    total += s->dim[axis];
+  }
+  if (total != os->dim[axis])
+    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "concat: the inputs' sizes along axis %lld sum to %lld, not %lld",
+                           (long long)axis, (long long)total, (long long)os->dim[axis]);
+  tfg_index_split(os, axis, (int64_t)tfg_dtype_size(out->dtype), outer, inner);
+  return TFG_OK;
+}
+
+tfg_status tfg_kernel_slice_rows(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
+                                 const tfg_tensor *out, int64_t *outer, int64_t *inner) {
+  const tfg_shape *s = &in[0].shape;
+  int64_t axis = node->attrs.axis, start = node->attrs.start, end = node->attrs.end;
+  if (axis < 0 || axis >= s->rank || start < 0 || end < start || end > s->dim[axis] || out->shape.rank != s->rank ||
+      out->shape.dim[axis] != end - start || in[0].dtype != out->dtype)
+    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "slice: [%lld, %lld) along axis %lld is out of range",
+                           (long long)start, (long long)end, (long long)axis);
+  tfg_index_split(s, axis, (int64_t)tfg_dtype_size(out->dtype), outer, inner);
+  return TFG_OK;
 }

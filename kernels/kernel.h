@@ -37,4 +37,52 @@ typedef struct tfg_kernel_ctx {
 tfg_status tfg_kernel_fail(tfg_kernel_ctx *ctx, tfg_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* The op's name ("add") for kernels' messages. Kernels do not depend on
+ * the op registry (compiler/ops.c) that points at them, so this is a
+ * table of their own. */
+const char *tfg_kernel_op_name(int op);
+
+/* kernels/index_math.h: inputs read at strides over an output shape. */
+typedef struct tfg_index_map tfg_index_map;
+
+/* The checks every backend's elementwise kernels make before computing,
+ * with the same messages ("... is not supported on the WHERE", WHERE
+ * naming the backend: "CPU", "GPU"), and for binary and where the
+ * broadcast of the inputs to out's shape in *ix (tfg_index_broadcast).
+ * TFG_OK, or the failure recorded in ctx and returned.
+ *   unary:  NEG EXP LOG SQRT RSQRT ABS RELU GELU TANH SIGMOID on f32/f64,
+ *           NEG ABS RELU also on i32/i64; out has in[0]'s dtype and size.
+ *   binary: ADD SUB MUL DIV POW MAXIMUM MINIMUM on f32/f64 (and, but POW,
+ *           on i32/i64); EQUAL GREATER on f32 f64 i32 i64 bool with a
+ *           bool out; both inputs of one dtype.
+ *   where:  a bool condition in[0]; in[1], in[2] of out's dtype. */
+tfg_status tfg_kernel_check_unary(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
+                                  const tfg_tensor *out, const char *where);
+tfg_status tfg_kernel_check_binary(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
+                                   const tfg_tensor *out, const char *where, tfg_index_map *ix);
+tfg_status tfg_kernel_check_where(tfg_kernel_ctx *ctx, const tfg_tensor *in, const tfg_tensor *out,
+                                  tfg_index_map *ix);
+
+/* The checks every backend's shape kernels make, with the same messages,
+ * and the reads they then do (kernels/index_math.h). TFG_OK, or the
+ * failure (TFG_ERR_SHAPE) recorded in ctx and returned.
+ *   transpose: st[i] = the in[0] stride (elements) output axis i reads,
+ *              output axis i being input axis attrs.perm[i];
+ *   broadcast: st[i] likewise for NumPy broadcasting (0 along a repeated
+ *              axis);
+ *   concat:    in[0..ninputs) joined along attrs.axis: out as *outer
+ *              rows, each input's part of a row its dim along the axis
+ *              times *inner bytes;
+ *   slice:     [attrs.start, attrs.end) of in[0] along attrs.axis: in[0]
+ *              as *outer rows of its dim along the axis times *inner
+ *              bytes. */
+tfg_status tfg_kernel_transpose_strides(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
+                                        const tfg_tensor *out, int64_t *st);
+tfg_status tfg_kernel_broadcast_strides(tfg_kernel_ctx *ctx, const tfg_tensor *in, const tfg_tensor *out,
+                                        int64_t *st);
+tfg_status tfg_kernel_concat_rows(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
+                                  const tfg_tensor *out, int64_t *outer, int64_t *inner);
+tfg_status tfg_kernel_slice_rows(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
+                                 const tfg_tensor *out, int64_t *outer, int64_t *inner);
+
 #endif

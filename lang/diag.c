@@ -64,6 +64,11 @@ void tfg_diag_free(tfg_diag *d) {
 
 const tfg_source *tfg_diag_add_source(tfg_diag *d, const char *name, const char *text,
                                       size_t len) {
+  return tfg_diag_add_source_at(d, name, text, len, 0);
+}
+
+const tfg_source *tfg_diag_add_source_at(tfg_diag *d, const char *name, const char *text,
+                                         size_t len, uint32_t first_line) {
   if (len > TFG_SOURCE_MAX_BYTES) {
     tfg_diag_error(d, NULL, "%s: file is too large (%zu bytes; the limit is %u)", name, len,
                    TFG_SOURCE_MAX_BYTES);
@@ -78,6 +83,7 @@ const tfg_source *tfg_diag_add_source(tfg_diag *d, const char *name, const char 
   s->name = nm;
   s->text = copy;
   s->len = (uint32_t)len;
+  s->line_base = first_line;
 
   /* Line table, computed once: diagnostics and the lexer's EOF location
    * look lines up by offset in O(log n). */
@@ -137,7 +143,7 @@ void tfg_source_position(const tfg_source *src, uint32_t off, uint32_t *line, ui
     uint32_t mid = lo + (hi - lo) / 2;
     if (src->line_starts[mid] <= off) lo = mid; else hi = mid;
   }
-  *line = lo + 1;
+  *line = lo + 1 + src->line_base;
   *col = off - src->line_starts[lo] + 1;
 }
 
@@ -148,9 +154,9 @@ tfg_loc tfg_source_loc(const tfg_source *src, uint32_t off, uint32_t len) {
 }
 
 uint32_t tfg_loc_display_col(const tfg_loc *loc) {
-  if (!loc->src || loc->line == 0) return loc->col;
+  if (!loc->src || loc->line <= loc->src->line_base) return loc->col;
   tfg_source *src = (tfg_source *)loc->src; /* the cache is not part of its value */
-  uint32_t start = src->line_starts[loc->line - 1], from = start, width = 0;
+  uint32_t start = src->line_starts[loc->line - 1 - src->line_base], from = start, width = 0;
   if (src->cache_line == loc->line && src->cache_off <= loc->off) {
     from = src->cache_off;
     width = src->cache_width;
@@ -279,9 +285,10 @@ static size_t char_start(const char *s, size_t lo, size_t i) {
 
 static void render_snippet(tfg_strbuf *b, const tfg_loc *loc, bool color) {
   const tfg_source *src = loc->src;
-  if (loc->line == 0 || loc->line > src->nlines) return;
-  size_t ls = src->line_starts[loc->line - 1];
-  size_t le = loc->line < src->nlines ? src->line_starts[loc->line] - 1 : src->len;
+  if (loc->line <= src->line_base || loc->line - src->line_base > src->nlines) return;
+  uint32_t li = loc->line - src->line_base; /* 1-based within the source */
+  size_t ls = src->line_starts[li - 1];
+  size_t le = li < src->nlines ? src->line_starts[li] - 1 : src->len;
   if (le > ls && src->text[le - 1] == '\r') le--;
   size_t off = loc->off < ls ? ls : loc->off > le ? le : loc->off;
   size_t end = loc->off + loc->len > le ? le : loc->off + loc->len;

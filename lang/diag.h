@@ -37,6 +37,11 @@ typedef struct tfg_source {
   uint32_t len;
   uint32_t *line_starts; /* byte offset of each line's first byte */
   uint32_t nlines;
+  /* Lines numbered before this source's first: 0 for a file. The REPL's
+   * inputs are separate sources whose numbering continues from input to
+   * input, so an error reads <stdin>:N:col with N the session's line. A
+   * tfg_loc's line counts it in; line_starts is indexed without it. */
+  uint32_t line_base;
   /* The last display-column query (tfg_loc_display_col): later offsets on
    * the same line count on from it, so columns along a long line cost
    * O(line), not O(line) each. Only the thread rendering diagnostics or
@@ -75,6 +80,9 @@ const tfg_source *tfg_diag_load_named(tfg_diag *d, const char *path, const char 
  * records an error when len exceeds TFG_SOURCE_MAX_BYTES. */
 const tfg_source *tfg_diag_add_source(tfg_diag *d, const char *name, const char *text,
                                       size_t len);
+/* The same, its lines numbered from first_line + 1 (line_base). */
+const tfg_source *tfg_diag_add_source_at(tfg_diag *d, const char *name, const char *text,
+                                         size_t len, uint32_t first_line);
 
 /* Line and byte column (both 1-based) of byte offset off in src. */
 void tfg_source_position(const tfg_source *src, uint32_t off, uint32_t *line, uint32_t *col);

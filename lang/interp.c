@@ -1486,35 +1486,100 @@ tfg_dsref *tfg_interp_add_dataset(tfg_interp *I, tfg_dataset *ds, const char *pa
   return r;
 }
 
-tfg_status tfg_interp_eval(tfg_interp *I, const tfg_source *src, const tfg_ast *prog) {
-  if (!I->main.path) {
-    I->main.path = src->name;
+/* Makes src the source being evaluated: relative paths (data files,
+ * imports, checkpoints) start beside its file; the REPL's inputs
+ * (<stdin>) start in the working directory. A fn keeps the folder of the
+ * source that defined it (fn->dir), so a later call still reads its files. */
+static void enter_source(tfg_interp *I, const tfg_source *src) {
+  if (!I->main.path) I->main.path = src->name;
+  if (src != I->main_src) { /* once per source, not per statement */
+    I->main_src = src;
     I->main.dir = strcmp(src->name, "<stdin>") == 0 ? "." : dirname_of(I, src->name);
   }
   I->dir = I->main.dir;
+}
+
+tfg_interp_mark tfg_interp_mark_now(const tfg_interp *I) {
+  return (tfg_interp_mark){.nodes = I->prog.graph->nnodes, .params = I->prog.nparams, .feeds = I->prog.nfeeds,
+                           .actions = I->prog.nactions, .taken = I->ntaken, .binds = I->main.env.n,
+                           .modules = I->nmodules, .datasets = I->ndatasets};
+}
+
+void tfg_interp_rollback(tfg_interp *I, const tfg_interp_mark *m) {
+  TFG_ASSERT(m->nodes <= I->prog.graph->nnodes && m->binds <= I->main.env.n);
+  tfg_graph_truncate(I->prog.graph, m->nodes);
+  I->prog.nparams = m->params < I->prog.nparams ? m->params : I->prog.nparams;
+  I->prog.nactions = m->actions < I->prog.nactions ? m->actions : I->prog.nactions;
+  I->prog.nfeeds = m->feeds < I->prog.nfeeds ? m->feeds : I->prog.nfeeds;
+  if (I->ntaken > m->taken) {
+    I->ntaken = m->taken;
+    reindex_taken(I);
+    clear_suffixes(I);
+  }
+  env_truncate(&I->main.env, m->binds);
+  /* A module imported since the mark may hold values that point at the
+   * nodes just removed: forget it, so the next import evaluates it again. */
+  while (I->nmodules > m->modules) env_free(&I->modules[--I->nmodules]->env);
+  /* Datasets loaded since are referenced only by what was just undone. */
+  while (I->ndatasets > m->datasets) tfg_data_free(I->datasets[--I->ndatasets]->ds);
+}
+
+/* Evaluates expression e with errors unwinding back here (see guarded_stmt). */
+static tfg_status guarded_expr(tfg_interp *I, tfg_env *env, const tfg_ast *e, tfg_value *out) {
+  jmp_buf here, *outer = I->fail;
+  I->fail = &here;
+  tfg_status st = TFG_OK;
+  if (setjmp(here) == 0) *out = tfg_interp_expr(I, env, e);
+  else st = I->status;
+  I->fail = outer;
+  return st;
+}
+
+tfg_status tfg_interp_eval_stmt(tfg_interp *I, const tfg_source *src, const tfg_ast *s, tfg_value *value) {
+  enter_source(I, src);
+  /* What a failed statement must not leave behind. */
+  tfg_interp_mark m = tfg_interp_mark_now(I);
+  I->depth = 0;
+  I->call_depth = 0;
+  I->device = (tfg_devspec){0};
+  tfg_value v = {.kind = TFG_V_NONE};
+  tfg_status st = s->kind == TFG_AST_EXPR_STMT ? guarded_expr(I, &I->main.env, s->a, &v)
+                                               : guarded_stmt(I, &I->main.env, s);
+  if (st != TFG_OK) {
+    tfg_interp_rollback(I, &m);
+    v = (tfg_value){.kind = TFG_V_NONE};
+  }
+  if (value) *value = v;
+  return st;
+}
+
+tfg_status tfg_interp_eval(tfg_interp *I, const tfg_source *src, const tfg_ast *prog) {
   for (const tfg_ast *s = prog->list.head; s; s = s->next) {
-    /* What a failed statement must not leave behind. */
-    int32_t nodes = I->prog.graph->nnodes, params = I->prog.nparams, actions = I->prog.nactions,
-            feeds = I->prog.nfeeds, taken = I->ntaken, binds = I->main.env.n;
-    I->depth = 0;
-    I->call_depth = 0;
-    I->device = (tfg_devspec){0};
-    tfg_status st = guarded_stmt(I, &I->main.env, s);
-    if (st != TFG_OK) {
-      tfg_graph_truncate(I->prog.graph, nodes);
-      I->prog.nparams = params;
-      I->prog.nactions = actions;
-      I->prog.nfeeds = feeds;
-      if (I->ntaken != taken) {
-        I->ntaken = taken;
-        reindex_taken(I);
-        clear_suffixes(I);
-      }
-      env_truncate(&I->main.env, binds);
-      return st;
-    }
+    tfg_status st = tfg_interp_eval_stmt(I, src, s, NULL);
+    if (st != TFG_OK) return st;
   }
   return TFG_OK;
+}
+
+/* Calls fn once per name that env and its parents make visible, the
+ * newest binding of each (a rebinding shadows the older one). */
+static void each_name(tfg_env *e, tfg_interp_name_fn fn, void *ctx) {
+  for (; e; e = e->parent)
+    for (int32_t i = e->n - 1; i >= 0; i--)
+      if (env_find_local(e, e->entries[i].name) == &e->entries[i].value) fn(ctx, e->entries[i].name, &e->entries[i].value);
+}
+
+void tfg_interp_names(tfg_interp *I, const char *module, tfg_interp_name_fn fn, void *ctx) {
+  if (!module) {
+    each_name(&I->main.env, fn, ctx);
+    return;
+  }
+  tfg_value *v = env_find(&I->main.env, module);
+  if (v && v->kind == TFG_V_MODULE) {
+    tfg_env *e = &v->u.module->env;
+    for (int32_t i = e->n - 1; i >= 0; i--)
+      if (env_find_local(e, e->entries[i].name) == &e->entries[i].value) fn(ctx, e->entries[i].name, &e->entries[i].value);
+  }
 }
 
 tfg_status tfg_interp_finish(tfg_interp *I) {

@@ -147,15 +147,46 @@ tfg_interp *tfg_interp_new(tfg_diag *diag, const tfg_interp_opts *o);
 void tfg_interp_free(tfg_interp *in);
 /* Evaluates the statements of prog (parsed from src) in the session's
  * global scope. Returns TFG_OK, or the status of the first error (its
- * diagnostic in the sink); on error the graph, params and actions are as
- * they were before the failing statement. */
+ * diagnostic in the sink); on error the session is as it was before the
+ * failing statement (tfg_interp_eval_stmt). Relative paths in src start
+ * beside its file (the working directory for "<stdin>"). */
 tfg_status tfg_interp_eval(tfg_interp *in, const tfg_source *src, const tfg_ast *prog);
+/* Evaluates one top-level statement s of a program parsed from src. For
+ * an expression statement *value (when value is not NULL) gets the
+ * expression's value; for any other statement, or on error, none. On
+ * error the session is exactly as it was before s: no node, param,
+ * input, action, binding, param name, module or dataset of s is left. */
+tfg_status tfg_interp_eval_stmt(tfg_interp *in, const tfg_source *src, const tfg_ast *s, tfg_value *value);
+
+/* A point in a session to return to. The REPL takes one before each
+ * input and rolls back to it when the input is rejected (a later
+ * statement of it failed, or it failed at run time), and after a bare
+ * expression has been shown, so that neither leaves anything behind. */
+typedef struct tfg_interp_mark {
+  int32_t nodes, params, feeds, actions, taken, binds, modules, datasets;
+} tfg_interp_mark;
+
+tfg_interp_mark tfg_interp_mark_now(const tfg_interp *in);
+/* Undoes everything evaluated since m was taken: graph nodes, params,
+ * inputs, actions, global bindings, param names, and the modules and
+ * datasets loaded since (freed). m must be from this session, and no
+ * rollback to an earlier mark may have happened since. */
+void tfg_interp_rollback(tfg_interp *in, const tfg_interp_mark *m);
+
+/* Calls fn(ctx, name, value) once per name visible at top level (the
+ * session's bindings, newest first, then builtins and dtype names), or
+ * with module set, once per top-level name of the module the session
+ * binds to that name (nothing when it names none). For completion. */
+typedef void (*tfg_interp_name_fn)(void *ctx, const char *name, const tfg_value *v);
+void tfg_interp_names(tfg_interp *in, const char *module, tfg_interp_name_fn fn, void *ctx);
 /* Checks what can only be checked once the whole program is built: every
  * --set named a top-level let. */
 tfg_status tfg_interp_finish(tfg_interp *in);
 /* The program built so far; later stages (autodiff) add nodes to its graph. */
 tfg_program *tfg_interp_program(tfg_interp *in);
 
+/* The kind of a value in words ("an integer", "a tensor"), for messages. */
+const char *tfg_vkind_name(tfg_vkind k);
 /* Renders a build-time value as the REPL and print show it. */
 void tfg_value_format(const tfg_value *v, const tfg_graph *g, tfg_strbuf *out);
 

@@ -75,6 +75,7 @@ struct tfg_interp {
   tfg_program prog;
   int32_t cap_actions, cap_params, cap_feeds;
   tfg_module main;
+  const tfg_source *main_src; /* the source main's statements come from now */
   tfg_module **modules; /* imported, by path */
   int nmodules;
   tfg_dsref **datasets;
@@ -117,7 +118,6 @@ _Noreturn void tfg_interp_unwind(struct tfg_interp *I, tfg_status s);
 tfg_value tfg_val_int(int64_t i);
 tfg_value tfg_val_float(double f);
 tfg_value tfg_val_tensor(tfg_node_id id);
-const char *tfg_vkind_name(tfg_vkind k);
 /* A string copied into the session arena. */
 const char *tfg_interp_strdup(struct tfg_interp *I, const char *s, size_t n);
 

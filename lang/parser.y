@@ -34,6 +34,7 @@ typedef struct tfg_parser {
   tfg_token prev; /* the token before it */
   tfg_ast *result;
   int nsyntax;    /* syntax errors reported */
+  size_t errors_before; /* errors in the sink when the parse began */
   bool first_error_at_eof;
 } tfg_parser;
 }
@@ -456,7 +457,13 @@ static void after_prev(const tfg_parser *P, tfg_strbuf *b) {
 static void tfg_parse_report(tfg_parser *P, const yypcontext_t *ctx) {
   const tfg_token *la = &P->la;
   tfg_loc loc = *yypcontext_location(ctx);
-  if (P->nsyntax == 0) P->first_error_at_eof = la->kind == TFG_TOK_END;
+  /* Unfinished rather than wrong: the first error of all is the end of
+   * the input. A lexical error before it (an unterminated string, a stray
+   * byte) is wrong whatever follows, so more input would not help. */
+  if (P->nsyntax == 0)
+    P->first_error_at_eof = la->kind == TFG_TOK_END && !P->lex.stopped &&
+                            tfg_diag_error_count(P->diag) == P->errors_before &&
+                            !tfg_diag_limit_reached(P->diag);
   P->nsyntax++;
 
   /* A lexical error in this statement was already reported; a syntax
@@ -594,6 +601,7 @@ tfg_status tfg_parse(const tfg_source *src, tfg_diag *diag, tfg_arena *arena, tf
   P.ast.diag = diag;
   tfg_lexer_init(&P.lex, src, diag, arena);
   size_t errors_before = tfg_diag_error_count(diag);
+  P.errors_before = errors_before;
   int rc = tfg_yyparse(&P);
   tfg_lexer_free(&P.lex);
   bool failed = rc != 0 || P.nsyntax > 0 || tfg_diag_error_count(diag) > errors_before ||

@@ -1,20 +1,33 @@
 /* runtime/backend.c: the backend registration: which backend runs a
- * device, what GPUs the machine has, and what the build supports.
+ * device, which collective runs a group of devices, what GPUs the machine
+ * has, and what the build supports.
  *
  * This is the one file outside kernels/cuda/ and runtime/backend_cuda.c
- * that asks whether the build has CUDA (`#if TFG_BUILD_CUDA`,
- * ARCHITECTURE.md convention 7); it includes no CUDA header. Everything
- * else (the executor, `tfg devices`, `tfg version`) goes through the
- * functions here, so a build without CUDA differs only in this file's
- * answers. */
+ * that asks whether the build has CUDA or NCCL (`#if TFG_BUILD_CUDA`,
+ * `#if TFG_BUILD_NCCL`: ARCHITECTURE.md convention 7); it includes no
+ * CUDA header. Everything else (the executor, `tfg devices`, `tfg
+ * version`) goes through the functions here, so a build without CUDA or
+ * NCCL differs only in this file's answers. */
 #include <stdio.h>
+#include <stdlib.h>
 
+#include "base/assert.h"
 #include "runtime/backend.h"
+#include "runtime/collective.h"
 #if TFG_BUILD_CUDA
 #include "runtime/backend_cuda.h"
 #endif
 
+/* NCCL comes with CUDA only (the Makefile's NCCL switch, on by default
+ * where nccl.h is found). */
+#if TFG_BUILD_CUDA && TFG_BUILD_NCCL
+#define HAVE_NCCL 1
+#else
+#define HAVE_NCCL 0
+#endif
+
 #define NO_CUDA_BUILD "this build of tfg has no CUDA backend"
+#define NO_NCCL_BUILD "this build of tfg has no NCCL"
 
 int tfg_backend_probe_gpus(const tfg_gpu_info **info, const char **why, const char **detail) {
 #if TFG_BUILD_CUDA
@@ -87,6 +100,52 @@ tfg_backend *tfg_backend_new(const tfg_device *dev, const tfg_backend_opts *o, t
   tfg_strbuf_puts(why, "unknown device kind");
   return NULL;
 }
+
+/* ---- collectives --------------------------------------------------------------- */
+
+tfg_coll *tfg_coll_nccl_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why) {
+#if HAVE_NCCL
+  return tfg_backend_cuda_nccl_new(nranks, b, s, why);
+#else
+  (void)nranks;
+  (void)b;
+  (void)s;
+  tfg_strbuf_puts(why, NO_NCCL_BUILD);
+  return NULL;
+#endif
+}
+
+/* tfg_coll_ring_new as a tfg_coll_new_fn (it cannot fail). */
+static tfg_coll *ring_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why) {
+  (void)why;
+  return tfg_coll_ring_new(nranks, b, s);
+}
+
+tfg_coll *tfg_coll_new_for(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why) {
+  TFG_ASSERT(nranks >= 1 && b && s);
+  const tfg_device **dev = malloc((size_t)nranks * sizeof *dev);
+  int *group = malloc((size_t)nranks * sizeof *group);
+  TFG_ASSERT(dev && group);
+  for (int r = 0; r < nranks; r++) {
+    dev[r] = b[r]->device;
+    group[r] = dev[r]->physical;
+  }
+  tfg_coll_algo leaders;
+  tfg_coll *c = NULL;
+  switch (tfg_coll_choose(nranks, dev, HAVE_NCCL, &leaders, why)) {
+  case TFG_COLL_ALGO_RING: c = tfg_coll_ring_new(nranks, b, s); break;
+  case TFG_COLL_ALGO_NCCL: c = tfg_coll_nccl_new(nranks, b, s, why); break;
+  case TFG_COLL_ALGO_HIER:
+    c = tfg_coll_hier_new(nranks, b, s, group, leaders == TFG_COLL_ALGO_NCCL ? tfg_coll_nccl_new : ring_new, why);
+    break;
+  case TFG_COLL_ALGO_REFUSED: break;
+  }
+  free(dev);
+  free(group);
+  return c;
+}
+
+/* ---- the build ------------------------------------------------------------------ */
 
 void tfg_backend_build_info(tfg_strbuf *out) {
 #if TFG_BUILD_CUDA

@@ -8,6 +8,7 @@
 #define TFG_BACKEND_CUDA_H
 
 #include "runtime/backend.h"
+#include "runtime/collective.h"
 
 /* A CUDA backend for the logical device dev (a TFG_DEVICE_CUDA entry whose
  * dev->physical the probe found), or NULL with the reason appended to
@@ -19,6 +20,10 @@ tfg_backend *tfg_backend_cuda_new(const tfg_device *dev, const tfg_backend_opts 
  * tfg_backend_probe_free give in a build with CUDA. */
 int tfg_backend_cuda_probe(const tfg_gpu_info **info, const char **why, const char **detail);
 int64_t tfg_backend_cuda_free_memory(int k);
+
+/* runtime/collective.h's tfg_coll_nccl_new in a build with NCCL
+ * (TFG_BUILD_NCCL=1; defined only there). */
+tfg_coll *tfg_backend_cuda_nccl_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why);
 
 /* "cuda: on (...)", "cudnn: ...", "nccl: ..." lines for `tfg version`. */
 void tfg_backend_cuda_build_info(tfg_strbuf *out);

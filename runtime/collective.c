@@ -1,7 +1,12 @@
-/* runtime/collective.c: the built-in ring all-reduce (runtime/collective.h),
+/* runtime/collective.c: the built-in collectives of runtime/collective.h,
  * written only against the backend vtable (reduce_peer, copy_peer and
- * events), so the same code drives host devices and, later, logical
- * devices sharing one GPU.
+ * events), so the same code drives host devices and logical devices
+ * sharing one GPU: the ring all-reduce, the hierarchical all-reduce that
+ * combines a reduction within each GPU with a collective among the GPUs'
+ * leaders (NCCL's, which lives with the CUDA backend), and the choice
+ * between them (tfg_coll_choose; runtime/backend.c applies it).
+ *
+ * ---- the ring ----
  *
  * The algorithm (the classic chunked ring, as in Baidu's ring all-reduce
  * and NCCL's ring). Rank i's predecessor is i - 1 and its successor i + 1
@@ -50,6 +55,7 @@
  * wait on them, and so on around the ring: every rank's synchronize
  * returns an error instead of hanging. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "base/assert.h"
@@ -130,13 +136,17 @@ static void queue_chunk(ring *g, const layout *L, int r, int c, bool reduce, tfg
   }
 }
 
-/* See the top for the schedule and why it is queued step by step. */
-static void ring_allreduce(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
-                           tfg_coll_op op) {
+/* See the top for the schedule and why it is queued step by step. The
+ * last reduce-scatter step multiplies by last_scale. */
+static void ring_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                                  double last_scale) {
   ring *g = ring_of(c);
   int R = g->nranks;
   TFG_ASSERT(nseg >= 0 && (nseg == 0 || (bufs && counts)));
-  if (R == 1) return; /* the sum (and the mean) of one value is the value */
+  if (R == 1) { /* the sum (and the mean) of one value is the value */
+    TFG_ASSERT(last_scale == 1.0);
+    return;
+  }
   size_t *off = malloc(((size_t)nseg + 1) * sizeof *off);
   TFG_ASSERT(off != NULL);
   off[0] = 0;
@@ -150,7 +160,6 @@ static void ring_allreduce(tfg_coll *c, void *const *bufs, const size_t *counts,
    * reaches reduce_peer, which fails the streams (an error the caller
    * sees at synchronize) rather than an abort here. */
   layout L = {bufs, off, nseg, tfg_dtype_size(dt)};
-  double last_scale = op == TFG_COLL_MEAN ? 1.0 / R : 1.0;
 
   for (int r = 0; r < R; r++) g->b[r]->i.event_record(g->b[r], g->s[r], g->start[r]);
   for (int S = 0; S < g->nsteps; S++) {
@@ -178,6 +187,11 @@ static void ring_allreduce(tfg_coll *c, void *const *bufs, const size_t *counts,
   free(off);
 }
 
+static void ring_allreduce(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                           tfg_coll_op op) {
+  ring_allreduce_scaled(c, bufs, counts, nseg, dt, op == TFG_COLL_MEAN ? 1.0 / c->nranks : 1.0);
+}
+
 /* Frees the events: operations still queued on them keep them alive on
  * backends that refcount them (host), and on CUDA freeing an event with
  * pending work is allowed too, so the streams need not be drained. */
@@ -199,6 +213,7 @@ static void ring_free(tfg_coll *c) {
 static const tfg_coll_i ring_i = {
     .name = ring_name,
     .allreduce = ring_allreduce,
+    .allreduce_scaled = ring_allreduce_scaled,
     .free = ring_free,
 };
 
@@ -229,4 +244,258 @@ tfg_coll *tfg_coll_ring_new(int nranks, tfg_backend *const *b, tfg_stream *const
   c->nranks = nranks;
   c->ctx = g;
   return c;
+}
+
+/* ---- the hierarchical all-reduce --------------------------------------------------
+ * (collective.h gives the three phases.) Events, made once per
+ * communicator and recorded again by every call, as in the ring: a
+ * member's "start" (its data is ready: the leader may read it) and
+ * "copied" (it has read the leader's result: the leader's buffer is its
+ * own again), a leader's "ready" (its group's result is final). Each wait
+ * is queued after the record it means in the same call, and before the
+ * next call records that event again. */
+
+typedef struct hier {
+  int nranks, ngroups;
+  tfg_backend **b;
+  tfg_stream **s;
+  int *lead;          /* [nranks]: the leader of rank r's group (r itself for a leader) */
+  int *leaders;       /* [ngroups]: the leaders, in rank order */
+  bool *has_members;  /* [nranks]: rank r leads a group of more than one */
+  tfg_coll *inter;    /* among the leaders; NULL with one group */
+  tfg_event **start;  /* [nranks]: members' */
+  tfg_event **copied; /* [nranks]: members' */
+  tfg_event **ready;  /* [nranks]: leaders' of groups with members */
+  char name[32];
+} hier;
+
+static const char *hier_name(tfg_coll *c) { return ((hier *)c->ctx)->name; }
+
+/* Queues, on leader L's stream, its group's sum (see the top). With one
+ * group the last addition of each segment multiplies by scale. */
+static void hier_reduce_group(hier *h, int L, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                              double scale) {
+  tfg_backend *lb = h->b[L];
+  int last = L;
+  for (int m = L + 1; m < h->nranks; m++)
+    if (h->lead[m] == L) last = m;
+  for (int m = L + 1; m <= last; m++) {
+    if (h->lead[m] != L) continue;
+    lb->i.event_wait(lb, h->s[L], h->start[m]);
+    double sc = h->ngroups == 1 && m == last ? scale : 1.0;
+    for (int k = 0; k < nseg; k++)
+      if (counts[k])
+        lb->i.reduce_peer(lb, h->s[L], bufs[(size_t)L * (size_t)nseg + (size_t)k], h->b[m],
+                          bufs[(size_t)m * (size_t)nseg + (size_t)k], counts[k], dt, sc);
+  }
+}
+
+static void hier_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                                  double scale) {
+  hier *h = c->ctx;
+  int R = h->nranks;
+  TFG_ASSERT(nseg >= 0 && (nseg == 0 || (bufs && counts)));
+  size_t n = 0;
+  for (int k = 0; k < nseg; k++) n += counts[k];
+  if (R == 1) {
+    TFG_ASSERT(scale == 1.0);
+    return;
+  }
+  if (n == 0) return;
+  size_t esize = tfg_dtype_size(dt);
+  /* 1. Members' data is ready; each leader sums its group. */
+  for (int r = 0; r < R; r++)
+    if (h->lead[r] != r) h->b[r]->i.event_record(h->b[r], h->s[r], h->start[r]);
+  for (int g = 0; g < h->ngroups; g++)
+    if (h->has_members[h->leaders[g]]) hier_reduce_group(h, h->leaders[g], bufs, counts, nseg, dt, scale);
+  /* 2. The leaders' all-reduce of the groups' sums, scaled once. */
+  if (h->inter) {
+    void **lbufs = malloc(((size_t)h->ngroups * (size_t)nseg + 1) * sizeof *lbufs);
+    TFG_ASSERT(lbufs != NULL);
+    for (int g = 0; g < h->ngroups; g++)
+      for (int k = 0; k < nseg; k++)
+        lbufs[(size_t)g * (size_t)nseg + (size_t)k] = bufs[(size_t)h->leaders[g] * (size_t)nseg + (size_t)k];
+    h->inter->i.allreduce_scaled(h->inter, lbufs, counts, nseg, dt, scale);
+    free(lbufs); /* the collectives resolve their pointers when they queue */
+  }
+  /* 3. Every member copies its leader's result; the leader waits for them. */
+  for (int g = 0; g < h->ngroups; g++) {
+    int L = h->leaders[g];
+    if (h->has_members[L]) h->b[L]->i.event_record(h->b[L], h->s[L], h->ready[L]);
+  }
+  for (int m = 0; m < R; m++) {
+    int L = h->lead[m];
+    if (L == m) continue;
+    tfg_backend *mb = h->b[m];
+    mb->i.event_wait(mb, h->s[m], h->ready[L]);
+    for (int k = 0; k < nseg; k++)
+      if (counts[k])
+        mb->i.copy_peer(mb, h->s[m], bufs[(size_t)m * (size_t)nseg + (size_t)k], h->b[L],
+                        bufs[(size_t)L * (size_t)nseg + (size_t)k], counts[k] * esize);
+    mb->i.event_record(mb, h->s[m], h->copied[m]);
+  }
+  for (int m = 0; m < R; m++) {
+    int L = h->lead[m];
+    if (L != m) h->b[L]->i.event_wait(h->b[L], h->s[L], h->copied[m]);
+  }
+}
+
+static void hier_allreduce(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                           tfg_coll_op op) {
+  hier_allreduce_scaled(c, bufs, counts, nseg, dt, op == TFG_COLL_MEAN ? 1.0 / c->nranks : 1.0);
+}
+
+/* Frees the leaders' collective and the events (queued work keeps what it
+ * still needs alive, as in ring_free). */
+static void hier_destroy(hier *h) {
+  if (h->inter) h->inter->i.free(h->inter);
+  for (int r = 0; r < h->nranks; r++) {
+    tfg_event *ev[3] = {h->start[r], h->copied[r], h->ready[r]};
+    for (int i = 0; i < 3; i++)
+      if (ev[i]) h->b[r]->i.event_free(h->b[r], ev[i]);
+  }
+  free(h->start);
+  free(h->copied);
+  free(h->ready);
+  free(h->lead);
+  free(h->leaders);
+  free(h->has_members);
+  free(h->b);
+  free(h->s);
+  free(h);
+}
+
+static void hier_free(tfg_coll *c) {
+  if (!c) return;
+  hier_destroy(c->ctx);
+  free(c);
+}
+
+static const tfg_coll_i hier_i = {
+    .name = hier_name,
+    .allreduce = hier_allreduce,
+    .allreduce_scaled = hier_allreduce_scaled,
+    .free = hier_free,
+};
+
+tfg_coll *tfg_coll_hier_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, const int *group,
+                            tfg_coll_new_fn leaders, tfg_strbuf *why) {
+  TFG_ASSERT(nranks >= 1 && b && s && group && leaders);
+  hier *h = calloc(1, sizeof *h);
+  TFG_ASSERT(h != NULL);
+  size_t R = (size_t)nranks;
+  h->nranks = nranks;
+  h->b = malloc(R * sizeof *h->b);
+  h->s = malloc(R * sizeof *h->s);
+  h->lead = malloc(R * sizeof *h->lead);
+  h->leaders = malloc(R * sizeof *h->leaders);
+  h->has_members = calloc(R, sizeof *h->has_members);
+  h->start = calloc(R, sizeof *h->start);
+  h->copied = calloc(R, sizeof *h->copied);
+  h->ready = calloc(R, sizeof *h->ready);
+  TFG_ASSERT(h->b && h->s && h->lead && h->leaders && h->has_members && h->start && h->copied && h->ready);
+  for (int r = 0; r < nranks; r++) {
+    h->b[r] = b[r];
+    h->s[r] = s[r];
+    h->lead[r] = r;
+    for (int q = 0; q < r; q++)
+      if (group[q] == group[r]) {
+        h->lead[r] = q;
+        break;
+      }
+    if (h->lead[r] == r)
+      h->leaders[h->ngroups++] = r;
+    else
+      h->has_members[h->lead[r]] = true;
+  }
+  if (h->ngroups > 1) {
+    tfg_backend **lb = malloc((size_t)h->ngroups * sizeof *lb);
+    tfg_stream **ls = malloc((size_t)h->ngroups * sizeof *ls);
+    TFG_ASSERT(lb && ls);
+    for (int g = 0; g < h->ngroups; g++) {
+      lb[g] = b[h->leaders[g]];
+      ls[g] = s[h->leaders[g]];
+    }
+    h->inter = leaders(h->ngroups, lb, ls, why);
+    free(lb);
+    free(ls);
+    if (!h->inter) {
+      hier_destroy(h);
+      return NULL;
+    }
+    TFG_ASSERT(h->inter->nranks == h->ngroups && h->inter->i.allreduce_scaled != NULL);
+  }
+  for (int r = 0; r < nranks; r++) {
+    if (h->lead[r] != r) {
+      h->start[r] = b[r]->i.event_create(b[r]);
+      h->copied[r] = b[r]->i.event_create(b[r]);
+    } else if (h->has_members[r]) {
+      h->ready[r] = b[r]->i.event_create(b[r]);
+    }
+  }
+  snprintf(h->name, sizeof h->name, "hier+%s", h->inter ? h->inter->i.name(h->inter) : "none");
+  tfg_coll *c = calloc(1, sizeof *c);
+  TFG_ASSERT(c != NULL);
+  c->i = hier_i;
+  c->nranks = nranks;
+  c->ctx = h;
+  return c;
+}
+
+/* ---- the choice ------------------------------------------------------------------ */
+
+const char *tfg_coll_algo_name(tfg_coll_algo a) {
+  switch (a) {
+  case TFG_COLL_ALGO_RING: return "ring";
+  case TFG_COLL_ALGO_NCCL: return "nccl";
+  case TFG_COLL_ALGO_HIER: return "hier";
+  case TFG_COLL_ALGO_REFUSED: return "refused";
+  }
+  return "?";
+}
+
+static bool on_host(const tfg_device *d) { return d->kind == TFG_DEVICE_CPU || d->kind == TFG_DEVICE_HOST; }
+
+tfg_coll_algo tfg_coll_choose(int nranks, const tfg_device *const *dev, bool nccl, tfg_coll_algo *leaders,
+                              tfg_strbuf *why) {
+  TFG_ASSERT(nranks >= 1 && dev);
+  tfg_coll_algo a = TFG_COLL_ALGO_RING, inter = TFG_COLL_ALGO_RING;
+  const tfg_device *host = NULL, *gpu = NULL;
+  for (int r = 0; r < nranks; r++) {
+    if (dev[r]->kind == TFG_DEVICE_SIM) {
+      tfg_strbuf_printf(why, "%s is a sim device (%s), for tfg place and tfg plan only", dev[r]->name,
+                        dev[r]->hardware);
+      a = TFG_COLL_ALGO_REFUSED;
+      goto done;
+    }
+    if (on_host(dev[r]) && !host) host = dev[r];
+    if (dev[r]->kind == TFG_DEVICE_CUDA && !gpu) gpu = dev[r];
+  }
+  if (nranks == 1 || !gpu) goto done; /* one rank is a no-op; host devices: the ring */
+  if (host) {
+    tfg_strbuf_printf(why,
+                      "%s is a host device (%s) and %s a CUDA device (%s): no collective spans the two kinds "
+                      "(put every rank of the group on host devices, or every one on GPUs)",
+                      host->name, host->hardware, gpu->name, gpu->hardware);
+    a = TFG_COLL_ALGO_REFUSED;
+    goto done;
+  }
+  /* All CUDA: how many physical GPUs, and whether one holds several ranks. */
+  int gpus = 0;
+  for (int r = 0; r < nranks; r++) {
+    bool first = true;
+    for (int q = 0; q < r && first; q++) first = dev[q]->physical != dev[r]->physical;
+    gpus += first;
+  }
+  if (gpus == 1) /* logical devices of one GPU: NCCL refuses two ranks on one GPU */
+    a = TFG_COLL_ALGO_RING;
+  else if (gpus == nranks) /* one rank per GPU; without NCCL the ring, over peer access */
+    a = nccl ? TFG_COLL_ALGO_NCCL : TFG_COLL_ALGO_RING;
+  else {
+    a = TFG_COLL_ALGO_HIER;
+    inter = nccl ? TFG_COLL_ALGO_NCCL : TFG_COLL_ALGO_RING;
+  }
+done:
+  if (leaders) *leaders = a == TFG_COLL_ALGO_HIER ? inter : a;
+  return a;
 }

@@ -1,11 +1,13 @@
 /* runtime/collective.h: collectives across a group of devices, behind one
  * interface that every implementation fills (modeled on the backend
- * vtable): the built-in ring over backends (host devices today; logical
- * devices that share one GPU later), NCCL across physical GPUs, MPI
- * across processes.
+ * vtable): the built-in ring over backends (host devices, logical devices
+ * that share one GPU), NCCL across physical GPUs, the two combined
+ * hierarchically, MPI across processes (later).
  *
  *   tfg_backend *b[2] = {...}; tfg_stream *s[2] = {...};  // one stream per rank
- *   tfg_coll *c = tfg_coll_ring_new(2, b, s);
+ *   tfg_strbuf why = {0};
+ *   tfg_coll *c = tfg_coll_new_for(2, b, s, &why);  // the one for these devices (or tfg_coll_ring_new(2, b, s))
+ *   if (!c) ... why says why (host and CUDA ranks mixed, NCCL failed to start)
  *   void *bufs[2 * 3] = {...};          // rank r's segment k at bufs[r * 3 + k]
  *   size_t counts[3] = {...};           // elements per segment, the same on every rank
  *   c->i.allreduce(c, bufs, counts, 3, TFG_DTYPE_F32, TFG_COLL_MEAN);
@@ -16,7 +18,22 @@
  * returns (a single controller drives every rank, as NCCL's group calls
  * do); the segments of a rank are reduced as one buffer, their
  * concatenation. Collectives on one communicator must be queued in the
- * same order on every rank (they are: one call queues all ranks). */
+ * same order on every rank (they are: one call queues all ranks).
+ *
+ * Which collective a group gets (tfg_coll_choose, from each rank's device
+ * kind and physical GPU; ARCHITECTURE.md "Collectives"):
+ *   - host devices only: the built-in ring;
+ *   - CUDA devices on distinct GPUs: NCCL, one communicator for the group
+ *     (in a build without NCCL, the built-in ring, which needs peer access
+ *     between the GPUs);
+ *   - CUDA logical devices all on one GPU: the built-in ring (NCCL refuses
+ *     two ranks on one GPU); its reduce_peer and copy_peer are plain device
+ *     memory operations there;
+ *   - CUDA logical devices on several GPUs, several on one: hierarchical,
+ *     the built-in reduction within each GPU to a leader, NCCL (or the
+ *     ring, without NCCL) among the leaders, a copy back within each GPU;
+ *   - host and CUDA devices in one group: refused (no collective spans the
+ *     two kinds). */
 #ifndef TFG_COLLECTIVE_H
 #define TFG_COLLECTIVE_H
 
@@ -32,13 +49,22 @@ typedef enum tfg_coll_op {
 typedef struct tfg_coll tfg_coll;
 
 typedef struct tfg_coll_i {
-  const char *(*name)(tfg_coll *c); /* "ring", "nccl", "mpi" */
+  const char *(*name)(tfg_coll *c); /* "ring", "nccl", "hier+nccl", "hier+ring" */
   /* All-reduce in place: afterwards every rank's segments hold the
    * elementwise op over the ranks, bit-identical on every rank. bufs
    * holds nranks * nseg device pointers (rank-major), counts nseg
    * element counts; dt is f32 or f64. Queued on the ranks' streams;
    * buffers must stay valid until those streams have run it. */
   void (*allreduce)(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt, tfg_coll_op op);
+  /* The same with the sum multiplied by scale (SUM is scale 1, MEAN
+   * 1 / nranks): what a hierarchical all-reduce asks of the collective
+   * among its leaders, whose mean is over more ranks than they are. The
+   * scale is applied once, to the finished sum: the ring's last
+   * reduce-scatter step; NCCL's ncclSum then a scaling kernel (for
+   * scale 1 / nranks, NCCL's own ncclAvg). With one rank nothing is
+   * queued, so scale must be 1 there. */
+  void (*allreduce_scaled)(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                           double scale);
   void (*free)(tfg_coll *c);
 } tfg_coll_i;
 
@@ -58,5 +84,73 @@ struct tfg_coll {
  * predecessor's previous step (the data) and its successor's previous
  * step (which has read what this step overwrites). One rank: a no-op. */
 tfg_coll *tfg_coll_ring_new(int nranks, tfg_backend *const *b, tfg_stream *const *s);
+
+/* A constructor of a collective over nranks backends and streams: NULL
+ * with the reason appended to *why when it cannot be made. */
+typedef tfg_coll *(*tfg_coll_new_fn)(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why);
+
+/* The hierarchical all-reduce over nranks backends, ranks grouped by
+ * group[r] (equal values: one group; the ranks of one physical GPU, whose
+ * memory every one of them can address). Each group's first rank is its
+ * leader; `leaders` makes the collective among the leaders (in rank
+ * order), which the new one owns. A call queues, in this order:
+ *   1. within each group, the leader adds every member's buffer into its
+ *      own (reduce_peer on the leader's stream, after waiting for the
+ *      member's "start" event, recorded on the member's stream when the
+ *      call begins);
+ *   2. the leaders' all-reduce of those sums (allreduce_scaled, on their
+ *      streams), which applies the scale once, at the end: a mean is over
+ *      all nranks ranks, never a mean of the groups' means;
+ *   3. within each group, every member copies the leader's result
+ *      (copy_peer on the member's stream, after the leader's "ready"
+ *      event); the leader then waits for its members' copies, so that
+ *      what the caller queues next on its stream cannot overwrite what
+ *      they read.
+ * Every rank ends with the leaders' bits. With a single group there is
+ * no leaders' step: the leader's last addition applies the scale. A
+ * failure (a rank's stream failed before the call, a dtype reduce_peer
+ * cannot add) travels with the events to every rank, as in the ring.
+ * NULL with *why when `leaders` fails. The arrays are copied. */
+tfg_coll *tfg_coll_hier_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, const int *group,
+                            tfg_coll_new_fn leaders, tfg_strbuf *why);
+
+/* ---- choosing one --------------------------------------------------------------- */
+
+typedef enum tfg_coll_algo {
+  TFG_COLL_ALGO_RING,    /* the built-in ring (tfg_coll_ring_new) */
+  TFG_COLL_ALGO_NCCL,    /* one NCCL communicator (tfg_coll_nccl_new) */
+  TFG_COLL_ALGO_HIER,    /* built-in within each GPU, then among the leaders (tfg_coll_hier_new) */
+  TFG_COLL_ALGO_REFUSED, /* no collective for this group */
+} tfg_coll_algo;
+
+/* "ring", "nccl", "hier", "refused". */
+const char *tfg_coll_algo_name(tfg_coll_algo a);
+
+/* The collective for a group whose rank r runs on dev[r] (its kind and
+ * physical GPU decide; see the top), in a build with NCCL when nccl is
+ * set. For HIER, *leaders (when not NULL) gets what runs among the
+ * leaders: NCCL, or RING without it; for the others it gets the answer
+ * itself. REFUSED appends the reason to *why: host and CUDA devices mixed
+ * ("gpu:0 is a host device (host device 1) and gpu:1 a CUDA device
+ * (cuda:0): ..."), or a sim device. A pure function of its arguments, so
+ * the choice is tested without GPUs. One rank: RING (a no-op). */
+tfg_coll_algo tfg_coll_choose(int nranks, const tfg_device *const *dev, bool nccl, tfg_coll_algo *leaders,
+                              tfg_strbuf *why);
+
+/* ---- implemented by the backend registration (runtime/backend.c) ---------------- */
+
+/* The collective tfg_coll_choose picks for the devices of b (with this
+ * build's NCCL), over the streams s: the executor's one communicator per
+ * device group. NULL with the reason appended to *why: a refused group,
+ * or NCCL failing to start (ncclCommInitAll's error, file:line). */
+tfg_coll *tfg_coll_new_for(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why);
+
+/* NCCL over nranks CUDA backends on distinct GPUs, one communicator for
+ * the group (ncclCommInitAll over their GPUs, this process only), rank r's
+ * operations on s[r]. A call is one NCCL group of one in-place
+ * ncclAllReduce per segment and rank (ncclSum, or ncclAvg for MEAN). NULL
+ * with *why: "this build of tfg has no NCCL", a backend that is not
+ * CUDA, two ranks on one GPU, or NCCL's own error. */
+tfg_coll *tfg_coll_nccl_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why);
 
 #endif

@@ -246,8 +246,12 @@ static void resolve(tfg_exec *x, int d) {
 }
 
 /* One communicator per group of devices: buckets of the same group share
- * it (their collectives are queued in one order on every rank). */
-static void open_buckets(tfg_exec *x) {
+ * it (their collectives are queued in one order on every rank). Which
+ * collective runs a group is the backend registration's choice
+ * (tfg_coll_new_for: the ring, NCCL or both hierarchically); a group it
+ * refuses (host and CUDA devices mixed) or cannot start (NCCL's error) is
+ * reported at the bucket's first parameter, TFG_ERR_DEVICE. */
+static tfg_status open_buckets(tfg_exec *x, tfg_diag *d) {
   const tfg_plan *p = x->p;
   x->buckets = calloc((size_t)p->nbuckets + 1, sizeof *x->buckets);
   TFG_ASSERT(x->buckets != NULL);
@@ -271,10 +275,23 @@ static void open_buckets(tfg_exec *x) {
         bs[r] = x->dev[pb->devices[r]].b;
         ss[r] = x->dev[pb->devices[r]].s[TFG_PLAN_STREAM_COLLECTIVE];
       }
-      eb->coll = tfg_coll_ring_new(pb->nranks, bs, ss);
-      eb->own_coll = true;
+      tfg_strbuf why = {0};
+      eb->coll = tfg_coll_new_for(pb->nranks, bs, ss, &why);
       free(bs);
       free(ss);
+      if (!eb->coll) {
+        tfg_strbuf names = {0};
+        for (int r = 0; r < pb->nranks; r++)
+          tfg_strbuf_printf(&names, "%s%s", r ? ", " : "", x->dev[pb->devices[r]].device->name);
+        const tfg_node *first = &x->g->nodes[pb->nodes[0]];
+        tfg_diag_error(d, &first->loc, "cannot all-reduce gradients across %s: %s", names.data,
+                       why.data ? why.data : "no collective for these devices");
+        tfg_strbuf_free(&names);
+        tfg_strbuf_free(&why);
+        return TFG_ERR_DEVICE;
+      }
+      tfg_strbuf_free(&why);
+      eb->own_coll = true;
     }
     eb->at = calloc((size_t)pb->nranks, sizeof *eb->at);
     eb->slots = malloc(sizeof *eb->slots * ((size_t)pb->nranks * (size_t)pb->nnodes + 1));
@@ -285,6 +302,7 @@ static void open_buckets(tfg_exec *x) {
       for (int k = 0; k < pb->nnodes; k++)
         eb->slots[r * pb->nnodes + k] = addr(&x->dev[pb->devices[r]], pb->nodes[r * pb->nnodes + k]);
   }
+  return TFG_OK;
 }
 
 /* Host devices that run kernels at once share the machine's cores: when
@@ -379,7 +397,7 @@ tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, 
     tfg_backend *any = NULL;
     for (int dv = 0; dv < x->ndev && !any; dv++) any = x->dev[dv].b;
     for (int e = 0; any && e < p->nevents; e++) x->ev[e] = any->i.event_create(any);
-    open_buckets(x);
+    st = open_buckets(x, d);
   }
   if (st != TFG_OK) {
     tfg_exec_free(x);

@@ -67,10 +67,12 @@ typedef struct tfg_exec_opts {
 
 /* Creates the backends of the plan's devices (tfg_backend_new: host and
  * cpu devices run on the host backend, cuda devices on the CUDA backend),
- * their streams, the plan's events, one collective per bucket group, and
+ * their streams, the plan's events, one collective per bucket group
+ * (runtime/collective.h: the ring, NCCL or both, chosen per group), and
  * each device's arena. Returns TFG_OK, or TFG_ERR_DEVICE (a device no
  * backend can run: sim; cuda in a build without CUDA, on a machine
- * without a driver or that GPU) or TFG_ERR_OOM (an arena its pool cannot
+ * without a driver or that GPU; a group no collective can reduce: host
+ * and CUDA devices mixed, NCCL failing to start) or TFG_ERR_OOM (an arena its pool cannot
  * give: the report names the device, the bytes asked, the bytes free and
  * the largest free block), reported. */
 tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, tfg_exec **out);

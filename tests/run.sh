@@ -8,8 +8,9 @@
 #      (exact stdout of `tfg place --explain --memory-limit 1G`, with the
 #      devices of the file's "# devices: SPEC" line; the host CPU's own
 #      line, which names the machine's cores, is left out of the compare)
-#   3. command-line behaviour (tests/cli.sh) and the multi-device
-#      runtime end to end (tests/strategies.sh)
+#   3. command-line behaviour (tests/cli.sh), the multi-device
+#      runtime end to end (tests/strategies.sh) and the REPL, scripted and
+#      on a pseudo-terminal (tests/repl.sh)
 #   4. fuzz regressions: every file in tests/fuzz/regress must be checked
 #      without a crash or hang (exit 0 or 1)
 #
@@ -25,13 +26,7 @@ BUILD=${1:-build}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TFG="$ROOT/$BUILD/tfg"
 [ -x "$TFG" ] || TFG="$BUILD/tfg"
-pass=0
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-ok() { pass=$((pass + 1)); }
-ko() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. "$ROOT/tests/lib.sh" # pass, fail, $tmp, ok, ko, expect, contains, mlp_program
 
 # ---- 1. unit suites ---------------------------------------------------------
 unit="$ROOT/$BUILD/unit"
@@ -96,6 +91,7 @@ cd "$ROOT" || exit 1
 # ---- 3. command line ----------------------------------------------------------
 . "$ROOT/tests/cli.sh"
 . "$ROOT/tests/strategies.sh"
+. "$ROOT/tests/repl.sh"
 
 # ---- 4. fuzz regressions ------------------------------------------------------
 for f in "$ROOT"/tests/fuzz/regress/*; do

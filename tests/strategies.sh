@@ -1,9 +1,10 @@
 # tests/strategies.sh: the multi-device runtime end to end on host devices
 # (issue: executor, all-reduce, strategies, faults, trace), sourced by
-# tests/run.sh after tests/cli.sh (it uses expect and contains from there).
+# tests/run.sh (it uses expect, contains and mlp_program, tests/lib.sh).
 #
-# Equality tests train the same model for 20 steps two ways and compare
-# the checkpoints with tests/ckpt_compare.py. The tolerance, 2e-5
+# Equality tests train the same model (the digits MLP of mlp_program) for
+# 20 steps two ways and compare the checkpoints with
+# tests/ckpt_compare.py. The tolerance, 2e-5
 # relative, allows f32 sums taken in another order (a replica's gradient
 # is a sum over its rows, the all-reduce adds the replicas' in ring
 # order): each step's gradients then differ in the last bits (about 1e-7
@@ -11,33 +12,6 @@
 # RMS, carry that to a few 1e-6 at most. A wrong split, a missing mean or
 # a replica out of step is off by far more (1e-3 and up).
 
-digits="$ROOT/examples/data/digits.csv.gz"
-# mlp_program FILE OPTIMIZER STRATEGY BATCH [PINNED]: a digits MLP whose
-# checkpoint after 20 steps is FILE.safetensors. PINNED splits it over
-# gpu:0 and gpu:1 by `with` blocks (the devices are lets: --set them).
-mlp_program() {
-  {
-    echo "import nn"
-    echo "let d0 = gpu:0"
-    echo "let d1 = gpu:1"
-    echo "data digits = csv(\"$digits\", label = -1, test = 0.2, shuffle = true, seed = 7)"
-    echo "input x: f32[$4, 64] from digits.x"
-    echo "input y: i32[$4] from digits.y"
-    if [ -n "${5:-}" ]; then
-      echo "with d0 { h = nn.dense(x / 16.0, 48) }"
-      echo "with d1 { logits = nn.dense(h, 10, act = nn.identity) }"
-    else
-      echo "logits = nn.mlp(x / 16.0, [48, 10])"
-    fi
-    echo "train cross_entropy(logits, y) {"
-    echo "  optimizer = $2"
-    echo "  steps = 20"
-    [ -n "${3:-}" ] && echo "  strategy = $3"
-    echo "  checkpoint = \"$1.safetensors\""
-    echo "  log_every = 20"
-    echo "}"
-  } >"$1.tfg"
-}
 # same NAME A B: the checkpoints A and B hold the same tensors, within 2e-5
 same() {
   if python3 "$ROOT/tests/ckpt_compare.py" "$2.safetensors" "$3.safetensors" 2e-5 >"$tmp/cmp" 2>&1; then ok
@@ -46,11 +20,11 @@ same() {
 
 for opt in "sgd(lr = 0.1, momentum = 0.9)" "adam(lr = 1e-2)"; do
   tag=$(echo "$opt" | cut -c1-3)
-  mlp_program "$tmp/single_$tag" "$opt" "" 16
+  mlp_program "$tmp/single_$tag" "$opt" ""
   expect "single-$tag" 0 "$TFG" run --devices host*4 "$tmp/single_$tag.tfg"
   for n in 1 2 4; do
     case $n in 1) devs="[gpu:0]" ;; 2) devs="[gpu:0, gpu:1]" ;; 4) devs="[gpu:0, gpu:1, gpu:2, gpu:3]" ;; esac
-    mlp_program "$tmp/mirrored${n}_$tag" "$opt" "mirrored($devs)" 16
+    mlp_program "$tmp/mirrored${n}_$tag" "$opt" "mirrored($devs)"
     expect "mirrored$n-$tag" 0 "$TFG" run --devices host*4 "$tmp/mirrored${n}_$tag.tfg" &&
       same "mirrored$n-$tag" "$tmp/mirrored${n}_$tag" "$tmp/single_$tag"
   done
@@ -58,17 +32,15 @@ done
 
 # dropout under mirrored: each replica draws its rows' part of the whole
 # batch's mask, so the result is still the single-device one
-mlp_program "$tmp/drop1" "adam(lr = 1e-2)" "" 16
-mlp_program "$tmp/drop2" "adam(lr = 1e-2)" "mirrored([gpu:0, gpu:1])" 16
-sed -i 's|nn.mlp(x / 16.0, \[48, 10\])|nn.dense(dropout(nn.dense(x / 16.0, 48), 0.3), 10, act = nn.identity)|' \
-  "$tmp/drop1.tfg" "$tmp/drop2.tfg"
+mlp_program "$tmp/drop1" "adam(lr = 1e-2)" "" dropout
+mlp_program "$tmp/drop2" "adam(lr = 1e-2)" "mirrored([gpu:0, gpu:1])" dropout
 expect dropout-single 0 "$TFG" run --devices host*2 "$tmp/drop1.tfg"
 expect dropout-mirrored 0 "$TFG" run --devices host*2 "$tmp/drop2.tfg" && same dropout-mirrored "$tmp/drop2" "$tmp/drop1"
 grep -q dropout "$tmp/drop2.tfg" && ok || ko "strategies dropout: the program has no dropout"
 
 # data x model parallel: two replicas, each split over two devices by pins
-mlp_program "$tmp/pinned" "adam(lr = 1e-2)" "" 16 pinned
-mlp_program "$tmp/dxm" "adam(lr = 1e-2)" "mirrored([[gpu:0, gpu:1], [gpu:2, gpu:3]])" 16 pinned
+mlp_program "$tmp/pinned" "adam(lr = 1e-2)" "" pinned
+mlp_program "$tmp/dxm" "adam(lr = 1e-2)" "mirrored([[gpu:0, gpu:1], [gpu:2, gpu:3]])" pinned
 expect single-pinned 0 "$TFG" run --devices host*4 "$tmp/pinned.tfg"
 expect data-x-model 0 "$TFG" run --devices host*4 "$tmp/dxm.tfg" && same data-x-model "$tmp/dxm" "$tmp/pinned"
 contains data-x-model-log "$tmp/err" "step 20/20"
@@ -81,7 +53,7 @@ expect model-parallel-unsplit 0 "$TFG" run --devices host*2 --set d1=gpu:0 "$tmp
 expect model-parallel-plan 0 "$TFG" plan --devices host*2 "$tmp/pinned.tfg" && contains model-parallel-plan "$tmp/out" "copy"
 
 # a batch that does not split evenly is an error at the input
-mlp_program "$tmp/uneven" "sgd(lr = 0.1)" "mirrored([gpu:0, gpu:1, gpu:2])" 16
+mlp_program "$tmp/uneven" "sgd(lr = 0.1)" "mirrored([gpu:0, gpu:1, gpu:2])"
 expect mirrored-uneven 1 "$TFG" run --devices host*4 --color=never "$tmp/uneven.tfg" &&
   contains mirrored-uneven "$tmp/err" "error:"
 
@@ -107,7 +79,7 @@ else ko "strategies ps-accuracy: parameter_server $ps_acc, synchronous $sync_acc
 # intact; by step (the executor's hook) and by launch count (the host
 # backend's: a replica launches about 20 kernels a step, so launch 300
 # falls in step 15)
-mlp_program "$tmp/fault" "adam(lr = 1e-2)" "mirrored([gpu:0, gpu:1])" 16
+mlp_program "$tmp/fault" "adam(lr = 1e-2)" "mirrored([gpu:0, gpu:1])"
 sed -i 's/  log_every = 20/  checkpoint_every = 10/' "$tmp/fault.tfg"
 for hook in TFG_FAULT_STEP=15 TFG_FAULT_AFTER=300; do
   rm -f "$tmp/fault.safetensors"

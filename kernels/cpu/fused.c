@@ -125,26 +125,14 @@ static void fused_chunk(void *arg, int64_t lo, int64_t hi, int64_t k) {
 
 /* FUSED: node->attrs.data is a tfg_fused_prog over node->ninputs inputs,
  * f32 or f64 like the output; a scalar input has one element, every
- * other input the output's element count. */
+ * other input the output's element count (tfg_fused_check_tensors). */
 TFG_CPU_KERNEL(tfg_cpu_fused) {
+  tfg_status st = tfg_fused_check_tensors(ctx, node, in, out, "CPU");
+  if (st != TFG_OK) return st;
   const tfg_fused_prog *p = node->attrs.data;
-  const char *bad = tfg_fused_check(p, node->ninputs);
-  if (bad) return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "fused: %s", bad);
-  tfg_dtype dt = out->dtype;
-  if (dt != TFG_DTYPE_F32 && dt != TFG_DTYPE_F64)
-    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "fused on %s is not supported on the CPU", tfg_dtype_name(dt));
   int64_t n = tfg_shape_numel(&out->shape);
-  fused_job j = {.p = p, .dt = dt, .out = out->data};
-  for (int k = 0; k < p->ninputs; k++) {
-    if (in[k].dtype != dt)
-      return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "fused: input %d is %s, the output %s", k, tfg_dtype_name(in[k].dtype),
-                             tfg_dtype_name(dt));
-    int64_t want = p->scalar[k] ? 1 : n;
-    if (tfg_shape_numel(&in[k].shape) != want)
-      return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "fused: input %d has %lld elements, not %lld", k,
-                             (long long)tfg_shape_numel(&in[k].shape), (long long)want);
-    j.in[k] = in[k].data;
-  }
+  fused_job j = {.p = p, .dt = out->dtype, .out = out->data};
+  for (int k = 0; k < p->ninputs; k++) j.in[k] = in[k].data;
   if (n == 0) return TFG_OK;
   tfg_parallel_for(ctx->pool, n, GRAIN, fused_chunk, &j);
   return TFG_OK;

@@ -7,10 +7,11 @@
  * gradient, is read only. `out` is an empty marker tensor that orders
  * the update in the plan; it is never touched.
  *
- * The arithmetic follows PyTorch's implementation (torch/optim/sgd.py
- * and adam.py, the default for-each path on CPU, which runs the same
- * element formulas as the single-tensor path) operation for operation,
- * so the results can be compared with PyTorch to the last bits:
+ * The arithmetic, kernels/optim_math.h's (the CUDA kernels' too), follows
+ * PyTorch's implementation (torch/optim/sgd.py and adam.py, the default
+ * for-each path on CPU, which runs the same element formulas as the
+ * single-tensor path) operation for operation, so the results can be
+ * compared with PyTorch to the last bits:
  *   - elementwise math is done in the parameter's dtype (f32 math for
  *     f32 parameters, never widened), as PyTorch's CPU kernels do;
  *   - every hyperparameter expression PyTorch forms from Python floats
@@ -30,16 +31,14 @@
 #include "base/assert.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/optim_math.h"
 
 #define GRAIN_ELEMS (1 << 15)
 
-/* The order of operations below is the contract, so no multiply-add may
- * be fused into an FMA (one rounding instead of two). GCC never fuses in
- * ISO C mode (-std=c11); clang would by default, unless told. */
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#endif
-
+/* The order of operations is the contract, so no multiply-add may be
+ * fused into an FMA (one rounding instead of two): kernels/optim_math.h's
+ * formulas use TFG_RN_* arithmetic, and kernels/hostdev.h turns clang's
+ * contraction off (GCC never contracts in ISO C mode, -std=c11). */
 /* Checks that in[0..n) are all f32 or all f64 with one element count. */
 static tfg_status check_state(tfg_kernel_ctx *ctx, const char *what, const tfg_tensor *in,
                               int n) {
@@ -72,46 +71,20 @@ static tfg_status check_step(tfg_kernel_ctx *ctx, const char *what) {
 typedef struct sgd_job {
   void *p, *buf;
   const void *g;
-  double lr, momentum, dampening, weight_decay;
-  bool nesterov, first; /* first: step 1, the buffer does not exist yet */
+  tfg_sgd_f32 sf32; /* the step's scalars in the parameter's dtype */
+  tfg_sgd_f64 sf64;
 } sgd_job;
 
-/* torch.optim.SGD, per element, T the parameter's dtype:
- *   g = grad
- *   if weight_decay != 0:  g = g + T(weight_decay) * p     grad.add(p, alpha=wd)
- *   if momentum != 0:
- *     if step 1:           buf = g                         clone (buffer was None)
- *     else:                buf = buf * T(momentum)         buf.mul_(momentum)
- *                          buf = buf + T(1 - dampening) * g     .add_(g, alpha=1-dampening)
- *     if nesterov:         g = g + T(momentum) * buf       g.add(buf, alpha=momentum)
- *     else:                g = buf
- *   p = p + T(-lr) * g                                     p.add_(g, alpha=-lr)
- * (Dampening does not apply on step 1, as in PyTorch.) */
-#define DEFINE_SGD(T, SFX)                                                           \
-  static void sgd_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {         \
+/* torch.optim.SGD per element: kernels/optim_math.h's tfg_sgd_step, in
+ * the parameter's dtype T. */
+#define DEFINE_SGD(T, S)                                                             \
+  static void sgd_##S(void *arg, int64_t lo, int64_t hi, int64_t chunk) {           \
     const sgd_job *j = arg;                                                          \
+    const tfg_sgd_##S s = j->s##S;                                                   \
     T *p = j->p, *buf = j->buf;                                                      \
     const T *grad = j->g;                                                            \
-    const T wd = (T)j->weight_decay, mu = (T)j->momentum;                            \
-    const T keep = (T)(1.0 - j->dampening), neg_lr = (T)(-j->lr);                    \
-    const bool decay = j->weight_decay != 0, mom = j->momentum != 0;                 \
     (void)chunk;                                                                     \
-    for (int64_t i = lo; i < hi; i++) {                                              \
-      T g = grad[i];                                                                 \
-      if (decay) g = g + wd * p[i];                                                  \
-      if (mom) {                                                                     \
-        T b;                                                                         \
-        if (j->first) {                                                              \
-          b = g;                                                                     \
-        } else {                                                                     \
-          b = buf[i] * mu;                                                           \
-          b = b + keep * g;                                                          \
-        }                                                                            \
-        buf[i] = b;                                                                  \
-        g = j->nesterov ? g + mu * b : b;                                            \
-      }                                                                              \
-      p[i] = p[i] + neg_lr * g;                                                      \
-    }                                                                                \
+    for (int64_t i = lo; i < hi; i++) tfg_sgd_step_##S(s, p, grad, buf, i);          \
   }
 DEFINE_SGD(float, f32)
 DEFINE_SGD(double, f64)
@@ -133,9 +106,7 @@ TFG_CPU_KERNEL(tfg_cpu_sgd_update) {
   int64_t n = tfg_shape_numel(&in[0].shape);
   if (n == 0) return TFG_OK;
   sgd_job j = {.p = in[0].data, .g = in[1].data, .buf = mom ? in[2].data : NULL,
-               .lr = a->opt.lr, .momentum = a->opt.momentum, .dampening = a->opt.dampening,
-               .weight_decay = a->opt.weight_decay, .nesterov = a->opt.nesterov,
-               .first = ctx->step == 1};
+               .sf32 = tfg_sgd_setup_f32(a, ctx->step), .sf64 = tfg_sgd_setup_f64(a, ctx->step)};
   tfg_parallel_for(ctx->pool, n, GRAIN_ELEMS, in[0].dtype == TFG_DTYPE_F32 ? sgd_f32 : sgd_f64,
                    &j);
   return TFG_OK;
@@ -146,60 +117,23 @@ TFG_CPU_KERNEL(tfg_cpu_sgd_update) {
 typedef struct adam_job {
   void *p, *m, *v;
   const void *g;
-  bool decay, decoupled;
-  /* the scalars PyTorch forms in Python floats, in double */
-  double weight_decay, shrink;   /* shrink = 1 - lr * weight_decay (AdamW) */
-  double w1, beta2, w2;          /* w1 = 1 - beta1, w2 = 1 - beta2 */
-  double bc2_sqrt, eps, neg_step; /* (1 - beta2^t)^0.5; -(lr / (1 - beta1^t)) */
+  tfg_adam_f32 sf32; /* the step's scalars in the parameter's dtype */
+  tfg_adam_f64 sf64;
 } adam_job;
 
-/* torch.optim.Adam / AdamW (amsgrad and maximize off), per element, T the
- * parameter's dtype, t = ctx->step:
- *   g = grad
- *   if weight_decay != 0:
- *     AdamW:  p = p * T(1 - lr * weight_decay)                p.mul_(...)
- *     Adam:   g = g + T(weight_decay) * p                     grad.add(p, alpha=wd)
- *   m = lerp(m, g, T(1 - beta1)):                             m.lerp_(g, 1 - beta1)
- *         w = T(1 - beta1); |w| < 0.5 ? m + w * (g - m)
- *                                     : g - (g - m) * (1 - w)
- *   v = v * T(beta2)                                          v.mul_(beta2)
- *   v = v + (T(1 - beta2) * g) * g                            .addcmul_(g, g, 1 - beta2)
- *   denom = sqrt(v) / T(bias_correction2 ** 0.5) + T(eps)     (v.sqrt() / bc2_sqrt).add_(eps)
- *   p = p + (T(-step_size) * m) / denom                       p.addcdiv_(m, denom, -step_size)
- * with bias_correction1 = 1 - beta1 ** t, bias_correction2 = 1 - beta2 ** t
- * and step_size = lr / bias_correction1 in double (Python floats). The
- * lerp is PyTorch's exp_avg update, m = beta1 m + (1 - beta1) g of the
- * documented algorithm written as PyTorch evaluates it. */
-#define DEFINE_ADAM(T, SFX, SQRT)                                                    \
-  static void adam_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {        \
+/* torch.optim.Adam / AdamW per element: kernels/optim_math.h's
+ * tfg_adam_step, in the parameter's dtype T. */
+#define DEFINE_ADAM(T, S)                                                            \
+  static void adam_##S(void *arg, int64_t lo, int64_t hi, int64_t chunk) {          \
     const adam_job *j = arg;                                                         \
+    const tfg_adam_##S s = j->s##S;                                                  \
     T *p = j->p, *m = j->m, *v = j->v;                                               \
     const T *grad = j->g;                                                            \
-    const T wd = (T)j->weight_decay, shrink = (T)j->shrink;                          \
-    const T w1 = (T)j->w1, b2 = (T)j->beta2, w2 = (T)j->w2;                          \
-    const T bc2s = (T)j->bc2_sqrt, eps = (T)j->eps, neg_step = (T)j->neg_step;       \
-    const bool small = (w1 < 0 ? -w1 : w1) < (T)0.5;                                 \
     (void)chunk;                                                                     \
-    for (int64_t i = lo; i < hi; i++) {                                              \
-      T g = grad[i], pi = p[i];                                                      \
-      if (j->decay) {                                                                \
-        if (j->decoupled)                                                            \
-          pi = pi * shrink;                                                          \
-        else                                                                         \
-          g = g + wd * pi;                                                           \
-      }                                                                              \
-      T mi = m[i];                                                                   \
-      mi = small ? mi + w1 * (g - mi) : g - (g - mi) * ((T)1 - w1);                  \
-      T vi = v[i] * b2;                                                              \
-      vi = vi + w2 * g * g;                                                          \
-      T denom = SQRT(vi) / bc2s + eps;                                               \
-      p[i] = pi + neg_step * mi / denom;                                             \
-      m[i] = mi;                                                                     \
-      v[i] = vi;                                                                     \
-    }                                                                                \
+    for (int64_t i = lo; i < hi; i++) tfg_adam_step_##S(s, p, grad, m, v, i);        \
   }
-DEFINE_ADAM(float, f32, sqrtf)
-DEFINE_ADAM(double, f64, sqrt)
+DEFINE_ADAM(float, f32)
+DEFINE_ADAM(double, f64)
 
 /* ADAM_UPDATE: (param, grad, m, v) -> param, m (exp_avg) and v
  * (exp_avg_sq) updated in place, torch.optim.Adam, or torch.optim.AdamW
@@ -216,16 +150,8 @@ TFG_CPU_KERNEL(tfg_cpu_adam_update) {
   if (st != TFG_OK) return st;
   int64_t n = tfg_shape_numel(&in[0].shape);
   if (n == 0) return TFG_OK;
-  double t = (double)ctx->step;
-  double bc1 = 1.0 - pow(a->opt.beta1, t), bc2 = 1.0 - pow(a->opt.beta2, t);
-  double step_size = a->opt.lr / bc1;
-  adam_job j = {
-      .p = in[0].data, .g = in[1].data, .m = in[2].data, .v = in[3].data,
-      .decay = a->opt.weight_decay != 0, .decoupled = a->opt.decoupled,
-      .weight_decay = a->opt.weight_decay, .shrink = 1.0 - a->opt.lr * a->opt.weight_decay,
-      .w1 = 1.0 - a->opt.beta1, .beta2 = a->opt.beta2, .w2 = 1.0 - a->opt.beta2,
-      .bc2_sqrt = pow(bc2, 0.5), .eps = a->opt.eps, .neg_step = step_size * -1.0,
-  };
+  adam_job j = {.p = in[0].data, .g = in[1].data, .m = in[2].data, .v = in[3].data,
+                .sf32 = tfg_adam_setup_f32(a, ctx->step), .sf64 = tfg_adam_setup_f64(a, ctx->step)};
   tfg_parallel_for(ctx->pool, n, GRAIN_ELEMS / 4,
                    in[0].dtype == TFG_DTYPE_F32 ? adam_f32 : adam_f64, &j);
   return TFG_OK;

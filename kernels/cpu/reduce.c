@@ -1,10 +1,11 @@
 /* kernels/cpu/reduce.c: SUM, MEAN and MAX over a set of axes, and ARGMAX.
  *
- * A reduction first simplifies the input's shape: size-1 axes are
- * dropped and neighbouring axes that are both kept or both reduced are
- * merged, since that changes neither the output order nor which elements
- * meet. What is left alternates kept and reduced blocks, and only the
- * last block matters for memory order:
+ * A reduction first simplifies the input's shape (tfg_reduce_simplify,
+ * kernels/index_math.h, the CUDA kernel's too): size-1 axes are dropped
+ * and neighbouring axes that are both kept or both reduced are merged,
+ * since that changes neither the output order nor which elements meet.
+ * What is left alternates kept and reduced blocks, and only the last
+ * block matters for memory order:
  *   - last block reduced (row sums, x[K, R]): each output is a sum of
  *     contiguous runs, read at full speed;
  *   - last block kept (column sums, x[R, K]): each output row is built by
@@ -27,6 +28,7 @@
 
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/index_math.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
 /* See kernels/cpu/elementwise.c: lets GCC -O2 vectorize the row loops. */
@@ -177,30 +179,26 @@ typedef struct reduce_job {
   const char *x;
   char *y;
   int64_t isz, osz;
-  int nk, nr;
-  int64_t kdim[TFG_MAX_RANK], kst[TFG_MAX_RANK];
-  int64_t rdim[TFG_MAX_RANK], rst[TFG_MAX_RANK];
-  int64_t L;
-  bool last_reduced;
+  tfg_reduce_shape g; /* the simplified input (kernels/index_math.h) */
   acc *partial; /* full reductions: one per block */
 } reduce_job;
 
 /* The input offset of outer kept index ok (row-major over kdim). */
 static int64_t kept_offset(const reduce_job *j, int64_t ok) {
   int64_t off = 0;
-  for (int i = j->nk - 1; i >= 0; i--) {
-    off += (ok % j->kdim[i]) * j->kst[i];
-    ok /= j->kdim[i];
+  for (int i = j->g.nk - 1; i >= 0; i--) {
+    off += (ok % j->g.kdim[i]) * j->g.kst[i];
+    ok /= j->g.kdim[i];
   }
   return off;
 }
 
 /* Steps the odometer over the outer reduced axes; false after the last. */
 static bool next_reduced(const reduce_job *j, int64_t *idx, int64_t *off) {
-  for (int i = j->nr - 1; i >= 0; i--) {
-    *off += j->rst[i];
-    if (++idx[i] < j->rdim[i]) return true;
-    *off -= j->rdim[i] * j->rst[i];
+  for (int i = j->g.nr - 1; i >= 0; i--) {
+    *off += j->g.rst[i];
+    if (++idx[i] < j->g.rdim[i]) return true;
+    *off -= j->g.rdim[i] * j->g.rst[i];
     idx[i] = 0;
   }
   return false;
@@ -210,7 +208,7 @@ static bool next_reduced(const reduce_job *j, int64_t *idx, int64_t *off) {
 static void reduce_chunk(void *arg, int64_t lo, int64_t hi, int64_t k) {
   (void)k;
   const reduce_job *j = arg;
-  int64_t lk = j->last_reduced ? 1 : j->L; /* outputs per outer kept index */
+  int64_t lk = j->g.last_reduced ? 1 : j->g.L; /* outputs per outer kept index */
   acc buf[TILE];
   for (int64_t o = lo; o < hi;) {
     int64_t ok = o / lk, j0 = o % lk;
@@ -221,8 +219,8 @@ static void reduce_chunk(void *arg, int64_t lo, int64_t hi, int64_t k) {
       int64_t ridx[TFG_MAX_RANK] = {0}, roff = 0;
       bool first = true;
       do {
-        if (j->last_reduced)
-          j->r->contig(j->x + (base + roff) * j->isz, j->L, buf, first);
+        if (j->g.last_reduced)
+          j->r->contig(j->x + (base + roff) * j->isz, j->g.L, buf, first);
         else
           j->r->rows(j->x + (base + roff + j0 + t) * j->isz, m, buf, first);
         first = false;
@@ -238,7 +236,7 @@ static void block_chunk(void *arg, int64_t lo, int64_t hi, int64_t k) {
   (void)k;
   const reduce_job *j = arg;
   for (int64_t b = lo; b < hi; b++) {
-    int64_t start = b * BLOCK, n = j->L - start < BLOCK ? j->L - start : BLOCK;
+    int64_t start = b * BLOCK, n = j->g.L - start < BLOCK ? j->g.L - start : BLOCK;
     j->r->contig(j->x + start * j->isz, n, &j->partial[b], true);
   }
 }
@@ -256,9 +254,8 @@ TFG_CPU_KERNEL(tfg_cpu_reduce) {
                            tfg_dtype_name(x->dtype));
   const tfg_shape *s = &x->shape;
   uint32_t axes = node->attrs.axes;
-  int64_t count = 1, nout = tfg_shape_numel(&out->shape), nin = tfg_shape_numel(s);
-  for (int i = 0; i < s->rank; i++)
-    if (axes >> i & 1) count *= s->dim[i];
+  int64_t count = tfg_reduce_count(s, axes), nout = tfg_shape_numel(&out->shape);
+  int64_t nin = tfg_shape_numel(s);
   if (count * nout != nin && count != 0)
     return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "reduction: output size %lld does not match",
                            (long long)nout);
@@ -277,43 +274,10 @@ TFG_CPU_KERNEL(tfg_cpu_reduce) {
     return TFG_OK;
   }
 
-  /* Simplify: drop size-1 axes, merge runs of kept or of reduced axes. */
-  int m = 0;
-  int64_t dim[TFG_MAX_RANK];
-  bool red[TFG_MAX_RANK];
-  for (int i = 0; i < s->rank; i++) {
-    if (s->dim[i] == 1) continue;
-    bool ri = axes >> i & 1;
-    if (m > 0 && red[m - 1] == ri) {
-      dim[m - 1] *= s->dim[i];
-    } else {
-      dim[m] = s->dim[i];
-      red[m++] = ri;
-    }
-  }
-  if (m == 0) { /* a single element */
-    dim[0] = 1;
-    red[m++] = true;
-  }
-  int64_t stride = 1, st[TFG_MAX_RANK];
-  for (int i = m - 1; i >= 0; i--) {
-    st[i] = stride;
-    stride *= dim[i];
-  }
-  for (int i = 0; i < m - 1; i++) {
-    if (red[i]) {
-      j.rdim[j.nr] = dim[i];
-      j.rst[j.nr++] = st[i];
-    } else {
-      j.kdim[j.nk] = dim[i];
-      j.kst[j.nk++] = st[i];
-    }
-  }
-  j.L = dim[m - 1];
-  j.last_reduced = red[m - 1];
+  tfg_reduce_simplify(&j.g, s, axes);
 
-  if (nout == 1 && j.L > BLOCK) { /* one long contiguous run */
-    int64_t nblocks = (j.L + BLOCK - 1) / BLOCK;
+  if (nout == 1 && j.g.L > BLOCK) { /* one long contiguous run */
+    int64_t nblocks = (j.g.L + BLOCK - 1) / BLOCK;
     j.partial = malloc((size_t)nblocks * sizeof *j.partial);
     if (!j.partial) return tfg_kernel_fail(ctx, TFG_ERR_NOMEM, "out of host memory");
     tfg_parallel_for(ctx->pool, nblocks, 1, block_chunk, &j);

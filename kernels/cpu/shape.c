@@ -16,6 +16,7 @@
 
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/index_math.h"
 
 enum {
   GRAIN_BYTES = 256 * 1024, /* bytes per parallel chunk of a copy */
@@ -34,27 +35,18 @@ typedef struct gather {
   int64_t rows; /* tiled path: units of TILE output rows per outer index */
 } gather;
 
-/* Fills g from the output shape and the input stride of each output axis:
- * drops size-1 axes, merges axis i into the one before when that one's
- * stride is st[i] * dim[i] (the pair then walks memory as one axis). */
+/* Fills g from the output shape and the input stride of each output axis,
+ * simplified as every strided read is (tfg_index_gather): size-1 axes
+ * dropped, axis i merged into the one before when that one's stride is
+ * st[i] * dim[i] (the pair then walks memory as one axis). */
 static void gather_init(gather *g, const tfg_shape *out, const int64_t *st, const void *src,
                         void *dst, size_t esz) {
-  g->rank = 0;
-  for (int i = 0; i < out->rank; i++) {
-    if (out->dim[i] == 1) continue;
-    int p = g->rank - 1;
-    if (p >= 0 && g->st[p] == st[i] * out->dim[i]) {
-      g->dim[p] *= out->dim[i];
-      g->st[p] = st[i];
-    } else {
-      g->dim[g->rank] = out->dim[i];
-      g->st[g->rank++] = st[i];
-    }
-  }
-  if (g->rank == 0) {
-    g->rank = 1;
-    g->dim[0] = 1;
-    g->st[0] = 0;
+  tfg_index_map ix;
+  tfg_index_gather(&ix, out, st);
+  g->rank = ix.rank;
+  for (int i = 0; i < ix.rank; i++) {
+    g->dim[i] = ix.dim[i];
+    g->st[i] = ix.st[0][i];
   }
   g->src = src;
   g->dst = dst;
@@ -183,23 +175,9 @@ TFG_CPU_KERNEL(tfg_cpu_copy) {
 
 /* Output axis i is input axis attrs.perm[i]. */
 TFG_CPU_KERNEL(tfg_cpu_transpose) {
-  const tfg_shape *s = &in[0].shape;
-  int r = s->rank;
-  if (out->shape.rank != r || in[0].dtype != out->dtype)
-    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "transpose: output rank differs");
-  int64_t inst[TFG_MAX_RANK], st[TFG_MAX_RANK], stride = 1;
-  for (int i = r - 1; i >= 0; i--) {
-    inst[i] = stride;
-    stride *= s->dim[i];
-  }
-  unsigned seen = 0;
-  for (int i = 0; i < r; i++) {
-    int p = node->attrs.perm[i];
-    if (p < 0 || p >= r || (seen >> p & 1) || out->shape.dim[i] != s->dim[p])
-      return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "transpose: perm is not a permutation of the axes");
-    seen |= 1u << p;
-    st[i] = inst[p];
-  }
+  int64_t st[TFG_MAX_RANK];
+  tfg_status s = tfg_kernel_transpose_strides(ctx, node, in, out, st);
+  if (s != TFG_OK) return s;
   gather g;
   gather_init(&g, &out->shape, st, in[0].data, out->data, tfg_dtype_size(out->dtype));
   gather_run(&g, ctx->pool, tfg_shape_numel(&out->shape));
@@ -212,20 +190,9 @@ TFG_CPU_KERNEL(tfg_cpu_transpose) {
  * right, its size-1 and missing axes repeat. */
 TFG_CPU_KERNEL(tfg_cpu_broadcast) {
   (void)node;
-  const tfg_shape *s = &in[0].shape;
-  int r = out->shape.rank;
-  if (s->rank > r || in[0].dtype != out->dtype)
-    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "broadcast: input rank exceeds the output's");
-  int64_t st[TFG_MAX_RANK], stride = 1;
-  for (int i = r - 1; i >= 0; i--) {
-    int j = i - (r - s->rank);
-    int64_t d = j >= 0 ? s->dim[j] : 1;
-    if (d != 1 && d != out->shape.dim[i])
-      return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "broadcast: dim %lld cannot become %lld",
-                             (long long)d, (long long)out->shape.dim[i]);
-    st[i] = d == 1 ? 0 : stride;
-    stride *= d;
-  }
+  int64_t st[TFG_MAX_RANK];
+  tfg_status s = tfg_kernel_broadcast_strides(ctx, in, out, st);
+  if (s != TFG_OK) return s;
   gather g;
   gather_init(&g, &out->shape, st, in[0].data, out->data, tfg_dtype_size(out->dtype));
   gather_run(&g, ctx->pool, tfg_shape_numel(&out->shape));
@@ -259,26 +226,10 @@ static void rows_run(rows_job *j, tfg_pool *pool, int64_t outer) {
 
 /* node->ninputs inputs joined along attrs.axis; all other dims equal. */
 TFG_CPU_KERNEL(tfg_cpu_concat) {
-  int64_t axis = node->attrs.axis;
+  int64_t axis = node->attrs.axis, outer, inner;
+  tfg_status s = tfg_kernel_concat_rows(ctx, node, in, out, &outer, &inner);
+  if (s != TFG_OK) return s;
   const tfg_shape *os = &out->shape;
-  if (axis < 0 || axis >= os->rank)
-    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "concat: axis %lld is out of range",
-                           (long long)axis);
-  int64_t esz = (int64_t)tfg_dtype_size(out->dtype), outer = 1, inner = esz, total = 0;
-  for (int i = 0; i < axis; i++) outer *= os->dim[i];
-  for (int i = (int)axis + 1; i < os->rank; i++) inner *= os->dim[i];
-  for (int q = 0; q < node->ninputs; q++) {
-    const tfg_shape *s = &in[q].shape;
-    bool ok = s->rank == os->rank && in[q].dtype == out->dtype;
-    for (int i = 0; ok && i < s->rank; i++) ok = i == axis || s->dim[i] == os->dim[i];
-    if (!ok)
-      return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "concat: input %d does not match the output", q);
-    total += s->dim[axis];
-  }
-  if (total != os->dim[axis])
-    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "concat: the inputs' sizes along axis %lld sum "
-                           "to %lld, not %lld", (long long)axis, (long long)total,
-                           (long long)os->dim[axis]);
   /* Up to 8 inputs per pass: each pass writes its own columns of every
    * output row, so passes are independent. */
   int64_t at = 0;
@@ -299,18 +250,11 @@ TFG_CPU_KERNEL(tfg_cpu_concat) {
 
 /* Elements [attrs.start, attrs.end) of in[0] along attrs.axis. */
 TFG_CPU_KERNEL(tfg_cpu_slice) {
-  const tfg_shape *s = &in[0].shape;
-  int64_t axis = node->attrs.axis, start = node->attrs.start, end = node->attrs.end;
-  if (axis < 0 || axis >= s->rank || start < 0 || end < start || end > s->dim[axis] ||
-      out->shape.rank != s->rank || out->shape.dim[axis] != end - start ||
-      in[0].dtype != out->dtype)
-    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "slice: [%lld, %lld) along axis %lld is out of "
-                           "range", (long long)start, (long long)end, (long long)axis);
-  int64_t esz = (int64_t)tfg_dtype_size(out->dtype), outer = 1, inner = esz;
-  for (int i = 0; i < axis; i++) outer *= s->dim[i];
-  for (int i = (int)axis + 1; i < s->rank; i++) inner *= s->dim[i];
+  int64_t axis = node->attrs.axis, start = node->attrs.start, end = node->attrs.end, outer, inner;
+  tfg_status s = tfg_kernel_slice_rows(ctx, node, in, out, &outer, &inner);
+  if (s != TFG_OK) return s;
   rows_job j = {.n = 1, .src = {(const char *)in[0].data + start * inner}, .dst = out->data,
-                .len = {(end - start) * inner}, .sstep = {s->dim[axis] * inner},
+                .len = {(end - start) * inner}, .sstep = {in[0].shape.dim[axis] * inner},
                 .dstep = (end - start) * inner};
   rows_run(&j, ctx->pool, outer);
   return TFG_OK;

@@ -1,10 +1,12 @@
 /* kernels/cuda/backend_kernels.h: the kernels the CUDA backend itself
  * queues (runtime/backend_cuda.c), not the ops': the reduction under the
- * ring all-reduce (reduce_peer) and the --check-numerics scan. Defined in
- * kernels/cuda/collective.cu. Plain C declarations; both queue on the
- * given stream of the current device and return the launch's error.
+ * ring all-reduce (reduce_peer), the scaling after an NCCL sum, and the
+ * --check-numerics scan. Defined in kernels/cuda/collective.cu. Plain C
+ * declarations; each queues on the given stream of the current device and
+ * returns the launch's error.
  *
  *   tfg_cuda_reduce_peer(dst, src, n, true, 0.5, stream);    // dst = (dst + src) * 0.5, f64
+ *   tfg_cuda_scale(x, n, false, 0.25, stream);               // x = x * 0.25, f32
  *   tfg_cuda_check_finite(out, n, false, tag, flag, stream);  // f32 */
 #ifndef TFG_KERNELS_CUDA_BACKEND_KERNELS_H
 #define TFG_KERNELS_CUDA_BACKEND_KERNELS_H
@@ -44,6 +46,10 @@ static inline void tfg_cuda_numerics_decode(const tfg_cuda_numerics *f, long lon
  * the current device (the same GPU, or a peer with access enabled). */
 cudaError_t tfg_cuda_reduce_peer(void *dst, const void *src, size_t count, bool f64, double scale,
                                  cudaStream_t stream);
+
+/* x[i] = x[i] * scale for i < count, in f64 when f64 is set, else f32
+ * (scale rounded to f32 first): one rounding, as reduce_peer's multiply. */
+cudaError_t tfg_cuda_scale(void *x, size_t count, bool f64, double scale, cudaStream_t stream);
 
 /* Scans x[0..n) (f64 when f64 is set, else f32) for NaN and Inf and
  * records the first in *flag under tag (nonzero). */

@@ -1,8 +1,9 @@
 /* kernels/cuda/collective.cu: the CUDA backend's own kernels
  * (kernels/cuda/backend_kernels.h): reduce_peer's elementwise
  * dst = (dst + src) * scale, which the ring all-reduce of
- * runtime/collective.c is built from on GPUs, and the NaN/Inf scan of
- * --check-numerics.
+ * runtime/collective.c is built from on GPUs, the x * scale that follows
+ * an NCCL sum when the scale is not NCCL's own mean, and the NaN/Inf scan
+ * of --check-numerics.
  *
  * Both are grid-stride loops over 64-bit indices with a grid of a few
  * waves of the device's multiprocessors. The reduction rounds like the
@@ -43,6 +44,16 @@ __global__ void reduce_f64(double *d, const double *x, size_t n, double scale, b
   }
 }
 
+__global__ void scale_f32(float *x, size_t n, float scale) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    x[i] = __fmul_rn(x[i], scale);
+}
+
+__global__ void scale_f64(double *x, size_t n, double scale) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    x[i] = __dmul_rn(x[i], scale);
+}
+
 template <typename T>
 __global__ void check_finite(const T *x, size_t n, unsigned long long tag, tfg_cuda_numerics *flag) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -67,6 +78,16 @@ extern "C" cudaError_t tfg_cuda_reduce_peer(void *dst, const void *src, size_t c
   else
     reduce_f32<<<b, THREADS, 0, stream>>>((float *)dst, (const float *)src, count, (float)scale,
                                           (float)scale != 1.0f);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t tfg_cuda_scale(void *x, size_t count, bool f64, double scale, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  unsigned b = blocks_for(count);
+  if (f64)
+    scale_f64<<<b, THREADS, 0, stream>>>((double *)x, count, scale);
+  else
+    scale_f32<<<b, THREADS, 0, stream>>>((float *)x, count, (float)scale);
   return cudaGetLastError();
 }
 

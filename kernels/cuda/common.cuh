@@ -1,29 +1,29 @@
-/* kernels/cuda/common.cuh: device helpers the kernel files of kernels/cuda
- * share: the C headers with C linkage, grid sizes and grid-stride loops,
- * strided/broadcast index math, element-size dispatch, arithmetic that is
- * never fused into an FMA, and the device error flag.
+/* kernels/cuda/common.cuh: what the kernel files of kernels/cuda share:
+ * the C headers with C linkage, grid sizes and grid-stride loops, launch
+ * and scratch checks that do not return, the device side of strided and
+ * broadcast index math, element-size dispatch and the device error flag.
  *
  *   #include "kernels/cuda/common.cuh"
  *
- *   tfg_cuda_index ix;                       // host: out = f(a, b) broadcast
- *   if (!tfg_cuda_index_broadcast(&ix, &out->shape, in, 2)) ...fail...
+ *   tfg_index_map ix;                        // host: out = f(a, b) broadcast
+ *   if (!tfg_index_broadcast(&ix, &out->shape, in, 2)) ...fail...
  *   kern<<<tfg_cuda_blocks(cx, n, TFG_CUDA_THREADS), TFG_CUDA_THREADS, 0, cx->stream>>>(ix, ...);
  *   TFG_CUDA_LAUNCHED(ctx);
  *
- *   __global__ void kern(tfg_cuda_index ix, ...) {   // device
+ *   __global__ void kern(tfg_index_map ix, ...) {   // device
  *     TFG_CUDA_LOOP(i, n) {
  *       uint64_t off[2];
  *       tfg_cuda_offsets<uint64_t, 2>(ix, (uint64_t)i, off);  // a[off[0]], b[off[1]]
  *     }
  *   }
  *
- * The index math is the CPU's (kernels/cpu/elementwise.c bcast_init,
- * kernels/cpu/shape.c gather_init): each operand gets a stride per output
- * axis (0 along a broadcast axis), size-1 output axes are dropped and an
- * axis merges into the one before it when every operand walks the pair as
- * one axis, so a same-shape operation becomes one flat axis of stride 1.
- * Output element pos (row-major over the simplified dims) reads operand
- * k at sum over axes i of idx_i(pos) * st[k][i]. */
+ * The index map is the CPU's (kernels/index_math.h: each operand gets a
+ * stride per output axis, 0 along a broadcast axis; size-1 axes dropped,
+ * contiguous ones merged). Output element pos (row-major over the
+ * simplified dims) reads operand k at sum over axes i of idx_i(pos) *
+ * st[k][i]; tfg_cuda_offsets computes that per position on the device.
+ * Formulas that must round like the CPU's live in the shared headers of
+ * kernels/ (kernels/hostdev.h and those built on it). */
 #ifndef TFG_KERNELS_CUDA_COMMON_CUH
 #define TFG_KERNELS_CUDA_COMMON_CUH
 
@@ -46,6 +46,7 @@ extern "C" {
 #include "kernels/kernel.h"
 }
 #include "kernels/cuda/cuda.h"
+#include "kernels/index_math.h"
 
 /* ---- grids -------------------------------------------------------------- */
 
@@ -70,100 +71,56 @@ static inline unsigned tfg_cuda_blocks(const tfg_cuda_ctx *cx, int64_t n, int th
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (int64_t)(n); \
        i += (int64_t)blockDim.x * gridDim.x)
 
-/* ---- names -------------------------------------------------------------- */
+/* Launches the flat (grid-stride) kernel kern over n > 0 items, one per
+ * thread (tfg_cuda_blocks' grid of TFG_CUDA_THREADS-thread blocks) on the
+ * launch's stream, with arguments args (converted to kern's parameter
+ * types), and returns its launch error (TFG_CUDA_LAUNCHED):
+ *   return tfg_cuda_launch(ctx, n, fill_kernel<float>, (float *)out->data, n, v); */
+template <typename... P, typename... A>
+static tfg_status tfg_cuda_launch(tfg_kernel_ctx *ctx, int64_t n, void (*kern)(P...), A... args) {
+  tfg_cuda_ctx *cx = tfg_cuda_of(ctx);
+  kern<<<tfg_cuda_blocks(cx, n, TFG_CUDA_THREADS), TFG_CUDA_THREADS, 0, cx->stream>>>(args...);
+  TFG_CUDA_LAUNCHED(ctx);
+  return TFG_OK;
+}
 
-/* The op's name ("add") for messages; kernels do not depend on the op
- * registry (compiler/ops.c), as the CPU kernels do not. */
-static inline const char *tfg_cuda_op_name(int op) {
-  static const char *const names[] = {
-#define TFG_CUDA_OP_NAME_(id, name, sig) name,
-      TFG_OPS(TFG_CUDA_OP_NAME_)
-#undef TFG_CUDA_OP_NAME_
-  };
-  return op >= 0 && op < TFG_OP_COUNT ? names[op] : "?";
+/* The most blocks tfg_cuda_grid gives a launch. */
+#define TFG_CUDA_GRID_CAP (1LL << 20)
+
+/* Blocks for a grid-stride kernel over `work` items that each block takes
+ * `per_block` at a time (one per thread, per warp, per block...):
+ * ceil(work / per_block), at least 1, at most TFG_CUDA_GRID_CAP (the
+ * kernel loops over the rest). For kernels that size their grid by the
+ * work rather than by the device (tfg_cuda_blocks). */
+static inline unsigned tfg_cuda_grid(int64_t work, int64_t per_block) {
+  int64_t b = (work + per_block - 1) / per_block;
+  return (unsigned)(b < 1 ? 1 : b > TFG_CUDA_GRID_CAP ? TFG_CUDA_GRID_CAP : b);
+}
+
+/* ---- checks that do not return ------------------------------------------- */
+
+/* TFG_CUDA_LAUNCHED and TFG_CUDA_CHECK (cuda.h) return at once; a kernel
+ * that holds stream-ordered scratch must free it first. These record the
+ * first failure in *s instead (a later one is dropped), naming the call
+ * and the caller's file:line. */
+#define TFG_CUDA_NOTE_LAUNCH(ctx, s, what) tfg_cuda_note_launch_((ctx), (s), (what), __FILE__, __LINE__)
+#define TFG_CUDA_FREE_SCRATCH(ctx, s, p) tfg_cuda_free_scratch_((ctx), (s), (p), __FILE__, __LINE__)
+
+/* After a launch: its launch error, as `what` ("kern<<<>>>"). */
+static inline void tfg_cuda_note_launch_(tfg_kernel_ctx *ctx, tfg_status *s, const char *what, const char *file,
+                                         int line) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess && *s == TFG_OK) *s = tfg_cuda_fail_call(ctx, what, cudaGetErrorString(e), file, line);
+}
+
+/* Frees p (cudaMallocAsync scratch, or NULL) on the launch's stream. */
+static inline void tfg_cuda_free_scratch_(tfg_kernel_ctx *ctx, tfg_status *s, void *p, const char *file, int line) {
+  if (!p) return;
+  cudaError_t e = cudaFreeAsync(p, tfg_cuda_of(ctx)->stream);
+  if (e != cudaSuccess && *s == TFG_OK) *s = tfg_cuda_fail_call(ctx, "cudaFreeAsync", cudaGetErrorString(e), file, line);
 }
 
 /* ---- strided and broadcast indexing -------------------------------------- */
-
-#define TFG_CUDA_MAX_OPERANDS 3
-
-/* Up to three operands read at strides over one output shape, simplified
- * (rank >= 1; dims > 1 except for a one-element output). Passed to kernels
- * by value. */
-typedef struct tfg_cuda_index {
-  int rank, nin;
-  int64_t dim[TFG_MAX_RANK];
-  int64_t st[TFG_CUDA_MAX_OPERANDS][TFG_MAX_RANK]; /* in elements; 0: broadcast */
-} tfg_cuda_index;
-
-/* Fills x for output shape out and operand strides st[k][i] (elements, per
- * output axis i): drops size-1 output axes and merges axis i into the kept
- * axis before it when, for every operand, that axis's stride equals
- * st[k][i] * dim[i]. The same rule as the CPU's bcast_init/gather_init. */
-static inline void tfg_cuda_index_simplify(tfg_cuda_index *x, const tfg_shape *out,
-                                           int64_t st[][TFG_MAX_RANK], int nin) {
-  x->nin = nin;
-  x->rank = 0;
-  for (int i = 0; i < out->rank; i++) {
-    if (out->dim[i] == 1) continue; /* index always 0: contributes nothing */
-    int p = x->rank - 1;
-    bool merge = p >= 0;
-    for (int k = 0; k < nin && merge; k++) merge = x->st[k][p] == st[k][i] * out->dim[i];
-    if (merge) {
-      x->dim[p] *= out->dim[i];
-      for (int k = 0; k < nin; k++) x->st[k][p] = st[k][i];
-    } else {
-      x->dim[x->rank] = out->dim[i];
-      for (int k = 0; k < nin; k++) x->st[k][x->rank] = st[k][i];
-      x->rank++;
-    }
-  }
-  if (x->rank == 0) { /* every axis has size 1 (or a scalar): one element */
-    x->rank = 1;
-    x->dim[0] = 1;
-    for (int k = 0; k < nin; k++) x->st[k][0] = 0;
-  }
-  for (int k = nin; k < TFG_CUDA_MAX_OPERANDS; k++)
-    for (int i = 0; i < TFG_MAX_RANK; i++) x->st[k][i] = 0;
-  for (int i = x->rank; i < TFG_MAX_RANK; i++) {
-    x->dim[i] = 1;
-    for (int k = 0; k < TFG_CUDA_MAX_OPERANDS; k++) x->st[k][i] = 0;
-  }
-}
-
-/* NumPy broadcasting of in[0..nin) (nin <= 3) to shape out: each input is
- * aligned to the right; a missing or size-1 axis gets stride 0. False when
- * an input does not broadcast to out (rank too high, or a dim that is
- * neither 1 nor the output's). */
-static inline bool tfg_cuda_index_broadcast(tfg_cuda_index *x, const tfg_shape *out,
-                                            const tfg_tensor *in, int nin) {
-  int r = out->rank;
-  int64_t st[TFG_CUDA_MAX_OPERANDS][TFG_MAX_RANK];
-  if (nin < 1 || nin > TFG_CUDA_MAX_OPERANDS || r < 0 || r > TFG_MAX_RANK) return false;
-  for (int k = 0; k < nin; k++) {
-    const tfg_shape *s = &in[k].shape;
-    if (s->rank > r) return false;
-    int64_t stride = 1;
-    for (int i = r - 1; i >= 0; i--) {
-      int j = i - (r - s->rank);
-      int64_t d = j >= 0 ? s->dim[j] : 1;
-      if (d != 1 && d != out->dim[i]) return false;
-      st[k][i] = d == 1 ? 0 : stride;
-      stride *= d;
-    }
-  }
-  tfg_cuda_index_simplify(x, out, st, nin);
-  return true;
-}
-
-/* One operand read at strides st[i] (elements) per axis i of out: the
- * gather behind transpose and broadcast. */
-static inline void tfg_cuda_index_gather(tfg_cuda_index *x, const tfg_shape *out,
-                                         const int64_t *st) {
-  int64_t s[1][TFG_MAX_RANK];
-  for (int i = 0; i < out->rank; i++) s[0][i] = st[i];
-  tfg_cuda_index_simplify(x, out, s, 1);
-}
 
 /* The offsets off[0..NIN) of the operands at flat output position pos.
  * I is the index type: uint32_t when every operand's offsets and the
@@ -176,7 +133,7 @@ static inline void tfg_cuda_index_gather(tfg_cuda_index *x, const tfg_shape *out
 #define TFG_CUDA_UNROLL_
 #endif
 template <typename I, int NIN>
-static __host__ __device__ __forceinline__ void tfg_cuda_offsets(const tfg_cuda_index &x, I pos, I *off) {
+static __host__ __device__ __forceinline__ void tfg_cuda_offsets(const tfg_index_map &x, I pos, I *off) {
   TFG_CUDA_UNROLL_
   for (int k = 0; k < NIN; k++) off[k] = 0;
   TFG_CUDA_UNROLL_
@@ -209,32 +166,6 @@ static inline bool tfg_cuda_fits32(int64_t n) { return n <= (int64_t)UINT32_MAX;
   case 8: { typedef uint64_t T; __VA_ARGS__; } break;     \
   default: break;                                         \
   }
-
-/* ---- unfused arithmetic ----------------------------------------------------- */
-
-/* nvcc contracts a * b + c into one FMA by default (one rounding instead
- * of two). Where a formula must round like the CPU kernel's, which never
- * fuses (ISO C mode), write it with these: the _rn intrinsics are never
- * contracted and stay IEEE under --use_fast_math. The host versions
- * (plain operators) serve host tests of device formulas. */
-#ifdef __CUDA_ARCH__
-#define TFG_CUDA_RN_(dev, host) return dev
-#else
-#define TFG_CUDA_RN_(dev, host) return host
-#endif
-#define TFG_CUDA_HD_ static __host__ __device__ __forceinline__
-TFG_CUDA_HD_ float tfg_cuda_add(float a, float b) { TFG_CUDA_RN_(__fadd_rn(a, b), a + b); }
-TFG_CUDA_HD_ float tfg_cuda_sub(float a, float b) { TFG_CUDA_RN_(__fsub_rn(a, b), a - b); }
-TFG_CUDA_HD_ float tfg_cuda_mul(float a, float b) { TFG_CUDA_RN_(__fmul_rn(a, b), a * b); }
-TFG_CUDA_HD_ float tfg_cuda_div(float a, float b) { TFG_CUDA_RN_(__fdiv_rn(a, b), a / b); }
-TFG_CUDA_HD_ float tfg_cuda_sqrt(float a) { TFG_CUDA_RN_(__fsqrt_rn(a), sqrtf(a)); }
-TFG_CUDA_HD_ double tfg_cuda_add(double a, double b) { TFG_CUDA_RN_(__dadd_rn(a, b), a + b); }
-TFG_CUDA_HD_ double tfg_cuda_sub(double a, double b) { TFG_CUDA_RN_(__dsub_rn(a, b), a - b); }
-TFG_CUDA_HD_ double tfg_cuda_mul(double a, double b) { TFG_CUDA_RN_(__dmul_rn(a, b), a * b); }
-TFG_CUDA_HD_ double tfg_cuda_div(double a, double b) { TFG_CUDA_RN_(__ddiv_rn(a, b), a / b); }
-TFG_CUDA_HD_ double tfg_cuda_sqrt(double a) { TFG_CUDA_RN_(__dsqrt_rn(a), sqrt(a)); }
-#undef TFG_CUDA_HD_
-#undef TFG_CUDA_RN_
 
 /* ---- the device error flag ---------------------------------------------- */
 

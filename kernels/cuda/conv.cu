@@ -92,14 +92,7 @@
 #include <mutex>
 #include <stdint.h>
 
-extern "C" {
-/* The project's headers are C without extern "C" guards of their own:
- * include them with C linkage so tfg_kernel_fail & co. link. */
-#include "compiler/graph.h"
-#include "compiler/ops.h"
-#include "kernels/kernel.h"
-}
-#include "kernels/cuda/cuda.h"
+#include "kernels/cuda/common.cuh" /* with tfg's C headers, in C linkage */
 
 namespace {
 
@@ -196,58 +189,35 @@ __host__ __device__ inline T avg_pool_grad_at(const T *dy, int64_t i, const pool
 
 /* ---- our own kernels: launches ------------------------------------------ */
 
-#define GRID_STRIDE(i, total) \
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (total); i += (int64_t)gridDim.x * blockDim.x)
-
 template <typename T>
 __global__ void pad_kernel(const T *__restrict__ x, T *__restrict__ xp, int64_t total, pad_shape p) {
-  GRID_STRIDE(i, total) xp[i] = padded_at(x, i, p);
+  TFG_CUDA_LOOP(i, total) xp[i] = padded_at(x, i, p);
 }
 
 template <typename T>
 __global__ void crop_kernel(const T *__restrict__ xp, T *__restrict__ dx, int64_t total, pad_shape p) {
-  GRID_STRIDE(i, total) dx[i] = cropped_at(xp, i, p);
+  TFG_CUDA_LOOP(i, total) dx[i] = cropped_at(xp, i, p);
 }
 
 template <typename T>
 __global__ void max_pool_grad_kernel(const T *__restrict__ x, const T *__restrict__ dy, T *__restrict__ dx,
                                      int64_t total, pool_shape p) {
-  GRID_STRIDE(i, total) dx[i] = max_pool_grad_at(x, dy, i, p);
+  TFG_CUDA_LOOP(i, total) dx[i] = max_pool_grad_at(x, dy, i, p);
 }
 
 template <typename T>
 __global__ void avg_pool_grad_kernel(const T *__restrict__ dy, T *__restrict__ dx, int64_t total, pool_shape p) {
-  GRID_STRIDE(i, total) dx[i] = avg_pool_grad_at(dy, i, p);
-}
-
-const int THREADS = 256;
-
-/* Blocks for a grid-stride loop over total > 0 elements: enough to fill
- * the device several times over, no more. */
-unsigned blocks_for(const tfg_cuda_ctx *cx, int64_t total) {
-  int64_t want = (total + THREADS - 1) / THREADS;
-  int64_t cap = (int64_t)(cx->sms > 0 ? cx->sms : 1) * 32;
-  return (unsigned)(want < cap ? want : cap);
+  TFG_CUDA_LOOP(i, total) dx[i] = avg_pool_grad_at(dy, i, p);
 }
 
 tfg_status launch_pad(tfg_kernel_ctx *ctx, bool f64, const void *x, void *xp, int64_t total, const pad_shape &p) {
-  tfg_cuda_ctx *cx = tfg_cuda_of(ctx);
-  if (f64)
-    pad_kernel<double><<<blocks_for(cx, total), THREADS, 0, cx->stream>>>((const double *)x, (double *)xp, total, p);
-  else
-    pad_kernel<float><<<blocks_for(cx, total), THREADS, 0, cx->stream>>>((const float *)x, (float *)xp, total, p);
-  TFG_CUDA_LAUNCHED(ctx);
-  return TFG_OK;
+  if (f64) return tfg_cuda_launch(ctx, total, pad_kernel<double>, (const double *)x, (double *)xp, total, p);
+  return tfg_cuda_launch(ctx, total, pad_kernel<float>, (const float *)x, (float *)xp, total, p);
 }
 
 tfg_status launch_crop(tfg_kernel_ctx *ctx, bool f64, const void *xp, void *dx, int64_t total, const pad_shape &p) {
-  tfg_cuda_ctx *cx = tfg_cuda_of(ctx);
-  if (f64)
-    crop_kernel<double><<<blocks_for(cx, total), THREADS, 0, cx->stream>>>((const double *)xp, (double *)dx, total, p);
-  else
-    crop_kernel<float><<<blocks_for(cx, total), THREADS, 0, cx->stream>>>((const float *)xp, (float *)dx, total, p);
-  TFG_CUDA_LAUNCHED(ctx);
-  return TFG_OK;
+  if (f64) return tfg_cuda_launch(ctx, total, crop_kernel<double>, (const double *)xp, (double *)dx, total, p);
+  return tfg_cuda_launch(ctx, total, crop_kernel<float>, (const float *)xp, (float *)dx, total, p);
 }
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -541,13 +511,12 @@ tfg_status conv_run(tfg_kernel_ctx *ctx, const char *what, conv_dir dir, const c
                                  (long long)cnt);
       }
       char *xc = (char *)x + (size_t)n0 * x_img, *yc = (char *)y + (size_t)n0 * y_img;
-      int64_t padded_total = cnt * g.c * hp * wp;
+      const void *src = xc; /* x as cuDNN reads it (FWD, BWD_FILTER): padded into buf, or in place */
+      if (padded && dir != CONV_BWD_DATA) {
+        if ((s = launch_pad(ctx, f64, xc, buf, cnt * g.c * hp * wp, ps)) != TFG_OK) return s;
+        src = buf;
+      }
       if (dir == CONV_FWD) {
-        const void *src = xc;
-        if (padded) {
-          if ((s = launch_pad(ctx, f64, xc, buf, padded_total, ps)) != TFG_OK) return s;
-          src = buf;
-        }
         TFG_CUDNN_CHECK(ctx, cudnnConvolutionForward(cx->cudnn, one, d.x, src, d.w, w, d.conv,
                                                      (cudnnConvolutionFwdAlgo_t)choice.algo, algo_ws,
                                                      choice.workspace, zero, d.y, yc));
@@ -558,11 +527,6 @@ tfg_status conv_run(tfg_kernel_ctx *ctx, const char *what, conv_dir dir, const c
                                                           choice.workspace, zero, d.x, dst));
         if (padded && (s = launch_crop(ctx, f64, buf, xc, cnt * g.c * g.h * g.w, ps)) != TFG_OK) return s;
       } else {
-        const void *src = xc;
-        if (padded) {
-          if ((s = launch_pad(ctx, f64, xc, buf, padded_total, ps)) != TFG_OK) return s;
-          src = buf;
-        }
         /* The first chunk writes dw, the later ones add to it. */
         TFG_CUDNN_CHECK(ctx, cudnnConvolutionBackwardFilter(cx->cudnn, one, d.x, src, d.y, yc, d.conv,
                                                             (cudnnConvolutionBwdFilterAlgo_t)choice.algo, algo_ws,
@@ -574,58 +538,50 @@ tfg_status conv_run(tfg_kernel_ctx *ctx, const char *what, conv_dir dir, const c
   return TFG_OK; /* not reached: the padded pass always returns */
 }
 
-/* CONV2D: x [N, C, H, W], w [O, C, KH, KW] -> out [N, O, OH, OW]. */
-tfg_status cuda_conv2d(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
-  const tfg_tensor *x = &in[0], *w = &in[1];
-  tfg_dtype dt = x->dtype;
-  if (!f32_or_f64(dt) || w->dtype != dt || out->dtype != dt) return unsupported(ctx, "conv2d", x->dtype, w->dtype);
+/* Whether a pass of direction dir sums no product into its output (an
+ * empty sum, or every tap reads padding): the output is then zeros. */
+bool conv_sums_nothing(conv_dir dir, const conv_geom &g) {
+  switch (dir) {
+  case CONV_FWD: return g.c * g.kh * g.kw == 0 || g.h * g.w == 0;
+  case CONV_BWD_DATA: return g.o == 0 || g.oh * g.ow == 0 || g.c * g.kh * g.kw == 0; /* no window reads anything */
+  default: return g.n == 0 || g.oh * g.ow == 0 || g.h * g.w == 0;
+  }
+}
+
+/* One conv op: out is one of x [N, C, H, W], w [O, C, KH, KW] and y [N, O,
+ * OH, OW] (per dir, see conv_run), a and b its inputs; all one of f32 and
+ * f64. Checks, then zeros or conv_run. */
+tfg_status conv_op(tfg_kernel_ctx *ctx, const char *what, conv_dir dir, const tfg_attrs *at, const tfg_tensor *a,
+                   const tfg_tensor *b, const tfg_tensor *out, const tfg_tensor *x, const tfg_tensor *w,
+                   const tfg_tensor *y) {
+  tfg_dtype dt = a->dtype;
+  if (!f32_or_f64(dt) || b->dtype != dt || out->dtype != dt) return unsupported(ctx, what, a->dtype, b->dtype);
   conv_geom g;
-  tfg_status s = conv_geom_init(ctx, "conv2d", &node->attrs, &x->shape, &w->shape, &out->shape, &g);
+  tfg_status s = conv_geom_init(ctx, what, at, &x->shape, &w->shape, &y->shape, &g);
   if (s != TFG_OK) return s;
   int64_t total = tfg_shape_numel(&out->shape);
   if (total == 0) return TFG_OK;
-  if (g.c * g.kh * g.kw == 0 || g.h * g.w == 0) { /* an empty sum, or every tap reads padding */
+  if (conv_sums_nothing(dir, g)) {
     TFG_CUDA_CHECK(ctx, cudaMemsetAsync(out->data, 0, (size_t)total * tfg_dtype_size(dt), tfg_cuda_of(ctx)->stream));
     return TFG_OK;
   }
-  return conv_run(ctx, "conv2d", CONV_FWD, g, dt == TFG_DTYPE_F64, x->data, w->data, out->data);
+  return conv_run(ctx, what, dir, g, dt == TFG_DTYPE_F64, x->data, w->data, y->data);
+}
+
+/* CONV2D: x [N, C, H, W], w [O, C, KH, KW] -> out [N, O, OH, OW]. */
+tfg_status cuda_conv2d(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
+  return conv_op(ctx, "conv2d", CONV_FWD, &node->attrs, &in[0], &in[1], out, &in[0], &in[1], out);
 }
 
 /* CONV2D_GRAD_INPUT: (dy [N, O, OH, OW], w [O, C, KH, KW]) -> dx [N, C, H, W]. */
 tfg_status cuda_conv2d_grad_input(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
-  const tfg_tensor *dy = &in[0], *w = &in[1];
-  tfg_dtype dt = dy->dtype;
-  if (!f32_or_f64(dt) || w->dtype != dt || out->dtype != dt)
-    return unsupported(ctx, "conv2d_grad_input", dy->dtype, w->dtype);
-  conv_geom g;
-  tfg_status s = conv_geom_init(ctx, "conv2d_grad_input", &node->attrs, &out->shape, &w->shape, &dy->shape, &g);
-  if (s != TFG_OK) return s;
-  int64_t total = tfg_shape_numel(&out->shape);
-  if (total == 0) return TFG_OK;
-  if (g.o == 0 || g.oh * g.ow == 0 || g.c * g.kh * g.kw == 0) { /* no window reads anything */
-    TFG_CUDA_CHECK(ctx, cudaMemsetAsync(out->data, 0, (size_t)total * tfg_dtype_size(dt), tfg_cuda_of(ctx)->stream));
-    return TFG_OK;
-  }
-  return conv_run(ctx, "conv2d_grad_input", CONV_BWD_DATA, g, dt == TFG_DTYPE_F64, out->data, w->data, dy->data);
+  return conv_op(ctx, "conv2d_grad_input", CONV_BWD_DATA, &node->attrs, &in[0], &in[1], out, out, &in[1], &in[0]);
 }
 
 /* CONV2D_GRAD_WEIGHT: (x [N, C, H, W], dy [N, O, OH, OW]) -> dw [O, C, KH, KW]. */
 tfg_status cuda_conv2d_grad_weight(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
                                    tfg_tensor *out) {
-  const tfg_tensor *x = &in[0], *dy = &in[1];
-  tfg_dtype dt = x->dtype;
-  if (!f32_or_f64(dt) || dy->dtype != dt || out->dtype != dt)
-    return unsupported(ctx, "conv2d_grad_weight", x->dtype, dy->dtype);
-  conv_geom g;
-  tfg_status s = conv_geom_init(ctx, "conv2d_grad_weight", &node->attrs, &x->shape, &out->shape, &dy->shape, &g);
-  if (s != TFG_OK) return s;
-  int64_t total = tfg_shape_numel(&out->shape);
-  if (total == 0) return TFG_OK;
-  if (g.n == 0 || g.oh * g.ow == 0 || g.h * g.w == 0) { /* an empty sum, or every tap reads padding */
-    TFG_CUDA_CHECK(ctx, cudaMemsetAsync(out->data, 0, (size_t)total * tfg_dtype_size(dt), tfg_cuda_of(ctx)->stream));
-    return TFG_OK;
-  }
-  return conv_run(ctx, "conv2d_grad_weight", CONV_BWD_FILTER, g, dt == TFG_DTYPE_F64, x->data, out->data, dy->data);
+  return conv_op(ctx, "conv2d_grad_weight", CONV_BWD_FILTER, &node->attrs, &in[0], &in[1], out, &in[0], out, &in[1]);
 }
 
 /* ---- pools ----------------------------------------------------------------- */
@@ -695,7 +651,6 @@ tfg_status cuda_pool(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor
 /* MAX_POOL_GRAD: (x, dy) -> dx shaped like x; AVG_POOL_GRAD: (dy) -> dx,
  * the node's shape. Our gather kernels (see the top of the file). */
 tfg_status cuda_pool_grad(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
-  tfg_cuda_ctx *cx = tfg_cuda_of(ctx);
   bool avg = node->op == TFG_OP_AVG_POOL_GRAD;
   const char *what = avg ? "avg_pool_grad" : "max_pool_grad";
   const tfg_tensor *dy = avg ? &in[0] : &in[1];
@@ -708,24 +663,18 @@ tfg_status cuda_pool_grad(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_t
   if (s != TFG_OK) return s;
   int64_t total = tfg_shape_numel(&out->shape);
   if (total == 0) return TFG_OK;
-  unsigned blocks = blocks_for(cx, total);
   if (avg) {
     if (dt == TFG_DTYPE_F64)
-      avg_pool_grad_kernel<double><<<blocks, THREADS, 0, cx->stream>>>((const double *)dy->data, (double *)out->data,
-                                                                       total, p);
-    else
-      avg_pool_grad_kernel<float><<<blocks, THREADS, 0, cx->stream>>>((const float *)dy->data, (float *)out->data,
-                                                                      total, p);
-  } else {
-    if (dt == TFG_DTYPE_F64)
-      max_pool_grad_kernel<double><<<blocks, THREADS, 0, cx->stream>>>(
-          (const double *)in[0].data, (const double *)dy->data, (double *)out->data, total, p);
-    else
-      max_pool_grad_kernel<float><<<blocks, THREADS, 0, cx->stream>>>(
-          (const float *)in[0].data, (const float *)dy->data, (float *)out->data, total, p);
+      return tfg_cuda_launch(ctx, total, avg_pool_grad_kernel<double>, (const double *)dy->data, (double *)out->data,
+                             total, p);
+    return tfg_cuda_launch(ctx, total, avg_pool_grad_kernel<float>, (const float *)dy->data, (float *)out->data,
+                           total, p);
   }
-  TFG_CUDA_LAUNCHED(ctx);
-  return TFG_OK;
+  if (dt == TFG_DTYPE_F64)
+    return tfg_cuda_launch(ctx, total, max_pool_grad_kernel<double>, (const double *)in[0].data,
+                           (const double *)dy->data, (double *)out->data, total, p);
+  return tfg_cuda_launch(ctx, total, max_pool_grad_kernel<float>, (const float *)in[0].data, (const float *)dy->data,
+                         (float *)out->data, total, p);
 }
 
 } /* namespace */

@@ -27,15 +27,6 @@ typedef struct fused_inputs {
   const void *p[TFG_FUSED_MAX_INPUTS];
 } fused_inputs;
 
-/* One op of a program: binary when it has a second operand (b >= 0). */
-static __device__ __forceinline__ float fused_op(int op, bool binary, float x, float y) {
-  return binary ? tfg_em_binary_f32(op, x, y) : tfg_em_unary_f32(op, x);
-}
-
-static __device__ __forceinline__ double fused_op(int op, bool binary, double x, double y) {
-  return binary ? tfg_em_binary_f64(op, x, y) : tfg_em_unary_f64(op, x);
-}
-
 /* out[i] for i in [0, n): the program p over inputs in. */
 template <typename T>
 static __global__ void fused_kernel(tfg_fused_prog p, fused_inputs in, T *out, int64_t n) {
@@ -46,7 +37,8 @@ static __global__ void fused_kernel(tfg_fused_prog p, fused_inputs in, T *out, i
       if (k < p.ninputs) v[k] = ((const T *)in.p[k])[p.scalar[k] ? 0 : i];
     for (int s = 0; s < p.nops; s++) {
       const tfg_fused_op o = p.ops[s];
-      v[TFG_FUSED_MAX_INPUTS + s] = fused_op(o.op, o.b >= 0, v[o.a], o.b >= 0 ? v[o.b] : (T)0);
+      /* binary when it has a second operand (b >= 0) */
+      v[TFG_FUSED_MAX_INPUTS + s] = o.b >= 0 ? tfg_em_binary(o.op, v[o.a], v[o.b]) : tfg_em_unary(o.op, v[o.a]);
     }
     out[i] = v[TFG_FUSED_MAX_INPUTS + p.nops - 1];
   }
@@ -54,36 +46,18 @@ static __global__ void fused_kernel(tfg_fused_prog p, fused_inputs in, T *out, i
 
 /* FUSED: node->attrs.data is a tfg_fused_prog over node->ninputs inputs,
  * f32 or f64 like the output; a scalar input has one element, every other
- * input the output's element count. The same checks and messages as the
- * CPU kernel ("on the GPU" for "on the CPU"). */
+ * input the output's element count. The CPU kernel's checks and messages
+ * (tfg_fused_check_tensors, "on the GPU" for "on the CPU"). */
 static tfg_status fused(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
-  tfg_cuda_ctx *cx = tfg_cuda_of(ctx);
+  tfg_status st = tfg_fused_check_tensors(ctx, node, in, out, "GPU");
+  if (st != TFG_OK) return st;
   const tfg_fused_prog *p = (const tfg_fused_prog *)node->attrs.data;
-  const char *bad = tfg_fused_check(p, node->ninputs);
-  if (bad) return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "fused: %s", bad);
-  tfg_dtype dt = out->dtype;
-  if (dt != TFG_DTYPE_F32 && dt != TFG_DTYPE_F64)
-    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "fused on %s is not supported on the GPU", tfg_dtype_name(dt));
   int64_t n = tfg_shape_numel(&out->shape);
   fused_inputs ins = {};
-  for (int k = 0; k < p->ninputs; k++) {
-    if (in[k].dtype != dt)
-      return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "fused: input %d is %s, the output %s", k, tfg_dtype_name(in[k].dtype),
-                             tfg_dtype_name(dt));
-    int64_t want = p->scalar[k] ? 1 : n;
-    if (tfg_shape_numel(&in[k].shape) != want)
-      return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "fused: input %d has %lld elements, not %lld", k,
-                             (long long)tfg_shape_numel(&in[k].shape), (long long)want);
-    ins.p[k] = in[k].data;
-  }
+  for (int k = 0; k < p->ninputs; k++) ins.p[k] = in[k].data;
   if (n == 0) return TFG_OK;
-  unsigned blocks = tfg_cuda_blocks(cx, n, TFG_CUDA_THREADS);
-  if (dt == TFG_DTYPE_F32)
-    fused_kernel<float><<<blocks, TFG_CUDA_THREADS, 0, cx->stream>>>(*p, ins, (float *)out->data, n);
-  else
-    fused_kernel<double><<<blocks, TFG_CUDA_THREADS, 0, cx->stream>>>(*p, ins, (double *)out->data, n);
-  TFG_CUDA_LAUNCHED(ctx);
-  return TFG_OK;
+  if (out->dtype == TFG_DTYPE_F32) return tfg_cuda_launch(ctx, n, fused_kernel<float>, *p, ins, (float *)out->data, n);
+  return tfg_cuda_launch(ctx, n, fused_kernel<double>, *p, ins, (double *)out->data, n);
 }
 
 extern "C" void tfg_cuda_register_fused(tfg_kernel_fn *table) { table[TFG_OP_FUSED] = fused; }

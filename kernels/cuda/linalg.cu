@@ -81,14 +81,7 @@
 #include <stdint.h>
 #include <string.h>
 
-extern "C" {
-/* The project's headers are C without extern "C" guards of their own:
- * include them with C linkage so tfg_kernel_fail & co. link. */
-#include "compiler/graph.h"
-#include "compiler/ops.h"
-#include "kernels/kernel.h"
-}
-#include "kernels/cuda/cuda.h"
+#include "kernels/cuda/common.cuh" /* with tfg's C headers, in C linkage */
 
 namespace {
 

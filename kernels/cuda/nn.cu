@@ -63,7 +63,7 @@
 
 #include <cub/device/device_radix_sort.cuh>
 
-#include "kernels/cuda/cuda.h" /* with tfg's C headers, in C linkage */
+#include "kernels/cuda/common.cuh" /* with tfg's C headers, in C linkage */
 
 namespace {
 
@@ -76,7 +76,6 @@ enum {
   TX = 32,               /* 2-D blocks: TX x TY */
   TY = THREADS / TX,
 };
-const long long GRID_CAP = 1LL << 20; /* blocks per launch; kernels loop grid-stride */
 const unsigned FULL = 0xffffffffu;
 constexpr double SQRT1_2 = 0.70710678118654752440;    /* M_SQRT1_2, as grad.c */
 constexpr double TWO_SQRTPI = 1.12837916709551257390; /* M_2_SQRTPI */
@@ -93,15 +92,6 @@ template <> __device__ __forceinline__ double lowest<double>() { return -(double
 /* Element i of an i32 or i64 id tensor (tfg_cpu_id_at). */
 __device__ __forceinline__ long long id_at(const void *ids, bool i64, long long i) {
   return i64 ? ((const long long *)ids)[i] : (long long)((const int32_t *)ids)[i];
-}
-
-/* Records a data error in the device's flag unless one is there already. */
-__device__ void flag_error(tfg_cuda_error *err, int code, int node, long long value, long long limit) {
-  if (err && atomicCAS(&err->code, TFG_CUDA_E_NONE, code) == TFG_CUDA_E_NONE) {
-    err->node = node;
-    err->value = value;
-    err->limit = limit;
-  }
 }
 
 /* Combiners: A, combine(a, b), and identity() where a loop starts from it. */
@@ -195,6 +185,21 @@ template <class Op, int G, int NT = THREADS> __device__ __forceinline__ typename
 #define FOR_ROWS_2D(r, rows) \
   for (long long r = (long long)blockIdx.x * TY + threadIdx.x / TX; r < (rows); r += (long long)gridDim.x * TY)
 
+/* The softmax statistics of row xr[0..len) over a group of G lanes (the
+ * CPU's loops): m = the max (`v > m`, NaN-ignoring), returned in *m, and
+ * the sum in double of ex(x - m) (ex in T), returned; every lane of the
+ * group gets both. */
+template <class T, int G>
+__device__ __forceinline__ double row_softmax_stats(const T *xr, long long len, int lane, T *m) {
+  T mx = MaxT<T>::identity();
+  for (long long t = lane; t < len; t += G) mx = MaxT<T>::combine(mx, xr[t]);
+  mx = group_all<MaxT<T>, G>(mx);
+  double sum = 0;
+  for (long long t = lane; t < len; t += G) sum += (double)ex(xr[t] - mx);
+  *m = mx;
+  return group_all<SumD, G>(sum);
+}
+
 /* ---- softmax, log_softmax ---------------------------------------------------- */
 
 /* inner == 1: rows x[r * len, (r + 1) * len). Per row (CPU: softmax_f32):
@@ -208,12 +213,8 @@ softmax_rows(const T *__restrict__ x, T *__restrict__ y, long long rows, long lo
   FOR_ROWS(G, r, rows) {
     const T *xr = x + r * len;
     T *yr = y + r * len;
-    T m = MaxT<T>::identity();
-    for (long long t = lane; t < len; t += G) m = MaxT<T>::combine(m, xr[t]);
-    m = group_all<MaxT<T>, G>(m);
-    double sum = 0;
-    for (long long t = lane; t < len; t += G) sum += (double)ex(xr[t] - m);
-    sum = group_all<SumD, G>(sum);
+    T m;
+    double sum = row_softmax_stats<T, G>(xr, len, lane, &m);
     if (LOG) {
       double ls = log(sum);
       for (long long t = lane; t < len; t += G) yr[t] = (T)((double)(xr[t] - m) - ls);
@@ -299,18 +300,14 @@ ce_rows(const T *__restrict__ x, const void *__restrict__ lab, bool lab64, long 
     long long label = id_at(lab, lab64, r);
     if (label < 0 || label >= c) { /* uniform over the group: all read the same label */
       if (lane == 0) {
-        flag_error(err, TFG_CUDA_E_LABEL_RANGE, node, label, c);
+        tfg_cuda_flag(err, TFG_CUDA_E_LABEL_RANGE, node, label, c);
         loss[r] = NAN;
       }
       continue;
     }
     const T *xr = x + r * c;
-    T m = MaxT<T>::identity();
-    for (long long t = lane; t < c; t += G) m = MaxT<T>::combine(m, xr[t]);
-    m = group_all<MaxT<T>, G>(m);
-    double sum = 0;
-    for (long long t = lane; t < c; t += G) sum += (double)ex(xr[t] - m);
-    sum = group_all<SumD, G>(sum);
+    T m;
+    double sum = row_softmax_stats<T, G>(xr, c, lane, &m);
     if (lane == 0) loss[r] = log(sum) + ((double)m - (double)xr[label]);
   }
 }
@@ -427,7 +424,7 @@ embed(const T *__restrict__ table, const void *__restrict__ ids, bool i64, T *__
   FOR_ROWS_2D(i, n) {
     long long id = id_at(ids, i64, i);
     bool bad = id < 0 || id >= v;
-    if (bad && tx == 0) flag_error(err, TFG_CUDA_E_ID_RANGE, node, id, v);
+    if (bad && tx == 0) tfg_cuda_flag(err, TFG_CUDA_E_ID_RANGE, node, id, v);
     const T *src = table + (bad ? 0 : id) * d;
     T *dst = y + i * d;
     for (long long c = tx; c < d; c += TX) dst[c] = bad ? (T)0 : src[c];
@@ -451,9 +448,9 @@ one_hot(const void *__restrict__ ids, bool i64, T *__restrict__ y, long long n, 
 __global__ void __launch_bounds__(THREADS)
 check_ids(const void *__restrict__ ids, bool i64, long long n, long long limit, int code, tfg_cuda_error *err,
           int node) {
-  for (long long i = (long long)blockIdx.x * THREADS + threadIdx.x; i < n; i += (long long)gridDim.x * THREADS) {
+  TFG_CUDA_LOOP(i, n) {
     long long id = id_at(ids, i64, i);
-    if (id < 0 || id >= limit) flag_error(err, code, node, id, limit);
+    if (id < 0 || id >= limit) tfg_cuda_flag(err, code, node, id, limit);
   }
 }
 
@@ -463,7 +460,7 @@ check_ids(const void *__restrict__ ids, bool i64, long long n, long long limit, 
 template <class T>
 __global__ void __launch_bounds__(THREADS)
 relu_grad(const T *__restrict__ x, const T *__restrict__ dy, T *__restrict__ dx, long long n) {
-  for (long long i = (long long)blockIdx.x * THREADS + threadIdx.x; i < n; i += (long long)gridDim.x * THREADS)
+  TFG_CUDA_LOOP(i, n)
     dx[i] = x[i] > 0 ? dy[i] : (T)0;
 }
 
@@ -472,7 +469,7 @@ relu_grad(const T *__restrict__ x, const T *__restrict__ dy, T *__restrict__ dx,
 template <class T>
 __global__ void __launch_bounds__(THREADS)
 gelu_grad(const T *__restrict__ x, const T *__restrict__ dy, T *__restrict__ dx, long long n) {
-  for (long long i = (long long)blockIdx.x * THREADS + threadIdx.x; i < n; i += (long long)gridDim.x * THREADS) {
+  TFG_CUDA_LOOP(i, n) {
     double v = x[i];
     double cdf = 0.5 * erfc(-v * SQRT1_2);
     double pdf = exp(-0.5 * v * v) * (TWO_SQRTPI * SQRT1_2 * 0.5);
@@ -496,16 +493,12 @@ ce_grad_rows(const T *__restrict__ x, const void *__restrict__ lab, bool lab64, 
     T *dr = dx + r * c;
     long long label = id_at(lab, lab64, r);
     if (label < 0 || label >= c) { /* uniform over the group */
-      if (lane == 0) flag_error(err, TFG_CUDA_E_LABEL_RANGE, node, label, c);
+      if (lane == 0) tfg_cuda_flag(err, TFG_CUDA_E_LABEL_RANGE, node, label, c);
       for (long long t = lane; t < c; t += G) dr[t] = (T)NAN;
       continue;
     }
-    T m = MaxT<T>::identity();
-    for (long long t = lane; t < c; t += G) m = MaxT<T>::combine(m, xr[t]);
-    m = group_all<MaxT<T>, G>(m);
-    double sum = 0;
-    for (long long t = lane; t < c; t += G) sum += (double)ex(xr[t] - m);
-    sum = group_all<SumD, G>(sum);
+    T m;
+    double sum = row_softmax_stats<T, G>(xr, c, lane, &m);
     double inv = 1.0 / sum;
     for (long long t = lane; t < c; t += G) {
       double p = (double)ex(xr[t] - m) * inv;
@@ -521,10 +514,10 @@ ce_grad_rows(const T *__restrict__ x, const void *__restrict__ lab, bool lab64, 
 __global__ void __launch_bounds__(THREADS)
 emb_keys(const void *__restrict__ ids, bool i64, long long n, long long rows, unsigned long long *__restrict__ keys,
          long long *__restrict__ vals, tfg_cuda_error *err, int node) {
-  for (long long i = (long long)blockIdx.x * THREADS + threadIdx.x; i < n; i += (long long)gridDim.x * THREADS) {
+  TFG_CUDA_LOOP(i, n) {
     long long id = id_at(ids, i64, i);
     bool bad = id < 0 || id >= rows;
-    if (bad) flag_error(err, TFG_CUDA_E_ID_RANGE, node, id, rows);
+    if (bad) tfg_cuda_flag(err, TFG_CUDA_E_ID_RANGE, node, id, rows);
     keys[i] = bad ? (unsigned long long)rows : (unsigned long long)id;
     vals[i] = i;
   }
@@ -535,7 +528,7 @@ emb_keys(const void *__restrict__ ids, bool i64, long long n, long long rows, un
 __global__ void __launch_bounds__(THREADS)
 emb_bounds(const unsigned long long *__restrict__ keys, long long n, long long rows, long long *__restrict__ begin,
            long long *__restrict__ end) {
-  for (long long s = (long long)blockIdx.x * THREADS + threadIdx.x; s < n; s += (long long)gridDim.x * THREADS) {
+  TFG_CUDA_LOOP(s, n) {
     unsigned long long k = keys[s];
     if (k >= (unsigned long long)rows) continue; /* the sentinel: bad ids */
     if (s == 0 || keys[s - 1] != k) begin[k] = s;
@@ -563,13 +556,8 @@ emb_sum(const T *__restrict__ dy, const long long *__restrict__ pos, const long 
 
 /* ---- host side ----------------------------------------------------------------------- */
 
-long long blocks_for(long long work, long long per_block) {
-  long long b = (work + per_block - 1) / per_block;
-  return b < 1 ? 1 : b > GRID_CAP ? GRID_CAP : b;
-}
-
 /* Blocks for `rows` rows taken by groups of G threads. */
-long long row_blocks(long long rows, int g) { return blocks_for(rows, THREADS / g); }
+unsigned row_blocks(long long rows, int g) { return tfg_cuda_grid(rows, THREADS / g); }
 
 bool is_float(tfg_dtype t) { return t == TFG_DTYPE_F32 || t == TFG_DTYPE_F64; }
 bool is_int(tfg_dtype t) { return t == TFG_DTYPE_I32 || t == TFG_DTYPE_I64; }
@@ -593,19 +581,6 @@ tfg_status same_float(tfg_kernel_ctx *ctx, const char *what, tfg_dtype dt, const
       return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s mixes %s and %s (one float dtype expected)", what,
                              tfg_dtype_name(dt), tfg_dtype_name(ts[i]->dtype));
   return TFG_OK;
-}
-
-/* Records a launch error of `what` in *s unless it holds one already. */
-void note_launch(tfg_kernel_ctx *ctx, tfg_status *s, const char *what, int line) {
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess && *s == TFG_OK) *s = tfg_cuda_fail_call(ctx, what, cudaGetErrorString(e), __FILE__, line);
-}
-
-/* Frees stream-ordered scratch, recording a failure in *s. */
-void free_scratch(tfg_kernel_ctx *ctx, tfg_status *s, void *p, int line) {
-  if (!p) return;
-  cudaError_t e = cudaFreeAsync(p, tfg_cuda_of(ctx)->stream);
-  if (e != cudaSuccess && *s == TFG_OK) *s = tfg_cuda_fail_call(ctx, "cudaFreeAsync", cudaGetErrorString(e), __FILE__, line);
 }
 
 /* Launches KERNEL<TARGS..., G> args over `rows` rows of length `len`:
@@ -647,7 +622,7 @@ tfg_status cuda_softmax(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_ten
       else LAUNCH_ROWS(rows, len, st, (xp, yp, rows, len), softmax_rows, double, false);
     }
   } else {
-    long long blocks = blocks_for(outer * ((inner + TX - 1) / TX), 1);
+    unsigned blocks = tfg_cuda_grid(outer * ((inner + TX - 1) / TX), 1);
     if (x->dtype == TFG_DTYPE_F32) {
       const float *xp = (const float *)x->data;
       float *yp = (float *)out->data;
@@ -683,9 +658,9 @@ tfg_status finish_mean(tfg_kernel_ctx *ctx, tfg_status s, double *part, long lon
   if (s == TFG_OK) {
     mean_finish<<<1, FINISH_THREADS, 0, tfg_cuda_of(ctx)->stream>>>(part, np, n, out->data,
                                                                    out->dtype == TFG_DTYPE_F64);
-    note_launch(ctx, &s, "mean_finish<<<>>>", __LINE__);
+    TFG_CUDA_NOTE_LAUNCH(ctx, &s, "mean_finish<<<>>>");
   }
-  free_scratch(ctx, &s, part, __LINE__);
+  TFG_CUDA_FREE_SCRATCH(ctx, &s, part);
   return s;
 }
 
@@ -717,7 +692,7 @@ tfg_status cuda_cross_entropy(tfg_kernel_ctx *ctx, const tfg_node *node, const t
       LAUNCH_ROWS(n, c, st, ((const float *)x->data, lab->data, l64, n, c, loss, err, ctx->node), ce_rows, float);
     else
       LAUNCH_ROWS(n, c, st, ((const double *)x->data, lab->data, l64, n, c, loss, err, ctx->node), ce_rows, double);
-    note_launch(ctx, &s, "ce_rows<<<>>>", __LINE__);
+    TFG_CUDA_NOTE_LAUNCH(ctx, &s, "ce_rows<<<>>>");
   }
   return finish_mean(ctx, s, loss, n, n, out);
 }
@@ -737,12 +712,12 @@ tfg_status cuda_mse(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor 
   if (s != TFG_OK) return s;
   if (n > 0) {
     cudaStream_t st = tfg_cuda_of(ctx)->stream;
-    long long blocks = blocks_for(nchunks, 1);
+    unsigned blocks = tfg_cuda_grid(nchunks, 1);
     if (a->dtype == TFG_DTYPE_F32)
       mse_chunks<float><<<blocks, THREADS, 0, st>>>((const float *)a->data, (const float *)b->data, n, nchunks, part);
     else
       mse_chunks<double><<<blocks, THREADS, 0, st>>>((const double *)a->data, (const double *)b->data, n, nchunks, part);
-    note_launch(ctx, &s, "mse_chunks<<<>>>", __LINE__);
+    TFG_CUDA_NOTE_LAUNCH(ctx, &s, "mse_chunks<<<>>>");
   }
   return finish_mean(ctx, s, part, nchunks, n, out);
 }
@@ -785,7 +760,7 @@ tfg_status cuda_embedding(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_t
   cudaStream_t st = tfg_cuda_of(ctx)->stream;
   tfg_cuda_error *err = tfg_cuda_of(ctx)->error;
   bool i64 = ids->dtype == TFG_DTYPE_I64;
-  long long blocks = blocks_for(n, TY); /* runs for d == 0 too: the ids are still checked */
+  unsigned blocks = tfg_cuda_grid(n, TY); /* runs for d == 0 too: the ids are still checked */
   if (table->dtype == TFG_DTYPE_F32)
     embed<float><<<blocks, THREADS, 0, st>>>((const float *)table->data, ids->data, i64, (float *)out->data, n, d, v,
                                              err, ctx->node);
@@ -807,7 +782,7 @@ tfg_status cuda_one_hot(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_ten
   if (n == 0 || depth == 0) return TFG_OK;
   cudaStream_t st = tfg_cuda_of(ctx)->stream;
   bool i64 = ids->dtype == TFG_DTYPE_I64;
-  long long blocks = blocks_for(n, TY);
+  unsigned blocks = tfg_cuda_grid(n, TY);
   if (out->dtype == TFG_DTYPE_F32) one_hot<float><<<blocks, THREADS, 0, st>>>(ids->data, i64, (float *)out->data, n, depth);
   else one_hot<double><<<blocks, THREADS, 0, st>>>(ids->data, i64, (double *)out->data, n, depth);
   TFG_CUDA_LAUNCHED(ctx);
@@ -836,7 +811,7 @@ tfg_status cuda_accuracy(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_te
       LAUNCH_ROWS(n, c, st, ((const float *)x->data, lab->data, l64, n, c, right), acc_rows, float);
     else
       LAUNCH_ROWS(n, c, st, ((const double *)x->data, lab->data, l64, n, c, right), acc_rows, double);
-    note_launch(ctx, &s, "acc_rows<<<>>>", __LINE__);
+    TFG_CUDA_NOTE_LAUNCH(ctx, &s, "acc_rows<<<>>>");
   }
   return finish_mean(ctx, s, right, np, n, out);
 }
@@ -853,7 +828,7 @@ tfg_status cuda_pointwise_grad(tfg_kernel_ctx *ctx, const tfg_node *node, const 
   if (tfg_shape_numel(&dy->shape) != n || tfg_shape_numel(&out->shape) != n) return bad_shape(ctx, what);
   if (n == 0) return TFG_OK;
   cudaStream_t st = tfg_cuda_of(ctx)->stream;
-  long long blocks = blocks_for(n, THREADS);
+  unsigned blocks = tfg_cuda_grid(n, THREADS);
   if (x->dtype == TFG_DTYPE_F32) {
     const float *xp = (const float *)x->data, *dp = (const float *)dy->data;
     float *op = (float *)out->data;
@@ -888,7 +863,7 @@ tfg_status cuda_cross_entropy_grad(tfg_kernel_ctx *ctx, const tfg_node *node, co
   tfg_cuda_error *err = tfg_cuda_of(ctx)->error;
   bool l64 = lab->dtype == TFG_DTYPE_I64;
   if (c == 0) { /* nothing to write, but every label is out of range */
-    check_ids<<<blocks_for(n, THREADS), THREADS, 0, st>>>(lab->data, l64, n, c, TFG_CUDA_E_LABEL_RANGE, err,
+    check_ids<<<tfg_cuda_grid(n, THREADS), THREADS, 0, st>>>(lab->data, l64, n, c, TFG_CUDA_E_LABEL_RANGE, err,
                                                           ctx->node);
   } else if (x->dtype == TFG_DTYPE_F32) {
     LAUNCH_ROWS(n, c, st, ((const float *)x->data, lab->data, l64, (const float *)dy->data, (float *)out->data, n, c, err,
@@ -948,7 +923,7 @@ tfg_status cuda_embedding_grad(tfg_kernel_ctx *ctx, const tfg_node *node, const 
   if (rows == 0 || d == 0 || nids == 0) { /* nothing to sum: zeros, and the ids still checked */
     if (rows > 0 && d > 0) TFG_CUDA_CHECK(ctx, cudaMemsetAsync(out->data, 0, (size_t)(rows * d) * es, st));
     if (nids > 0) {
-      check_ids<<<blocks_for(nids, THREADS), THREADS, 0, st>>>(ids->data, i64, nids, rows, TFG_CUDA_E_ID_RANGE, err,
+      check_ids<<<tfg_cuda_grid(nids, THREADS), THREADS, 0, st>>>(ids->data, i64, nids, rows, TFG_CUDA_E_ID_RANGE, err,
                                                               ctx->node);
       TFG_CUDA_LAUNCHED(ctx);
     }
@@ -972,9 +947,9 @@ tfg_status cuda_embedding_grad(tfg_kernel_ctx *ctx, const tfg_node *node, const 
   long long *begin = (long long *)(buf + 2 * kb + 2 * vb), *end = (long long *)(buf + 2 * kb + 2 * vb + bb);
   void *temp = buf + 2 * kb + 2 * vb + 2 * bb;
 
-  emb_keys<<<blocks_for(nids, THREADS), THREADS, 0, st>>>(ids->data, i64, nids, rows, keys_in, vals_in, err,
+  emb_keys<<<tfg_cuda_grid(nids, THREADS), THREADS, 0, st>>>(ids->data, i64, nids, rows, keys_in, vals_in, err,
                                                           ctx->node);
-  note_launch(ctx, &s, "emb_keys<<<>>>", __LINE__);
+  TFG_CUDA_NOTE_LAUNCH(ctx, &s, "emb_keys<<<>>>");
   cudaError_t e = cudaSuccess;
   if (s == TFG_OK && (e = cudaMemsetAsync(begin, 0, 2 * bb, st)) != cudaSuccess) /* begin and end */
     s = tfg_cuda_fail_call(ctx, "cudaMemsetAsync(begin, 0, 2 * bb, st)", cudaGetErrorString(e), __FILE__, __LINE__);
@@ -983,19 +958,19 @@ tfg_status cuda_embedding_grad(tfg_kernel_ctx *ctx, const tfg_node *node, const 
           cudaSuccess)
     s = tfg_cuda_fail_call(ctx, "cub::DeviceRadixSort::SortPairs", cudaGetErrorString(e), __FILE__, __LINE__);
   if (s == TFG_OK) {
-    emb_bounds<<<blocks_for(nids, THREADS), THREADS, 0, st>>>(keys, nids, rows, begin, end);
-    note_launch(ctx, &s, "emb_bounds<<<>>>", __LINE__);
+    emb_bounds<<<tfg_cuda_grid(nids, THREADS), THREADS, 0, st>>>(keys, nids, rows, begin, end);
+    TFG_CUDA_NOTE_LAUNCH(ctx, &s, "emb_bounds<<<>>>");
   }
   if (s == TFG_OK) {
-    long long blocks = blocks_for(rows, TY);
+    unsigned blocks = tfg_cuda_grid(rows, TY);
     if (dy->dtype == TFG_DTYPE_F32)
       emb_sum<float><<<blocks, THREADS, 0, st>>>((const float *)dy->data, pos, begin, end, (float *)out->data, rows, d);
     else
       emb_sum<double><<<blocks, THREADS, 0, st>>>((const double *)dy->data, pos, begin, end, (double *)out->data, rows,
                                                   d);
-    note_launch(ctx, &s, "emb_sum<<<>>>", __LINE__);
+    TFG_CUDA_NOTE_LAUNCH(ctx, &s, "emb_sum<<<>>>");
   }
-  free_scratch(ctx, &s, buf, __LINE__);
+  TFG_CUDA_FREE_SCRATCH(ctx, &s, buf);
   return s;
 }
 

@@ -4,8 +4,8 @@
  * per-dtype tolerance.
  *
  * How it maps onto the CPU kernel:
- *  - The shape is simplified exactly as the CPU does it (build_geom mirrors
- *    tfg_cpu_reduce line for line): size-1 axes dropped, neighbouring axes
+ *  - The shape is simplified by the CPU's own code (tfg_reduce_simplify,
+ *    kernels/index_math.h): size-1 axes dropped, neighbouring axes
  *    that are both kept or both reduced merged. What is left is outer kept
  *    blocks (kdim, kst), outer reduced blocks (rdim, rst) and the last
  *    block of L contiguous elements, reduced or kept. ARGMAX is the same
@@ -50,7 +50,7 @@
 
 #include <type_traits>
 
-#include "kernels/cuda/cuda.h" /* with tfg's C headers, in C linkage */
+#include "kernels/cuda/common.cuh" /* with tfg's C headers, in C linkage */
 
 namespace {
 
@@ -63,16 +63,12 @@ enum {
   COLS_X = 32,        /* columns: block shape */
   COLS_Y = THREADS / COLS_X,
 };
-const long long GRID_CAP = 1LL << 20; /* blocks per launch; kernels loop grid-stride */
 const unsigned FULL = 0xffffffffu;
 
-/* The simplified reduction (see the file comment). Passed by value. */
-struct Geom {
-  int nk, nr;
-  long long kdim[TFG_MAX_RANK], kst[TFG_MAX_RANK];
-  long long rdim[TFG_MAX_RANK], rst[TFG_MAX_RANK];
-  long long L;        /* the last block */
-  bool last_reduced;
+/* The simplified reduction (see the file comment): the CPU's
+ * tfg_reduce_shape (nk, kdim, kst; nr, rdim, rst; the last block L,
+ * last_reduced) and the launch plan. Passed by value. */
+struct Geom : tfg_reduce_shape {
   long long Lr;       /* L when the last block is reduced, else 1 */
   long long R;        /* prod(rdim): 1 when nr == 0 */
   long long count;    /* elements per output: R * Lr */
@@ -327,57 +323,14 @@ __global__ void __launch_bounds__(THREADS) reduce_empty(typename Op::Out *__rest
 
 /* ---- host side --------------------------------------------------------------- */
 
-long long blocks_for(long long work, long long per_block) {
-  long long b = (work + per_block - 1) / per_block;
-  return b < 1 ? 1 : b > GRID_CAP ? GRID_CAP : b;
-}
-
-/* Fails ctx with a launch error of `what`, unless *s already holds one. */
-void note_launch(tfg_kernel_ctx *ctx, tfg_status *s, const char *what, int line) {
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess && *s == TFG_OK) *s = tfg_cuda_fail_call(ctx, what, cudaGetErrorString(e), __FILE__, line);
-}
-
 /* Builds g for input shape s and the reduced-axes mask: the CPU's
- * simplification (kernels/cpu/reduce.c), then the launch plan. count is
+ * simplification (tfg_reduce_simplify), then the launch plan. count is
  * the number of elements reduced into each output (> 0), nout > 0. */
 void build_geom(Geom *g, const tfg_shape *s, uint32_t axes, long long count, long long nout) {
   *g = Geom();
-  int m = 0;
-  long long dim[TFG_MAX_RANK];
-  bool red[TFG_MAX_RANK];
-  for (int i = 0; i < s->rank; i++) {
-    if (s->dim[i] == 1) continue;
-    bool ri = axes >> i & 1;
-    if (m > 0 && red[m - 1] == ri) {
-      dim[m - 1] *= s->dim[i];
-    } else {
-      dim[m] = s->dim[i];
-      red[m++] = ri;
-    }
-  }
-  if (m == 0) { /* a single element */
-    dim[0] = 1;
-    red[m++] = true;
-  }
-  long long stride = 1, st[TFG_MAX_RANK];
-  for (int i = m - 1; i >= 0; i--) {
-    st[i] = stride;
-    stride *= dim[i];
-  }
+  tfg_reduce_simplify(g, s, axes);
   g->R = 1;
-  for (int i = 0; i < m - 1; i++) {
-    if (red[i]) {
-      g->rdim[g->nr] = dim[i];
-      g->rst[g->nr++] = st[i];
-      g->R *= dim[i];
-    } else {
-      g->kdim[g->nk] = dim[i];
-      g->kst[g->nk++] = st[i];
-    }
-  }
-  g->L = dim[m - 1];
-  g->last_reduced = red[m - 1];
+  for (int i = 0; i < g->nr; i++) g->R *= g->rdim[i];
   g->Lr = g->last_reduced ? g->L : 1;
   g->count = count; /* == R * Lr: size-1 axes change neither */
   g->nout = nout;
@@ -401,31 +354,29 @@ template <class Op> tfg_status run(tfg_kernel_ctx *ctx, const Geom &g, const voi
     TFG_CUDA_CHECK(ctx, cudaMallocAsync((void **)&part, sizeof(Acc) * (size_t)(g.nout * g.splits), stream));
   tfg_status s = TFG_OK;
   if (g.last_reduced && g.count <= WARP_MAX) {
-    reduce_rows<Op, WARP><<<blocks_for(g.nout * g.splits, THREADS / WARP), THREADS, 0, stream>>>(x, y, part, g);
-    note_launch(ctx, &s, "reduce_rows<<<>>>", __LINE__);
+    reduce_rows<Op, WARP><<<tfg_cuda_grid(g.nout * g.splits, THREADS / WARP), THREADS, 0, stream>>>(x, y, part, g);
+    TFG_CUDA_NOTE_LAUNCH(ctx, &s, "reduce_rows<<<>>>");
   } else if (g.last_reduced) {
-    reduce_rows<Op, THREADS><<<blocks_for(g.nout * g.splits, 1), THREADS, 0, stream>>>(x, y, part, g);
-    note_launch(ctx, &s, "reduce_rows<<<>>>", __LINE__);
+    reduce_rows<Op, THREADS><<<tfg_cuda_grid(g.nout * g.splits, 1), THREADS, 0, stream>>>(x, y, part, g);
+    TFG_CUDA_NOTE_LAUNCH(ctx, &s, "reduce_rows<<<>>>");
   } else {
     long long items = g.nout / g.L * ((g.L + COLS_X - 1) / COLS_X) * g.splits;
-    reduce_cols<Op><<<blocks_for(items, 1), THREADS, 0, stream>>>(x, y, part, g);
-    note_launch(ctx, &s, "reduce_cols<<<>>>", __LINE__);
+    reduce_cols<Op><<<tfg_cuda_grid(items, 1), THREADS, 0, stream>>>(x, y, part, g);
+    TFG_CUDA_NOTE_LAUNCH(ctx, &s, "reduce_cols<<<>>>");
   }
   if (part) {
     if (s == TFG_OK) {
-      reduce_finish<Op><<<blocks_for(g.nout, THREADS / WARP), THREADS, 0, stream>>>(part, y, g.nout, g.splits,
-                                                                                 (double)g.count);
-      note_launch(ctx, &s, "reduce_finish<<<>>>", __LINE__);
+      reduce_finish<Op><<<tfg_cuda_grid(g.nout, THREADS / WARP), THREADS, 0, stream>>>(part, y, g.nout, g.splits,
+                                                                                    (double)g.count);
+      TFG_CUDA_NOTE_LAUNCH(ctx, &s, "reduce_finish<<<>>>");
     }
-    cudaError_t e = cudaFreeAsync(part, stream);
-    if (e != cudaSuccess && s == TFG_OK)
-      s = tfg_cuda_fail_call(ctx, "cudaFreeAsync(part, stream)", cudaGetErrorString(e), __FILE__, __LINE__);
+    TFG_CUDA_FREE_SCRATCH(ctx, &s, part);
   }
   return s;
 }
 
 template <class Op> tfg_status run_empty(tfg_kernel_ctx *ctx, void *y, long long nout) {
-  reduce_empty<Op><<<blocks_for(nout, THREADS), THREADS, 0, tfg_cuda_of(ctx)->stream>>>((typename Op::Out *)y, nout);
+  reduce_empty<Op><<<tfg_cuda_grid(nout, THREADS), THREADS, 0, tfg_cuda_of(ctx)->stream>>>((typename Op::Out *)y, nout);
   TFG_CUDA_LAUNCHED(ctx);
   return TFG_OK;
 }
@@ -448,9 +399,7 @@ tfg_status cuda_reduce(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tens
                            tfg_dtype_name(dt));
   const tfg_shape *s = &x->shape;
   uint32_t axes = node->attrs.axes;
-  long long count = 1, nout = tfg_shape_numel(&out->shape), nin = tfg_shape_numel(s);
-  for (int i = 0; i < s->rank; i++)
-    if (axes >> i & 1) count *= s->dim[i];
+  long long count = tfg_reduce_count(s, axes), nout = tfg_shape_numel(&out->shape), nin = tfg_shape_numel(s);
   if (count * nout != nin && count != 0)
     return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "reduction: output size %lld does not match", nout);
   if (nout == 0) return TFG_OK;

@@ -14,9 +14,9 @@
  *   - BROADCAST: the CPU's right alignment: output axis i reads input axis
  *     j = i - (out rank - in rank); stride 0 when j < 0 or that dim is 1,
  *     else the product of the input dims right of j.
- *   Both are a gather over the output (tfg_cuda_index_gather, common.cuh:
- *   the CPU's gather_init, dropping size-1 axes and merging contiguous
- *   ones). Output position pos, decomposed over the simplified dims from
+ *   Both are a gather over the output (tfg_index_gather,
+ *   kernels/index_math.h, which the CPU's gather_init calls too: size-1
+ *   axes dropped, contiguous ones merged). Output position pos, decomposed over the simplified dims from
  *   the last axis, reads the input at sum idx_i * st_i; the CPU's
  *   gather_rows computes the same offset row by row. Where the last output
  *   axis strides through the input (st > 1) and another output axis A has
@@ -40,7 +40,6 @@
 
 #include "kernels/cuda/common.cuh"
 
-#define THREADS TFG_CUDA_THREADS
 #define TILE 32
 #define TILE_ROWS 8 /* a tile block is TILE x TILE_ROWS threads */
 
@@ -48,7 +47,7 @@
 
 /* dst[i] = src[off(i)] over the simplified output. */
 template <typename T, typename I>
-static __global__ void gather_kernel(tfg_cuda_index ix, const T *src, T *dst, int64_t n) {
+static __global__ void gather_kernel(tfg_index_map ix, const T *src, T *dst, int64_t n) {
   TFG_CUDA_LOOP(i, n) {
     I off[1];
     tfg_cuda_offsets<I, 1>(ix, (I)i, off);
@@ -127,7 +126,7 @@ static __global__ void gather_tiles_kernel(tile_plan tp, const T *src, T *dst) {
 /* The tile plan of gather ix over n > 0 elements: false when the tiled
  * path does not apply (the last axis is contiguous in the input, or no
  * axis is). */
-static bool tile_plan_make(const tfg_cuda_index &ix, int64_t n, tile_plan *tp) {
+static bool tile_plan_make(const tfg_index_map &ix, int64_t n, tile_plan *tp) {
   int R = ix.rank, A = -1;
   if (R >= 2 && ix.st[0][R - 1] > 1)
     for (int i = 0; i < R - 1; i++)
@@ -156,27 +155,22 @@ static tfg_status gather_run(tfg_kernel_ctx *ctx, const tfg_shape *oshape, const
   if (n == 0) return TFG_OK;
   if (esz != 1 && esz != 2 && esz != 4 && esz != 8)
     return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "elements of %zu bytes are not supported on the GPU", esz);
-  tfg_cuda_index ix;
-  tfg_cuda_index_gather(&ix, oshape, st);
-  tfg_cuda_ctx *cx = tfg_cuda_of(ctx);
+  tfg_index_map ix;
+  tfg_index_gather(&ix, oshape, st);
   tile_plan tp;
   if (tile_plan_make(ix, n, &tp)) {
-    int64_t sms = cx->sms > 0 ? cx->sms : 132, cap = sms * 8 * 4; /* 8 blocks of 256 per SM, 4 waves */
-    unsigned blocks = (unsigned)(tp.tiles < cap ? tp.tiles : cap);
+    tfg_cuda_ctx *cx = tfg_cuda_of(ctx);
     dim3 threads(TILE, TILE_ROWS);
+    unsigned blocks = tfg_cuda_blocks(cx, tp.tiles * (TILE * TILE_ROWS), TILE * TILE_ROWS); /* a tile a block */
     TFG_CUDA_BY_SIZE(esz, T, gather_tiles_kernel<T><<<blocks, threads, 0, cx->stream>>>(tp, (const T *)src, (T *)dst))
-  } else {
-    unsigned blocks = tfg_cuda_blocks(cx, n, THREADS);
-    bool small = tfg_cuda_fits32(n);
-    TFG_CUDA_BY_SIZE(esz, T, {
-      if (small)
-        gather_kernel<T, uint32_t><<<blocks, THREADS, 0, cx->stream>>>(ix, (const T *)src, (T *)dst, n);
-      else
-        gather_kernel<T, uint64_t><<<blocks, THREADS, 0, cx->stream>>>(ix, (const T *)src, (T *)dst, n);
-    })
+    TFG_CUDA_LAUNCHED(ctx);
+    return TFG_OK;
   }
-  TFG_CUDA_LAUNCHED(ctx);
-  return TFG_OK;
+  TFG_CUDA_BY_SIZE(esz, T, {
+    if (tfg_cuda_fits32(n)) return tfg_cuda_launch(ctx, n, gather_kernel<T, uint32_t>, ix, (const T *)src, (T *)dst, n);
+    return tfg_cuda_launch(ctx, n, gather_kernel<T, uint64_t>, ix, (const T *)src, (T *)dst, n);
+  })
+  return TFG_OK; /* not reached: esz is one of the four */
 }
 
 /* ---- row copies (concat, slice) ------------------------------------------- */
@@ -198,17 +192,15 @@ static __global__ void rows_kernel(const U *src, U *dst, int64_t outer, int64_t 
 }
 
 template <typename U>
-static void rows_launch(tfg_cuda_ctx *cx, const char *src, char *dst, int64_t outer, int64_t len, int64_t dstep,
-                        int64_t doff, int64_t sstep, int64_t soff) {
+static tfg_status rows_launch(tfg_kernel_ctx *ctx, const char *src, char *dst, int64_t outer, int64_t len,
+                              int64_t dstep, int64_t doff, int64_t sstep, int64_t soff) {
   const int64_t w = (int64_t)sizeof(U);
   int64_t n = outer * (len / w);
-  unsigned blocks = tfg_cuda_blocks(cx, n, THREADS);
   if (tfg_cuda_fits32(n))
-    rows_kernel<U, uint32_t><<<blocks, THREADS, 0, cx->stream>>>((const U *)src, (U *)dst, outer, len / w, dstep / w,
-                                                                 doff / w, sstep / w, soff / w);
-  else
-    rows_kernel<U, uint64_t><<<blocks, THREADS, 0, cx->stream>>>((const U *)src, (U *)dst, outer, len / w, dstep / w,
-                                                                 doff / w, sstep / w, soff / w);
+    return tfg_cuda_launch(ctx, n, rows_kernel<U, uint32_t>, (const U *)src, (U *)dst, outer, len / w, dstep / w,
+                           doff / w, sstep / w, soff / w);
+  return tfg_cuda_launch(ctx, n, rows_kernel<U, uint64_t>, (const U *)src, (U *)dst, outer, len / w, dstep / w,
+                         doff / w, sstep / w, soff / w);
 }
 
 /* The widest unit (16, 8, 4, 2, 1 bytes) dividing every length, step,
@@ -225,17 +217,14 @@ static int rows_unit(const void *src, const void *dst, int64_t len, int64_t dste
 static tfg_status rows_run(tfg_kernel_ctx *ctx, const void *src, void *dst, int64_t outer, int64_t len, int64_t dstep,
                            int64_t doff, int64_t sstep, int64_t soff) {
   if (outer == 0 || len == 0) return TFG_OK;
-  tfg_cuda_ctx *cx = tfg_cuda_of(ctx);
   int w = rows_unit(src, dst, len, dstep, doff, sstep, soff);
   const char *s = (const char *)src;
   char *d = (char *)dst;
-  if (w == 16) rows_launch<uint4>(cx, s, d, outer, len, dstep, doff, sstep, soff);
-  else if (w == 8) rows_launch<uint64_t>(cx, s, d, outer, len, dstep, doff, sstep, soff);
-  else if (w == 4) rows_launch<uint32_t>(cx, s, d, outer, len, dstep, doff, sstep, soff);
-  else if (w == 2) rows_launch<uint16_t>(cx, s, d, outer, len, dstep, doff, sstep, soff);
-  else rows_launch<uint8_t>(cx, s, d, outer, len, dstep, doff, sstep, soff);
-  TFG_CUDA_LAUNCHED(ctx);
-  return TFG_OK;
+  if (w == 16) return rows_launch<uint4>(ctx, s, d, outer, len, dstep, doff, sstep, soff);
+  if (w == 8) return rows_launch<uint64_t>(ctx, s, d, outer, len, dstep, doff, sstep, soff);
+  if (w == 4) return rows_launch<uint32_t>(ctx, s, d, outer, len, dstep, doff, sstep, soff);
+  if (w == 2) return rows_launch<uint16_t>(ctx, s, d, outer, len, dstep, doff, sstep, soff);
+  return rows_launch<uint8_t>(ctx, s, d, outer, len, dstep, doff, sstep, soff);
 }
 
 /* ---- RESHAPE FLATTEN ----------------------------------------------------------- */
@@ -258,23 +247,9 @@ static tfg_status cuda_copy(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg
 
 /* Output axis i is input axis attrs.perm[i]. */
 static tfg_status cuda_transpose(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
-  const tfg_shape *s = &in[0].shape;
-  int r = s->rank;
-  if (out->shape.rank != r || in[0].dtype != out->dtype)
-    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "transpose: output rank differs");
-  int64_t inst[TFG_MAX_RANK], st[TFG_MAX_RANK], stride = 1;
-  for (int i = r - 1; i >= 0; i--) {
-    inst[i] = stride;
-    stride *= s->dim[i];
-  }
-  unsigned seen = 0;
-  for (int i = 0; i < r; i++) {
-    int p = node->attrs.perm[i];
-    if (p < 0 || p >= r || (seen >> p & 1) || out->shape.dim[i] != s->dim[p])
-      return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "transpose: perm is not a permutation of the axes");
-    seen |= 1u << p;
-    st[i] = inst[p];
-  }
+  int64_t st[TFG_MAX_RANK];
+  tfg_status s = tfg_kernel_transpose_strides(ctx, node, in, out, st);
+  if (s != TFG_OK) return s;
   return gather_run(ctx, &out->shape, st, in[0].data, out->data, tfg_dtype_size(out->dtype));
 }
 
@@ -284,20 +259,9 @@ static tfg_status cuda_transpose(tfg_kernel_ctx *ctx, const tfg_node *node, cons
  * right, its size-1 and missing axes repeat. */
 static tfg_status cuda_broadcast(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
   (void)node;
-  const tfg_shape *s = &in[0].shape;
-  int r = out->shape.rank;
-  if (s->rank > r || in[0].dtype != out->dtype)
-    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "broadcast: input rank exceeds the output's");
-  int64_t st[TFG_MAX_RANK], stride = 1;
-  for (int i = r - 1; i >= 0; i--) {
-    int j = i - (r - s->rank);
-    int64_t d = j >= 0 ? s->dim[j] : 1;
-    if (d != 1 && d != out->shape.dim[i])
-      return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "broadcast: dim %lld cannot become %lld", (long long)d,
-                             (long long)out->shape.dim[i]);
-    st[i] = d == 1 ? 0 : stride;
-    stride *= d;
-  }
+  int64_t st[TFG_MAX_RANK];
+  tfg_status s = tfg_kernel_broadcast_strides(ctx, in, out, st);
+  if (s != TFG_OK) return s;
   return gather_run(ctx, &out->shape, st, in[0].data, out->data, tfg_dtype_size(out->dtype));
 }
 
@@ -305,29 +269,16 @@ static tfg_status cuda_broadcast(tfg_kernel_ctx *ctx, const tfg_node *node, cons
 
 /* node->ninputs inputs joined along attrs.axis; all other dims equal. */
 static tfg_status cuda_concat(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
-  int64_t axis = node->attrs.axis;
+  int64_t axis = node->attrs.axis, outer, inner;
+  tfg_status s = tfg_kernel_concat_rows(ctx, node, in, out, &outer, &inner);
+  if (s != TFG_OK) return s;
   const tfg_shape *os = &out->shape;
-  if (axis < 0 || axis >= os->rank)
-    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "concat: axis %lld is out of range", (long long)axis);
-  int64_t esz = (int64_t)tfg_dtype_size(out->dtype), outer = 1, inner = esz, total = 0;
-  for (int i = 0; i < axis; i++) outer *= os->dim[i];
-  for (int i = (int)axis + 1; i < os->rank; i++) inner *= os->dim[i];
-  for (int q = 0; q < node->ninputs; q++) {
-    const tfg_shape *s = &in[q].shape;
-    bool ok = s->rank == os->rank && in[q].dtype == out->dtype;
-    for (int i = 0; ok && i < s->rank; i++) ok = i == axis || s->dim[i] == os->dim[i];
-    if (!ok) return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "concat: input %d does not match the output", q);
-    total += s->dim[axis];
-  }
-  if (total != os->dim[axis])
-    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "concat: the inputs' sizes along axis %lld sum to %lld, not %lld",
-                           (long long)axis, (long long)total, (long long)os->dim[axis]);
   /* One launch per input, each writing its own columns of every row. */
   int64_t at = 0, dstep = os->dim[axis] * inner;
   for (int q = 0; q < node->ninputs; q++) {
     int64_t len = in[q].shape.dim[axis] * inner;
-    tfg_status st = rows_run(ctx, in[q].data, out->data, outer, len, dstep, at, len, 0);
-    if (st != TFG_OK) return st;
+    s = rows_run(ctx, in[q].data, out->data, outer, len, dstep, at, len, 0);
+    if (s != TFG_OK) return s;
     at += len;
   }
   return TFG_OK;
@@ -335,17 +286,11 @@ static tfg_status cuda_concat(tfg_kernel_ctx *ctx, const tfg_node *node, const t
 
 /* Elements [attrs.start, attrs.end) of in[0] along attrs.axis. */
 static tfg_status cuda_slice(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
-  const tfg_shape *s = &in[0].shape;
-  int64_t axis = node->attrs.axis, start = node->attrs.start, end = node->attrs.end;
-  if (axis < 0 || axis >= s->rank || start < 0 || end < start || end > s->dim[axis] || out->shape.rank != s->rank ||
-      out->shape.dim[axis] != end - start || in[0].dtype != out->dtype)
-    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "slice: [%lld, %lld) along axis %lld is out of range",
-                           (long long)start, (long long)end, (long long)axis);
-  int64_t esz = (int64_t)tfg_dtype_size(out->dtype), outer = 1, inner = esz;
-  for (int i = 0; i < axis; i++) outer *= s->dim[i];
-  for (int i = (int)axis + 1; i < s->rank; i++) inner *= s->dim[i];
+  int64_t axis = node->attrs.axis, start = node->attrs.start, end = node->attrs.end, outer, inner;
+  tfg_status s = tfg_kernel_slice_rows(ctx, node, in, out, &outer, &inner);
+  if (s != TFG_OK) return s;
   int64_t len = (end - start) * inner;
-  return rows_run(ctx, in[0].data, out->data, outer, len, len, 0, s->dim[axis] * inner, start * inner);
+  return rows_run(ctx, in[0].data, out->data, outer, len, len, 0, in[0].shape.dim[axis] * inner, start * inner);
 }
 
 /* ---- registration ------------------------------------------------------------- */

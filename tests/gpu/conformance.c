@@ -63,6 +63,7 @@
 #include "lang/diag.h"
 #include "runtime/backend.h"
 #include "runtime/device.h"
+#include "tests/gpu/gpu_test.h"
 
 enum { MAXIN = 8, MAXLAUNCH = 4 };
 
@@ -613,20 +614,6 @@ static void report(const tcase *c, bool ok, const char *fmt, ...) {
   putchar('\n');
   fflush(stdout);
   tfg_strbuf_free(&shapes);
-}
-
-/* A rendered diagnostic, on one line. */
-static void diag_text(tfg_diag *d, tfg_strbuf *out) {
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  if (!f) return;
-  tfg_diag_render(d, f, false);
-  fclose(f);
-  for (size_t i = 0; i < len; i++)
-    if (text[i] == '\n') text[i] = ' ';
-  tfg_strbuf_puts(out, text);
-  free(text);
 }
 
 /* ---- checking a case ------------------------------------------------------------------------------ */
@@ -1791,28 +1778,13 @@ int main(int argc, char **argv) {
 
   tfg_diag *d = tfg_diag_new();
   tfg_devices *ds = NULL;
-  tfg_strbuf why = {0};
-  if (tfg_devices_parse(d, spec, &ds) != TFG_OK) {
-    diag_text(d, &why);
-    printf("SKIP: no CUDA device (%s)\n", why.data ? why.data : spec);
-    tfg_strbuf_free(&why);
+  const tfg_device *dev = NULL;
+  int opened = gpu_test_open(d, spec, "conformance", &ds, &dev, &S.b);
+  if (opened != GPU_TEST_OPEN) {
     tfg_diag_free(d);
-    return 0;
-  }
-  const tfg_device *dev = tfg_devices_gpu(ds, 0);
-  if (!dev) {
-    fprintf(stderr, "conformance: %s names no GPU entry\n", spec);
-    return 2;
+    return opened == GPU_TEST_SKIP ? 0 : 2;
   }
   S.dev = dev;
-  S.b = tfg_backend_new(dev, NULL, &why);
-  if (!S.b) {
-    printf("SKIP: no CUDA device (%s)\n", why.data && why.len ? why.data : "no backend for the device");
-    tfg_strbuf_free(&why);
-    tfg_devices_free(ds);
-    tfg_diag_free(d);
-    return 0;
-  }
   S.s = S.b->i.stream_create(S.b);
   S.pool = tfg_pool_new(0);
   printf("conformance: %s (%s, the %s backend) against the CPU kernels\n", dev->name, dev->hardware,
@@ -1856,7 +1828,6 @@ int main(int argc, char **argv) {
     S.b_tf32->i.destroy(S.b_tf32);
   }
   tfg_pool_free(S.pool);
-  tfg_strbuf_free(&why);
   tfg_devices_free(ds);
   tfg_diag_free(d);
   return S.failed ? 1 : 0;

@@ -33,21 +33,10 @@
 #include "runtime/backend.h"
 #include "runtime/device.h"
 #include "runtime/session.h"
+#include "tests/gpu/gpu_test.h"
 
 static const char program[] = "param w: f32[8192, 8192] = zeros()\n"
                               "y = w * 2.0\n";
-
-/* The diagnostics rendered into *out, without colour. */
-static void render(tfg_diag *d, tfg_strbuf *out) {
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  if (!f) return;
-  tfg_diag_render(d, f, false);
-  fclose(f);
-  tfg_strbuf_putn(out, text, len);
-  free(text);
-}
 
 int main(int argc, char **argv) {
   const char *kind = "cuda:0";
@@ -60,20 +49,13 @@ int main(int argc, char **argv) {
   snprintf(spec, sizeof spec, "%s:1G", kind);
   tfg_diag *d = tfg_diag_new();
   tfg_devices *ds = NULL;
-  tfg_strbuf msg = {0};
-  if (tfg_devices_parse(d, spec, &ds) != TFG_OK) {
-    render(d, &msg);
-    printf("SKIP: no CUDA device (%s)\n", msg.data ? msg.data : spec);
-    return 0;
-  }
-  const tfg_device *gpu = tfg_devices_gpu(ds, 0);
+  const tfg_device *gpu = NULL;
+  tfg_backend *probe = NULL;
   /* Whether the device can run at all: else this is not the test's case. */
-  tfg_backend *probe = tfg_backend_new(gpu, NULL, &msg);
-  if (!probe) {
-    printf("SKIP: no CUDA device (%s)\n", msg.data ? msg.data : "no backend");
-    return 0;
-  }
+  int opened = gpu_test_open(d, spec, "oom", &ds, &gpu, &probe);
+  if (opened != GPU_TEST_OPEN) return opened == GPU_TEST_SKIP ? 0 : 2;
   probe->i.destroy(probe);
+  tfg_strbuf msg = {0};
 
   tfg_arena arena;
   tfg_arena_init(&arena);
@@ -85,7 +67,7 @@ int main(int argc, char **argv) {
   if (tfg_parse(src, d, &arena, &ast, NULL) != TFG_OK || tfg_interp_eval(interp, src, ast) != TFG_OK ||
       tfg_place_fit(tfg_interp_program(interp)->graph, ds, NULL, 0, d, &pl) != TFG_OK ||
       tfg_plan_build(tfg_interp_program(interp)->graph, pl, ds, d, &plan) != TFG_OK) {
-    render(d, &msg);
+    diag_text(d, &msg);
     printf("FAIL oom: the program does not plan on %s: %s\n", spec, msg.data ? msg.data : "");
     return 1;
   }
@@ -93,9 +75,7 @@ int main(int argc, char **argv) {
   tfg_devices_limit(ds, (int64_t)64 << 20);
   tfg_session_opts so = {.plan = plan};
   tfg_session *s = tfg_session_new(tfg_interp_program(interp), d, &so);
-  render(d, &msg);
-  for (size_t i = 0; i < msg.len; i++)
-    if (msg.data[i] == '\n') msg.data[i] = ' ';
+  diag_text(d, &msg);
   const char *text = msg.data ? msg.data : "";
   char want[64];
   snprintf(want, sizeof want, "out of memory on %s", gpu->name);

@@ -27,13 +27,8 @@ TFG=$(bin tfg)
 CONF=$(bin tests/gpu/conformance)
 OOM=$(bin tests/gpu/oom)
 PY=python3
-pass=0
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-ok() { pass=$((pass + 1)); }
-ko() { fail=$((fail + 1)); echo "FAIL: $*"; }
+. "$ROOT/tests/lib.sh" # pass, fail, $tmp, ok, ko, expect, contains, mlp_program
+suite=gpu
 for b in "$TFG" "$CONF" "$OOM"; do
   if [ ! -x "$b" ]; then
     echo "tests/gpu/run.sh: $b is missing (make all test-gpu builds it)" >&2
@@ -64,22 +59,7 @@ else
   [ "$rc" -eq 0 ] || [ "$f" -gt 0 ] || ko "conformance exited $rc with no failed case"
 fi
 
-# ---- helpers (as tests/cli.sh) --------------------------------------------------
-# expect NAME WANT_RC CMD...: runs CMD, checks its exit code; output in
-# $tmp/out and $tmp/err.
-expect() {
-  name=$1 want=$2 # (globals, as in tests/cli.sh: loops here use other names)
-  shift 2
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  got=$?
-  if [ "$got" -eq "$want" ]; then ok; return 0; fi
-  ko "gpu $name: exit $got, expected $want"; tail -5 "$tmp/err"
-  return 1
-}
-# contains NAME FILE TEXT
-contains() {
-  if grep -qF -- "$3" "$2"; then ok; else ko "gpu $1: '$3' not in output"; head -5 "$2"; fi
-}
+# ---- helpers (and tests/lib.sh's) ------------------------------------------------
 # same NAME A B TOL: the checkpoints A and B hold the same tensors within TOL
 # (relative, tests/ckpt_compare.py; 0 is bit for bit)
 same() {
@@ -91,29 +71,8 @@ same() {
 }
 
 # ---- 2. training end to end ------------------------------------------------------
-# mlp_program FILE OPTIMIZER STRATEGY [DROPOUT]: the digits MLP of
-# tests/strategies.sh, 20 steps of batch 16, its checkpoint FILE.safetensors.
-digits="$ROOT/examples/data/digits.csv.gz"
-mlp_program() {
-  {
-    echo "import nn"
-    echo "data digits = csv(\"$digits\", label = -1, test = 0.2, shuffle = true, seed = 7)"
-    echo "input x: f32[16, 64] from digits.x"
-    echo "input y: i32[16] from digits.y"
-    if [ -n "${4:-}" ]; then
-      echo "logits = nn.dense(dropout(nn.dense(x / 16.0, 48), 0.3), 10, act = nn.identity)"
-    else
-      echo "logits = nn.mlp(x / 16.0, [48, 10])"
-    fi
-    echo "train cross_entropy(logits, y) {"
-    echo "  optimizer = $2"
-    echo "  steps = 20"
-    [ -n "${3:-}" ] && echo "  strategy = $3"
-    echo "  checkpoint = \"$1.safetensors\""
-    echo "  log_every = 20"
-    echo "}"
-  } >"$1.tfg"
-}
+# The digits MLP of tests/strategies.sh (tests/lib.sh's mlp_program), 20
+# steps of batch 16.
 
 # Mirrored on two logical devices of one GPU equals one GPU, within 2e-5
 # relative, the tolerance of tests/strategies.sh and for its reasons: each

@@ -76,6 +76,7 @@ int main(void) {
   srunner_add_suite(sr, suite_plan());
   srunner_add_suite(sr, suite_backend());
   srunner_add_suite(sr, suite_collective());
+  srunner_add_suite(sr, suite_collective_groups());
   srunner_add_suite(sr, suite_trace());
   srunner_add_suite(sr, suite_strategy());
   srunner_add_suite(sr, suite_exec());

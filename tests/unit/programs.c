@@ -1,6 +1,7 @@
 /* tests/unit/programs.c: the helpers of tests/unit/programs.h. */
 #include "tests/unit/programs.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,4 +65,50 @@ void program_free(built *b) {
   tfg_arena_free(&b->a);
   tfg_diag_free(b->d);
   free(b->errs);
+}
+
+char *plan_text(const tfg_plan *p) {
+  tfg_strbuf out = {0};
+  tfg_plan_print(p, &out);
+  return tfg_strbuf_take(&out);
+}
+
+void plan_show(const tfg_plan *p) {
+  if (!getenv("TFG_TEST_SHOW_PLAN")) return;
+  char *text = plan_text(p);
+  fprintf(stderr, "%s----\n", text);
+  free(text);
+}
+
+void plan_expect_valid(const tfg_plan *p) {
+  tfg_strbuf why = {0};
+  if (!tfg_plan_validate(p, &why)) {
+    char *text = plan_text(p);
+    if (strlen(text) > 3000) text[0] = 0; /* Check's messages are short: the reason alone */
+    ck_abort_msg("invalid plan: %s\n%s", why.data, text);
+  }
+  ck_assert_ptr_null(why.data);
+  tfg_strbuf_free(&why);
+}
+
+void plan_expect_invalid(const tfg_plan *p, const char *want) {
+  tfg_strbuf why = {0};
+  ck_assert_msg(!tfg_plan_validate(p, &why), "a broken plan passed (want \"%s\")", want);
+  ck_assert_msg(why.data && strstr(why.data, want), "validator said \"%s\", want \"%s\"", why.data ? why.data : "",
+                want);
+  tfg_strbuf_free(&why);
+}
+
+tfg_node_id graph_last_op(const tfg_graph *g, tfg_op_id op) {
+  for (tfg_node_id i = g->nnodes - 1; i >= 0; i--)
+    if (g->nodes[i].op == op) return i;
+  ck_abort_msg("no %s node", tfg_op_get(op)->name);
+  return -1;
+}
+
+tfg_node_id graph_first_op(const tfg_graph *g, tfg_op_id op) {
+  for (tfg_node_id i = 0; i < g->nnodes; i++)
+    if (g->nodes[i].op == op) return i;
+  ck_abort_msg("no %s node", tfg_op_get(op)->name);
+  return -1;
 }

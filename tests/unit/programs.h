@@ -11,7 +11,8 @@
  *
  * The last stage asked for may fail, and the suite checks how (b.st and
  * b.errs); a stage before it must succeed, else the test aborts with the
- * diagnostics. */
+ * diagnostics. Below, the checks the planner's suites share (the
+ * validator's verdict, finding a node by op). */
 #ifndef TFG_TEST_PROGRAMS_H
 #define TFG_TEST_PROGRAMS_H
 
@@ -71,5 +72,25 @@ tfg_status program_build(built *b, const char *text, const build_opts *o);
 
 /* Frees everything program_build made (any stage may be missing). */
 void program_free(built *b);
+
+/* ---- checking plans and graphs ------------------------------------------------- */
+
+/* p as `tfg plan` prints it; the caller frees it. */
+char *plan_text(const tfg_plan *p);
+
+/* Shows p on stderr when TFG_TEST_SHOW_PLAN is set (for a person reading
+ * along). */
+void plan_show(const tfg_plan *p);
+
+/* Asserts the validator accepts p; else fails with its reason (and the
+ * plan, when short enough for Check's message). */
+void plan_expect_valid(const tfg_plan *p);
+
+/* Asserts the validator rejects p with a message containing want. */
+void plan_expect_invalid(const tfg_plan *p, const char *want);
+
+/* The last (first) node of g with op `op`; fails the test without one. */
+tfg_node_id graph_last_op(const tfg_graph *g, tfg_op_id op);
+tfg_node_id graph_first_op(const tfg_graph *g, tfg_op_id op);
 
 #endif

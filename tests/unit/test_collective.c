@@ -415,3 +415,488 @@ Suite *suite_collective(void) {
   suite_add_tcase(s, ring);
   return s;
 }
+
+/* ---- choosing a collective per group (tfg_coll_choose) ------------------------------
+ * The choice is a pure function of each rank's device kind and physical
+ * GPU, so it is tested on parsed device lists, cuda:K entries included,
+ * without GPUs or CUDA backends. */
+
+/* The devices of a spec by their program names: at[i] is gpu:idx[i], or
+ * cpu:0 for -1. */
+static void pick(const tfg_devices *ds, const int *idx, int n, const tfg_device **at) {
+  for (int i = 0; i < n; i++) {
+    at[i] = idx[i] < 0 ? tfg_devices_at(ds, 0) : tfg_devices_gpu(ds, idx[i]);
+    ck_assert_ptr_nonnull(at[i]);
+  }
+}
+
+/* Checks the choice for the group idx[0..n) of spec, with and without
+ * NCCL: want_nccl / want_plain, and for HIER the leaders' collective. */
+static void check_choice(const char *spec, const int *idx, int n, tfg_coll_algo want_nccl, tfg_coll_algo lead_nccl,
+                         tfg_coll_algo want_plain, tfg_coll_algo lead_plain) {
+  tfg_diag *d = tfg_diag_new();
+  tfg_devices *ds;
+  ck_assert_int_eq(tfg_devices_parse(d, spec, &ds), TFG_OK);
+  const tfg_device *at[16];
+  ck_assert_int_le(n, 16);
+  pick(ds, idx, n, at);
+  for (int with = 0; with < 2; with++) {
+    tfg_strbuf why = {0};
+    tfg_coll_algo leaders = TFG_COLL_ALGO_REFUSED;
+    tfg_coll_algo got = tfg_coll_choose(n, at, with, &leaders, &why);
+    tfg_coll_algo want = with ? want_nccl : want_plain, lead = with ? lead_nccl : lead_plain;
+    ck_assert_msg(got == want && leaders == lead, "%s, %d ranks, nccl %d: %s (leaders %s), want %s (leaders %s)", spec,
+                  n, with, tfg_coll_algo_name(got), tfg_coll_algo_name(leaders), tfg_coll_algo_name(want),
+                  tfg_coll_algo_name(lead));
+    ck_assert_msg((got == TFG_COLL_ALGO_REFUSED) == (why.len > 0), "why: '%s'", why.data ? why.data : "");
+    ck_assert(tfg_coll_choose(n, at, with, NULL, NULL) == got || got == TFG_COLL_ALGO_REFUSED);
+    tfg_strbuf_free(&why);
+  }
+  tfg_devices_free(ds);
+  tfg_diag_free(d);
+}
+
+#define RING TFG_COLL_ALGO_RING
+#define NCCL TFG_COLL_ALGO_NCCL
+#define HIER TFG_COLL_ALGO_HIER
+#define REFUSED TFG_COLL_ALGO_REFUSED
+
+START_TEST(choose_host_devices_ring) {
+  static const int two[] = {0, 1}, four[] = {0, 1, 2, 3}, with_cpu[] = {-1, 0, 2}, one[] = {2};
+  check_choice("host*4", two, 2, RING, RING, RING, RING);
+  check_choice("host*4", four, 4, RING, RING, RING, RING);
+  check_choice("host*4", with_cpu, 3, RING, RING, RING, RING); /* cpu:0 is a host device too */
+  check_choice("host*4", one, 1, RING, RING, RING, RING);
+  ck_assert_str_eq(tfg_coll_algo_name(RING), "ring");
+  ck_assert_str_eq(tfg_coll_algo_name(NCCL), "nccl");
+  ck_assert_str_eq(tfg_coll_algo_name(HIER), "hier");
+  ck_assert_str_eq(tfg_coll_algo_name(REFUSED), "refused");
+}
+END_TEST
+
+/* gpu:0 gpu:1 on cuda:0; gpu:2 on cuda:1; gpu:3..5 on cuda:2; gpu:6 on cuda:3. */
+#define CUDA_SPEC "cuda:0*2,cuda:1,cuda:2*3,cuda:3"
+
+START_TEST(choose_cuda_one_gpu_ring) {
+  static const int a[] = {0, 1}, b[] = {3, 4, 5}, c[] = {5, 3}, one[] = {6};
+  check_choice(CUDA_SPEC, a, 2, RING, RING, RING, RING); /* NCCL refuses two ranks on one GPU */
+  check_choice(CUDA_SPEC, b, 3, RING, RING, RING, RING);
+  check_choice(CUDA_SPEC, c, 2, RING, RING, RING, RING);
+  check_choice(CUDA_SPEC, one, 1, RING, RING, RING, RING);
+  check_choice("cuda:0*2", a, 2, RING, RING, RING, RING);
+}
+END_TEST
+
+START_TEST(choose_cuda_distinct_gpus_nccl) {
+  static const int a[] = {0, 2}, b[] = {1, 2, 3, 6}, c[] = {6, 0}, d[] = {0, 1};
+  check_choice(CUDA_SPEC, a, 2, NCCL, NCCL, RING, RING); /* without NCCL: the ring over peer access */
+  check_choice(CUDA_SPEC, b, 4, NCCL, NCCL, RING, RING);
+  check_choice(CUDA_SPEC, c, 2, NCCL, NCCL, RING, RING);
+  check_choice("cuda:0,cuda:1", d, 2, NCCL, NCCL, RING, RING);
+}
+END_TEST
+
+START_TEST(choose_cuda_shared_and_distinct_hier) {
+  static const int a[] = {0, 1, 2}, b[] = {0, 1, 2, 3, 4, 5, 6}, c[] = {2, 3, 4}, d[] = {3, 0, 4, 1};
+  check_choice(CUDA_SPEC, a, 3, HIER, NCCL, HIER, RING);
+  check_choice(CUDA_SPEC, b, 7, HIER, NCCL, HIER, RING);
+  check_choice(CUDA_SPEC, c, 3, HIER, NCCL, HIER, RING);
+  check_choice(CUDA_SPEC, d, 4, HIER, NCCL, HIER, RING); /* interleaved GPUs */
+}
+END_TEST
+
+/* Host and CUDA devices in one group, and sim devices: refused, naming
+ * the devices. */
+START_TEST(choose_mixed_refused) {
+  tfg_diag *d = tfg_diag_new();
+  tfg_devices *ds;
+  ck_assert_int_eq(tfg_devices_parse(d, "host*2,cuda:0*2,sim:h100", &ds), TFG_OK);
+  static const int mixed[] = {0, 2}, with_cpu[] = {3, -1}, four[] = {2, 3, 0, 1}, sim[] = {4, 0};
+  const tfg_device *at[4];
+  tfg_strbuf why = {0};
+  pick(ds, mixed, 2, at);
+  for (int with = 0; with < 2; with++) {
+    tfg_strbuf_clear(&why);
+    ck_assert_int_eq(tfg_coll_choose(2, at, with, NULL, &why), REFUSED);
+    ck_assert_msg(strstr(why.data, "gpu:0 is a host device") && strstr(why.data, "gpu:2 a CUDA device") &&
+                      strstr(why.data, "no collective spans"),
+                  "%s", why.data);
+  }
+  pick(ds, with_cpu, 2, at);
+  tfg_strbuf_clear(&why);
+  ck_assert_int_eq(tfg_coll_choose(2, at, true, NULL, &why), REFUSED);
+  ck_assert_msg(strstr(why.data, "cpu:0 is a host device") && strstr(why.data, "gpu:3 a CUDA device"), "%s",
+                why.data);
+  pick(ds, four, 4, at);
+  tfg_strbuf_clear(&why);
+  tfg_coll_algo leaders = RING;
+  ck_assert_int_eq(tfg_coll_choose(4, at, true, &leaders, &why), REFUSED);
+  ck_assert_int_eq(leaders, REFUSED);
+  ck_assert_ptr_nonnull(strstr(why.data, "gpu:0 is a host device"));
+  pick(ds, sim, 2, at);
+  tfg_strbuf_clear(&why);
+  ck_assert_int_eq(tfg_coll_choose(2, at, true, NULL, &why), REFUSED);
+  ck_assert_msg(strstr(why.data, "gpu:4 is a sim device"), "%s", why.data);
+  tfg_strbuf_free(&why);
+  tfg_devices_free(ds);
+  tfg_diag_free(d);
+}
+END_TEST
+
+#undef RING
+#undef NCCL
+#undef HIER
+#undef REFUSED
+
+/* The registration's collective for host backends is the ring, and it
+ * reduces; NCCL over host backends is refused with a reason (this build's
+ * NCCL, or that there is none). */
+START_TEST(new_for_host_is_the_ring_and_nccl_refuses_host) {
+  for (int R = 1; R <= 4; R++) {
+    ranks k;
+    ranks_init(&k, R);
+    float buf[4][5];
+    for (int r = 0; r < R; r++)
+      for (int j = 0; j < 5; j++) buf[r][j] = (float)(r * 10 + j);
+    void *bufs[4] = {buf[0], buf[1], buf[2], buf[3]};
+    size_t count = 5;
+    tfg_strbuf why = {0};
+    tfg_coll *c = tfg_coll_new_for(R, k.b, k.s, &why);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_uint_eq(why.len, 0);
+    ck_assert_str_eq(c->i.name(c), "ring");
+    c->i.allreduce(c, bufs, &count, 1, TFG_DTYPE_F32, TFG_COLL_SUM);
+    sync_all_ok(&k);
+    for (int r = 0; r < R; r++)
+      for (int j = 0; j < 5; j++) ck_assert_float_eq(buf[r][j], (float)(10 * R * (R - 1) / 2 + R * j));
+    c->i.free(c);
+    ck_assert_ptr_null(tfg_coll_nccl_new(R, k.b, k.s, &why));
+    ck_assert_msg(why.data && strstr(why.data, "NCCL"), "%s", why.data ? why.data : "");
+    tfg_strbuf_free(&why);
+    ranks_free(&k);
+  }
+}
+END_TEST
+
+/* The ring's allreduce_scaled: the exact sum times the scale, once. */
+START_TEST(ring_allreduce_scaled) {
+  for (int R = 2; R <= 4; R++) {
+    ranks k;
+    ranks_init(&k, R);
+    double buf[4][1001];
+    for (int r = 0; r < R; r++)
+      for (int j = 0; j < 1001; j++) buf[r][j] = ival(r, (size_t)j, 0);
+    size_t counts[2] = {1000, 1};
+    void *segs[8];
+    for (int r = 0; r < R; r++) segs[r * 2] = buf[r], segs[r * 2 + 1] = buf[r] + 1000;
+    tfg_coll *c = tfg_coll_ring_new(R, k.b, k.s);
+    c->i.allreduce_scaled(c, segs, counts, 2, TFG_DTYPE_F64, 0.125);
+    sync_all_ok(&k);
+    for (int j = 0; j < 1001; j++) {
+      double sum = 0;
+      for (int r = 0; r < R; r++) sum += ival(r, (size_t)j, 0);
+      for (int r = 0; r < R; r++)
+        if (buf[r][j] != sum * 0.125)
+          ck_abort_msg("R=%d rank %d element %d = %g, want %g", R, r, j, buf[r][j], sum / 8);
+    }
+    c->i.free(c);
+    ranks_free(&k);
+  }
+}
+END_TEST
+
+/* ---- the hierarchical all-reduce over host devices -----------------------------------
+ * Host devices stand in for GPUs: group[r] plays rank r's physical GPU,
+ * and the built-in ring plays NCCL among the leaders, so the three
+ * phases (reduce to each group's leader, the leaders' all-reduce, the
+ * copy back) are checked numerically, with the same rules as the ring's
+ * cases above: integer values (exact sums), every rank's bits equal, and
+ * a mean over all ranks (never a mean of the groups' means, which the
+ * unequal groups below would expose). A spy around the leaders' ring
+ * checks the structure: which ranks lead, and the scale they apply. */
+
+/* What the leaders' collective of the last hierarchical all-reduce saw. */
+static struct {
+  int made;             /* constructions */
+  int nranks;           /* leaders */
+  tfg_backend *b[4];    /* the leaders' backends */
+  int calls;
+  double scale;         /* the last call's */
+  void *first[4];       /* the last call's first segment of each leader */
+  tfg_coll *ring;
+  const char *fail;     /* when set, the constructor fails with it */
+} spy;
+
+static const char *spy_name(tfg_coll *c) {
+  (void)c;
+  return "spy";
+}
+
+static void spy_allreduce(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                          tfg_coll_op op) {
+  (void)c, (void)bufs, (void)counts, (void)nseg, (void)dt, (void)op;
+  ck_abort_msg("the hierarchical all-reduce calls its leaders' allreduce_scaled only");
+}
+
+static void spy_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                                 double scale) {
+  (void)c;
+  spy.calls++;
+  spy.scale = scale;
+  for (int g = 0; g < spy.nranks; g++) spy.first[g] = nseg ? bufs[g * nseg] : NULL;
+  spy.ring->i.allreduce_scaled(spy.ring, bufs, counts, nseg, dt, scale);
+}
+
+static void spy_free(tfg_coll *c) {
+  spy.ring->i.free(spy.ring);
+  spy.ring = NULL;
+  free(c);
+}
+
+static tfg_coll *spy_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why) {
+  spy.made++;
+  if (spy.fail) {
+    tfg_strbuf_puts(why, spy.fail);
+    return NULL;
+  }
+  ck_assert_int_le(nranks, 4);
+  spy.nranks = nranks;
+  for (int g = 0; g < nranks; g++) spy.b[g] = b[g];
+  spy.calls = 0;
+  spy.ring = tfg_coll_ring_new(nranks, b, s);
+  tfg_coll *c = calloc(1, sizeof *c);
+  ck_assert_ptr_nonnull(c);
+  static const tfg_coll_i spy_i = {
+      .name = spy_name, .allreduce = spy_allreduce, .allreduce_scaled = spy_allreduce_scaled, .free = spy_free};
+  c->i = spy_i;
+  c->nranks = nranks;
+  return c;
+}
+
+/* One hierarchical all-reduce (calls of them, new data written on the
+ * ranks' streams between calls) of integer values in nseg segments over
+ * R host ranks grouped by group[], checked against the exact reference
+ * and for equal bits on every rank, and its structure through the spy. */
+static void check_hier(int R, const int *group, const size_t *counts, int nseg, tfg_dtype dt, tfg_coll_op op,
+                       int calls) {
+  ranks k;
+  ranks_init(&k, R);
+  size_t es = tfg_dtype_size(dt), n = 0;
+  for (int j = 0; j < nseg; j++) n += counts[j];
+  void *dev[4 * 8];
+  ck_assert_int_le(nseg, 8);
+  for (int r = 0; r < R; r++)
+    for (int j = 0; j < nseg; j++) {
+      dev[r * nseg + j] = k.b[r]->i.alloc(k.b[r], counts[j] ? counts[j] * es : 1);
+      ck_assert_ptr_nonnull(dev[r * nseg + j]);
+    }
+  size_t hn = n ? n : 1, per_call = (size_t)R * hn * es;
+  char *hin = malloc((size_t)calls * per_call), *hout = malloc((size_t)calls * per_call);
+  ck_assert(hin && hout);
+  for (int c = 0; c < calls; c++)
+    for (int r = 0; r < R; r++)
+      for (size_t j = 0; j < n; j++) {
+        size_t at = ((size_t)c * (size_t)R + (size_t)r) * hn + j;
+        if (dt == TFG_DTYPE_F32)
+          ((float *)hin)[at] = (float)ival(r, j, c);
+        else
+          ((double *)hin)[at] = ival(r, j, c);
+      }
+  /* The expected leaders: the first rank of each group, in rank order. */
+  int leaders[4], ngroups = 0;
+  for (int r = 0; r < R; r++) {
+    bool first = true;
+    for (int q = 0; q < r; q++) first &= group[q] != group[r];
+    if (first) leaders[ngroups++] = r;
+  }
+  memset(&spy, 0, sizeof spy);
+  tfg_strbuf why = {0};
+  tfg_coll *coll = tfg_coll_hier_new(R, k.b, k.s, group, spy_new, &why);
+  ck_assert_ptr_nonnull(coll);
+  ck_assert_int_eq(coll->nranks, R);
+  ck_assert_int_eq(spy.made, ngroups > 1);
+  ck_assert_str_eq(coll->i.name(coll), ngroups > 1 ? "hier+spy" : "hier+none");
+  if (ngroups > 1) {
+    ck_assert_int_eq(spy.nranks, ngroups);
+    for (int g = 0; g < ngroups; g++) ck_assert_ptr_eq(spy.b[g], k.b[leaders[g]]);
+  }
+  for (int c = 0; c < calls; c++) {
+    for (int r = 0; r < R; r++) {
+      size_t at = ((size_t)c * (size_t)R + (size_t)r) * hn * es, o = 0;
+      for (int j = 0; j < nseg; j++) {
+        k.b[r]->i.copy_from_host(k.b[r], k.s[r], dev[r * nseg + j], hin + at + o * es, counts[j] * es);
+        o += counts[j];
+      }
+    }
+    coll->i.allreduce(coll, dev, counts, nseg, dt, op);
+    for (int r = 0; r < R; r++) {
+      size_t at = ((size_t)c * (size_t)R + (size_t)r) * hn * es, o = 0;
+      for (int j = 0; j < nseg; j++) {
+        k.b[r]->i.copy_to_host(k.b[r], k.s[r], hout + at + o * es, dev[r * nseg + j], counts[j] * es);
+        o += counts[j];
+      }
+    }
+  }
+  /* The leaders' step: once per call (none for empty buffers or one
+   * group), on the leaders' buffers, scaled once by 1 / R for a mean. */
+  ck_assert_int_eq(spy.calls, ngroups > 1 && n > 0 && R > 1 ? calls : 0);
+  if (spy.calls) {
+    ck_assert(spy.scale == (op == TFG_COLL_MEAN ? 1.0 / R : 1.0));
+    for (int g = 0; g < ngroups; g++) ck_assert_ptr_eq(spy.first[g], dev[leaders[g] * nseg]);
+  }
+  sync_all_ok(&k);
+  for (int c = 0; c < calls; c++) {
+    const char *r0 = hout + (size_t)c * per_call;
+    for (int r = 1; r < R; r++)
+      ck_assert_msg(memcmp(r0, r0 + (size_t)r * hn * es, n * es) == 0, "R=%d n=%zu call %d: rank %d differs", R, n,
+                    c, r);
+    for (size_t j = 0; j < n; j++) {
+      double sum = 0;
+      for (int r = 0; r < R; r++) sum += ival(r, j, c);
+      double want = op == TFG_COLL_MEAN ? sum / R : sum;
+      double got = dt == TFG_DTYPE_F32 ? ((const float *)r0)[j] : ((const double *)r0)[j];
+      double eps = dt == TFG_DTYPE_F32 ? FLT_EPSILON : DBL_EPSILON;
+      double tol = op == TFG_COLL_MEAN && R == 3 ? 2 * eps * fabs(want) : 0; /* exact sum, times fl(1/3) */
+      if (!(fabs(got - want) <= tol))
+        ck_abort_msg("R=%d groups %d n=%zu %s %s call %d: element %zu = %.17g, want %.17g", R, ngroups, n,
+                     tfg_dtype_name(dt), op == TFG_COLL_MEAN ? "mean" : "sum", c, j, got, want);
+    }
+  }
+  coll->i.free(coll);
+  ck_assert_ptr_null(spy.ring); /* the hierarchical one owns the leaders' */
+  for (int r = 0; r < R; r++)
+    for (int j = 0; j < nseg; j++) k.b[r]->i.free(k.b[r], dev[r * nseg + j]);
+  free(hin);
+  free(hout);
+  tfg_strbuf_free(&why);
+  ranks_free(&k);
+}
+
+/* Groupings of 1 to 4 ranks: one group (no leaders' step), singletons
+ * only (no copies), unequal groups, interleaved groups. */
+static const struct {
+  int R;
+  int group[4];
+} groupings[] = {
+    {1, {0}},          {2, {0, 0}},       {2, {0, 1}},       {3, {0, 0, 1}},    {3, {0, 1, 1}},
+    {3, {4, 9, 4}},    {3, {5, 5, 5}},    {4, {0, 0, 1, 1}}, {4, {0, 1, 0, 1}}, {4, {0, 0, 0, 1}},
+    {4, {3, 1, 1, 1}}, {4, {0, 1, 2, 2}}, {4, {0, 1, 2, 3}}, {4, {7, 7, 7, 7}},
+};
+#define NGROUPINGS ((int)(sizeof groupings / sizeof groupings[0]))
+
+START_TEST(hier_sizes) {
+  static const size_t sizes[] = {0, 1, 3, 1001};
+  for (int i = 0; i < NGROUPINGS; i++)
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++)
+      for (int dt = 0; dt < 2; dt++)
+        for (int op = 0; op < 2; op++)
+          check_hier(groupings[i].R, groupings[i].group, &sizes[z], 1, dt ? TFG_DTYPE_F64 : TFG_DTYPE_F32,
+                     op ? TFG_COLL_MEAN : TFG_COLL_SUM, 1);
+}
+END_TEST
+
+START_TEST(hier_segments_and_repeated_calls) {
+  static const size_t a[] = {1000, 1, 2501}, b[] = {0, 3, 0}, c[] = {5, 0, 0, 7, 1, 0};
+  struct {
+    const size_t *counts;
+    int nseg;
+  } cases[] = {{a, 3}, {b, 3}, {c, 6}, {NULL, 0}};
+  for (int i = 0; i < NGROUPINGS; i++)
+    for (size_t s = 0; s < sizeof cases / sizeof cases[0]; s++) {
+      check_hier(groupings[i].R, groupings[i].group, cases[s].counts, cases[s].nseg, TFG_DTYPE_F32, TFG_COLL_MEAN, 1);
+      check_hier(groupings[i].R, groupings[i].group, cases[s].counts, cases[s].nseg, TFG_DTYPE_F64, TFG_COLL_SUM, 4);
+    }
+}
+END_TEST
+
+/* 64 MiB of f32 per rank, two GPUs' worth of two logical devices each. */
+START_TEST(hier_64mib) {
+  static const size_t counts[] = {(size_t)8 << 20, 12345, ((size_t)8 << 20) - 12345};
+  static const int group[] = {0, 0, 1, 1};
+  check_hier(4, group, counts, 3, TFG_DTYPE_F32, TFG_COLL_MEAN, 1);
+}
+END_TEST
+
+/* A rank whose stream failed before the call (member or leader), or a
+ * dtype reduce_peer cannot add: every rank fails, none hangs. */
+START_TEST(hier_failures_reach_every_rank) {
+  static const int groups[][4] = {{0, 0, 1, 1}, {0, 1, 1, 1}, {0, 0, 0, 0}, {0, 1, 0, 1}};
+  for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++) {
+    for (int bad = -1; bad < 4; bad++) {
+      ranks k;
+      ranks_init(&k, 4);
+      float buf[4][33];
+      for (int r = 0; r < 4; r++)
+        for (int j = 0; j < 33; j++) buf[r][j] = (float)j;
+      int32_t ibuf[4][7] = {{0}};
+      void *bufs[4] = {buf[0], buf[1], buf[2], buf[3]}, *ibufs[4] = {ibuf[0], ibuf[1], ibuf[2], ibuf[3]};
+      size_t count = 33, icount = 7;
+      memset(&spy, 0, sizeof spy);
+      tfg_coll *c = tfg_coll_hier_new(4, k.b, k.s, groups[gi], spy_new, NULL);
+      ck_assert_ptr_nonnull(c);
+      if (bad >= 0) { /* an i32 reduce_peer fails the rank's stream */
+        int32_t x[1] = {0};
+        k.b[bad]->i.reduce_peer(k.b[bad], k.s[bad], x, k.b[bad], x, 1, TFG_DTYPE_I32, 1.0);
+        c->i.allreduce(c, bufs, &count, 1, TFG_DTYPE_F32, TFG_COLL_MEAN);
+      } else {
+        c->i.allreduce(c, ibufs, &icount, 1, TFG_DTYPE_I32, TFG_COLL_SUM);
+      }
+      c->i.allreduce(c, bufs, &count, 1, TFG_DTYPE_F32, TFG_COLL_SUM); /* sticky: fails too */
+      sync_all_fail(&k, TFG_ERR_DEVICE, "i32");
+      c->i.free(c);
+      ranks_free(&k);
+    }
+  }
+}
+END_TEST
+
+/* The leaders' collective cannot be made: no hierarchical one, the reason
+ * passed on; freeing one right after queueing is safe. */
+START_TEST(hier_leaders_fail_and_free_while_queued) {
+  ranks k;
+  ranks_init(&k, 3);
+  static const int group[] = {0, 1, 0};
+  memset(&spy, 0, sizeof spy);
+  spy.fail = "no leaders today";
+  tfg_strbuf why = {0};
+  ck_assert_ptr_null(tfg_coll_hier_new(3, k.b, k.s, group, spy_new, &why));
+  ck_assert_str_eq(why.data, "no leaders today");
+  tfg_strbuf_free(&why);
+  spy.fail = NULL;
+  float buf[3][1000];
+  for (int r = 0; r < 3; r++)
+    for (int j = 0; j < 1000; j++) buf[r][j] = (float)(r + j);
+  void *bufs[3] = {buf[0], buf[1], buf[2]};
+  size_t count = 1000;
+  tfg_coll *c = tfg_coll_hier_new(3, k.b, k.s, group, spy_new, NULL);
+  c->i.allreduce(c, bufs, &count, 1, TFG_DTYPE_F32, TFG_COLL_SUM);
+  c->i.free(c);
+  sync_all_ok(&k);
+  for (int r = 0; r < 3; r++)
+    for (int j = 0; j < 1000; j++)
+      if (buf[r][j] != (float)(3 + 3 * j)) ck_abort_msg("rank %d element %d = %g", r, j, (double)buf[r][j]);
+  ranks_free(&k);
+}
+END_TEST
+
+Suite *suite_collective_groups(void) {
+  Suite *s = suite_create("collective_groups");
+  TCase *choose = tcase_create("choose");
+  tcase_add_test(choose, choose_host_devices_ring);
+  tcase_add_test(choose, choose_cuda_one_gpu_ring);
+  tcase_add_test(choose, choose_cuda_distinct_gpus_nccl);
+  tcase_add_test(choose, choose_cuda_shared_and_distinct_hier);
+  tcase_add_test(choose, choose_mixed_refused);
+  tcase_add_test(choose, new_for_host_is_the_ring_and_nccl_refuses_host);
+  tcase_add_test(choose, ring_allreduce_scaled);
+  suite_add_tcase(s, choose);
+  TCase *hier = tcase_create("hier");
+  tcase_set_timeout(hier, 300); /* the 64 MiB case under ASan on 2 cores */
+  tcase_add_test(hier, hier_sizes);
+  tcase_add_test(hier, hier_segments_and_repeated_calls);
+  tcase_add_test(hier, hier_64mib);
+  tcase_add_test(hier, hier_failures_reach_every_rank);
+  tcase_add_test(hier, hier_leaders_fail_and_free_while_queued);
+  suite_add_tcase(s, hier);
+  return s;
+}

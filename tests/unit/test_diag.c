@@ -169,6 +169,24 @@ START_TEST(load_missing_file) {
 }
 END_TEST
 
+START_TEST(line_numbers_continue_across_sources) {
+  /* The REPL's inputs: each its own source, numbered on from the last. */
+  tfg_diag *d = tfg_diag_new();
+  const tfg_source *s = tfg_diag_add_source_at(d, "<stdin>", "a = 1\nb = \tq\n", 13, 9);
+  tfg_loc l = tfg_source_loc(s, 11, 1);
+  ck_assert_uint_eq(l.line, 11);
+  ck_assert_uint_eq(l.col, 6);
+  tfg_diag_error(d, &l, "unknown name 'q'");
+  char *out = render(d);
+  ck_assert_str_eq(out, "<stdin>:11:6: error: unknown name 'q'\n"
+                        " 11 | b = \tq\n"
+                        "    |     \t^\n"
+                        "1 error\n");
+  free(out);
+  tfg_diag_free(d);
+}
+END_TEST
+
 Suite *suite_diag(void) {
   Suite *s = suite_create("diag");
   TCase *tc = tcase_create("core");
@@ -181,6 +199,7 @@ Suite *suite_diag(void) {
   tcase_add_test(tc, error_limit_drops_and_notes);
   tcase_add_test(tc, render_is_incremental);
   tcase_add_test(tc, load_missing_file);
+  tcase_add_test(tc, line_numbers_continue_across_sources);
   suite_add_tcase(s, tc);
   return s;
 }

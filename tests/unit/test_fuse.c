@@ -27,31 +27,6 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static char *print_plan(const tfg_plan *p) {
-  tfg_strbuf out = {0};
-  tfg_plan_print(p, &out);
-  return tfg_strbuf_take(&out);
-}
-
-static void expect_valid(const tfg_plan *p) {
-  tfg_strbuf why = {0};
-  bool ok = tfg_plan_validate(p, &why);
-  if (!ok) {
-    char *text = print_plan(p);
-    if (strlen(text) > 3000) text[0] = 0;
-    ck_abort_msg("invalid plan: %s\n%s", why.data, text);
-  }
-  tfg_strbuf_free(&why);
-}
-
-static void expect_invalid(const tfg_plan *p, const char *want) {
-  tfg_strbuf why = {0};
-  ck_assert_msg(!tfg_plan_validate(p, &why), "a broken plan passed (want \"%s\")", want);
-  ck_assert_msg(why.data && strstr(why.data, want), "validator said \"%s\", want \"%s\"", why.data ? why.data : "",
-                want);
-  tfg_strbuf_free(&why);
-}
-
 /* A program built, placed over devices (tfg_place) and planned without
  * fusion (b->plan); every stage must succeed. */
 static void build(built *b, const char *text, const char *devices) {
@@ -77,13 +52,20 @@ static tfg_plan *fused_plan(built *b, const uint8_t *keep) {
   tfg_plan *p = NULL;
   ck_assert_int_eq(tfg_plan_build_with(b->p->graph, b->pl, b->ds, &o, b->d, &p), TFG_OK);
   free(own);
-  if (getenv("TFG_TEST_SHOW_PLAN")) {
-    char *t = print_plan(p);
-    fprintf(stderr, "%s----\n", t);
-    free(t);
-  }
-  expect_valid(p);
+  plan_show(p);
+  plan_expect_valid(p);
   return p;
+}
+
+/* How many chains text, built over devices, has in its fused plan. */
+static int count_chains(const char *text, const char *devices) {
+  built b;
+  build(&b, text, devices);
+  tfg_plan *p = fused_plan(&b, NULL);
+  int n = p->nchains;
+  tfg_plan_free(p);
+  program_free(&b);
+  return n;
 }
 
 /* The k-th tensor the program prints. */
@@ -92,21 +74,6 @@ static tfg_node_id printed(const built *b, int k) {
     for (int i = 0; b->p->actions[a].kind == TFG_ACTION_PRINT && i < b->p->actions[a].nitems; i++)
       if (b->p->actions[a].items[i].is_tensor && k-- == 0) return b->p->actions[a].items[i].node;
   ck_abort_msg("the program prints fewer tensors");
-  return -1;
-}
-
-/* The last node of the graph with op `op`. */
-static tfg_node_id last_op(const tfg_graph *g, tfg_op_id op) {
-  for (tfg_node_id i = g->nnodes - 1; i >= 0; i--)
-    if (g->nodes[i].op == op) return i;
-  ck_abort_msg("no %s node", tfg_op_get(op)->name);
-  return -1;
-}
-
-static tfg_node_id first_op(const tfg_graph *g, tfg_op_id op) {
-  for (tfg_node_id i = 0; i < g->nnodes; i++)
-    if (g->nodes[i].op == op) return i;
-  ck_abort_msg("no %s node", tfg_op_get(op)->name);
   return -1;
 }
 
@@ -140,7 +107,8 @@ START_TEST(chain_fuses) {
   built b;
   build(&b, "x = normal([64, 32], seed = 1)\ny = relu(x * 2 + 1)\nprint y\n", "host*1");
   const tfg_graph *g = b.p->graph;
-  tfg_node_id mul = last_op(g, TFG_OP_MUL), add = last_op(g, TFG_OP_ADD), relu = last_op(g, TFG_OP_RELU);
+  tfg_node_id mul = graph_last_op(g, TFG_OP_MUL), add = graph_last_op(g, TFG_OP_ADD);
+  tfg_node_id relu = graph_last_op(g, TFG_OP_RELU);
   /* without fusion (tfg_plan_build, or fuse without keep): as before */
   ck_assert_int_eq(b.plan->nchains, 0);
   tfg_plan *nokeep = NULL;
@@ -186,13 +154,13 @@ START_TEST(chain_fuses) {
   ck_assert_int_eq(prog.ops[2].b, -1);
   ck_assert(!prog.scalar[0] && prog.scalar[1] && prog.scalar[2]);
   /* `tfg plan`: one fused launch with its members */
-  char *text = print_plan(p), want[128];
+  char *text = plan_text(p), want[128];
   ck_assert_msg(strstr(text, "1 fused chain (3 ops)"), "%s", text);
   snprintf(want, sizeof want, "launch  fused relu(add(mul)) n%d (t.tfg:2), members n%d n%d n%d\n", (int)relu, (int)mul,
            (int)add, (int)relu);
   ck_assert_msg(strstr(text, want), "want \"%s\" in\n%s", want, text);
   free(text);
-  text = print_plan(b.plan);
+  text = plan_text(b.plan);
   ck_assert(!strstr(text, "fused"));
   free(text);
   tfg_plan_free(p);
@@ -211,7 +179,7 @@ START_TEST(tree_fuses) {
   ck_assert_int_eq(p->nchains, 1);
   ck_assert_int_eq(p->chains[0].nnodes, 8); /* sigmoid tanh mul abs neg exp div add */
   ck_assert_int_eq(p->chains[0].ninputs, 3); /* x, w, 3 */
-  char *text = print_plan(p);
+  char *text = plan_text(p);
   ck_assert_msg(strstr(text, "fused add(mul(sigmoid, tanh), div(exp(neg(abs))))"), "%s", text);
   free(text);
   tfg_plan_free(p);
@@ -224,8 +192,8 @@ START_TEST(two_readers_stay) {
   built b;
   build(&b, "x = normal([16], seed = 1)\ny = x * 2\na = y + 1\nc = y - 1\nprint a * c\n", "host*1");
   const tfg_graph *g = b.p->graph;
-  tfg_node_id y = first_op(g, TFG_OP_MUL), a = last_op(g, TFG_OP_ADD), c = last_op(g, TFG_OP_SUB);
-  tfg_node_id out = last_op(g, TFG_OP_MUL);
+  tfg_node_id y = graph_first_op(g, TFG_OP_MUL), a = graph_last_op(g, TFG_OP_ADD), c = graph_last_op(g, TFG_OP_SUB);
+  tfg_node_id out = graph_last_op(g, TFG_OP_MUL);
   ck_assert_int_ne(y, out);
   tfg_plan *p = fused_plan(&b, NULL);
   ck_assert_int_eq(p->nchains, 1);
@@ -261,18 +229,11 @@ END_TEST
 
 /* An edge between devices is never inside a chain. */
 START_TEST(devices_split) {
-  built b;
-  build(&b, "x = normal([16], seed = 1)\n@gpu:0 y = x * 2\n@gpu:1 z = relu(y)\nprint z\n", "host*2");
-  tfg_plan *p = fused_plan(&b, NULL);
-  ck_assert_int_eq(p->nchains, 0);
-  tfg_plan_free(p);
-  program_free(&b);
+  const char *two = "x = normal([16], seed = 1)\n@gpu:0 y = x * 2\n@gpu:1 z = relu(y)\nprint z\n";
+  ck_assert_int_eq(count_chains(two, "host*2"), 0);
   /* the same on one device fuses */
-  build(&b, "x = normal([16], seed = 1)\n@gpu:0 y = x * 2\n@gpu:0 z = relu(y)\nprint z\n", "host*2");
-  p = fused_plan(&b, NULL);
-  ck_assert_int_eq(p->nchains, 1);
-  tfg_plan_free(p);
-  program_free(&b);
+  const char *one = "x = normal([16], seed = 1)\n@gpu:0 y = x * 2\n@gpu:0 z = relu(y)\nprint z\n";
+  ck_assert_int_eq(count_chains(one, "host*2"), 1);
 }
 END_TEST
 
@@ -280,18 +241,14 @@ END_TEST
  * scalar member of a larger chain does not (every member has the last's
  * shape). */
 START_TEST(shapes_and_scalars) {
-  built b;
-  build(&b, "x = normal([8, 4], seed = 1)\nv = normal([4], seed = 2)\ny = x * 2\nz = y + v\nprint relu(z)\n",
-        "host*1");
-  tfg_plan *p = fused_plan(&b, NULL);
-  ck_assert_int_eq(p->nchains, 0);
-  tfg_plan_free(p);
-  program_free(&b);
+  const char *vec = "x = normal([8, 4], seed = 1)\nv = normal([4], seed = 2)\ny = x * 2\nz = y + v\nprint relu(z)\n";
+  ck_assert_int_eq(count_chains(vec, "host*1"), 0);
 
+  built b;
   build(&b, "x = normal([8, 4], seed = 1)\ns = sum(x)\nt = s * 2\nz = x + t\nprint relu(z)\n", "host*1");
   const tfg_graph *g = b.p->graph;
-  tfg_node_id t = last_op(g, TFG_OP_MUL), z = last_op(g, TFG_OP_ADD);
-  p = fused_plan(&b, NULL);
+  tfg_node_id t = graph_last_op(g, TFG_OP_MUL), z = graph_last_op(g, TFG_OP_ADD);
+  tfg_plan *p = fused_plan(&b, NULL);
   ck_assert_int_eq(p->nchains, 1);
   ck_assert_int_eq(p->chains[0].nnodes, 2);
   ck_assert_int_eq(p->chains[0].nodes[0], z);
@@ -301,11 +258,7 @@ START_TEST(shapes_and_scalars) {
   program_free(&b);
 
   /* integers never fuse */
-  build(&b, "x = normal([8], seed = 1)\ni = cast(x * 10, i32)\nprint abs(-i)\n", "host*1");
-  p = fused_plan(&b, NULL);
-  ck_assert_int_eq(p->nchains, 0);
-  tfg_plan_free(p);
-  program_free(&b);
+  ck_assert_int_eq(count_chains("x = normal([8], seed = 1)\ni = cast(x * 10, i32)\nprint abs(-i)\n", "host*1"), 0);
 }
 END_TEST
 
@@ -410,17 +363,17 @@ START_TEST(update_between_splits) {
   hand_plan h;
   tfg_node_id m1, z, m2;
   update_graph(&h, true, &m1, &z, &m2);
-  expect_valid(h.p);
+  plan_expect_valid(h.p);
   ck_assert_int_eq(h.p->nchains, 0);
   hand_free(&h);
   update_graph(&h, false, &m1, &z, &m2);
-  expect_valid(h.p);
+  plan_expect_valid(h.p);
   ck_assert_int_eq(h.p->nchains, 1);
   ck_assert_int_eq(h.p->chains[0].nodes[0], m1);
   ck_assert_int_eq(h.p->chains[0].nodes[1], m2);
   /* the validator knows the rule: z, between the two, made an update */
   h.g->nodes[z].op = TFG_OP_SGD_UPDATE;
-  expect_invalid(h.p, "spans an optimizer update");
+  plan_expect_invalid(h.p, "spans an optimizer update");
   hand_free(&h);
 }
 END_TEST
@@ -431,39 +384,40 @@ START_TEST(validator_catches_chains) {
   built b;
   build(&b, "x = normal([64], seed = 1)\ny = relu(x * 2 + 1)\nprint y\n", "host*1");
   const tfg_graph *g = b.p->graph;
-  tfg_node_id mul = last_op(g, TFG_OP_MUL), add = last_op(g, TFG_OP_ADD), relu = last_op(g, TFG_OP_RELU);
+  tfg_node_id mul = graph_last_op(g, TFG_OP_MUL), add = graph_last_op(g, TFG_OP_ADD);
+  tfg_node_id relu = graph_last_op(g, TFG_OP_RELU);
   tfg_plan *p = fused_plan(&b, NULL);
   tfg_plan_chain *c = &p->chains[0];
   tfg_plan_step *st = launch_of(p, relu);
 
   st->chain = -1; /* the chain's last member run alone */
-  expect_invalid(p, "without its chain");
+  plan_expect_invalid(p, "without its chain");
   st->chain = 0;
   st->node = add; /* an intermediate launched */
-  expect_invalid(p, "which chain 0 fuses");
+  plan_expect_invalid(p, "which chain 0 fuses");
   st->node = relu;
 
   tfg_node_id t = c->inputs[0]; /* inputs out of order */
   c->inputs[0] = c->inputs[1];
   c->inputs[1] = t;
-  expect_invalid(p, "its inputs are not");
+  plan_expect_invalid(p, "its inputs are not");
   c->inputs[1] = c->inputs[0];
   c->inputs[0] = t;
 
   c->nodes[0] = add; /* members out of order */
   c->nodes[1] = mul;
-  expect_invalid(p, "not in graph order");
+  plan_expect_invalid(p, "not in graph order");
   c->nodes[0] = mul;
   c->nodes[1] = add;
 
   c->nnodes = 2; /* relu is no longer the last member: mul read outside */
   c->nodes[1] = relu;
-  expect_invalid(p, "read only by a member of its chain");
+  plan_expect_invalid(p, "read only by a member of its chain");
   c->nnodes = 3;
   c->nodes[1] = add;
 
   c->nodes[0] = t; /* x (an init) is not elementwise */
-  expect_invalid(p, "is not an elementwise");
+  plan_expect_invalid(p, "is not an elementwise");
   c->nodes[0] = mul;
 
   /* a buffer for an intermediate */
@@ -472,9 +426,9 @@ START_TEST(validator_catches_chains) {
   pd->buffers[pd->nbuffers] = pd->buffers[pd->nbuffers - 1];
   pd->buffers[pd->nbuffers].node = add;
   pd->nbuffers++;
-  expect_invalid(p, "has a buffer, but chain 0 fuses it");
+  plan_expect_invalid(p, "has a buffer, but chain 0 fuses it");
   pd->nbuffers--;
-  expect_valid(p);
+  plan_expect_valid(p);
   tfg_plan_free(p);
   program_free(&b);
 
@@ -487,10 +441,10 @@ START_TEST(validator_catches_chains) {
   memmove(ch->nodes + 1, ch->nodes, sizeof *ch->nodes * (size_t)ch->nnodes);
   ch->nodes[0] = y;
   ch->nnodes++;
-  expect_invalid(p, "is read by 2 ops");
+  plan_expect_invalid(p, "is read by 2 ops");
   ch->nnodes--;
   memmove(ch->nodes, ch->nodes + 1, sizeof *ch->nodes * (size_t)ch->nnodes);
-  expect_valid(p);
+  plan_expect_valid(p);
   tfg_plan_free(p);
   program_free(&b);
 }
@@ -711,7 +665,7 @@ START_TEST(fused_too_big_falls_back) {
   ck_assert_int_eq(tfg_plan_build_with(b.p->graph, b.pl, b.ds, &o, b.d, &p), TFG_OK);
   ck_assert_int_eq(p->nchains, 0);
   ck_assert_int_eq(p->dev[d].peak, plain_peak);
-  expect_valid(p);
+  plan_expect_valid(p);
   tfg_plan_free(p);
   free(keep);
   program_free(&b);
@@ -748,7 +702,7 @@ START_TEST(exec_same_bits) {
   }
   ck_assert_int_eq(o2[1].dtype, TFG_DTYPE_F64);
   /* y is inside z's chain: it has no value */
-  tfg_node_id y = last_op(b.p->graph, TFG_OP_GELU);
+  tfg_node_id y = graph_last_op(b.p->graph, TFG_OP_GELU);
   ck_assert_int_eq(tfg_plan_chain_of(p, y), 0);
   tfg_tensor o3;
   ck_assert_int_eq(tfg_session_run(fused, &y, 1, &o3), TFG_ERR_DEVICE);
@@ -840,8 +794,8 @@ START_TEST(random_graphs_run_same) {
     tfg_plan *plain = NULL, *fused = NULL;
     ck_assert_int_eq(tfg_plan_build(g, pl, ds, d, &plain), TFG_OK);
     ck_assert_int_eq(tfg_plan_build_with(g, pl, ds, &(tfg_plan_opts){.fuse = true, .keep = keep}, d, &fused), TFG_OK);
-    expect_valid(plain);
-    expect_valid(fused);
+    plan_expect_valid(plain);
+    plan_expect_valid(fused);
     chains += fused->nchains;
     tfg_node_id *fetch = malloc(sizeof *fetch * (size_t)n);
     int nf = 0;

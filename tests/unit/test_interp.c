@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "lang/interp.h"
+#include "lang/parse.h"
 #include "tests/unit/programs.h"
 #include "tests/unit/unit.h"
 
@@ -283,6 +284,180 @@ START_TEST(train_action_checked) {
 }
 END_TEST
 
+/* ---- the REPL's session: one statement at a time, marks and rollback ---- */
+
+/* A session as the REPL keeps one: inputs are sources named <stdin>
+ * evaluated into one interpreter, statement by statement. */
+typedef struct session {
+  tfg_diag *d;
+  tfg_arena a;
+  tfg_interp_opts io;
+  tfg_interp *I;
+} session;
+
+static void session_open(session *s) {
+  s->d = tfg_diag_new();
+  tfg_arena_init(&s->a);
+  s->io = (tfg_interp_opts){.stdlib_dir = "stdlib"};
+  s->I = tfg_interp_new(s->d, &s->io);
+}
+
+static void session_close(session *s) {
+  tfg_interp_free(s->I);
+  tfg_arena_free(&s->a);
+  tfg_diag_free(s->d);
+}
+
+/* Evaluates text statement by statement, as the REPL does an input: on
+ * the first failure rolls back to where the input began and returns the
+ * status. *last gets the last statement's value. */
+static tfg_status session_input(session *s, const char *text, tfg_value *last) {
+  const tfg_source *src = tfg_diag_add_source(s->d, "<stdin>", text, strlen(text));
+  tfg_ast *prog = NULL;
+  ck_assert_int_eq(tfg_parse(src, s->d, &s->a, &prog, NULL), TFG_OK);
+  tfg_interp_mark m = tfg_interp_mark_now(s->I);
+  tfg_value v = {.kind = TFG_V_NONE};
+  for (const tfg_ast *st = prog->list.head; st; st = st->next) {
+    tfg_status r = tfg_interp_eval_stmt(s->I, src, st, &v);
+    if (r != TFG_OK) {
+      tfg_interp_rollback(s->I, &m);
+      return r;
+    }
+  }
+  if (last) *last = v;
+  return TFG_OK;
+}
+
+static void collect_name(void *ctx, const char *name, const tfg_value *v) {
+  (void)v;
+  tfg_strbuf *b = ctx;
+  tfg_strbuf_printf(b, ",%s,", name);
+}
+
+/* ",a,,b,..." : every top-level name (or a module's), for strstr. */
+static char *names_of(session *s, const char *module) {
+  tfg_strbuf b = {0};
+  tfg_strbuf_puts(&b, "");
+  tfg_interp_names(s->I, module, collect_name, &b);
+  return tfg_strbuf_take(&b);
+}
+
+static bool marks_equal(const tfg_interp_mark *a, const tfg_interp_mark *b) {
+  return a->nodes == b->nodes && a->params == b->params && a->feeds == b->feeds && a->actions == b->actions &&
+         a->taken == b->taken && a->binds == b->binds && a->modules == b->modules && a->datasets == b->datasets;
+}
+
+START_TEST(rejected_input_leaves_session_as_it_was) {
+  char dir[] = "/tmp/tfg-repl-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char lib[256], csv[256];
+  snprintf(lib, sizeof lib, "%s/lib.tfg", dir);
+  FILE *f = fopen(lib, "w");
+  fputs("param scale: f32[2] = ones()\nfn twice(x) { return x * scale * 2 }\n", f);
+  fclose(f);
+  snprintf(csv, sizeof csv, "%s/d.csv", dir);
+  f = fopen(csv, "w");
+  fputs("1,2,0\n3,4,1\n5,6,0\n7,8,1\n", f);
+  fclose(f);
+
+  session s;
+  session_open(&s);
+  ck_assert_int_eq(session_input(&s, "param w: f32[2] = ones()\nx = zeros([2])", NULL), TFG_OK);
+  tfg_interp_mark before = tfg_interp_mark_now(s.I);
+  char *names_before = names_of(&s, NULL);
+  const tfg_program *p = tfg_interp_program(s.I);
+  ck_assert_int_eq(p->nparams, 1);
+
+  /* Every kind of effect, then an error in the last statement. */
+  char text[1024];
+  snprintf(text, sizeof text,
+           "import \"%s\" as L\nparam v: f32[3]\ndata ds = csv(\"%s\", label = -1)\n"
+           "input z: f32[2, 2] from ds.x\nprint w\nh = L.twice(x)\ntrain mean(w * 2) { optimizer = sgd(lr = 1); steps = 1 }\n"
+           "for i in 0..3 { x = x + 1 }\noops = nope",
+           lib, csv);
+  ck_assert_int_eq(session_input(&s, text, NULL), TFG_ERR_NAME);
+  tfg_interp_mark after = tfg_interp_mark_now(s.I);
+  ck_assert(marks_equal(&before, &after));
+  char *names_after = names_of(&s, NULL);
+  ck_assert_str_eq(names_after, names_before); /* x is the old x again; no v, L, ds, z, h, i */
+  ck_assert_int_eq(p->nparams, 1);
+  ck_assert_int_eq(p->nfeeds, 0);
+  ck_assert_int_eq(p->nactions, 0);
+
+  /* The names it took are free again, and the module is evaluated anew
+   * (its param exists once, named as on a first import). */
+  snprintf(text, sizeof text, "param v: f32[3]\nimport \"%s\" as L\nh = L.twice(x)", lib);
+  ck_assert_int_eq(session_input(&s, text, NULL), TFG_OK);
+  ck_assert_int_eq(p->nparams, 3);
+  ck_assert_str_eq(p->graph->nodes[p->params[1]].name, "v");
+  ck_assert_str_eq(p->graph->nodes[p->params[2]].name, "scale");
+  char *members = names_of(&s, "L");
+  ck_assert_ptr_nonnull(strstr(members, ",twice,"));
+  ck_assert_ptr_nonnull(strstr(members, ",scale,"));
+  free(members);
+
+  free(names_before);
+  free(names_after);
+  session_close(&s);
+  unlink(lib);
+  unlink(csv);
+  rmdir(dir);
+}
+END_TEST
+
+START_TEST(statement_values_and_marks) {
+  session s;
+  session_open(&s);
+  tfg_value v;
+  ck_assert_int_eq(session_input(&s, "x = ones([2, 3])", &v), TFG_OK);
+  ck_assert_int_eq(v.kind, TFG_V_NONE); /* a statement has no value */
+  ck_assert_int_eq(session_input(&s, "1 + 2", &v), TFG_OK);
+  ck_assert_int_eq(v.kind, TFG_V_INT);
+  ck_assert_int_eq(v.u.i, 3);
+
+  /* A bare expression is shown, then undone: its nodes and the params
+   * its call made go, and the same call bound later names them afresh. */
+  tfg_interp_mark m = tfg_interp_mark_now(s.I);
+  ck_assert_int_eq(session_input(&s, "import nn\n", NULL), TFG_OK);
+  tfg_interp_mark after_import = tfg_interp_mark_now(s.I);
+  ck_assert_int_eq(session_input(&s, "relu(nn.dense(x, 4))", &v), TFG_OK);
+  ck_assert_int_eq(v.kind, TFG_V_TENSOR);
+  const tfg_program *p = tfg_interp_program(s.I);
+  ck_assert_int_eq(p->graph->nodes[v.u.tensor].shape.dim[1], 4);
+  ck_assert_int_gt(p->nparams, 0);
+  tfg_interp_rollback(s.I, &after_import);
+  ck_assert_int_eq(p->nparams, 0);
+  ck_assert_int_eq(p->graph->nnodes, m.nodes);
+  ck_assert_int_eq(session_input(&s, "h = nn.dense(x, 4)", NULL), TFG_OK);
+  ck_assert_str_eq(p->graph->nodes[p->params[0]].name, "h.w");
+
+  /* A failing expression: no value, its nodes gone, the error reported. */
+  int32_t n = p->graph->nnodes;
+  ck_assert_int_eq(session_input(&s, "relu(x) + matmul(x, x)", &v), TFG_ERR_SHAPE);
+  ck_assert_int_eq(p->graph->nnodes, n);
+  char *errs = test_render(s.d, false);
+  ck_assert_ptr_nonnull(strstr(errs, "<stdin>:1:"));
+  free(errs);
+
+  /* Names for completion: the session's, builtins, dtypes, a module's. */
+  char *all = names_of(&s, NULL);
+  ck_assert_ptr_nonnull(strstr(all, ",x,"));
+  ck_assert_ptr_nonnull(strstr(all, ",h,"));
+  ck_assert_ptr_nonnull(strstr(all, ",nn,"));
+  ck_assert_ptr_nonnull(strstr(all, ",relu,"));
+  ck_assert_ptr_nonnull(strstr(all, ",f32,"));
+  ck_assert_ptr_null(strstr(all, ",x,,x,")); /* each name once */
+  free(all);
+  char *nn = names_of(&s, "nn");
+  ck_assert_ptr_nonnull(strstr(nn, ",dense,"));
+  free(nn);
+  char *none = names_of(&s, "x"); /* not a module */
+  ck_assert_str_eq(none, "");
+  free(none);
+  session_close(&s);
+}
+END_TEST
+
 Suite *suite_interp(void) {
   Suite *s = suite_create("interp");
   TCase *tc = tcase_create("core");
@@ -298,6 +473,8 @@ Suite *suite_interp(void) {
   tcase_add_test(tc, imports);
   tcase_add_test(tc, failed_statement_rolls_back);
   tcase_add_test(tc, train_action_checked);
+  tcase_add_test(tc, rejected_input_leaves_session_as_it_was);
+  tcase_add_test(tc, statement_values_and_marks);
   suite_add_tcase(s, tc);
   return s;
 }

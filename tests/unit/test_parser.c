@@ -166,6 +166,7 @@ START_TEST(at_eof_flag) {
       {"fn f(x) {", "1"}, {"x = (1 +", "1"}, {"let a =", "1"}, {"print", "1"},
       {"x = 1 +\n", "0"}, /* the newline ends the statement: wrong, not unfinished */
       {"let = 1", "0"},   {")", "0"},
+      {"s = (\"abc", "0"}, /* a lexical error first: more input cannot fix it */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     tfg_diag *d = tfg_diag_new();

@@ -14,35 +14,6 @@
 #include "tests/unit/programs.h"
 #include "tests/unit/unit.h"
 
-static char *print_plan(const tfg_plan *p) {
-  tfg_strbuf out = {0};
-  tfg_plan_print(p, &out);
-  return tfg_strbuf_take(&out);
-}
-
-/* Asserts the plan is valid, showing it when not. */
-static void expect_valid(const tfg_plan *p) {
-  tfg_strbuf why = {0};
-  bool ok = tfg_plan_validate(p, &why);
-  if (!ok) {
-    char *text = print_plan(p);
-    if (strlen(text) > 3000) text[0] = 0; /* Check's messages are short: the reason alone */
-    ck_abort_msg("invalid plan: %s\n%s", why.data, text);
-    free(text);
-  }
-  ck_assert_ptr_null(why.data);
-  tfg_strbuf_free(&why);
-}
-
-/* Asserts the validator rejects p with a message containing want. */
-static void expect_invalid(const tfg_plan *p, const char *want) {
-  tfg_strbuf why = {0};
-  ck_assert_msg(!tfg_plan_validate(p, &why), "a broken plan passed (want \"%s\")", want);
-  ck_assert_msg(why.data && strstr(why.data, want), "validator said \"%s\", want \"%s\"", why.data ? why.data : "",
-                want);
-  tfg_strbuf_free(&why);
-}
-
 /* Builds text with its train steps, placed with tfg_place over devices
  * and planned: the plan may fail (b->st, b->errs), the stages before not. */
 static void plan_program(built *b, const char *text, const char *devices) {
@@ -52,20 +23,8 @@ static void plan_program(built *b, const char *text, const char *devices) {
 static void build_ok(built *b, const char *text, const char *devices) {
   plan_program(b, text, devices);
   ck_assert_msg(b->st == TFG_OK, "%s", b->errs);
-  if (getenv("TFG_TEST_SHOW_PLAN")) { /* for a person reading along */
-    char *shown = print_plan(b->plan);
-    fprintf(stderr, "%s----\n", shown);
-    free(shown);
-  }
-  expect_valid(b->plan);
-}
-
-/* The last node with op `op`. */
-static tfg_node_id last_op(const tfg_graph *g, tfg_op_id op) {
-  for (tfg_node_id i = g->nnodes - 1; i >= 0; i--)
-    if (g->nodes[i].op == op) return i;
-  ck_abort_msg("no %s node", tfg_op_get(op)->name);
-  return -1;
+  plan_show(b->plan);
+  plan_expect_valid(b->plan);
 }
 
 static int count_steps(const tfg_plan *p, int dev, tfg_plan_step_kind kind, tfg_node_id node) {
@@ -134,7 +93,7 @@ START_TEST(model_parallel_one_copy) {
   built b;
   build_ok(&b, MODEL_PARALLEL, "host*2:64M");
   const tfg_plan *p = b.plan;
-  tfg_node_id h = last_op(b.p->graph, TFG_OP_RELU);
+  tfg_node_id h = graph_last_op(b.p->graph, TFG_OP_RELU);
   ck_assert_int_eq(tfg_placement_device(b.pl, h), 1);
   /* h is read twice on gpu:1 and copied once */
   ck_assert_int_eq(count_steps(p, -1, TFG_PLAN_COPY, -1), 1);
@@ -162,8 +121,8 @@ START_TEST(model_parallel_one_copy) {
   ck_assert_int_eq(hb->last, g0->nsteps - 1);
   ck_assert_int_eq(hc->first, 1);
   ck_assert_int_eq(g1->steps[hc->last].kind, TFG_PLAN_LAUNCH);
-  ck_assert_int_eq(g1->steps[hc->last].node, last_op(b.p->graph, TFG_OP_MATMUL));
-  char *text = print_plan(p);
+  ck_assert_int_eq(g1->steps[hc->last].node, graph_last_op(b.p->graph, TFG_OP_MATMUL));
+  char *text = plan_text(p);
   ck_assert_ptr_nonnull(strstr(text, "copy     copy    n"));
   ck_assert_ptr_nonnull(strstr(text, "relu (t.tfg:5) from gpu:0"));
   ck_assert_ptr_nonnull(strstr(text, "record  event 0 -> gpu:1 copy"));
@@ -183,7 +142,7 @@ START_TEST(parallel_branches) {
            "@gpu:0 x = normal([8, 16], seed = 1)\n@gpu:0 a = relu(x)\n@gpu:1 c = tanh(x)\n@gpu:1 e = exp(x)\n"
            "@gpu:0 y = a + c + e\nprint y\n",
            "host*2:64M");
-  ck_assert_int_eq(count_steps(b.plan, 2, TFG_PLAN_COPY, last_op(b.p->graph, TFG_OP_INIT)), 1);
+  ck_assert_int_eq(count_steps(b.plan, 2, TFG_PLAN_COPY, graph_last_op(b.p->graph, TFG_OP_INIT)), 1);
   ck_assert_int_eq(count_steps(b.plan, 1, TFG_PLAN_COPY, -1), 2);
   program_free(&b);
   /* one device: the three branches are live at once */
@@ -275,7 +234,7 @@ START_TEST(chain_offsets) {
     ck_assert_int_eq(bf->first, want[i][2]);
     ck_assert_int_eq(bf->last, want[i][3]);
   }
-  char *text = print_plan(b.plan);
+  char *text = plan_text(b.plan);
   const char *golden = "plan: 2 devices, 0 copies, 0 events\n"
                        "\n"
                        "cpu:0: 2 streams (0 compute, 1 copy-in), 0 steps, 0 buffers, persistent 0 B, peak 0 B (0 bytes)\n"
@@ -333,34 +292,34 @@ START_TEST(validator_catches) {
   /* the compute stream's WAIT for the copy */
   build_ok(&b, MODEL_PARALLEL, "host*2:64M");
   remove_step(&b.plan->dev[2], find_step(&b.plan->dev[2], TFG_PLAN_WAIT, 0));
-  expect_invalid(b.plan, "without waiting for it");
+  plan_expect_invalid(b.plan, "without waiting for it");
   program_free(&b);
   /* the copy stream's WAIT for the producer */
   build_ok(&b, MODEL_PARALLEL, "host*2:64M");
   remove_step(&b.plan->dev[2], find_step(&b.plan->dev[2], TFG_PLAN_WAIT, 1));
-  expect_invalid(b.plan, "before gpu:0 has computed it");
+  plan_expect_invalid(b.plan, "before gpu:0 has computed it");
   program_free(&b);
   /* the COPY */
   build_ok(&b, MODEL_PARALLEL, "host*2:64M");
   remove_step(&b.plan->dev[2], find_step(&b.plan->dev[2], TFG_PLAN_COPY, 1));
-  expect_invalid(b.plan, "not copied in");
+  plan_expect_invalid(b.plan, "not copied in");
   program_free(&b);
   /* a RECORD */
   build_ok(&b, MODEL_PARALLEL, "host*2:64M");
   remove_step(&b.plan->dev[1], find_step(&b.plan->dev[1], TFG_PLAN_RECORD, 0));
-  expect_invalid(b.plan, "gpu:1 step 0: waits on event 0, which is never recorded");
+  plan_expect_invalid(b.plan, "gpu:1 step 0: waits on event 0, which is never recorded");
   program_free(&b);
   /* an event waited on before it is recorded: the copy stream waits on
    * the event it records itself after the copy */
   build_ok(&b, MODEL_PARALLEL, "host*2:64M");
   b.plan->dev[2].steps[0].event = 1;
-  expect_invalid(b.plan, "which can never be recorded before it");
+  plan_expect_invalid(b.plan, "which can never be recorded before it");
   program_free(&b);
 
   /* a LAUNCH */
   build_ok(&b, MODEL_PARALLEL, "host*2:64M");
   remove_step(&b.plan->dev[2], find_step(&b.plan->dev[2], TFG_PLAN_LAUNCH, 0));
-  expect_invalid(b.plan, "n6 matmul (t.tfg:6) is never launched (it is placed on gpu:1)");
+  plan_expect_invalid(b.plan, "n6 matmul (t.tfg:6) is never launched (it is placed on gpu:1)");
   program_free(&b);
   /* two launches out of graph order */
   build_ok(&b, MODEL_PARALLEL, "host*2:64M");
@@ -370,7 +329,8 @@ START_TEST(validator_catches) {
     tfg_plan_step t = g1->steps[s];
     g1->steps[s] = g1->steps[s + 1];
     g1->steps[s + 1] = t;
-    expect_invalid(b.plan, "gpu:1 step 5: n6 matmul (t.tfg:6) is launched after n7 matmul (t.tfg:7), out of graph order");
+    plan_expect_invalid(b.plan,
+                        "gpu:1 step 5: n6 matmul (t.tfg:6) is launched after n7 matmul (t.tfg:7), out of graph order");
   }
   program_free(&b);
   /* a RECORD nobody waits on */
@@ -379,7 +339,7 @@ START_TEST(validator_catches) {
     tfg_plan_device *g0 = &b.plan->dev[1];
     g0->steps = realloc(g0->steps, sizeof *g0->steps * (size_t)(g0->nsteps + 1));
     g0->steps[g0->nsteps++] = (tfg_plan_step){.kind = TFG_PLAN_RECORD, .node = -1, .src = -1, .event = b.plan->nevents++};
-    expect_invalid(b.plan, "event 2 (recorded on gpu:0 step 4) is never waited on");
+    plan_expect_invalid(b.plan, "event 2 (recorded on gpu:0 step 4) is never waited on");
   }
   program_free(&b);
 
@@ -388,33 +348,35 @@ START_TEST(validator_catches) {
   build_ok(&b, chain, "host*1:64M");
   b.plan->dev[1].buffers[2].offset = 512; /* h over x (both live at step 1) */
   b.plan->dev[1].peak = 912;
-  expect_invalid(b.plan, "gpu:0: the buffers of n1 init (t.tfg:2) [256, 656) and n2 mul (t.tfg:3) [512, 912) overlap");
+  plan_expect_invalid(b.plan,
+                      "gpu:0: the buffers of n1 init (t.tfg:2) [256, 656) and n2 mul (t.tfg:3) [512, 912) overlap");
   b.plan->dev[1].buffers[2].offset = 768;
   b.plan->dev[1].buffers[3].offset = 256 + 512; /* y over h: both live at step 2 */
-  expect_invalid(b.plan, "overlap while both are live (from step 2)");
+  plan_expect_invalid(b.plan, "overlap while both are live (from step 2)");
   b.plan->dev[1].buffers[3].offset = 256;
   b.plan->dev[1].peak = 1168;
-  expect_valid(b.plan);
+  plan_expect_valid(b.plan);
   b.plan->dev[1].peak = 2048;
-  expect_invalid(b.plan, "gpu:0: the peak is 2048 bytes but the highest buffer end is 1168");
+  plan_expect_invalid(b.plan, "gpu:0: the peak is 2048 bytes but the highest buffer end is 1168");
   b.plan->dev[1].peak = 1168;
   /* a buffer freed before its last read */
   b.plan->dev[1].buffers[1].last = 0;
-  expect_invalid(b.plan, "gpu:0 step 1: n2 mul (t.tfg:3) reads n1 init (t.tfg:2), whose buffer lives only at steps 0-0");
+  plan_expect_invalid(b.plan,
+                      "gpu:0 step 1: n2 mul (t.tfg:3) reads n1 init (t.tfg:2), whose buffer lives only at steps 0-0");
   b.plan->dev[1].buffers[1].last = 1;
   /* a persistent buffer in the activations' way */
   b.plan->dev[1].buffers[1].offset = 0;
-  expect_invalid(b.plan, "inside the persistent region");
+  plan_expect_invalid(b.plan, "inside the persistent region");
   b.plan->dev[1].buffers[1].offset = 256;
-  expect_valid(b.plan);
+  plan_expect_valid(b.plan);
   program_free(&b);
 
   /* a sent tensor freed early on its own device */
   build_ok(&b, MODEL_PARALLEL, "host*2:64M");
   tfg_plan_device *g0 = &b.plan->dev[1];
   for (int i = 0; i < g0->nbuffers; i++)
-    if (g0->buffers[i].node == last_op(b.p->graph, TFG_OP_RELU)) g0->buffers[i].last = g0->buffers[i].first;
-  expect_invalid(b.plan, "a tensor sent elsewhere lives to the end");
+    if (g0->buffers[i].node == graph_last_op(b.p->graph, TFG_OP_RELU)) g0->buffers[i].last = g0->buffers[i].first;
+  plan_expect_invalid(b.plan, "a tensor sent elsewhere lives to the end");
   program_free(&b);
 }
 END_TEST
@@ -458,11 +420,11 @@ static void hand_plan(handmade *h, const char *devices, int64_t bucket_bytes) {
   tfg_plan_opts o = {.bucket_bytes = bucket_bytes};
   ck_assert_int_eq(tfg_plan_build_with(h->g, h->pl, h->ds, &o, h->d, &h->plan), TFG_OK);
   if (getenv("TFG_TEST_SHOW_PLAN")) {
-    char *shown = print_plan(h->plan);
+    char *shown = plan_text(h->plan);
     fprintf(stderr, "%s----\n", shown);
     free(shown);
   }
-  expect_valid(h->plan);
+  plan_expect_valid(h->plan);
 }
 
 static void hand_free(handmade *h) {
@@ -546,8 +508,8 @@ START_TEST(buckets_form) {
   ck_assert_int_eq(q->nbuckets, 1);
   ck_assert_int_eq(q->buckets[0].nnodes, 6);
   ck_assert_int_eq(q->buckets[0].bytes, 13700);
-  expect_valid(q);
-  char *text = print_plan(q);
+  plan_expect_valid(q);
+  char *text = plan_text(q);
   ck_assert_ptr_nonnull(strstr(text, "plan: 3 devices, 0 copies, 4 events, 1 bucket\n"));
   ck_assert_ptr_nonnull(strstr(text, "gpu:0: 3 streams (0 compute, 1 copy-in, 2 collective)"));
   ck_assert_ptr_nonnull(strstr(text, "collective  allreduce  bucket 0: 6 tensors, 13.4 KiB, ranks gpu:0 gpu:1\n"));
@@ -731,7 +693,7 @@ START_TEST(buckets_across_devices) {
   ck_assert_int_eq(d3->steps[cc - 1].event, d1->steps[s0 + 1].event);
   /* a0 is sent: it lives to the end of gpu:0's list; ev2 has two waiters */
   ck_assert_int_eq(buffer_of(d1, a0, false)->last, d1->nsteps - 1);
-  char *text = print_plan(p);
+  char *text = plan_text(p);
   ck_assert_ptr_nonnull(strstr(text, " -> gpu:0 compute, gpu:2 copy\n"));
   free(text);
   hand_free(&h);
@@ -747,7 +709,9 @@ START_TEST(validator_catches_collectives) {
   hand_plan(&h, "host*2:64M", 2000);
   ck_assert_int_eq(h.plan->nbuckets, 2);
   remove_step(&h.plan->dev[2], step_of_node(&h.plan->dev[2], TFG_PLAN_ALLREDUCE, 1));
-  expect_invalid(h.plan, "bucket 1 is never all-reduced on gpu:1 (rank 1 of 2): the other ranks would wait for it forever");
+  plan_expect_invalid(h.plan,
+                      "bucket 1 is never all-reduced on gpu:1 (rank 1 of 2): "
+                      "the other ranks would wait for it forever");
   hand_free(&h);
   /* buckets in different orders */
   h = (handmade){.g = ddp_graph(2, 4, numel, grads, ars, upd)};
@@ -757,7 +721,8 @@ START_TEST(validator_catches_collectives) {
     int s0 = step_of_node(d2, TFG_PLAN_ALLREDUCE, 0), s1 = step_of_node(d2, TFG_PLAN_ALLREDUCE, 1);
     d2->steps[s0].bucket = 1;
     d2->steps[s1].bucket = 0;
-    expect_invalid(h.plan, "buckets 0 and 1 are all-reduced in different orders: gpu:0 runs 0 first, gpu:1 runs 1 first");
+    plan_expect_invalid(h.plan,
+                        "buckets 0 and 1 are all-reduced in different orders: gpu:0 runs 0 first, gpu:1 runs 1 first");
   }
   hand_free(&h);
   /* a bucket's gradient freed at its ALLREDUCE, before the compute stream waited on ev2 */
@@ -775,9 +740,9 @@ START_TEST(validator_catches_collectives) {
              "gpu:0: the buffer of n%d init is freed after step %d, but bucket 0's all-reduce (step %d, collective "
              "stream) reads it and the compute stream is ordered after that only at step %d",
              (int)grads[0], s, s, w);
-    expect_invalid(h.plan, want);
+    plan_expect_invalid(h.plan, want);
     gb->last = w;
-    expect_valid(h.plan);
+    plan_expect_valid(h.plan);
   }
   hand_free(&h);
   /* the ALLREDUCE without its WAIT on ev1: it may read a gradient not yet computed */
@@ -792,7 +757,7 @@ START_TEST(validator_catches_collectives) {
     snprintf(want, sizeof want,
              "gpu:0 step %d: bucket 0's all-reduce reads n%d init (step %d, compute stream) without waiting for it", s,
              (int)grads[0], step_of_node(d1, TFG_PLAN_LAUNCH, grads[0]));
-    expect_invalid(h.plan, want);
+    plan_expect_invalid(h.plan, want);
   }
   hand_free(&h);
   /* an update reading its all-reduced gradient without waiting on ev2 */
@@ -803,7 +768,7 @@ START_TEST(validator_catches_collectives) {
     int u = step_of_node(d1, TFG_PLAN_LAUNCH, upd[0]);
     ck_assert_int_eq(d1->steps[u - 1].kind, TFG_PLAN_WAIT);
     d1->steps[u - 1].stream = TFG_PLAN_STREAM_COPY; /* waited on by the wrong stream */
-    expect_invalid(h.plan, "without waiting for it");
+    plan_expect_invalid(h.plan, "without waiting for it");
   }
   hand_free(&h);
   /* an ALLREDUCE node launched like an op */
@@ -813,22 +778,22 @@ START_TEST(validator_catches_collectives) {
     tfg_plan_device *d1 = &h.plan->dev[1];
     int u = step_of_node(d1, TFG_PLAN_LAUNCH, upd[0]);
     d1->steps[u].node = ars[0];
-    expect_invalid(h.plan, "which only its bucket's all-reduce computes");
+    plan_expect_invalid(h.plan, "which only its bucket's all-reduce computes");
   }
   hand_free(&h);
   /* the bucket table: wrong bytes, a node in no bucket, a rank on the wrong device */
   h = (handmade){.g = ddp_graph(2, 4, numel, grads, ars, upd)};
   hand_plan(&h, "host*2:64M", 2000);
   h.plan->buckets[0].bytes++;
-  expect_invalid(h.plan, "bucket 0 has 2001 bytes, but its tensors have 2000");
+  plan_expect_invalid(h.plan, "bucket 0 has 2001 bytes, but its tensors have 2000");
   h.plan->buckets[0].bytes--;
   h.plan->nbuckets = 1;
-  expect_invalid(h.plan, "is in no bucket");
+  plan_expect_invalid(h.plan, "is in no bucket");
   h.plan->nbuckets = 2;
   h.plan->buckets[1].devices[1] = 1;
-  expect_invalid(h.plan, "bucket 1: rank 1 is device 1 (ranks are distinct devices in ascending order)");
+  plan_expect_invalid(h.plan, "bucket 1: rank 1 is device 1 (ranks are distinct devices in ascending order)");
   h.plan->buckets[1].devices[1] = 2;
-  expect_valid(h.plan);
+  plan_expect_valid(h.plan);
   hand_free(&h);
 }
 END_TEST
@@ -857,7 +822,7 @@ START_TEST(buckets_cycle) {
   ck_assert_int_lt(a, b);
   d1->steps[a].bucket = 2;
   d1->steps[b].bucket = 0;
-  expect_invalid(h.plan, "gpu:0 step 3: bucket 0's all-reduce can never run: not every rank reaches it");
+  plan_expect_invalid(h.plan, "gpu:0 step 3: bucket 0's all-reduce can never run: not every rank reaches it");
   hand_free(&h);
 }
 END_TEST
@@ -965,7 +930,7 @@ START_TEST(copy_waits_for_reused_memory) {
   build_ok(&b, REUSE, "host*2:64M");
   const tfg_graph *g = b.p->graph;
   tfg_plan_device *g1 = &b.plan->dev[2];
-  tfg_node_id a = 0, bn = 1, y = last_op(g, TFG_OP_RELU);
+  tfg_node_id a = 0, bn = 1, y = graph_last_op(g, TFG_OP_RELU);
   const tfg_plan_buffer *ab = buffer_of(g1, a, false), *yc = buffer_of(g1, y, true);
   ck_assert_ptr_nonnull(ab);
   ck_assert_ptr_nonnull(yc);
@@ -981,7 +946,7 @@ START_TEST(copy_waits_for_reused_memory) {
   ck_assert_int_eq(g1->steps[c - 1].event, g1->steps[lb + 1].event);
   ck_assert_int_eq(g1->steps[c - 1].event, b.plan->nevents - 1); /* numbered after the sweep's */
   ck_assert_int_eq(count_steps(b.plan, 2, TFG_PLAN_WAIT, -1), 3); /* the source, the reuse, the arrival */
-  char *text = print_plan(b.plan);
+  char *text = plan_text(b.plan);
   char want[64];
   snprintf(want, sizeof want, "record  event %d -> gpu:1 copy\n", b.plan->nevents - 1);
   ck_assert_ptr_nonnull(strstr(text, want));
@@ -995,7 +960,7 @@ START_TEST(copy_waits_for_reused_memory) {
            "gpu:1 step %d (copy stream) writes the copy of n%d relu (t.tfg:4) into [%lld, %lld), memory that step %d "
            "(compute stream) uses for n0 init (t.tfg:1), and nothing orders that step before the write",
            c - 2, (int)y, (long long)yc->offset, (long long)(yc->offset + yc->bytes), lb);
-  expect_invalid(b.plan, race);
+  plan_expect_invalid(b.plan, race);
   program_free(&b);
 
   /* two copies into memory freed by the same read: one WAIT covers both */
@@ -1004,8 +969,8 @@ START_TEST(copy_waits_for_reused_memory) {
            "@gpu:0 z = exp(x)\n@gpu:1 c = b + concat([y, z])\nprint c\n",
            "host*2:64M");
   g1 = &b.plan->dev[2];
-  ck_assert_int_eq(buffer_of(g1, last_op(b.p->graph, TFG_OP_RELU), true)->offset, 0);
-  ck_assert_int_eq(buffer_of(g1, last_op(b.p->graph, TFG_OP_EXP), true)->offset, 256);
+  ck_assert_int_eq(buffer_of(g1, graph_last_op(b.p->graph, TFG_OP_RELU), true)->offset, 0);
+  ck_assert_int_eq(buffer_of(g1, graph_last_op(b.p->graph, TFG_OP_EXP), true)->offset, 256);
   ck_assert_int_eq(count_steps(b.plan, 2, TFG_PLAN_WAIT, -1), 2 + 1 + 2);
   program_free(&b);
 
@@ -1070,7 +1035,7 @@ static void plan_big(int n, bool wide, const char *devices) {
   ck_assert_int_eq(tfg_place(g, ds, NULL, 0, NULL, d, &pl), TFG_OK);
   tfg_plan *p = NULL;
   ck_assert_int_eq(tfg_plan_build(g, pl, ds, d, &p), TFG_OK);
-  expect_valid(p);
+  plan_expect_valid(p);
   int steps = 0;
   for (int i = 0; i < p->ndev; i++) steps += p->dev[i].nsteps;
   ck_assert_int_ge(steps, n + 1);
@@ -1164,7 +1129,7 @@ START_TEST(random_graphs) {
     ck_assert_int_eq(tfg_place(g, ds, NULL, 0, NULL, d, &pl), TFG_OK);
     tfg_plan *p = NULL;
     ck_assert_int_eq(tfg_plan_build(g, pl, ds, d, &p), TFG_OK);
-    expect_valid(p);
+    plan_expect_valid(p);
     for (int i = 0; i < p->ndev; i++) check_best_fit(&p->dev[i]);
     tfg_plan_free(p);
     tfg_placement_free(pl);

@@ -26,6 +26,7 @@ Suite *suite_device(void);
 Suite *suite_plan(void);
 Suite *suite_backend(void);
 Suite *suite_collective(void);
+Suite *suite_collective_groups(void);
 Suite *suite_trace(void);
 Suite *suite_strategy(void);
 Suite *suite_exec(void);

@@ -1,0 +1,147 @@
+/* kernels/optim_math.h: the optimizer updates SGD_UPDATE and ADAM_UPDATE
+ * (torch.optim.SGD, Adam, AdamW) per element, and the scalars each step
+ * forms from the hyperparameters, written once for the CPU kernels
+ * (kernels/cpu/optim.c) and the CUDA ones (kernels/cuda/optim.cu), so
+ * both update a parameter to the same bits.
+ *
+ *   tfg_adam_f32 s = tfg_adam_setup_f32(&node->attrs, ctx->step);  // host
+ *   for (int64_t i = 0; i < n; i++)                                // or a kernel
+ *     tfg_adam_step_f32(s, p, grad, m, v, i);
+ *
+ * The arithmetic follows PyTorch's operation for operation, in the
+ * parameter's dtype (f32 math for f32, never widened); every
+ * hyperparameter expression PyTorch forms from Python floats is formed
+ * here in double and rounded once to the dtype (the setup functions, on
+ * the host); a branch PyTorch takes on a Python float (weight_decay != 0,
+ * momentum != 0) is taken on the double attr. The per-element + - * /
+ * and sqrt are TFG_RN_* (kernels/hostdev.h): IEEE-rounded and never
+ * contracted into an FMA, on the host and on the device, so the two give
+ * the same bits. Each is defined for f32 and f64 (suffixes _f32, _f64). */
+#ifndef TFG_KERNELS_OPTIM_MATH_H
+#define TFG_KERNELS_OPTIM_MATH_H
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kernels/hostdev.h"
+
+TFG_C_BEGIN
+#include "compiler/graph.h"
+TFG_C_END
+
+/* S the suffix, T the dtype, B its width for TFG_RN_* (32, 64). */
+#define TFG_OPTIM_DEFINE(S, T, B)                                                                   \
+  /* One SGD step's scalars: wd, mu = momentum, keep = 1 - dampening,                            \
+   * neg_lr = -lr, each rounded to T once; first: step 1 (the momentum                           \
+   * buffer does not exist yet). */                                                              \
+  typedef struct tfg_sgd_##S {                                                                    \
+    T wd, mu, keep, neg_lr;                                                                       \
+    bool decay, mom, first, nesterov;                                                             \
+  } tfg_sgd_##S;                                                                                  \
+                                                                                                  \
+  static inline tfg_sgd_##S tfg_sgd_setup_##S(const tfg_attrs *a, int64_t step) {                 \
+    tfg_sgd_##S s;                                                                                \
+    s.wd = (T)a->opt.weight_decay;                                                                \
+    s.mu = (T)a->opt.momentum;                                                                    \
+    s.keep = (T)(1.0 - a->opt.dampening);                                                         \
+    s.neg_lr = (T)(-a->opt.lr);                                                                   \
+    s.decay = a->opt.weight_decay != 0;                                                           \
+    s.mom = a->opt.momentum != 0;                                                                 \
+    s.first = step == 1;                                                                          \
+    s.nesterov = a->opt.nesterov;                                                                 \
+    return s;                                                                                     \
+  }                                                                                               \
+                                                                                                  \
+  /* torch.optim.SGD on element i (buf is not touched without momentum):                         \
+   *   g = grad                                                                                   \
+   *   if decay:     g = g + wd * p                       grad.add(p, alpha=wd)                   \
+   *   if momentum:  buf = first ? g                      clone (buffer was None)                 \
+   *                             : buf * mu + keep * g    buf.mul_(mu).add_(g, alpha=keep)        \
+   *                 g = nesterov ? g + mu * buf : buf    g.add(buf, alpha=mu)                    \
+   *   p = p + neg_lr * g                                 p.add_(g, alpha=-lr)                    \
+   * (Dampening does not apply on step 1, as in PyTorch.) */                                      \
+  TFG_HD void tfg_sgd_step_##S(tfg_sgd_##S s, T *p, const T *grad, T *buf, int64_t i) {          \
+    T g = grad[i];                                                                                \
+    if (s.decay) g = TFG_RN_ADD##B(g, TFG_RN_MUL##B(s.wd, p[i]));                                 \
+    if (s.mom) {                                                                                  \
+      T b;                                                                                        \
+      if (s.first) {                                                                              \
+        b = g;                                                                                    \
+      } else {                                                                                    \
+        b = TFG_RN_MUL##B(buf[i], s.mu);                                                          \
+        b = TFG_RN_ADD##B(b, TFG_RN_MUL##B(s.keep, g));                                           \
+      }                                                                                           \
+      buf[i] = b;                                                                                 \
+      g = s.nesterov ? TFG_RN_ADD##B(g, TFG_RN_MUL##B(s.mu, b)) : b;                              \
+    }                                                                                             \
+    p[i] = TFG_RN_ADD##B(p[i], TFG_RN_MUL##B(s.neg_lr, g));                                       \
+  }                                                                                               \
+                                                                                                  \
+  /* One Adam step's scalars, rounded to T once: wd, shrink = 1 - lr * wd                        \
+   * (AdamW), w1 = 1 - beta1, b2 = beta2, w2 = 1 - beta2, bc2s =                                 \
+   * bias_correction2 ** 0.5, eps, neg_step = -(lr / bias_correction1),                          \
+   * with bias_correction = 1 - beta ** t in double (Python floats); small:                      \
+   * |w1| < 0.5, which picks the form of the lerp. */                                            \
+  typedef struct tfg_adam_##S {                                                                   \
+    T wd, shrink, w1, b2, w2, bc2s, eps, neg_step;                                                \
+    bool decay, decoupled, small;                                                                 \
+  } tfg_adam_##S;                                                                                 \
+                                                                                                  \
+  static inline tfg_adam_##S tfg_adam_setup_##S(const tfg_attrs *a, int64_t step) {              \
+    double t = (double)step;                                                                      \
+    double bc1 = 1.0 - pow(a->opt.beta1, t), bc2 = 1.0 - pow(a->opt.beta2, t);                    \
+    double step_size = a->opt.lr / bc1;                                                           \
+    tfg_adam_##S s;                                                                               \
+    s.wd = (T)a->opt.weight_decay;                                                                \
+    s.shrink = (T)(1.0 - a->opt.lr * a->opt.weight_decay);                                        \
+    s.w1 = (T)(1.0 - a->opt.beta1);                                                               \
+    s.b2 = (T)a->opt.beta2;                                                                       \
+    s.w2 = (T)(1.0 - a->opt.beta2);                                                               \
+    s.bc2s = (T)pow(bc2, 0.5);                                                                    \
+    s.eps = (T)a->opt.eps;                                                                        \
+    s.neg_step = (T)(step_size * -1.0);                                                           \
+    s.decay = a->opt.weight_decay != 0;                                                           \
+    s.decoupled = a->opt.decoupled;                                                               \
+    s.small = (s.w1 < 0 ? -s.w1 : s.w1) < (T)0.5;                                                 \
+    return s;                                                                                     \
+  }                                                                                               \
+                                                                                                  \
+  /* torch.optim.Adam / AdamW (amsgrad and maximize off) on element i:                           \
+   *   if decay:  AdamW p = p * shrink                    p.mul_(1 - lr * wd)                     \
+   *              Adam  g = g + wd * p                    grad.add(p, alpha=wd)                   \
+   *   m = small ? m + w1 * (g - m)                       m.lerp_(g, 1 - beta1)                   \
+   *             : g - (g - m) * (1 - w1)                                                         \
+   *   v = v * b2;  v = v + (w2 * g) * g                  v.mul_(b2).addcmul_(g, g, 1 - b2)       \
+   *   denom = sqrt(v) / bc2s + eps                       (v.sqrt() / bc2s).add_(eps)             \
+   *   p = p + (neg_step * m) / denom                     p.addcdiv_(m, denom, -step_size)        \
+   * The lerp is PyTorch's exp_avg update, m = beta1 m + (1 - beta1) g                           \
+   * written as PyTorch evaluates it. */                                                          \
+  TFG_HD void tfg_adam_step_##S(tfg_adam_##S s, T *p, const T *grad, T *m, T *v, int64_t i) {    \
+    T g = grad[i], pi = p[i];                                                                     \
+    if (s.decay) {                                                                                \
+      if (s.decoupled)                                                                            \
+        pi = TFG_RN_MUL##B(pi, s.shrink);                                                         \
+      else                                                                                        \
+        g = TFG_RN_ADD##B(g, TFG_RN_MUL##B(s.wd, pi));                                            \
+    }                                                                                             \
+    T mi = m[i];                                                                                  \
+    mi = s.small ? TFG_RN_ADD##B(mi, TFG_RN_MUL##B(s.w1, TFG_RN_SUB##B(g, mi)))                   \
+                 : TFG_RN_SUB##B(g, TFG_RN_MUL##B(TFG_RN_SUB##B(g, mi), TFG_RN_SUB##B((T)1, s.w1))); \
+    T vi = TFG_RN_MUL##B(v[i], s.b2);                                                             \
+    vi = TFG_RN_ADD##B(vi, TFG_RN_MUL##B(TFG_RN_MUL##B(s.w2, g), g));                             \
+    T denom = TFG_RN_ADD##B(TFG_RN_DIV##B(TFG_RN_SQRT##B(vi), s.bc2s), s.eps);                    \
+    p[i] = TFG_RN_ADD##B(pi, TFG_RN_DIV##B(TFG_RN_MUL##B(s.neg_step, mi), denom));                \
+    m[i] = mi;                                                                                    \
+    v[i] = vi;                                                                                    \
+  }
+
+TFG_OPTIM_DEFINE(f32, float, 32)
+TFG_OPTIM_DEFINE(f64, double, 64)
+
+#undef TFG_OPTIM_DEFINE
+
+#endif

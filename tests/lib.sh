@@ -1,0 +1,74 @@
+# tests/lib.sh: what the shell test suites share, sourced by tests/run.sh
+# (and so by the files it sources: tests/cli.sh, tests/strategies.sh, ...)
+# and by tests/gpu/run.sh, after they set ROOT (the checkout) and TFG:
+#
+#   . "$ROOT/tests/lib.sh"
+#   suite=gpu                   # the word failures name (default: cli)
+#   expect help 0 "$TFG" --help && contains help "$tmp/out" "usage: tfg"
+#   mlp_program "$tmp/one" "adam(lr = 1e-2)" ""   # $tmp/one.tfg
+#   echo "tests: $pass passed, $fail failed"
+#
+# It starts the counts (pass, fail) and a scratch directory ($tmp, removed
+# on exit). The helpers set globals (name, want, got): loops around them
+# use other names.
+
+pass=0
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+ok() { pass=$((pass + 1)); }
+ko() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+# expect NAME WANT_RC CMD...: runs CMD, checks its exit code; output in
+# $tmp/out and $tmp/err for further checks (the end of stderr is shown
+# on a failure).
+expect() {
+  name=$1 want=$2
+  shift 2
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  got=$?
+  if [ "$got" -eq "$want" ]; then ok; return 0; fi
+  ko "${suite:-cli} $name: exit $got, expected $want"; tail -5 "$tmp/err"
+  return 1
+}
+
+# contains NAME FILE TEXT: FILE has the line fragment TEXT.
+contains() {
+  if grep -qF -- "$3" "$2"; then ok; else ko "${suite:-cli} $1: '$3' not in output"; head -5 "$2"; fi
+}
+
+# mlp_program FILE OPTIMIZER STRATEGY [SHAPE]: FILE.tfg, a 64-48-10 MLP
+# on the digits (batch 16) trained for 20 steps with OPTIMIZER (and
+# STRATEGY, unless empty), its checkpoint FILE.safetensors. SHAPE:
+# "dropout" puts dropout(0.3) after the hidden layer; "pinned" splits the
+# model over gpu:0 and gpu:1 by `with` blocks on the lets d0 and d1
+# (--set them).
+digits="$ROOT/examples/data/digits.csv.gz"
+mlp_program() {
+  {
+    echo "import nn"
+    if [ "${4:-}" = pinned ]; then
+      echo "let d0 = gpu:0"
+      echo "let d1 = gpu:1"
+    fi
+    echo "data digits = csv(\"$digits\", label = -1, test = 0.2, shuffle = true, seed = 7)"
+    echo "input x: f32[16, 64] from digits.x"
+    echo "input y: i32[16] from digits.y"
+    case "${4:-}" in
+    pinned)
+      echo "with d0 { h = nn.dense(x / 16.0, 48) }"
+      echo "with d1 { logits = nn.dense(h, 10, act = nn.identity) }"
+      ;;
+    dropout) echo "logits = nn.dense(dropout(nn.dense(x / 16.0, 48), 0.3), 10, act = nn.identity)" ;;
+    *) echo "logits = nn.mlp(x / 16.0, [48, 10])" ;;
+    esac
+    echo "train cross_entropy(logits, y) {"
+    echo "  optimizer = $2"
+    echo "  steps = 20"
+    [ -n "${3:-}" ] && echo "  strategy = $3"
+    echo "  checkpoint = \"$1.safetensors\""
+    echo "  log_every = 20"
+    echo "}"
+  } >"$1.tfg"
+}
