@@ -74,13 +74,18 @@ static inline unsigned tfg_cuda_blocks(const tfg_cuda_ctx *cx, int64_t n, int th
 /* Launches the flat (grid-stride) kernel kern over n > 0 items, one per
  * thread (tfg_cuda_blocks' grid of TFG_CUDA_THREADS-thread blocks) on the
  * launch's stream, with arguments args (converted to kern's parameter
- * types), and returns its launch error (TFG_CUDA_LAUNCHED):
- *   return tfg_cuda_launch(ctx, n, fill_kernel<float>, (float *)out->data, n, v); */
+ * types), and returns its launch error as TFG_CUDA_LAUNCHED would at the
+ * call site:
+ *   return TFG_CUDA_LAUNCH(ctx, n, fill_kernel<float>, (float *)out->data, n, v); */
+#define TFG_CUDA_LAUNCH(ctx, n, ...) tfg_cuda_launch_((ctx), (n), __FILE__, __LINE__, __VA_ARGS__)
+
 template <typename... P, typename... A>
-static tfg_status tfg_cuda_launch(tfg_kernel_ctx *ctx, int64_t n, void (*kern)(P...), A... args) {
+static tfg_status tfg_cuda_launch_(tfg_kernel_ctx *ctx, int64_t n, const char *file, int line, void (*kern)(P...),
+                                   A... args) {
   tfg_cuda_ctx *cx = tfg_cuda_of(ctx);
   kern<<<tfg_cuda_blocks(cx, n, TFG_CUDA_THREADS), TFG_CUDA_THREADS, 0, cx->stream>>>(args...);
-  TFG_CUDA_LAUNCHED(ctx);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return tfg_cuda_fail_call(ctx, "cudaGetLastError()", cudaGetErrorString(e), file, line);
   return TFG_OK;
 }
 
@@ -117,7 +122,8 @@ static inline void tfg_cuda_note_launch_(tfg_kernel_ctx *ctx, tfg_status *s, con
 static inline void tfg_cuda_free_scratch_(tfg_kernel_ctx *ctx, tfg_status *s, void *p, const char *file, int line) {
   if (!p) return;
   cudaError_t e = cudaFreeAsync(p, tfg_cuda_of(ctx)->stream);
-  if (e != cudaSuccess && *s == TFG_OK) *s = tfg_cuda_fail_call(ctx, "cudaFreeAsync", cudaGetErrorString(e), file, line);
+  if (e != cudaSuccess && *s == TFG_OK)
+    *s = tfg_cuda_fail_call(ctx, "cudaFreeAsync", cudaGetErrorString(e), file, line);
 }
 
 /* ---- strided and broadcast indexing -------------------------------------- */

@@ -211,13 +211,13 @@ __global__ void avg_pool_grad_kernel(const T *__restrict__ dy, T *__restrict__ d
 }
 
 tfg_status launch_pad(tfg_kernel_ctx *ctx, bool f64, const void *x, void *xp, int64_t total, const pad_shape &p) {
-  if (f64) return tfg_cuda_launch(ctx, total, pad_kernel<double>, (const double *)x, (double *)xp, total, p);
-  return tfg_cuda_launch(ctx, total, pad_kernel<float>, (const float *)x, (float *)xp, total, p);
+  if (f64) return TFG_CUDA_LAUNCH(ctx, total, pad_kernel<double>, (const double *)x, (double *)xp, total, p);
+  return TFG_CUDA_LAUNCH(ctx, total, pad_kernel<float>, (const float *)x, (float *)xp, total, p);
 }
 
 tfg_status launch_crop(tfg_kernel_ctx *ctx, bool f64, const void *xp, void *dx, int64_t total, const pad_shape &p) {
-  if (f64) return tfg_cuda_launch(ctx, total, crop_kernel<double>, (const double *)xp, (double *)dx, total, p);
-  return tfg_cuda_launch(ctx, total, crop_kernel<float>, (const float *)xp, (float *)dx, total, p);
+  if (f64) return TFG_CUDA_LAUNCH(ctx, total, crop_kernel<double>, (const double *)xp, (double *)dx, total, p);
+  return TFG_CUDA_LAUNCH(ctx, total, crop_kernel<float>, (const float *)xp, (float *)dx, total, p);
 }
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -665,15 +665,15 @@ tfg_status cuda_pool_grad(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_t
   if (total == 0) return TFG_OK;
   if (avg) {
     if (dt == TFG_DTYPE_F64)
-      return tfg_cuda_launch(ctx, total, avg_pool_grad_kernel<double>, (const double *)dy->data, (double *)out->data,
+      return TFG_CUDA_LAUNCH(ctx, total, avg_pool_grad_kernel<double>, (const double *)dy->data, (double *)out->data,
                              total, p);
-    return tfg_cuda_launch(ctx, total, avg_pool_grad_kernel<float>, (const float *)dy->data, (float *)out->data,
+    return TFG_CUDA_LAUNCH(ctx, total, avg_pool_grad_kernel<float>, (const float *)dy->data, (float *)out->data,
                            total, p);
   }
   if (dt == TFG_DTYPE_F64)
-    return tfg_cuda_launch(ctx, total, max_pool_grad_kernel<double>, (const double *)in[0].data,
+    return TFG_CUDA_LAUNCH(ctx, total, max_pool_grad_kernel<double>, (const double *)in[0].data,
                            (const double *)dy->data, (double *)out->data, total, p);
-  return tfg_cuda_launch(ctx, total, max_pool_grad_kernel<float>, (const float *)in[0].data, (const float *)dy->data,
+  return TFG_CUDA_LAUNCH(ctx, total, max_pool_grad_kernel<float>, (const float *)in[0].data, (const float *)dy->data,
                          (float *)out->data, total, p);
 }
 

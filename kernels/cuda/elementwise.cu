@@ -64,7 +64,7 @@ static __global__ void unary_kernel(const T *x, T *y, int64_t n) {
 
 template <int OP, typename T>
 static tfg_status launch_unary(tfg_kernel_ctx *ctx, const void *x, void *y, int64_t n) {
-  return tfg_cuda_launch(ctx, n, unary_kernel<OP, T>, (const T *)x, (T *)y, n);
+  return TFG_CUDA_LAUNCH(ctx, n, unary_kernel<OP, T>, (const T *)x, (T *)y, n);
 }
 
 template <typename T>
@@ -143,8 +143,8 @@ static tfg_status launch_binary(tfg_kernel_ctx *ctx, const tfg_index_map &ix, co
   const T *a = (const T *)in[0].data, *b = (const T *)in[1].data;
   TO *o = (TO *)out->data;
   tfg_cuda_error *err = tfg_cuda_of(ctx)->error;
-  if (tfg_cuda_fits32(n)) return tfg_cuda_launch(ctx, n, binary_kernel<OP, T, TO, uint32_t>, ix, a, b, o, n, err);
-  return tfg_cuda_launch(ctx, n, binary_kernel<OP, T, TO, uint64_t>, ix, a, b, o, n, err);
+  if (tfg_cuda_fits32(n)) return TFG_CUDA_LAUNCH(ctx, n, binary_kernel<OP, T, TO, uint32_t>, ix, a, b, o, n, err);
+  return TFG_CUDA_LAUNCH(ctx, n, binary_kernel<OP, T, TO, uint64_t>, ix, a, b, o, n, err);
 }
 
 /* The op switch for inputs of type T (f32 f64 i32 i64). POW is only
@@ -223,8 +223,8 @@ static tfg_status cuda_where(tfg_kernel_ctx *ctx, const tfg_node *node, const tf
   const uint8_t *c = (const uint8_t *)in[0].data;
   TFG_CUDA_BY_SIZE(esz, T, {
     const T *a = (const T *)in[1].data, *b = (const T *)in[2].data;
-    if (tfg_cuda_fits32(n)) return tfg_cuda_launch(ctx, n, where_kernel<T, uint32_t>, ix, c, a, b, (T *)out->data, n);
-    return tfg_cuda_launch(ctx, n, where_kernel<T, uint64_t>, ix, c, a, b, (T *)out->data, n);
+    if (tfg_cuda_fits32(n)) return TFG_CUDA_LAUNCH(ctx, n, where_kernel<T, uint32_t>, ix, c, a, b, (T *)out->data, n);
+    return TFG_CUDA_LAUNCH(ctx, n, where_kernel<T, uint64_t>, ix, c, a, b, (T *)out->data, n);
   })
   return TFG_OK; /* not reached: esz is one of the four */
 }
@@ -286,7 +286,7 @@ static __global__ void cast_kernel(const typename storage<FROM>::T *x, typename 
 
 template <int FROM, int TO>
 static tfg_status launch_cast(tfg_kernel_ctx *ctx, const void *x, void *y, int64_t n) {
-  return tfg_cuda_launch(ctx, n, cast_kernel<FROM, TO>, (const typename storage<FROM>::T *)x,
+  return TFG_CUDA_LAUNCH(ctx, n, cast_kernel<FROM, TO>, (const typename storage<FROM>::T *)x,
                          (typename storage<TO>::T *)y, n);
 }
 
@@ -355,8 +355,8 @@ template <typename T>
 static tfg_status launch_fill_random(tfg_kernel_ctx *ctx, tfg_init_fill fill, void *y, int64_t n, uint64_t seed,
                                      double p, double q) {
   if (fill == TFG_INIT_FILL_NORMAL)
-    return tfg_cuda_launch(ctx, n, fill_random_kernel<T, TFG_INIT_FILL_NORMAL>, (T *)y, n, seed, p, q);
-  return tfg_cuda_launch(ctx, n, fill_random_kernel<T, TFG_INIT_FILL_UNIFORM>, (T *)y, n, seed, p, q);
+    return TFG_CUDA_LAUNCH(ctx, n, fill_random_kernel<T, TFG_INIT_FILL_NORMAL>, (T *)y, n, seed, p, q);
+  return TFG_CUDA_LAUNCH(ctx, n, fill_random_kernel<T, TFG_INIT_FILL_UNIFORM>, (T *)y, n, seed, p, q);
 }
 
 /* INIT: fills out per node->attrs (the CPU's tfg_cpu_init / fill_plan):
@@ -380,18 +380,18 @@ static tfg_status cuda_init(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg
       float v = (float)c;
       uint32_t bits;
       memcpy(&bits, &v, sizeof bits);
-      return tfg_cuda_launch(ctx, n, fill_const_kernel<uint32_t>, (uint32_t *)out->data, bits, n);
+      return TFG_CUDA_LAUNCH(ctx, n, fill_const_kernel<uint32_t>, (uint32_t *)out->data, bits, n);
     }
     case TFG_DTYPE_F64: {
       uint64_t bits;
       memcpy(&bits, &c, sizeof bits);
-      return tfg_cuda_launch(ctx, n, fill_const_kernel<uint64_t>, (uint64_t *)out->data, bits, n);
+      return TFG_CUDA_LAUNCH(ctx, n, fill_const_kernel<uint64_t>, (uint64_t *)out->data, bits, n);
     }
     case TFG_DTYPE_I32:
-      return tfg_cuda_launch(ctx, n, fill_const_kernel<uint32_t>, (uint32_t *)out->data,
+      return TFG_CUDA_LAUNCH(ctx, n, fill_const_kernel<uint32_t>, (uint32_t *)out->data,
                              (uint32_t)tfg_cast_f_to_i32(c), n);
     case TFG_DTYPE_I64:
-      return tfg_cuda_launch(ctx, n, fill_const_kernel<uint64_t>, (uint64_t *)out->data,
+      return TFG_CUDA_LAUNCH(ctx, n, fill_const_kernel<uint64_t>, (uint64_t *)out->data,
                              (uint64_t)tfg_cast_f_to_i64(c), n);
     default: /* bool */
       TFG_CUDA_CHECK(ctx, cudaMemsetAsync(out->data, c != 0, (size_t)n, tfg_cuda_of(ctx)->stream));
@@ -449,9 +449,9 @@ static tfg_status cuda_dropout(tfg_kernel_ctx *ctx, const tfg_node *node, const 
   uint64_t seed = tfg_rng_dropout_stream(node->attrs.seed, ctx->seed, ctx->step);
   double scale = 1.0 / (1.0 - rate);
   if (x->dtype == TFG_DTYPE_F32)
-    return tfg_cuda_launch(ctx, n, dropout_kernel<float>, (const float *)x->data, (float *)out->data, n, seed,
+    return TFG_CUDA_LAUNCH(ctx, n, dropout_kernel<float>, (const float *)x->data, (float *)out->data, n, seed,
                            node->attrs.start, rate, scale);
-  return tfg_cuda_launch(ctx, n, dropout_kernel<double>, (const double *)x->data, (double *)out->data, n, seed,
+  return TFG_CUDA_LAUNCH(ctx, n, dropout_kernel<double>, (const double *)x->data, (double *)out->data, n, seed,
                          node->attrs.start, rate, scale);
 }
 

@@ -56,8 +56,8 @@ static tfg_status fused(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_ten
   fused_inputs ins = {};
   for (int k = 0; k < p->ninputs; k++) ins.p[k] = in[k].data;
   if (n == 0) return TFG_OK;
-  if (out->dtype == TFG_DTYPE_F32) return tfg_cuda_launch(ctx, n, fused_kernel<float>, *p, ins, (float *)out->data, n);
-  return tfg_cuda_launch(ctx, n, fused_kernel<double>, *p, ins, (double *)out->data, n);
+  if (out->dtype == TFG_DTYPE_F32) return TFG_CUDA_LAUNCH(ctx, n, fused_kernel<float>, *p, ins, (float *)out->data, n);
+  return TFG_CUDA_LAUNCH(ctx, n, fused_kernel<double>, *p, ins, (double *)out->data, n);
 }
 
 extern "C" void tfg_cuda_register_fused(tfg_kernel_fn *table) { table[TFG_OP_FUSED] = fused; }

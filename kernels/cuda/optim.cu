@@ -72,9 +72,9 @@ static tfg_status cuda_sgd_update(tfg_kernel_ctx *ctx, const tfg_node *node, con
   if (n == 0) return TFG_OK;
   void *buf = mom ? in[2].data : NULL;
   if (in[0].dtype == TFG_DTYPE_F32)
-    return tfg_cuda_launch(ctx, n, sgd_f32, (float *)in[0].data, (const float *)in[1].data, (float *)buf, n,
+    return TFG_CUDA_LAUNCH(ctx, n, sgd_f32, (float *)in[0].data, (const float *)in[1].data, (float *)buf, n,
                            tfg_sgd_setup_f32(a, ctx->step));
-  return tfg_cuda_launch(ctx, n, sgd_f64, (double *)in[0].data, (const double *)in[1].data, (double *)buf, n,
+  return TFG_CUDA_LAUNCH(ctx, n, sgd_f64, (double *)in[0].data, (const double *)in[1].data, (double *)buf, n,
                          tfg_sgd_setup_f64(a, ctx->step));
 }
 
@@ -103,9 +103,9 @@ static tfg_status cuda_adam_update(tfg_kernel_ctx *ctx, const tfg_node *node, co
   int64_t n = tfg_shape_numel(&in[0].shape);
   if (n == 0) return TFG_OK;
   if (in[0].dtype == TFG_DTYPE_F32)
-    return tfg_cuda_launch(ctx, n, adam_f32, (float *)in[0].data, (const float *)in[1].data, (float *)in[2].data,
+    return TFG_CUDA_LAUNCH(ctx, n, adam_f32, (float *)in[0].data, (const float *)in[1].data, (float *)in[2].data,
                            (float *)in[3].data, n, tfg_adam_setup_f32(a, ctx->step));
-  return tfg_cuda_launch(ctx, n, adam_f64, (double *)in[0].data, (const double *)in[1].data, (double *)in[2].data,
+  return TFG_CUDA_LAUNCH(ctx, n, adam_f64, (double *)in[0].data, (const double *)in[1].data, (double *)in[2].data,
                          (double *)in[3].data, n, tfg_adam_setup_f64(a, ctx->step));
 }
 

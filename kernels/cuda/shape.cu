@@ -167,8 +167,8 @@ static tfg_status gather_run(tfg_kernel_ctx *ctx, const tfg_shape *oshape, const
     return TFG_OK;
   }
   TFG_CUDA_BY_SIZE(esz, T, {
-    if (tfg_cuda_fits32(n)) return tfg_cuda_launch(ctx, n, gather_kernel<T, uint32_t>, ix, (const T *)src, (T *)dst, n);
-    return tfg_cuda_launch(ctx, n, gather_kernel<T, uint64_t>, ix, (const T *)src, (T *)dst, n);
+    if (tfg_cuda_fits32(n)) return TFG_CUDA_LAUNCH(ctx, n, gather_kernel<T, uint32_t>, ix, (const T *)src, (T *)dst, n);
+    return TFG_CUDA_LAUNCH(ctx, n, gather_kernel<T, uint64_t>, ix, (const T *)src, (T *)dst, n);
   })
   return TFG_OK; /* not reached: esz is one of the four */
 }
@@ -197,9 +197,9 @@ static tfg_status rows_launch(tfg_kernel_ctx *ctx, const char *src, char *dst, i
   const int64_t w = (int64_t)sizeof(U);
   int64_t n = outer * (len / w);
   if (tfg_cuda_fits32(n))
-    return tfg_cuda_launch(ctx, n, rows_kernel<U, uint32_t>, (const U *)src, (U *)dst, outer, len / w, dstep / w,
+    return TFG_CUDA_LAUNCH(ctx, n, rows_kernel<U, uint32_t>, (const U *)src, (U *)dst, outer, len / w, dstep / w,
                            doff / w, sstep / w, soff / w);
-  return tfg_cuda_launch(ctx, n, rows_kernel<U, uint64_t>, (const U *)src, (U *)dst, outer, len / w, dstep / w,
+  return TFG_CUDA_LAUNCH(ctx, n, rows_kernel<U, uint64_t>, (const U *)src, (U *)dst, outer, len / w, dstep / w,
                          doff / w, sstep / w, soff / w);
 }
 
