@@ -342,6 +342,39 @@ int cli_compile_program(const cli_opts *o, tfg_program *p, const tfg_train_step 
   return rc;
 }
 
+/* What run, place and plan build before they act: every train action's
+ * step (indexed by action), the devices, the placement and the plan. */
+typedef struct cli_compiled {
+  int nactions;
+  tfg_train_step *steps, *packed; /* packed: the steps of the train actions, for the placer */
+  int npacked;
+  tfg_devices *ds;
+  tfg_placement *pl;
+  tfg_plan *plan;
+} cli_compiled;
+
+/* Builds c for p: 0, or the exit code after reporting. c is always
+ * freed with cli_compiled_free. */
+static int cli_compile(const cli_opts *o, tfg_program *p, tfg_diag *d, cli_compiled *c) {
+  *c = (cli_compiled){.nactions = p->nactions};
+  c->steps = calloc((size_t)p->nactions + 1, sizeof *c->steps);
+  c->packed = calloc((size_t)p->nactions + 1, sizeof *c->packed);
+  if (!c->steps || !c->packed) abort();
+  int rc = cli_build_steps(p, d, c->steps, c->packed, &c->npacked);
+  if (rc == 0 && !(c->ds = cli_devices_for(o, p, d))) rc = EXIT_USAGE;
+  if (rc == 0) rc = cli_compile_program(o, p, c->packed, c->npacked, c->ds, NULL, 0, d, &c->pl, &c->plan);
+  return rc;
+}
+
+static void cli_compiled_free(cli_compiled *c) {
+  tfg_plan_free(c->plan);
+  tfg_placement_free(c->pl);
+  tfg_devices_free(c->ds);
+  for (int i = 0; c->steps && i < c->nactions; i++) tfg_train_step_free(&c->steps[i]);
+  free(c->steps);
+  free(c->packed);
+}
+
 /* Runs the program's actions in order. Training steps (gradients,
  * updates, optimizer state, a strategy's replicas) are added to the graph
  * first, and the whole graph is placed and planned once; one session
@@ -358,18 +391,13 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
       return EXIT_USAGE;
     }
   }
-  tfg_train_step *steps = calloc((size_t)p->nactions + 1, sizeof *steps);
-  tfg_train_step *packed = calloc((size_t)p->nactions + 1, sizeof *packed);
   const tfg_action **group = calloc((size_t)p->nactions + 1, sizeof *group);
   tfg_train_step *gsteps = calloc((size_t)p->nactions + 1, sizeof *gsteps);
-  if (!steps || !packed || !group || !gsteps) abort();
-  int npacked = 0;
-  int rc = cli_build_steps(p, d, steps, packed, &npacked);
-  tfg_devices *ds = NULL;
-  tfg_placement *pl = NULL;
-  tfg_plan *plan = NULL;
-  if (rc == 0 && !(ds = cli_devices_for(o, p, d))) rc = EXIT_USAGE;
-  if (rc == 0) rc = cli_compile_program(o, p, packed, npacked, ds, NULL, 0, d, &pl, &plan);
+  if (!group || !gsteps) abort();
+  cli_compiled c;
+  int rc = cli_compile(o, p, d, &c);
+  const tfg_train_step *steps = c.steps;
+  const tfg_plan *plan = c.plan;
   tfg_trace *trace = rc == 0 && o->trace ? tfg_trace_new() : NULL;
   tfg_session_opts so = {.threads = o->threads, .feeds = o->feeds, .nfeeds = o->nfeeds, .seed = o->seed,
                          .check_numerics = o->check_numerics, .plan = plan, .trace = trace,
@@ -407,12 +435,7 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
     tfg_strbuf_free(&err);
     tfg_trace_free(trace);
   }
-  tfg_plan_free(plan);
-  tfg_placement_free(pl);
-  tfg_devices_free(ds);
-  for (int i = 0; i < p->nactions; i++) tfg_train_step_free(&steps[i]);
-  free(steps);
-  free(packed);
+  cli_compiled_free(&c);
   free(group);
   free(gsteps);
   tfg_diag_render(d, stderr, color);
@@ -462,31 +485,18 @@ tfg_devices *cli_devices_for(const cli_opts *o, const tfg_program *p, tfg_diag *
 /* `tfg place` and `tfg plan`: the training steps are built first, so
  * updates and state are placed with their params. */
 static int place_program(const cli_opts *o, tfg_program *p, tfg_diag *d, bool color, bool want_plan) {
-  tfg_train_step *steps = calloc((size_t)p->nactions + 1, sizeof *steps);
-  tfg_train_step *packed = calloc((size_t)p->nactions + 1, sizeof *packed);
-  if (!steps || !packed) abort();
-  int npacked = 0;
-  int rc = cli_build_steps(p, d, steps, packed, &npacked);
-  tfg_devices *ds = NULL;
-  tfg_placement *pl = NULL;
-  tfg_plan *plan = NULL;
-  if (rc == 0 && !(ds = cli_devices_for(o, p, d))) rc = EXIT_USAGE;
-  if (rc == 0) rc = cli_compile_program(o, p, packed, npacked, ds, NULL, 0, d, &pl, &plan);
+  cli_compiled c;
+  int rc = cli_compile(o, p, d, &c);
   if (rc == 0) {
     tfg_strbuf out = {0};
-    if (want_plan) tfg_plan_print(plan, &out);
-    else if (o->json) tfg_place_json(pl, &out);
-    else if (o->dot) tfg_place_dot(pl, &out);
-    else tfg_place_explain(pl, &out);
+    if (want_plan) tfg_plan_print(c.plan, &out);
+    else if (o->json) tfg_place_json(c.pl, &out);
+    else if (o->dot) tfg_place_dot(c.pl, &out);
+    else tfg_place_explain(c.pl, &out);
     fwrite(out.data, 1, out.len, stdout);
     tfg_strbuf_free(&out);
   }
-  tfg_plan_free(plan);
-  tfg_placement_free(pl);
-  tfg_devices_free(ds);
-  for (int i = 0; i < p->nactions; i++) tfg_train_step_free(&steps[i]);
-  free(steps);
-  free(packed);
+  cli_compiled_free(&c);
   tfg_diag_render(d, stderr, color);
   return rc;
 }

@@ -178,9 +178,16 @@ tfg_backend *tfg_backend_host_new_with(const tfg_device *dev, bool preallocate);
  * "cuda: ...", "cudnn: ...", "nccl: ..." appended to *out. */
 void tfg_backend_build_info(tfg_strbuf *out);
 
-/* Test hook: the N-th kernel launched (counting launch calls) on a host
+/* Test hook: the N-th kernel launched (counting launch calls) on a
  * backend whose device index is TFG_FAULT_DEVICE fails with
  * TFG_ERR_DEVICE, when the environment variables TFG_FAULT_DEVICE and
- * TFG_FAULT_AFTER=N are set when the backend is created. */
+ * TFG_FAULT_AFTER=N are set when the backend is created. Every backend
+ * reads them through tfg_backend_fault_after. */
+
+/* A decimal integer filling all of environment variable name, or false. */
+bool tfg_env_int(const char *name, long long *out);
+/* The launch count N after which a backend for dev fails (0: none), and
+ * the message it fails with in msg (n bytes). */
+long long tfg_backend_fault_after(const tfg_device *dev, char *msg, size_t n);
 
 #endif

@@ -1245,18 +1245,6 @@ static const tfg_backend_i cuda_i = {
 
 /* ---- creation ------------------------------------------------------------------- */
 
-/* A decimal integer filling all of the variable, or false. */
-static bool env_int(const char *name, long long *out) {
-  const char *s = getenv(name);
-  if (!s || !*s) return false;
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || *end) return false;
-  *out = v;
-  return true;
-}
-
 tfg_backend *tfg_backend_cuda_new(const tfg_device *dev, const tfg_backend_opts *o, tfg_strbuf *why) {
   static const tfg_backend_opts defaults = {0};
   if (!o) o = &defaults;
@@ -1295,12 +1283,7 @@ tfg_backend *tfg_backend_cuda_new(const tfg_device *dev, const tfg_backend_opts 
     return NULL;
   }
   cx->error = (tfg_cuda_error *)cb->flags;
-  long long fdev, fafter;
-  if (env_int("TFG_FAULT_DEVICE", &fdev) && env_int("TFG_FAULT_AFTER", &fafter) && fdev == dev->index && fafter > 0) {
-    cb->fault_after = fafter;
-    snprintf(cb->fault_msg, sizeof cb->fault_msg, "injected fault (TFG_FAULT_DEVICE=%lld, TFG_FAULT_AFTER=%lld)", fdev,
-             fafter);
-  }
+  cb->fault_after = tfg_backend_fault_after(dev, cb->fault_msg, sizeof cb->fault_msg);
   return &cb->base;
 }
 

@@ -815,18 +815,6 @@ static const tfg_backend_i host_i = {
 
 /* ---- creation ------------------------------------------------------------------ */
 
-/* A decimal integer filling all of s, or false. */
-static bool env_int(const char *name, long long *out) {
-  const char *s = getenv(name);
-  if (!s || !*s) return false;
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || *end) return false;
-  *out = v;
-  return true;
-}
-
 tfg_backend *tfg_backend_host_new(const tfg_device *dev) {
   tfg_backend *b = tfg_backend_host_new_with(dev, false);
   TFG_ASSERT(b != NULL); /* not preallocated: creation cannot fail */
@@ -846,13 +834,7 @@ tfg_backend *tfg_backend_host_new_with(const tfg_device *dev, bool preallocate) 
   pthread_cond_init(&hb->wake, NULL);
   pthread_cond_init(&hb->idle, NULL);
   hb->pool = pool;
-  long long fdev, fafter;
-  if (env_int("TFG_FAULT_DEVICE", &fdev) && env_int("TFG_FAULT_AFTER", &fafter) && fdev == dev->index &&
-      fafter > 0) {
-    hb->fault_after = fafter;
-    snprintf(hb->fault_msg, sizeof hb->fault_msg, "injected fault (TFG_FAULT_DEVICE=%lld, TFG_FAULT_AFTER=%lld)",
-             fdev, fafter);
-  }
+  hb->fault_after = tfg_backend_fault_after(dev, hb->fault_msg, sizeof hb->fault_msg);
   TFG_ASSERT(pthread_create(&hb->thread, NULL, host_worker, hb) == 0);
   return &hb->base;
 }

@@ -362,9 +362,10 @@ tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, 
   x->g = p->g;
   x->ndev = p->ndev;
   x->check_numerics = o->check_numerics;
-  const char *fd = getenv("TFG_FAULT_DEVICE"), *fs = getenv("TFG_FAULT_STEP");
-  x->fault_device = fd && fs ? atoi(fd) : -1;
-  x->fault_step = fd && fs ? atoll(fs) : -1;
+  long long fd, fs;
+  bool fault = tfg_env_int("TFG_FAULT_DEVICE", &fd) && tfg_env_int("TFG_FAULT_STEP", &fs);
+  x->fault_device = fault ? (int)fd : -1;
+  x->fault_step = fault ? fs : -1;
   x->pool = tfg_pool_new(share_cores(p, o));
   int32_t n = x->g->nnodes;
   x->dev = calloc((size_t)x->ndev, sizeof *x->dev);
