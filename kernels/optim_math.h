@@ -7,6 +7,7 @@
  *   tfg_adam_f32 s = tfg_adam_setup_f32(&node->attrs, ctx->step);  // host
  *   for (int64_t i = 0; i < n; i++)                                // or a kernel
  *     tfg_adam_step_f32(s, p, grad, m, v, i);
+ *   s = tfg_adam_at_f32(s, step);   // the step's part, on the host or the device
  *
  * The arithmetic follows PyTorch's operation for operation, in the
  * parameter's dtype (f32 math for f32, never widened); every
@@ -43,6 +44,14 @@ TFG_C_END
     bool decay, mom, first, nesterov;                                                             \
   } tfg_sgd_##S;                                                                                  \
                                                                                                   \
+  /* The part that changes with the step (a CUDA kernel forms it on the                          \
+   * device from the step in device memory: a replayed CUDA Graph keeps                          \
+   * its kernels' arguments, kernels/cuda/cuda.h). */                                            \
+  TFG_HD tfg_sgd_##S tfg_sgd_at_##S(tfg_sgd_##S s, int64_t step) {                                \
+    s.first = step == 1;                                                                          \
+    return s;                                                                                     \
+  }                                                                                               \
+                                                                                                  \
   static inline tfg_sgd_##S tfg_sgd_setup_##S(const tfg_attrs *a, int64_t step) {                 \
     tfg_sgd_##S s;                                                                                \
     s.wd = (T)a->opt.weight_decay;                                                                \
@@ -51,9 +60,8 @@ TFG_C_END
     s.neg_lr = (T)(-a->opt.lr);                                                                   \
     s.decay = a->opt.weight_decay != 0;                                                           \
     s.mom = a->opt.momentum != 0;                                                                 \
-    s.first = step == 1;                                                                          \
     s.nesterov = a->opt.nesterov;                                                                 \
-    return s;                                                                                     \
+    return tfg_sgd_at_##S(s, step);                                                               \
   }                                                                                               \
                                                                                                   \
   /* torch.optim.SGD on element i (buf is not touched without momentum):                         \
@@ -89,25 +97,37 @@ TFG_C_END
   typedef struct tfg_adam_##S {                                                                   \
     T wd, shrink, w1, b2, w2, bc2s, eps, neg_step;                                                \
     bool decay, decoupled, small;                                                                 \
+    double beta1, beta2, lr; /* what bc2s and neg_step are formed from at each step */            \
   } tfg_adam_##S;                                                                                 \
                                                                                                   \
-  static inline tfg_adam_##S tfg_adam_setup_##S(const tfg_attrs *a, int64_t step) {              \
+  /* The scalars that change with the step, bc2s and neg_step (a CUDA                            \
+   * kernel forms them on the device from the step in device memory, as                         \
+   * PyTorch's capturable Adam does: a replayed CUDA Graph keeps its                             \
+   * kernels' arguments; there pow is CUDA's, within 2 ulp of glibc's). */                       \
+  TFG_HD tfg_adam_##S tfg_adam_at_##S(tfg_adam_##S s, int64_t step) {                             \
     double t = (double)step;                                                                      \
-    double bc1 = 1.0 - pow(a->opt.beta1, t), bc2 = 1.0 - pow(a->opt.beta2, t);                    \
-    double step_size = a->opt.lr / bc1;                                                           \
+    double bc1 = 1.0 - pow(s.beta1, t), bc2 = 1.0 - pow(s.beta2, t);                              \
+    double step_size = s.lr / bc1;                                                                \
+    s.bc2s = (T)pow(bc2, 0.5);                                                                    \
+    s.neg_step = (T)(step_size * -1.0);                                                           \
+    return s;                                                                                     \
+  }                                                                                               \
+                                                                                                  \
+  static inline tfg_adam_##S tfg_adam_setup_##S(const tfg_attrs *a, int64_t step) {              \
     tfg_adam_##S s;                                                                               \
     s.wd = (T)a->opt.weight_decay;                                                                \
     s.shrink = (T)(1.0 - a->opt.lr * a->opt.weight_decay);                                        \
     s.w1 = (T)(1.0 - a->opt.beta1);                                                               \
     s.b2 = (T)a->opt.beta2;                                                                       \
     s.w2 = (T)(1.0 - a->opt.beta2);                                                               \
-    s.bc2s = (T)pow(bc2, 0.5);                                                                    \
     s.eps = (T)a->opt.eps;                                                                        \
-    s.neg_step = (T)(step_size * -1.0);                                                           \
     s.decay = a->opt.weight_decay != 0;                                                           \
     s.decoupled = a->opt.decoupled;                                                               \
     s.small = (s.w1 < 0 ? -s.w1 : s.w1) < (T)0.5;                                                 \
-    return s;                                                                                     \
+    s.beta1 = a->opt.beta1;                                                                       \
+    s.beta2 = a->opt.beta2;                                                                       \
+    s.lr = a->opt.lr;                                                                             \
+    return tfg_adam_at_##S(s, step);                                                              \
   }                                                                                               \
                                                                                                   \
   /* torch.optim.Adam / AdamW (amsgrad and maximize off) on element i:                           \

@@ -60,6 +60,7 @@ typedef struct tfg_backend tfg_backend;
 struct tfg_trace;
 typedef struct tfg_stream tfg_stream;
 typedef struct tfg_event tfg_event;
+typedef struct tfg_replay tfg_replay; /* captured work (capture_end) */
 
 typedef struct tfg_backend_i {
   const char *(*name)(tfg_backend *b); /* "host" */
@@ -138,6 +139,37 @@ typedef struct tfg_backend_i {
    * failures are known at the launch: the executor notes those itself). */
   tfg_node_id (*failed_node)(tfg_backend *b, tfg_stream *s);
 
+  /* ---- captured runs (CUDA Graphs). NULL on a backend without them; the
+   * executor (runtime/exec.h) uses them for runs it has seen before. ---- */
+
+  /* Host memory copies to and from b run fastest from (pinned on a GPU),
+   * and the only host memory a captured copy may use; NULL on failure. */
+  void *(*host_alloc)(tfg_backend *b, size_t bytes);
+  void (*host_free)(tfg_backend *b, void *ptr);
+  /* Sets the training step and seed that b's kernels read on the device
+   * (kernels/cuda/cuda.h's tfg_cuda_step: a replayed kernel keeps its
+   * arguments, so ctx->step cannot reach it): queued on s; during a
+   * capture as a copy from b's own host buffer, which a later call with
+   * s NULL rewrites before each replay. */
+  void (*set_step)(tfg_backend *b, tfg_stream *s, int64_t step, uint64_t seed);
+  /* Starts capturing what the calling thread queues on s, and on every
+   * stream of any capturing backend that waits for an event recorded on
+   * a captured stream: nothing captured runs. capture_end (on the same
+   * s, each joined stream having been joined back to s by an event) ends
+   * it and returns the work ready to replay, or NULL with the reason
+   * appended to *why: the capture failed, or an operation queued during
+   * it failed. Either way the streams' failures from the capture are
+   * forgotten (nothing ran), so the caller can queue that work again
+   * without capturing. */
+  bool (*capture_begin)(tfg_backend *b, tfg_stream *s, tfg_strbuf *why);
+  tfg_replay *(*capture_end)(tfg_backend *b, tfg_stream *s, tfg_strbuf *why);
+  /* Queues the captured work once more, after what s has queued before
+   * (the host backend's emulation: on the streams it was captured from,
+   * in the order it was queued); replay_free frees it (nothing queued
+   * may still use it). */
+  void (*replay)(tfg_backend *b, tfg_stream *s, tfg_replay *r);
+  void (*replay_free)(tfg_backend *b, tfg_replay *r);
+
   void (*destroy)(tfg_backend *b);
 } tfg_backend_i;
 
@@ -183,6 +215,13 @@ void tfg_backend_build_info(tfg_strbuf *out);
  * TFG_ERR_DEVICE, when the environment variables TFG_FAULT_DEVICE and
  * TFG_FAULT_AFTER=N are set when the backend is created. Every backend
  * reads them through tfg_backend_fault_after. */
+
+/* Test hook: with TFG_HOST_GRAPHS=1 set when a host backend is created,
+ * it has the captured-run entries (host_alloc to replay_free) and
+ * emulates CUDA Graphs (runtime/backend_host.c): a capture records what
+ * the thread queues, a replay queues it again. The executor then runs
+ * host devices (not cpu:0) as it runs GPUs with CUDA Graphs, which is
+ * how that path is tested on machines without a GPU. */
 
 /* A decimal integer filling all of environment variable name, or false. */
 bool tfg_env_int(const char *name, long long *out);

@@ -116,6 +116,23 @@
  * does not report it. mem_stats bounds what the pool could still grow by
  * with cudaMemGetInfo.
  *
+ * CUDA Graphs (capture_begin to replay_free; the executor decides what to
+ * capture, runtime/exec.h). A capture is CUDA's stream capture in
+ * thread-local mode on the origin stream; the executor's fork and join
+ * events bring the other streams (other logical devices', other GPUs')
+ * into it and back. Failures during a capture are noted per thread: a
+ * stream failed then (an operation refused at queue time, or a call the
+ * capture rejected) makes capture_end return NULL, and those failures
+ * are forgotten, since nothing captured ran; the executor then queues
+ * the same work plainly, where a real failure shows again. A replay is
+ * cudaGraphLaunch of the instantiated graph on the origin stream. The
+ * step block (cx.step, kernels/cuda/cuda.h) is a device copy of the run's
+ * step and seed: set_step writes it with a one-thread kernel taking them
+ * as arguments, or, when the stream is capturing, with a copy from the
+ * pinned step_host, which the caller rewrites before each replay.
+ * host_alloc is pinned and portable host memory (cudaHostAlloc): the
+ * only host memory a captured copy may touch.
+ *
  * NCCL (tfg_backend_cuda_nccl_new; builds with TFG_BUILD_NCCL only): the
  * collective of runtime/collective.h across CUDA devices on distinct
  * GPUs, one communicator per group (ncclCommInitAll over the ranks' GPUs:
@@ -456,6 +473,8 @@ struct cuda_backend {
   tfg_cuda_ctx cx;         /* what the kernels get (ctx->backend) */
   pool_entry *pe;
   char *flags;             /* device memory: tfg_cuda_error, then tfg_cuda_numerics */
+  tfg_cuda_step *step_dev; /* device memory: the step block (cx.step) */
+  tfg_cuda_step *step_host; /* pinned: what a captured set_step copies from */
   cudaStream_t aux;        /* read_now and the trace's base event */
   pthread_mutex_t aux_mu;  /* read_now may come from any thread */
   tfg_stream **streams;
@@ -485,9 +504,24 @@ static cuda_backend *cuda_of(tfg_backend *b) { return b->ctx; }
 static const char *cuda_name(tfg_backend *b);
 static bool is_cuda(const tfg_backend *b) { return b && b->i.name == cuda_name; }
 
+/* The capture in progress on this thread (capture_begin to capture_end):
+ * the streams that failed during it, whose failures capture_end forgets
+ * (nothing captured ran). Per thread, as the capture mode is
+ * (cudaStreamCaptureModeThreadLocal): executors on other threads (a
+ * parameter server's workers) capture on their own. */
+static _Thread_local struct {
+  bool on;
+  tfg_stream **failed;
+  size_t n, cap;
+} capturing;
+
 /* Fails s (the first failure sticks). here: it began on s. */
 static void stream_fail(tfg_stream *s, tfg_status st, bool here, const char *msg) {
   if (s->status != TFG_OK) return;
+  if (capturing.on) {
+    TFG_GROW(capturing.failed, capturing.n, capturing.cap, 8);
+    capturing.failed[capturing.n++] = s;
+  }
   s->status = st;
   s->here = here;
   s->fail_id = -1;
@@ -1206,6 +1240,8 @@ static void cuda_destroy(tfg_backend *b) {
   if (cb->cx.cublaslt) (void)cublasLtDestroy(cb->cx.cublaslt);
   if (cb->cx.cublas) (void)cublasDestroy(cb->cx.cublas);
   if (cb->flags) cuda_quiet(cudaFree(cb->flags));
+  if (cb->step_dev) cuda_quiet(cudaFree(cb->step_dev));
+  if (cb->step_host) cuda_quiet(cudaFreeHost(cb->step_host));
   if (cb->aux) {
     cuda_quiet(cudaStreamSynchronize(cb->aux));
     cuda_quiet(cudaStreamDestroy(cb->aux));
@@ -1215,6 +1251,127 @@ static void cuda_destroy(tfg_backend *b) {
   pthread_mutex_destroy(&cb->aux_mu);
   tfg_strbuf_free(&cb->dev_err);
   free(cb);
+}
+
+/* ---- captured runs (CUDA Graphs) ------------------------------------------------- */
+
+struct tfg_replay {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  int gpu;
+};
+
+/* Pinned and portable: every GPU's copies may use it (a captured copy
+ * must: pageable memory cannot be captured). */
+static void *cuda_host_alloc(tfg_backend *b, size_t bytes) {
+  void *p = NULL;
+  if (cudaSetDevice(cuda_of(b)->gpu) != cudaSuccess ||
+      cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  return p;
+}
+
+static void cuda_host_free(tfg_backend *b, void *ptr) {
+  (void)b;
+  if (ptr) cuda_quiet(cudaFreeHost(ptr));
+}
+
+/* Outside a capture the values travel as a kernel's arguments (calls may
+ * follow each other unsynchronized, as the conformance suite's launches
+ * do); inside one, as a copy from step_host, which a replay's caller
+ * rewrites first (s NULL). */
+static void cuda_set_step(tfg_backend *b, tfg_stream *s, int64_t step, uint64_t seed) {
+  cuda_backend *cb = cuda_of(b);
+  cb->step_host->step = step;
+  cb->step_host->seed = seed;
+  if (!s || s->status != TFG_OK) return;
+  tfg_strbuf why = {0};
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  bool ok = CUDA_OK(cudaSetDevice(cb->gpu), &why) && CUDA_OK(cudaStreamIsCapturing(s->s, &cs), &why);
+  if (ok && cs == cudaStreamCaptureStatusActive)
+    ok = CUDA_OK(cudaMemcpyAsync(cb->step_dev, cb->step_host, sizeof *cb->step_host, cudaMemcpyHostToDevice, s->s),
+                 &why);
+  else if (ok)
+    ok = CUDA_OK(tfg_cuda_set_step(cb->step_dev, step, seed, s->s), &why);
+  if (!ok) stream_fail(s, TFG_ERR_DEVICE, true, why.data);
+  tfg_strbuf_free(&why);
+}
+
+/* Thread-local mode: a call that could break the capture (cudaMalloc,
+ * a synchronous copy) made on this thread fails it, which capture_end
+ * reports; other threads are not affected. */
+static bool cuda_capture_begin(tfg_backend *b, tfg_stream *s, tfg_strbuf *why) {
+  cuda_backend *cb = cuda_of(b);
+  TFG_ASSERT(!capturing.on);
+  if (s->status != TFG_OK) {
+    tfg_strbuf_printf(why, "the stream has failed: %s", s->err.data ? s->err.data : "");
+    return false;
+  }
+  if (!CUDA_OK(cudaSetDevice(cb->gpu), why) ||
+      !CUDA_OK(cudaStreamBeginCapture(s->s, cudaStreamCaptureModeThreadLocal), why))
+    return false;
+  capturing.on = true;
+  capturing.n = 0;
+  return true;
+}
+
+static tfg_replay *cuda_capture_end(tfg_backend *b, tfg_stream *s, tfg_strbuf *why) {
+  cuda_backend *cb = cuda_of(b);
+  TFG_ASSERT(capturing.on);
+  capturing.on = false;
+  cudaGraph_t graph = NULL;
+  cudaError_t e = cudaSetDevice(cb->gpu);
+  if (e == cudaSuccess) e = cudaStreamEndCapture(s->s, &graph);
+  bool ok = cuda_ok(e, "cudaStreamEndCapture", __FILE__, __LINE__, why);
+  if (capturing.n > 0) { /* the first failure says why; all are forgotten */
+    if (ok) tfg_strbuf_printf(why, "%s", capturing.failed[0]->err.data ? capturing.failed[0]->err.data : "a failure");
+    ok = false;
+    for (size_t i = 0; i < capturing.n; i++) {
+      tfg_stream *f = capturing.failed[i];
+      f->status = TFG_OK;
+      f->here = false;
+      f->fail_id = -1;
+      tfg_strbuf_clear(&f->err);
+    }
+    capturing.n = 0;
+  }
+  tfg_replay *r = NULL;
+  if (ok) {
+    r = calloc(1, sizeof *r);
+    TFG_ASSERT(r != NULL);
+    r->graph = graph;
+    r->gpu = cb->gpu;
+    ok = CUDA_OK(cudaGraphInstantiateWithFlags(&r->exec, graph, 0), why);
+    if (!ok) {
+      free(r);
+      r = NULL;
+    }
+  }
+  if (!ok && graph) cuda_quiet(cudaGraphDestroy(graph));
+  free(capturing.failed);
+  capturing.failed = NULL;
+  capturing.cap = 0;
+  return r;
+}
+
+static void cuda_replay(tfg_backend *b, tfg_stream *s, tfg_replay *r) {
+  cuda_backend *cb = cuda_of(b);
+  if (s->status != TFG_OK) return;
+  tfg_strbuf why = {0};
+  if (!CUDA_OK(cudaSetDevice(cb->gpu), &why) || !CUDA_OK(cudaGraphLaunch(r->exec, s->s), &why))
+    stream_fail(s, TFG_ERR_DEVICE, true, why.data);
+  tfg_strbuf_free(&why);
+}
+
+static void cuda_replay_free(tfg_backend *b, tfg_replay *r) {
+  (void)b;
+  if (!r) return;
+  cuda_quiet(cudaSetDevice(r->gpu));
+  if (r->exec) cuda_quiet(cudaGraphExecDestroy(r->exec));
+  if (r->graph) cuda_quiet(cudaGraphDestroy(r->graph));
+  free(r);
 }
 
 static const tfg_backend_i cuda_i = {
@@ -1240,6 +1397,13 @@ static const tfg_backend_i cuda_i = {
     .synchronize = cuda_synchronize,
     .failed_here = cuda_failed_here,
     .failed_node = cuda_failed_node,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .set_step = cuda_set_step,
+    .capture_begin = cuda_capture_begin,
+    .capture_end = cuda_capture_end,
+    .replay = cuda_replay,
+    .replay_free = cuda_replay_free,
     .destroy = cuda_destroy,
 };
 
@@ -1274,6 +1438,9 @@ tfg_backend *tfg_backend_cuda_new(const tfg_device *dev, const tfg_backend_opts 
             CUDA_OK(cudaStreamCreateWithFlags(&cb->aux, cudaStreamNonBlocking), why) &&
             CUDA_OK(cudaMalloc((void **)&cb->flags, FLAGS_BYTES), why) &&
             CUDA_OK(cudaMemsetAsync(cb->flags, 0, FLAGS_BYTES, cb->aux), why) &&
+            CUDA_OK(cudaMalloc((void **)&cb->step_dev, sizeof *cb->step_dev), why) &&
+            CUDA_OK(cudaMemsetAsync(cb->step_dev, 0, sizeof *cb->step_dev, cb->aux), why) &&
+            CUDA_OK(cudaMallocHost((void **)&cb->step_host, sizeof *cb->step_host), why) &&
             CUDA_OK(cudaStreamSynchronize(cb->aux), why) && CUBLAS_OK(cublasCreate(&cx->cublas), why) &&
             CUBLAS_OK(cublasSetMathMode(cx->cublas, o->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH), why) &&
             CUBLAS_OK(cublasLtCreate(&cx->cublaslt), why) && CUDNN_OK(cudnnCreate(&cx->cudnn), why);
@@ -1283,6 +1450,7 @@ tfg_backend *tfg_backend_cuda_new(const tfg_device *dev, const tfg_backend_opts 
     return NULL;
   }
   cx->error = (tfg_cuda_error *)cb->flags;
+  cx->step = cb->step_dev;
   cb->fault_after = tfg_backend_fault_after(dev, cb->fault_msg, sizeof cb->fault_msg);
   return &cb->base;
 }

@@ -535,11 +535,36 @@ static void *host_worker(void *arg) {
   return NULL;
 }
 
+/* ---- captured runs (TFG_HOST_GRAPHS=1) ---------------------------------------- */
+
+/* One operation as captured: its stream and its template (a RECORD or
+ * WAIT holds a reference to its event, and gets its generation only when
+ * replayed). */
+typedef struct host_rec {
+  tfg_stream *s;
+  host_op op;
+} host_rec;
+
+struct tfg_replay {
+  host_rec *ops;
+  size_t n, cap;
+};
+
+/* The capture in progress on this thread: every operation the thread
+ * queues on a host stream goes here instead of to its stream. */
+static _Thread_local tfg_replay *capturing;
+
 /* ---- queueing --------------------------------------------------------------- */
 
-/* Queues a copy of *tmpl on s and wakes the worker. */
+/* Queues a copy of *tmpl on s and wakes the worker (records it instead
+ * while this thread captures). */
 static void enqueue(host_backend *hb, tfg_stream *s, const host_op *tmpl) {
   TFG_ASSERT(s->hb == hb);
+  if (capturing) {
+    TFG_GROW(capturing->ops, capturing->n, capturing->cap, 64);
+    capturing->ops[capturing->n++] = (host_rec){s, *tmpl};
+    return;
+  }
   pthread_mutex_lock(&hb->mu);
   host_op *op = hb->spare;
   if (op)
@@ -640,6 +665,11 @@ static void host_event_free(tfg_backend *b, tfg_event *e) {
 }
 
 static void host_event_record(tfg_backend *b, tfg_stream *s, tfg_event *e) {
+  if (capturing) { /* issued when replayed: a generation issued now would never run */
+    host_op op = {.kind = HOST_OP_RECORD, .u.ev = {tfg_event_ref(e), 0}};
+    enqueue(host_of(b), s, &op);
+    return;
+  }
   uint64_t gen = tfg_event_issue(e, -1);
   host_op op = {.kind = HOST_OP_RECORD, .u.ev = {tfg_event_ref(e), gen}};
   enqueue(host_of(b), s, &op);
@@ -654,6 +684,11 @@ static void host_event_wait(tfg_backend *b, tfg_stream *s, tfg_event *e) {
   bool from_gpu = e->last_gpu >= 0 && e->ext_export != NULL;
   void (*export)(tfg_event *, uint64_t) = e->ext_export;
   pthread_mutex_unlock(&e->mu);
+  if (capturing) { /* the generation to wait for is the latest issued when replayed */
+    host_op op = {.kind = HOST_OP_WAIT, .u.ev = {tfg_event_ref(e), 0}};
+    enqueue(host_of(b), s, &op);
+    return;
+  }
   if (gen == 0) return; /* never recorded: nothing to wait for */
   if (from_gpu) export(e, gen);
   host_op op = {.kind = HOST_OP_WAIT, .u.ev = {tfg_event_ref(e), gen}};
@@ -787,6 +822,65 @@ static void host_destroy(tfg_backend *b) {
   free(hb);
 }
 
+/* The emulation of CUDA Graphs (TFG_HOST_GRAPHS=1, see backend.h): a
+ * capture records what this thread queues on host streams; a replay
+ * queues it again, stream by stream in the captured order, issuing each
+ * record's generation and taking each wait's (the latest issued) as
+ * event_record and event_wait would have then. The kernels see the
+ * values their contexts hold when they run, as on a first run. */
+static void *host_host_alloc(tfg_backend *b, size_t bytes) {
+  (void)b;
+  return malloc(bytes ? bytes : 1);
+}
+
+static void host_host_free(tfg_backend *b, void *ptr) {
+  (void)b;
+  free(ptr);
+}
+
+static bool host_capture_begin(tfg_backend *b, tfg_stream *s, tfg_strbuf *why) {
+  (void)b, (void)s, (void)why;
+  TFG_ASSERT(capturing == NULL);
+  capturing = calloc(1, sizeof *capturing);
+  TFG_ASSERT(capturing != NULL);
+  return true;
+}
+
+static tfg_replay *host_capture_end(tfg_backend *b, tfg_stream *s, tfg_strbuf *why) {
+  (void)b, (void)s, (void)why;
+  tfg_replay *r = capturing;
+  TFG_ASSERT(r != NULL);
+  capturing = NULL;
+  return r;
+}
+
+static void host_replay(tfg_backend *b, tfg_stream *s, tfg_replay *r) {
+  (void)b, (void)s;
+  for (size_t i = 0; i < r->n; i++) {
+    host_rec *rec = &r->ops[i];
+    host_op op = rec->op;
+    if (op.kind == HOST_OP_RECORD) {
+      op.u.ev.gen = tfg_event_issue(op.u.ev.e, -1);
+    } else if (op.kind == HOST_OP_WAIT) {
+      pthread_mutex_lock(&op.u.ev.e->mu);
+      op.u.ev.gen = op.u.ev.e->issued;
+      pthread_mutex_unlock(&op.u.ev.e->mu);
+      if (op.u.ev.gen == 0) continue;
+    }
+    if (op.kind == HOST_OP_RECORD || op.kind == HOST_OP_WAIT) tfg_event_ref(op.u.ev.e);
+    enqueue(rec->s->hb, rec->s, &op);
+  }
+}
+
+static void host_replay_free(tfg_backend *b, tfg_replay *r) {
+  (void)b;
+  if (!r) return;
+  for (size_t i = 0; i < r->n; i++)
+    if (r->ops[i].op.kind == HOST_OP_RECORD || r->ops[i].op.kind == HOST_OP_WAIT) tfg_event_unref(r->ops[i].op.u.ev.e);
+  free(r->ops);
+  free(r);
+}
+
 static const tfg_backend_i host_i = {
     .name = host_name,
     .supports_op = host_supports_op,
@@ -835,6 +929,15 @@ tfg_backend *tfg_backend_host_new_with(const tfg_device *dev, bool preallocate) 
   pthread_cond_init(&hb->idle, NULL);
   hb->pool = pool;
   hb->fault_after = tfg_backend_fault_after(dev, hb->fault_msg, sizeof hb->fault_msg);
+  long long graphs;
+  if (tfg_env_int("TFG_HOST_GRAPHS", &graphs) && graphs == 1) {
+    hb->base.i.host_alloc = host_host_alloc;
+    hb->base.i.host_free = host_host_free;
+    hb->base.i.capture_begin = host_capture_begin;
+    hb->base.i.capture_end = host_capture_end;
+    hb->base.i.replay = host_replay;
+    hb->base.i.replay_free = host_replay_free;
+  }
   TFG_ASSERT(pthread_create(&hb->thread, NULL, host_worker, hb) == 0);
   return &hb->base;
 }

@@ -11,6 +11,7 @@
 #include "runtime/exec.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,29 @@ struct exec_dev {
                                 * numerics check reads results here; else the backend checks */
 };
 
+/* A captured run (CUDA Graphs, see the top): the key it serves (the
+ * fetched nodes, sorted and unique, and the training flag: they decide
+ * what the run computes), how often that key has run, and what a replay
+ * needs: the host values to stage first (fill: INPUT nodes of the
+ * captured devices, and values copied in from feeders) and the fetched
+ * values to hand out after (drain). */
+typedef struct exec_graph {
+  tfg_node_id *key;
+  int nkey;
+  bool training;
+  bool in_use;
+  int runs;
+  bool refused;         /* its capture failed: plain runs from now on */
+  uint64_t used;        /* for eviction: the clock of its last run */
+  tfg_replay *r;
+  tfg_node_id *fill;    /* nodes whose stages are refilled before each replay */
+  int *fill_src;        /* per fill: the feeder device holding the value, or -1 (the fed value) */
+  int nfill;
+  tfg_node_id *drain;   /* nodes whose stages hold fetched values after a replay */
+  int ndrain;
+} exec_graph;
+#define EXEC_GRAPHS 8
+
 /* A bucket's collective state. */
 typedef struct exec_bucket {
   tfg_coll *coll;  /* shared by the buckets of one device group; owned when own_coll */
@@ -96,7 +120,33 @@ struct tfg_exec {
   int *fetch_first, *fetch_next; /* per node: its first index in fetch; per fetch index: the next */
   uint32_t *issued;            /* per event: the run that queued its RECORD */
   uint32_t run;
+  /* CUDA Graphs (see the top). */
+  bool graphs;                 /* runs may be captured */
+  uint8_t *captured;           /* per device: its work is captured (else it feeds them, or is unused) */
+  int origin;                  /* the captured device whose compute stream captures and replays */
+  int *ev_dev;                 /* per event: the device whose step records it */
+  void **stage;                /* per node: its host buffer for captured copies (host_alloc), or NULL */
+  tfg_event *fork, **join;     /* fork: the captured streams join the capture; join: and leave it */
+  int njoin;
+  exec_graph cache[EXEC_GRAPHS];
+  uint64_t clock;
+  exec_graph *staging;         /* the capture in progress: host values go through stages */
+  uint8_t *mark;               /* per node, during a capture: STAGE_FILL, STAGE_DRAIN once listed */
+  int64_t replays;             /* runs replayed so far */
+  bool stage_failed;           /* a stage could not be allocated during the capture */
 };
+
+enum { STAGE_FILL = 1, STAGE_DRAIN = 2 };
+
+/* Frees a cache entry's replay and lists and empties it. */
+static void graph_clear(tfg_exec *x, exec_graph *gr) {
+  if (gr->r) x->dev[x->origin].b->i.replay_free(x->dev[x->origin].b, gr->r);
+  free(gr->key);
+  free(gr->fill);
+  free(gr->fill_src);
+  free(gr->drain);
+  memset(gr, 0, sizeof *gr);
+}
 
 static size_t node_bytes(const tfg_node *n) { return (size_t)tfg_shape_numel(&n->shape) * tfg_dtype_size(n->dtype); }
 
@@ -353,6 +403,55 @@ static void make_fused(tfg_exec *x) {
   }
 }
 
+/* Whether this executor's runs may be captured (CUDA Graphs, see the top),
+ * and which devices: those whose backend can capture, but cpu:0 (the
+ * host feeding them). Every other used device must be a feeder a capture
+ * can run before: host memory, never waiting for or copying from a
+ * captured device, in no bucket with one. Off with TFG_CUDA_GRAPHS=0,
+ * --trace, --check-numerics and the fault hooks (each needs every launch
+ * to go through the executor's walk). */
+static void graph_setup(tfg_exec *x, const tfg_exec_opts *o) {
+  const tfg_plan *p = x->p;
+  long long env;
+  if ((tfg_env_int("TFG_CUDA_GRAPHS", &env) && env == 0) || o->trace || o->check_numerics || x->fault_device >= 0)
+    return;
+  x->captured = calloc((size_t)x->ndev + 1, 1);
+  x->ev_dev = malloc(sizeof *x->ev_dev * ((size_t)p->nevents + 1));
+  TFG_ASSERT(x->captured && x->ev_dev);
+  for (int e = 0; e < p->nevents; e++) x->ev_dev[e] = -1;
+  int ncaptured = 0;
+  bool ok = true;
+  x->origin = -1;
+  for (int dv = 0; dv < x->ndev; dv++) {
+    exec_dev *e = &x->dev[dv];
+    if (!e->b) continue;
+    char msg[96];
+    ok &= tfg_backend_fault_after(e->device, msg, sizeof msg) == 0;
+    x->captured[dv] = e->b->i.capture_begin && e->device->kind != TFG_DEVICE_CPU;
+    ncaptured += x->captured[dv];
+    if (x->captured[dv] && x->origin < 0) x->origin = dv;
+    for (int k = 0; k < p->dev[dv].nsteps; k++)
+      if (p->dev[dv].steps[k].kind == TFG_PLAN_RECORD) x->ev_dev[p->dev[dv].steps[k].event] = dv;
+  }
+  for (int dv = 0; dv < x->ndev && ok; dv++) {
+    exec_dev *e = &x->dev[dv];
+    if (!e->b || x->captured[dv]) continue;
+    ok &= e->b->i.read_now == NULL;
+    for (int k = 0; k < p->dev[dv].nsteps && ok; k++) {
+      const tfg_plan_step *st = &p->dev[dv].steps[k];
+      if (st->kind == TFG_PLAN_WAIT) ok &= x->ev_dev[st->event] < 0 || !x->captured[x->ev_dev[st->event]];
+      if (st->kind == TFG_PLAN_COPY) ok &= !x->captured[st->src];
+    }
+  }
+  for (int b = 0; b < p->nbuckets && ok; b++)
+    for (int r = 0; r < p->buckets[b].nranks; r++) ok &= x->captured[p->buckets[b].devices[r]] != 0;
+  if (!ok || ncaptured == 0) return;
+  x->stage = calloc((size_t)x->g->nnodes + 1, sizeof *x->stage);
+  x->mark = calloc((size_t)x->g->nnodes + 1, 1);
+  TFG_ASSERT(x->stage && x->mark);
+  x->graphs = true;
+}
+
 tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, tfg_exec **out) {
   static const tfg_exec_opts none = {0};
   if (!o) o = &none;
@@ -405,12 +504,26 @@ tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, 
     *out = NULL;
     return st;
   }
+  graph_setup(x, o);
   *out = x;
   return TFG_OK;
 }
 
 void tfg_exec_free(tfg_exec *x) {
   if (!x) return;
+  if (x->graphs) {
+    tfg_backend *ob = x->dev[x->origin].b;
+    for (int i = 0; i < EXEC_GRAPHS; i++) graph_clear(x, &x->cache[i]);
+    for (int32_t i = 0; i < x->g->nnodes; i++)
+      if (x->stage[i]) ob->i.host_free(ob, x->stage[i]);
+    if (x->fork) ob->i.event_free(ob, x->fork);
+    for (int j = 0; x->fork && j < x->njoin; j++) ob->i.event_free(ob, x->join[j]);
+  }
+  free(x->stage);
+  free(x->mark);
+  free(x->join);
+  free(x->captured);
+  free(x->ev_dev);
   for (int b = 0; x->buckets && b < x->p->nbuckets; b++) {
     exec_bucket *eb = &x->buckets[b];
     if (eb->own_coll) eb->coll->i.free(eb->coll);
@@ -510,11 +623,71 @@ static void mark_needed(tfg_exec *x, const tfg_node_id *fetch, int nfetch) {
 
 static bool bucket_needed(const tfg_exec *x, int b) { return x->need[x->p->buckets[b].nodes[0]] != 0; }
 
+/* ---- stages (captured runs) ------------------------------------------------------
+ * A captured copy keeps its host address and may not use pageable memory,
+ * so during a capture every value that crosses between the host and a
+ * captured device goes through the node's stage: host memory from the
+ * origin's host_alloc (pinned on a GPU), kept as long as the executor. */
+
+/* Node id's stage, allocated on first use (a CONST's filled then: its
+ * value never changes). NULL when host_alloc fails: the capture is then
+ * refused (stage_failed) and the run goes on uncaptured. */
+static void *stage(tfg_exec *x, tfg_node_id id) {
+  if (!x->stage[id]) {
+    exec_dev *o = &x->dev[x->origin];
+    const tfg_node *nd = &x->g->nodes[id];
+    x->stage[id] = o->b->i.host_alloc(o->b, node_bytes(nd));
+    if (!x->stage[id]) {
+      x->stage_failed = true;
+      return NULL;
+    }
+    if (nd->op == TFG_OP_CONST) memcpy(x->stage[id], nd->attrs.data, node_bytes(nd));
+  }
+  return x->stage[id];
+}
+
+/* The stage a captured copy into a device reads node id from, listed for
+ * refilling before each replay from the fed value (src -1) or from feeder
+ * device src's memory. */
+static const void *stage_fill(tfg_exec *x, tfg_node_id id, int src) {
+  void *p = stage(x, id);
+  exec_graph *gr = x->staging;
+  if (p && !(x->mark[id] & STAGE_FILL)) {
+    x->mark[id] |= STAGE_FILL;
+    gr->fill = realloc(gr->fill, sizeof *gr->fill * ((size_t)gr->nfill + 1));
+    gr->fill_src = realloc(gr->fill_src, sizeof *gr->fill_src * ((size_t)gr->nfill + 1));
+    TFG_ASSERT(gr->fill && gr->fill_src);
+    gr->fill[gr->nfill] = id;
+    gr->fill_src[gr->nfill++] = src;
+  }
+  return p ? p : src >= 0 ? addr(&x->dev[src], id) : x->fed[id];
+}
+
+/* The stage a captured copy out of node id writes, listed for handing
+ * out after each replay; NULL when it is listed already (one copy
+ * serves every fetch of the node). */
+static void *stage_drain(tfg_exec *x, tfg_node_id id) {
+  if (x->mark[id] & STAGE_DRAIN) return NULL;
+  x->mark[id] |= STAGE_DRAIN;
+  void *p = stage(x, id);
+  if (!p) return NULL;
+  exec_graph *gr = x->staging;
+  gr->drain = realloc(gr->drain, sizeof *gr->drain * ((size_t)gr->ndrain + 1));
+  TFG_ASSERT(gr->drain != NULL);
+  gr->drain[gr->ndrain++] = id;
+  return p;
+}
+
 /* Queues the copies out of node id's value on device dv's stream s into
- * every fetch slot that asks for it. */
+ * every fetch slot that asks for it (during a capture: into its stage). */
 static void fetch_out(tfg_exec *x, exec_dev *dv, int s, tfg_node_id id, void *const *out) {
   size_t n = node_bytes(&x->g->nodes[id]);
   if (n == 0) return;
+  if (x->staging) {
+    void *p = stage_drain(x, id);
+    if (p) dv->b->i.copy_to_host(dv->b, dv->s[s], p, addr(dv, id), n);
+    return;
+  }
   for (int f = x->fetch_first[id]; f >= 0; f = x->fetch_next[f])
     dv->b->i.copy_to_host(dv->b, dv->s[s], out[f], addr(dv, id), n);
 }
@@ -536,9 +709,10 @@ static bool advance(tfg_exec *x, int d, int *pos, void *const *out) {
       const tfg_node *nd = &x->g->nodes[id];
       size_t n = node_bytes(nd);
       if (nd->op == TFG_OP_INPUT) {
-        if (n) dv->b->i.copy_from_host(dv->b, s, addr(dv, id), x->fed[id], n);
+        if (n) dv->b->i.copy_from_host(dv->b, s, addr(dv, id), x->staging ? stage_fill(x, id, -1) : x->fed[id], n);
       } else if (nd->op == TFG_OP_CONST) {
-        if (n) dv->b->i.copy_from_host(dv->b, s, addr(dv, id), nd->attrs.data, n);
+        const void *src = x->staging && stage(x, id) ? x->stage[id] : nd->attrs.data;
+        if (n) dv->b->i.copy_from_host(dv->b, s, addr(dv, id), src, n);
       } else {
         dv->launched[dv->nlaunched++] = id;
         exec_launch *l = &dv->launch[*pos];
@@ -552,7 +726,11 @@ static bool advance(tfg_exec *x, int d, int *pos, void *const *out) {
       size_t n = node_bytes(&x->g->nodes[st->node]);
       exec_dev *src = &x->dev[st->src];
       TFG_ASSERT(src->b != NULL); /* mark_needed put the source in this run */
-      if (n) dv->b->i.copy_peer(dv->b, s, dv->arena + dv->copy[st->node], src->b, addr(src, st->node), n);
+      if (n == 0) break;
+      if (x->staging && !x->captured[st->src]) /* from a feeder's memory, which ran already */
+        dv->b->i.copy_from_host(dv->b, s, dv->arena + dv->copy[st->node], stage_fill(x, st->node, st->src), n);
+      else
+        dv->b->i.copy_peer(dv->b, s, dv->arena + dv->copy[st->node], src->b, addr(src, st->node), n);
       break;
     }
     case TFG_PLAN_RECORD:
@@ -625,6 +803,212 @@ static void report(tfg_exec *x, int d, int s, tfg_status st, const char *msg, tf
   }
 }
 
+/* Which devices a walk moves: every used one, or (in a run with CUDA
+ * Graphs) the feeders or the captured devices. */
+enum { WALK_ALL = -1, WALK_FEEDERS = 0, WALK_CAPTURED = 1 };
+
+static bool walks(const tfg_exec *x, int d, int which) {
+  return x->dev[d].b && (which == WALK_ALL || (x->captured && x->captured[d]) == which);
+}
+
+/* Queues the steps of the devices `which` selects: round robin until each
+ * has queued its list. */
+static void walk(tfg_exec *x, int which, void *const *out) {
+  int *pos = calloc((size_t)x->ndev, sizeof *pos);
+  TFG_ASSERT(pos != NULL);
+  for (bool busy = true; busy;) {
+    busy = false;
+    bool moved = false;
+    for (int dv = 0; dv < x->ndev; dv++) {
+      if (!walks(x, dv, which) || pos[dv] >= x->p->dev[dv].nsteps) continue;
+      moved |= advance(x, dv, &pos[dv], out);
+      busy |= pos[dv] < x->p->dev[dv].nsteps;
+    }
+    TFG_ASSERT(moved || !busy); /* a validated plan never deadlocks (a feeder never waits for a captured device) */
+  }
+  free(pos);
+}
+
+/* Sets the step and seed the devices' kernels read on the device
+ * (backends with set_step: GPUs): queued on each compute stream, or only
+ * written for a replay (queue false). */
+static void set_steps(tfg_exec *x, int which, const tfg_exec_run_opts *ro, bool queue) {
+  for (int dv = 0; dv < x->ndev; dv++) {
+    exec_dev *e = &x->dev[dv];
+    if (walks(x, dv, which) && e->b->i.set_step)
+      e->b->i.set_step(e->b, queue ? e->s[0] : NULL, ro->step, (uint64_t)ro->seed);
+  }
+}
+
+/* Queues one run's work on the devices `which` selects: the step, the
+ * walk, then the fetched persistent values (after everything this run did
+ * to them; during a capture into their stages). */
+static void queue_run(tfg_exec *x, int which, const tfg_exec_run_opts *ro, const tfg_node_id *fetch, int nfetch,
+                      void *const *out) {
+  set_steps(x, which, ro, true);
+  walk(x, which, out);
+  for (int f = 0; f < nfetch; f++) {
+    const tfg_node *nd = &x->g->nodes[fetch[f]];
+    if (!persistent(nd) || node_bytes(nd) == 0) continue;
+    int d = tfg_placement_device(x->p->pl, fetch[f]);
+    if (!walks(x, d, which)) continue;
+    exec_dev *dv = holder(x, fetch[f]);
+    void *dst = x->staging ? stage_drain(x, fetch[f]) : out[f];
+    if (dst) dv->b->i.copy_to_host(dv->b, dv->s[0], dst, addr(dv, fetch[f]), node_bytes(nd));
+  }
+}
+
+/* Synchronizes the streams of the devices `which` selects; reports one
+ * failure: the one that began on a stream (the others carry it: events
+ * pass a failure on). */
+static tfg_status sync_report(tfg_exec *x, int which, tfg_diag *d) {
+  tfg_status first = TFG_OK;
+  int first_dev = -1, first_stream = 0;
+  bool first_origin = false;
+  tfg_strbuf msg = {0}, m = {0};
+  for (int dv = 0; dv < x->ndev; dv++) {
+    exec_dev *e = &x->dev[dv];
+    if (!walks(x, dv, which)) continue;
+    for (int s = 0; s < TFG_PLAN_STREAMS; s++) {
+      tfg_strbuf_clear(&m);
+      tfg_status st = e->b->i.synchronize(e->b, e->s[s], &m);
+      if (st == TFG_OK) continue;
+      /* The failure that began here (a kernel error, a fault) is the
+       * one to report; the others arrived through events. */
+      bool origin = atomic_load(&e->failed) >= 0 || e->b->i.failed_here(e->b, e->s[s]);
+      if (first == TFG_OK || (origin && !first_origin)) {
+        first = st;
+        first_dev = dv;
+        first_stream = s;
+        first_origin = origin;
+        tfg_strbuf_clear(&msg);
+        tfg_strbuf_puts(&msg, m.data ? m.data : "");
+      }
+    }
+  }
+  if (first != TFG_OK) report(x, first_dev, first_stream, first, msg.data, d);
+  tfg_strbuf_free(&msg);
+  tfg_strbuf_free(&m);
+  return first;
+}
+
+/* ---- captured runs (CUDA Graphs) ------------------------------------------------- */
+
+static int cmp_id(const void *a, const void *b) {
+  tfg_node_id x = *(const tfg_node_id *)a, y = *(const tfg_node_id *)b;
+  return (x > y) - (x < y);
+}
+
+
+/* The cache entry of this run's key (the fetched nodes, the training
+ * flag): its own, or a new one in a free slot or the least recently used
+ * one's (whose replay is freed). */
+static exec_graph *graph_for(tfg_exec *x, const tfg_node_id *fetch, int nfetch, bool training) {
+  tfg_node_id *key = malloc(sizeof *key * ((size_t)nfetch + 1));
+  TFG_ASSERT(key != NULL);
+  memcpy(key, fetch, sizeof *key * (size_t)nfetch);
+  qsort(key, (size_t)nfetch, sizeof *key, cmp_id);
+  int nk = 0;
+  for (int i = 0; i < nfetch; i++)
+    if (nk == 0 || key[nk - 1] != key[i]) key[nk++] = key[i];
+  exec_graph *victim = NULL;
+  for (int i = 0; i < EXEC_GRAPHS; i++) {
+    exec_graph *gr = &x->cache[i];
+    if (gr->in_use && gr->training == training && gr->nkey == nk && memcmp(gr->key, key, sizeof *key * (size_t)nk) == 0) {
+      free(key);
+      gr->used = ++x->clock;
+      return gr;
+    }
+    if (!victim || (victim->in_use && (!gr->in_use || gr->used < victim->used))) victim = gr;
+  }
+  graph_clear(x, victim);
+  *victim = (exec_graph){.key = key, .nkey = nk, .training = training, .in_use = true, .used = ++x->clock};
+  return victim;
+}
+
+/* After a capture that failed: the walk's marks of the captured devices
+ * (their events' records, the buckets' arrivals) are forgotten, so they
+ * can be walked again in this run. */
+static void forget_walk(tfg_exec *x) {
+  for (int e = 0; e < x->p->nevents; e++)
+    if (x->ev_dev[e] >= 0 && x->captured[x->ev_dev[e]]) x->issued[e] = 0;
+  for (int b = 0; b < x->p->nbuckets; b++) {
+    if (!x->buckets[b].at) continue;
+    x->buckets[b].queued = 0;
+    memset(x->buckets[b].at, 0, sizeof *x->buckets[b].at * (size_t)x->p->buckets[b].nranks);
+  }
+  for (int dv = 0; dv < x->ndev; dv++)
+    if (x->captured[dv]) {
+      x->dev[dv].nlaunched = 0;
+      atomic_store(&x->dev[dv].done, 0);
+    }
+}
+
+/* Captures this run of the captured devices into gr->r on the origin's
+ * compute stream: the other streams join the capture by waiting for the
+ * fork event and leave it through their join events. When the backend
+ * refuses (gr->r NULL: a call that cannot be captured, or an operation
+ * failing), the key runs uncaptured from now on, with a warning, and this
+ * run is queued again, plainly. */
+static void capture(tfg_exec *x, exec_graph *gr, const tfg_exec_run_opts *ro, const tfg_node_id *fetch, int nfetch,
+                    void *const *out, tfg_diag *d) {
+  exec_dev *o = &x->dev[x->origin];
+  tfg_backend *ob = o->b;
+  if (!x->fork) {
+    x->fork = ob->i.event_create(ob);
+    for (int dv = 0; dv < x->ndev; dv++) x->njoin += x->captured[dv] ? TFG_PLAN_STREAMS : 0;
+    x->njoin--; /* the origin's compute stream */
+    x->join = malloc(sizeof *x->join * ((size_t)x->njoin + 1));
+    TFG_ASSERT(x->join != NULL);
+    for (int j = 0; j < x->njoin; j++) x->join[j] = ob->i.event_create(ob);
+  }
+  memset(x->mark, 0, (size_t)x->g->nnodes);
+  x->stage_failed = false;
+  tfg_strbuf why = {0};
+  if (ob->i.capture_begin(ob, o->s[0], &why)) {
+    ob->i.event_record(ob, o->s[0], x->fork);
+    for (int dv = 0; dv < x->ndev; dv++)
+      for (int s = 0; x->captured[dv] && s < TFG_PLAN_STREAMS; s++)
+        if (dv != x->origin || s != 0) x->dev[dv].b->i.event_wait(x->dev[dv].b, x->dev[dv].s[s], x->fork);
+    x->staging = gr;
+    queue_run(x, WALK_CAPTURED, ro, fetch, nfetch, out);
+    x->staging = NULL;
+    int j = 0;
+    for (int dv = 0; dv < x->ndev; dv++)
+      for (int s = 0; x->captured[dv] && s < TFG_PLAN_STREAMS; s++)
+        if (dv != x->origin || s != 0) {
+          x->dev[dv].b->i.event_record(x->dev[dv].b, x->dev[dv].s[s], x->join[j]);
+          ob->i.event_wait(ob, o->s[0], x->join[j++]);
+        }
+    gr->r = ob->i.capture_end(ob, o->s[0], &why);
+    if (gr->r && x->stage_failed) {
+      ob->i.replay_free(ob, gr->r);
+      gr->r = NULL;
+      tfg_strbuf_puts(&why, "no host memory for its copies (host_alloc failed)");
+    }
+  }
+  if (!gr->r) {
+    gr->refused = true;
+    tfg_diag_warning(d, NULL, "%s runs without CUDA Graphs: %s", o->device->name, why.data ? why.data : "refused");
+    forget_walk(x);
+    queue_run(x, WALK_CAPTURED, ro, fetch, nfetch, out);
+  }
+  tfg_strbuf_free(&why);
+}
+
+/* Replays gr: refills the stages from this run's feeds and feeders, writes
+ * the step, and queues the captured work on the origin's compute stream. */
+static void replay(tfg_exec *x, exec_graph *gr, const tfg_exec_run_opts *ro) {
+  for (int k = 0; k < gr->nfill; k++) {
+    tfg_node_id id = gr->fill[k];
+    const void *src = gr->fill_src[k] < 0 ? x->fed[id] : addr(&x->dev[gr->fill_src[k]], id);
+    memcpy(x->stage[id], src, node_bytes(&x->g->nodes[id]));
+  }
+  set_steps(x, WALK_CAPTURED, ro, false);
+  exec_dev *o = &x->dev[x->origin];
+  o->b->i.replay(o->b, o->s[0], gr->r);
+}
+
 tfg_status tfg_exec_run(tfg_exec *x, const tfg_node_id *fetch, int nfetch, void *const *out, const tfg_exec_run_opts *ro,
                         tfg_diag *d) {
   static const tfg_exec_run_opts none = {0};
@@ -676,57 +1060,36 @@ tfg_status tfg_exec_run(tfg_exec *x, const tfg_node_id *fetch, int nfetch, void 
     atomic_store(&e->done, 0);
   }
 
-  /* The walk: round robin until every used device has queued its list. */
-  int *pos = calloc((size_t)x->ndev, sizeof *pos);
-  TFG_ASSERT(pos != NULL);
-  for (bool busy = true; busy;) {
-    busy = false;
-    bool moved = false;
-    for (int dv = 0; dv < x->ndev; dv++) {
-      if (!x->dev[dv].b || pos[dv] >= x->p->dev[dv].nsteps) continue;
-      moved |= advance(x, dv, &pos[dv], out);
-      busy |= pos[dv] < x->p->dev[dv].nsteps;
-    }
-    TFG_ASSERT(moved || !busy); /* a validated plan never deadlocks */
-  }
-  free(pos);
-  /* Persistent values fetched: after everything this run did to them. */
-  for (int f = 0; f < nfetch; f++) {
-    const tfg_node *nd = &g->nodes[fetch[f]];
-    if (!persistent(nd) || node_bytes(nd) == 0) continue;
-    exec_dev *dv = holder(x, fetch[f]);
-    dv->b->i.copy_to_host(dv->b, dv->s[0], out[f], addr(dv, fetch[f]), node_bytes(nd));
-  }
-
-  /* Synchronize everything; one failure is reported: the one that began
-   * on a stream (the others carry it: events pass a failure on). */
+  exec_graph *gr = x->graphs ? graph_for(x, fetch, nfetch, ro->training) : NULL;
+  bool replayed = false;
   tfg_status first = TFG_OK;
-  int first_dev = -1, first_stream = 0;
-  bool first_origin = false;
-  tfg_strbuf msg = {0}, m = {0};
-  for (int dv = 0; dv < x->ndev; dv++) {
-    exec_dev *e = &x->dev[dv];
-    if (!e->b) continue;
-    for (int s = 0; s < TFG_PLAN_STREAMS; s++) {
-      tfg_strbuf_clear(&m);
-      tfg_status st = e->b->i.synchronize(e->b, e->s[s], &m);
-      if (st == TFG_OK) continue;
-      /* The failure that began here (a kernel error, a fault) is the
-       * one to report; the others arrived through events. */
-      bool origin = atomic_load(&e->failed) >= 0 || e->b->i.failed_here(e->b, e->s[s]);
-      if (first == TFG_OK || (origin && !first_origin)) {
-        first = st;
-        first_dev = dv;
-        first_stream = s;
-        first_origin = origin;
-        tfg_strbuf_clear(&msg);
-        tfg_strbuf_puts(&msg, m.data ? m.data : "");
+  if (!gr) {
+    queue_run(x, WALK_ALL, ro, fetch, nfetch, out);
+  } else {
+    /* The feeders first, to the end: what they computed is staged. */
+    queue_run(x, WALK_FEEDERS, ro, fetch, nfetch, out);
+    first = sync_report(x, WALK_FEEDERS, d);
+    if (first != TFG_OK) {
+    } else if (gr->runs++ == 0 || gr->refused) {
+      queue_run(x, WALK_CAPTURED, ro, fetch, nfetch, out); /* the first run warms up: plain */
+    } else {
+      if (!gr->r) capture(x, gr, ro, fetch, nfetch, out, d);
+      if (gr->r) {
+        replay(x, gr, ro);
+        replayed = true;
+        x->replays++;
       }
     }
   }
-  if (first != TFG_OK) report(x, first_dev, first_stream, first, msg.data, d);
-  tfg_strbuf_free(&msg);
-  tfg_strbuf_free(&m);
+  if (first == TFG_OK) first = sync_report(x, WALK_ALL, d);
+  if (first == TFG_OK && replayed)
+    for (int k = 0; k < gr->ndrain; k++) {
+      tfg_node_id id = gr->drain[k];
+      for (int f = x->fetch_first[id]; f >= 0; f = x->fetch_next[f])
+        memcpy(out[f], x->stage[id], node_bytes(&g->nodes[id]));
+    }
   for (int f = 0; f < nfetch; f++) x->fetch_first[fetch[f]] = -1;
   return first;
 }
+
+int64_t tfg_exec_replays(const tfg_exec *x) { return x->replays; }

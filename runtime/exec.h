@@ -38,6 +38,28 @@
  * reports it at the source line of the op that failed, naming the op and
  * the device.
  *
+ * CUDA Graphs. A run that the executor has seen before is captured once
+ * and replayed, on the devices whose backend can capture (GPUs; host
+ * devices too under the test hook TFG_HOST_GRAPHS=1) except cpu:0. The
+ * key is the set of fetched nodes and the training flag (what a run
+ * computes depends on nothing else); the first run of a key is plain (it
+ * warms up: cuBLAS and cuDNN choose their algorithms, workspaces are
+ * made, kernels are loaded), the second is captured and replayed, later
+ * ones are replayed; eight keys are kept, the least recently used one is
+ * dropped. A run with captures first walks the feeders (the other used
+ * devices, typically cpu:0 slicing the input batch) and waits for them,
+ * then refills the stages (pinned host buffers a captured copy reads or
+ * writes: the fed INPUT values, the feeders' values copied in, the
+ * fetched values, CONST data) and replays on the origin's compute stream
+ * (the first captured device's). What changes from step to step but a
+ * kernel's arguments would freeze (Adam's and SGD's step, dropout's
+ * seed) the kernels read on the device, written by the backend's
+ * set_step. A capture the backend refuses (a call that cannot be
+ * captured) leaves that key plain with a warning. No captures at all:
+ * TFG_CUDA_GRAPHS=0, --trace, --check-numerics, the fault hooks (each
+ * needs every launch to pass through the walk), or a plan where a feeder
+ * waits for a captured device (a parameter server on cpu:0, say).
+ *
  * Fault injection (for tests, on any backend): with the environment
  * variables TFG_FAULT_DEVICE=I and TFG_FAULT_STEP=K set when the executor
  * is made, the first kernel of training step K on device I fails with
@@ -106,5 +128,8 @@ typedef struct tfg_exec_run_opts {
  * too; make a new executor to go on. */
 tfg_status tfg_exec_run(tfg_exec *x, const tfg_node_id *fetch, int nfetch, void *const *out, const tfg_exec_run_opts *ro,
                         tfg_diag *d);
+
+/* How many runs so far replayed a captured run (CUDA Graphs). */
+int64_t tfg_exec_replays(const tfg_exec *x);
 
 #endif

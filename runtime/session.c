@@ -232,3 +232,5 @@ tfg_status tfg_session_run_with(tfg_session *s, const tfg_node_id *fetch, int nf
   s->ro = NULL;
   return st;
 }
+
+int64_t tfg_session_replays(const tfg_session *s) { return tfg_exec_replays(s->x); }

@@ -74,5 +74,8 @@ void tfg_session_read(tfg_session *s, tfg_node_id id, void *host);
 void tfg_session_write(tfg_session *s, tfg_node_id id, const void *host);
 /* Whether the session holds id's value (its device is one it runs). */
 bool tfg_session_holds(const tfg_session *s, tfg_node_id id);
+/* How many of the session's runs replayed a captured run (CUDA Graphs,
+ * runtime/exec.h). */
+int64_t tfg_session_replays(const tfg_session *s);
 
 #endif

@@ -38,11 +38,25 @@ expect dropout-single 0 "$TFG" run --devices host*2 "$tmp/drop1.tfg"
 expect dropout-mirrored 0 "$TFG" run --devices host*2 "$tmp/drop2.tfg" && same dropout-mirrored "$tmp/drop2" "$tmp/drop1"
 grep -q dropout "$tmp/drop2.tfg" && ok || ko "strategies dropout: the program has no dropout"
 
+# captured runs (CUDA Graphs' path, emulated by host devices with
+# TFG_HOST_GRAPHS=1, runtime/backend.h): the mirrored dropout model and
+# the data x model split below, trained with replays, equal the plain
+# runs bit for bit (tolerance 0: a replay queues the very operations the
+# capture recorded, in their order, on the same memory)
+sed "s|drop2.safetensors|graph2.safetensors|" "$tmp/drop2.tfg" >"$tmp/graph2.tfg"
+expect graphs-mirrored 0 env TFG_HOST_GRAPHS=1 "$TFG" run --devices host*2 "$tmp/graph2.tfg" &&
+  if python3 "$ROOT/tests/ckpt_compare.py" "$tmp/graph2.safetensors" "$tmp/drop2.safetensors" 0 >"$tmp/cmp" 2>&1; then ok
+  else ko "strategies graphs-mirrored: $(cat "$tmp/cmp")"; fi
+
 # data x model parallel: two replicas, each split over two devices by pins
 mlp_program "$tmp/pinned" "adam(lr = 1e-2)" "" pinned
 mlp_program "$tmp/dxm" "adam(lr = 1e-2)" "mirrored([[gpu:0, gpu:1], [gpu:2, gpu:3]])" pinned
 expect single-pinned 0 "$TFG" run --devices host*4 "$tmp/pinned.tfg"
 expect data-x-model 0 "$TFG" run --devices host*4 "$tmp/dxm.tfg" && same data-x-model "$tmp/dxm" "$tmp/pinned"
+sed "s|dxm.safetensors|graphdxm.safetensors|" "$tmp/dxm.tfg" >"$tmp/graphdxm.tfg"
+expect graphs-data-x-model 0 env TFG_HOST_GRAPHS=1 "$TFG" run --devices host*4 "$tmp/graphdxm.tfg" &&
+  if python3 "$ROOT/tests/ckpt_compare.py" "$tmp/graphdxm.safetensors" "$tmp/dxm.safetensors" 0 >"$tmp/cmp" 2>&1; then ok
+  else ko "strategies graphs-data-x-model: $(cat "$tmp/cmp")"; fi
 contains data-x-model-log "$tmp/err" "step 20/20"
 
 # model parallel: the pinned model split over two devices, and unsplit

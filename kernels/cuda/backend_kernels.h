@@ -7,7 +7,8 @@
  *
  *   tfg_cuda_reduce_peer(dst, src, n, true, 0.5, stream);    // dst = (dst + src) * 0.5, f64
  *   tfg_cuda_scale(x, n, false, 0.25, stream);               // x = x * 0.25, f32
- *   tfg_cuda_check_finite(out, n, false, tag, flag, stream);  // f32 */
+ *   tfg_cuda_check_finite(out, n, false, tag, flag, stream);  // f32
+ *   tfg_cuda_set_step(block, 12, seed, stream);              // block->step = 12 */
 #ifndef TFG_KERNELS_CUDA_BACKEND_KERNELS_H
 #define TFG_KERNELS_CUDA_BACKEND_KERNELS_H
 
@@ -53,6 +54,14 @@ cudaError_t tfg_cuda_scale(void *x, size_t count, bool f64, double scale, cudaSt
 
 /* Scans x[0..n) (f64 when f64 is set, else f32) for NaN and Inf and
  * records the first in *flag under tag (nonzero). */
+/* Writes {step, seed} into the step block (kernels/cuda/cuda.h's
+ * tfg_cuda_step) in stream order: the values travel as kernel arguments,
+ * so calls may follow each other without waiting (a copy from one host
+ * buffer would read it when it runs, not when it was queued). */
+struct tfg_cuda_step;
+cudaError_t tfg_cuda_set_step(struct tfg_cuda_step *block, long long step, unsigned long long seed,
+                              cudaStream_t stream);
+
 cudaError_t tfg_cuda_check_finite(const void *x, size_t n, bool f64, unsigned long long tag,
                                   tfg_cuda_numerics *flag, cudaStream_t stream);
 

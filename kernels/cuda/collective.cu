@@ -2,8 +2,8 @@
  * (kernels/cuda/backend_kernels.h): reduce_peer's elementwise
  * dst = (dst + src) * scale, which the ring all-reduce of
  * runtime/collective.c is built from on GPUs, the x * scale that follows
- * an NCCL sum when the scale is not NCCL's own mean, and the NaN/Inf scan
- * of --check-numerics.
+ * an NCCL sum when the scale is not NCCL's own mean, the NaN/Inf scan
+ * of --check-numerics, and set_step's one-thread write of the step block.
  *
  * Both are grid-stride loops over 64-bit indices with a grid of a few
  * waves of the device's multiprocessors. The reduction rounds like the
@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "kernels/cuda/backend_kernels.h"
+#include "kernels/cuda/cuda.h"
 
 namespace {
 
@@ -99,5 +100,16 @@ extern "C" cudaError_t tfg_cuda_check_finite(const void *x, size_t n, bool f64, 
     check_finite<double><<<b, THREADS, 0, stream>>>((const double *)x, n, tag, flag);
   else
     check_finite<float><<<b, THREADS, 0, stream>>>((const float *)x, n, tag, flag);
+  return cudaGetLastError();
+}
+
+static __global__ void set_step(tfg_cuda_step *block, long long step, unsigned long long seed) {
+  block->step = step;
+  block->seed = seed;
+}
+
+extern "C" cudaError_t tfg_cuda_set_step(tfg_cuda_step *block, long long step, unsigned long long seed,
+                                         cudaStream_t stream) {
+  set_step<<<1, 1, 0, stream>>>(block, step, seed);
   return cudaGetLastError();
 }

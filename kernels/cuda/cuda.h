@@ -50,6 +50,16 @@ typedef struct tfg_cuda_error {
 
 enum { TFG_CUDA_E_NONE, TFG_CUDA_E_ID_RANGE, TFG_CUDA_E_LABEL_RANGE, TFG_CUDA_E_DIV_ZERO };
 
+/* The run's training step and seed in device memory (tfg_cuda_ctx.step).
+ * A CUDA Graph replays its kernels with the arguments they were captured
+ * with, so a kernel whose work changes with the step (Adam's bias
+ * corrections, SGD's first step, dropout's mask) reads them here; the
+ * backend's set_step (runtime/backend.h) writes them before each run. */
+typedef struct tfg_cuda_step {
+  long long step;         /* from 1 while training; ctx->step at the launch may be stale */
+  unsigned long long seed; /* the train action's seed */
+} tfg_cuda_step;
+
 /* What a CUDA kernel needs beyond its tensors: one per logical device,
  * owned by the backend. */
 typedef struct tfg_cuda_ctx {
@@ -62,6 +72,7 @@ typedef struct tfg_cuda_ctx {
   size_t workspace_bytes;
   bool tf32;                  /* --tf32: f32 matrix products may use TF32 */
   tfg_cuda_error *error;      /* device memory: the first data error */
+  const tfg_cuda_step *step;  /* device memory: this run's step and seed */
   int sms;                    /* multiprocessors, for grid sizes */
 } tfg_cuda_ctx;
 

@@ -118,7 +118,7 @@ static tfg_status cuda_unary(tfg_kernel_ctx *ctx, const tfg_node *node, const tf
  * divisor gives 0 and raises the device error flag. */
 template <int OP, typename T, typename TO, typename I>
 static __global__ void binary_kernel(tfg_index_map ix, const T *a, const T *b, TO *o, int64_t n,
-                                     tfg_cuda_error *err) {
+                                     tfg_cuda_error *err, int node) {
   constexpr bool int_div = OP == TFG_OP_DIV && std::is_integral<T>::value;
   bool zero = false;
   TFG_CUDA_LOOP(i, n) {
@@ -134,7 +134,7 @@ static __global__ void binary_kernel(tfg_index_map ix, const T *a, const T *b, T
       o[i] = tfg_em_binary(OP, x, y);
     }
   }
-  if (int_div && zero) tfg_cuda_flag(err, TFG_CUDA_E_DIV_ZERO, -1, 0, 0);
+  if (int_div && zero) tfg_cuda_flag(err, TFG_CUDA_E_DIV_ZERO, node, 0, 0);
 }
 
 template <int OP, typename T, typename TO>
@@ -143,8 +143,9 @@ static tfg_status launch_binary(tfg_kernel_ctx *ctx, const tfg_index_map &ix, co
   const T *a = (const T *)in[0].data, *b = (const T *)in[1].data;
   TO *o = (TO *)out->data;
   tfg_cuda_error *err = tfg_cuda_of(ctx)->error;
-  if (tfg_cuda_fits32(n)) return TFG_CUDA_LAUNCH(ctx, n, binary_kernel<OP, T, TO, uint32_t>, ix, a, b, o, n, err);
-  return TFG_CUDA_LAUNCH(ctx, n, binary_kernel<OP, T, TO, uint64_t>, ix, a, b, o, n, err);
+  if (tfg_cuda_fits32(n))
+    return TFG_CUDA_LAUNCH(ctx, n, binary_kernel<OP, T, TO, uint32_t>, ix, a, b, o, n, err, (int)ctx->node);
+  return TFG_CUDA_LAUNCH(ctx, n, binary_kernel<OP, T, TO, uint64_t>, ix, a, b, o, n, err, (int)ctx->node);
 }
 
 /* The op switch for inputs of type T (f32 f64 i32 i64). POW is only
@@ -412,16 +413,20 @@ TFG_HD T dropout_one(T x, uint64_t seed, int64_t i, double rate, double scale) {
   return tfg_rng_uniform(seed, (uint64_t)i) >= rate ? (T)TFG_RN_MUL64((double)x, scale) : (T)0;
 }
 
+/* The mask's stream comes from the step block (tfg_cuda_ctx.step): a
+ * replayed CUDA Graph keeps the kernel's arguments, and the mask changes
+ * with the step. */
 template <typename T>
-static __global__ void dropout_kernel(const T *x, T *y, int64_t n, uint64_t seed, int64_t offset, double rate,
-                                      double scale) {
+static __global__ void dropout_kernel(const T *x, T *y, int64_t n, uint64_t op_seed, const tfg_cuda_step *st,
+                                      int64_t offset, double rate, double scale) {
+  uint64_t seed = tfg_rng_dropout_stream(op_seed, st->seed, st->step);
   TFG_CUDA_LOOP(i, n) y[i] = dropout_one<T>(x[i], seed, offset + i, rate, scale);
 }
 
 /* DROPOUT (the CPU's tfg_cpu_dropout): identity unless ctx->training;
  * then keeps each element with probability 1 - rate (rate = attrs.value)
- * from the stream tfg_rng_dropout_stream(attrs.seed, ctx->seed,
- * ctx->step) at counter attrs.start + i, and scales the kept ones by
+ * from the stream tfg_rng_dropout_stream(attrs.seed, seed, step) (the
+ * run's seed and step from the step block) at counter attrs.start + i, and scales the kept ones by
  * 1 / (1 - rate); rate 1 gives zeros. f32 and f64. */
 static tfg_status cuda_dropout(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
   const tfg_tensor *x = &in[0];
@@ -446,13 +451,12 @@ static tfg_status cuda_dropout(tfg_kernel_ctx *ctx, const tfg_node *node, const 
     TFG_CUDA_CHECK(ctx, cudaMemsetAsync(out->data, 0, bytes, cx->stream));
     return TFG_OK;
   }
-  uint64_t seed = tfg_rng_dropout_stream(node->attrs.seed, ctx->seed, ctx->step);
   double scale = 1.0 / (1.0 - rate);
   if (x->dtype == TFG_DTYPE_F32)
-    return TFG_CUDA_LAUNCH(ctx, n, dropout_kernel<float>, (const float *)x->data, (float *)out->data, n, seed,
-                           node->attrs.start, rate, scale);
-  return TFG_CUDA_LAUNCH(ctx, n, dropout_kernel<double>, (const double *)x->data, (double *)out->data, n, seed,
-                         node->attrs.start, rate, scale);
+    return TFG_CUDA_LAUNCH(ctx, n, dropout_kernel<float>, (const float *)x->data, (float *)out->data, n,
+                           node->attrs.seed, cx->step, node->attrs.start, rate, scale);
+  return TFG_CUDA_LAUNCH(ctx, n, dropout_kernel<double>, (const double *)x->data, (double *)out->data, n,
+                         node->attrs.seed, cx->step, node->attrs.start, rate, scale);
 }
 
 /* ---- registration ------------------------------------------------------------- */

@@ -10,11 +10,19 @@
  * i of each is updated by one thread from element i of the others, as
  * the CPU's flat loops do (a grid-stride loop, 64-bit).
  *
- * Numerics: the scalars (formed on the host in double and rounded once to
- * the dtype) and the per-element formulas are the CPU's own,
- * kernels/optim_math.h, whose + - * / and sqrt are IEEE-rounded and never
- * contracted into an FMA on the device either. The results therefore
- * equal the CPU's bit for bit. */
+ * The step. A replayed CUDA Graph keeps its kernels' arguments, so what
+ * changes with the step is read on the device from the backend's step
+ * block (tfg_cuda_ctx.step, written before each run): SGD's first-step
+ * flag and Adam's bias corrections are formed there (tfg_sgd_at,
+ * tfg_adam_at), as PyTorch's capturable Adam does. ctx->step is only
+ * checked on the host (it must count from 1).
+ *
+ * Numerics: the scalars (formed in double and rounded once to the dtype)
+ * and the per-element formulas are the CPU's own, kernels/optim_math.h,
+ * whose + - * / and sqrt are IEEE-rounded and never contracted into an
+ * FMA on the device either. SGD therefore equals the CPU bit for bit;
+ * Adam does too unless CUDA's pow (2 ulp) and glibc's differ in a bias
+ * correction by enough to change its rounding to the dtype. */
 #include "kernels/cuda/common.cuh"
 
 #include "kernels/optim_math.h"
@@ -48,16 +56,20 @@ static tfg_status check_step(tfg_kernel_ctx *ctx, const char *what) {
 /* ---- SGD ------------------------------------------------------------------ */
 
 /* torch.optim.SGD per element: kernels/optim_math.h's step, the CPU's. */
-static __global__ void sgd_f32(float *p, const float *grad, float *buf, int64_t n, tfg_sgd_f32 s) {
+static __global__ void sgd_f32(float *p, const float *grad, float *buf, int64_t n, tfg_sgd_f32 s,
+                               const tfg_cuda_step *st) {
+  s = tfg_sgd_at_f32(s, st->step);
   TFG_CUDA_LOOP(i, n) tfg_sgd_step_f32(s, p, grad, buf, i);
 }
 
-static __global__ void sgd_f64(double *p, const double *grad, double *buf, int64_t n, tfg_sgd_f64 s) {
+static __global__ void sgd_f64(double *p, const double *grad, double *buf, int64_t n, tfg_sgd_f64 s,
+                               const tfg_cuda_step *st) {
+  s = tfg_sgd_at_f64(s, st->step);
   TFG_CUDA_LOOP(i, n) tfg_sgd_step_f64(s, p, grad, buf, i);
 }
 
-/* SGD_UPDATE: (param, grad, momentum_buf) updated in place at step
- * ctx->step (from 1; step 1 sets the buffer to the gradient); the buffer
+/* SGD_UPDATE: (param, grad, momentum_buf) updated in place at the step
+ * (from 1; step 1 sets the buffer to the gradient); the buffer
  * is neither read nor written (and may be absent) when momentum is 0. */
 static tfg_status cuda_sgd_update(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
   (void)out;
@@ -73,25 +85,29 @@ static tfg_status cuda_sgd_update(tfg_kernel_ctx *ctx, const tfg_node *node, con
   void *buf = mom ? in[2].data : NULL;
   if (in[0].dtype == TFG_DTYPE_F32)
     return TFG_CUDA_LAUNCH(ctx, n, sgd_f32, (float *)in[0].data, (const float *)in[1].data, (float *)buf, n,
-                           tfg_sgd_setup_f32(a, ctx->step));
+                           tfg_sgd_setup_f32(a, ctx->step), tfg_cuda_of(ctx)->step);
   return TFG_CUDA_LAUNCH(ctx, n, sgd_f64, (double *)in[0].data, (const double *)in[1].data, (double *)buf, n,
-                         tfg_sgd_setup_f64(a, ctx->step));
+                         tfg_sgd_setup_f64(a, ctx->step), tfg_cuda_of(ctx)->step);
 }
 
 /* ---- Adam, AdamW ---------------------------------------------------------- */
 
 /* torch.optim.Adam / AdamW per element: kernels/optim_math.h's step, the
  * CPU's. */
-static __global__ void adam_f32(float *p, const float *grad, float *m, float *v, int64_t n, tfg_adam_f32 s) {
+static __global__ void adam_f32(float *p, const float *grad, float *m, float *v, int64_t n, tfg_adam_f32 s,
+                                const tfg_cuda_step *st) {
+  s = tfg_adam_at_f32(s, st->step);
   TFG_CUDA_LOOP(i, n) tfg_adam_step_f32(s, p, grad, m, v, i);
 }
 
-static __global__ void adam_f64(double *p, const double *grad, double *m, double *v, int64_t n, tfg_adam_f64 s) {
+static __global__ void adam_f64(double *p, const double *grad, double *m, double *v, int64_t n, tfg_adam_f64 s,
+                                const tfg_cuda_step *st) {
+  s = tfg_adam_at_f64(s, st->step);
   TFG_CUDA_LOOP(i, n) tfg_adam_step_f64(s, p, grad, m, v, i);
 }
 
 /* ADAM_UPDATE: (param, grad, m, v) updated in place, torch.optim.Adam, or
- * AdamW when attrs.opt.decoupled, at step t = ctx->step (from 1). */
+ * AdamW when attrs.opt.decoupled, at the step t (from 1). */
 static tfg_status cuda_adam_update(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
   (void)out;
   const tfg_attrs *a = &node->attrs;
@@ -104,9 +120,9 @@ static tfg_status cuda_adam_update(tfg_kernel_ctx *ctx, const tfg_node *node, co
   if (n == 0) return TFG_OK;
   if (in[0].dtype == TFG_DTYPE_F32)
     return TFG_CUDA_LAUNCH(ctx, n, adam_f32, (float *)in[0].data, (const float *)in[1].data, (float *)in[2].data,
-                           (float *)in[3].data, n, tfg_adam_setup_f32(a, ctx->step));
+                           (float *)in[3].data, n, tfg_adam_setup_f32(a, ctx->step), tfg_cuda_of(ctx)->step);
   return TFG_CUDA_LAUNCH(ctx, n, adam_f64, (double *)in[0].data, (const double *)in[1].data, (double *)in[2].data,
-                         (double *)in[3].data, n, tfg_adam_setup_f64(a, ctx->step));
+                         (double *)in[3].data, n, tfg_adam_setup_f64(a, ctx->step), tfg_cuda_of(ctx)->step);
 }
 
 /* ---- ALLREDUCE (a group of one) ------------------------------------------- */

@@ -118,7 +118,9 @@ static const tol T_MATH = {TOL_REL, 1e-5, 1e-12, 0};
 static const tol T_NN = {TOL_REL, 1e-4, 1e-12, 1e-3};
 /* Optimizer updates: a dozen roundings per element per step, and nvcc
  * contracts a * b + c into one FMA where the CPU (ISO C, no contraction)
- * rounds twice: an ulp or two per operation over three steps. The state
+ * rounds twice: an ulp or two per operation over three steps; Adam's bias
+ * corrections are formed on the device with CUDA's pow (within 2 ulp of
+ * glibc's, kernels/optim_math.h), an ulp of the step size. The state
  * (m, the momentum buffer) can cancel to near zero: floor 1e-3. */
 static const tol T_OPTIM = {TOL_REL, 1e-5, 1e-12, 1e-3};
 /* Matrix products and convolutions, against (|A| |B|): f32 without TF32
@@ -487,6 +489,8 @@ static tfg_status run_backend(const tcase *c, const tfg_node *nd, tfg_tensor *in
     if (obytes) b->i.copy_from_host(b, s, dout.data, poison, obytes);
     for (int l = 0; l < c->launches; l++) {
       ctx[l] = (tfg_kernel_ctx){.training = c->training, .step = c->step + l, .seed = c->seed};
+      /* a GPU's kernels read the step on the device (backend.h's set_step), as the executor sets it */
+      if (b->i.set_step) b->i.set_step(b, s, ctx[l].step, ctx[l].seed);
       b->i.launch(b, s, fn, &ctx[l], nd, din, &dout);
     }
     if (obytes) b->i.copy_to_host(b, s, out->data, dout.data, obytes);

@@ -11,8 +11,10 @@
  * run with one located error (and no hang: a hang is a Check timeout);
  * params written, read and trained on gpu:1 against hand-computed
  * values; a mirrored step keeps every replica's params bit-identical and
- * matches the single-device step; and a traced run has slices on both
- * devices' tracks. */
+ * matches the single-device step; a traced run has slices on both
+ * devices' tracks; and runs replayed from captures (CUDA Graphs, as host
+ * devices emulate them) equal plain runs bit for bit, across fetch sets,
+ * and report a failure where it began. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,6 +107,12 @@ static const char FORWARD[] = "a = normal([16, 32], seed = 1)\n"            /* 1
                               "}\n"                                         /* 10 */
                               "print h, y, z, s\n";                         /* 11 */
 
+/* FORWARD built over host*2, and the four tensors it prints. */
+static void build_forward(built *b, tfg_node_id fetch[4]) {
+  build(b, FORWARD, "host*2");
+  for (int i = 0; i < 4; i++) fetch[i] = printed(b, i);
+}
+
 /* Bitwise: both sessions run the same CPU kernels (the host backend runs
  * the registry's CPU kernel) on the same input bits in the same order,
  * with the same kernel thread count (.threads = 2): tfg's parallel_for
@@ -113,9 +121,8 @@ static const char FORWARD[] = "a = normal([16, 32], seed = 1)\n"            /* 1
  * on which device or arena address ran it. Copies are memcpy. */
 START_TEST(two_devices_same_bits) {
   built b;
-  build(&b, FORWARD, "host*2");
   tfg_node_id fetch[4];
-  for (int i = 0; i < 4; i++) fetch[i] = printed(&b, i);
+  build_forward(&b, fetch);
   /* the program really spans both devices */
   ck_assert_int_eq(tfg_placement_device(b.pl, fetch[0]), 1);
   ck_assert_int_eq(tfg_placement_device(b.pl, fetch[1]), 2);
@@ -529,9 +536,8 @@ END_TEST
  * {"name":N,"cat":C,"ph":"X","pid":DEVICE,"tid":STREAM,...}. */
 START_TEST(trace_has_both_devices) {
   built b;
-  build(&b, FORWARD, "host*2");
   tfg_node_id fetch[4];
-  for (int i = 0; i < 4; i++) fetch[i] = printed(&b, i);
+  build_forward(&b, fetch);
   tfg_trace *tr = tfg_trace_new();
   tfg_session *s = open_session(&b, true, (tfg_session_opts){.threads = 1, .trace = tr});
   tfg_tensor out[4];
@@ -563,6 +569,136 @@ START_TEST(trace_has_both_devices) {
 }
 END_TEST
 
+/* ---- 9. captured runs (CUDA Graphs, emulated by host devices) ------------------------
+ * TFG_HOST_GRAPHS=1 (runtime/backend.h) gives host backends made while it
+ * is set the capture entries: the executor then runs gpu:0 and gpu:1
+ * through its CUDA Graphs path (cpu:0 feeding them), which is the GPU's
+ * path but for the backend: a key's first run plain, its second captured
+ * and replayed, the later ones replayed, host values through stages. */
+
+static void host_graphs(bool on) {
+  if (on)
+    setenv("TFG_HOST_GRAPHS", "1", 1);
+  else
+    unsetenv("TFG_HOST_GRAPHS");
+}
+
+/* Five mirrored SGD steps with another batch each step (a stage that was
+ * not refilled would replay the first batch) against the same steps
+ * without capture: the same bits every step, since a replay queues the
+ * very operations the capture recorded, in the same order, on the same
+ * memory; and 4 of the 5 runs were replays. */
+START_TEST(replays_equal_plain_runs) {
+  trainer g, p;
+  host_graphs(true);
+  trainer_open(&g, "; strategy = mirrored([gpu:0, gpu:1])");
+  host_graphs(false);
+  trainer_open(&p, "; strategy = mirrored([gpu:0, gpu:1])");
+  for (int k = 1; k <= 5; k++) {
+    float xv[8 * 3], yv[8 * 2];
+    for (int i = 0; i < 24; i++) xv[i] = (float)sin(0.7 * i + 0.3 * k);
+    for (int i = 0; i < 16; i++) yv[i] = (float)cos(1.1 * i - 0.2 * k);
+    double lg, lp;
+    trainer_step(&g, k, xv, yv, &lg);
+    trainer_step(&p, k, xv, yv, &lp);
+    ck_assert_msg(memcmp(&lg, &lp, sizeof lg) == 0, "step %d: loss %.9g replayed, %.9g plain", k, lg, lp);
+  }
+  ck_assert_int_eq(tfg_session_replays(g.s), 4);
+  ck_assert_int_eq(tfg_session_replays(p.s), 0);
+  const tfg_train_step *st = &g.b.steps[0];
+  for (int i = 0; i < st->nparams; i++) {
+    float a[6], b[6];
+    tfg_session_read(g.s, st->params[i], a);
+    tfg_session_read(p.s, st->params[i], b);
+    ck_assert_msg(memcmp(a, b, sizeof(float) * (size_t)tfg_shape_numel(&N(&g.b, st->params[i])->shape)) == 0,
+                  "%s differs after replays", N(&g.b, st->params[i])->name);
+  }
+  trainer_close(&g);
+  trainer_close(&p);
+}
+END_TEST
+
+/* Ten fetch sets (more than the executor's eight cached captures), each
+ * run three times, interleaved: every result equals a plain session's,
+ * bit for bit, whichever capture served it, one was evicted or not. */
+START_TEST(many_keys_evict) {
+  built b;
+  tfg_node_id all[4];
+  build_forward(&b, all);
+  host_graphs(true);
+  tfg_session *g = open_session(&b, true, (tfg_session_opts){.threads = 2});
+  host_graphs(false);
+  tfg_session *p = open_session(&b, true, (tfg_session_opts){.threads = 2});
+  /* key k fetches the nodes of the bits of k + 1 (1..10 over 4 nodes), one
+   * of them twice when k is odd (duplicates are one key) */
+  for (int round = 0; round < 3; round++)
+    for (int k = 0; k < 10; k++) {
+      tfg_node_id fetch[5];
+      int n = 0;
+      for (int i = 0; i < 4; i++)
+        if ((k + 1) >> i & 1) fetch[n++] = all[i];
+      if (k % 2) fetch[n++] = fetch[0];
+      tfg_tensor og[5], op[5];
+      ck_assert_msg(tfg_session_run(g, fetch, n, og) == TFG_OK, "%s", test_render(b.d, false));
+      ck_assert_int_eq(tfg_session_run(p, fetch, n, op), TFG_OK);
+      for (int i = 0; i < n; i++)
+        ck_assert_msg(memcmp(og[i].data, op[i].data, nbytes(&op[i])) == 0, "round %d key %d fetch %d differs", round,
+                      k, i);
+    }
+  /* the ten keys each ran three times; with eight slots in LRU order every
+   * key is evicted before it comes back, so none is ever replayed... */
+  ck_assert_int_eq(tfg_session_replays(g), 0);
+  /* ...while a key run back to back is: runs 2 and 3 */
+  for (int r = 0; r < 3; r++) {
+    tfg_tensor og[4];
+    ck_assert_int_eq(tfg_session_run(g, all, 4, og), TFG_OK);
+  }
+  ck_assert_int_eq(tfg_session_replays(g), 2);
+  ck_assert_int_eq(tfg_diag_error_count(b.d), 0);
+  tfg_session_free(g);
+  tfg_session_free(p);
+  program_free(&b);
+}
+END_TEST
+
+static const char BAD_ID[] = "input ids: i32[2]\n"                                    /* 1 */
+                             "table = tensor([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]])\n" /* 2 */
+                             "with gpu:1 { e = embedding(table, ids) * 2.0 }\n"       /* 3 */
+                             "print e\n";                                             /* 4 */
+
+/* A data error that only the third run's feed has, found while that run
+ * replays a capture: one located error at the op (line 3), as without
+ * capture; and the runs before gave the right values from their feeds. */
+START_TEST(replay_failure_located) {
+  built b;
+  build(&b, BAD_ID, "host*2");
+  tfg_node_id ids = named(&b, "ids"), e = printed(&b, 0);
+  host_graphs(true);
+  tfg_session *s = open_session(&b, true, (tfg_session_opts){.threads = 1});
+  host_graphs(false);
+  const int32_t feeds[3][2] = {{2, 0}, {1, 2}, {0, 7}};
+  for (int r = 0; r < 3; r++) {
+    tfg_node_id vn[1] = {ids};
+    const void *vv[1] = {feeds[r]};
+    tfg_run_opts ro = {.nvalues = 1, .value_nodes = vn, .values = vv};
+    tfg_tensor out[1];
+    tfg_status st = tfg_session_run_with(s, &e, 1, out, &ro);
+    if (r < 2) {
+      ck_assert_msg(st == TFG_OK, "%s", test_render(b.d, false));
+      const float *v = out[0].data;
+      for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) ck_assert(v[i * 2 + j] == 2.0f * (float)(feeds[r][i] * 2 + j)); /* exact */
+    } else {
+      ck_assert_int_eq(st, TFG_ERR_NUMERIC);
+      expect_one_error(&b, 3, (const char *const[]){"embedding on gpu:1 failed", "id 7", NULL});
+    }
+  }
+  ck_assert_int_eq(tfg_session_replays(s), 2); /* runs 2 and 3 (whose replay failed) */
+  tfg_session_free(s);
+  program_free(&b);
+}
+END_TEST
+
 Suite *suite_exec(void) {
   Suite *s = suite_create("exec");
   TCase *tc = tcase_create("runs");
@@ -584,6 +720,12 @@ Suite *suite_exec(void) {
   tcase_set_timeout(tc, 30);
   tcase_add_unchecked_fixture(tc, scratch_make, scratch_remove);
   tcase_add_test(tc, trace_has_both_devices);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("graphs");
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, replays_equal_plain_runs);
+  tcase_add_test(tc, many_keys_evict);
+  tcase_add_test(tc, replay_failure_located);
   suite_add_tcase(s, tc);
   return s;
 }
