@@ -1069,10 +1069,9 @@ tfg_status tfg_exec_run(tfg_exec *x, const tfg_node_id *fetch, int nfetch, void 
     /* The feeders first, to the end: what they computed is staged. */
     queue_run(x, WALK_FEEDERS, ro, fetch, nfetch, out);
     first = sync_report(x, WALK_FEEDERS, d);
-    if (first != TFG_OK) {
-    } else if (gr->runs++ == 0 || gr->refused) {
+    if (first == TFG_OK && (gr->runs++ == 0 || gr->refused)) {
       queue_run(x, WALK_CAPTURED, ro, fetch, nfetch, out); /* the first run warms up: plain */
-    } else {
+    } else if (first == TFG_OK) {
       if (!gr->r) capture(x, gr, ro, fetch, nfetch, out, d);
       if (gr->r) {
         replay(x, gr, ro);

@@ -404,6 +404,7 @@ tfg_status tfg_train_group(tfg_session *s, const tfg_program *p, const tfg_actio
   tfg_tensor *out = malloc(sizeof *out * (size_t)(nf + 1));
   TFG_ASSERT(fetch && out);
   double t0 = now();
+  int64_t replays0 = tfg_session_replays(s);
   for (int i = 0; i < njobs; i++) jobs[i].tlog = t0;
   for (int64_t k = 0; k < most && r == TFG_OK; k++) {
     for (int first = 0; first < njobs && r == TFG_OK;) {
@@ -442,10 +443,14 @@ tfg_status tfg_train_group(tfg_session *s, const tfg_program *p, const tfg_actio
       first = next;
     }
   }
+  int64_t replayed = tfg_session_replays(s) - replays0; /* steps replayed from CUDA Graphs (exec.h) */
   for (int i = 0; i < njobs && r == TFG_OK; i++)
     if (jobs[i].b.feed) r = evaluate(s, p, &st[i], &jobs[i].b, jobs[i].c.steps, jobs[i].who, o->log);
-  if (r == TFG_OK && !o->quiet && njobs == 1 && jobs[0].c.steps > jobs[0].start)
-    fprintf(o->log, "trained %" PRId64 " steps in %.3f s\n", jobs[0].c.steps - jobs[0].start, now() - t0);
+  if (r == TFG_OK && !o->quiet && njobs == 1 && jobs[0].c.steps > jobs[0].start) {
+    fprintf(o->log, "trained %" PRId64 " steps in %.3f s", jobs[0].c.steps - jobs[0].start, now() - t0);
+    if (replayed > 0) fprintf(o->log, " (%" PRId64 " replayed from a captured graph)", replayed);
+    fputc('\n', o->log);
+  }
   if (r == TFG_OK && !o->quiet && njobs > 1) fprintf(o->log, "trained %d models together in %.3f s\n", njobs, now() - t0);
   for (int i = 0; i < opened; i++) job_close(&jobs[i]);
   free(jobs);

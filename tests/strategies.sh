@@ -45,6 +45,7 @@ grep -q dropout "$tmp/drop2.tfg" && ok || ko "strategies dropout: the program ha
 # capture recorded, in their order, on the same memory)
 sed "s|drop2.safetensors|graph2.safetensors|" "$tmp/drop2.tfg" >"$tmp/graph2.tfg"
 expect graphs-mirrored 0 env TFG_HOST_GRAPHS=1 "$TFG" run --devices host*2 "$tmp/graph2.tfg" &&
+  contains graphs-replayed "$tmp/err" "(19 replayed from a captured graph)" &&
   if python3 "$ROOT/tests/ckpt_compare.py" "$tmp/graph2.safetensors" "$tmp/drop2.safetensors" 0 >"$tmp/cmp" 2>&1; then ok
   else ko "strategies graphs-mirrored: $(cat "$tmp/cmp")"; fi
 
