@@ -1093,6 +1093,19 @@ static void cuda_set_trace(tfg_backend *b, tfg_trace *t) {
   cb->trace = t;
 }
 
+/* Makes s's workspace (on its first launch). A capture may be the first
+ * to launch on s (a key whose plain run never reached it): cudaMalloc is
+ * refused while this thread captures, so the mode is relaxed for the
+ * call; the memory is s's, not the graph's. */
+static bool stream_workspace(tfg_stream *s, tfg_strbuf *why) {
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cuda_quiet(cudaThreadExchangeStreamCaptureMode(&mode));
+  bool ok = CUDA_OK(cudaMalloc(&s->workspace, WORKSPACE_BYTES), why);
+  cuda_quiet(cudaThreadExchangeStreamCaptureMode(&mode));
+  if (!ok) s->workspace = NULL;
+  return ok;
+}
+
 /* Runs fn on the caller's thread (it queues GPU work; see the top). */
 static void cuda_launch(tfg_backend *b, tfg_stream *s, tfg_kernel_fn fn, tfg_kernel_ctx *ctx, const tfg_node *node,
                         const tfg_tensor *in, tfg_tensor *out) {
@@ -1103,8 +1116,7 @@ static void cuda_launch(tfg_backend *b, tfg_stream *s, tfg_kernel_fn fn, tfg_ker
   }
   if (s->status != TFG_OK) return;
   tfg_strbuf why = {0};
-  bool ok = CUDA_OK(cudaSetDevice(cb->gpu), &why) &&
-            (s->workspace || CUDA_OK(cudaMalloc(&s->workspace, WORKSPACE_BYTES), &why)) &&
+  bool ok = CUDA_OK(cudaSetDevice(cb->gpu), &why) && (s->workspace || stream_workspace(s, &why)) &&
             CUBLAS_OK(cublasSetStream(cb->cx.cublas, s->s), &why) &&
             CUBLAS_OK(cublasSetWorkspace(cb->cx.cublas, s->workspace, WORKSPACE_BYTES), &why) &&
             CUDNN_OK(cudnnSetStream(cb->cx.cudnn, s->s), &why);
@@ -1262,14 +1274,21 @@ struct tfg_replay {
 };
 
 /* Pinned and portable: every GPU's copies may use it (a captured copy
- * must: pageable memory cannot be captured). */
+ * must: pageable memory cannot be captured). The executor allocates
+ * stages while it captures, where cudaHostAlloc is refused
+ * (cudaErrorStreamCaptureUnsupported) unless this thread's capture mode
+ * is relaxed for the call, as PyTorch's host allocator does: the memory
+ * is not part of the graph and outlives it. */
 static void *cuda_host_alloc(tfg_backend *b, size_t bytes) {
   void *p = NULL;
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cuda_quiet(cudaThreadExchangeStreamCaptureMode(&mode));
   if (cudaSetDevice(cuda_of(b)->gpu) != cudaSuccess ||
       cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable) != cudaSuccess) {
     (void)cudaGetLastError();
-    return NULL;
+    p = NULL;
   }
+  cuda_quiet(cudaThreadExchangeStreamCaptureMode(&mode));
   return p;
 }
 

@@ -407,7 +407,8 @@ static void make_fused(tfg_exec *x) {
  * and which devices: those whose backend can capture, but cpu:0 (the
  * host feeding them). Every other used device must be a feeder a capture
  * can run before: host memory, never waiting for or copying from a
- * captured device, in no bucket with one. Off with TFG_CUDA_GRAPHS=0,
+ * captured device, in no bucket with one; and every bucket's collective
+ * is the built-in ring (not NCCL: see below). Off with TFG_CUDA_GRAPHS=0,
  * --trace, --check-numerics and the fault hooks (each needs every launch
  * to go through the executor's walk). */
 static void graph_setup(tfg_exec *x, const tfg_exec_opts *o) {
@@ -443,8 +444,15 @@ static void graph_setup(tfg_exec *x, const tfg_exec_opts *o) {
       if (st->kind == TFG_PLAN_COPY) ok &= !x->captured[st->src];
     }
   }
-  for (int b = 0; b < p->nbuckets && ok; b++)
+  /* NCCL warns that capturing its collectives for several GPUs driven by
+   * one thread may deadlock at cudaGraphLaunch (its guide, "CUDA Graph
+   * support": multiple GPUs per process), which is how tfg drives them:
+   * only the built-in ring's collectives are captured. */
+  for (int b = 0; b < p->nbuckets && ok; b++) {
     for (int r = 0; r < p->buckets[b].nranks; r++) ok &= x->captured[p->buckets[b].devices[r]] != 0;
+    const tfg_coll *c = x->buckets[b].coll;
+    ok &= !c || strcmp(c->i.name((tfg_coll *)c), "ring") == 0;
+  }
   if (!ok || ncaptured == 0) return;
   x->stage = calloc((size_t)x->g->nnodes + 1, sizeof *x->stage);
   x->mark = calloc((size_t)x->g->nnodes + 1, 1);

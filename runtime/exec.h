@@ -57,8 +57,13 @@
  * set_step. A capture the backend refuses (a call that cannot be
  * captured) leaves that key plain with a warning. No captures at all:
  * TFG_CUDA_GRAPHS=0, --trace, --check-numerics, the fault hooks (each
- * needs every launch to pass through the walk), or a plan where a feeder
- * waits for a captured device (a parameter server on cpu:0, say).
+ * needs every launch to pass through the walk), a plan where a feeder
+ * waits for a captured device (a parameter server on cpu:0, say), or an
+ * all-reduce through NCCL (several physical GPUs: NCCL warns that their
+ * captured collectives, launched from one thread, may deadlock). The
+ * origin is the lowest-numbered captured device, so the final
+ * synchronize waits for the replay on its compute stream before any
+ * other captured stream reads the device's error flags.
  *
  * Fault injection (for tests, on any backend): with the environment
  * variables TFG_FAULT_DEVICE=I and TFG_FAULT_STEP=K set when the executor
