@@ -16,6 +16,7 @@ const char *tfg_status_str(tfg_status s) {
   case TFG_ERR_USAGE: return "usage error";
   case TFG_ERR_LIMIT: return "limit exceeded";
   case TFG_ERR_NOMEM: return "host memory exhausted";
+  case TFG_ERR_INTERRUPTED: return "interrupted";
   }
   return "unknown status";
 }
@@ -27,6 +28,7 @@ int tfg_status_exit_code(tfg_status s) {
   case TFG_ERR_PLACE: case TFG_ERR_LIMIT:
     return 1; /* the program is wrong: diagnostics say where */
   case TFG_ERR_USAGE: return 2;
+  case TFG_ERR_INTERRUPTED: return 130; /* as a shell reports a process ended by SIGINT */
   case TFG_ERR_OOM: case TFG_ERR_DEVICE: case TFG_ERR_IO:
   case TFG_ERR_NUMERIC: case TFG_ERR_NOMEM:
     return 3;

@@ -20,6 +20,7 @@ typedef enum tfg_status {
   TFG_ERR_USAGE,    /* bad command-line usage */
   TFG_ERR_LIMIT,    /* an input exceeds a documented limit (nesting, size) */
   TFG_ERR_NOMEM,    /* the host allocator failed */
+  TFG_ERR_INTERRUPTED, /* the user interrupted it (Ctrl-C): exit 130 */
 } tfg_status;
 
 /* Short lower-case name of a status ("syntax error"); never NULL. */

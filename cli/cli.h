@@ -26,7 +26,7 @@
 #include "runtime/session.h"
 
 /* Process exit codes (CLI.md). */
-enum { EXIT_PROGRAM = 1, EXIT_USAGE = 2, EXIT_RUNTIME = 3 };
+enum { EXIT_PROGRAM = 1, EXIT_USAGE = 2, EXIT_RUNTIME = 3, EXIT_INTERRUPTED = 130 };
 
 typedef struct cli_cmd {
   const char *name;
@@ -95,5 +95,13 @@ tfg_status cli_print_action(tfg_session *s, const tfg_program *p, const tfg_plan
 
 /* `tfg repl [FILE]` (cli/repl.c) with parsed options; returns the exit code. */
 int cli_repl(const cli_opts *o);
+
+/* Ctrl-C while actions run (on: from now; off: back to what it was).
+ * During a train, the first Ctrl-C asks it to stop after its step
+ * (tfg_train_interrupt: checkpoint written, TFG_ERR_INTERRUPTED) and
+ * says so on stderr; otherwise, or at a second Ctrl-C, SIGINT does what
+ * it did before (ends the process: a shell reports 130). A SIGINT the
+ * process was started ignoring stays ignored. */
+void cli_catch_interrupts(bool on);
 
 #endif

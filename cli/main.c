@@ -6,6 +6,7 @@
  * What the REPL (cli/repl.c) shares with them is declared in cli/cli.h. */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -375,6 +376,36 @@ static void cli_compiled_free(cli_compiled *c) {
   free(c->packed);
 }
 
+/* ---- Ctrl-C ------------------------------------------------------------------ */
+
+static struct sigaction prev_sigint;
+
+/* Async-signal-safe: atomics (tfg_train_interrupt), write, raise. */
+static void on_interrupt(int sig) {
+  if (tfg_train_interrupt()) {
+    static const char msg[] = "\ntfg: interrupt: stopping after this step (Ctrl-C again to quit)\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+    return;
+  }
+  sigaction(sig, &prev_sigint, NULL);
+  raise(sig);
+}
+
+void cli_catch_interrupts(bool on) {
+  if (on) {
+    sigaction(SIGINT, NULL, &prev_sigint);
+    if (prev_sigint.sa_handler == SIG_IGN) return; /* started ignoring it (nohup, a script's `&`): keep that */
+    struct sigaction sa = {0};
+    sa.sa_handler = on_interrupt;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &prev_sigint);
+  } else {
+    sigaction(SIGINT, &prev_sigint, NULL);
+  }
+}
+
 /* Runs the program's actions in order. Training steps (gradients,
  * updates, optimizer state, a strategy's replicas) are added to the graph
  * first, and the whole graph is placed and planned once; one session
@@ -405,6 +436,7 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
   tfg_session *s = rc == 0 ? tfg_session_new(p, d, &so) : NULL;
   if (!s && rc == 0) rc = EXIT_RUNTIME;
   tfg_train_opts to = {.log = stderr, .tty = isatty(STDERR_FILENO), .quiet = o->quiet};
+  cli_catch_interrupts(true);
   for (int i = 0; s && i < p->nactions && rc == 0;) {
     const tfg_action *a = &p->actions[i];
     tfg_status st;
@@ -422,9 +454,13 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
       }
       st = tfg_train_group(s, p, group, gsteps, n, &to, d);
     }
-    if (st != TFG_OK) rc = tfg_status_exit_code(st) == 1 ? EXIT_PROGRAM : EXIT_RUNTIME;
+    if (st != TFG_OK) {
+      int ec = tfg_status_exit_code(st);
+      rc = ec == 1 ? EXIT_PROGRAM : ec == EXIT_INTERRUPTED ? EXIT_INTERRUPTED : EXIT_RUNTIME;
+    }
     tfg_diag_render(d, stderr, color);
   }
+  cli_catch_interrupts(false);
   tfg_session_free(s);
   if (trace) {
     tfg_strbuf err = {0};

@@ -1029,7 +1029,10 @@ int cli_repl(const cli_opts *o) {
     checked_lines = nlines;
     checked_bytes = buf.len;
     if (unfinished(buf.data, buf.len)) continue;
-    if (r.tty) signal(SIGINT, SIG_DFL);
+    if (r.tty) { /* Ctrl-C stops a train (the input is then undone), else ends the session */
+      signal(SIGINT, SIG_DFL);
+      cli_catch_interrupts(true);
+    }
     if (eval_input(&r, buf.data, buf.len, first_line, mode) != TFG_OK) r.failed++;
     if (r.tty) listen_sigint(NULL);
     tfg_strbuf_clear(&buf);

@@ -8,8 +8,9 @@
 #include "runtime/train.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -379,6 +380,42 @@ static tfg_status job_after(job *j, tfg_session *s, const tfg_program *p, int64_
   return r;
 }
 
+/* ---- interrupts ------------------------------------------------------------------- */
+
+/* Lock-free atomics: async-signal-safe, so a SIGINT handler may stop a
+ * train. active: a train is running; stop: it was asked to stop. */
+static atomic_int train_active, train_stop;
+
+bool tfg_train_interrupt(void) {
+  if (!atomic_load(&train_active)) return false;
+  int was = atomic_exchange(&train_stop, 1);
+  return was == 0;
+}
+
+static void train_begin(void) {
+  atomic_store(&train_stop, 0);
+  atomic_store(&train_active, 1);
+}
+
+static void train_end(void) { atomic_store(&train_active, 0); }
+
+/* A stop was asked for: job j stops after its step j->done, with its
+ * checkpoint written when it has one and has made progress (the steps
+ * since the last checkpoint are kept). Reported at the train statement;
+ * TFG_ERR_INTERRUPTED, or the checkpoint's failure. */
+static tfg_status interrupted(job *j, tfg_session *s, const tfg_program *p, tfg_diag *d) {
+  tfg_status r = TFG_OK;
+  bool saved = j->c.checkpoint && j->done > j->start;
+  if (saved) r = save(s, p, j->st, &j->c, j->done, d);
+  if (r != TFG_OK) return r;
+  tfg_diag_error(d, &j->c.loc, "training interrupted after step %" PRId64 " of %" PRId64, j->done, j->c.steps);
+  if (saved)
+    tfg_diag_note(d, NULL, "%s holds step %" PRId64 ": running again resumes from it", j->c.checkpoint, j->done);
+  else if (j->c.checkpoint)
+    tfg_diag_note(d, NULL, "%s is as it was", j->c.checkpoint);
+  return TFG_ERR_INTERRUPTED;
+}
+
 /* ---- synchronous groups ------------------------------------------------------------- */
 
 tfg_status tfg_train_group(tfg_session *s, const tfg_program *p, const tfg_action *const *a, const tfg_train_step *st,
@@ -406,7 +443,13 @@ tfg_status tfg_train_group(tfg_session *s, const tfg_program *p, const tfg_actio
   double t0 = now();
   int64_t replays0 = tfg_session_replays(s);
   for (int i = 0; i < njobs; i++) jobs[i].tlog = t0;
+  train_begin();
   for (int64_t k = 0; k < most && r == TFG_OK; k++) {
+    if (atomic_load(&train_stop)) {
+      for (int i = 0; i < njobs && (r == TFG_OK || r == TFG_ERR_INTERRUPTED); i++)
+        if (jobs[i].done < jobs[i].c.steps) r = interrupted(&jobs[i], s, p, d);
+      break;
+    }
     for (int first = 0; first < njobs && r == TFG_OK;) {
       /* the jobs due for step k that share first's batching */
       int n = 0, in_run[64], nin = 0;
@@ -443,6 +486,7 @@ tfg_status tfg_train_group(tfg_session *s, const tfg_program *p, const tfg_actio
       first = next;
     }
   }
+  train_end();
   int64_t replayed = tfg_session_replays(s) - replays0; /* steps replayed from CUDA Graphs (exec.h) */
   for (int i = 0; i < njobs && r == TFG_OK; i++)
     if (jobs[i].b.feed) r = evaluate(s, p, &st[i], &jobs[i].b, jobs[i].c.steps, jobs[i].who, o->log);
@@ -511,6 +555,7 @@ static void *ps_work(void *arg) {
   for (int i = 0; i < n; i++) fetch[1 + nm + i] = st->worker_grads[wk->w * n + i];
   for (;;) {
     pthread_mutex_lock(&R->mu);
+    if (R->failed == TFG_OK && atomic_load(&train_stop)) R->failed = TFG_ERR_INTERRUPTED; /* reported by the caller */
     if (R->failed != TFG_OK || R->next >= R->j->c.steps) {
       pthread_mutex_unlock(&R->mu);
       break;
@@ -623,6 +668,7 @@ tfg_status tfg_train_ps(const tfg_program *p, const tfg_action *a, const tfg_tra
   double t0 = now();
   j.tlog = t0;
   int started = 0;
+  train_begin();
   for (int w = 0; w < W && r == TFG_OK; w++, started++)
     if (pthread_create(&wk[w].thread, NULL, ps_work, &wk[w]) != 0) {
       tfg_diag_error(d, &a->loc, "cannot start the thread of worker %d", w);
@@ -632,7 +678,13 @@ tfg_status tfg_train_ps(const tfg_program *p, const tfg_action *a, const tfg_tra
       break;
     }
   for (int w = 0; w < started; w++) pthread_join(wk[w].thread, NULL);
+  train_end();
   if (r == TFG_OK) r = R.failed;
+  if (r == TFG_ERR_INTERRUPTED) { /* the server's updates so far are the progress */
+    j.done = R.applied;
+    r = interrupted(&j, R.server, p, d);
+    if (r == TFG_ERR_INTERRUPTED) hand_over(R.server, main, p, st);
+  }
   /* Evaluate the server's params on worker 0's replica of the model. */
   if (r == TFG_OK && j.b.feed) {
     for (int i = 0; i < st->nparams; i++) {

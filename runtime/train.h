@@ -59,4 +59,13 @@ struct tfg_plan;
 tfg_status tfg_train_ps(const tfg_program *p, const tfg_action *a, const tfg_train_step *st, const struct tfg_plan *plan,
                         tfg_session *main, const tfg_session_opts *so, const tfg_train_opts *o, tfg_diag *d);
 
+/* Asks the train in progress (any of the above) to stop: it finishes its
+ * current step, writes its checkpoint when it has one, reports
+ * "training interrupted after step K of N" at the train statement and
+ * returns TFG_ERR_INTERRUPTED (a parameter server's workers stop taking
+ * steps; the server's params go back to main). Async-signal-safe: for a
+ * SIGINT handler. Returns false when no train is running, or a stop was
+ * asked for already (a second Ctrl-C: the caller may end the process). */
+bool tfg_train_interrupt(void);
+
 #endif

@@ -20,6 +20,23 @@ trap 'rm -rf "$tmp"' EXIT
 ok() { pass=$((pass + 1)); }
 ko() { fail=$((fail + 1)); echo "FAIL: $*"; }
 
+# py_checks NAME SCRIPT ARGS...: runs a Python test script that prints one
+# line per check, "ok CHECK" or "FAIL CHECK: why", and counts them (with
+# a 120 s limit; a script that prints no "ok" at all is a failure)
+py_checks() {
+  name=$1
+  shift
+  if ! command -v python3 >/dev/null 2>&1; then ko "$name: python3 is missing (make deps installs it)"; return; fi
+  timeout 120 python3 "$@" >"$tmp/py.out" 2>&1
+  while read -r word rest; do
+    case "$word" in
+      ok) ok ;;
+      FAIL) ko "$name $rest" ;;
+    esac
+  done <"$tmp/py.out"
+  grep -q '^ok ' "$tmp/py.out" || { ko "$name: $1 did not run"; tail -5 "$tmp/py.out"; }
+}
+
 # expect NAME WANT_RC CMD...: runs CMD, checks its exit code; output in
 # $tmp/out and $tmp/err for further checks (the end of stderr is shown
 # on a failure).

@@ -135,16 +135,5 @@ printf ':load /dev/null\n:load %s\n:type\n:time\n::\n:\n' "$tmp" >"$tmp/meta.in"
 hostile meta-args "$tmp/meta.in"
 
 # ---- 4. the terminal -------------------------------------------------------------
-if command -v python3 >/dev/null 2>&1; then
-  timeout 120 python3 "$ROOT/tests/repl_pty.py" "$TFG" >"$tmp/pty.out" 2>&1
-  while read -r word rest; do
-    case "$word" in
-      ok) ok ;;
-      FAIL) ko "repl terminal $rest" ;;
-    esac
-  done <"$tmp/pty.out"
-  grep -q '^ok ' "$tmp/pty.out" || { ko "repl terminal: the pty test did not run"; tail -5 "$tmp/pty.out"; }
-else
-  ko "repl terminal: python3 is missing (make deps installs it)"
-fi
+py_checks "repl terminal" "$ROOT/tests/repl_pty.py" "$TFG"
 suite=

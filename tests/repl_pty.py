@@ -2,8 +2,9 @@
 """tests/repl_pty.py TFG: `tfg repl` on a terminal, driven through a
 pseudo-terminal (Python's pty module): the prompts, the continuation
 prompt, history recall (up arrow) and its file, tab completion of a name
-of a meta command and of a file name after :load, Ctrl-C dropping an unfinished input, an error that
-does not end the session, and Ctrl-D ending it with status 0.
+of a meta command and of a file name after :load, Ctrl-C dropping an unfinished input, Ctrl-C
+stopping a train (the session goes on), an error that does not end the session, and Ctrl-D ending
+it with status 0.
 
 Prints one line per check, "ok NAME" or "FAIL NAME: why" (tests/repl.sh
 counts them), and exits 1 if any failed. TERM=dumb keeps libedit's output
@@ -157,6 +158,21 @@ with tempfile.TemporaryDirectory() as home:
     check("error-located", t.expect("<stdin>:") and t.expect("error: unknown name 'nope'"), t.tail())
     t.send("6 * 7\n")
     check("error-survived", t.expect("42\r\n") and t.expect("tfg> "), t.tail())
+    # Ctrl-C during a train stops it after its step: the input is undone
+    # (like any failed one) and the session goes on.
+    digits = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "data",
+                          "digits.csv.gz")
+    for line in ["import nn", 'data digits = csv("%s", label = -1)' % digits, "input x: f32[16, 64] from digits.x",
+                 "input y: i32[16] from digits.y", "logits = nn.mlp(x / 16.0, [48, 10])"]:
+        t.send(line + "\n")
+        t.expect("tfg> ")
+    t.send("train cross_entropy(logits, y) { optimizer = adam(lr = 1e-2); steps = 10000000; log_every = 200 }\n")
+    check("train-progress", t.expect("step 200/10000000", timeout=30), t.tail())
+    os.write(t.fd, b"\x03")  # the terminal is not raw while the train runs: ^C is SIGINT
+    check("train-interrupted", t.expect("stopping after this step") and t.expect("training interrupted after step")
+          and t.expect("tfg> "), t.tail())
+    t.send("6 * 7\n")
+    check("train-interrupt-survived", t.expect("42\r\n") and t.expect("tfg> "), t.tail())
     # Ctrl-D ends the session with status 0.
     t.send("\x04")
     code = t.wait()

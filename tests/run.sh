@@ -9,8 +9,9 @@
 #      devices of the file's "# devices: SPEC" line; the host CPU's own
 #      line, which names the machine's cores, is left out of the compare)
 #   3. command-line behaviour (tests/cli.sh), the multi-device
-#      runtime end to end (tests/strategies.sh) and the REPL, scripted and
-#      on a pseudo-terminal (tests/repl.sh)
+#      runtime end to end (tests/strategies.sh), the REPL, scripted and
+#      on a pseudo-terminal (tests/repl.sh), and Ctrl-C during training
+#      (tests/interrupt.py)
 #   4. fuzz regressions: every file in tests/fuzz/regress must be checked
 #      without a crash or hang (exit 0 or 1)
 #
@@ -92,6 +93,7 @@ cd "$ROOT" || exit 1
 . "$ROOT/tests/cli.sh"
 . "$ROOT/tests/strategies.sh"
 . "$ROOT/tests/repl.sh"
+py_checks interrupt "$ROOT/tests/interrupt.py" "$TFG" # Ctrl-C during training (tests/interrupt.py)
 
 # ---- 4. fuzz regressions ------------------------------------------------------
 for f in "$ROOT"/tests/fuzz/regress/*; do
