@@ -19,19 +19,11 @@ import subprocess
 import sys
 import tempfile
 
+from checks import check, finish
+
 TFG = sys.argv[1]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DIGITS = os.path.join(ROOT, "examples", "data", "digits.csv.gz")
-failed = 0
-
-
-def check(name, cond, why=""):
-    global failed
-    if cond:
-        print("ok " + name)
-    else:
-        failed += 1
-        print("FAIL %s: %s" % (name, why))
 
 
 def program(path, steps, checkpoint):
@@ -105,4 +97,4 @@ with tempfile.TemporaryDirectory() as tmp:
     rc, err = interrupt_after_progress(start(plain), signals=2)
     check("second-interrupt-ends", rc == -signal.SIGINT or rc == 130, "exit %s: %r" % (rc, err[-300:]))
 
-sys.exit(1 if failed else 0)
+finish()

@@ -17,17 +17,9 @@ import tempfile
 import termios
 import time
 
+from checks import check, finish
+
 TFG = sys.argv[1]
-failed = 0
-
-
-def check(name, cond, why=""):
-    global failed
-    if cond:
-        print("ok " + name)
-    else:
-        failed += 1
-        print("FAIL %s: %s" % (name, why))
 
 
 class Term:
@@ -195,4 +187,4 @@ with tempfile.TemporaryDirectory() as home:
     code = t.wait()
     check("quit-exit", code == 0, "exit %s, %s" % (code, t.tail()))
 
-sys.exit(1 if failed else 0)
+finish()
