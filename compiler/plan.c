@@ -2399,6 +2399,67 @@ static void chain_text(const tfg_plan *p, int ci, tfg_strbuf *out) {
   for (int e = 0; e < c->nnodes; e++) tfg_strbuf_printf(out, " n%d", (int)c->nodes[e]);
 }
 
+bool tfg_plan_capturable(const tfg_plan *p, const uint8_t *captured, tfg_strbuf *why) {
+  int *rec = malloc(sizeof *rec * ((size_t)p->nevents + 1));
+  TFG_ASSERT(rec != NULL);
+  for (int e = 0; e < p->nevents; e++) rec[e] = -1;
+  for (int d = 0; d < p->ndev; d++)
+    for (int k = 0; k < p->dev[d].nsteps; k++)
+      if (p->dev[d].steps[k].kind == TFG_PLAN_RECORD) rec[p->dev[d].steps[k].event] = d;
+  bool ok = true;
+  for (int d = 0; d < p->ndev && ok; d++) {
+    if (captured[d]) continue;
+    for (int k = 0; k < p->dev[d].nsteps && ok; k++) {
+      const tfg_plan_step *st = &p->dev[d].steps[k];
+      int from = st->kind == TFG_PLAN_WAIT ? rec[st->event] : st->kind == TFG_PLAN_COPY ? st->src : -1;
+      if (from < 0 || !captured[from]) continue;
+      tfg_strbuf_printf(why, "%s %s %s (its step %d)", dev_name(p, d),
+                        st->kind == TFG_PLAN_WAIT ? "waits for" : "copies from", dev_name(p, from), k);
+      ok = false;
+    }
+  }
+  for (int b = 0; b < p->nbuckets && ok; b++) {
+    const tfg_plan_bucket *pb = &p->buckets[b];
+    for (int r = 1; r < pb->nranks && ok; r++)
+      if (!captured[pb->devices[r]] != !captured[pb->devices[0]]) {
+        tfg_strbuf_printf(why, "bucket %d all-reduces over %s and %s", b, dev_name(p, pb->devices[0]),
+                          dev_name(p, pb->devices[r]));
+        ok = false;
+      }
+  }
+  free(rec);
+  return ok;
+}
+
+/* The line under the header of a plan with GPUs: whether its runs can be
+ * captured as CUDA graphs, over which devices, fed by which. */
+static void print_graphs(const tfg_plan *p, tfg_strbuf *out) {
+  uint8_t *gpu = calloc((size_t)p->ndev + 1, 1);
+  TFG_ASSERT(gpu != NULL);
+  int ngpu = 0;
+  for (int d = 0; d < p->ndev; d++) {
+    tfg_device_kind k = tfg_devices_at(p->ds, d)->kind;
+    gpu[d] = (k == TFG_DEVICE_CUDA || k == TFG_DEVICE_SIM) && (p->dev[d].nsteps > 0 || p->dev[d].nbuffers > 0);
+    ngpu += gpu[d];
+  }
+  if (ngpu > 0) {
+    tfg_strbuf why = {0};
+    if (tfg_plan_capturable(p, gpu, &why)) {
+      tfg_strbuf_puts(out, "graphs: runs seen before can be replayed as CUDA graphs on ");
+      for (int d = 0, n = 0; d < p->ndev; d++)
+        if (gpu[d]) tfg_strbuf_printf(out, "%s%s", n++ ? ", " : "", dev_name(p, d));
+      int nfeed = 0;
+      for (int d = 0; d < p->ndev; d++)
+        if (!gpu[d] && p->dev[d].nsteps > 0) tfg_strbuf_printf(out, "%s%s", nfeed++ ? ", " : " (first: ", dev_name(p, d));
+      tfg_strbuf_puts(out, nfeed ? ", feeding them)\n" : "\n");
+    } else {
+      tfg_strbuf_printf(out, "graphs: not captured: %s\n", why.data);
+    }
+    tfg_strbuf_free(&why);
+  }
+  free(gpu);
+}
+
 void tfg_plan_print(const tfg_plan *p, tfg_strbuf *out) {
   const tfg_graph *g = p->g;
   /* Who records and who waits on each event, for the text beside them:
@@ -2450,6 +2511,7 @@ void tfg_plan_print(const tfg_plan *p, tfg_strbuf *out) {
     tfg_strbuf_printf(out, ", %d fused chain%s (%d ops)", p->nchains, p->nchains == 1 ? "" : "s", fused);
   }
   tfg_strbuf_putc(out, '\n');
+  print_graphs(p, out);
   for (int d = 0; d < p->ndev; d++) {
     const tfg_plan_device *pd = &p->dev[d];
     tfg_strbuf_printf(out, "\n%s: %s, %d step%s, %d buffer%s, persistent ", dev_name(p, d),

@@ -250,12 +250,24 @@ int tfg_plan_chain_of(const tfg_plan *p, tfg_node_id id);
  * device. Returns true, or false with the first violation in why. */
 bool tfg_plan_validate(const tfg_plan *p, tfg_strbuf *why);
 
+/* Whether the devices `captured` marks (per device, nonzero: GPUs) can
+ * run p as one captured graph (CUDA Graphs, runtime/exec.h) with the
+ * other devices feeding them: a feeder runs its whole list first, so no
+ * feeder step may wait for an event a captured device records or copy a
+ * captured device's value, and no bucket may span both kinds. Returns
+ * true, or false with the first obstacle in why ("cpu:0 waits for gpu:0
+ * (its step 12)"). */
+bool tfg_plan_capturable(const tfg_plan *p, const uint8_t *captured, tfg_strbuf *why);
+
 /* `tfg plan`: per device its streams and steps in order (with the source
  * line of each op; an all-reduce with its bucket's tensors, size and
  * ranks; a chain as "fused relu(add(mul)) n12 (t.tfg:3), members n10
  * n11 n12": its ops nested as they read each other, the last member and
  * every member), the memory plan (offset, size, live range of each
- * buffer), the persistent bytes and the planned peak; then the buckets. */
+ * buffer), the persistent bytes and the planned peak; then the buckets.
+ * A plan with GPU devices (cuda, sim) says under its first line whether
+ * its runs can be captured as CUDA graphs (tfg_plan_capturable over
+ * them), and if not, why. */
 void tfg_plan_print(const tfg_plan *p, tfg_strbuf *out);
 
 #endif

@@ -406,9 +406,9 @@ static void make_fused(tfg_exec *x) {
 /* Whether this executor's runs may be captured (CUDA Graphs, see the top),
  * and which devices: those whose backend can capture, but cpu:0 (the
  * host feeding them). Every other used device must be a feeder a capture
- * can run before: host memory, never waiting for or copying from a
- * captured device, in no bucket with one; and every bucket's collective
- * is the built-in ring (not NCCL: see below). Off with TFG_CUDA_GRAPHS=0,
+ * can run before: host memory, and what tfg_plan_capturable asks (never
+ * waiting for or copying from a captured device, in no bucket with one);
+ * and every bucket's collective is the built-in ring (not NCCL: below). Off with TFG_CUDA_GRAPHS=0,
  * --trace, --check-numerics and the fault hooks (each needs every launch
  * to go through the executor's walk). */
 static void graph_setup(tfg_exec *x, const tfg_exec_opts *o) {
@@ -425,31 +425,24 @@ static void graph_setup(tfg_exec *x, const tfg_exec_opts *o) {
   x->origin = -1;
   for (int dv = 0; dv < x->ndev; dv++) {
     exec_dev *e = &x->dev[dv];
+    for (int k = 0; k < p->dev[dv].nsteps; k++)
+      if (p->dev[dv].steps[k].kind == TFG_PLAN_RECORD) x->ev_dev[p->dev[dv].steps[k].event] = dv;
     if (!e->b) continue;
     char msg[96];
     ok &= tfg_backend_fault_after(e->device, msg, sizeof msg) == 0;
     x->captured[dv] = e->b->i.capture_begin && e->device->kind != TFG_DEVICE_CPU;
+    ok &= x->captured[dv] || e->b->i.read_now == NULL; /* a feeder's values are read from host memory */
     ncaptured += x->captured[dv];
     if (x->captured[dv] && x->origin < 0) x->origin = dv;
-    for (int k = 0; k < p->dev[dv].nsteps; k++)
-      if (p->dev[dv].steps[k].kind == TFG_PLAN_RECORD) x->ev_dev[p->dev[dv].steps[k].event] = dv;
   }
-  for (int dv = 0; dv < x->ndev && ok; dv++) {
-    exec_dev *e = &x->dev[dv];
-    if (!e->b || x->captured[dv]) continue;
-    ok &= e->b->i.read_now == NULL;
-    for (int k = 0; k < p->dev[dv].nsteps && ok; k++) {
-      const tfg_plan_step *st = &p->dev[dv].steps[k];
-      if (st->kind == TFG_PLAN_WAIT) ok &= x->ev_dev[st->event] < 0 || !x->captured[x->ev_dev[st->event]];
-      if (st->kind == TFG_PLAN_COPY) ok &= !x->captured[st->src];
-    }
-  }
+  tfg_strbuf why = {0};
+  ok = ok && tfg_plan_capturable(p, x->captured, &why);
+  tfg_strbuf_free(&why);
   /* NCCL warns that capturing its collectives for several GPUs driven by
    * one thread may deadlock at cudaGraphLaunch (its guide, "CUDA Graph
    * support": multiple GPUs per process), which is how tfg drives them:
    * only the built-in ring's collectives are captured. */
   for (int b = 0; b < p->nbuckets && ok; b++) {
-    for (int r = 0; r < p->buckets[b].nranks; r++) ok &= x->captured[p->buckets[b].devices[r]] != 0;
     const tfg_coll *c = x->buckets[b].coll;
     ok &= !c || strcmp(c->i.name((tfg_coll *)c), "ring") == 0;
   }
