@@ -39,10 +39,17 @@ expect dropout-mirrored 0 "$TFG" run --devices host*2 "$tmp/drop2.tfg" && same d
 grep -q dropout "$tmp/drop2.tfg" && ok || ko "strategies dropout: the program has no dropout"
 
 # captured runs (CUDA Graphs' path, emulated by host devices with
-# TFG_HOST_GRAPHS=1, runtime/backend.h): the mirrored dropout model and
-# the data x model split below, trained with replays, equal the plain
-# runs bit for bit (tolerance 0: a replay queues the very operations the
+# TFG_HOST_GRAPHS=1, runtime/backend.h): the dropout model on one device
+# (its inputs go straight to gpu:0) and mirrored (cpu:0 slices the batch
+# first, outside the capture), and the data x model split below,
+# trained with replays, equal the plain runs bit for bit (tolerance 0: a replay queues the very operations the
 # capture recorded, in their order, on the same memory)
+sed "s|drop1.safetensors|graph1.safetensors|" "$tmp/drop1.tfg" >"$tmp/graph1.tfg"
+sed "s|drop1.safetensors|plain1.safetensors|" "$tmp/drop1.tfg" >"$tmp/plain1.tfg"
+expect graphs-single 0 env TFG_HOST_GRAPHS=1 "$TFG" run --devices host "$tmp/graph1.tfg" &&
+  expect graphs-single-plain 0 "$TFG" run --devices host "$tmp/plain1.tfg" &&
+  if python3 "$ROOT/tests/ckpt_compare.py" "$tmp/graph1.safetensors" "$tmp/plain1.safetensors" 0 >"$tmp/cmp" 2>&1; then ok
+  else ko "strategies graphs-single: $(cat "$tmp/cmp")"; fi
 sed "s|drop2.safetensors|graph2.safetensors|" "$tmp/drop2.tfg" >"$tmp/graph2.tfg"
 expect graphs-mirrored 0 env TFG_HOST_GRAPHS=1 "$TFG" run --devices host*2 "$tmp/graph2.tfg" &&
   contains graphs-replayed "$tmp/err" "(19 replayed from a captured graph)" &&
