@@ -380,16 +380,27 @@ static void cli_compiled_free(cli_compiled *c) {
 
 static struct sigaction prev_sigint;
 
-/* Async-signal-safe: atomics (tfg_train_interrupt), write, raise. */
+/* Async-signal-safe: atomics (tfg_train_interrupt), sigaction, write,
+ * raise. Ctrl-C reaches the whole foreground job: a `| tee` reading our
+ * stderr is gone too, and the writes still to come (this message, the
+ * log, the diagnostic) would raise SIGPIPE and end tfg before its
+ * checkpoint; they fail quietly instead. */
 static void on_interrupt(int sig) {
+  int saved = errno;
   if (tfg_train_interrupt()) {
+    struct sigaction ign = {0};
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGPIPE, &ign, NULL);
     static const char msg[] = "\ntfg: interrupt: stopping after this step (Ctrl-C again to quit)\n";
     ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
     (void)w;
+    errno = saved;
     return;
   }
   sigaction(sig, &prev_sigint, NULL);
   raise(sig);
+  errno = saved;
 }
 
 void cli_catch_interrupts(bool on) {

@@ -604,6 +604,19 @@ static tfg_status eval_input(repl *r, const char *text, size_t len, uint32_t fir
   return st;
 }
 
+/* While the session evaluates (an input, a :load, the FILE of `tfg repl
+ * FILE`): Ctrl-C stops a train after its step (the input is then undone,
+ * as a failed one) and otherwise ends the process; *saved gets what
+ * SIGINT did before, which evaluated() puts back. */
+static void evaluating(struct sigaction *saved) {
+  sigaction(SIGINT, NULL, saved);
+  if (saved->sa_handler == SIG_IGN) return; /* started ignoring it: keep that */
+  signal(SIGINT, SIG_DFL);
+  cli_catch_interrupts(true);
+}
+
+static void evaluated(const struct sigaction *saved) { sigaction(SIGINT, saved, NULL); }
+
 /* Loads and evaluates a file into the session (`:load`, `tfg repl FILE`).
  * *opened is false when the file could not be read. */
 static tfg_status load_file(repl *r, const char *path, bool *opened) {
@@ -611,7 +624,10 @@ static tfg_status load_file(repl *r, const char *path, bool *opened) {
   *opened = src != NULL;
   tfg_ast *prog = NULL;
   tfg_status st = src ? tfg_parse(src, r->d, &r->asts, &prog, NULL) : TFG_ERR_IO;
+  struct sigaction saved;
+  evaluating(&saved);
   if (st == TFG_OK) st = eval_program(r, src, prog, false);
+  evaluated(&saved);
   flush_diags(r);
   return st;
 }
@@ -1029,12 +1045,10 @@ int cli_repl(const cli_opts *o) {
     checked_lines = nlines;
     checked_bytes = buf.len;
     if (unfinished(buf.data, buf.len)) continue;
-    if (r.tty) { /* Ctrl-C stops a train (the input is then undone), else ends the session */
-      signal(SIGINT, SIG_DFL);
-      cli_catch_interrupts(true);
-    }
+    struct sigaction saved;
+    evaluating(&saved);
     if (eval_input(&r, buf.data, buf.len, first_line, mode) != TFG_OK) r.failed++;
-    if (r.tty) listen_sigint(NULL);
+    evaluated(&saved);
     tfg_strbuf_clear(&buf);
     mode = MODE_EVAL;
   }

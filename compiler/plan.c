@@ -669,8 +669,9 @@ static void list_bucket(builder *b, int bucket, int r) {
 
 /* Node i's LAUNCH on its device's compute stream (running chain `chain`
  * when >= 0: then it reads the chain's inputs), preceded by a WAIT for each
- * copied input it is the first to read there, and for each bucket it is
- * the first there to read a node of. Extends the live range of every
+ * copied input it is the first to read there, for each bucket it is
+ * the first there to read a node of, and (an optimizer update) for each
+ * copy of the param or state it overwrites. Extends the live range of every
  * buffer it reads and opens its own (none for an empty output, such as
  * an optimizer update's marker). */
 static void launch(builder *b, tfg_node_id i, int chain) {
@@ -691,6 +692,16 @@ static void launch(builder *b, tfg_node_id i, int chain) {
       c->waited = true;
     }
   }
+  /* An update overwrites its param and state in place: every copy of
+   * them sent to another device this step must be done first (its
+   * arrival event, which that device's copy stream records). */
+  if (chain < 0 && in_place(nd->op))
+    for (int k = 0; k < nd->ninputs; k++) {
+      if (k == 1) continue; /* the gradient, only read */
+      for (int c = b->copy_head[nd->inputs[k]]; c >= 0; c = b->copies[c].next)
+        if (b->copies[c].arrived >= 0)
+          emit(b, d, step_of(TFG_PLAN_WAIT, TFG_PLAN_STREAM_COMPUTE, -1, -1, b->copies[c].arrived));
+    }
   tfg_plan_step st = step_of(TFG_PLAN_LAUNCH, TFG_PLAN_STREAM_COMPUTE, i, -1, -1);
   st.chain = chain;
   int s = emit(b, d, st);
@@ -1869,6 +1880,24 @@ static bool replay(checker *ck, const int *nwaits) {
               free(t);
             } else {
               ok = check_read(ck, d, s, ck_k, a, x);
+            }
+          }
+          /* an update overwrites its param and state in place: after
+           * every copy of them to another device */
+          if (ok && st->chain < 0 && in_place(g->nodes[st->node].op)) {
+            const tfg_node *u = &g->nodes[st->node];
+            for (int j = 0; j < u->ninputs && ok; j++) {
+              if (j == 1) continue; /* the gradient */
+              for (int q = ck->c_head[u->inputs[j]]; q >= 0 && ok; q = ck->c[q].next) {
+                const struct vcopy *c = &ck->c[q];
+                if (before(ck_k, 3 * c->dst + 1, c->time)) continue;
+                char *t = ntext(ck, u->inputs[j]);
+                ok = fail(ck,
+                          "%s step %d: %s overwrites %s, which %s copies (its step %d), and nothing orders the copy "
+                          "before it",
+                          dn, s, a, t, dev_name(p, c->dst), c->step);
+                free(t);
+              }
             }
           }
           free(a);

@@ -246,7 +246,9 @@ int tfg_plan_chain_of(const tfg_plan *p, tfg_node_id id);
  * streams above, in full: when a buffer's memory was held by earlier
  * buffers (the latest holder of each byte), every access to them on any
  * of the device's streams happens before the step that writes the new
- * one. The peak is the maximum end over all buffers; buffers fit the
+ * one; an optimizer update, which overwrites its param and state in
+ * place, happens after every copy of them to another device. The peak
+ * is the maximum end over all buffers; buffers fit the
  * device. Returns true, or false with the first violation in why. */
 bool tfg_plan_validate(const tfg_plan *p, tfg_strbuf *why);
 

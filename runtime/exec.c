@@ -124,7 +124,7 @@ struct tfg_exec {
   bool graphs;                 /* runs may be captured */
   uint8_t *captured;           /* per device: its work is captured (else it feeds them, or is unused) */
   int origin;                  /* the captured device whose compute stream captures and replays */
-  int *ev_dev;                 /* per event: the device whose step records it */
+  int *ev_dev;                 /* per event: the device whose step records it (a valid plan records each) */
   void **stage;                /* per node: its host buffer for captured copies (host_alloc), or NULL */
   tfg_event *fork, **join;     /* fork: the captured streams join the capture; join: and leave it */
   int njoin;
@@ -417,16 +417,12 @@ static void graph_setup(tfg_exec *x, const tfg_exec_opts *o) {
   if ((tfg_env_int("TFG_CUDA_GRAPHS", &env) && env == 0) || o->trace || o->check_numerics || x->fault_device >= 0)
     return;
   x->captured = calloc((size_t)x->ndev + 1, 1);
-  x->ev_dev = malloc(sizeof *x->ev_dev * ((size_t)p->nevents + 1));
-  TFG_ASSERT(x->captured && x->ev_dev);
-  for (int e = 0; e < p->nevents; e++) x->ev_dev[e] = -1;
+  TFG_ASSERT(x->captured != NULL);
   int ncaptured = 0;
   bool ok = true;
   x->origin = -1;
   for (int dv = 0; dv < x->ndev; dv++) {
     exec_dev *e = &x->dev[dv];
-    for (int k = 0; k < p->dev[dv].nsteps; k++)
-      if (p->dev[dv].steps[k].kind == TFG_PLAN_RECORD) x->ev_dev[p->dev[dv].steps[k].event] = dv;
     if (!e->b) continue;
     char msg[96];
     ok &= tfg_backend_fault_after(e->device, msg, sizeof msg) == 0;
@@ -471,6 +467,11 @@ tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, 
   x->dev = calloc((size_t)x->ndev, sizeof *x->dev);
   x->ev = calloc((size_t)p->nevents + 1, sizeof *x->ev);
   x->issued = calloc((size_t)p->nevents + 1, sizeof *x->issued);
+  x->ev_dev = malloc(sizeof *x->ev_dev * ((size_t)p->nevents + 1));
+  TFG_ASSERT(x->ev_dev != NULL);
+  for (int dv = 0; dv < p->ndev; dv++)
+    for (int k = 0; k < p->dev[dv].nsteps; k++)
+      if (p->dev[dv].steps[k].kind == TFG_PLAN_RECORD) x->ev_dev[p->dev[dv].steps[k].event] = dv;
   x->need = calloc((size_t)n + 1, 1);
   x->fed = calloc((size_t)n + 1, sizeof *x->fed);
   x->fetch_first = malloc(sizeof *x->fetch_first * ((size_t)n + 1));
@@ -739,6 +740,8 @@ static bool advance(tfg_exec *x, int d, int *pos, void *const *out) {
       x->issued[st->event] = x->run;
       break;
     case TFG_PLAN_WAIT:
+      if (x->ev_dev[st->event] >= 0 && !x->dev[x->ev_dev[st->event]].b)
+        break; /* recorded on a device this executor does not run: it orders none of this executor's work */
       if (x->issued[st->event] != x->run) return *pos > start; /* its RECORD comes later in the walk */
       dv->b->i.event_wait(dv->b, s, x->ev[st->event]);
       break;

@@ -27,7 +27,8 @@
  * RECORD and WAIT as events, ALLREDUCE as a copy of each gradient into
  * its bucket slot and the group's collective (runtime/collective.h).
  * The walk moves round robin over the devices and queues a WAIT only
- * once its RECORD is queued (events wait for the latest record issued,
+ * once its RECORD is queued (a WAIT for a device this executor does not
+ * run, opts.use, orders nothing of its own and is skipped) (events wait for the latest record issued,
  * as in CUDA), and a collective once every rank has reached it; the
  * calling thread only queues, the backends run, and nothing takes a
  * global lock. The run then synchronizes every stream.

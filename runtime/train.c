@@ -401,12 +401,13 @@ static void train_end(void) { atomic_store(&train_active, 0); }
 
 /* A stop was asked for: job j stops after its step j->done, with its
  * checkpoint written when it has one and has made progress (the steps
- * since the last checkpoint are kept). Reported at the train statement;
+ * since the last checkpoint are kept; after its last step it was written
+ * already). Reported at the train statement;
  * TFG_ERR_INTERRUPTED, or the checkpoint's failure. */
 static tfg_status interrupted(job *j, tfg_session *s, const tfg_program *p, tfg_diag *d) {
   tfg_status r = TFG_OK;
   bool saved = j->c.checkpoint && j->done > j->start;
-  if (saved) r = save(s, p, j->st, &j->c, j->done, d);
+  if (saved && j->done < j->c.steps) r = save(s, p, j->st, &j->c, j->done, d); /* the last step saved it already */
   if (r != TFG_OK) return r;
   tfg_diag_error(d, &j->c.loc, "training interrupted after step %" PRId64 " of %" PRId64, j->done, j->c.steps);
   if (saved)
@@ -444,12 +445,7 @@ tfg_status tfg_train_group(tfg_session *s, const tfg_program *p, const tfg_actio
   int64_t replays0 = tfg_session_replays(s);
   for (int i = 0; i < njobs; i++) jobs[i].tlog = t0;
   train_begin();
-  for (int64_t k = 0; k < most && r == TFG_OK; k++) {
-    if (atomic_load(&train_stop)) {
-      for (int i = 0; i < njobs && (r == TFG_OK || r == TFG_ERR_INTERRUPTED); i++)
-        if (jobs[i].done < jobs[i].c.steps) r = interrupted(&jobs[i], s, p, d);
-      break;
-    }
+  for (int64_t k = 0; k < most && r == TFG_OK && !atomic_load(&train_stop); k++) {
     for (int first = 0; first < njobs && r == TFG_OK;) {
       /* the jobs due for step k that share first's batching */
       int n = 0, in_run[64], nin = 0;
@@ -486,6 +482,10 @@ tfg_status tfg_train_group(tfg_session *s, const tfg_program *p, const tfg_actio
       first = next;
     }
   }
+  /* Stopped (between steps, or during the last: the stop still ends the
+   * run, before the final evaluation): every job reports where it is. */
+  if (r == TFG_OK && atomic_load(&train_stop))
+    for (int i = 0; i < njobs && (r == TFG_OK || r == TFG_ERR_INTERRUPTED); i++) r = interrupted(&jobs[i], s, p, d);
   train_end();
   int64_t replayed = tfg_session_replays(s) - replays0; /* steps replayed from CUDA Graphs (exec.h) */
   for (int i = 0; i < njobs && r == TFG_OK; i++)
@@ -555,7 +555,8 @@ static void *ps_work(void *arg) {
   for (int i = 0; i < n; i++) fetch[1 + nm + i] = st->worker_grads[wk->w * n + i];
   for (;;) {
     pthread_mutex_lock(&R->mu);
-    if (R->failed == TFG_OK && atomic_load(&train_stop)) R->failed = TFG_ERR_INTERRUPTED; /* reported by the caller */
+    if (R->failed == TFG_OK && R->next < R->j->c.steps && atomic_load(&train_stop))
+      R->failed = TFG_ERR_INTERRUPTED; /* reported by the caller */
     if (R->failed != TFG_OK || R->next >= R->j->c.steps) {
       pthread_mutex_unlock(&R->mu);
       break;
@@ -678,8 +679,9 @@ tfg_status tfg_train_ps(const tfg_program *p, const tfg_action *a, const tfg_tra
       break;
     }
   for (int w = 0; w < started; w++) pthread_join(wk[w].thread, NULL);
-  train_end();
   if (r == TFG_OK) r = R.failed;
+  if (r == TFG_OK && atomic_load(&train_stop)) r = TFG_ERR_INTERRUPTED; /* during the last updates */
+  train_end();
   if (r == TFG_ERR_INTERRUPTED) { /* the server's updates so far are the progress */
     j.done = R.applied;
     r = interrupted(&j, R.server, p, d);

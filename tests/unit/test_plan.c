@@ -5,8 +5,9 @@
  * out-of-memory error, and graphs of 10,000 and 100,000 ops. Collectives
  * on graphs built by hand (replicas' gradients, ALLREDUCE nodes, their
  * readers, pinned per replica): buckets, their steps and events, and the
- * validator catching broken ones; and copies ordered after the compute
- * steps that last used their memory. */
+ * validator catching broken ones; copies ordered after the compute
+ * steps that last used their memory; and updates ordered after the
+ * copies of what they overwrite. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -981,6 +982,43 @@ START_TEST(copy_waits_for_reused_memory) {
 }
 END_TEST
 
+/* A param that another device reads is copied there each step, and its
+ * update overwrites it in place: the update waits for the copy (the
+ * arrival event the reader's copy stream records), else the copy could
+ * read the updated value. */
+static const char SHARED_PARAM[] = "@cpu:0 param w: f32[4] = normal(seed = 1)\n"
+                                   "@cpu:0 loss = mean(w * w)\n"
+                                   "@gpu:0 probe = sum(w * 2.0)\n"
+                                   "train loss { optimizer = sgd(lr = 0.1, momentum = 0.9); steps = 1; metrics = [probe] }\n";
+
+START_TEST(update_waits_for_copies) {
+  built b;
+  build_ok(&b, SHARED_PARAM, "host*1:64M");
+  const tfg_plan *p = b.plan;
+  tfg_node_id w = 0, u = b.steps[0].updates[0];
+  ck_assert_int_eq(b.p->graph->nodes[w].op, TFG_OP_PARAM);
+  ck_assert_int_eq(tfg_placement_device(b.pl, u), 0);
+  int c = step_of_node(&p->dev[1], TFG_PLAN_COPY, w);
+  ck_assert_int_ge(c, 0);
+  ck_assert_int_eq(p->dev[1].steps[c + 1].kind, TFG_PLAN_RECORD); /* the copy's arrival */
+  int arrival = p->dev[1].steps[c + 1].event;
+  tfg_plan_device *cpu = &b.plan->dev[0];
+  int l = step_of_node(cpu, TFG_PLAN_LAUNCH, u);
+  ck_assert_int_eq(cpu->steps[l - 1].kind, TFG_PLAN_WAIT);
+  ck_assert_int_eq(cpu->steps[l - 1].stream, TFG_PLAN_STREAM_COMPUTE);
+  ck_assert_int_eq(cpu->steps[l - 1].event, arrival);
+  /* without it, the validator finds the race */
+  drop_step(cpu, l - 1);
+  char race[300];
+  snprintf(race, sizeof race,
+           "cpu:0 step %d: n%d sgd_update (t.tfg:1) overwrites n0 param w (t.tfg:1), which gpu:0 copies (its step %d), "
+           "and nothing orders the copy before it",
+           l - 1, (int)u, c);
+  plan_expect_invalid(b.plan, race);
+  program_free(&b);
+}
+END_TEST
+
 /* ---- out of memory -------------------------------------------------------------------- */
 
 START_TEST(out_of_memory) {
@@ -1167,6 +1205,7 @@ Suite *suite_plan(void) {
   tcase_add_test(tc, buckets_cycle);
   tcase_add_test(tc, buckets_random);
   tcase_add_test(tc, copy_waits_for_reused_memory);
+  tcase_add_test(tc, update_waits_for_copies);
   tcase_add_test(tc, out_of_memory);
   tcase_add_test(tc, random_graphs);
   tcase_add_test(tc, scale);
