@@ -199,7 +199,13 @@ static tfg_status input_value(void *arg, tfg_node_id id, const void **out) {
       return TFG_ERR_DATA;
     }
     if (!s->batch[id]) s->batch[id] = alloc_bytes(node_bytes(n));
-    tfg_data_fetch(p->feeds[k].ds, split, p->feeds[k].col, ro->epoch, ro->first, n->shape.dim[0], n->dtype, s->batch[id]);
+    int64_t rows = n->shape.dim[0];
+    tfg_data_fetch(p->feeds[k].ds, split, p->feeds[k].col, ro->epoch, ro->first, ro->one_row ? 1 : rows, n->dtype,
+                   s->batch[id]);
+    if (ro->one_row && rows > 1) { /* the first row, repeated */
+      size_t row = node_bytes(n) / (size_t)rows;
+      for (int64_t r = 1; r < rows; r++) memcpy((char *)s->batch[id] + (size_t)r * row, s->batch[id], row);
+    }
     *out = s->batch[id];
     return TFG_OK;
   }

@@ -50,7 +50,8 @@ typedef struct tfg_run_opts {
   tfg_split split;   /* dataset-fed inputs read this split ... */
   bool any_split;    /* ... (true) or the split each input names (false) */
   int64_t epoch;     /* ... in this epoch's order ... */
-  int64_t first;     /* ... from this row (batch index times batch size) */
+  int64_t first;     /* ... from this row (batch index times batch size) ... */
+  bool one_row;      /* ... or every row of the batch row `first` (an evaluation's last rows, one at a time) */
   int nvalues;       /* INPUT nodes given a host value for this run (a parameter server's gradients) */
   const tfg_node_id *value_nodes;
   const void *const *values;

@@ -228,29 +228,56 @@ static double replica_mean(const tfg_train_step *st, const tfg_tensor *out, int 
   return sum / st->nreplicas;
 }
 
-/* Loss and metrics on the test split, averaged over its batches (the last
- * batch wraps around to the split's start: shapes are static). */
+/* Loss and metrics on the test split: the mean of their values over the
+ * split's rows. Shapes are static, so the `rest` rows past the last whole
+ * batch cannot make a smaller batch. A batch of B copies of one row has
+ * that row's own value (for a loss or metric that is a mean over the
+ * batch's rows, as every builtin one is; a sum over the batch is B times
+ * it, which the weighting below keeps consistent), which gives the exact
+ * mean, with V a batch's value:
+ *   - each rest row as a batch of its copies:
+ *       (B * sum of whole batches' V + sum of the rows' V) / rows;
+ *   - or, when fewer runs: the rest rows wrapped around to the split's
+ *     first B - rest rows (batch W), and each of those as its copies:
+ *       (B * (sum of whole batches' V + V(W)) - sum of their V) / rows.
+ * When even the cheaper way would more than double the evaluation's runs
+ * (a batch large against the split), the wrapped batch counts as one
+ * more batch, and the log says how many rows it counted twice. */
 static tfg_status evaluate(tfg_session *s, const tfg_program *p, const tfg_train_step *st, const batching *b,
                            int64_t step, const char *who, FILE *log) {
   int64_t rows = tfg_data_rows(b->feed->ds, TFG_SPLIT_TEST);
   if (rows == 0) return TFG_OK;
-  int64_t batches = (rows + b->batch - 1) / b->batch;
+  int64_t B = b->batch, whole = rows / B, rest = rows % B, dup = B - rest;
+  bool by_copies = rest <= dup + 1;
+  bool exact = rest == 0 || (by_copies ? rest : dup + 1) <= whole + 1;
   int nv = 1 + st->nmetrics;
   report rp = report_of(st);
-  double *sum = calloc((size_t)nv, sizeof *sum);
-  TFG_ASSERT(sum != NULL);
+  double *sum = calloc((size_t)nv, sizeof *sum), *each = calloc((size_t)nv, sizeof *each);
+  TFG_ASSERT(sum && each);
   tfg_status r = TFG_OK;
+  int64_t batches = whole + (rest > 0 && !(exact && by_copies)); /* the whole ones, and the wrapped one */
   for (int64_t k = 0; k < batches && r == TFG_OK; k++) {
-    tfg_run_opts ro = {.split = TFG_SPLIT_TEST, .first = k * b->batch};
+    tfg_run_opts ro = {.split = TFG_SPLIT_TEST, .first = k * B};
     r = tfg_session_run_with(s, rp.fetch, rp.n, rp.out, &ro);
     for (int i = 0; r == TFG_OK && i < nv; i++) sum[i] += replica_mean(st, rp.out, i);
   }
-  if (r == TFG_OK) {
-    fprintf(log, "%seval  step %" PRId64 "  test loss %.4f", who, step, sum[0] / (double)batches);
-    for (int i = 0; i < st->nmetrics; i++)
-      fprintf(log, "  %s %.4f", metric_name(p, st->metrics[i]), sum[1 + i] / (double)batches);
-    fprintf(log, "  (%" PRId64 " rows)\n", rows);
+  int64_t ncopies = !exact || rest == 0 ? 0 : by_copies ? rest : dup;
+  for (int64_t k = 0; k < ncopies && r == TFG_OK; k++) {
+    tfg_run_opts ro = {.split = TFG_SPLIT_TEST, .first = by_copies ? whole * B + k : k, .one_row = true};
+    r = tfg_session_run_with(s, rp.fetch, rp.n, rp.out, &ro);
+    for (int i = 0; r == TFG_OK && i < nv; i++) each[i] += replica_mean(st, rp.out, i);
   }
+  if (r == TFG_OK) {
+    for (int i = 0; i < nv; i++)
+      sum[i] = !exact ? sum[i] / (double)batches
+                      : ((double)B * sum[i] + (by_copies ? each[i] : -each[i])) / (double)rows;
+    fprintf(log, "%seval  step %" PRId64 "  test loss %.4f", who, step, sum[0]);
+    for (int i = 0; i < st->nmetrics; i++) fprintf(log, "  %s %.4f", metric_name(p, st->metrics[i]), sum[1 + i]);
+    fprintf(log, "  (%" PRId64 " rows", rows);
+    if (!exact) fprintf(log, "; the last batch wraps around: %" PRId64 " counted twice", dup);
+    fprintf(log, ")\n");
+  }
+  free(each);
   report_free(&rp);
   free(sum);
   return r;

@@ -185,6 +185,39 @@ expect plan-oom 1 "$TFG" plan --devices 'host*1:1K' "$tmp/oom.tfg" &&
 expect digits 0 timeout 30 "$TFG" run examples/digits.tfg
 acc=$(grep '^eval  step 2200' "$tmp/err" | sed -E 's/.*accuracy ([0-9.]+).*/\1/')
 if awk -v a="$acc" 'BEGIN { exit !(a >= 0.96) }'; then ok; else ko "digits: test accuracy '$acc' below 0.96"; fi
+# Evaluation is over exactly the test split's rows (runtime/train.c,
+# evaluate): 20 rows labelled 0..19, the test split the last ones, batches
+# of 4, the metric the mean label. 5 rows (15..19): the row past the whole
+# batch runs as a batch of its copies: 17 exactly. 7 rows (13..19): the 3
+# past the whole batch wrap around to row 13, counted twice and taken
+# back out by a batch of its copies: 16 exactly. Both also mirrored (each
+# replica gets copies). 3 rows (17..19), no whole batch: exactness would
+# more than double the runs, so the batch wraps (17, 18, 19, 17: 17.75)
+# and the log says so.
+seq 0 19 | awk '{ print $1 "," $1 }' >"$tmp/labels.csv"
+eval_program() { # FILE TEST STRATEGY
+  {
+    echo "import nn"
+    echo "data d = csv(\"$tmp/labels.csv\", label = -1, test = $2)"
+    echo "input x: f32[4, 1] from d.x"
+    echo "input y: i32[4] from d.y"
+    echo "logits = nn.dense(x, 20, act = nn.identity)"
+    echo "train cross_entropy(logits, y) { optimizer = sgd(lr = 0.0); steps = 1; metrics = [mean(cast(y, f32))]$3 }"
+  } >"$1"
+}
+for c in 0.25:17.0000:5 0.35:16.0000:7; do # TEST:MEAN:ROWS
+  frac=${c%%:*} mean=${c#*:}
+  n=${mean#*:} mean=${mean%%:*}
+  eval_program "$tmp/eval.tfg" "$frac" ""
+  expect "eval-exact-$n" 0 "$TFG" run --devices host "$tmp/eval.tfg" &&
+    contains "eval-exact-$n" "$tmp/err" "mean $mean  ($n rows)"
+  eval_program "$tmp/eval.tfg" "$frac" "; strategy = mirrored([gpu:0, gpu:1])"
+  expect "eval-exact-mirrored-$n" 0 "$TFG" run --devices host*2 "$tmp/eval.tfg" &&
+    contains "eval-exact-mirrored-$n" "$tmp/err" "mean $mean  ($n rows)"
+done
+eval_program "$tmp/eval.tfg" 0.15 ""
+expect eval-wraps 0 "$TFG" run --devices host "$tmp/eval.tfg" &&
+  contains eval-wraps "$tmp/err" "mean 17.7500  (3 rows; the last batch wraps around: 1 counted twice)"
 # tfg's checkpoints read back with an independent reader written from the
 # safetensors specification (tests/ckpt_reader.py, standard library only).
 expect ckpt-reader 0 python3 tests/ckpt_reader.py "$tmp/train/a.safetensors" &&
