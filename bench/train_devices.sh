@@ -16,14 +16,9 @@ TFG=${TFG:-build/tfg}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OPENBLAS_NUM_THREADS=$THREADS
-PY=python3
-[ -x /usr/bin/python3 ] && PY=/usr/bin/python3
-$PY bench/make_batch.py "$tmp"
-# steps/s from "trained N steps in T s", after a warm-up run
-steps_per_s() {
-  "$TFG" run --quiet --threads "$THREADS" "$@" >/dev/null 2>&1
-  "$TFG" run --threads "$THREADS" "$@" 2>&1 >/dev/null | grep '^trained' | awk '{ printf "%.1f", $2 / $5 }'
-}
+. bench/lib.sh # tfg_trained, bench_python
+$(bench_python) bench/make_batch.py "$tmp"
+steps_per_s() { tfg_trained "$TFG" run --threads "$THREADS" "$@" | awk '{ printf "%.1f", $1 / $2 }'; }
 for model in digits wide; do
   base=""
   for n in 1 2 4; do

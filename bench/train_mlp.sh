@@ -16,19 +16,14 @@ TFG=${TFG:-build/tfg}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OPENBLAS_NUM_THREADS=$THREADS
-# Debian's python3 (where python3-torch installs), else the first on PATH.
-PY=python3
-[ -x /usr/bin/python3 ] && PY=/usr/bin/python3
+. bench/lib.sh # tfg_trained, bench_python
+PY=$(bench_python)
 
 # The wide model's batch: 128 random rows (x in [0, 1), labels 0..9), as .npy.
 $PY bench/make_batch.py "$tmp"
 
-# Seconds per step from "trained N steps in T s", after one warm-up run.
-tfg_step_ms() {
-  "$TFG" run --quiet --threads "$THREADS" "$@" >/dev/null 2>&1
-  out=$("$TFG" run --threads "$THREADS" "$@" 2>&1 >/dev/null | grep '^trained')
-  echo "$out" | awk '{ printf "%.4f", 1000 * $5 / $2 }'
-}
+# Milliseconds per step of tfg's train loop.
+tfg_step_ms() { tfg_trained "$TFG" run --threads "$THREADS" "$@" | awk '{ printf "%.4f", 1000 * $2 / $1 }'; }
 digits=$(tfg_step_ms bench/mlp_digits.tfg)
 wide=$(tfg_step_ms --feed "x=$tmp/x.npy" --feed "y=$tmp/y.npy" bench/mlp_wide.tfg)
 echo "tfg digits threads=$THREADS batch=32 step_ms=$digits"

@@ -83,6 +83,26 @@ tfg_status tfg_kernel_check_where(tfg_kernel_ctx *ctx, const tfg_tensor *in, con
   return TFG_OK;
 }
 
+tfg_status tfg_kernel_check_update(tfg_kernel_ctx *ctx, const char *what, const tfg_tensor *in, int n,
+                                   const char *where) {
+  tfg_dtype dt = in[0].dtype;
+  if (dt != TFG_DTYPE_F32 && dt != TFG_DTYPE_F64)
+    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s of a %s parameter is not supported on the %s (f32 and f64 are)",
+                           what, tfg_dtype_name(dt), where);
+  int64_t numel = tfg_shape_numel(&in[0].shape);
+  for (int i = 1; i < n; i++) {
+    if (in[i].dtype != dt)
+      return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s: input %d is %s, the parameter %s", what, i,
+                             tfg_dtype_name(in[i].dtype), tfg_dtype_name(dt));
+    if (tfg_shape_numel(&in[i].shape) != numel)
+      return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "%s: input %d has %lld elements, the parameter %lld", what, i,
+                             (long long)tfg_shape_numel(&in[i].shape), (long long)numel);
+  }
+  if (ctx->step < 1)
+    return tfg_kernel_fail(ctx, TFG_ERR_NUMERIC, "%s at step %lld (steps count from 1)", what, (long long)ctx->step);
+  return TFG_OK;
+}
+
 tfg_status tfg_kernel_transpose_strides(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
                                         const tfg_tensor *out, int64_t *st) {
   if (out->shape.rank != in[0].shape.rank || in[0].dtype != out->dtype)

@@ -63,6 +63,15 @@ tfg_status tfg_kernel_check_binary(tfg_kernel_ctx *ctx, const tfg_node *node, co
 tfg_status tfg_kernel_check_where(tfg_kernel_ctx *ctx, const tfg_tensor *in, const tfg_tensor *out,
                                   tfg_index_map *ix);
 
+/* The check every backend's optimizer update (SGD_UPDATE, ADAM_UPDATE)
+ * makes, with the same messages: in[0..n) (the param, its gradient, its
+ * state) all f32 or all f64 with one element count, and ctx->step from 1
+ * (Adam divides by 1 - beta^t, 0 at t = 0; SGD's step 1 initializes its
+ * buffer). what names the op, where the backend ("CPU", "GPU"). TFG_OK,
+ * or the failure recorded in ctx and returned. */
+tfg_status tfg_kernel_check_update(tfg_kernel_ctx *ctx, const char *what, const tfg_tensor *in, int n,
+                                   const char *where);
+
 /* The checks every backend's shape kernels make, with the same messages,
  * and the reads they then do (kernels/index_math.h). TFG_OK, or the
  * failure (TFG_ERR_SHAPE) recorded in ctx and returned.

@@ -11,12 +11,16 @@ import sys
 FORMATS = {"F64": "d", "F32": "f"}
 
 
-def load(path):
+def read(path):
+    """The header (its __metadata__ included) and the data of a safetensors file."""
     data = open(path, "rb").read()
     (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n].decode("utf-8"))
+    return json.loads(data[8:8 + n].decode("utf-8")), data[8 + n:]
+
+
+def load(path):
+    header, body = read(path)
     header.pop("__metadata__", None)
-    body = data[8 + n:]
     out = {}
     for name, t in header.items():
         begin, end = t["data_offsets"]

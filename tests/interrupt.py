@@ -13,15 +13,14 @@ step, so no test here can time it without flaking.)
 Prints one line per check, "ok NAME" or "FAIL NAME: why" (tests/run.sh
 counts them), and exits 1 if any failed. Each tfg starts with SIGINT at
 its default (a test runner may have been started ignoring it)."""
-import json
 import os
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
 
 from checks import check, finish
+from ckpt_compare import read
 
 TFG = sys.argv[1]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,9 +58,7 @@ def interrupt_after_progress(p):
 
 def ckpt_step(path):
     """The "step" of a safetensors checkpoint's metadata."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        return int(json.loads(f.read(n))["__metadata__"]["step"])
+    return int(read(path)[0]["__metadata__"]["step"])
 
 
 with tempfile.TemporaryDirectory() as tmp:

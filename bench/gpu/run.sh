@@ -27,6 +27,7 @@
 # tfg's side and says so.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
+. bench/lib.sh # tfg_trained
 BUILD=${1:-build}
 GB=$BUILD/bench/gpu/gpubench
 TFG=${TFG:-$BUILD/tfg}
@@ -60,18 +61,14 @@ ratio() {
 # torch ARGS...: one torch_bench.py run, or nothing when PyTorch is missing
 torch() { [ "$have_torch" = 1 ] && $PY bench/gpu/torch_bench.py "$@" 2>&1 | grep '^torch'; }
 
-# tfg's training step in ms: its whole train loop ("trained N steps in T s":
-# feeding each step's batch from the host, forward, backward, update) over
-# the steps, after one untimed run (cuBLAS heuristics, CUDA contexts, the
-# page cache). tfg_step_ms on|off ARGS...: CUDA Graphs on (the default) or
-# off (TFG_CUDA_GRAPHS=0).
+# tfg's training step in ms (bench/lib.sh's tfg_trained: the whole train
+# loop over the steps, after one untimed run). tfg_step_ms on|off
+# ARGS...: CUDA Graphs on (the default) or off (TFG_CUDA_GRAPHS=0).
 tfg_step_ms() {
   graphs=$1
   shift
   if [ "$graphs" = off ]; then set -- env TFG_CUDA_GRAPHS=0 "$TFG" run "$@"; else set -- "$TFG" run "$@"; fi
-  "$@" --quiet >/dev/null 2>&1
-  line=$("$@" 2>&1 >/dev/null | grep '^trained')
-  echo "$line" | awk '{ if ($5 > 0) printf "%.4f", 1000 * $5 / $2; else printf "n/a" }'
+  tfg_trained "$@" | awk '{ if ($2 > 0) printf "%.4f", 1000 * $2 / $1; else printf "n/a" } END { if (NR == 0) printf "n/a" }'
 }
 
 # shellcheck disable=SC2086 # $digits and $wide are option lists, split into words on purpose

@@ -38,33 +38,8 @@
 /* The order of operations is the contract, so no multiply-add may be
  * fused into an FMA (one rounding instead of two): kernels/optim_math.h's
  * formulas use TFG_RN_* arithmetic, and kernels/hostdev.h turns clang's
- * contraction off (GCC never contracts in ISO C mode, -std=c11). */
-/* Checks that in[0..n) are all f32 or all f64 with one element count. */
-static tfg_status check_state(tfg_kernel_ctx *ctx, const char *what, const tfg_tensor *in,
-                              int n) {
-  tfg_dtype dt = in[0].dtype;
-  if (dt != TFG_DTYPE_F32 && dt != TFG_DTYPE_F64)
-    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE,
-                           "%s of a %s parameter is not supported on the CPU (f32 and f64 are)",
-                           what, tfg_dtype_name(dt));
-  int64_t numel = tfg_shape_numel(&in[0].shape);
-  for (int i = 1; i < n; i++) {
-    if (in[i].dtype != dt)
-      return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s: input %d is %s, the parameter %s", what, i,
-                             tfg_dtype_name(in[i].dtype), tfg_dtype_name(dt));
-    TFG_ASSERT(tfg_shape_numel(&in[i].shape) == numel);
-  }
-  return TFG_OK;
-}
-
-/* The step must count from 1: Adam divides by 1 - beta^t, which is 0 at
- * t = 0, and SGD's step 1 is the one that initializes the buffer. */
-static tfg_status check_step(tfg_kernel_ctx *ctx, const char *what) {
-  if (ctx->step < 1)
-    return tfg_kernel_fail(ctx, TFG_ERR_NUMERIC, "%s at step %lld (steps count from 1)", what,
-                           (long long)ctx->step);
-  return TFG_OK;
-}
+ * contraction off (GCC never contracts in ISO C mode, -std=c11). The
+ * checks before an update are every backend's (tfg_kernel_check_update). */
 
 /* ---- SGD ------------------------------------------------------------------ */
 
@@ -100,8 +75,7 @@ TFG_CPU_KERNEL(tfg_cpu_sgd_update) {
   const tfg_attrs *a = &node->attrs;
   bool mom = a->opt.momentum != 0;
   TFG_ASSERT(node->ninputs >= (mom ? 3 : 2));
-  tfg_status st = check_state(ctx, "sgd_update", in, mom ? 3 : 2);
-  if (st == TFG_OK) st = check_step(ctx, "sgd_update");
+  tfg_status st = tfg_kernel_check_update(ctx, "sgd_update", in, mom ? 3 : 2, "CPU");
   if (st != TFG_OK) return st;
   int64_t n = tfg_shape_numel(&in[0].shape);
   if (n == 0) return TFG_OK;
@@ -145,8 +119,7 @@ TFG_CPU_KERNEL(tfg_cpu_adam_update) {
   (void)out;
   const tfg_attrs *a = &node->attrs;
   TFG_ASSERT(node->ninputs >= 4);
-  tfg_status st = check_state(ctx, "adam_update", in, 4);
-  if (st == TFG_OK) st = check_step(ctx, "adam_update");
+  tfg_status st = tfg_kernel_check_update(ctx, "adam_update", in, 4, "CPU");
   if (st != TFG_OK) return st;
   int64_t n = tfg_shape_numel(&in[0].shape);
   if (n == 0) return TFG_OK;

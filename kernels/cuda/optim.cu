@@ -27,32 +27,6 @@
 
 #include "kernels/optim_math.h"
 
-/* Checks that in[0..n) are all f32 or all f64 with one element count
- * (the CPU's check_state, which asserts the counts). */
-static tfg_status check_state(tfg_kernel_ctx *ctx, const char *what, const tfg_tensor *in, int n) {
-  tfg_dtype dt = in[0].dtype;
-  if (dt != TFG_DTYPE_F32 && dt != TFG_DTYPE_F64)
-    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s of a %s parameter is not supported on the GPU (f32 and f64 are)",
-                           what, tfg_dtype_name(dt));
-  int64_t numel = tfg_shape_numel(&in[0].shape);
-  for (int i = 1; i < n; i++) {
-    if (in[i].dtype != dt)
-      return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s: input %d is %s, the parameter %s", what, i,
-                             tfg_dtype_name(in[i].dtype), tfg_dtype_name(dt));
-    if (tfg_shape_numel(&in[i].shape) != numel)
-      return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "%s: input %d has %lld elements, the parameter %lld", what, i,
-                             (long long)tfg_shape_numel(&in[i].shape), (long long)numel);
-  }
-  return TFG_OK;
-}
-
-/* The step must count from 1 (the CPU's check_step). */
-static tfg_status check_step(tfg_kernel_ctx *ctx, const char *what) {
-  if (ctx->step < 1)
-    return tfg_kernel_fail(ctx, TFG_ERR_NUMERIC, "%s at step %lld (steps count from 1)", what, (long long)ctx->step);
-  return TFG_OK;
-}
-
 /* ---- SGD ------------------------------------------------------------------ */
 
 /* torch.optim.SGD per element: kernels/optim_math.h's step, the CPU's. */
@@ -77,8 +51,7 @@ static tfg_status cuda_sgd_update(tfg_kernel_ctx *ctx, const tfg_node *node, con
   bool mom = a->opt.momentum != 0;
   if (node->ninputs < (mom ? 3 : 2))
     return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "sgd_update: %d inputs, %d needed", node->ninputs, mom ? 3 : 2);
-  tfg_status st = check_state(ctx, "sgd_update", in, mom ? 3 : 2);
-  if (st == TFG_OK) st = check_step(ctx, "sgd_update");
+  tfg_status st = tfg_kernel_check_update(ctx, "sgd_update", in, mom ? 3 : 2, "GPU");
   if (st != TFG_OK) return st;
   int64_t n = tfg_shape_numel(&in[0].shape);
   if (n == 0) return TFG_OK;
@@ -113,8 +86,7 @@ static tfg_status cuda_adam_update(tfg_kernel_ctx *ctx, const tfg_node *node, co
   const tfg_attrs *a = &node->attrs;
   if (node->ninputs < 4)
     return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "adam_update: %d inputs, 4 needed", node->ninputs);
-  tfg_status st = check_state(ctx, "adam_update", in, 4);
-  if (st == TFG_OK) st = check_step(ctx, "adam_update");
+  tfg_status st = tfg_kernel_check_update(ctx, "adam_update", in, 4, "GPU");
   if (st != TFG_OK) return st;
   int64_t n = tfg_shape_numel(&in[0].shape);
   if (n == 0) return TFG_OK;

@@ -369,23 +369,35 @@ START_TEST(ring_failure_on_one_rank_reaches_all) {
 }
 END_TEST
 
+/* Three ranks' 1000 floats: rank r's element j is r + j, so their sum is
+ * 3 + 3j (exact in f32). */
+static void three_ranks_fill(float buf[3][1000], void *bufs[3]) {
+  for (int r = 0; r < 3; r++) {
+    for (int j = 0; j < 1000; j++) buf[r][j] = (float)(r + j);
+    bufs[r] = buf[r];
+  }
+}
+
+static void three_ranks_expect_sum(float buf[3][1000]) {
+  for (int r = 0; r < 3; r++)
+    for (int j = 0; j < 1000; j++)
+      if (buf[r][j] != (float)(3 + 3 * j)) ck_abort_msg("rank %d element %d = %g", r, j, (double)buf[r][j]);
+}
+
 /* A communicator freed right after queueing (its events outlive it while
  * queued work holds them), and one rank: a no-op. */
 START_TEST(ring_free_while_queued_and_one_rank) {
   ranks k;
   ranks_init(&k, 3);
   float buf[3][1000];
-  for (int r = 0; r < 3; r++)
-    for (int j = 0; j < 1000; j++) buf[r][j] = (float)(r + j);
-  void *bufs[3] = {buf[0], buf[1], buf[2]};
+  void *bufs[3];
+  three_ranks_fill(buf, bufs);
   size_t count = 1000;
   tfg_coll *c = tfg_coll_ring_new(3, k.b, k.s);
   c->i.allreduce(c, bufs, &count, 1, TFG_DTYPE_F32, TFG_COLL_SUM);
   c->i.free(c);
   sync_all_ok(&k);
-  for (int r = 0; r < 3; r++)
-    for (int j = 0; j < 1000; j++)
-      if (buf[r][j] != (float)(3 + 3 * j)) ck_abort_msg("rank %d element %d = %g", r, j, (double)buf[r][j]);
+  three_ranks_expect_sum(buf);
   tfg_coll *one = tfg_coll_ring_new(1, k.b, k.s);
   one->i.allreduce(one, bufs, &count, 1, TFG_DTYPE_F32, TFG_COLL_MEAN);
   sync_all_ok(&k);
@@ -864,17 +876,14 @@ START_TEST(hier_leaders_fail_and_free_while_queued) {
   tfg_strbuf_free(&why);
   spy.fail = NULL;
   float buf[3][1000];
-  for (int r = 0; r < 3; r++)
-    for (int j = 0; j < 1000; j++) buf[r][j] = (float)(r + j);
-  void *bufs[3] = {buf[0], buf[1], buf[2]};
+  void *bufs[3];
+  three_ranks_fill(buf, bufs);
   size_t count = 1000;
   tfg_coll *c = tfg_coll_hier_new(3, k.b, k.s, group, spy_new, NULL);
   c->i.allreduce(c, bufs, &count, 1, TFG_DTYPE_F32, TFG_COLL_SUM);
   c->i.free(c);
   sync_all_ok(&k);
-  for (int r = 0; r < 3; r++)
-    for (int j = 0; j < 1000; j++)
-      if (buf[r][j] != (float)(3 + 3 * j)) ck_abort_msg("rank %d element %d = %g", r, j, (double)buf[r][j]);
+  three_ranks_expect_sum(buf);
   ranks_free(&k);
 }
 END_TEST
