@@ -8,6 +8,9 @@
 #      (exact stdout of `tfg place --explain --memory-limit 1G`, with the
 #      devices of the file's "# devices: SPEC" line; the host CPU's own
 #      line, which names the machine's cores, is left out of the compare)
+#      or NAME.runerr (exact stderr of `tfg run`, for errors found only
+#      when a program runs; the exit code is the file's "# exit: N" line,
+#      default 1, and stdout must be empty unless the program prints)
 #   3. command-line behaviour (tests/cli.sh), the multi-device
 #      runtime end to end (tests/strategies.sh), the REPL, scripted and
 #      on a pseudo-terminal (tests/repl.sh), and Ctrl-C during training
@@ -75,6 +78,14 @@ for src in *.tfg; do
     elif ! cmp -s "$tmp/out2" "$tmp/want"; then
       ko "golden $src: explain differs from $name.explain"; diff "$tmp/want" "$tmp/out2" | head -20
     else ok; fi
+  elif [ -f "$name.runerr" ]; then
+    want_rc=$(sed -n 's/^# exit: //p' "$src" | head -1)
+    "$TFG" run --color=never "$src" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    if [ $rc -ne "${want_rc:-1}" ]; then ko "golden $src: exit $rc, expected ${want_rc:-1}"; head -5 "$tmp/err"
+    elif ! cmp -s "$tmp/err" "$name.runerr"; then
+      ko "golden $src: run stderr differs from $name.runerr"; diff "$name.runerr" "$tmp/err" | head -20
+    else ok; fi
   elif [ -f "$name.out" ]; then
     "$TFG" run --color=never "$src" >"$tmp/out" 2>"$tmp/err"
     rc=$?
@@ -84,7 +95,7 @@ for src in *.tfg; do
     elif [ -s "$tmp/err" ]; then ko "golden $src: unexpected stderr"; head -5 "$tmp/err"
     else ok; fi
   else
-    ko "golden $src: no $name.err, $name.ast or $name.out beside it"
+    ko "golden $src: no $name.err, $name.ast, $name.explain, $name.runerr or $name.out beside it"
   fi
 done
 cd "$ROOT" || exit 1
@@ -94,6 +105,12 @@ cd "$ROOT" || exit 1
 . "$ROOT/tests/strategies.sh"
 . "$ROOT/tests/repl.sh"
 py_checks interrupt "$ROOT/tests/interrupt.py" "$TFG" # Ctrl-C during training (tests/interrupt.py)
+# bad input by area (tests/reliability/*.sh): each a regression test per
+# problem found by trying tfg as a careless or hostile user would
+for f in "$ROOT"/tests/reliability/*.sh; do
+  [ -f "$f" ] || continue
+  . "$f"
+done
 
 # ---- 4. fuzz regressions ------------------------------------------------------
 for f in "$ROOT"/tests/fuzz/regress/*; do

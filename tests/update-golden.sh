@@ -5,6 +5,7 @@
 #   ok-*.tfg     -> .ast  (tfg check --ast)
 #   run-*.tfg    -> .out  (tfg run)
 #   place-*.tfg  -> .explain (tfg place --explain, devices from "# devices: SPEC")
+#   rerr-*.tfg   -> .runerr (tfg run, stderr; exit code from "# exit: N")
 #   err-*, build-* and anything else -> .err (tfg check, stderr)
 BUILD=${1:-build}
 TFG="$(cd "$(dirname "$0")/.." && pwd)/$BUILD/tfg"
@@ -14,6 +15,7 @@ for src in *.tfg; do
   case $name in
     ok-*) "$TFG" check --ast --color=never "$src" >"$name.ast" ;;
     run-*) "$TFG" run --color=never "$src" >"$name.out" ;;
+    rerr-*) "$TFG" run --color=never "$src" >/dev/null 2>"$name.runerr" ;;
     place-*)
       spec=$(sed -n 's/^# devices: //p' "$src" | head -1)
       "$TFG" place --explain --memory-limit 1G --color=never ${spec:+--devices "$spec"} "$src" >"$name.explain" ;;
