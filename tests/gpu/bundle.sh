@@ -4,7 +4,11 @@
 # dependencies (OpenBLAS, libedit, Check, re2c, Bison):
 #
 #   sh tests/gpu/bundle.sh pack [BUILD]     # here: BUILD/gpu-bundle.tar.xz
-#   sh tests/gpu/bundle.sh run BUNDLE OUT   # there, in a checkout of the same commit
+#   sh tests/gpu/bundle.sh run BUNDLE OUT [WHAT]   # there, in a checkout of the same commit
+#
+# WHAT is all (the default), tests (tests/gpu/run.sh only) or bench
+# (bench/gpu/run.sh only): a device's time is scarce, so a run can skip
+# the part it does not need.
 #
 # pack puts the binaries the GPU scripts run (BUILD/tfg,
 # BUILD/tests/gpu/conformance and oom, BUILD/bench/gpu/gpubench; stripped)
@@ -72,7 +76,7 @@ for p in nvidia.__path__:
 }
 
 run() {
-  bundle=$1 out=$2
+  bundle=$1 out=$2 what=${3:-all}
   cd "$ROOT" || exit 2
   mkdir -p build "$out"
   tar -C build -xJf "$bundle" || exit 2
@@ -91,19 +95,29 @@ run() {
     echo "tests/gpu/bundle.sh: libraries not found (above); LD_LIBRARY_PATH=$LD_LIBRARY_PATH" >&2
     exit 2
   fi
-  sh tests/gpu/run.sh build 2>&1 | tee "$out/test-gpu.txt"
-  rc=$(tail -1 "$out/test-gpu.txt" | grep -q '^tests-gpu: [0-9]* passed, 0 failed' && echo 0 || echo 1)
-  grep -q '^SKIP: ' "$out/test-gpu.txt" && rc=0
-  sh bench/gpu/run.sh build 2>&1 | tee "$out/bench-gpu.txt"
-  [ -d bench/results ] && find bench/results -name 'gpu-*.txt' -newer "$out/test-gpu.txt" -exec cp {} "$out/" \;
+  rc=0
+  : >"$out/started"
+  if [ "$what" != bench ]; then
+    sh tests/gpu/run.sh build 2>&1 | tee "$out/test-gpu.txt"
+    rc=$(tail -1 "$out/test-gpu.txt" | grep -q '^tests-gpu: [0-9]* passed, 0 failed' && echo 0 || echo 1)
+    grep -q '^SKIP: ' "$out/test-gpu.txt" && rc=0
+  fi
+  if [ "$what" != tests ]; then
+    sh bench/gpu/run.sh build 2>&1 | tee "$out/bench-gpu.txt"
+    [ -d bench/results ] && find bench/results -name 'gpu-*.txt' -newer "$out/started" -exec cp {} "$out/" \;
+  fi
+  rm -f "$out/started"
   exit "$rc"
 }
 
 case "${1:-}" in
   pack) shift; pack "$@" ;;
   run)
-    if [ $# -ne 3 ]; then echo "usage: tests/gpu/bundle.sh run BUNDLE OUT" >&2; exit 2; fi
-    run "$2" "$3"
+    case "$#:${4:-all}" in
+      3:all | 4:all | 4:tests | 4:bench) ;;
+      *) echo "usage: tests/gpu/bundle.sh run BUNDLE OUT [all|tests|bench]" >&2; exit 2 ;;
+    esac
+    run "$2" "$3" "${4:-all}"
     ;;
-  *) echo "usage: tests/gpu/bundle.sh pack [BUILD] | run BUNDLE OUT" >&2; exit 2 ;;
+  *) echo "usage: tests/gpu/bundle.sh pack [BUILD] | run BUNDLE OUT [all|tests|bench]" >&2; exit 2 ;;
 esac
