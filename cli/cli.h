@@ -54,7 +54,15 @@ typedef struct cli_opts {
   int64_t bucket_bytes;   /* --bucket-size SIZE, 0 for the default */
   bool preallocate;       /* --memory preallocate (default: growth) */
   bool tf32;              /* --tf32 */
+  bool verbose;           /* --verbose: each phase, what it made and its time, on stderr */
 } cli_opts;
+
+/* --verbose: prints "tfg: " and the formatted text on stderr, with the
+ * time since the last such line (or since cli_verbose_start); nothing
+ * without o->verbose. */
+void cli_verbose(const cli_opts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Starts the clock cli_verbose reports from (a command, a REPL input). */
+void cli_verbose_start(void);
 
 /* Whether diagnostics on stderr get colour: --color=always|never, else
  * auto: stderr a terminal, NO_COLOR unset, TERM not dumb. */
@@ -64,8 +72,16 @@ bool cli_color_mode(const char *opt);
  * source tree, or the installed default); buf is scratch of n bytes. */
 const char *cli_stdlib_dir(char *buf, size_t n);
 
-/* The number of GPUs a program names (one past its highest gpu:N). */
-int cli_gpus_named(const tfg_program *p);
+/* The input of p that --feed NAME names, or NULL. */
+const tfg_feed *cli_feed_target(const tfg_program *p, const char *name);
+/* Why --feed may not feed f, an input with a source (`from`): appended
+ * to why, naming the input (with its file and line when `where`) and
+ * the data file. */
+void cli_feed_has_source(const tfg_program *p, const tfg_feed *f, bool where, tfg_strbuf *why);
+
+/* The number of GPUs a program names (one past its highest gpu:N), and
+ * in *where (when not NULL) the source that names the highest. */
+int cli_gpus_named(const tfg_program *p, tfg_loc *where);
 
 /* The devices of a run: --devices, else the default for the program
  * (its one-line notice, if any, printed to stderr). NULL after reporting

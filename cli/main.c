@@ -7,10 +7,12 @@
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/arena.h"
@@ -38,6 +40,32 @@ bool cli_color_mode(const char *opt) {
   return isatty(STDERR_FILENO) && !getenv("NO_COLOR") && !(term && strcmp(term, "dumb") == 0);
 }
 
+/* ---- --verbose ------------------------------------------------------------------ */
+
+static double verbose_clock; /* when the last verbose line (or the start) was */
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+void cli_verbose_start(void) { verbose_clock = now_s(); }
+
+void cli_verbose(const cli_opts *o, const char *fmt, ...) {
+  if (!o->verbose) return;
+  double t = now_s();
+  tfg_strbuf b = {0};
+  va_list ap;
+  va_start(ap, fmt);
+  tfg_strbuf_vprintf(&b, fmt, ap);
+  va_end(ap);
+  fflush(stdout); /* in order with what the command prints */
+  fprintf(stderr, "tfg: %s (%.1f ms)\n", b.data, (t - verbose_clock) * 1e3);
+  tfg_strbuf_free(&b);
+  verbose_clock = t;
+}
+
 static int usage_error(const cli_cmd *cmd, const char *fmt, const char *arg) {
   fprintf(stderr, "tfg%s%s: ", cmd ? " " : "", cmd ? cmd->name : "");
   fprintf(stderr, fmt, arg);
@@ -47,11 +75,11 @@ static int usage_error(const cli_cmd *cmd, const char *fmt, const char *arg) {
 }
 
 /* Which options a command takes (the REPL takes run's but --trace). */
-enum { ALLOW_AST = 1, ALLOW_RUN = 2, ALLOW_PLACE = 4, ALLOW_EXPLAIN = 8, ALLOW_TRACE = 16 };
+enum { ALLOW_AST = 1, ALLOW_RUN = 2, ALLOW_PLACE = 4, ALLOW_EXPLAIN = 8, ALLOW_TRACE = 16, ALLOW_VERBOSE = 32 };
 
 enum { OPT_COLOR = 256, OPT_AST, OPT_SET, OPT_FEED, OPT_SEED, OPT_PRINT_ALL, OPT_THREADS, OPT_CHECK_NUMERICS,
        OPT_QUIET, OPT_DEVICES, OPT_MEMORY_LIMIT, OPT_EXPLAIN, OPT_JSON, OPT_DOT, OPT_TRACE, OPT_BUCKET_SIZE,
-       OPT_MEMORY, OPT_TF32 };
+       OPT_MEMORY, OPT_TF32, OPT_VERBOSE };
 
 /* The ALLOW_* bit a command needs to take each option; 0: every command
  * takes it. Another command's option is an unknown option. */
@@ -72,6 +100,7 @@ static const int opt_allow[] = {
     [OPT_BUCKET_SIZE - OPT_COLOR] = ALLOW_PLACE,
     [OPT_MEMORY - OPT_COLOR] = ALLOW_PLACE,
     [OPT_TF32 - OPT_COLOR] = ALLOW_RUN,
+    [OPT_VERBOSE - OPT_COLOR] = ALLOW_VERBOSE,
 };
 
 /* Splits "NAME=VALUE"; false when there is no '=' or no name. */
@@ -107,6 +136,7 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
       {"bucket-size", required_argument, NULL, OPT_BUCKET_SIZE},
       {"memory", required_argument, NULL, OPT_MEMORY},
       {"tf32", no_argument, NULL, OPT_TF32},
+      {"verbose", no_argument, NULL, OPT_VERBOSE},
       {NULL, 0, NULL, 0},
   };
   memset(o, 0, sizeof *o);
@@ -191,6 +221,9 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
     case OPT_TF32:
       o->tf32 = true;
       break;
+    case OPT_VERBOSE:
+      o->verbose = true;
+      break;
     case ':':
       return usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
     default: {
@@ -199,6 +232,7 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
     }
     }
   }
+  if (o->quiet && o->verbose) return usage_error(cmd, "%s", "--quiet and --verbose ask for opposite things: give one");
   if (optind >= argc && (!strcmp(cmd->name, "devices") || !strcmp(cmd->name, "repl"))) return -1;
   if (optind >= argc) return usage_error(cmd, "%s", "missing FILE");
   if (argc - optind > 1) return usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
@@ -312,6 +346,38 @@ static void mark_fetched(const tfg_program *p, const tfg_train_step *packed, int
   }
 }
 
+/* --verbose after placement: how many ops each device got. */
+static void verbose_placement(const cli_opts *o, const tfg_placement *pl, const tfg_devices *ds) {
+  tfg_strbuf b = {0};
+  int total = 0;
+  for (int i = 0; i < tfg_devices_count(ds); i++) {
+    int n = tfg_placement_totals(pl, i).ops;
+    total += n;
+    tfg_strbuf_printf(&b, "%s%s %d", i ? ", " : "", tfg_devices_at(ds, i)->name, n);
+  }
+  cli_verbose(o, "placed %d ops: %s", total, b.data);
+  tfg_strbuf_free(&b);
+}
+
+/* --verbose after planning: per device its steps and planned peak, then
+ * the copies, events, all-reduce buckets and fused chains. */
+static void verbose_plan(const cli_opts *o, const tfg_plan *plan) {
+  tfg_strbuf b = {0};
+  int copies = 0;
+  for (int i = 0; i < plan->ndev; i++) {
+    const tfg_plan_device *pd = &plan->dev[i];
+    if (pd->nsteps == 0) continue;
+    for (int k = 0; k < pd->nsteps; k++) copies += pd->steps[k].kind == TFG_PLAN_COPY;
+    tfg_strbuf_printf(&b, "%s %d steps, peak ", tfg_devices_at(plan->ds, i)->name, pd->nsteps);
+    tfg_size_format(&b, pd->peak);
+    tfg_strbuf_puts(&b, "; ");
+  }
+  cli_verbose(o, "planned: %s%d cop%s, %d event%s, %d all-reduce bucket%s, %d fused chain%s", b.data ? b.data : "",
+              copies, copies == 1 ? "y" : "ies", plan->nevents, plan->nevents == 1 ? "" : "s", plan->nbuckets,
+              plan->nbuckets == 1 ? "" : "s", plan->nchains, plan->nchains == 1 ? "" : "s");
+  tfg_strbuf_free(&b);
+}
+
 /* Places and plans the program (exit 1 when it cannot be, as memory
  * that cannot fit is an error found before anything runs); every plan is
  * validated: a violation is a bug in the planner, never something to run.
@@ -322,6 +388,7 @@ int cli_compile_program(const cli_opts *o, tfg_program *p, const tfg_train_step 
                         tfg_devices *ds, const tfg_node_id *extra, int nextra, tfg_diag *d,
                         tfg_placement **pl, tfg_plan **plan) {
   if (tfg_place_fit(p->graph, ds, packed, npacked, d, pl) != TFG_OK) return EXIT_PROGRAM;
+  if (o->verbose) verbose_placement(o, *pl, ds);
   const char *env = getenv("TFG_FUSE");
   uint8_t *keep = calloc((size_t)p->graph->nnodes + 1, 1);
   if (!keep) abort();
@@ -333,11 +400,14 @@ int cli_compile_program(const cli_opts *o, tfg_program *p, const tfg_train_step 
   tfg_status st = tfg_plan_build_with(p->graph, *pl, ds, &po, d, plan);
   free(keep);
   if (st != TFG_OK) return EXIT_PROGRAM;
+  if (o->verbose) verbose_plan(o, *plan);
   tfg_strbuf why = {0};
   int rc = 0;
   if (!tfg_plan_validate(*plan, &why)) {
     fprintf(stderr, "tfg: internal error: the plan is invalid: %s\n", why.data);
     rc = EXIT_RUNTIME;
+  } else {
+    cli_verbose(o, "validated the plan");
   }
   tfg_strbuf_free(&why);
   return rc;
@@ -354,6 +424,36 @@ typedef struct cli_compiled {
   tfg_plan *plan;
 } cli_compiled;
 
+/* --verbose after the training steps: per train action its strategy,
+ * the params it trains, and the graph's size with every step added. */
+static void verbose_steps(const cli_opts *o, const tfg_program *p, const tfg_train_step *steps) {
+  for (int i = 0; i < p->nactions; i++) {
+    const tfg_action *a = &p->actions[i];
+    if (a->kind != TFG_ACTION_TRAIN) continue;
+    const tfg_train_step *st = &steps[i];
+    char how[64] = "single";
+    if (st->worker_grads) snprintf(how, sizeof how, "parameter_server with %d workers", st->nreplicas);
+    else if (st->nreplicas > 1) snprintf(how, sizeof how, "mirrored over %d replicas", st->nreplicas);
+    cli_verbose(o, "built the training step of the train at line %u: %s, %d params trained, %s", a->loc.line, how,
+                st->nparams, st->optimizer ? st->optimizer : "no optimizer");
+  }
+  cli_verbose(o, "the graph with its training steps: %d nodes", (int)p->graph->nnodes);
+}
+
+/* --verbose once the devices are known: each with its hardware and
+ * memory. */
+static void verbose_devices(const cli_opts *o, const tfg_devices *ds) {
+  tfg_strbuf b = {0};
+  for (int i = 0; i < tfg_devices_count(ds); i++) {
+    const tfg_device *dv = tfg_devices_at(ds, i);
+    tfg_strbuf_printf(&b, "%s%s (%s, ", i ? ", " : "", dv->name, dv->hardware);
+    tfg_size_format(&b, dv->memory);
+    tfg_strbuf_putc(&b, ')');
+  }
+  cli_verbose(o, "devices: %s", b.data);
+  tfg_strbuf_free(&b);
+}
+
 /* Builds c for p: 0, or the exit code after reporting. c is always
  * freed with cli_compiled_free. */
 static int cli_compile(const cli_opts *o, tfg_program *p, tfg_diag *d, cli_compiled *c) {
@@ -362,7 +462,11 @@ static int cli_compile(const cli_opts *o, tfg_program *p, tfg_diag *d, cli_compi
   c->packed = calloc((size_t)p->nactions + 1, sizeof *c->packed);
   if (!c->steps || !c->packed) abort();
   int rc = cli_build_steps(p, d, c->steps, c->packed, &c->npacked);
-  if (rc == 0 && !(c->ds = cli_devices_for(o, p, d))) rc = EXIT_USAGE;
+  if (rc == 0 && o->verbose) verbose_steps(o, p, c->steps);
+  /* A bad --devices is bad usage; the default fails only for a program
+   * naming more GPUs than can be emulated, an error in the program. */
+  if (rc == 0 && !(c->ds = cli_devices_for(o, p, d))) rc = o->devices ? EXIT_USAGE : 1;
+  if (rc == 0 && o->verbose) verbose_devices(o, c->ds);
   if (rc == 0) rc = cli_compile_program(o, p, c->packed, c->npacked, c->ds, NULL, 0, d, &c->pl, &c->plan);
   return rc;
 }
@@ -426,12 +530,33 @@ void cli_catch_interrupts(bool on) {
 static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool color) {
   /* --feed names an input without a source, or it is bad usage. */
   for (int i = 0; i < o->nfeeds; i++) {
-    bool found = false;
-    for (int k = 0; k < p->nfeeds && !found; k++) found = !strcmp(p->graph->nodes[p->feeds[k].node].name, o->feeds[i].name);
-    if (!found) {
+    const tfg_feed *f = cli_feed_target(p, o->feeds[i].name);
+    if (!f) {
       fprintf(stderr, "tfg run: --feed %s: the program has no input named '%s'\n", o->feeds[i].name, o->feeds[i].name);
       return EXIT_USAGE;
     }
+    if (f->ds) {
+      tfg_strbuf why = {0};
+      cli_feed_has_source(p, f, true, &why);
+      fprintf(stderr, "tfg run: --feed %s: %s\n", o->feeds[i].name, why.data);
+      tfg_strbuf_free(&why);
+      return EXIT_USAGE;
+    }
+  }
+  /* A --trace file that cannot be written is found now, not after the
+   * run: the same atomic write the end of the run makes (an empty trace
+   * in its place until then). */
+  if (o->trace) {
+    tfg_trace *probe = tfg_trace_new();
+    tfg_strbuf err = {0};
+    tfg_status ts = tfg_trace_write(probe, o->trace, &err);
+    tfg_trace_free(probe);
+    if (ts != TFG_OK) {
+      fprintf(stderr, "tfg run: --trace %s: %s\n", o->trace, err.data ? err.data : "cannot write");
+      tfg_strbuf_free(&err);
+      return EXIT_USAGE;
+    }
+    tfg_strbuf_free(&err);
   }
   const tfg_action **group = calloc((size_t)p->nactions + 1, sizeof *group);
   tfg_train_step *gsteps = calloc((size_t)p->nactions + 1, sizeof *gsteps);
@@ -446,6 +571,7 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
                          .preallocate = o->preallocate, .tf32 = o->tf32};
   tfg_session *s = rc == 0 ? tfg_session_new(p, d, &so) : NULL;
   if (!s && rc == 0) rc = EXIT_RUNTIME;
+  if (s) cli_verbose(o, "started the devices: memory, streams, params initialized");
   tfg_train_opts to = {.log = stderr, .tty = isatty(STDERR_FILENO), .quiet = o->quiet};
   cli_catch_interrupts(true);
   for (int i = 0; s && i < p->nactions && rc == 0;) {
@@ -470,6 +596,8 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
       rc = ec == 1 ? EXIT_PROGRAM : ec == EXIT_INTERRUPTED ? EXIT_INTERRUPTED : EXIT_RUNTIME;
     }
     tfg_diag_render(d, stderr, color);
+    if (st == TFG_OK)
+      cli_verbose(o, "ran the %s at line %u", a->kind == TFG_ACTION_PRINT ? "print" : "train", a->loc.line);
   }
   cli_catch_interrupts(false);
   tfg_session_free(s);
@@ -489,14 +617,29 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
   return rc;
 }
 
+const tfg_feed *cli_feed_target(const tfg_program *p, const char *name) {
+  for (int k = 0; k < p->nfeeds; k++)
+    if (!strcmp(p->graph->nodes[p->feeds[k].node].name, name)) return &p->feeds[k];
+  return NULL;
+}
+
+void cli_feed_has_source(const tfg_program *p, const tfg_feed *f, bool where, tfg_strbuf *why) {
+  const tfg_node *n = &p->graph->nodes[f->node];
+  tfg_strbuf_printf(why, "input %s", n->name);
+  if (where && n->loc.src) tfg_strbuf_printf(why, " (%s:%u)", n->loc.src->name, n->loc.line);
+  tfg_strbuf_printf(why, " reads its batches from '%s' (its `from`); --feed feeds only an input without one",
+                    f->ds_path ? f->ds_path : "a dataset");
+}
+
 /* The number of GPUs a program names: one past the highest gpu:N of its
  * pins and of its strategies' device lists (gpu:* asks for one). */
-int cli_gpus_named(const tfg_program *p) {
+int cli_gpus_named(const tfg_program *p, tfg_loc *where) {
   int n = 0;
+  tfg_loc at = {0};
   for (int32_t i = 0; i < p->graph->nnodes; i++) {
     const tfg_devspec *d = &p->graph->nodes[i].pin;
-    if (d->kind == TFG_DEV_GPU && d->index + 1 > n) n = (int)d->index + 1;
-    if (d->kind == TFG_DEV_GPU_ANY && n < 1) n = 1;
+    if (d->kind == TFG_DEV_GPU && d->index + 1 > n) n = (int)d->index + 1, at = d->loc;
+    if (d->kind == TFG_DEV_GPU_ANY && n < 1) n = 1, at = d->loc;
   }
   for (int a = 0; a < p->nactions; a++)
     for (int k = 0; k < p->actions[a].nsettings; k++) {
@@ -509,12 +652,14 @@ int cli_gpus_named(const tfg_program *p) {
         stack[top++] = &v->u.record->args[j];
         while (top) {
           const tfg_value *x = stack[--top];
-          if (x->kind == TFG_V_DEVICE && x->u.dev.kind == TFG_DEV_GPU && x->u.dev.index + 1 > n) n = (int)x->u.dev.index + 1;
+          if (x->kind == TFG_V_DEVICE && x->u.dev.kind == TFG_DEV_GPU && x->u.dev.index + 1 > n)
+            n = (int)x->u.dev.index + 1, at = p->actions[a].settings[k].loc;
           if (x->kind == TFG_V_LIST)
             for (int32_t q = 0; q < x->u.list.n && top < 64; q++) stack[top++] = &x->u.list.items[q];
         }
       }
     }
+  if (where) *where = at;
   return n;
 }
 
@@ -522,11 +667,32 @@ int cli_gpus_named(const tfg_program *p) {
 tfg_devices *cli_devices_for(const cli_opts *o, const tfg_program *p, tfg_diag *d) {
   tfg_devices *ds = NULL;
   const char *notice = NULL;
-  tfg_status st = o->devices ? tfg_devices_parse(d, o->devices, &ds) : tfg_devices_default(d, p ? cli_gpus_named(p) : 0, &ds, &notice);
+  tfg_loc where = {0};
+  int gpus = p && !o->devices ? cli_gpus_named(p, &where) : 0;
+  tfg_status st = o->devices ? tfg_devices_parse(d, o->devices, &ds)
+                             : tfg_devices_default(d, gpus, where.src ? &where : NULL, &ds, &notice);
   if (st != TFG_OK) return NULL;
   if (notice) fprintf(stderr, "%s\n", notice);
   if (o->memory_limit) tfg_devices_limit(ds, o->memory_limit);
   return ds;
+}
+
+/* --verbose once the program is built: its graph and actions. */
+static void verbose_program(const cli_opts *o, const tfg_program *p) {
+  int64_t bytes = 0;
+  for (int i = 0; i < p->nparams; i++) {
+    const tfg_node *n = &p->graph->nodes[p->params[i]];
+    bytes += tfg_shape_numel(&n->shape) * (int64_t)tfg_dtype_size(n->dtype);
+  }
+  int trains = 0;
+  for (int i = 0; i < p->nactions; i++) trains += p->actions[i].kind == TFG_ACTION_TRAIN;
+  tfg_strbuf b = {0};
+  tfg_size_format(&b, bytes);
+  int prints = p->nactions - trains;
+  cli_verbose(o, "built the graph: %d nodes, %d param%s (%s), %d input%s, %d print%s, %d train%s", (int)p->graph->nnodes,
+              p->nparams, p->nparams == 1 ? "" : "s", b.data, p->nfeeds, p->nfeeds == 1 ? "" : "s", prints,
+              prints == 1 ? "" : "s", trains, trains == 1 ? "" : "s");
+  tfg_strbuf_free(&b);
 }
 
 /* `tfg place` and `tfg plan`: the training steps are built first, so
@@ -582,7 +748,7 @@ static int cmd_program(const cli_cmd *cmd, int argc, char **argv) {
        is_place = strcmp(cmd->name, "place") == 0, is_plan = strcmp(cmd->name, "plan") == 0;
   cli_opts *o = calloc(1, sizeof *o);
   int rc = parse_opts(cmd, argc, argv,
-                      (is_check ? ALLOW_AST : 0) | (is_run ? ALLOW_RUN | ALLOW_PLACE | ALLOW_TRACE : 0) |
+                      ALLOW_VERBOSE | (is_check ? ALLOW_AST : 0) | (is_run ? ALLOW_RUN | ALLOW_PLACE | ALLOW_TRACE : 0) |
                           (is_place || is_plan ? ALLOW_PLACE : 0) |
                           (is_place ? ALLOW_EXPLAIN : 0),
                       o);
@@ -591,6 +757,7 @@ static int cmd_program(const cli_cmd *cmd, int argc, char **argv) {
     return rc;
   }
   rc = 0;
+  cli_verbose_start();
   bool color = cli_color_mode(o->color);
   tfg_diag *d = tfg_diag_new();
   tfg_arena arena;
@@ -598,6 +765,7 @@ static int cmd_program(const cli_cmd *cmd, int argc, char **argv) {
   tfg_ast *prog = NULL;
   const tfg_source *src = tfg_diag_load(d, o->file);
   tfg_status st = src ? tfg_parse(src, d, &arena, &prog, NULL) : TFG_ERR_USAGE;
+  if (st == TFG_OK) cli_verbose(o, "parsed %s: %d statements", o->file, (int)prog->list.n);
   if (st == TFG_OK && o->ast) {
     tfg_strbuf out = {0};
     tfg_ast_dump(prog, &out);
@@ -609,6 +777,7 @@ static int cmd_program(const cli_cmd *cmd, int argc, char **argv) {
     tfg_interp *I = tfg_interp_new(d, &io);
     st = tfg_interp_eval(I, src, prog);
     if (st == TFG_OK) st = tfg_interp_finish(I);
+    if (st == TFG_OK && o->verbose) verbose_program(o, tfg_interp_program(I));
     if (st == TFG_OK && is_check) {
       /* Checking builds the training steps too: optimizer arguments are
        * checked there, and a failure in autodiff is found now, not mid-run. */
@@ -653,7 +822,7 @@ static int no_opts(const cli_cmd *cmd, int argc, char **argv) {
 static int cmd_repl(const cli_cmd *cmd, int argc, char **argv) {
   cli_opts *o = calloc(1, sizeof *o);
   if (!o) abort();
-  int rc = parse_opts(cmd, argc, argv, ALLOW_RUN | ALLOW_PLACE, o);
+  int rc = parse_opts(cmd, argc, argv, ALLOW_RUN | ALLOW_PLACE | ALLOW_VERBOSE, o);
   if (rc < 0) rc = cli_repl(o);
   free(o);
   return rc;
@@ -681,6 +850,7 @@ static int cmd_version(const cli_cmd *cmd, int argc, char **argv) {
 
 #define COMMON_HELP                                                                  \
   "  --set NAME=VALUE  override a top-level `let NAME` (repeatable)\n"               \
+  "  --verbose         say what each phase made and its time (devices, placement, plan)\n" \
   "  --color=WHEN      colour diagnostics: auto (default), always, never\n"          \
   "  -h, --help        show this help\n"
 
@@ -697,8 +867,10 @@ static const cli_cmd commands[] = {
      "  --devices SPEC    the devices to run on (default: every GPU; else host devices)\n"
      "  --memory MODE     device memory pools: growth (default) or preallocate\n"
      "  --memory-limit SIZE  cap every device's memory\n"
+     "  --bucket-size SIZE  close an all-reduce bucket at SIZE bytes of gradients (default 25M)\n"
      "  --tf32            let f32 matrix products on GPUs use TF32 tensor cores\n"
-     "  --trace FILE.json write a Chrome/Perfetto trace of the run\n" COMMON_HELP,
+     "  --trace FILE.json write a Chrome/Perfetto trace of the run (a path that cannot be\n"
+     "                    written is bad usage, found before the run)\n" COMMON_HELP,
      cmd_program},
     {"check", "build and shape-check only; prints nothing on success",
      "tfg check [OPTIONS] FILE\n\nBuild and check FILE ('-' reads standard input): syntax, names,\n"
@@ -716,7 +888,8 @@ static const cli_cmd commands[] = {
      "  --dot             Graphviz, one cluster per device\n"
      "  --devices SPEC    the devices to place on (default: every GPU; else as many host devices as gpu:N named)\n"
      "  --memory MODE     growth (default) or preallocate (accepted as for tfg run; no effect here)\n"
-     "  --memory-limit SIZE  cap every device's memory\n" COMMON_HELP,
+     "  --memory-limit SIZE  cap every device's memory\n"
+     "  --bucket-size SIZE  close an all-reduce bucket at SIZE bytes of gradients (default 25M)\n" COMMON_HELP,
      cmd_program},
     {"plan", "the compiled plan: streams, copies, collectives, memory",
      "tfg plan [OPTIONS] FILE\n\nShow the compiled plan of FILE: per device its streams, ops in\n"
@@ -725,7 +898,8 @@ static const cli_cmd commands[] = {
      "options:\n"
      "  --devices SPEC    the devices to plan for (default: every GPU; else as many host devices as gpu:N named)\n"
      "  --memory MODE     growth (default) or preallocate (accepted as for tfg run; no effect here)\n"
-     "  --memory-limit SIZE  cap every device's memory\n" COMMON_HELP,
+     "  --memory-limit SIZE  cap every device's memory\n"
+     "  --bucket-size SIZE  close an all-reduce bucket at SIZE bytes of gradients (default 25M)\n" COMMON_HELP,
      cmd_program},
     {"devices", "the hardware found and how logical devices map onto it",
      "tfg devices [--devices SPEC] [--memory-limit SIZE]\n\nList the hardware found and how logical devices map onto it.\n"
@@ -746,6 +920,7 @@ static const cli_cmd commands[] = {
      "  --devices SPEC    the devices to run on (default: every GPU; else host devices)\n"
      "  --memory MODE     device memory pools: growth (default) or preallocate\n"
      "  --memory-limit SIZE  cap every device's memory\n"
+     "  --bucket-size SIZE  close an all-reduce bucket at SIZE bytes of gradients (default 25M)\n"
      "  --tf32            let f32 matrix products on GPUs use TF32 tensor cores\n" COMMON_HELP,
      cmd_repl},
     {"version", "version, build options and library versions",

@@ -49,6 +49,8 @@
 #include <errno.h>
 #include <locale.h>
 #include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +62,7 @@
 #include <editline/readline.h>
 
 #include "base/arena.h"
+#include "base/assert.h"
 #include "base/strbuf.h"
 #include "cli/cli.h"
 #include "lang/parse.h"
@@ -166,7 +169,7 @@ static void flush_diags(repl *r) {
  * GPUs p names (made again when that number changes; its notice, if
  * any, is printed each time it is made). NULL after reporting. */
 static tfg_devices *devices_of(repl *r, const tfg_program *p) {
-  int gpus = r->o->devices ? 0 : cli_gpus_named(p);
+  int gpus = r->o->devices ? 0 : cli_gpus_named(p, NULL);
   if (r->ds && gpus == r->ds_gpus) return r->ds;
   tfg_devices_free(r->ds);
   r->ds = cli_devices_for(r->o, p, r->d);
@@ -260,7 +263,17 @@ static tfg_status run_items(repl *r, const run_item *items, int nitems, int firs
   const cli_opts *o = r->o;
   tfg_session_opts so = {.threads = o->threads, .feeds = o->feeds, .nfeeds = o->nfeeds, .seed = o->seed,
                          .check_numerics = o->check_numerics, .preallocate = o->preallocate, .tf32 = o->tf32};
-  if (cli_build_steps(&ep, r->d, steps, packed, &npacked) != 0) st = TFG_ERR_NAME;
+  /* --feed may not replace an input's own source (as in `tfg run`). */
+  for (int i = 0; i < o->nfeeds && st == TFG_OK; i++) {
+    const tfg_feed *f = cli_feed_target(&ep, o->feeds[i].name);
+    if (!f || !f->ds) continue;
+    tfg_strbuf why = {0};
+    cli_feed_has_source(&ep, f, false, &why);
+    tfg_diag_error(r->d, &ep.graph->nodes[f->node].loc, "--feed %s: %s", o->feeds[i].name, why.data);
+    tfg_strbuf_free(&why);
+    st = TFG_ERR_USAGE;
+  }
+  if (st == TFG_OK && cli_build_steps(&ep, r->d, steps, packed, &npacked) != 0) st = TFG_ERR_NAME;
   if (st == TFG_OK && !(ds = devices_of(r, &ep))) st = TFG_ERR_USAGE;
   if (st == TFG_OK) {
     int rc = cli_compile_program(o, &ep, packed, npacked, ds, extra, nextra, r->d, &pl, &plan);
@@ -728,6 +741,75 @@ static tfg_status meta_command(repl *r, const char *line, size_t len, uint32_t l
   return TFG_OK;
 }
 
+/* ---- internal errors ---------------------------------------------------------------- */
+/* A broken invariant (TFG_ASSERT, base/assert.h) prints its report and
+ * aborts. While the REPL handles a line, a failure on its own thread
+ * jumps back here instead (tfg_assert_set_handler, which is per thread):
+ * the line is undone like any failed input (the session rolled back to
+ * its mark) and the session goes on, so a bug in tfg costs the input,
+ * not the session. What the failed input had started (a plan, a runtime
+ * session, its device threads and memory) is abandoned, never freed: it
+ * may be in any state, and a device's worker may still hold it. A failure
+ * on another thread (a device's worker) still ends the process, and so
+ * does any abort() that is not tfg's own assertion. */
+
+static sigjmp_buf guard_jmp;
+
+static void on_internal_error(void) { siglongjmp(guard_jmp, 1); }
+
+/* Calls fn(r, arg) (the handling of one line) under the guard above.
+ * Returns fn's status, or TFG_ERR_DEVICE after an internal error (the
+ * session rolled back, the diagnostics so far and a note printed). */
+static tfg_status guarded(repl *r, tfg_status (*fn)(repl *, void *), void *arg) {
+  struct sigaction old_int;
+  tfg_interp *I = r->I;
+  tfg_interp_mark mark = tfg_interp_mark_now(I);
+  sigaction(SIGINT, NULL, &old_int); /* a :load's evaluating() changes it; a jump skips its evaluated() */
+  if (sigsetjmp(guard_jmp, 1)) {
+    sigaction(SIGINT, &old_int, NULL);
+    if (r->I == I) {
+      tfg_interp_rollback(r->I, &mark);
+      store_trim(r);
+    }
+    fflush(stdout);
+    tfg_diag_render(r->d, stderr, r->color);
+    tfg_diag_clear(r->d);
+    fprintf(stderr, "tfg: the input is undone and the session goes on\n");
+    return TFG_ERR_DEVICE;
+  }
+  tfg_assert_set_handler(on_internal_error);
+  cli_verbose_start();
+  tfg_status st = fn(r, arg);
+  tfg_assert_set_handler(NULL);
+  return st;
+}
+
+/* The lines the loop hands to guarded(): a meta command, an input, the
+ * FILE of `tfg repl FILE`. */
+typedef struct line_call {
+  const char *text;
+  size_t len;
+  uint32_t line;    /* the meta command's line number; an input's first line - 1 */
+  input_mode *mode; /* in for an input, out for a meta command */
+  size_t *arg;
+  bool *quit, *opened;
+} line_call;
+
+static tfg_status call_meta(repl *r, void *c) {
+  line_call *l = c;
+  return meta_command(r, l->text, l->len, l->line, l->mode, l->arg, l->quit);
+}
+
+static tfg_status call_eval(repl *r, void *c) {
+  line_call *l = c;
+  return eval_input(r, l->text, l->len, l->line, *l->mode);
+}
+
+static tfg_status call_load(repl *r, void *c) {
+  line_call *l = c;
+  return load_file(r, l->text, l->opened);
+}
+
 /* ---- line editing ------------------------------------------------------------------ */
 
 static repl *active; /* the session completion looks names up in (libedit has no context pointer) */
@@ -959,8 +1041,8 @@ int cli_repl(const cli_opts *o) {
     rc = EXIT_USAGE;
   }
   if (rc == 0 && o->file) {
-    bool opened;
-    if (load_file(&r, o->file, &opened) != TFG_OK) {
+    bool opened = true;
+    if (guarded(&r, call_load, &(line_call){.text = o->file, .opened = &opened}) != TFG_OK) {
       if (!opened) rc = EXIT_USAGE;
       r.failed++;
     }
@@ -997,7 +1079,8 @@ int cli_repl(const cli_opts *o) {
     if (!line) {
       if (buf.len) {
         /* The input ends unfinished: report it as the parser sees it. */
-        if (eval_input(&r, buf.data, buf.len, first_line, mode) != TFG_OK) r.failed++;
+        line_call c = {.text = buf.data, .len = buf.len, .line = first_line, .mode = &mode};
+        if (guarded(&r, call_eval, &c) != TFG_OK) r.failed++;
       }
       if (r.tty) fputc('\n', stdout);
       break;
@@ -1017,7 +1100,8 @@ int cli_repl(const cli_opts *o) {
         /* The session's graph may change under the command (reset,
          * load): the signal handler stays, sessions are made per input. */
         size_t arg = 0;
-        tfg_status st = meta_command(&r, line, len, r.lines, &mode, &arg, &quit);
+        line_call c = {.text = line, .len = len, .line = r.lines, .mode = &mode, .arg = &arg, .quit = &quit};
+        tfg_status st = guarded(&r, call_meta, &c);
         flush_diags(&r);
         if (st != TFG_OK) r.failed++;
         if (st != TFG_OK || mode == MODE_EVAL) {
@@ -1047,7 +1131,8 @@ int cli_repl(const cli_opts *o) {
     if (unfinished(buf.data, buf.len)) continue;
     struct sigaction saved;
     evaluating(&saved);
-    if (eval_input(&r, buf.data, buf.len, first_line, mode) != TFG_OK) r.failed++;
+    line_call c = {.text = buf.data, .len = buf.len, .line = first_line, .mode = &mode};
+    if (guarded(&r, call_eval, &c) != TFG_OK) r.failed++;
     evaluated(&saved);
     tfg_strbuf_clear(&buf);
     mode = MODE_EVAL;

@@ -13,6 +13,7 @@
 
 #include "base/assert.h"
 #include "compiler/ops.h"
+#include "kernels/cast_math.h"
 
 typedef struct ad {
   tfg_graph *g;
@@ -50,8 +51,12 @@ static tfg_node_id op2(ad *c, tfg_op_id op, tfg_node_id a, tfg_node_id b) {
 
 static tfg_node_id scalar(ad *c, double v, tfg_dtype dt) {
   void *data = tfg_arena_alloc(&c->g->arena, 8);
-  if (dt == TFG_DTYPE_F64) *(double *)data = v;
-  else *(float *)data = (float)v;
+  switch (dt) {
+  case TFG_DTYPE_F64: *(double *)data = v; break;
+  case TFG_DTYPE_F16: *(uint16_t *)data = tfg_cast_f64_to_f16(v); break;
+  case TFG_DTYPE_BF16: *(uint16_t *)data = tfg_cast_f64_to_bf16(v); break;
+  default: *(float *)data = (float)v; break;
+  }
   tfg_attrs a = {.data = data};
   tfg_node_id id = add(c, TFG_OP_CONST, NULL, 0, &a);
   tfg_node *n = tfg_graph_node(c->g, id);
@@ -310,7 +315,26 @@ static tfg_node_id rule(ad *c, tfg_node_id yid, int k, tfg_node_id dy) {
   }
 }
 
-tfg_status tfg_autodiff(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt, int n, tfg_node_id *grads) {
+/* The ops where gradients stopped on their way to the params: the first
+ * few, for a warning that names them. */
+typedef struct cuts {
+  tfg_node_id id[4];
+  int n;
+} cuts;
+
+static void cut_at(cuts *c, tfg_node_id id) {
+  if (!c) return;
+  for (int i = 0; i < c->n; i++)
+    if (c->id[i] == id) return;
+  if (c->n < (int)(sizeof c->id / sizeof c->id[0])) c->id[c->n++] = id;
+}
+
+/* tfg_autodiff, noting in *cut (when not NULL) each op on a path from a
+ * wrt node to the loss that the gradient could not cross: an op with a
+ * value no gradient is carried by (argmax's i32, a comparison's bool, a
+ * cast to an integer), or one without a gradient rule (accuracy). */
+static void differentiate(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt, int n, tfg_node_id *grads,
+                          cuts *cut) {
   int32_t count = loss + 1;
   /* Relevant nodes: reachable from a wrt node and reaching the loss. */
   uint8_t *from = calloc((size_t)count, 1), *to = calloc((size_t)count, 1);
@@ -336,10 +360,17 @@ tfg_status tfg_autodiff(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt, 
     int nin = g->nodes[i].ninputs;
     for (int k = 0; k < nin; k++) {
       tfg_node_id x = g->nodes[i].inputs[k];
-      if (!from[x] || !to[x] || !tfg_dtype_is_float(g->nodes[x].dtype)) continue;
+      if (!from[x] || !to[x]) continue;
+      if (!tfg_dtype_is_float(g->nodes[x].dtype)) {
+        cut_at(cut, x);
+        continue;
+      }
       at(&c, i);
       tfg_node_id gk = rule(&c, i, k, adj[i]);
-      if (gk < 0) continue;
+      if (gk < 0) {
+        cut_at(cut, i);
+        continue;
+      }
       adj[x] = adj[x] < 0 ? gk : op2(&c, TFG_OP_ADD, adj[x], gk); /* a tensor used several times */
     }
   }
@@ -347,7 +378,47 @@ tfg_status tfg_autodiff(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt, 
   free(from);
   free(to);
   free(adj);
+}
+
+tfg_status tfg_autodiff(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt, int n, tfg_node_id *grads) {
+  differentiate(g, loss, wrt, n, grads, NULL);
   return TFG_OK;
+}
+
+/* Warns at train action a, whose loss reads params but whose gradient
+ * reaches none of them (the interpreter refuses a loss that reads no
+ * param at all): every step would leave them as they are. Names the ops
+ * in cut, where the gradient stopped. */
+static void warn_untrained(const tfg_graph *g, const tfg_action *a, const cuts *cut, tfg_diag *d) {
+  tfg_loc l = a->loc;
+  l.len = 5; /* the keyword */
+  tfg_diag_warning(d, &l, "no gradient flows to any param: training this loss changes nothing");
+  for (int i = 0; i < cut->n; i++) {
+    const tfg_node *nd = &g->nodes[cut->id[i]];
+    const char *op = tfg_op_get(nd->op)->name;
+    if (tfg_dtype_is_float(nd->dtype))
+      tfg_diag_note(d, &nd->loc, "the gradient stops at %s, which has none", op);
+    else
+      tfg_diag_note(d, &nd->loc, "the gradient stops at %s: its %s result carries none", op, tfg_dtype_name(nd->dtype));
+  }
+  tfg_diag_help(d, "argmax, comparisons, casts to integers and accuracy have no gradient: "
+                   "a loss must reach its params through ops that do");
+}
+
+int tfg_autodiff_trained_params(tfg_graph *g, const tfg_action *a, const tfg_program *p, tfg_node_id *params,
+                                tfg_diag *d) {
+  tfg_node_id *grads = malloc(sizeof *grads * (size_t)(p->nparams + 1));
+  TFG_ASSERT(grads != NULL);
+  int32_t mark = g->nnodes;
+  cuts cut = {0};
+  differentiate(g, a->loss, p->params, p->nparams, grads, &cut);
+  tfg_graph_truncate(g, mark);
+  int n = 0;
+  for (int i = 0; i < p->nparams; i++)
+    if (grads[i] >= 0) params[n++] = p->params[i];
+  if (n == 0) warn_untrained(g, a, &cut, d);
+  free(grads);
+  return n;
 }
 
 /* ---- the training step --------------------------------------------------------- */
@@ -358,10 +429,12 @@ static const tfg_value *record_arg(const tfg_record *r, const char *name) {
   return NULL;
 }
 
+/* An optimizer's argument as lang/builtins.c checked and stored it where
+ * the call is written: a float in its range, or a bool (nesterov). */
 static double num_arg(const tfg_record *r, const char *name) {
   const tfg_value *v = record_arg(r, name);
-  TFG_ASSERT(v != NULL);
-  return v->kind == TFG_V_INT ? (double)v->u.i : v->kind == TFG_V_FLOAT ? v->u.f : (double)(v->kind == TFG_V_BOOL && v->u.b);
+  TFG_ASSERT(v != NULL && (v->kind == TFG_V_FLOAT || v->kind == TFG_V_BOOL));
+  return v->kind == TFG_V_FLOAT ? v->u.f : (double)v->u.b;
 }
 
 /* A STATE node named "PARAM:SLOT" shaped like the param. */
@@ -380,23 +453,9 @@ static tfg_node_id add_state(ad *c, const tfg_node *param, const char *slot) {
   return id;
 }
 
-/* Checks an optimizer's numbers: the error is the user's, at the call. */
-static bool check_opt(tfg_diag *d, const tfg_record *r, const tfg_attrs *a) {
-  const char *bad = NULL;
-  if (!(a->opt.lr >= 0)) bad = "lr must not be negative";
-  else if (!(a->opt.momentum >= 0)) bad = "momentum must not be negative";
-  else if (!(a->opt.weight_decay >= 0)) bad = "weight_decay must not be negative";
-  else if (!(a->opt.beta1 >= 0 && a->opt.beta1 < 1)) bad = "b1 must be in [0, 1)";
-  else if (!(a->opt.beta2 >= 0 && a->opt.beta2 < 1)) bad = "b2 must be in [0, 1)";
-  else if (!(a->opt.eps >= 0)) bad = "eps must not be negative";
-  else if (a->opt.nesterov && a->opt.momentum <= 0) bad = "nesterov needs a momentum above 0";
-  if (bad) tfg_diag_error(d, &r->loc, "%s: %s", r->name, bad);
-  return bad == NULL;
-}
-
-/* The train action's optimizer: its update attrs, checked; NULL after
- * reporting a bad argument. */
-static const tfg_record *optimizer_of(const tfg_action *a, tfg_attrs *ua, tfg_diag *d) {
+/* The train action's optimizer and its update attrs (the arguments were
+ * checked where the call is written). */
+static const tfg_record *optimizer_of(const tfg_action *a, tfg_attrs *ua) {
   const tfg_record *opt = NULL;
   for (int i = 0; i < a->nsettings; i++)
     if (strcmp(a->settings[i].name, "optimizer") == 0) opt = a->settings[i].value.u.record;
@@ -413,14 +472,13 @@ static const tfg_record *optimizer_of(const tfg_action *a, tfg_attrs *ua, tfg_di
     ua->opt.eps = num_arg(opt, "eps");
     ua->opt.decoupled = strcmp(opt->name, "adamw") == 0;
   }
-  return check_opt(d, opt, ua) ? opt : NULL;
+  return opt;
 }
 
 tfg_status tfg_autodiff_updates(tfg_graph *g, const tfg_action *a, const tfg_node_id *params, const tfg_node_id *grads,
                                 int n, tfg_node_id *updates, tfg_node_id *states, int *nstates, tfg_diag *d) {
   tfg_attrs ua;
-  const tfg_record *opt = optimizer_of(a, &ua, d);
-  if (!opt) return TFG_ERR_NAME;
+  const tfg_record *opt = optimizer_of(a, &ua);
   bool sgd = strcmp(opt->name, "sgd") == 0;
   for (int i = 0; i < n; i++) {
     ad c = {.g = g, .diag = d};
@@ -453,8 +511,7 @@ tfg_status tfg_autodiff_train_step(tfg_graph *g, const tfg_action *a, const tfg_
                                    tfg_diag *d) {
   memset(out, 0, sizeof *out);
   tfg_attrs ua;
-  const tfg_record *opt = optimizer_of(a, &ua, d);
-  if (!opt) return TFG_ERR_NAME;
+  const tfg_record *opt = optimizer_of(a, &ua);
   for (int i = 0; i < a->nsettings; i++)
     if (strcmp(a->settings[i].name, "metrics") == 0) {
       const tfg_value *m = &a->settings[i].value;
@@ -474,7 +531,8 @@ tfg_status tfg_autodiff_train_step(tfg_graph *g, const tfg_action *a, const tfg_
   /* The params this loss trains. */
   tfg_node_id *grads = malloc(sizeof *grads * (size_t)(p->nparams + 1));
   TFG_ASSERT(grads != NULL);
-  tfg_autodiff(g, a->loss, p->params, p->nparams, grads);
+  cuts cut = {0};
+  differentiate(g, a->loss, p->params, p->nparams, grads, &cut);
   out->params = malloc(sizeof *out->params * (size_t)(p->nparams + 1));
   out->updates = malloc(sizeof *out->updates * (size_t)(p->nparams + 1));
   out->states = malloc(sizeof *out->states * (size_t)(2 * p->nparams + 1));
@@ -486,8 +544,9 @@ tfg_status tfg_autodiff_train_step(tfg_graph *g, const tfg_action *a, const tfg_
       grads[n++] = grads[i];
     }
   out->nparams = out->nupdates = n;
+  if (n == 0) warn_untrained(g, a, &cut, d);
   tfg_status st = tfg_autodiff_updates(g, a, out->params, grads, n, out->updates, out->states, &out->nstates, d);
-  TFG_ASSERT(st == TFG_OK); /* optimizer_of checked the arguments */
+  TFG_ASSERT(st == TFG_OK);
   free(grads);
   return TFG_OK;
 }

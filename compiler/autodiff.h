@@ -63,10 +63,18 @@ typedef struct tfg_train_step {
  * momentum_buffer, Adam's exp_avg and exp_avg_sq; STATE nodes named
  * PARAM:SLOT, colocated with the param). updates[i] gets the update;
  * the state nodes are appended to states[*nstates...] (room for 2 * n).
- * Returns TFG_OK, or TFG_ERR_NAME after reporting a bad optimizer
- * argument at the call. */
+ * The optimizer's arguments were checked where they were written (the
+ * interpreter's sgd/adam/adamw), so this returns TFG_OK. */
 tfg_status tfg_autodiff_updates(tfg_graph *g, const tfg_action *a, const tfg_node_id *params, const tfg_node_id *grads,
                                 int n, tfg_node_id *updates, tfg_node_id *states, int *nstates, tfg_diag *d);
+
+/* The params train action a's loss reaches with a gradient, in program
+ * order, into params (room for p->nparams); returns their count. The
+ * graph is left as it was (the gradient is built and undone): a strategy
+ * calls this to learn which params each replica clones. With none, it
+ * warns at the action, naming the ops where the gradient stopped. */
+int tfg_autodiff_trained_params(tfg_graph *g, const tfg_action *a, const tfg_program *p, tfg_node_id *params,
+                                tfg_diag *d);
 
 /* Builds the training step of a train action: gradients of its loss for
  * every param it depends on, and each param's optimizer update with its

@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "base/assert.h"
+#include "base/utf8.h"
+#include "base/json.h"
 #include "compiler/ops.h"
 #include "compiler/plan.h"
 
@@ -86,7 +88,10 @@ static int pin_device(const tfg_devices *ds, const tfg_node *n, tfg_diag *d, uin
     else
       tfg_diag_error(d, &p->loc, "gpu:%" PRId64 " does not exist: this run has %d GPUs, gpu:0 to gpu:%d", p->index, gpus,
                      gpus - 1);
-    tfg_diag_help(d, "give more devices, for example --devices host*%" PRId64 " (emulated on the CPU)", p->index + 1);
+    tfg_strbuf spec = {0};
+    tfg_devices_suggest(p->index < INT64_MAX ? p->index + 1 : p->index, &spec);
+    tfg_diag_help(d, "give more devices, for example %s", spec.data);
+    tfg_strbuf_free(&spec);
   }
   return -1;
 }
@@ -173,7 +178,8 @@ tfg_placement *tfg_place_on(const tfg_graph *g, const tfg_devices *ds, int devic
   TFG_ASSERT(pl->rec && pl->parent && pl->totals);
   for (int32_t i = 0; i < pl->n; i++) {
     pl->parent[i] = i;
-    pl->rec[i] = (tfg_place_record){.device = device, .cause = TFG_CAUSE_FALLBACK, .with = -1, .runner_up = -1, .refused = -1};
+    pl->rec[i] = (tfg_place_record){
+        .device = device, .cause = TFG_CAUSE_FALLBACK, .with = -1, .runner_up = -1, .full = -1, .refused = -1};
   }
   return pl;
 }
@@ -202,6 +208,7 @@ tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_
     pl->rec[i].device = -1;
     pl->rec[i].with = -1;
     pl->rec[i].runner_up = -1;
+    pl->rec[i].full = -1;
     pl->rec[i].refused = -1;
     group_dev[i] = -1;
   }
@@ -228,6 +235,9 @@ tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_
   /* Pass 1: pins, carried to the whole group. */
   tfg_status st = TFG_OK;
   uint32_t reported = 0;
+  int32_t *first_pinned = malloc(sizeof *first_pinned * (size_t)pl->ndev); /* per device: its first pinned param, or -1 */
+  TFG_ASSERT(first_pinned != NULL);
+  for (int i = 0; i < pl->ndev; i++) first_pinned[i] = -1;
   for (int32_t i = 0; i < n; i++) {
     const tfg_node *nd = &g->nodes[i];
     if (nd->pin.kind != TFG_DEV_CPU && nd->pin.kind != TFG_DEV_GPU) continue;
@@ -239,20 +249,30 @@ tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_
     pl->rec[i].device = dev;
     pl->rec[i].cause = TFG_CAUSE_PIN;
     pl->rec[i].pin = nd->pin.loc;
+    if (group_bytes[find(pl->parent, i)] > 0 && group_dev[find(pl->parent, i)] < 0 && first_pinned[dev] < 0)
+      first_pinned[dev] = i;
     claim(pl, group_dev, s.used, group_bytes, i, dev);
   }
+  /* Pinned params that do not fit: reported at the first one's pin (the
+   * `@`, the `with` or the strategy that put it there). */
   for (int i = 0; i < pl->ndev && st == TFG_OK; i++) {
     const tfg_device *dv = tfg_devices_at(ds, i);
     if (s.used[i] > dv->memory) {
       tfg_strbuf need = {0}, have = {0};
       tfg_size_format(&need, s.used[i]);
       tfg_size_format(&have, dv->memory);
-      tfg_diag_error(d, NULL, "the params pinned to %s need %s but it has %s", dv->name, need.data, have.data);
+      const tfg_node *first = first_pinned[i] >= 0 ? &g->nodes[first_pinned[i]] : NULL;
+      tfg_diag_error(d, first ? &first->pin.loc : NULL,
+                     "the params pinned to %s need %s (with their state and gradients) but it has %s", dv->name,
+                     need.data, have.data);
+      if (first && first->name) tfg_diag_note(d, &first->loc, "the first of them, %s, is declared here", first->name);
+      tfg_diag_help(d, "give %s more memory (--devices, --memory-limit) or pin fewer params to it", dv->name);
       tfg_strbuf_free(&need);
       tfg_strbuf_free(&have);
       st = TFG_ERR_PLACE;
     }
   }
+  free(first_pinned);
 
   /* Passes 2 to 5, in one sweep in graph order. */
   int gpus = tfg_devices_gpus(ds);
@@ -278,12 +298,15 @@ tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_
     int lo = 1, hi = gpus; /* the GPUs, or the CPU when there are none */
     if (gpus == 0) lo = hi = 0;
     int64_t need = group_need(pl, nd, group_bytes, group_dev);
-    int best = -1, second = -1, pref = -1;
-    double best_t = INFINITY, second_t = INFINITY, pref_t = INFINITY;
+    int best = -1, second = -1, pref = -1, full = -1;
+    double best_t = INFINITY, second_t = INFINITY, pref_t = INFINITY, full_t = INFINITY;
     for (int dv = lo; dv <= hi; dv++) {
       double t = finish_on(&s, pl, nd, dv);
       if (t < pref_t) { pref_t = t; pref = dv; }
-      if (need > 0 && s.used[dv] + need > tfg_devices_at(ds, dv)->memory - (reserve ? reserve[dv] : 0)) continue;
+      if (need > 0 && s.used[dv] + need > tfg_devices_at(ds, dv)->memory - (reserve ? reserve[dv] : 0)) {
+        if (t < full_t) { full_t = t; full = dv; } /* explain says why it is not the runner-up */
+        continue;
+      }
       if (t < best_t) {
         second = best;
         second_t = best_t;
@@ -316,6 +339,7 @@ tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_
       r->avail = tfg_devices_at(ds, pref)->memory - r->reserved - s.used[pref];
     } else {
       r->cause = TFG_CAUSE_COST;
+      r->full = full;
     }
     s.finish[i] = best_t;
     s.ready[best] = best_t;
@@ -455,18 +479,46 @@ static void format_loc(tfg_strbuf *out, const tfg_loc *l) {
   else tfg_strbuf_puts(out, "?");
 }
 
-/* The reason text of a record: every number comes from the record. */
-static void reason(const tfg_placement *pl, const tfg_place_record *r, tfg_strbuf *out) {
+/* Appends a value, or "LO .. HI" when the records of a folded line
+ * differ (fmt renders one value). */
+static void range(tfg_strbuf *out, double lo, double hi, void (*fmt)(tfg_strbuf *, double)) {
+  fmt(out, lo);
+  if (hi != lo) {
+    tfg_strbuf_puts(out, " .. ");
+    fmt(out, hi);
+  }
+}
+
+static void fmt_size(tfg_strbuf *out, double v) { tfg_size_format(out, (int64_t)v); }
+
+/* The reason text of rs[0..n): the records a line stands for (one, or
+ * one per repeat of a folded line: the same device, pass and cause, and
+ * the numbers given as ranges). Every fact comes from the records. */
+static void reason(const tfg_placement *pl, const tfg_place_record *const *rs, int n, tfg_strbuf *out) {
   const tfg_devices *ds = pl->ds;
+  const tfg_place_record *r = rs[0];
+  /* Each number's smallest and largest over the records. */
+  double lo[5], hi[5];
+  for (int k = 0; k < n; k++) {
+    const double v[5] = {rs[k]->est, rs[k]->runner_est, (double)(rs[k]->avail > 0 ? rs[k]->avail : 0),
+                         (double)rs[k]->reserved, (double)rs[k]->need};
+    for (int j = 0; j < 5; j++) {
+      if (k == 0 || v[j] < lo[j]) lo[j] = v[j];
+      if (k == 0 || v[j] > hi[j]) hi[j] = v[j];
+    }
+  }
   switch (r->cause) {
   case TFG_CAUSE_PIN:
     tfg_strbuf_puts(out, "pass 1: pinned at ");
     format_loc(out, &r->pin);
     break;
   case TFG_CAUSE_COLOCATE: {
-    const tfg_node *w = &pl->g->nodes[r->with];
+    const tfg_node *w = &pl->g->nodes[r->with], *wl = &pl->g->nodes[rs[n - 1]->with];
     tfg_strbuf_puts(out, "pass 2: ");
-    if (w->op == TFG_OP_PARAM) tfg_strbuf_printf(out, "with param %s (its update and state)", w->name);
+    if (w->op == TFG_OP_PARAM && n > 1)
+      tfg_strbuf_printf(out, "with params %s .. %s (each with its update and state)", w->name, wl->name);
+    else if (w->op == TFG_OP_PARAM)
+      tfg_strbuf_printf(out, "with param %s (its update and state)", w->name);
     else {
       tfg_strbuf_printf(out, "beside %s at ", tfg_op_get(w->op)->name);
       format_loc(out, &w->loc);
@@ -474,28 +526,29 @@ static void reason(const tfg_placement *pl, const tfg_place_record *r, tfg_strbu
     }
     break;
   }
-  case TFG_CAUSE_MEMORY: {
+  case TFG_CAUSE_MEMORY:
     tfg_strbuf_printf(out, "pass 3: %s has ", tfg_devices_at(ds, r->refused)->name);
-    tfg_size_format(out, r->avail > 0 ? r->avail : 0);
+    range(out, lo[2], hi[2], fmt_size);
     tfg_strbuf_puts(out, " free");
-    if (r->reserved) {
+    if (hi[3] > 0) {
       tfg_strbuf_puts(out, " (");
-      tfg_size_format(out, r->reserved);
+      range(out, lo[3], hi[3], fmt_size);
       tfg_strbuf_puts(out, " kept for activations)");
     }
     tfg_strbuf_puts(out, ", the params here need (with state and gradients) ");
-    tfg_size_format(out, r->need);
+    range(out, lo[4], hi[4], fmt_size);
     break;
-  }
   case TFG_CAUSE_COST:
     tfg_strbuf_puts(out, "pass 4: finishes first (");
-    format_time(out, r->est);
+    range(out, lo[0], hi[0], format_time);
     if (r->runner_up >= 0) {
       tfg_strbuf_printf(out, "; %s ", tfg_devices_at(ds, r->runner_up)->name);
-      format_time(out, r->runner_est);
-    } else {
-      tfg_strbuf_puts(out, "; the only device");
+      range(out, lo[1], hi[1], format_time);
     }
+    if (r->full >= 0) tfg_strbuf_printf(out, "; %s has no room", tfg_devices_at(ds, r->full)->name);
+    /* The placer weighs the GPUs only, or the CPU when there is none. */
+    if (r->runner_up < 0 && r->full < 0)
+      tfg_strbuf_puts(out, tfg_devices_at(ds, r->device)->kind == TFG_DEVICE_CPU ? "; the only device" : "; the only GPU");
     tfg_strbuf_putc(out, ')');
     break;
   case TFG_CAUSE_FALLBACK: tfg_strbuf_puts(out, "pass 5: read by no op; the default device"); break;
@@ -509,10 +562,157 @@ static bool same_reason(const tfg_place_record *a, const tfg_place_record *b) {
   case TFG_CAUSE_PIN: return a->pin.off == b->pin.off && a->pin.src == b->pin.src;
   case TFG_CAUSE_COLOCATE: return a->with == b->with;
   case TFG_CAUSE_MEMORY: return a->refused == b->refused;
-  case TFG_CAUSE_COST: return a->runner_up == b->runner_up;
+  case TFG_CAUSE_COST: return a->runner_up == b->runner_up && a->full == b->full;
   case TFG_CAUSE_FALLBACK: return true;
   }
   return false;
+}
+
+/* ---- the explain table ----
+ * One line per run of consecutive ops decided alike (same_reason). Then
+ * what repeats is folded: a block of k lines that recurs at least 3
+ * times in a row with the same shape (devices, passes, causes, op kinds
+ * and source lines alike; only names and numbers differ: the layers of a
+ * deep model) prints once, names and numbers as ranges, k > 1 under a
+ * line that says how often. Columns are as wide as their widest cell up
+ * to a cap, past which a cell is cut, so the reasons always line up. */
+
+enum { EXPLAIN_OPS_CAP = 52, EXPLAIN_SRC_CAP = 34, EXPLAIN_FOLD_MIN = 3, EXPLAIN_FOLD_SPAN = 8 };
+
+typedef struct xline {
+  int32_t lo, hi; /* its nodes */
+  char *src;      /* its source cell */
+} xline;
+
+typedef struct xrow {
+  const char *dev; /* device name, or "" */
+  tfg_strbuf ops, src, why;
+} xrow;
+
+/* The source cell of nodes [lo, hi): file:LINE or file:FIRST-LAST (the
+ * file of the last node that has one). */
+static char *source_cell(const tfg_graph *g, int32_t lo, int32_t hi) {
+  uint32_t first = UINT32_MAX, last = 0;
+  const char *file = NULL;
+  for (int32_t k = lo; k < hi; k++) {
+    const tfg_loc *l = &g->nodes[k].loc;
+    if (!l->src) continue;
+    file = base_name(l->src->name);
+    if (l->line < first) first = l->line;
+    if (l->line > last) last = l->line;
+  }
+  tfg_strbuf b = {0};
+  if (file && first == last) tfg_strbuf_printf(&b, "%s:%u", file, first);
+  else if (file) tfg_strbuf_printf(&b, "%s:%u-%u", file, first, last);
+  else tfg_strbuf_puts(&b, "");
+  return tfg_strbuf_take(&b);
+}
+
+/* Whether lines a and b have the same shape (see above). */
+static bool same_shape(const tfg_placement *pl, const xline *a, const xline *b) {
+  const tfg_graph *g = pl->g;
+  if (a->hi - a->lo != b->hi - b->lo || strcmp(a->src, b->src) != 0) return false;
+  for (int32_t k = 0; k < a->hi - a->lo; k++)
+    if (g->nodes[a->lo + k].op != g->nodes[b->lo + k].op) return false;
+  const tfg_place_record *x = &pl->rec[a->lo], *y = &pl->rec[b->lo];
+  if (x->device != y->device || x->cause != y->cause) return false;
+  switch (x->cause) {
+  case TFG_CAUSE_COLOCATE: {
+    const tfg_node *wx = &g->nodes[x->with], *wy = &g->nodes[y->with];
+    return wx->op == wy->op && wx->loc.src == wy->loc.src && wx->loc.off == wy->loc.off;
+  }
+  case TFG_CAUSE_COST: return x->runner_up == y->runner_up && x->full == y->full;
+  default: return same_reason(x, y);
+  }
+}
+
+/* How many times in a row the block lines[i..i+k) occurs from i on. */
+static int repeats(const tfg_placement *pl, const xline *lines, int nl, int i, int k) {
+  int r = 1;
+  for (; i + (r + 1) * k <= nl; r++) {
+    bool same = true;
+    for (int j = 0; j < k && same; j++) same = same_shape(pl, &lines[i + j], &lines[i + r * k + j]);
+    if (!same) break;
+  }
+  return r;
+}
+
+/* The fold at line i: *k lines repeated *r times covering the most lines
+ * (the shortest block on a tie); *r = 1 when nothing repeats enough. */
+static void best_fold(const tfg_placement *pl, const xline *lines, int nl, int i, int *k, int *r) {
+  *k = 1;
+  *r = 1;
+  for (int kk = 1; kk <= EXPLAIN_FOLD_SPAN && i + EXPLAIN_FOLD_MIN * kk <= nl; kk++) {
+    int rr = repeats(pl, lines, nl, i, kk);
+    if (rr >= EXPLAIN_FOLD_MIN && rr * kk > *r * *k) {
+      *k = kk;
+      *r = rr;
+    }
+  }
+}
+
+/* Display width (code points, an invalid byte counting one). */
+static size_t width_of(const char *s) { return tfg_utf8_width(s, strlen(s)); }
+
+/* The byte offset in s after n code points. */
+static size_t skip_points(const char *s, size_t n) {
+  size_t at = 0, len = strlen(s);
+  for (; n > 0 && at < len; n--) {
+    uint32_t cp;
+    int w = tfg_utf8_decode((const unsigned char *)s + at, len - at, &cp);
+    at += w > 0 ? (size_t)w : 1;
+  }
+  return at;
+}
+
+/* Cuts b to at most w code points: its end replaced by "..." (front
+ * false), or its start (front: a source cell keeps its line numbers). */
+static void cut(tfg_strbuf *b, size_t w, bool front) {
+  size_t have = width_of(b->data);
+  if (have <= w) return;
+  tfg_strbuf c = {0};
+  if (front) {
+    tfg_strbuf_puts(&c, "...");
+    tfg_strbuf_puts(&c, b->data + skip_points(b->data, have - (w - 3)));
+  } else {
+    tfg_strbuf_putn(&c, b->data, skip_points(b->data, w - 3));
+    tfg_strbuf_puts(&c, "...");
+  }
+  tfg_strbuf_free(b);
+  *b = c;
+}
+
+/* The ops cell of a line whose first occurrence starts at node first and
+ * last occurrence at node last (the same node when not folded), count
+ * nodes each: up to `shown` ops, a named one as `op NAME` (`op FIRST ..
+ * LAST` when folded), then "+N more". */
+static void ops_label(const tfg_graph *g, int32_t first, int32_t last, int count, int shown, tfg_strbuf *out) {
+  for (int k = 0; k < count && k < shown; k++) {
+    const tfg_node *n = &g->nodes[first + k], *m = &g->nodes[last + k];
+    if (k) tfg_strbuf_puts(out, ", ");
+    tfg_strbuf_puts(out, tfg_op_get(n->op)->name);
+    if (n->name) tfg_strbuf_printf(out, " %s", n->name);
+    if (n->name && m->name && first != last && strcmp(n->name, m->name) != 0) tfg_strbuf_printf(out, " .. %s", m->name);
+  }
+  if (count > shown) tfg_strbuf_printf(out, " +%d more", count - shown);
+}
+
+/* ops_label with as many ops as fit EXPLAIN_OPS_CAP after prefix
+ * (at least one; cut past the cap). */
+static void ops_cell(const tfg_graph *g, const char *prefix, int32_t first, int32_t last, int count, tfg_strbuf *out) {
+  for (int shown = 3;; shown--) {
+    tfg_strbuf_clear(out);
+    tfg_strbuf_puts(out, prefix);
+    ops_label(g, first, last, count, shown, out);
+    if (width_of(out->data) <= EXPLAIN_OPS_CAP || shown == 1) break;
+  }
+  cut(out, EXPLAIN_OPS_CAP, false);
+}
+
+/* Appends s padded with blanks to w code points. */
+static void pad(tfg_strbuf *out, const char *s, size_t w) {
+  tfg_strbuf_puts(out, s);
+  for (size_t n = width_of(s); n < w; n++) tfg_strbuf_putc(out, ' ');
 }
 
 void tfg_place_explain(const tfg_placement *pl, tfg_strbuf *out) {
@@ -524,37 +724,90 @@ void tfg_place_explain(const tfg_placement *pl, tfg_strbuf *out) {
     tfg_size_format(out, dv->memory);
     tfg_strbuf_putc(out, '\n');
   }
-  tfg_strbuf_printf(out, "\n%-7s %-40s %-14s %s\n", "device", "ops", "source", "reason");
+
+  /* The lines: runs decided alike. */
+  xline *lines = malloc(sizeof *lines * ((size_t)pl->n + 1));
+  TFG_ASSERT(lines != NULL);
+  int nl = 0;
   for (int32_t i = 0; i < pl->n;) {
     int32_t j = i + 1;
     while (j < pl->n && same_reason(&pl->rec[i], &pl->rec[j])) j++;
-    tfg_strbuf ops = {0};
-    int shown = 0;
-    for (int32_t k = i; k < j && shown < 3; k++, shown++) {
-      if (shown) tfg_strbuf_puts(&ops, ", ");
-      node_label(g, k, &ops);
-    }
-    if (j - i > 3) tfg_strbuf_printf(&ops, " +%d more", (int)(j - i - 3));
-    uint32_t lo = UINT32_MAX, hi = 0;
-    const char *file = NULL;
-    for (int32_t k = i; k < j; k++) {
-      const tfg_loc *l = &g->nodes[k].loc;
-      if (!l->src) continue;
-      file = base_name(l->src->name);
-      if (l->line < lo) lo = l->line;
-      if (l->line > hi) hi = l->line;
-    }
-    char src[96] = "";
-    if (file && lo == hi) snprintf(src, sizeof src, "%s:%u", file, lo);
-    else if (file) snprintf(src, sizeof src, "%s:%u-%u", file, lo, hi);
-    tfg_strbuf why = {0};
-    reason(pl, &pl->rec[i], &why);
-    tfg_strbuf_printf(out, "%-7s %-40s %-14s %s\n", tfg_devices_at(pl->ds, pl->rec[i].device)->name, ops.data, src,
-                      why.data);
-    tfg_strbuf_free(&ops);
-    tfg_strbuf_free(&why);
+    lines[nl++] = (xline){i, j, source_cell(g, i, j)};
     i = j;
   }
+
+  /* The rows, folded; a header row first. */
+  xrow *rows = calloc((size_t)nl * 2 + 2, sizeof *rows);
+  const tfg_place_record **rs = malloc(sizeof *rs * ((size_t)nl + 1));
+  TFG_ASSERT(rows && rs);
+  int nr = 0;
+  rows[nr].dev = "device";
+  tfg_strbuf_puts(&rows[nr].ops, "ops");
+  tfg_strbuf_puts(&rows[nr].src, "source");
+  tfg_strbuf_puts(&rows[nr++].why, "reason");
+  for (int i = 0; i < nl;) {
+    int k, r;
+    best_fold(pl, lines, nl, i, &k, &r);
+    /* A layer begins with its params (an op with no inputs), not with the
+     * last op of the layer before: a block that starts so a few lines
+     * later, losing at most one repeat, is the one folded, and the lines
+     * before it print alone. */
+    for (int d = 1; r > 1 && d < k && g->nodes[lines[i].lo].ninputs != 0; d++) {
+      int k2, r2;
+      if (g->nodes[lines[i + d].lo].ninputs != 0) continue;
+      best_fold(pl, lines, nl, i + d, &k2, &r2);
+      if (k2 == k && r2 >= r - 1) k = r = 1;
+      break;
+    }
+    if (r > 1 && k > 1) {
+      xrow *h = &rows[nr++];
+      h->dev = "";
+      tfg_strbuf_printf(&h->ops, "the next %d lines, %d times over:", k, r);
+      char *a = source_cell(g, lines[i].lo, lines[i + r * k - 1].hi);
+      tfg_strbuf_puts(&h->src, a);
+      free(a);
+      tfg_strbuf_puts(&h->why, "");
+    }
+    for (int j = 0; j < k; j++) {
+      const xline *f = &lines[i + j], *l = &lines[i + (r - 1) * k + j];
+      xrow *w = &rows[nr++];
+      w->dev = tfg_devices_at(pl->ds, pl->rec[f->lo].device)->name;
+      char prefix[32] = "";
+      if (r > 1) snprintf(prefix, sizeof prefix, k > 1 ? "| " : "%d x ", r);
+      ops_cell(g, prefix, f->lo, l->lo, f->hi - f->lo, &w->ops);
+      tfg_strbuf_puts(&w->src, f->src);
+      for (int o = 0; o < r; o++) rs[o] = &pl->rec[lines[i + o * k + j].lo];
+      reason(pl, rs, r, &w->why);
+    }
+    i += r * k;
+  }
+
+  /* Column widths, then the rows. */
+  size_t wdev = 0, wops = 0, wsrc = 0;
+  for (int i = 0; i < nr; i++) {
+    cut(&rows[i].src, EXPLAIN_SRC_CAP, true);
+    if (width_of(rows[i].dev) > wdev) wdev = width_of(rows[i].dev);
+    if (width_of(rows[i].ops.data) > wops) wops = width_of(rows[i].ops.data);
+    if (width_of(rows[i].src.data) > wsrc) wsrc = width_of(rows[i].src.data);
+  }
+  tfg_strbuf_putc(out, '\n');
+  for (int i = 0; i < nr; i++) {
+    size_t start = out->len;
+    pad(out, rows[i].dev, wdev + 2);
+    pad(out, rows[i].ops.data, wops + 2);
+    pad(out, rows[i].src.data, wsrc + 2);
+    tfg_strbuf_puts(out, rows[i].why.data);
+    while (out->len > start && out->data[out->len - 1] == ' ') out->len--;
+    tfg_strbuf_putc(out, '\n');
+    tfg_strbuf_free(&rows[i].ops);
+    tfg_strbuf_free(&rows[i].src);
+    tfg_strbuf_free(&rows[i].why);
+  }
+  for (int i = 0; i < nl; i++) free(lines[i].src);
+  free(lines);
+  free(rows);
+  free(rs);
+
   tfg_strbuf_printf(out, "\n%-7s %6s %12s %12s %12s %12s %12s\n", "device", "ops", "FLOP/step", "params", "peak", "in/step",
                     "out/step");
   for (int i = 0; i < pl->ndev; i++) {
@@ -581,16 +834,9 @@ static const char *cause_name(tfg_place_cause c) {
   return "?";
 }
 
-static void json_string(tfg_strbuf *out, const char *s) {
-  tfg_strbuf_putc(out, '"');
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') tfg_strbuf_printf(out, "\\%c", c);
-    else if (c < 0x20) tfg_strbuf_printf(out, "\\u%04x", c);
-    else tfg_strbuf_putc(out, (char)c);
-  }
-  tfg_strbuf_putc(out, '"');
-}
+/* A JSON (and DOT) string literal: the writer every JSON of tfg shares,
+ * so a name that is not UTF-8 comes out as \ufffd, never raw. */
+static void json_string(tfg_strbuf *out, const char *s) { tfg_json_put_string(out, s); }
 
 void tfg_place_json(const tfg_placement *pl, tfg_strbuf *out) {
   const tfg_graph *g = pl->g;

@@ -46,7 +46,8 @@ typedef struct tfg_place_record {
   tfg_place_cause cause;
   tfg_loc pin;           /* PIN: the annotation */
   tfg_node_id with;      /* COLOCATE: the param, or the op that reads this one */
-  int runner_up;         /* COST, MEMORY: the second-best device, or -1 */
+  int runner_up;         /* COST, MEMORY: the second-best device with room, or -1 */
+  int full;              /* COST: the fastest device passed over for want of room, or -1 */
   double est, runner_est; /* COST: estimated finish time (s) on the winner and the runner-up */
   int refused;           /* MEMORY: the preferred device that had no room */
   int64_t need, avail;   /* MEMORY: bytes the group needs, bytes free there */

@@ -217,6 +217,7 @@ typedef struct rewrite {
   int *param_of;          /* [top + 1]: index into params[] of a trained param, or -1 */
   tfg_node_id *map;       /* [top + 1]: the current replica's node for each cone node */
   tfg_devspec *saved;     /* [top + 1]: pins before the rewrite, restored on failure */
+  tfg_node_id *slices;    /* mirrored: [R * (top + 1)]: replica r's SLICE of each batched input */
   tfg_node_id *ins;       /* scratch for remapped inputs */
   int cap;
 } rewrite;
@@ -298,8 +299,39 @@ static tfg_status check_batches(rewrite *c) {
   return TFG_OK;
 }
 
+/* Adds every replica's SLICE of every batched input of the cone (on
+ * cpu, where data is loaded) before any replica's clone: in graph order,
+ * hence in the feeder's step order, every replica's rows are cut first,
+ * so a replica on another device starts while a replica on the cpu
+ * itself (mirrored([cpu, gpu:0])) still computes. */
+static void add_slices(rewrite *c) {
+  int R = c->s->nreplicas;
+  size_t span = (size_t)c->top + 1;
+  c->slices = malloc(sizeof *c->slices * (size_t)R * span);
+  TFG_ASSERT(c->slices != NULL);
+  for (int r = 0; r < R; r++)
+    for (int32_t i = 0; i <= c->top; i++) {
+      const tfg_node *nd = &c->g->nodes[i];
+      c->slices[(size_t)r * span + (size_t)i] = -1;
+      if (!c->cone[i] || nd->op != TFG_OP_INPUT || nd->shape.rank == 0) continue; /* a scalar has no batch */
+      int64_t rows = nd->shape.dim[0] / R;
+      tfg_node slice = *nd;
+      slice.op = TFG_OP_SLICE;
+      slice.ninputs = 1;
+      slice.name = NULL;
+      memset(&slice.attrs, 0, sizeof slice.attrs);
+      slice.attrs.axis = 0;
+      slice.attrs.start = r * rows;
+      slice.attrs.end = (r + 1) * rows;
+      tfg_devspec pin = cpu_pin(c);
+      tfg_node_id in = i;
+      tfg_status st = add_clone(c, &slice, &in, &pin, &c->slices[(size_t)r * span + (size_t)i]);
+      TFG_ASSERT(st == TFG_OK);
+    }
+}
+
 /* Clones the cone for replica (or worker) r into c->map. Mirrored: each
- * input is read through a SLICE of r's rows, replica 0 reads the
+ * input is read through r's SLICE of its rows (add_slices), replica 0 reads the
  * program's params (re-pinned to its group) and replicas 1.. copies of
  * them, recorded as mirrors. parameter_server: the inputs are read
  * whole, the trained params through copies of the worker's own, and the
@@ -316,20 +348,8 @@ static tfg_status clone_replica(rewrite *c, int r, tfg_train_step *out) {
     if (nd.op == TFG_OP_INPUT) {
       c->g->nodes[i].pin = cpu_pin(c); /* data is loaded on the host */
       c->map[i] = i;
-      if (ps || nd.shape.rank == 0) continue; /* a scalar input has no batch to split */
-      int64_t rows = nd.shape.dim[0] / R;
-      tfg_node slice = nd;
-      slice.op = TFG_OP_SLICE;
-      slice.ninputs = 1;
-      slice.name = NULL;
-      memset(&slice.attrs, 0, sizeof slice.attrs);
-      slice.attrs.axis = 0;
-      slice.attrs.start = r * rows;
-      slice.attrs.end = (r + 1) * rows;
-      tfg_devspec pin = cpu_pin(c);
-      tfg_node_id in = i;
-      st = add_clone(c, &slice, &in, &pin, &c->map[i]);
-      TFG_ASSERT(st == TFG_OK);
+      if (!ps && c->slices[(size_t)r * ((size_t)c->top + 1) + (size_t)i] >= 0)
+        c->map[i] = c->slices[(size_t)r * ((size_t)c->top + 1) + (size_t)i];
       continue;
     }
     tfg_devspec pin;
@@ -397,23 +417,6 @@ static void pin_unpinned(rewrite *c, int32_t from, int r) {
       c->g->nodes[i].pin = strategy_pin(c, &c->s->devices[r * c->s->group]);
 }
 
-/* The params the loss trains, as tfg_autodiff_train_step chooses them:
- * those autodiff finds a gradient for. Found by differentiating the
- * program's own loss and undoing it, so that every replica can then
- * clone exactly the params it trains. */
-static int trained_params(rewrite *c, const tfg_program *p, tfg_node_id *params) {
-  tfg_node_id *grads = malloc(sizeof *grads * (size_t)(p->nparams + 1));
-  TFG_ASSERT(grads != NULL);
-  int32_t mark = c->g->nnodes;
-  tfg_autodiff(c->g, c->a->loss, p->params, p->nparams, grads);
-  tfg_graph_truncate(c->g, mark);
-  int n = 0;
-  for (int i = 0; i < p->nparams; i++)
-    if (grads[i] >= 0) params[n++] = p->params[i];
-  free(grads);
-  return n;
-}
-
 static tfg_status replicated_step(rewrite *c, const tfg_program *p, tfg_train_step *out) {
   const tfg_strategy *s = c->s;
   const tfg_action *a = c->a;
@@ -453,7 +456,9 @@ static tfg_status replicated_step(rewrite *c, const tfg_program *p, tfg_train_st
   /* The step's arrays, sized for every replica. */
   out->params = malloc(sizeof *out->params * (size_t)(p->nparams + 1));
   TFG_ASSERT(out->params != NULL);
-  int n = trained_params(c, p, out->params);
+  /* The params the loss trains, as tfg_autodiff_train_step chooses them,
+   * so that every replica clones exactly those. */
+  int n = tfg_autodiff_trained_params(g, a, p, out->params, c->d);
   for (int i = 0; i < n; i++) c->param_of[out->params[i]] = i;
   out->nparams = n;
   out->optimizer = optimizer;
@@ -483,6 +488,7 @@ static tfg_status replicated_step(rewrite *c, const tfg_program *p, tfg_train_st
 
   /* Each replica's forward cone and gradients. */
   if (!ps) st = check_batches(c);
+  if (!ps && st == TFG_OK) add_slices(c);
   for (int r = 0; r < R && st == TFG_OK; r++) {
     if ((st = clone_replica(c, r, out)) != TFG_OK) break;
     out->losses[r] = c->map[a->loss];
@@ -584,6 +590,7 @@ tfg_status tfg_strategy_train_step(tfg_graph *g, const tfg_action *a, const tfg_
   free(c.param_of);
   free(c.map);
   free(c.saved);
+  free(c.slices);
   free(c.ins);
   tfg_strategy_free(&s);
   return st;

@@ -137,6 +137,55 @@ TFG_HD float tfg_cast_bf16_to_f32(uint16_t h) {
   return x;
 }
 
+/* f16 to f32: exact (every f16 is an f32), integer work on the bits. A
+ * subnormal f16 is f * 2^-24 with f < 2^10: normalized by its leading
+ * bit. Same bits as (float)tfg_cast_f16_to_f64(h), NaN made quiet as
+ * that conversion does. */
+TFG_HD float tfg_cast_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = h & 0x7FFFu, u;
+  if (em > 0x7C00u) { /* NaN: quiet, the payload at the top of the fraction */
+    u = sign | 0x7FC00000u | ((em & 0x3FFu) << 13);
+  } else if (em == 0x7C00u) {
+    u = sign | 0x7F800000u;
+  } else if (em >= 0x0400u) { /* normal: rebias the exponent 15 -> 127 */
+    u = sign | ((em << 13) + ((uint32_t)(127 - 15) << 23));
+  } else if (em == 0) {
+    u = sign;
+  } else { /* subnormal: value em * 2^-24, leading bit at position p < 10 */
+    int p = 63 - tfg_cast_clz64(em);
+    u = sign | ((uint32_t)(p - 24 + 127) << 23) | ((em << (23 - p)) & 0x7FFFFFu);
+  }
+  float x;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+/* f32 to f16, round to nearest even with subnormals, overflow to
+ * infinity, NaN quiet with the top payload bits (as
+ * tfg_cast_f64_to_f16((double)x), which it equals for every x). The hot
+ * conversion of f16 kernels that compute in f32 (kernels/cpu/half.c). */
+TFG_HD uint16_t tfg_cast_f32_to_f16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+  u &= 0x7FFFFFFFu;
+  if (u > 0x7F800000u) return (uint16_t)(sign | 0x7E00u | ((u >> 13) & 0x3FFu));
+  if (u >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u); /* 65520 and up: past the largest (65504) */
+  if (u < 0x38800000u) {                                      /* below 2^-14: an f16 subnormal or zero */
+    if (u <= 0x33000000u) return sign;                        /* at most 2^-25, half the smallest: 0 (a tie goes to even 0) */
+    uint32_t e = u >> 23, m = (u & 0x7FFFFFu) | 0x800000u;    /* value m * 2^(e - 150) */
+    uint32_t shift = 126 - e;                                 /* to units of 2^-24: 14..24 */
+    uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1u))) q++;
+    return (uint16_t)(sign | q); /* q = 2^10 carries into the smallest normal, as it should */
+  }
+  /* normal: rebias, keep 10 fraction bits, round the 13 dropped ones to
+   * nearest even; a carry moves into the exponent (up to infinity) */
+  uint32_t r = u - ((uint32_t)(127 - 15) << 23);
+  r += 0x0FFFu + ((r >> 13) & 1u);
+  return (uint16_t)(sign | (r >> 13));
+}
+
 /* Float to integer: truncation toward zero. C leaves NaN and
  * out-of-range values undefined; here NaN gives 0 and the rest saturate,
  * so a cast never traps and never depends on the compiler. */

@@ -24,13 +24,22 @@ const char *tfg_kernel_op_name(int op) {
   return op >= 0 && op < TFG_OP_COUNT ? names[op] : "?";
 }
 
+/* f32 f64, and f16 bf16 when the backend computes them (half). */
+static bool float_ok(tfg_dtype dt, bool half) {
+  return dt == TFG_DTYPE_F32 || dt == TFG_DTYPE_F64 || (half && (dt == TFG_DTYPE_F16 || dt == TFG_DTYPE_BF16));
+}
+
 tfg_status tfg_kernel_check_unary(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
                                   const tfg_tensor *out, const char *where) {
+  return tfg_kernel_check_unary_on(ctx, node, in, out, where, false);
+}
+
+tfg_status tfg_kernel_check_unary_on(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
+                                     const tfg_tensor *out, const char *where, bool half) {
   tfg_op_id op = node->op;
   tfg_dtype dt = in[0].dtype;
   bool int_ok = op == TFG_OP_NEG || op == TFG_OP_ABS || op == TFG_OP_RELU;
-  bool supported = dt == TFG_DTYPE_F32 || dt == TFG_DTYPE_F64 ||
-                   (int_ok && (dt == TFG_DTYPE_I32 || dt == TFG_DTYPE_I64));
+  bool supported = float_ok(dt, half) || (int_ok && (dt == TFG_DTYPE_I32 || dt == TFG_DTYPE_I64));
   switch (op) {
   case TFG_OP_NEG: case TFG_OP_EXP: case TFG_OP_LOG: case TFG_OP_SQRT: case TFG_OP_RSQRT:
   case TFG_OP_ABS: case TFG_OP_RELU: case TFG_OP_GELU: case TFG_OP_TANH: case TFG_OP_SIGMOID:
@@ -48,12 +57,17 @@ tfg_status tfg_kernel_check_unary(tfg_kernel_ctx *ctx, const tfg_node *node, con
 
 tfg_status tfg_kernel_check_binary(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
                                    const tfg_tensor *out, const char *where, tfg_index_map *ix) {
+  return tfg_kernel_check_binary_on(ctx, node, in, out, where, false, ix);
+}
+
+tfg_status tfg_kernel_check_binary_on(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
+                                      const tfg_tensor *out, const char *where, bool half,
+                                      tfg_index_map *ix) {
   tfg_op_id op = node->op;
   tfg_dtype dt = in[0].dtype;
   bool cmp = op == TFG_OP_EQUAL || op == TFG_OP_GREATER;
   bool is_int = dt == TFG_DTYPE_I32 || dt == TFG_DTYPE_I64;
-  bool supported = dt == TFG_DTYPE_F32 || dt == TFG_DTYPE_F64 || (is_int && op != TFG_OP_POW) ||
-                   (cmp && dt == TFG_DTYPE_BOOL);
+  bool supported = float_ok(dt, half) || (is_int && op != TFG_OP_POW) || (cmp && dt == TFG_DTYPE_BOOL);
   switch (op) {
   case TFG_OP_ADD: case TFG_OP_SUB: case TFG_OP_MUL: case TFG_OP_DIV: case TFG_OP_POW:
   case TFG_OP_MAXIMUM: case TFG_OP_MINIMUM: case TFG_OP_EQUAL: case TFG_OP_GREATER:

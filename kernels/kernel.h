@@ -62,6 +62,14 @@ tfg_status tfg_kernel_check_binary(tfg_kernel_ctx *ctx, const tfg_node *node, co
                                    const tfg_tensor *out, const char *where, tfg_index_map *ix);
 tfg_status tfg_kernel_check_where(tfg_kernel_ctx *ctx, const tfg_tensor *in, const tfg_tensor *out,
                                   tfg_index_map *ix);
+/* The same checks for a backend that also computes f16 and bf16 (half:
+ * the CPU, kernels/cpu/half.c): then those pass too wherever f32 does.
+ * The two above are these with half false. */
+tfg_status tfg_kernel_check_unary_on(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
+                                     const tfg_tensor *out, const char *where, bool half);
+tfg_status tfg_kernel_check_binary_on(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
+                                      const tfg_tensor *out, const char *where, bool half,
+                                      tfg_index_map *ix);
 
 /* The check every backend's optimizer update (SGD_UPDATE, ADAM_UPDATE)
  * makes, with the same messages: in[0..n) (the param, its gradient, its

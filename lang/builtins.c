@@ -53,9 +53,9 @@ static const struct {
     /* npy takes its columns as keyword arguments: see tfg_builtin_call. */
     {"npy", "test = 0, shuffle = false, seed = 0", NULL, 0},
     {"idx", "images = none, labels = none, test = 0, shuffle = false, seed = 0", bi_idx, 0},
-    {"sgd", "lr, momentum = 0, nesterov = false, weight_decay = 0", bi_record, 0},
-    {"adam", "lr = 0.001, b1 = 0.9, b2 = 0.999, eps = 1e-8, weight_decay = 0", bi_record, 0},
-    {"adamw", "lr = 0.001, b1 = 0.9, b2 = 0.999, eps = 1e-8, weight_decay = 0.01", bi_record, 0},
+    {"sgd", "lr, momentum = 0, nesterov = false, weight_decay = 0", bi_record, 1},
+    {"adam", "lr = 0.001, b1 = 0.9, b2 = 0.999, eps = 1e-8, weight_decay = 0", bi_record, 1},
+    {"adamw", "lr = 0.001, b1 = 0.9, b2 = 0.999, eps = 1e-8, weight_decay = 0.01", bi_record, 1},
     {"single", "", bi_record, 0},
     {"mirrored", "devices", bi_record, 0},
     {"parameter_server", "workers, ps = cpu", bi_record, 0},
@@ -163,7 +163,9 @@ static void arg_ints(tfg_interp *I, tfg_args *a, int i, int64_t *iv, int *n) {
   *n = v->u.list.n;
 }
 
-/* One or two ints ([rows, cols]) for stride and size. */
+/* One or two ints ([rows, cols]) for a stride or a window size, each at
+ * least 1: refused where written (a stride of 0 would never move on, and
+ * to a pool's shape rule it means "the default, the window size"). */
 static void arg_pair(tfg_interp *I, tfg_args *a, int i, int64_t out[2]) {
   int64_t iv[TFG_MAX_RANK];
   int n;
@@ -171,6 +173,9 @@ static void arg_pair(tfg_interp *I, tfg_args *a, int i, int64_t out[2]) {
   if (n == 1) out[0] = out[1] = iv[0];
   else if (n == 2) { out[0] = iv[0]; out[1] = iv[1]; }
   else tfg_interp_fail(I, TFG_ERR_NAME, &a->loc[i], "'%s' must be an integer or [rows, cols]", a->names[i]);
+  for (int k = 0; k < 2; k++)
+    if (out[k] < 1)
+      tfg_interp_fail(I, TFG_ERR_NAME, &a->loc[i], "'%s' must be at least 1, got %" PRId64, a->names[i], out[k]);
 }
 
 static tfg_dtype arg_dtype(tfg_interp *I, tfg_args *a, int i) {
@@ -229,6 +234,8 @@ static tfg_value bi_op(tfg_interp *I, const tfg_builtin *b, tfg_args *a, const t
       } else {
         at.pad_mode = TFG_PAD_EXPLICIT;
         at.pad[0] = arg_int(I, a, i);
+        if (at.pad[0] < 0)
+          tfg_interp_fail(I, TFG_ERR_NAME, &a->loc[i], "'padding' must not be negative, got %" PRId64, at.pad[0]);
       }
     } else if (strcmp(n, "dtype") == 0) at.dtype = arg_dtype(I, a, i);
     else if (strcmp(n, "eps") == 0 || strcmp(n, "rate") == 0) at.value = arg_num(I, a, i);
@@ -261,6 +268,20 @@ static int arg_index(const tfg_args *a, const char *name) {
   for (int i = 0; i < a->n; i++)
     if (strcmp(a->names[i], name) == 0) return i;
   return -1;
+}
+
+static const char *const init_names[] = {
+    [TFG_INIT_ZEROS] = "zeros", [TFG_INIT_ONES] = "ones",       [TFG_INIT_FULL] = "full", [TFG_INIT_NORMAL] = "normal",
+    [TFG_INIT_UNIFORM] = "uniform", [TFG_INIT_GLOROT] = "glorot", [TFG_INIT_HE] = "he",
+};
+
+void tfg_builtin_check_init(struct tfg_interp *I, const tfg_attrs *init, tfg_dtype dt, const tfg_loc *loc) {
+  bool random = init->init == TFG_INIT_NORMAL || init->init == TFG_INIT_UNIFORM || init->init == TFG_INIT_GLOROT ||
+                init->init == TFG_INIT_HE;
+  if (random && !tfg_dtype_is_float(dt))
+    tfg_interp_fail(I, TFG_ERR_SHAPE, loc, "%s() draws real numbers and cannot fill %s %s tensor; use a float dtype, "
+                                           "or zeros(), ones() or full(v)", init_names[init->init],
+                    dt == TFG_DTYPE_BOOL ? "a" : "an", tfg_dtype_name(dt));
 }
 
 /* As a param's initializer (no shape) the result is a shapeless
@@ -299,6 +320,7 @@ static tfg_value bi_init(tfg_interp *I, const tfg_builtin *b, tfg_args *a, const
   for (int k = 0; k < shape.rank; k++)
     if (shape.dim[k] < 0) tfg_interp_fail(I, TFG_ERR_SHAPE, &a->loc[i], "a dimension must not be negative");
   at->dtype = arg_dtype(I, a, arg_index(a, "dtype"));
+  tfg_builtin_check_init(I, at, at->dtype, call);
   if (!tfg_shape_fits(&shape))
     tfg_interp_fail(I, TFG_ERR_SHAPE, &a->loc[i], "%s: the shape has more than 2^48 elements", b->name);
   if (!at->seeded) at->seed = tfg_rng_mix((uint64_t)I->prog.graph->nnodes * 0x9E3779B97F4A7C15ull + (uint64_t)call->off);
@@ -519,7 +541,51 @@ static tfg_value call_npy(tfg_interp *I, const tfg_builtin *b, const tfg_ast *ca
 
 /* ---- configuration calls -------------------------------------------------------------- */
 
+/* Optimizer argument i: a number of at least 0, and below 1 for a beta
+ * (torch.optim's ranges), stored back as a float for compiler/autodiff.c
+ * to read. NaN and the infinities are refused too: PyTorch's range checks
+ * let NaN through, into every param. */
+static double opt_arg(tfg_interp *I, tfg_args *a, int i, bool beta) {
+  double x = arg_num(I, a, i);
+  const char *n = a->names[i];
+  if (isnan(x)) tfg_interp_fail(I, TFG_ERR_NAME, &a->loc[i], "'%s' must be a number, got NaN", n);
+  if (isinf(x)) tfg_interp_fail(I, TFG_ERR_NAME, &a->loc[i], "'%s' must be a finite number, got %s", n, x > 0 ? "inf" : "-inf");
+  if (beta && !(x >= 0 && x < 1)) tfg_interp_fail(I, TFG_ERR_NAME, &a->loc[i], "'%s' must be in [0, 1), got %g", n, x);
+  if (x < 0) tfg_interp_fail(I, TFG_ERR_NAME, &a->loc[i], "'%s' must not be negative, got %g", n, x);
+  a->v[i] = tfg_val_float(x);
+  return x;
+}
+
+/* Checks the arguments of sgd, adam or adamw where they are written:
+ * every one is a number in its range (nesterov a bool), so that no typo
+ * trains with a default in its place. */
+static void check_optimizer(tfg_interp *I, tfg_args *a) {
+  double momentum = 0;
+  int nesterov = -1;
+  for (int i = 0; i < a->n; i++) {
+    const char *n = a->names[i];
+    if (strcmp(n, "nesterov") == 0) {
+      arg_bool(I, a, i);
+      nesterov = i;
+    } else if (strcmp(n, "b1") == 0 || strcmp(n, "b2") == 0) {
+      opt_arg(I, a, i, true);
+    } else {
+      double x = opt_arg(I, a, i, false); /* lr, momentum, eps, weight_decay */
+      if (strcmp(n, "momentum") == 0) momentum = x;
+    }
+  }
+  if (nesterov >= 0 && a->v[nesterov].u.b && momentum <= 0) {
+    tfg_diag_error(I->diag, &a->loc[nesterov], "nesterov needs a momentum above 0");
+    tfg_diag_help(I->diag, "as torch.optim.SGD: sgd(lr = 0.1, momentum = 0.9, nesterov = true)");
+    tfg_interp_unwind(I, TFG_ERR_NAME);
+  }
+}
+
+/* A configuration call: an optimizer (kind 1, its arguments checked
+ * here) or a strategy (kind 0, its devices checked by
+ * compiler/strategy.c, which knows what each must be). */
 static tfg_value bi_record(tfg_interp *I, const tfg_builtin *b, tfg_args *a, const tfg_loc *call) {
+  if (b->kind == 1) check_optimizer(I, a);
   tfg_record *r = tfg_arena_alloc(&I->arena, sizeof *r);
   r->name = b->name;
   r->nargs = a->n;

@@ -7,11 +7,15 @@
 #include "lang/diag.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/assert.h"
+#include "base/file.h"
 #include "base/grow.h"
 #include "base/strbuf.h"
 #include "base/utf8.h"
@@ -105,13 +109,9 @@ const tfg_source *tfg_diag_add_source_at(tfg_diag *d, const char *name, const ch
 
 const tfg_source *tfg_diag_load(tfg_diag *d, const char *path) { return tfg_diag_load_named(d, path, NULL); }
 
-const tfg_source *tfg_diag_load_named(tfg_diag *d, const char *path, const char *display) {
-  bool is_stdin = strcmp(path, "-") == 0;
-  FILE *f = is_stdin ? stdin : fopen(path, "rb");
-  if (!f) {
-    tfg_diag_error(d, NULL, "cannot open '%s': %s", path, strerror(errno));
-    return NULL;
-  }
+/* Reads the whole of f as a source named name; errors go to loc (NULL:
+ * unlocated). */
+static const tfg_source *load_stream(tfg_diag *d, FILE *f, const char *name, const tfg_loc *loc) {
   tfg_strbuf b = {0};
   char chunk[65536];
   size_t n;
@@ -122,17 +122,49 @@ const tfg_source *tfg_diag_load_named(tfg_diag *d, const char *path, const char 
   }
   bool failed = ferror(f);
   int err = errno;
-  if (!is_stdin) fclose(f);
-  const char *name = display ? display : is_stdin ? "<stdin>" : path;
   const tfg_source *s = NULL;
   if (failed)
-    tfg_diag_error(d, NULL, "cannot read '%s': %s", name, strerror(err));
+    tfg_diag_error(d, loc, "cannot read '%s': %s", name, strerror(err));
   else if (too_big)
-    tfg_diag_error(d, NULL, "%s: file is too large (the limit is %u bytes)", name,
+    tfg_diag_error(d, loc, "%s: file is too large (the limit is %u bytes)", name,
                    TFG_SOURCE_MAX_BYTES);
   else
     s = tfg_diag_add_source(d, name, b.data ? b.data : "", b.len);
   tfg_strbuf_free(&b);
+  return s;
+}
+
+const tfg_source *tfg_diag_load_named(tfg_diag *d, const char *path, const char *display) {
+  bool is_stdin = strcmp(path, "-") == 0;
+  FILE *f = is_stdin ? stdin : fopen(path, "rb");
+  if (!f) {
+    tfg_diag_error(d, NULL, "cannot open '%s': %s", path, strerror(errno));
+    return NULL;
+  }
+  const tfg_source *s = load_stream(d, f, display ? display : is_stdin ? "<stdin>" : path, NULL);
+  if (!is_stdin) fclose(f);
+  return s;
+}
+
+const tfg_source *tfg_diag_load_file(tfg_diag *d, const char *path, const char *display, const tfg_loc *loc,
+                                     tfg_file_id *id) {
+  const char *name = display ? display : path;
+  struct stat st;
+  const char *why;
+  int fd = tfg_file_open_regular(path, &st, &why);
+  if (fd < 0) {
+    tfg_diag_error(d, loc, "cannot open '%s': %s", name, why);
+    return NULL;
+  }
+  if (id) *id = (tfg_file_id){(uint64_t)st.st_dev, (uint64_t)st.st_ino};
+  FILE *f = fdopen(fd, "rb");
+  if (!f) {
+    tfg_diag_error(d, loc, "cannot read '%s': %s", name, strerror(errno));
+    close(fd);
+    return NULL;
+  }
+  const tfg_source *s = load_stream(d, f, name, loc);
+  fclose(f);
   return s;
 }
 
@@ -171,6 +203,28 @@ uint32_t tfg_loc_display_col(const tfg_loc *loc) {
 
 /* ---- recording -------------------------------------------------------- */
 
+static bool is_name_byte(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+/* Cuts every run of name characters (an identifier a message echoes)
+ * longer than TFG_DIAG_WORD_MAX bytes to its first TFG_DIAG_WORD_MAX and
+ * "...", so a 10 MB identifier gives a readable message. Takes m. */
+static char *cut_long_words(char *m) {
+  size_t run = 0, i = 0;
+  for (; m[i] && run <= TFG_DIAG_WORD_MAX; i++) run = is_name_byte(m[i]) ? run + 1 : 0;
+  if (run <= TFG_DIAG_WORD_MAX) return m; /* the common case: nothing to cut */
+  tfg_strbuf b = {0};
+  run = 0;
+  for (i = 0; m[i]; i++) {
+    run = is_name_byte(m[i]) ? run + 1 : 0;
+    if (run <= TFG_DIAG_WORD_MAX) tfg_strbuf_putc(&b, m[i]);
+    else if (run == TFG_DIAG_WORD_MAX + 1) tfg_strbuf_puts(&b, "...");
+  }
+  free(m);
+  return tfg_strbuf_take(&b);
+}
+
 static void diag_push(tfg_diag *d, tfg_diag_severity sev, const tfg_loc *loc, const char *fmt,
                       va_list ap) {
   TFG_GROW(d->entries, d->nentries, d->cap, 16);
@@ -180,7 +234,7 @@ static void diag_push(tfg_diag *d, tfg_diag_severity sev, const tfg_loc *loc, co
   e->sev = sev;
   e->has_loc = loc != NULL && loc->src != NULL;
   if (e->has_loc) e->loc = *loc;
-  e->msg = tfg_strbuf_take(&b);
+  e->msg = cut_long_words(tfg_strbuf_take(&b));
 }
 
 static bool diag_primary(tfg_diag *d, tfg_diag_severity sev, const tfg_loc *loc,

@@ -27,6 +27,9 @@
 
 /* Source files larger than this are refused (offsets are 32-bit). */
 #define TFG_SOURCE_MAX_BYTES (256u * 1024u * 1024u)
+/* Longest run of name characters a message shows: a longer identifier
+ * echoed in a message is cut to this many bytes and "...". */
+#define TFG_DIAG_WORD_MAX 64
 /* Errors recorded before the sink stops accepting more (clang's
  * -ferror-limit): past it the front end stops early. */
 #define TFG_DIAG_DEFAULT_LIMIT 20
@@ -76,6 +79,18 @@ const tfg_source *tfg_diag_load(tfg_diag *d, const char *path);
 /* The same, the source named name in messages (a stable name for a file
  * found in a search path). */
 const tfg_source *tfg_diag_load_named(tfg_diag *d, const char *path, const char *name);
+/* A file's identity (device and inode): two paths name one file when
+ * their identities are equal. */
+typedef struct tfg_file_id {
+  uint64_t dev, ino;
+} tfg_file_id;
+/* Reads the regular file at path as a source named display (NULL: path),
+ * for a file a program names (an import). It is opened without blocking
+ * and refused unless it is a regular file (a FIFO would wait for a writer
+ * forever, a directory cannot be read). Errors are recorded at loc (NULL:
+ * unlocated); returns NULL then. *id (when not NULL) gets its identity. */
+const tfg_source *tfg_diag_load_file(tfg_diag *d, const char *path, const char *display,
+                                     const tfg_loc *loc, tfg_file_id *id);
 /* Adds text[0..len) as a source named name (copied). Returns NULL and
  * records an error when len exceeds TFG_SOURCE_MAX_BYTES. */
 const tfg_source *tfg_diag_add_source(tfg_diag *d, const char *name, const char *text,

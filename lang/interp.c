@@ -23,6 +23,8 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/assert.h"
 #include "base/grow.h"
@@ -177,9 +179,16 @@ static void env_free(tfg_env *e) {
   memset(e, 0, sizeof *e);
 }
 
+/* Binds name to v. A name bound since the scope's floor is overwritten
+ * in place (see tfg_env), so rebinding in a loop takes no memory. */
 static void env_bind(tfg_env *e, const char *name, tfg_value v) {
-  TFG_GROW(e->entries, e->n, e->cap, 16);
   uint32_t b = hash_name(name) % (uint32_t)e->nheads;
+  for (int32_t i = e->heads[b]; i >= e->floor; i = e->entries[i].prev)
+    if (strcmp(e->entries[i].name, name) == 0) {
+      e->entries[i].value = v;
+      return;
+    }
+  TFG_GROW(e->entries, e->n, e->cap, 16);
   e->entries[e->n] = (env_entry){name, v, e->heads[b]};
   e->heads[b] = e->n++;
 }
@@ -190,6 +199,7 @@ static void env_truncate(tfg_env *e, int32_t n) {
     env_entry *x = &e->entries[--e->n];
     e->heads[hash_name(x->name) % (uint32_t)e->nheads] = x->prev;
   }
+  if (e->floor > n) e->floor = n;
 }
 
 void tfg_interp_bind_root(tfg_interp *I, const char *name, tfg_value v) { env_bind(&I->root, name, v); }
@@ -250,6 +260,13 @@ static const char *suggest(tfg_env *e, const char *name) {
 
 /* ---- graph building ------------------------------------------------------------ */
 
+/* The header of a for statement, `for i in EXPR`, for messages. */
+static tfg_loc loop_header(const tfg_ast *s) {
+  tfg_loc l = s->loc;
+  l.len = s->a->loc.off + s->a->loc.len - s->loc.off;
+  return l;
+}
+
 /* A shape past TFG_MAX_ELEMENTS: its byte count would not even fit. */
 static _Noreturn void too_many_elements(tfg_interp *I, const tfg_node *n, const tfg_loc *loc) {
   tfg_strbuf b = {0};
@@ -262,6 +279,14 @@ static _Noreturn void too_many_elements(tfg_interp *I, const tfg_node *n, const 
 tfg_node_id tfg_interp_node(tfg_interp *I, tfg_op_id op, const tfg_node_id *in, int nin,
                             const tfg_attrs *attrs, const tfg_loc *loc) {
   tfg_graph *g = I->prog.graph;
+  if (g->nnodes >= TFG_BUILD_MAX_NODES) {
+    tfg_diag_error(I->diag, loc, "the graph already has %d nodes, the most a program may build", TFG_BUILD_MAX_NODES);
+    if (I->loop) {
+      tfg_loc l = loop_header(I->loop);
+      tfg_diag_note(I->diag, &l, "in this loop");
+    }
+    tfg_interp_unwind(I, TFG_ERR_LIMIT);
+  }
   tfg_node_id id = tfg_graph_add(g, op, in, nin, loc);
   tfg_node *n = tfg_graph_node(g, id);
   if (attrs) n->attrs = *attrs;
@@ -359,7 +384,7 @@ static int32_t *suffix_slot(tfg_interp *I, const char *path) {
   uint32_t m = (uint32_t)I->suffix_slots - 1, h = hash_name(path) & m;
   while (I->suffix_key[h] && strcmp(I->suffix_key[h], path) != 0) h = (h + 1) & m;
   if (!I->suffix_key[h]) {
-    I->suffix_key[h] = path;
+    I->suffix_key[h] = tfg_interp_strdup(I, path, strlen(path)); /* path may be scratch text */
     I->suffix_next[h] = 1;
     I->nsuffix++;
   }
@@ -371,8 +396,8 @@ static void clear_suffixes(tfg_interp *I) {
   I->nsuffix = 0;
 }
 
-/* The first of base, base_1, base_2, ... (base a full path) not taken,
- * in the session arena. */
+/* The first of base, base_1, base_2, ... (base a full path) not taken:
+ * base itself, or a copy in the session arena. */
 static const char *first_free(tfg_interp *I, const char *base) {
   if (!is_taken(I, base)) return base;
   int32_t *next = suffix_slot(I, base);
@@ -387,14 +412,17 @@ static const char *first_free(tfg_interp *I, const char *base) {
   return got;
 }
 
-/* "a.b.c" from the naming path plus last. */
+/* "a.b.c" from the naming path plus last, in I->scratch (valid until
+ * its next use): every fn call joins a path, and most are never kept. */
 static const char *join_path(tfg_interp *I, const char *last) {
-  tfg_strbuf b = {0};
-  for (int i = 0; i < I->depth; i++) tfg_strbuf_printf(&b, "%s.", I->path[i]);
-  tfg_strbuf_puts(&b, last);
-  const char *p = tfg_interp_strdup(I, b.data, b.len);
-  tfg_strbuf_free(&b);
-  return p;
+  tfg_strbuf *b = &I->scratch;
+  tfg_strbuf_clear(b);
+  for (int i = 0; i < I->depth; i++) {
+    tfg_strbuf_puts(b, I->path[i]);
+    tfg_strbuf_putc(b, '.');
+  }
+  tfg_strbuf_puts(b, last);
+  return b->data ? b->data : "";
 }
 
 /* The first of c, c_1, c_2, ... not yet used at this point of the path. */
@@ -475,6 +503,11 @@ static void eval_type(tfg_interp *I, tfg_env *env, const tfg_ast *t, tfg_dtype *
     tfg_value v = tfg_interp_expr(I, env, e);
     int64_t n = want_int(I, &v, &e->loc, "a dimension");
     if (n < 0) tfg_interp_fail(I, TFG_ERR_SHAPE, &e->loc, "a dimension must not be negative, got %" PRId64, n);
+    if (n == 0) {
+      tfg_diag_error(I->diag, &e->loc, "a dimension must be at least 1, got 0");
+      tfg_diag_help(I->diag, "tfg has no empty tensors: every dimension must be at least 1");
+      tfg_interp_unwind(I, TFG_ERR_SHAPE);
+    }
     shape->dim[shape->rank++] = n;
   }
   if (!tfg_shape_fits(shape)) {
@@ -520,6 +553,7 @@ static void param_init(tfg_interp *I, tfg_node *n, const tfg_value *v, const tfg
   switch (v->kind) {
   case TFG_V_INIT: {
     tfg_attrs keep = *v->u.init;
+    tfg_builtin_check_init(I, &keep, n->dtype, loc);
     n->attrs.init = keep.init;
     n->attrs.value = keep.value;
     n->attrs.a = keep.a;
@@ -565,7 +599,9 @@ static void exec_param(tfg_interp *I, tfg_env *env, const tfg_ast *s) {
   tfg_value init = {.kind = TFG_V_NONE};
   if (s->b) init = tfg_interp_expr(I, env, s->b);
   /* The path: scopes and calls in force, then the param's own name. */
-  const char *full = first_free(I, join_path(I, s->name));
+  const char *full = join_path(I, s->name);
+  full = first_free(I, full);
+  if (full == I->scratch.data) full = tfg_interp_strdup(I, full, I->scratch.len);
   tfg_node_id id = tfg_interp_node(I, TFG_OP_PARAM, NULL, 0, NULL, &s->loc);
   tfg_node *n = tfg_graph_node(I->prog.graph, id);
   n->dtype = dt;
@@ -597,8 +633,11 @@ static void exec_input(tfg_interp *I, tfg_env *env, const tfg_ast *s) {
     tfg_data_type ct = tfg_data_column_type(ds, col);
     if (!tfg_data_convertible(ct, dt)) {
       tfg_interp_fail(I, TFG_ERR_SHAPE, &s->loc, "input %s: column %s of %s holds %s, which cannot feed %s",
-                      s->name, cname, src.u.column.ds->path, tfg_data_type_name(ct), tfg_dtype_name(dt));
+                      s->name, cname, tfg_data_column_path(ds, col), tfg_data_type_name(ct), tfg_dtype_name(dt));
     }
+    /* A value the dtype cannot hold (an i64 label of 2^40 into i32) is
+     * found here, by `tfg check`, not clamped when a batch reaches it. */
+    if (tfg_data_check_column(I->diag, &s->loc, ds, col, dt) != TFG_OK) tfg_interp_unwind(I, TFG_ERR_SHAPE);
     if (shape.rank < 1 || shape.dim[0] < 1)
       tfg_interp_fail(I, TFG_ERR_SHAPE, &s->a->loc, "input %s: an input from a dataset needs a batch dimension of at least 1 first",
                       s->name);
@@ -614,7 +653,7 @@ static void exec_input(tfg_interp *I, tfg_env *env, const tfg_ast *s) {
       tfg_shape_format(&a, dt, &in_row);
       for (int i = 0; i < row.rank; i++) tfg_strbuf_printf(&b, "%s%lld", i ? "," : "", (long long)row.dim[i]);
       tfg_diag_error(I->diag, &s->loc, "input %s: each row is %s but column %s of %s has rows of [%s]", s->name,
-                     a.data, cname, src.u.column.ds->path, b.data);
+                     a.data, cname, tfg_data_column_path(ds, col), b.data);
       tfg_strbuf_free(&a);
       tfg_strbuf_free(&b);
       tfg_interp_unwind(I, TFG_ERR_SHAPE);
@@ -678,44 +717,201 @@ static const char *const train_settings[] = {
     "eval_every", "checkpoint", "checkpoint_every", "seed",
 };
 
-/* Whether node id depends on any param (walks inputs; ids are topological). */
-static bool depends_on_param(const tfg_graph *g, tfg_node_id id) {
-  int32_t n = id + 1;
-  uint8_t *mark = calloc((size_t)n, 1);
-  TFG_ASSERT(mark != NULL);
-  mark[id] = 1;
-  bool found = false;
-  for (int32_t i = id; i >= 0 && !found; i--) {
-    if (!mark[i]) continue;
-    const tfg_node *nd = &g->nodes[i];
-    if (nd->op == TFG_OP_PARAM) found = true;
-    for (int k = 0; k < nd->ninputs; k++) mark[nd->inputs[k]] = 1;
-  }
-  free(mark);
-  return found;
+/* The most steps a train may take, written as steps or as epochs times
+ * the batches of an epoch; each cadence (log_every, eval_every,
+ * checkpoint_every) is bounded by it too. 2^53: every count up to it is
+ * exact in a double (Adam's bias correction raises b1 to the step) and
+ * nothing the runtime derives from a step overflows int64; 2^53 steps
+ * at a million a second would take 285 years. */
+#define TRAIN_MAX_STEPS (INT64_C(1) << 53)
+
+/* The setting called name of train action a, or NULL. */
+static const tfg_setting *setting_of(const tfg_action *a, const char *name) {
+  for (int i = 0; i < a->nsettings; i++)
+    if (strcmp(a->settings[i].name, name) == 0) return &a->settings[i];
+  return NULL;
 }
 
-/* The kind of value each train setting takes (LANGUAGE.md section 6). */
-static void check_setting(tfg_interp *I, tfg_setting *st, const tfg_loc *at) {
+/* The params of p that tensors x and y both read (x == y: the params x
+ * reads): the first in creation order, or -1; *count gets how many.
+ * Walks inputs down from the larger id (ids are topological). */
+static tfg_node_id params_read(const tfg_program *p, tfg_node_id x, tfg_node_id y, int *count) {
+  const tfg_graph *g = p->graph;
+  int32_t top = x > y ? x : y;
+  uint8_t *mark = calloc((size_t)top + 1, 1);
+  TFG_ASSERT(mark != NULL);
+  mark[x] |= 1;
+  mark[y] |= 2;
+  for (int32_t i = top; i >= 0; i--)
+    for (int k = 0; mark[i] && k < g->nodes[i].ninputs; k++) mark[g->nodes[i].inputs[k]] |= mark[i];
+  tfg_node_id first = -1;
+  *count = 0;
+  for (int i = 0; i < p->nparams; i++)
+    if (p->params[i] <= top && mark[p->params[i]] == 3) {
+      if (first < 0) first = p->params[i];
+      (*count)++;
+    }
+  free(mark);
+  return first;
+}
+
+/* optimizer or strategy: a call of one of its constructors. A bare
+ * constructor is its call without arguments (strategy = single, as
+ * LANGUAGE.md section 6 writes it; optimizer = adam), so one that needs
+ * an argument says which (optimizer = sgd: lr), located at the name. */
+static void check_config(tfg_interp *I, tfg_setting *st, const tfg_ast *e) {
+  static const char *const kinds[2][3] = {{"sgd", "adam", "adamw"}, {"single", "mirrored", "parameter_server"}};
+  bool opt = strcmp(st->name, "optimizer") == 0;
+  tfg_value *v = &st->value;
+  const char *got = v->kind == TFG_V_RECORD ? v->u.record->name : v->kind == TFG_V_BUILTIN ? v->u.builtin->name : NULL;
+  bool ok = false;
+  for (int i = 0; got && i < 3; i++) ok |= strcmp(got, kinds[!opt][i]) == 0;
+  if (!ok)
+    tfg_interp_fail(I, TFG_ERR_NAME, &e->loc, "%s must be %s, got %s%s", st->name,
+                    opt ? "sgd(...), adam(...) or adamw(...)" : "single(), mirrored(...) or parameter_server(...)",
+                    got ? got : tfg_vkind_name(v->kind), v->kind == TFG_V_RECORD ? "(...)" : "");
+  if (v->kind == TFG_V_BUILTIN) *v = tfg_builtin_call(I, v->u.builtin, e, NULL, NULL, 0, NULL, NULL, NULL, 0);
+}
+
+/* epochs = n, at `at`: the first input fed from a dataset sets the batch
+ * and the whole batches of an epoch (as runtime/train.c batches), so the
+ * steps n epochs make are known where they are written. (The loss was
+ * evaluated before its settings: the inputs it reads exist by now.) */
+static void check_epochs(tfg_interp *I, int64_t n, const tfg_loc *at) {
+  const tfg_feed *f = NULL;
+  for (int i = 0; i < I->prog.nfeeds && !f; i++)
+    if (I->prog.feeds[i].ds) f = &I->prog.feeds[i];
+  if (!f) {
+    tfg_diag_error(I->diag, at, "epochs need an input fed from a dataset");
+    tfg_diag_help(I->diag, "give steps = N instead");
+    tfg_interp_unwind(I, TFG_ERR_NAME);
+  }
+  const tfg_node *in = &I->prog.graph->nodes[f->node];
+  int64_t rows = tfg_data_rows(f->ds, f->split), batch = in->shape.rank ? in->shape.dim[0] : 0;
+  int64_t per = batch > 0 ? rows / batch : 0;
+  if (per == 0)
+    tfg_interp_fail(I, TFG_ERR_DATA, at, "an epoch of input %s has no whole batch: %" PRId64 " rows, a batch of %" PRId64,
+                    in->name, rows, batch);
+  if (n > TRAIN_MAX_STEPS / per) {
+    tfg_diag_error(I->diag, at, "%" PRId64 " epochs of %" PRId64 " batches are %.4g steps, more than the 2^53 (%" PRId64
+                   ") a train may take", n, per, (double)n * (double)per, TRAIN_MAX_STEPS);
+    tfg_diag_note(I->diag, &in->loc, "an epoch: the %" PRId64 " rows input %s reads, in whole batches of %" PRId64, rows,
+                  in->name, batch);
+    tfg_interp_unwind(I, TFG_ERR_LIMIT);
+  }
+}
+
+/* A count: steps, epochs, a cadence or the seed. An integer (a float
+ * with a whole value too, as wherever tfg needs an integer), stored back
+ * as one; a count of steps or epochs is at least 1 and at most
+ * TRAIN_MAX_STEPS, the seed at least 0. */
+static void check_count(tfg_interp *I, tfg_setting *st, const tfg_loc *at) {
+  tfg_value *v = &st->value;
+  const char *n = st->name;
+  bool seed = strcmp(n, "seed") == 0, epochs = strcmp(n, "epochs") == 0;
+  if (v->kind == TFG_V_FLOAT && v->u.f == floor(v->u.f) && fabs(v->u.f) < 9e18) *v = tfg_val_int((int64_t)v->u.f);
+  if (v->kind == TFG_V_FLOAT) tfg_interp_fail(I, TFG_ERR_NAME, at, "%s must be an integer, got %g", n, v->u.f);
+  if (v->kind != TFG_V_INT)
+    tfg_interp_fail(I, TFG_ERR_NAME, at, "%s must be an integer (%s), got %s", n,
+                    seed ? "a random seed" : epochs ? "a number of epochs" : "a number of steps", tfg_vkind_name(v->kind));
+  int64_t x = v->u.i;
+  if (seed ? x < 0 : x < 1)
+    tfg_interp_fail(I, TFG_ERR_NAME, at, "%s must be a %s integer, got %" PRId64, n, seed ? "non-negative" : "positive", x);
+  if (!seed && x > TRAIN_MAX_STEPS)
+    tfg_interp_fail(I, TFG_ERR_LIMIT, at, "%s must be at most 2^53 (%" PRId64 "), got %" PRId64, n, TRAIN_MAX_STEPS, x);
+  if (epochs) check_epochs(I, x, at);
+}
+
+/* The folder of a file path ("." for a bare name); the caller frees it. */
+static char *folder_of(const char *path) {
+  const char *slash = strrchr(path, '/');
+  char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+  TFG_ASSERT(dir != NULL);
+  return dir;
+}
+
+/* What names the file path, the same for two spellings of one file: the
+ * real path of its folder, then its name. The caller frees it. */
+static char *file_key(const char *path) {
+  char *dir = folder_of(path), *real = realpath(dir, NULL);
+  const char *slash = strrchr(path, '/');
+  tfg_strbuf b = {0};
+  tfg_strbuf_printf(&b, "%s/%s", real ? real : dir, slash ? slash + 1 : path);
+  free(real);
+  free(dir);
+  return tfg_strbuf_take(&b);
+}
+
+/* Refuses a checkpoint a save could not write, where it is written: so
+ * before the first step, and in `tfg check`, not after the training. A
+ * save writes PATH.tmp.PID beside PATH and renames it over PATH
+ * (runtime/ckpt.c): the folder must exist and be writable; an existing
+ * PATH must be a file we can read (a run resumes from it). A missing
+ * folder is refused, not created, as torch.save refuses it: a typo in
+ * the folder should not scatter new folders. */
+static void check_ckpt_path(tfg_interp *I, const char *path, const tfg_loc *at) {
+  struct stat sb;
+  if (stat(path, &sb) == 0) {
+    if (S_ISDIR(sb.st_mode))
+      tfg_interp_fail(I, TFG_ERR_DATA, at, "checkpoint '%s' is a folder: give a file name in it", path);
+    if (!S_ISREG(sb.st_mode)) tfg_interp_fail(I, TFG_ERR_DATA, at, "checkpoint '%s' is not a regular file", path);
+    if (access(path, R_OK) != 0)
+      tfg_interp_fail(I, TFG_ERR_DATA, at, "checkpoint '%s' cannot be read to resume from it: %s", path, strerror(errno));
+  }
+  char *dir = folder_of(path);
+  int err = stat(dir, &sb) != 0 ? errno : !S_ISDIR(sb.st_mode) ? ENOTDIR : access(dir, W_OK | X_OK) != 0 ? errno : 0;
+  if (err == ENOENT) {
+    tfg_diag_error(I->diag, at, "the folder '%s' of checkpoint '%s' does not exist", dir, path);
+    tfg_diag_help(I->diag, "create it first (mkdir -p %s): tfg does not create folders, as torch.save does not", dir);
+  } else if (err == ENOTDIR) {
+    tfg_diag_error(I->diag, at, "checkpoint '%s' cannot be written: '%s' is not a folder", path, dir);
+  } else if (err) {
+    tfg_diag_error(I->diag, at, "checkpoint '%s' cannot be written in folder '%s': %s", path, dir, strerror(err));
+  }
+  free(dir);
+  if (err) tfg_interp_unwind(I, TFG_ERR_DATA);
+}
+
+/* checkpoint: a file name, from the program's folder like its data
+ * files, that a save can write and no other train of the program writes
+ * (the later job would resume from the earlier's file and overwrite it). */
+static void check_checkpoint(tfg_interp *I, tfg_setting *st, const tfg_loc *at) {
+  const tfg_value *v = &st->value;
+  if (v->kind != TFG_V_STRING)
+    tfg_interp_fail(I, TFG_ERR_NAME, at, "checkpoint must be a file name (a string), got %s", tfg_vkind_name(v->kind));
+  if (v->u.str.len == 0)
+    tfg_interp_fail(I, TFG_ERR_NAME, at, "checkpoint must not be empty: give a file name, like \"out/model.safetensors\"");
+  const char *path = tfg_interp_path(I, tfg_interp_strdup(I, v->u.str.s, v->u.str.len));
+  check_ckpt_path(I, path, at);
+  char *key = file_key(path);
+  for (int j = 0; j < I->prog.nactions; j++) {
+    const tfg_setting *o = I->prog.actions[j].kind == TFG_ACTION_TRAIN ? setting_of(&I->prog.actions[j], "checkpoint") : NULL;
+    if (!o) continue;
+    char *other = file_key(o->value.u.str.s);
+    bool same = strcmp(key, other) == 0;
+    free(other);
+    if (!same) continue;
+    free(key);
+    tfg_diag_error(I->diag, at, "checkpoint '%s' is another train's checkpoint too: each would overwrite the other's", path);
+    tfg_diag_note(I->diag, &o->loc, "the other train's checkpoint");
+    tfg_diag_help(I->diag, "give each train a checkpoint file of its own");
+    tfg_interp_unwind(I, TFG_ERR_NAME);
+  }
+  free(key);
+  st->value.u.str.s = path;
+  st->value.u.str.len = (uint32_t)strlen(path);
+}
+
+/* Checks setting st, whose value e evaluated to, where it is written, and
+ * leaves it in the form the later stages read: a configuration record, an
+ * integer count, a checkpoint path from the program's folder. */
+static void check_setting(tfg_interp *I, tfg_setting *st, const tfg_ast *e) {
   const tfg_value *v = &st->value;
   const char *n = st->name;
   if (strcmp(n, "optimizer") == 0 || strcmp(n, "strategy") == 0) {
-    bool opt = n[0] == 'o';
-    const char *want = opt ? "sgd(...), adam(...) or adamw(...)" : "single(), mirrored(...) or parameter_server(...)";
-    bool ok = v->kind == TFG_V_RECORD;
-    if (ok) {
-      const char *r = v->u.record->name;
-      ok = opt ? (!strcmp(r, "sgd") || !strcmp(r, "adam") || !strcmp(r, "adamw"))
-               : (!strcmp(r, "single") || !strcmp(r, "mirrored") || !strcmp(r, "parameter_server"));
-    }
-    if (!ok) tfg_interp_fail(I, TFG_ERR_NAME, at, "%s must be %s", n, want);
+    check_config(I, st, e);
   } else if (strcmp(n, "checkpoint") == 0) {
-    if (v->kind != TFG_V_STRING || v->u.str.len == 0)
-      tfg_interp_fail(I, TFG_ERR_NAME, at, "checkpoint must be a file name (a string), got %s", tfg_vkind_name(v->kind));
-    /* Relative to the program's folder, like its data files. */
-    const char *path = tfg_interp_path(I, tfg_interp_strdup(I, v->u.str.s, v->u.str.len));
-    st->value.u.str.s = path;
-    st->value.u.str.len = (uint32_t)strlen(path);
+    check_checkpoint(I, st, &e->loc);
   } else if (strcmp(n, "metrics") == 0) {
     bool ok = v->kind == TFG_V_LIST;
     for (int32_t i = 0; ok && i < v->u.list.n; i++) {
@@ -724,11 +920,40 @@ static void check_setting(tfg_interp *I, tfg_setting *st, const tfg_loc *at) {
            tfg_dtype_is_float(I->prog.graph->nodes[m->u.tensor].dtype);
     }
     if (!ok)
-      tfg_interp_fail(I, TFG_ERR_NAME, at, "metrics must be a list of float scalars, like [accuracy(logits, y)]");
+      tfg_interp_fail(I, TFG_ERR_NAME, &e->loc, "metrics must be a list of float scalars, like [accuracy(logits, y)]");
   } else { /* steps epochs log_every eval_every checkpoint_every seed */
-    bool seed = strcmp(n, "seed") == 0;
-    if (v->kind != TFG_V_INT || v->u.i < (seed ? 0 : 1))
-      tfg_interp_fail(I, TFG_ERR_NAME, at, "%s must be %s integer", n, seed ? "a non-negative" : "a positive");
+    check_count(I, st, &e->loc);
+  }
+}
+
+/* Whether train action a runs alone, not in its group: a parameter_server
+ * job has sessions of its own (cli/main.c runs it by itself). */
+static bool runs_alone(const tfg_action *a) {
+  const tfg_setting *s = setting_of(a, "strategy");
+  return s && strcmp(s->value.u.record->name, "parameter_server") == 0;
+}
+
+/* The jobs of one group (consecutive train actions, but for a job that
+ * runs alone) train at the same time, so two may not share a param
+ * (LANGUAGE.md section 6): both would update it in one step. a is the
+ * new job, not yet among the program's actions. */
+static void check_group(tfg_interp *I, const tfg_action *a) {
+  for (int j = I->prog.nactions - 1; j >= 0 && !runs_alone(a); j--) {
+    const tfg_action *b = &I->prog.actions[j];
+    if (b->kind != TFG_ACTION_TRAIN || runs_alone(b)) return;
+    int n;
+    tfg_node_id w = params_read(&I->prog, a->loss, b->loss, &n);
+    if (w < 0) continue;
+    tfg_loc here = a->loc, there = b->loc;
+    here.len = there.len = 5; /* the keyword */
+    if (n > 1)
+      tfg_diag_error(I->diag, &here, "param '%s' (and %d more) would be trained by two jobs at once",
+                     I->prog.graph->nodes[w].name, n - 1);
+    else
+      tfg_diag_error(I->diag, &here, "param '%s' would be trained by two jobs at once", I->prog.graph->nodes[w].name);
+    tfg_diag_note(I->diag, &there, "the other job: consecutive train statements run together, and may not share a param");
+    tfg_diag_help(I->diag, "give each job params of its own, or put a print between them to train one after the other");
+    tfg_interp_unwind(I, TFG_ERR_NAME);
   }
 }
 
@@ -745,7 +970,8 @@ static void exec_train(tfg_interp *I, tfg_env *env, const tfg_ast *s) {
     tfg_diag_help(I->diag, "reduce it first: mean(loss)");
     tfg_interp_unwind(I, TFG_ERR_SHAPE);
   }
-  if (!depends_on_param(I->prog.graph, loss.u.tensor))
+  int nread;
+  if (params_read(&I->prog, loss.u.tensor, loss.u.tensor, &nread) < 0)
     tfg_interp_fail(I, TFG_ERR_NAME, &s->a->loc, "the loss does not depend on any param: there is nothing to train");
   tfg_action a = {.kind = TFG_ACTION_TRAIN, .loc = s->loc, .loss = loss.u.tensor};
   a.settings = tfg_arena_alloc(&I->arena, sizeof *a.settings * (s->list.n ? s->list.n : 1));
@@ -775,7 +1001,7 @@ static void exec_train(tfg_interp *I, tfg_env *env, const tfg_ast *s) {
     st->name = k->name;
     st->loc = k->loc;
     st->value = tfg_interp_expr(I, env, k->a);
-    check_setting(I, st, &k->a->loc);
+    check_setting(I, st, k->a);
   }
   bool has_opt = false, has_len = false;
   for (int j = 0; j < a.nsettings; j++) {
@@ -792,6 +1018,7 @@ static void exec_train(tfg_interp *I, tfg_env *env, const tfg_ast *s) {
     tfg_diag_help(I->diag, "for example: train loss { optimizer = adam(lr = 1e-3); steps = 500 }");
     tfg_interp_unwind(I, TFG_ERR_NAME);
   }
+  check_group(I, &a);
   push_action(I, a);
 }
 
@@ -802,25 +1029,63 @@ static bool truthy(tfg_interp *I, const tfg_value *v, const tfg_loc *loc) {
   tfg_interp_fail(I, TFG_ERR_NAME, loc, "a condition must be a bool, got %s", tfg_vkind_name(v->kind));
 }
 
+/* Loop s would take its statement past TFG_BUILD_MAX_ITERATIONS: n
+ * iterations of its own (n > 0, known before it starts), or, n = 0,
+ * counted with the loops around it. */
+static _Noreturn void too_many_iterations(tfg_interp *I, const tfg_ast *s, uint64_t n) {
+  tfg_loc l = loop_header(s);
+  if (n)
+    tfg_diag_error(I->diag, &l, "this loop would run %" PRIu64 " iterations; one statement may run at most %d",
+                   n, TFG_BUILD_MAX_ITERATIONS);
+  else
+    tfg_diag_error(I->diag, &l, "this loop takes its statement past %d loop iterations, the most one statement may run",
+                   TFG_BUILD_MAX_ITERATIONS);
+  tfg_diag_help(I->diag, "a for loop is unrolled into the graph while it is built: is a bound wrong?");
+  tfg_interp_unwind(I, TFG_ERR_LIMIT);
+}
+
+/* Whether the statement's build-time values are past TFG_BUILD_MAX_BYTES:
+ * checked at each loop iteration and fn call, where they can grow
+ * without bound. */
+static bool too_many_bytes(const tfg_interp *I) {
+  return I->arena.total - I->arena_start - I->arena_exempt > (size_t)TFG_BUILD_MAX_BYTES;
+}
+
+static _Noreturn void fail_bytes(tfg_interp *I, const tfg_loc *at, const char *what) {
+  tfg_interp_fail(I, TFG_ERR_LIMIT, at, "this %s takes its statement past %lld MiB of build-time values "
+                  "(lists, strings), the most one statement may make", what, TFG_BUILD_MAX_BYTES >> 20);
+}
+
+/* Runs one iteration of loop s with var bound to v, counting it against
+ * the statement's budgets. */
+static flow loop_iteration(tfg_interp *I, tfg_env *env, const tfg_ast *s, tfg_value v) {
+  if (++I->iterations > TFG_BUILD_MAX_ITERATIONS) too_many_iterations(I, s, 0);
+  if (too_many_bytes(I)) {
+    tfg_loc l = loop_header(s);
+    fail_bytes(I, &l, "loop");
+  }
+  env_bind(env, s->name, v);
+  return exec_block(I, env, s->b);
+}
+
 static flow exec_for(tfg_interp *I, tfg_env *env, const tfg_ast *s) {
   tfg_value it = tfg_interp_expr(I, env, s->a);
   flow f = {0};
+  const tfg_ast *outer = I->loop;
+  I->loop = s;
   if (it.kind == TFG_V_RANGE) {
-    for (int64_t i = it.u.range.lo; i < it.u.range.hi; i++) {
-      env_bind(env, s->name, tfg_val_int(i));
-      f = exec_block(I, env, s->b);
-      if (f.returned) return f;
-    }
+    int64_t lo = it.u.range.lo, hi = it.u.range.hi;
+    /* Refused before the first iteration: no need to wait for the count. */
+    if (hi > lo && (uint64_t)hi - (uint64_t)lo > TFG_BUILD_MAX_ITERATIONS)
+      too_many_iterations(I, s, (uint64_t)hi - (uint64_t)lo);
+    for (int64_t i = lo; i < hi && !f.returned; i++) f = loop_iteration(I, env, s, tfg_val_int(i));
   } else if (it.kind == TFG_V_LIST) {
-    for (int32_t i = 0; i < it.u.list.n; i++) {
-      env_bind(env, s->name, it.u.list.items[i]);
-      f = exec_block(I, env, s->b);
-      if (f.returned) return f;
-    }
+    for (int32_t i = 0; i < it.u.list.n && !f.returned; i++) f = loop_iteration(I, env, s, it.u.list.items[i]);
   } else {
     tfg_interp_fail(I, TFG_ERR_NAME, &s->a->loc, "a for loop runs over a range (0..n) or a list, got %s",
                     tfg_vkind_name(it.kind));
   }
+  I->loop = outer;
   return f;
 }
 
@@ -1002,13 +1267,45 @@ void tfg_interp_bind(tfg_interp *I, const char *fname, const tfg_ast *params, co
   }
 }
 
-/* Runs a fn body with errors caught here (see guarded_stmt). */
-static tfg_status guarded_body(tfg_interp *I, tfg_env *env, const tfg_ast *body, flow *out) {
+/* The traceback of an error unwinding through calls: one note per call
+ * site, innermost first, with a run of notes for one call site (runaway
+ * recursion) cut to TRACEBACK_SAME and a count, as Python does. */
+enum { TRACEBACK_SAME = 3 };
+
+/* Ends the run of notes for one call site: says how many were left out. */
+static void traceback_flush(tfg_interp *I) {
+  if (I->tb_same > TRACEBACK_SAME)
+    tfg_diag_note(I->diag, NULL, "... %" PRId64 " more call%s of %s from the same place", I->tb_same - TRACEBACK_SAME,
+                  I->tb_same - TRACEBACK_SAME == 1 ? "" : "s", I->tb_name);
+  I->tb_call = NULL;
+  I->tb_same = 0;
+}
+
+static void traceback_note(tfg_interp *I, const tfg_ast *call, const char *fname) {
+  if (call != I->tb_call) {
+    traceback_flush(I);
+    I->tb_call = call;
+    I->tb_name = fname;
+  }
+  if (++I->tb_same <= TRACEBACK_SAME) tfg_diag_note(I->diag, &call->loc, "in this call of %s", fname);
+}
+
+/* Binds a call's parameters in the fn's fresh scope, evaluating defaults
+ * (at call time, in the fn's own module), then runs the body; errors are
+ * caught here (see guarded_stmt) so the caller can add its call to the
+ * traceback and restore what it changed. */
+static tfg_status guarded_body(tfg_interp *I, tfg_env *local, const tfg_fn *fn, const tfg_args *b, flow *out) {
   jmp_buf here, *outer = I->fail;
   I->fail = &here;
   tfg_status st = TFG_OK;
-  if (setjmp(here) == 0) *out = exec_block(I, env, body);
-  else st = I->status;
+  if (setjmp(here) == 0) {
+    int i = 0;
+    for (const tfg_ast *p = fn->def->list.head; p; p = p->next, i++)
+      env_bind(local, p->name, b->given[i] ? b->v[i] : tfg_interp_expr(I, fn->globals, p->a));
+    *out = exec_block(I, local, fn->def->a);
+  } else {
+    st = I->status;
+  }
   I->fail = outer;
   return st;
 }
@@ -1022,26 +1319,30 @@ static tfg_value call_fn(tfg_interp *I, tfg_env *env, const tfg_fn *fn, const tf
   tfg_args b;
   const tfg_ast *def = fn->def;
   tfg_interp_bind(I, def->name, def, call, a.pos, a.posloc, a.npos, a.kwn, a.kw, a.kwloc, a.nkw, &b);
-  if (I->call_depth >= 200)
-    tfg_interp_fail(I, TFG_ERR_LIMIT, &call->loc, "calls are nested more than 200 deep (runaway recursion?)");
-  tfg_env local;
-  env_init(&local, fn->globals, 16);
-  /* Defaults are evaluated at call time in the fn's own module. */
-  int i = 0;
-  for (const tfg_ast *p = def->list.head; p; p = p->next, i++)
-    env_bind(&local, p->name, b.given[i] ? b.v[i] : tfg_interp_expr(I, fn->globals, p->a));
+  if (I->call_depth >= TFG_MAX_CALL_DEPTH)
+    tfg_interp_fail(I, TFG_ERR_LIMIT, &call->loc, "calls are nested more than %d deep (runaway recursion?)",
+                    TFG_MAX_CALL_DEPTH);
+  if (++I->calls > TFG_BUILD_MAX_CALLS)
+    tfg_interp_fail(I, TFG_ERR_LIMIT, &call->loc,
+                    "this call takes its statement past %d fn calls, the most one statement may make "
+                    "(runaway recursion?)", TFG_BUILD_MAX_CALLS);
+  if (too_many_bytes(I)) fail_bytes(I, &call->loc, "call");
+  /* A fresh scope in this depth's buffers (nested calls use the next
+   * depth's); nothing refers to it once the call returns. */
+  tfg_env *local = &I->frames[I->call_depth];
+  if (!local->heads) env_init(local, NULL, 16);
+  env_truncate(local, 0);
+  local->parent = fn->globals;
   const char *saved_dir = I->dir;
   I->dir = fn->dir;
   I->call_depth++;
-  /* The local scope must be freed even when the body fails. */
   flow f = {0};
-  tfg_status st = guarded_body(I, &local, def->a, &f);
+  tfg_status st = guarded_body(I, local, fn, &b, &f);
   I->call_depth--;
   I->dir = saved_dir;
-  env_free(&local);
   if (st != TFG_OK) {
     /* A traceback: each call on the way out names its call site. */
-    tfg_diag_note(I->diag, &call->loc, "in this call of %s", def->name);
+    traceback_note(I, call, def->name);
     tfg_interp_unwind(I, st);
   }
   return f.returned ? f.value : (tfg_value){.kind = TFG_V_NONE};
@@ -1187,8 +1488,14 @@ static tfg_value eval_member(tfg_interp *I, tfg_env *env, const tfg_ast *e) {
     for (int i = 0; i < tfg_data_ncolumns(ds); i++)
       tfg_strbuf_printf(&cols, "%s%s", i ? ", " : "", tfg_data_column_name(ds, i));
     tfg_diag_error(I->diag, &at, "dataset %s has no column '%s'", obj.u.dataset.ds->path, e->name);
-    tfg_diag_help(I->diag, "its columns are %s%s", cols.data ? cols.data : "(none)",
-                  obj.u.dataset.whole ? ", and the splits train and test" : "");
+    /* Only spellings that parse: `train` is a reserved word, and the
+     * dataset itself reads its train split. */
+    if (obj.u.dataset.whole && tfg_data_ncolumns(ds) > 0)
+      tfg_diag_help(I->diag, "its columns are %s (of the train split); `%.*s.test.%s` reads the test split", cols.data,
+                    (int)(e->a->loc.len > 40 ? 40 : e->a->loc.len), e->a->loc.src->text + e->a->loc.off,
+                    tfg_data_column_name(ds, 0));
+    else
+      tfg_diag_help(I->diag, "its columns are %s", cols.data ? cols.data : "(none)");
     tfg_strbuf_free(&cols);
     tfg_interp_unwind(I, TFG_ERR_NAME);
   }
@@ -1224,7 +1531,23 @@ static tfg_value eval_call(tfg_interp *I, tfg_env *env, const tfg_ast *e) {
   if (callee.kind == TFG_V_BUILTIN) {
     call_args a;
     eval_args(I, env, e, &a);
-    return tfg_builtin_call(I, callee.u.builtin, e, a.pos, a.posloc, a.npos, a.kwn, a.kw, a.kwloc, a.nkw);
+    tfg_value v = tfg_builtin_call(I, callee.u.builtin, e, a.pos, a.posloc, a.npos, a.kwn, a.kw, a.kwloc, a.nkw);
+    /* No empty tensors (docs/language-notes.md): every tensor a program
+     * makes comes from a builtin call or from a declaration (eval_type),
+     * so one check here refuses each where it is made: zeros([0]),
+     * tensor([]), arange(3, 3), a slice or reshape to nothing. */
+    if (v.kind == TFG_V_TENSOR) {
+      const tfg_node *n = &I->prog.graph->nodes[v.u.tensor];
+      if (tfg_shape_numel(&n->shape) == 0) {
+        tfg_strbuf b = {0};
+        tfg_shape_format(&b, n->dtype, &n->shape);
+        tfg_diag_error(I->diag, &e->loc, "%s gives %s, an empty tensor", callee.u.builtin->name, b.data);
+        tfg_diag_help(I->diag, "tfg has no empty tensors: every dimension must be at least 1");
+        tfg_strbuf_free(&b);
+        tfg_interp_unwind(I, TFG_ERR_SHAPE);
+      }
+    }
+    return v;
   }
   tfg_interp_fail(I, TFG_ERR_NAME, &e->a->loc, "`%.*s` is %s, not a function", (int)(e->a->loc.len > 40 ? 40 : e->a->loc.len),
                   e->a->loc.src->text + e->a->loc.off, tfg_vkind_name(callee.kind));
@@ -1325,10 +1648,38 @@ const char *tfg_interp_path(tfg_interp *I, const char *path) {
   return p;
 }
 
-static bool file_exists(const char *p) {
-  FILE *f = fopen(p, "rb");
-  if (f) fclose(f);
-  return f != NULL;
+/* Whether something is at path p, and its identity. stat, not fopen:
+ * opening a FIFO would block (what it is, tfg_diag_load_file checks). */
+static bool file_exists(const char *p, tfg_file_id *id) {
+  struct stat st;
+  if (stat(p, &st) != 0) return false;
+  if (id) *id = (tfg_file_id){(uint64_t)st.st_dev, (uint64_t)st.st_ino};
+  return true;
+}
+
+/* A module's name from its file: the base name without ".tfg". */
+static const char *module_name(tfg_interp *I, const char *path) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  size_t n = strlen(base);
+  if (n > 4 && strcmp(base + n - 4, ".tfg") == 0) n -= 4;
+  return tfg_interp_strdup(I, base, n);
+}
+
+/* An import of a module still being evaluated: reports the cycle, from
+ * that module (modules[from], or the main program when from is -1)
+ * through the imports in progress back to it. */
+static _Noreturn void import_cycle(tfg_interp *I, const tfg_ast *s, int from) {
+  tfg_strbuf chain = {0};
+  const char *first = from < 0 ? module_name(I, I->main.path) : I->modules[from]->name;
+  tfg_strbuf_puts(&chain, first);
+  for (int i = from < 0 ? 0 : from + 1; i < I->nmodules; i++)
+    if (I->modules[i]->loading) tfg_strbuf_printf(&chain, " -> %s", I->modules[i]->name);
+  tfg_diag_error(I->diag, &s->loc, "import cycle: %s -> %s", chain.data, first);
+  if (chain.len == strlen(first)) tfg_diag_help(I->diag, "a program may not import itself");
+  else tfg_diag_help(I->diag, "modules may not import each other; move what both need into a third module");
+  tfg_strbuf_free(&chain);
+  tfg_interp_unwind(I, TFG_ERR_NAME);
 }
 
 static tfg_status eval_module(tfg_interp *I, tfg_module *m, const tfg_source *src, const tfg_ast *prog);
@@ -1336,14 +1687,12 @@ static tfg_status eval_module(tfg_interp *I, tfg_module *m, const tfg_source *sr
 static tfg_module *load_module(tfg_interp *I, const tfg_ast *s) {
   const char *path = NULL, *display = NULL;
   const char *name;
+  tfg_file_id id = {0};
   if (s->op) { /* a file, relative to the importing file */
     path = tfg_interp_path(I, s->str);
-    const char *base = strrchr(s->str, '/');
-    base = base ? base + 1 : s->str;
-    size_t n = strlen(base);
-    if (n > 4 && strcmp(base + n - 4, ".tfg") == 0) n -= 4;
-    name = tfg_interp_strdup(I, base, n);
-    if (!file_exists(path)) tfg_interp_fail(I, TFG_ERR_IO, &s->loc, "cannot find '%s' (looked for %s)", s->str, path);
+    name = module_name(I, s->str);
+    if (!file_exists(path, &id))
+      tfg_interp_fail(I, TFG_ERR_DATA, &s->loc, "cannot find '%s' (looked for %s)", s->str, path);
   } else { /* a module name: the importing folder, TFG_PATH, the stdlib */
     name = s->str;
     char buf[4096];
@@ -1356,7 +1705,7 @@ static tfg_module *load_module(tfg_interp *I, const tfg_ast *s) {
         const char *end = i == 1 ? strchr(d, ':') : NULL;
         size_t len = end ? (size_t)(end - d) : strlen(d);
         snprintf(buf, sizeof buf, "%.*s/%s.tfg", (int)len, d, name);
-        if (file_exists(buf)) {
+        if (file_exists(buf, &id)) {
           path = tfg_interp_strdup(I, buf, strlen(buf));
           if (i == 2) { /* messages name the stdlib the same on every machine */
             snprintf(buf, sizeof buf, "<stdlib>/%s.tfg", name);
@@ -1375,12 +1724,22 @@ static tfg_module *load_module(tfg_interp *I, const tfg_ast *s) {
     }
   }
   for (int i = 0; i < I->nmodules; i++)
-    if (strcmp(I->modules[i]->path, path) == 0) return I->modules[i];
-  if (I->nmodules >= 64) tfg_interp_fail(I, TFG_ERR_LIMIT, &s->loc, "too many modules (or an import cycle)");
-  const tfg_source *src = tfg_diag_load_named(I->diag, path, display);
-  if (!src) tfg_interp_unwind(I, TFG_ERR_IO);
+    if (I->modules[i]->id.dev == id.dev && I->modules[i]->id.ino == id.ino) {
+      if (I->modules[i]->loading) import_cycle(I, s, i);
+      return I->modules[i];
+    }
+  tfg_file_id main_id;
+  if (I->main.path && strcmp(I->main.path, "<stdin>") != 0 && file_exists(I->main.path, &main_id) &&
+      main_id.dev == id.dev && main_id.ino == id.ino)
+    import_cycle(I, s, -1);
+  if (I->nmodules >= 64) tfg_interp_fail(I, TFG_ERR_LIMIT, &s->loc, "too many modules (the limit is 64)");
+  const tfg_source *src = tfg_diag_load_file(I->diag, path, display, &s->loc, &id); /* id: of what was read */
+  if (!src) tfg_interp_unwind(I, TFG_ERR_DATA);
   tfg_ast *prog = NULL;
-  if (tfg_parse(src, I->diag, &I->arena, &prog, NULL) != TFG_OK) {
+  size_t before = I->arena.total;
+  tfg_status parsed = tfg_parse(src, I->diag, &I->arena, &prog, NULL);
+  I->arena_exempt += I->arena.total - before; /* the module's text, not values */
+  if (parsed != TFG_OK) {
     tfg_diag_note(I->diag, &s->loc, "imported here");
     tfg_interp_unwind(I, TFG_ERR_SYNTAX);
   }
@@ -1388,21 +1747,29 @@ static tfg_module *load_module(tfg_interp *I, const tfg_ast *s) {
   m->name = name;
   m->path = path;
   m->dir = dirname_of(I, path);
+  m->id = id;
+  m->loading = true;
   env_init(&m->env, &I->root, 256);
   I->modules = realloc(I->modules, sizeof *I->modules * (size_t)(I->nmodules + 1));
   TFG_ASSERT(I->modules != NULL);
+  int at = I->nmodules;
   I->modules[I->nmodules++] = m;
   /* Evaluate the module in its own globals and folder. */
   const char *saved_dir = I->dir;
   int saved_depth = I->depth;
+  const tfg_ast *saved_loop = I->loop;
   I->depth = 0;
+  I->loop = NULL;
   tfg_status st = eval_module(I, m, src, prog);
   I->dir = saved_dir;
   I->depth = saved_depth;
+  I->loop = saved_loop;
+  m->loading = false;
   if (st != TFG_OK) {
-    /* Forget the half-built module so a later import does not see it. */
-    env_free(&m->env);
-    I->nmodules--;
+    /* Forget the half-built module, and those it imported, so a later
+     * import does not see them. */
+    while (I->nmodules > at) env_free(&I->modules[--I->nmodules]->env);
+    traceback_flush(I);
     tfg_diag_note(I->diag, &s->loc, "in the module imported here");
     tfg_interp_unwind(I, st);
   }
@@ -1460,6 +1827,7 @@ void tfg_interp_free(tfg_interp *I) {
   free(I->datasets);
   env_free(&I->main.env);
   env_free(&I->root);
+  for (int i = 0; i < TFG_MAX_CALL_DEPTH; i++) env_free(&I->frames[i]);
   tfg_graph_free(I->prog.graph);
   free(I->prog.actions);
   free(I->prog.params);
@@ -1470,6 +1838,7 @@ void tfg_interp_free(tfg_interp *I) {
   free(I->suffix_next);
   free(I->set_used);
   free(I->builtins);
+  tfg_strbuf_free(&I->scratch);
   tfg_arena_free(&I->sig_arena);
   tfg_diag_free(I->sig_diag);
   tfg_arena_free(&I->arena);
@@ -1539,13 +1908,21 @@ tfg_status tfg_interp_eval_stmt(tfg_interp *I, const tfg_source *src, const tfg_
   enter_source(I, src);
   /* What a failed statement must not leave behind. */
   tfg_interp_mark m = tfg_interp_mark_now(I);
+  I->main.env.floor = I->main.env.n; /* what this statement binds, a failure undoes */
   I->depth = 0;
   I->call_depth = 0;
+  I->iterations = I->calls = 0;
+  I->arena_start = I->arena.total;
+  I->arena_exempt = 0;
+  I->loop = NULL;
+  I->tb_call = NULL;
+  I->tb_same = 0;
   I->device = (tfg_devspec){0};
   tfg_value v = {.kind = TFG_V_NONE};
   tfg_status st = s->kind == TFG_AST_EXPR_STMT ? guarded_expr(I, &I->main.env, s->a, &v)
                                                : guarded_stmt(I, &I->main.env, s);
   if (st != TFG_OK) {
+    traceback_flush(I);
     tfg_interp_rollback(I, &m);
     v = (tfg_value){.kind = TFG_V_NONE};
   }

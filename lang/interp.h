@@ -143,6 +143,19 @@ typedef struct tfg_interp_opts {
 
 typedef struct tfg_interp tfg_interp;
 
+/* Build budgets: a runaway loop or recursion stops with a located error
+ * instead of filling memory. Iterations, fn calls and value bytes are
+ * counted per top-level statement (with what it calls and imports),
+ * nodes over the whole graph. Each is far above what a real model needs
+ * (a 96-layer transformer builds a few thousand nodes). */
+#define TFG_BUILD_MAX_ITERATIONS 10000000
+#define TFG_BUILD_MAX_CALLS 1000000
+#define TFG_BUILD_MAX_NODES 1000000
+/* Bytes of build-time values (lists, strings, configurations) one
+ * top-level statement may make: a list grown by `xs = xs + [i]` in a
+ * loop copies itself each time. */
+#define TFG_BUILD_MAX_BYTES (256ll << 20)
+
 tfg_interp *tfg_interp_new(tfg_diag *diag, const tfg_interp_opts *o);
 void tfg_interp_free(tfg_interp *in);
 /* Evaluates the statements of prog (parsed from src) in the session's

@@ -22,10 +22,19 @@ typedef struct env_entry {
 typedef struct tfg_env {
   env_entry *entries;
   int32_t n, cap;
+  /* Bindings from this index on were made by the statement running now,
+   * which a failure undoes whole: rebinding one of them overwrites it in
+   * place, so a loop that rebinds a name keeps one entry, not one per
+   * iteration. 0 for a fn's scope (emptied at each call) and a module's
+   * (forgotten whole on failure); the statement's start for main's. */
+  int32_t floor;
   int32_t *heads; /* hash bucket -> newest entry index, or -1 */
   int32_t nheads;
   struct tfg_env *parent; /* a fn's scope sees its module's globals */
 } tfg_env;
+
+/* Calls nested deeper than this are an error (runaway recursion). */
+#define TFG_MAX_CALL_DEPTH 200
 
 /* A fn defined by a program. */
 typedef struct tfg_fn {
@@ -38,6 +47,8 @@ typedef struct tfg_module {
   const char *name;
   const char *path;
   const char *dir;
+  tfg_file_id id; /* the file, however a later import spells its path */
+  bool loading;   /* being evaluated: importing it again is a cycle */
   tfg_env env;
 } tfg_module;
 
@@ -100,6 +111,22 @@ struct tfg_interp {
   const char *dir; /* folder of the module running now: relative paths start here */
   tfg_env root;    /* builtins and dtype names, below every module's globals */
   int call_depth;
+  /* The scope of the fn call at each depth, its buffers kept from call
+   * to call: a build may make a million calls, and allocating a scope
+   * for each is most of their cost. */
+  tfg_env frames[TFG_MAX_CALL_DEPTH];
+  /* Build budgets (TFG_BUILD_MAX_*), counted per top-level statement. */
+  int64_t iterations, calls;
+  size_t arena_start;  /* arena.total when the statement began */
+  size_t arena_exempt; /* of it since, the syntax trees of modules imported */
+  const tfg_ast *loop; /* the innermost for loop running, for messages */
+  /* The traceback being written while an error unwinds through calls:
+   * consecutive notes for one call site are folded (Python's "previous
+   * line repeated N more times"). */
+  const tfg_ast *tb_call;
+  const char *tb_name;
+  int64_t tb_same;
+  tfg_strbuf scratch; /* param paths tried and dropped, reused */
   jmp_buf *fail; /* where an error unwinds to */
   tfg_status status;
   tfg_builtin *builtins;
@@ -133,6 +160,11 @@ tfg_node_id tfg_interp_as_tensor(struct tfg_interp *I, const tfg_value *v, const
 
 /* Builtins (lang/builtins.c) */
 void tfg_builtins_init(struct tfg_interp *I);
+/* Refuses, at loc, a random initializer (normal, uniform, glorot, he) of
+ * a tensor of integer or bool dtype dt, as torch.randn(dtype=torch.int32)
+ * does: draws are real numbers, and rounding them silently would not be
+ * what was asked. zeros, ones and full suit every dtype. */
+void tfg_builtin_check_init(struct tfg_interp *I, const tfg_attrs *init, tfg_dtype dt, const tfg_loc *loc);
 /* Calls builtin b with evaluated arguments (positional, then keywords). */
 tfg_value tfg_builtin_call(struct tfg_interp *I, const tfg_builtin *b, const tfg_ast *call, tfg_value *pos,
                            tfg_loc *posloc, int npos, const char **kwn, tfg_value *kw, tfg_loc *kwloc, int nkw);

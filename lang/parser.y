@@ -32,6 +32,7 @@ typedef struct tfg_parser {
   const tfg_source *src;
   tfg_token la;   /* the last token scanned: the lookahead at an error */
   tfg_token prev; /* the token before it */
+  tfg_token prev2; /* and the one before that */
   tfg_ast *result;
   int nsyntax;    /* syntax errors reported */
   size_t errors_before; /* errors in the sink when the parse began */
@@ -350,6 +351,7 @@ item_list:
 %%
 
 static int tfg_yylex(TFG_YYSTYPE *val, tfg_loc *loc, tfg_parser *P) {
+  P->prev2 = P->prev;
   P->prev = P->la;
   int kind = tfg_lexer_next(&P->lex, &P->la);
   val->tok = P->la;
@@ -454,6 +456,8 @@ static void after_prev(const tfg_parser *P, tfg_strbuf *b) {
   tfg_strbuf_printf(b, " after %s", tfg_token_kind_str(k));
 }
 
+static const char at_help[] = "a device annotation is '@', a device, then a statement: @gpu:0 h = relu(x)";
+
 static void tfg_parse_report(tfg_parser *P, const yypcontext_t *ctx) {
   const tfg_token *la = &P->la;
   tfg_loc loc = *yypcontext_location(ctx);
@@ -528,7 +532,15 @@ static void tfg_parse_report(tfg_parser *P, const yypcontext_t *ctx) {
     help = "'else' follows the '}' of an if block, on the same line or the next";
   } else if (P->prev.kind == TFG_TOK_AT) {
     tfg_strbuf_printf(&msg, "expected a device after '@', found %s", found.data);
-    help = "a device annotation is '@', a device, then a statement: @gpu:0 h = relu(x)";
+    help = at_help;
+  } else if (want_stmt && P->prev2.kind == TFG_TOK_AT && P->prev.kind == TFG_TOK_IDENT &&
+             la->kind != TFG_TOK_NEWLINE && la->kind != TFG_TOK_SEMI && la->kind != TFG_TOK_END) {
+    /* `@ h = 1`: the name was taken for the device and the statement
+     * lost its start; the device is what is missing. (`@d` alone on a
+     * line is a statement missing instead.) */
+    loc = P->prev.loc;
+    tfg_strbuf_puts(&msg, "expected a device after '@'");
+    help = at_help;
   } else if (want_stmt) {
     tfg_strbuf_printf(&msg, "expected a statement, found %s", found.data);
   } else if (open && open->c == '{' && s.has[YYSYMBOL_IDENT] && s.has[closer_sym('{')]) {
@@ -563,7 +575,9 @@ static void tfg_parse_report(tfg_parser *P, const yypcontext_t *ctx) {
       after_prev(P, &msg);
       tfg_strbuf_printf(&msg, ", found %s", found.data);
     }
-    if (total == 1 && s.has[YYSYMBOL_IDENT] && is_keyword(la->kind)) reserved_help = true;
+    if (total == 1 && s.has[YYSYMBOL_IDENT] && la->kind == TFG_TOK_TRAIN && P->prev.kind == TFG_TOK_DOT)
+      help = "a dataset's own columns are its train split: write d.x, not d.train.x";
+    else if (total == 1 && s.has[YYSYMBOL_IDENT] && is_keyword(la->kind)) reserved_help = true;
     else if (la->kind == TFG_TOK_DOTDOT) help = "ranges do not chain: a range is start..end";
     else if (la->kind == TFG_TOK_ASSIGN && could_compare) help = "did you mean '=='?";
     else if (total == 1 && s.has[YYSYMBOL_LBRACKET] && P->prev.kind == TFG_TOK_IDENT)

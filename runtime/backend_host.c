@@ -89,6 +89,7 @@
 
 #include "base/assert.h"
 #include "base/grow.h"
+#include "kernels/cast_math.h"
 #include "runtime/backend.h"
 #include "runtime/backend_impl.h"
 #include "runtime/mem.h"
@@ -352,6 +353,21 @@ static void reduce_f64_alias(double *d, const double *x, size_t n, double scale)
   for (size_t i = 0; i < n; i++) d[i] = scale == 1.0 ? d[i] + x[i] : (d[i] + x[i]) * scale;
 }
 
+/* f16 and bf16 buffers (a mirrored model with 16-bit params) reduce as
+ * NCCL reduces them: each element widened to f32 (exact), (d + x) * scale
+ * in f32, rounded once to the 16-bit format (to nearest even). One loop
+ * serves aliased and disjoint ranges: each element is read before it is
+ * written. */
+static void reduce_half(tfg_dtype dt, uint16_t *d, const uint16_t *x, size_t n, float scale) {
+  bool bf = dt == TFG_DTYPE_BF16;
+  for (size_t i = 0; i < n; i++) {
+    float a = bf ? tfg_cast_bf16_to_f32(d[i]) : tfg_cast_f16_to_f32(d[i]);
+    float b = bf ? tfg_cast_bf16_to_f32(x[i]) : tfg_cast_f16_to_f32(x[i]);
+    float r = scale == 1.0f ? a + b : (a + b) * scale;
+    d[i] = bf ? tfg_cast_f32_to_bf16(r) : tfg_cast_f32_to_f16(r);
+  }
+}
+
 /* Runs a HOST_OP_REDUCE. Returns TFG_ERR_DEVICE with a message in *msg for
  * a dtype it cannot add. */
 static tfg_status run_reduce(const host_op *op, tfg_strbuf *msg) {
@@ -361,8 +377,10 @@ static tfg_status run_reduce(const host_op *op, tfg_strbuf *msg) {
   switch (op->u.reduce.dt) {
   case TFG_DTYPE_F32: es = sizeof(float); break;
   case TFG_DTYPE_F64: es = sizeof(double); break;
+  case TFG_DTYPE_F16:
+  case TFG_DTYPE_BF16: es = sizeof(uint16_t); break;
   default:
-    tfg_strbuf_printf(msg, "reduce_peer: cannot reduce %s elements (the host backend reduces f32 and f64)",
+    tfg_strbuf_printf(msg, "reduce_peer: cannot reduce %s elements (the host backend reduces float dtypes)",
                       tfg_dtype_name(op->u.reduce.dt));
     return TFG_ERR_DEVICE;
   }
@@ -383,7 +401,9 @@ static tfg_status run_reduce(const host_op *op, tfg_strbuf *msg) {
   }
   const char *dc = d, *xc = x;
   bool disjoint = dc + n * es <= xc || xc + n * es <= dc;
-  if (op->u.reduce.dt == TFG_DTYPE_F32) {
+  if (op->u.reduce.dt == TFG_DTYPE_F16 || op->u.reduce.dt == TFG_DTYPE_BF16) {
+    reduce_half(op->u.reduce.dt, d, x, n, (float)op->u.reduce.scale);
+  } else if (op->u.reduce.dt == TFG_DTYPE_F32) {
     float sc = (float)op->u.reduce.scale;
     if (disjoint)
       reduce_f32(d, x, n, sc);

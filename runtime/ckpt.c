@@ -13,9 +13,9 @@
  *   - then the tensors in the caller's order, each as
  *     {"dtype":"F32","shape":[2,3],"data_offsets":[BEGIN,END]}, their data
  *     back to back (the format allows no gaps);
- *   - strings escaped as serde_json does: \" \\ \b \f \n \r \t, other
- *     bytes below 0x20 as \u00xx (lower-case hex), everything else raw
- *     UTF-8;
+ *   - strings escaped as serde_json does (base/json.h, the writer every
+ *     JSON of tfg shares): \" \\ \b \f \n \r \t, other bytes below
+ *     0x20 as \u00xx (lower-case hex), everything else raw UTF-8;
  *   - the JSON padded with spaces to a multiple of 8 bytes, so the buffer
  *     starts 8-aligned in the file.
  * The reference sorts tensors by alignment, then name; we keep the
@@ -26,7 +26,10 @@
  * Saving is atomic (write a temporary file beside the target, fsync,
  * rename, fsync the folder): a crash or kill -9 leaves the old file or the
  * new one. What it can leave is the temporary "<path>.tmp.<pid>" of the
- * killed process; the next save from the same pid truncates it.
+ * killed process: the next save of the same path removes it once no live
+ * process has that pid (remove_stale_temps). A writer in another pid
+ * namespace (a container sharing the folder) looks dead to us, so two
+ * containers must not save the same checkpoint.
  *
  * Reading is strict: a checkpoint restores a run, so anything we do not
  * understand exactly is refused rather than guessed at.
@@ -64,9 +67,11 @@
  * fit in host memory. */
 #include "runtime/ckpt.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -75,6 +80,8 @@
 #include <unistd.h>
 
 #include "base/assert.h"
+#include "base/file.h"
+#include "base/json.h"
 #include "base/strbuf.h"
 #include "base/utf8.h"
 
@@ -170,33 +177,6 @@ static char *shown(const char *s) {
 
 /* ---- writing ------------------------------------------------------------ */
 
-/* Appends s as a JSON string, escaped exactly as serde_json escapes it. */
-static void json_put_string(tfg_strbuf *b, const char *s) {
-  static const char hex[] = "0123456789abcdef";
-  tfg_strbuf_putc(b, '"');
-  const char *run = s; /* bytes not yet appended that need no escape */
-  for (const char *p = s;; p++) {
-    unsigned char c = (unsigned char)*p;
-    if (c != 0 && c >= 0x20 && c != '"' && c != '\\') continue;
-    tfg_strbuf_putn(b, run, (size_t)(p - run));
-    run = p + 1;
-    switch (c) {
-    case 0: tfg_strbuf_putc(b, '"'); return;
-    case '"': tfg_strbuf_puts(b, "\\\""); break;
-    case '\\': tfg_strbuf_puts(b, "\\\\"); break;
-    case '\b': tfg_strbuf_puts(b, "\\b"); break;
-    case '\f': tfg_strbuf_puts(b, "\\f"); break;
-    case '\n': tfg_strbuf_puts(b, "\\n"); break;
-    case '\r': tfg_strbuf_puts(b, "\\r"); break;
-    case '\t': tfg_strbuf_puts(b, "\\t"); break;
-    default: {
-      char u[7] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15], '\0'};
-      tfg_strbuf_puts(b, u);
-    }
-    }
-  }
-}
-
 /* Asserts the caller's side of tfg_ckpt_save's contract: strings present
  * and valid UTF-8 (the header is UTF-8 JSON), tensor names unique and not
  * "__metadata__", metadata keys unique, dtypes and shapes valid, data
@@ -239,16 +219,16 @@ static void build_header(tfg_strbuf *b, const tfg_ckpt_entry *e, int n,
     tfg_strbuf_puts(b, "\"__metadata__\":{");
     for (int i = 0; i < nmeta; i++) {
       if (i) tfg_strbuf_putc(b, ',');
-      json_put_string(b, meta[i].key);
+      tfg_json_put_string(b, meta[i].key);
       tfg_strbuf_putc(b, ':');
-      json_put_string(b, meta[i].value);
+      tfg_json_put_string(b, meta[i].value);
     }
     tfg_strbuf_putc(b, '}');
   }
   uint64_t off = 0;
   for (int i = 0; i < n; i++) {
     if (i || nmeta > 0) tfg_strbuf_putc(b, ',');
-    json_put_string(b, e[i].name);
+    tfg_json_put_string(b, e[i].name);
     tfg_strbuf_printf(b, ":{\"dtype\":\"%s\",\"shape\":[", dtype_names[e[i].dtype]);
     for (int k = 0; k < e[i].shape.rank; k++)
       tfg_strbuf_printf(b, "%s%lld", k ? "," : "", (long long)e[i].shape.dim[k]);
@@ -337,10 +317,38 @@ static tfg_status write_and_rename(tfg_diag *d, const tfg_loc *loc, const char *
   return save_error(d, loc, path, step, tmp, err);
 }
 
+/* Removes the temporaries "<path>.tmp.<pid>" that writers killed mid-save
+ * (kill -9, a crash) left beside path: those whose pid names no live
+ * process (kill(pid, 0) fails with ESRCH). A live pid is another writer
+ * saving path right now, or a process that took a dead writer's pid:
+ * its file is left alone either way, as is our own (reused below). Best
+ * effort: what cannot be listed or removed stays, and the save goes on. */
+static void remove_stale_temps(const char *path) {
+  const char *slash = strrchr(path, '/');
+  const char *base = slash ? slash + 1 : path;
+  size_t blen = strlen(base);
+  char *dir = folder_of(path);
+  DIR *dp = opendir(dir);
+  free(dir);
+  if (!dp) return;
+  for (struct dirent *de; (de = readdir(dp)) != NULL;) {
+    const char *name = de->d_name;
+    if (strncmp(name, base, blen) != 0 || strncmp(name + blen, ".tmp.", 5) != 0) continue;
+    const char *digits = name + blen + 5;
+    size_t nd = strspn(digits, "0123456789");
+    if (nd == 0 || nd > 9 || digits[nd] != '\0' || digits[0] == '0') continue; /* not our pattern */
+    pid_t pid = (pid_t)strtol(digits, NULL, 10);
+    if (pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;
+    unlinkat(dirfd(dp), name, 0);
+  }
+  closedir(dp);
+}
+
 tfg_status tfg_ckpt_save(tfg_diag *d, const tfg_loc *loc, const char *path, const tfg_ckpt_entry *e,
                          int n, const tfg_ckpt_meta *meta, int nmeta) {
   TFG_ASSERT(path != NULL);
   check_save_args(e, n, meta, nmeta);
+  remove_stale_temps(path);
   tfg_strbuf hdr = {0};
   build_header(&hdr, e, n, meta, nmeta);
 
@@ -1042,24 +1050,11 @@ static tfg_status load_fd(tfg_diag *d, const tfg_loc *loc, const char *path, int
 tfg_status tfg_ckpt_load(tfg_diag *d, const tfg_loc *loc, const char *path, tfg_ckpt **out) {
   TFG_ASSERT(path != NULL && out != NULL);
   *out = NULL;
-  /* O_NONBLOCK: opening a FIFO would otherwise wait for a writer; the
-   * regular-file check below then refuses it. It changes nothing for
-   * regular files. */
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    tfg_diag_error(d, loc, "cannot open checkpoint '%s': %s", path, strerror(errno));
-    return TFG_ERR_IO;
-  }
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int err = errno;
-    close(fd);
-    return read_error(d, loc, path, err);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    tfg_diag_error(d, loc, "cannot read checkpoint '%s': %s", path,
-                   S_ISDIR(st.st_mode) ? strerror(EISDIR) : "not a regular file");
+  const char *why;
+  int fd = tfg_file_open_regular(path, &st, &why);
+  if (fd < 0) {
+    tfg_diag_error(d, loc, "cannot open checkpoint '%s': %s", path, why);
     return TFG_ERR_IO;
   }
   tfg_ckpt *c = calloc(1, sizeof *c);
@@ -1072,6 +1067,135 @@ tfg_status tfg_ckpt_load(tfg_diag *d, const tfg_loc *loc, const char *path, tfg_
   }
   *out = c;
   return TFG_OK;
+}
+
+/* ---- resuming a run ----------------------------------------------------- */
+
+/* The "step" metadata sv as the step to resume at: decimal digits, at
+ * most INT64_MAX. Records an error saying what is wrong otherwise. */
+static bool parse_step(tfg_diag *d, const tfg_loc *loc, const char *path, const char *sv,
+                       int64_t *step) {
+  const char *digits = sv + (sv[0] == '-');
+  size_t nd = strspn(digits, "0123456789");
+  const char *why = NULL;
+  long long v = 0;
+  if (nd == 0 || digits[nd] != '\0') {
+    why = "is not a whole number";
+  } else if (digits != sv && strspn(digits, "0") != nd) {
+    why = "is negative (a step counts from 0)";
+  } else {
+    errno = 0;
+    v = strtoll(digits, NULL, 10);
+    if (errno == ERANGE) why = "is out of range (the largest step is 2^63 - 1)";
+  }
+  if (why) {
+    char *s = shown(sv);
+    tfg_diag_error(d, loc, "checkpoint %s: its step '%s' %s", path, s, why);
+    free(s);
+    return false;
+  }
+  *step = v;
+  return true;
+}
+
+/* What a tensor of the checkpoint is to the run being resumed. */
+enum { ROLE_NONE, ROLE_PARAM, ROLE_STATE };
+
+/* Whether tensor j of c, which restores nothing, is named "PARAM:SLOT"
+ * for a param the run restored from c: optimizer state, if not the run's. */
+static bool is_param_state(const tfg_ckpt *c, const unsigned char *role, int j) {
+  const char *name = c->e[j].name, *colon = strrchr(name, ':');
+  if (!colon) return false;
+  char *param = strndup(name, (size_t)(colon - name));
+  TFG_ASSERT(param != NULL);
+  int k = tfg_ckpt_find(c, param);
+  free(param);
+  return k >= 0 && role[k] == ROLE_PARAM;
+}
+
+/* Records the error for tensor j of c, which the run has no use for. */
+static void extra_tensor(tfg_diag *d, const tfg_loc *loc, const char *path, const tfg_ckpt *c,
+                         const unsigned char *role, int j, const char *optimizer) {
+  char *s = shown(c->e[j].name);
+  if (is_param_state(c, role, j))
+    tfg_diag_error(d, loc,
+                   "checkpoint %s has tensor '%s', optimizer state that this run's %s does not "
+                   "keep",
+                   path, s, optimizer);
+  else
+    tfg_diag_error(d, loc,
+                   "checkpoint %s has tensor '%s', which is neither a param of this program nor "
+                   "its optimizer state",
+                   path, s);
+  free(s);
+  tfg_diag_help(d, "a checkpoint resumes the run that wrote it; to start over, move the file "
+                   "away or name another checkpoint");
+}
+
+tfg_status tfg_ckpt_match(tfg_diag *d, const tfg_loc *loc, const char *path, const tfg_ckpt *c,
+                          const tfg_ckpt_entry *want, int n, int nparams, const char *optimizer,
+                          int *at, int64_t *step) {
+  TFG_ASSERT(c && path && optimizer && step && nparams >= 0 && nparams <= n &&
+             (n == 0 || (want && at)));
+  *step = 0;
+  const char *saved = tfg_ckpt_meta_get(c, "optimizer");
+  bool other = saved && strcmp(saved, optimizer) != 0; /* c's state is not ours to use */
+  unsigned char *role = calloc((size_t)c->n + 1, 1);
+  TFG_ASSERT(role != NULL);
+  int found = 0, missing = -1; /* state tensors found; the first one missing */
+  bool ok = true;
+  for (int i = 0; i < n && ok; i++) {
+    bool is_state = i >= nparams;
+    at[i] = other && is_state ? -1 : tfg_ckpt_find(c, want[i].name);
+    if (at[i] < 0) {
+      if (!is_state) {
+        tfg_diag_error(d, loc, "checkpoint %s has no tensor '%s' for the param of that name", path,
+                       want[i].name);
+        ok = false;
+      } else if (missing < 0) {
+        missing = i;
+      }
+      continue;
+    }
+    const tfg_ckpt_entry *t = &c->e[at[i]];
+    if (t->dtype != want[i].dtype || !tfg_shape_eq(&t->shape, &want[i].shape)) {
+      tfg_strbuf w = {0}, g = {0};
+      tfg_shape_format(&w, want[i].dtype, &want[i].shape);
+      tfg_shape_format(&g, t->dtype, &t->shape);
+      tfg_diag_error(d, loc, "checkpoint %s: '%s' is %s but the program's is %s", path,
+                     want[i].name, g.data, w.data);
+      tfg_strbuf_free(&w);
+      tfg_strbuf_free(&g);
+      ok = false;
+    }
+    role[at[i]] = is_state ? ROLE_STATE : ROLE_PARAM;
+    found += is_state;
+  }
+  if (ok && found > 0 && missing >= 0) {
+    tfg_diag_error(d, loc, "checkpoint %s has no tensor '%s' for the optimizer state of that name",
+                   path, want[missing].name);
+    tfg_diag_note(d, NULL, "it holds %d of the %d optimizer state tensors; only a file with none "
+                           "(params only) starts the optimizer state fresh",
+                  found, n - nparams);
+    ok = false;
+  }
+  for (int j = 0; j < c->n && ok; j++) /* header order: the first extra key a reader sees */
+    if (role[j] == ROLE_NONE && !(other && is_param_state(c, role, j))) {
+      extra_tensor(d, loc, path, c, role, j, optimizer);
+      ok = false;
+    }
+  if (ok && other) {
+    char *s = shown(saved);
+    tfg_diag_warning(d, loc,
+                     "checkpoint %s was saved by optimizer %s, not this run's %s: its params "
+                     "are restored, its optimizer state is not, and training starts at step 0",
+                     path, s, optimizer);
+    free(s);
+  }
+  const char *sv = tfg_ckpt_meta_get(c, "step");
+  if (ok && !other && found == n - nparams && sv) ok = parse_step(d, loc, path, sv, step);
+  free(role);
+  return ok ? TFG_OK : TFG_ERR_DATA;
 }
 
 void tfg_ckpt_free(tfg_ckpt *c) {

@@ -58,7 +58,10 @@
  * 2^53 to f16/bf16 may round twice, through f64). f32 and f64 to any float
  * dtype with one round-to-nearest-even (f16 and bf16 are rounded straight
  * from the exact value; overflow gives inf). u8, bool, i32 and i64 to
- * i32/i64 by value, i64 to i32 saturating. bool to bool. */
+ * i32/i64 by value. i64 to i32 is refused for a value out of range, by
+ * tfg_data_check_values before any fetch (a label of 2^40 is a mistake to
+ * report, not one to clamp); the conversion itself saturates, so a caller
+ * that skipped the check still gets no undefined behaviour. bool to bool. */
 #include "runtime/data.h"
 
 #include <errno.h>
@@ -73,13 +76,16 @@
 #include <zlib.h>
 
 #include "base/assert.h"
+#include "base/file.h"
 #include "base/rng.h"
 #include "base/strbuf.h"
+#include "base/utf8.h"
 
 /* ---- the dataset -------------------------------------------------------- */
 
 typedef struct data_column {
   char *name;
+  char *path;        /* the file it was read from, for messages */
   tfg_data_type type;
   tfg_shape row;     /* shape of one row */
   int64_t row_elems; /* elements per row */
@@ -145,6 +151,7 @@ void tfg_data_free(tfg_dataset *ds) {
   if (!ds) return;
   for (int i = 0; i < ds->ncols; i++) {
     free(ds->cols[i].name);
+    free(ds->cols[i].path);
     free(ds->cols[i].data);
   }
   free(ds->cols);
@@ -159,14 +166,15 @@ void tfg_data_free(tfg_dataset *ds) {
 
 /* Adds a column; takes ownership of data (freed with ds even on failure
  * paths, since the caller frees ds). */
-static void dataset_add(tfg_dataset *ds, const char *name, tfg_data_type type,
+static void dataset_add(tfg_dataset *ds, const char *name, const char *path, tfg_data_type type,
                         const tfg_shape *row, void *data) {
   data_column *v = realloc(ds->cols, sizeof *v * (size_t)(ds->ncols + 1));
   TFG_ASSERT(v != NULL);
   ds->cols = v;
   data_column *c = &ds->cols[ds->ncols++];
   c->name = strdup(name);
-  TFG_ASSERT(c->name != NULL);
+  c->path = strdup(path);
+  TFG_ASSERT(c->name != NULL && c->path != NULL);
   c->type = type;
   c->row = *row;
   c->row_elems = tfg_shape_numel(row);
@@ -243,22 +251,22 @@ typedef struct data_file {
  * surely not csv (or is /dev/zero), and we stop before memory runs out. */
 #define DATA_MAX_LINE (256u * 1024u * 1024u)
 
+/* What a file that is not a regular one is, for "cannot open". */
 /* Opens path for reading. We open the descriptor ourselves so that a
- * missing file reports errno exactly (gzopen may clobber it). */
+ * missing file reports errno exactly (gzopen may clobber it). Only
+ * regular files are read: a FIFO would block until a writer came (open
+ * is non-blocking so that even the open cannot hang), and a device like
+ * /dev/zero never ends. */
 static tfg_status file_open(data_file *f, tfg_diag *d, const tfg_loc *loc, const char *path) {
   memset(f, 0, sizeof *f);
   f->path = path;
   f->d = d;
   f->loc = loc;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    tfg_diag_error(d, loc, "cannot open '%s': %s", path, strerror(errno));
-    return TFG_ERR_IO;
-  }
   struct stat st;
-  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-    close(fd);
-    tfg_diag_error(d, loc, "cannot open '%s': %s", path, strerror(EISDIR));
+  const char *why;
+  int fd = tfg_file_open_regular(path, &st, &why);
+  if (fd < 0) {
+    tfg_diag_error(d, loc, "cannot open '%s': %s", path, why);
     return TFG_ERR_IO;
   }
   f->gz = gzdopen(fd, "rb");
@@ -434,11 +442,28 @@ static void swap_bytes(void *data, uint64_t n, size_t esz) {
 
 static bool csv_space(char c) { return c == ' ' || c == '\t' || c == '\r'; }
 
-/* Field text for a message, formatted into b: at most 40 bytes, then "...". */
+/* Field text for a message, formatted into b: at most 40 bytes of it,
+ * then "...". Bytes a terminal would not show are escaped: a NUL as \0,
+ * other controls and bytes that are not UTF-8 as \xNN, invisible and
+ * direction-changing characters as \uXXXX; a backslash as \\. So '2\0'
+ * is not mistaken for '2'. */
 static const char *csv_show(tfg_strbuf *b, const char *s, size_t n) {
   tfg_strbuf_clear(b);
-  tfg_strbuf_putn(b, s, n > 40 ? 40 : n);
-  if (n > 40) tfg_strbuf_puts(b, "...");
+  tfg_strbuf_putn(b, "", 0);
+  const unsigned char *p = (const unsigned char *)s;
+  size_t i = 0;
+  while (i < n && i < 40) {
+    uint32_t cp;
+    int len = tfg_utf8_decode(p + i, n - i, &cp);
+    if (len > 0 && i + (size_t)len > 40) break; /* never cut a character */
+    if (p[i] == '\\') tfg_strbuf_puts(b, "\\\\");
+    else if (p[i] == 0) tfg_strbuf_puts(b, "\\0");
+    else if (len == 0 || (cp < 0x80 && tfg_utf8_is_unsafe(cp))) tfg_strbuf_printf(b, "\\x%02x", p[i]);
+    else if (tfg_utf8_is_unsafe(cp)) tfg_strbuf_printf(b, "\\u%04x", (unsigned)cp);
+    else tfg_strbuf_putn(b, s + i, (size_t)len);
+    i += len ? (size_t)len : 1;
+  }
+  if (i < n) tfg_strbuf_puts(b, "...");
   return b->data;
 }
 
@@ -594,10 +619,10 @@ tfg_status tfg_data_csv(tfg_diag *d, const tfg_loc *loc, const char *path, int l
   }
   tfg_dataset *ds = dataset_new();
   tfg_shape xs = {.rank = 1, .dim = {nfeat}}, ys = {.rank = 0};
-  dataset_add(ds, "x", TFG_DATA_F32, &xs, x);
+  dataset_add(ds, "x", path, TFG_DATA_F32, &xs, x);
   x = NULL;
   if (labcol >= 0) {
-    dataset_add(ds, "y", TFG_DATA_I32, &ys, y);
+    dataset_add(ds, "y", path, TFG_DATA_I32, &ys, y);
     y = NULL;
   }
   st = dataset_split(ds, d, loc, o, rows, what.data);
@@ -822,7 +847,8 @@ static bool npy_type(const char *descr, tfg_data_type *t) {
   return false;
 }
 
-/* Reads one .npy file: its type, full shape and data (caller frees). */
+/* Reads one .npy file of any rank (0-d included): its type, full shape
+ * and data (caller frees). */
 static tfg_status npy_read(tfg_diag *d, const tfg_loc *loc, const char *path, tfg_data_type *type,
                            npy_header *hd, void **data) {
   *data = NULL;
@@ -903,12 +929,6 @@ static tfg_status npy_read(tfg_diag *d, const tfg_loc *loc, const char *path, tf
     st = TFG_ERR_IO;
     goto done;
   }
-  if (hd->rank == 0) {
-    tfg_diag_error(d, loc, "'%s' holds a 0-d array (shape ()); a column needs a first dimension "
-                   "of rows", path);
-    st = TFG_ERR_IO;
-    goto done;
-  }
   if (hd->rank_too_big || hd->rank > TFG_MAX_RANK) {
     tfg_diag_error(d, loc, "'%s' has rank %d; at most %d is supported", path, hd->rank,
                    TFG_MAX_RANK);
@@ -926,11 +946,6 @@ static tfg_status npy_read(tfg_diag *d, const tfg_loc *loc, const char *path, tf
       goto done;
     }
     numel *= dm;
-  }
-  if (hd->dim[0] == 0) {
-    tfg_diag_error(d, loc, "'%s' has no rows (shape[0] is 0)", path);
-    st = TFG_ERR_IO;
-    goto done;
   }
   if (numel * esz > SIZE_MAX) {
     tfg_diag_error(d, loc, "out of memory reading '%s'", path);
@@ -983,6 +998,14 @@ tfg_status tfg_data_npy(tfg_diag *d, const tfg_loc *loc, int ncols, const char *
     void *data;
     st = npy_read(d, loc, paths[i], &type, &hd, &data);
     if (st != TFG_OK) break;
+    const char *bad = hd.rank == 0 ? "holds a 0-d array (shape ()); a column needs a first dimension of rows"
+                    : hd.dim[0] == 0 ? "has no rows (shape[0] is 0)" : NULL;
+    if (bad) {
+      tfg_diag_error(d, loc, "'%s' %s", paths[i], bad);
+      free(data);
+      st = TFG_ERR_IO;
+      break;
+    }
     if (rows >= 0 && hd.dim[0] != rows) {
       tfg_diag_error(d, loc, "'%s' has %lld rows but '%s' has %lld; columns need the same rows",
                      paths[i], (long long)hd.dim[0], paths[0], (long long)rows);
@@ -993,13 +1016,24 @@ tfg_status tfg_data_npy(tfg_diag *d, const tfg_loc *loc, int ncols, const char *
     rows = hd.dim[0];
     tfg_shape row = {.rank = hd.rank - 1};
     for (int k = 1; k < hd.rank; k++) row.dim[k - 1] = hd.dim[k];
-    dataset_add(ds, names[i], type, &row, data);
+    dataset_add(ds, names[i], paths[i], type, &row, data);
   }
   if (st == TFG_OK) st = dataset_split(ds, d, loc, o, rows, what.data);
   if (st == TFG_OK) *out = ds;
   else tfg_data_free(ds);
   tfg_strbuf_free(&what);
   return st;
+}
+
+tfg_status tfg_data_npy_read(tfg_diag *d, const tfg_loc *loc, const char *path, tfg_data_type *type,
+                             tfg_shape *shape, void **data) {
+  TFG_ASSERT(d && path && type && shape && data);
+  npy_header hd;
+  tfg_status st = npy_read(d, loc, path, type, &hd, data);
+  if (st != TFG_OK) return st;
+  shape->rank = hd.rank;
+  for (int i = 0; i < hd.rank; i++) shape->dim[i] = hd.dim[i];
+  return TFG_OK;
 }
 
 /* ---- idx ---------------------------------------------------------------- */
@@ -1104,12 +1138,12 @@ tfg_status tfg_data_idx(tfg_diag *d, const tfg_loc *loc, const char *images, con
     ds = dataset_new();
     if (images) {
       tfg_shape s = {.rank = 2, .dim = {idim[1], idim[2]}};
-      dataset_add(ds, "images", TFG_DATA_U8, &s, img);
+      dataset_add(ds, "images", images, TFG_DATA_U8, &s, img);
       img = NULL;
     }
     if (labels) {
       tfg_shape s = {.rank = 0};
-      dataset_add(ds, "labels", TFG_DATA_U8, &s, lab);
+      dataset_add(ds, "labels", labels, TFG_DATA_U8, &s, lab);
       lab = NULL;
     }
     st = dataset_split(ds, d, loc, o, images ? idim[0] : ldim[0], what.data);
@@ -1156,6 +1190,53 @@ bool tfg_data_convertible(tfg_data_type t, tfg_dtype dt) {
   if (tfg_dtype_is_int(dt)) return t != TFG_DATA_F32 && t != TFG_DATA_F64;
   if (dt == TFG_DTYPE_BOOL) return t == TFG_DATA_BOOL;
   return false;
+}
+
+/* ---- range -------------------------------------------------------------- */
+
+/* The index of the first of n elements of type t at src that dtype dt
+ * cannot hold, or -1. Only i64 into i32 can fail: u8, bool and i32 fit
+ * every integer dtype, and floats into a narrower float round (or go to
+ * inf) as NumPy's astype does. */
+static int64_t first_out_of_range(tfg_data_type t, const void *src, int64_t n, tfg_dtype dt) {
+  if (t != TFG_DATA_I64 || dt != TFG_DTYPE_I32) return -1;
+  const int64_t *v = src;
+  for (int64_t i = 0; i < n; i++)
+    if (v[i] < INT32_MIN || v[i] > INT32_MAX) return i;
+  return -1;
+}
+
+tfg_status tfg_data_check_values(tfg_diag *d, const tfg_loc *loc, const char *path, tfg_data_type t,
+                                 const tfg_shape *shape, const void *data, tfg_dtype dt) {
+  TFG_ASSERT(d && path && shape && data);
+  int64_t i = first_out_of_range(t, data, tfg_shape_numel(shape), dt);
+  if (i < 0) return TFG_OK;
+  int64_t idx[TFG_MAX_RANK], rest = i; /* i as a NumPy index into shape */
+  for (int k = shape->rank - 1; k >= 0; k--) {
+    idx[k] = rest % shape->dim[k];
+    rest /= shape->dim[k];
+  }
+  tfg_strbuf at = {0};
+  for (int k = 0; k < shape->rank; k++) tfg_strbuf_printf(&at, "%s%lld", k ? ", " : "", (long long)idx[k]);
+  tfg_diag_error(d, loc, "'%s': the value at [%s] is %lld, out of range for %s (%d to %d)", path, at.data ? at.data : "",
+                 (long long)((const int64_t *)data)[i], tfg_dtype_name(dt), INT32_MIN, INT32_MAX);
+  tfg_diag_help(d, "tfg neither wraps nor clamps such values: fix the data, or declare the input i64");
+  tfg_strbuf_free(&at);
+  return TFG_ERR_SHAPE;
+}
+
+tfg_status tfg_data_check_column(tfg_diag *d, const tfg_loc *loc, const tfg_dataset *ds, int col, tfg_dtype dt) {
+  TFG_ASSERT(ds && col >= 0 && col < ds->ncols);
+  const data_column *c = &ds->cols[col];
+  tfg_shape all = {.rank = c->row.rank + 1, .dim = {ds->rows}}; /* every row, in file order */
+  TFG_ASSERT(all.rank <= TFG_MAX_RANK);
+  for (int k = 0; k < c->row.rank; k++) all.dim[k + 1] = c->row.dim[k];
+  return tfg_data_check_values(d, loc, c->path, c->type, &all, c->data, dt);
+}
+
+const char *tfg_data_column_path(const tfg_dataset *ds, int col) {
+  TFG_ASSERT(col >= 0 && col < ds->ncols);
+  return ds->cols[col].path;
 }
 
 /* ---- fetch -------------------------------------------------------------- */
@@ -1205,8 +1286,7 @@ static int32_t sat_i32(int64_t v) {
   case TFG_DATA_U8: case TFG_DATA_BOOL: DATA_LOOP(uint8_t, DT, EXPR); break; \
   }
 
-/* Converts n elements of type t at src to dtype dt at dst. */
-static void convert(tfg_data_type t, const void *src, tfg_dtype dt, void *dst, int64_t n) {
+void tfg_data_convert(tfg_data_type t, const void *src, tfg_dtype dt, void *dst, int64_t n) {
   static const int same[] = {[TFG_DATA_F32] = TFG_DTYPE_F32, [TFG_DATA_F64] = TFG_DTYPE_F64,
                              [TFG_DATA_I32] = TFG_DTYPE_I32, [TFG_DATA_I64] = TFG_DTYPE_I64,
                              [TFG_DATA_U8] = -1,             [TFG_DATA_BOOL] = TFG_DTYPE_BOOL};
@@ -1279,7 +1359,7 @@ void tfg_data_fetch(const tfg_dataset *ds, tfg_split split, int col, int64_t epo
       }
       pthread_mutex_unlock(&ds->epochs->mu);
       for (int64_t j = 0; j < cnt; j++, k++)
-        convert(c->type, src + (size_t)idx[j] * srow, dt, out + (size_t)k * drow, c->row_elems);
+        tfg_data_convert(c->type, src + (size_t)idx[j] * srow, dt, out + (size_t)k * drow, c->row_elems);
     }
     return;
   }
@@ -1287,7 +1367,7 @@ void tfg_data_fetch(const tfg_dataset *ds, tfg_split split, int col, int64_t epo
   for (int64_t k = 0; k < n; k++) {
     int64_t r = base + pos;
     if (ds->perm) r = ds->perm[r];
-    convert(c->type, src + (size_t)r * srow, dt, out + (size_t)k * drow, c->row_elems);
+    tfg_data_convert(c->type, src + (size_t)r * srow, dt, out + (size_t)k * drow, c->row_elems);
     if (++pos == m) pos = 0;
   }
 }

@@ -13,7 +13,9 @@
  * of a column is an array of its row shape. All rows are held in memory.
  * Errors (missing file, malformed file, dtype or shape trouble) are
  * reported to the diagnostics sink at the given location (the data
- * statement), with the file name and, for text, the line. */
+ * statement), with the file name and, for text, the line. Only regular
+ * files are read: a FIFO, a device or a directory is refused by name
+ * (opening never blocks). */
 #ifndef TFG_DATA_H
 #define TFG_DATA_H
 
@@ -59,6 +61,11 @@ tfg_status tfg_data_csv(tfg_diag *d, const tfg_loc *loc, const char *path, int l
 tfg_status tfg_data_npy(tfg_diag *d, const tfg_loc *loc, int ncols, const char *const *names,
                         const char *const *paths, const tfg_data_opts *o, tfg_dataset **out);
 
+/* Reads one whole .npy array of any rank (a 0-d array has rank 0), for
+ * --feed: its type, shape and data (a new block the caller frees). */
+tfg_status tfg_data_npy_read(tfg_diag *d, const tfg_loc *loc, const char *path, tfg_data_type *type,
+                             tfg_shape *shape, void **data);
+
 /* Reads MNIST IDX files (optionally .gz): images (u8, 3 dims, magic
  * 0x00000803) and labels (u8, 1 dim, magic 0x00000801), either may be
  * NULL. Columns "images" u8 [rows, h, w] and "labels" u8 [rows]. */
@@ -72,6 +79,8 @@ int tfg_data_column(const tfg_dataset *ds, const char *name);
 int tfg_data_ncolumns(const tfg_dataset *ds);
 const char *tfg_data_column_name(const tfg_dataset *ds, int col);
 tfg_data_type tfg_data_column_type(const tfg_dataset *ds, int col);
+/* The file a column was read from (an npy dataset has one per column). */
+const char *tfg_data_column_path(const tfg_dataset *ds, int col);
 /* The shape of one row (rank 0 for a scalar per row). */
 tfg_shape tfg_data_row_shape(const tfg_dataset *ds, int col);
 /* Rows in a split. */
@@ -82,6 +91,21 @@ const char *tfg_data_type_name(tfg_data_type t); /* "f32", "u8" ... */
  * is a float type and t is numeric or bool; integers and u8 and bool feed
  * integer dtypes; bool feeds bool. Floats never feed integer dtypes. */
 bool tfg_data_convertible(tfg_data_type t, tfg_dtype dt);
+
+/* Whether every value of an array (type t, shape, data read from path)
+ * fits dtype dt, which it is about to feed (tfg_data_convertible holds):
+ * TFG_OK, or TFG_ERR_SHAPE after an error naming the file, the first
+ * value out of range and its NumPy index ([row, ...]). Only i64 into i32
+ * can fail today. tfg_data_check_column checks a column's every row, in
+ * file order. Run one of them before converting: the conversion itself
+ * cannot report. */
+tfg_status tfg_data_check_values(tfg_diag *d, const tfg_loc *loc, const char *path, tfg_data_type t,
+                                 const tfg_shape *shape, const void *data, tfg_dtype dt);
+tfg_status tfg_data_check_column(tfg_diag *d, const tfg_loc *loc, const tfg_dataset *ds, int col, tfg_dtype dt);
+
+/* Converts n elements of type t at src to dtype dt at dst (the rules of
+ * runtime/data.c's file comment; out-of-range i64 saturates into i32). */
+void tfg_data_convert(tfg_data_type t, const void *src, tfg_dtype dt, void *dst, int64_t n);
 
 /* Copies n rows of column col of split, converted to dtype dt, into dst
  * (n * row elements): rows first .. first + n - 1 of the split in the

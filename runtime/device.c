@@ -583,7 +583,7 @@ tfg_status tfg_devices_parse(tfg_diag *d, const char *spec, tfg_devices **out) {
   return TFG_OK;
 }
 
-tfg_status tfg_devices_default(tfg_diag *d, int gpus, tfg_devices **out, const char **notice) {
+tfg_status tfg_devices_default(tfg_diag *d, int gpus, const tfg_loc *where, tfg_devices **out, const char **notice) {
   TFG_ASSERT(d != NULL && out != NULL && gpus >= 0);
   *out = NULL;
   if (notice) *notice = NULL;
@@ -601,8 +601,9 @@ tfg_status tfg_devices_default(tfg_diag *d, int gpus, tfg_devices **out, const c
   }
   /* No GPU: the program's gpu:N become host devices. */
   if (gpus > MAX_GPUS) {
-    tfg_diag_error(d, NULL, "the program names %d GPUs; at most %d devices can be emulated",
-                   gpus, MAX_GPUS);
+    tfg_diag_error(d, where, "the program names gpu:%d, and at most %d GPUs can be emulated on the CPU", gpus - 1,
+                   MAX_GPUS);
+    tfg_diag_help(d, "GPUs are numbered from gpu:0; give --devices to name the devices yourself");
     return TFG_ERR_LIMIT;
   }
   tfg_devices *ds = devices_new();
@@ -626,6 +627,36 @@ tfg_status tfg_devices_default(tfg_diag *d, int gpus, tfg_devices **out, const c
 }
 
 const char *tfg_devices_no_gpu(const tfg_devices *ds) { return ds->no_gpu; }
+
+/* ---- what to suggest ---------------------------------------------------- */
+
+void tfg_devices_suggest_for(const tfg_gpu_info *gpus, int ngpus, int64_t want, tfg_strbuf *out) {
+  TFG_ASSERT(want >= 1 && ngpus >= 0);
+  long long w = (long long)want;
+  if (ngpus > 0) {
+    tfg_strbuf_puts(out, "--devices ");
+    if (want <= ngpus) {
+      /* More of the physical GPUs than the run was given. */
+      for (int k = 0; k < want; k++) tfg_strbuf_printf(out, "%scuda:%d", k ? "," : "", k);
+      tfg_strbuf_puts(out, " (one logical device per GPU)");
+    } else if (ngpus > 1 && want % ngpus == 0) {
+      for (int k = 0; k < ngpus; k++) tfg_strbuf_printf(out, "%scuda:%d*%lld", k ? "," : "", k, w / ngpus);
+      tfg_strbuf_printf(out, " (%lld logical devices on each of the %d GPUs)", w / ngpus, ngpus);
+    } else {
+      tfg_strbuf_printf(out, "cuda:0*%lld (%lld logical devices sharing %s)", w, w,
+                        ngpus == 1 && gpus[0].name[0] ? gpus[0].name : "GPU 0");
+    }
+    tfg_strbuf_puts(out, ", or ");
+  }
+  tfg_strbuf_printf(out, "--devices host*%lld (emulated on the CPU)", w);
+}
+
+void tfg_devices_suggest(int64_t want, tfg_strbuf *out) {
+  const tfg_gpu_info *info = NULL;
+  const char *why = NULL;
+  int found = tfg_backend_probe_gpus(&info, &why, NULL);
+  tfg_devices_suggest_for(info, found > 0 ? found : 0, want, out);
+}
 
 /* ---- describe -------------------------------------------------------- */
 

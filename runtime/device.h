@@ -4,7 +4,7 @@
  *
  *   tfg_devices *ds;
  *   if (tfg_devices_parse(diag, "host*4:512M", &ds) != TFG_OK) ...   // --devices
- *   // or: tfg_devices_default(diag, 2, &ds)  (a program naming gpu:0 and gpu:1)
+ *   // or: tfg_devices_default(diag, 2, NULL, &ds, NULL)  (a program naming gpu:0 and gpu:1)
  *   const tfg_device *g1 = tfg_devices_gpu(ds, 1);   // what the program calls gpu:1
  *   tfg_devices_describe(ds, &text);                  // `tfg devices`
  *   tfg_devices_free(ds);
@@ -66,8 +66,9 @@ tfg_status tfg_devices_parse(tfg_diag *d, const char *spec, tfg_devices **out);
 /* The default when --devices is not given: every physical GPU the runtime
  * finds (one logical device each); with none, `gpus` host devices (the
  * number of gpu:N a program names), and *notice set to a one-line notice
- * saying so and why, when gpus > 0. */
-tfg_status tfg_devices_default(tfg_diag *d, int gpus, tfg_devices **out, const char **notice);
+ * saying so and why, when gpus > 0. More gpu:N than can be emulated is an
+ * error at `where` (the source naming the highest; NULL: none). */
+tfg_status tfg_devices_default(tfg_diag *d, int gpus, const tfg_loc *where, tfg_devices **out, const char **notice);
 /* Why a default list (tfg_devices_default) has no GPU, in a few words
  * ("no CUDA driver", "this build of tfg has no CUDA backend"); NULL when
  * it has GPUs or ds was parsed from a spec. */
@@ -110,5 +111,16 @@ int tfg_backend_probe_gpus(const tfg_gpu_info **info, const char **why, const ch
 /* Bytes free on GPU k as the CUDA runtime reports them (this makes the
  * GPU's context); the first answer is kept. -1 when it cannot tell. */
 int64_t tfg_backend_probe_free(int k);
+
+/* The --devices to suggest to a run that needs `want` GPU entries and has
+ * fewer, as help text ("--devices cuda:0*2 (...), or --devices host*2
+ * (...)"): with physical GPUs (gpus[0..ngpus)), logical devices on them
+ * first (CLI.md: one GPU and a program naming gpu:1: cuda:0*2; several
+ * GPUs share the entries evenly where they divide), then host devices as
+ * the alternative; with none, host devices. A function of the GPUs given,
+ * so a test can give a made-up list; tfg_devices_suggest gives this
+ * machine's (tfg_backend_probe_gpus). */
+void tfg_devices_suggest_for(const tfg_gpu_info *gpus, int ngpus, int64_t want, tfg_strbuf *out);
+void tfg_devices_suggest(int64_t want, tfg_strbuf *out);
 
 #endif

@@ -114,6 +114,7 @@ struct tfg_exec {
   /* The step fault hook (exec.h): device index and training step, or -1. */
   int fault_device;
   int64_t fault_step;
+  bool fault_assert;           /* TFG_FAULT_ASSERT=1 (exec.h) */
   /* per run */
   uint8_t *need;
   const void **fed;            /* per node: the host value of a needed INPUT */
@@ -462,6 +463,8 @@ tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, 
   bool fault = tfg_env_int("TFG_FAULT_DEVICE", &fd) && tfg_env_int("TFG_FAULT_STEP", &fs);
   x->fault_device = fault ? (int)fd : -1;
   x->fault_step = fault ? fs : -1;
+  long long fa;
+  x->fault_assert = tfg_env_int("TFG_FAULT_ASSERT", &fa) && fa == 1;
   x->pool = tfg_pool_new(share_cores(p, o));
   int32_t n = x->g->nnodes;
   x->dev = calloc((size_t)x->ndev, sizeof *x->dev);
@@ -694,15 +697,26 @@ static void fetch_out(tfg_exec *x, exec_dev *dv, int s, tfg_node_id id, void *co
     dv->b->i.copy_to_host(dv->b, dv->s[s], out[f], addr(dv, id), n);
 }
 
-/* Queues the steps of device d from *pos until its end or a step that
- * must wait (a WAIT whose RECORD is not queued yet, a collective not all
- * ranks have reached). Returns whether it queued anything. */
-static bool advance(tfg_exec *x, int d, int *pos, void *const *out) {
+/* Queues the steps of device d's stream `stream` from *pos (an index
+ * into the device's list, whose other streams' steps it passes over)
+ * until the list's end or a step that must wait (a WAIT whose RECORD is
+ * not queued yet, a collective not all ranks have reached). Each stream
+ * has its own cursor because streams are ordered only through events:
+ * a collective that holds the collective stream must not hold the
+ * compute stream's later steps, which another rank may need first (the
+ * feeder cpu:0 as a mirrored replica slices the other replicas' rows
+ * after its own all-reduce; the plan's validator walks the same way).
+ * Returns whether the cursor moved. */
+static bool advance(tfg_exec *x, int d, int stream, int *pos, void *const *out) {
   exec_dev *dv = &x->dev[d];
   const tfg_plan_device *pd = &x->p->dev[d];
   int start = *pos;
   while (*pos < pd->nsteps) {
     const tfg_plan_step *st = &pd->steps[*pos];
+    if (st->stream != stream) {
+      (*pos)++;
+      continue;
+    }
     tfg_stream *s = dv->s[st->stream];
     switch (st->kind) {
     case TFG_PLAN_LAUNCH: {
@@ -815,19 +829,22 @@ static bool walks(const tfg_exec *x, int d, int which) {
   return x->dev[d].b && (which == WALK_ALL || (x->captured && x->captured[d]) == which);
 }
 
-/* Queues the steps of the devices `which` selects: round robin until each
- * has queued its list. */
+/* Queues the steps of the devices `which` selects: round robin over
+ * every stream of every device (one cursor each) until each has queued
+ * its steps. */
 static void walk(tfg_exec *x, int which, void *const *out) {
-  int *pos = calloc((size_t)x->ndev, sizeof *pos);
+  int *pos = calloc((size_t)x->ndev * TFG_PLAN_STREAMS, sizeof *pos);
   TFG_ASSERT(pos != NULL);
   for (bool busy = true; busy;) {
     busy = false;
     bool moved = false;
-    for (int dv = 0; dv < x->ndev; dv++) {
-      if (!walks(x, dv, which) || pos[dv] >= x->p->dev[dv].nsteps) continue;
-      moved |= advance(x, dv, &pos[dv], out);
-      busy |= pos[dv] < x->p->dev[dv].nsteps;
-    }
+    for (int dv = 0; dv < x->ndev; dv++)
+      for (int s = 0; s < TFG_PLAN_STREAMS; s++) {
+        int *at = &pos[dv * TFG_PLAN_STREAMS + s];
+        if (!walks(x, dv, which) || *at >= x->p->dev[dv].nsteps) continue;
+        moved |= advance(x, dv, s, at, out);
+        busy |= *at < x->p->dev[dv].nsteps;
+      }
     TFG_ASSERT(moved || !busy); /* a validated plan never deadlocks (a feeder never waits for a captured device) */
   }
   free(pos);
@@ -1017,6 +1034,7 @@ tfg_status tfg_exec_run(tfg_exec *x, const tfg_node_id *fetch, int nfetch, void 
                         tfg_diag *d) {
   static const tfg_exec_run_opts none = {0};
   if (!ro) ro = &none;
+  if (x->fault_assert) tfg_assert_fail("TFG_FAULT_ASSERT=1 (an injected internal error)", __FILE__, __LINE__);
   const tfg_graph *g = x->g;
   /* A chain's intermediate has no value to give: the plan's caller had
    * to keep every node it fetches (tfg_plan_opts.keep). */

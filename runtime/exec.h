@@ -70,7 +70,10 @@
  * variables TFG_FAULT_DEVICE=I and TFG_FAULT_STEP=K set when the executor
  * is made, the first kernel of training step K on device I fails with
  * TFG_ERR_DEVICE ("injected fault"). The host backend has its own hook,
- * by launch count (runtime/backend.h). */
+ * by launch count (runtime/backend.h). With TFG_FAULT_ASSERT=1, every
+ * run fails an internal assertion (TFG_ASSERT) on the caller's thread
+ * before it queues anything: how the REPL's recovery from a bug is
+ * tested. */
 #ifndef TFG_EXEC_H
 #define TFG_EXEC_H
 

@@ -41,32 +41,43 @@ static void *alloc_bytes(size_t n) {
   return p;
 }
 
-/* Loads --feed NAME=FILE.npy for input node n: the array must have the
- * input's exact shape. */
+/* Appends shape as NumPy writes it: "()", "(3,)", "(2, 3)". */
+static void numpy_shape(tfg_strbuf *b, const tfg_shape *sh) {
+  tfg_strbuf_putc(b, '(');
+  for (int i = 0; i < sh->rank; i++) tfg_strbuf_printf(b, "%s%lld", i ? ", " : "", (long long)sh->dim[i]);
+  tfg_strbuf_puts(b, sh->rank == 1 ? ",)" : ")");
+}
+
+/* Loads --feed NAME=FILE.npy for input node n into a new block (*out):
+ * the array must have the input's exact shape (a 0-d array feeds a
+ * scalar input f32[]), a type that converts to its dtype, and values that
+ * fit it. */
 static bool load_feed(tfg_session *s, const tfg_node *n, const char *path, void **out) {
-  const char *names[1] = {"value"};
-  const char *paths[1] = {path};
-  tfg_data_opts o = tfg_data_opts_default();
-  tfg_dataset *ds = NULL;
-  if (tfg_data_npy(s->diag, &n->loc, 1, names, paths, &o, &ds) != TFG_OK) return false;
-  tfg_shape row = tfg_data_row_shape(ds, 0);
-  int64_t rows = tfg_data_rows(ds, TFG_SPLIT_TRAIN);
-  bool ok = tfg_data_convertible(tfg_data_column_type(ds, 0), n->dtype) && n->shape.rank >= 1 &&
-            rows == n->shape.dim[0] && row.rank == n->shape.rank - 1;
-  for (int i = 0; ok && i < row.rank; i++) ok = row.dim[i] == n->shape.dim[i + 1];
-  if (!ok) {
-    tfg_strbuf want = {0};
-    tfg_shape_format(&want, n->dtype, &n->shape);
-    tfg_diag_error(s->diag, &n->loc, "--feed %s: %s holds %lld rows of %s, not %s", n->name, path, (long long)rows,
-                   tfg_data_type_name(tfg_data_column_type(ds, 0)), want.data);
+  tfg_data_type type;
+  tfg_shape shape;
+  void *data = NULL;
+  if (tfg_data_npy_read(s->diag, &n->loc, path, &type, &shape, &data) != TFG_OK) return false;
+  bool ok = tfg_data_convertible(type, n->dtype);
+  if (!ok)
+    tfg_diag_error(s->diag, &n->loc, "--feed %s: '%s' holds %s values, which cannot feed input %s of dtype %s", n->name,
+                   path, tfg_data_type_name(type), n->name, tfg_dtype_name(n->dtype));
+  if (ok && !tfg_shape_eq(&shape, &n->shape)) {
+    tfg_strbuf got = {0}, want = {0};
+    numpy_shape(&got, &shape);
+    numpy_shape(&want, &n->shape);
+    tfg_diag_error(s->diag, &n->loc, "--feed %s: '%s' holds an array of shape %s, but input %s has shape %s", n->name,
+                   path, got.data, n->name, want.data);
+    tfg_strbuf_free(&got);
     tfg_strbuf_free(&want);
-    tfg_data_free(ds);
-    return false;
+    ok = false;
   }
-  *out = alloc_bytes(node_bytes(n));
-  tfg_data_fetch(ds, TFG_SPLIT_TRAIN, 0, 0, 0, rows, n->dtype, *out);
-  tfg_data_free(ds);
-  return true;
+  ok = ok && tfg_data_check_values(s->diag, &n->loc, path, type, &shape, data, n->dtype) == TFG_OK;
+  if (ok) {
+    *out = alloc_bytes(node_bytes(n));
+    tfg_data_convert(type, data, n->dtype, *out, tfg_shape_numel(&shape));
+  }
+  free(data);
+  return ok;
 }
 
 /* A param's initial value, in a new host buffer: its constant, or its
@@ -88,7 +99,7 @@ static void *param_init(const tfg_node *nd, uint64_t seed, tfg_diag *d) {
   }
   a.seed ^= seed * 0x9E3779B97F4A7C15ull;
   if (tfg_cpu_init_fill(&t, &a) != TFG_OK) {
-    tfg_diag_error(d, &nd->loc, "param %s: cannot initialize a %s param on the CPU", nd->name, tfg_dtype_name(nd->dtype));
+    tfg_diag_error(d, &nd->loc, "param %s: cannot initialize the %s param on the CPU", nd->name, tfg_dtype_name(nd->dtype));
     free(t.data);
     return NULL;
   }
@@ -111,7 +122,7 @@ tfg_session *tfg_session_new(const tfg_program *p, tfg_diag *d, const tfg_sessio
   if (!plan) {
     /* Memory that cannot fit the host is an error of the plan, found
      * before anything runs. */
-    if (tfg_devices_default(d, 0, &s->own_ds, NULL) != TFG_OK) goto fail;
+    if (tfg_devices_default(d, 0, NULL, &s->own_ds, NULL) != TFG_OK) goto fail;
     s->own_pl = tfg_place_on(p->graph, s->own_ds, 0);
     if (tfg_plan_build(p->graph, s->own_pl, s->own_ds, d, &s->own_plan) != TFG_OK) goto fail;
     plan = s->own_plan;
@@ -128,6 +139,14 @@ tfg_session *tfg_session_new(const tfg_program *p, tfg_diag *d, const tfg_sessio
     if (!v) goto fail;
     tfg_exec_write(s->x, i, v);
     free(v);
+  }
+  /* Values a column holds but its input's dtype cannot (an i64 label of
+   * 2^40 for an i32 input) are refused before the first step, rather than
+   * clamped when a batch reaches them. */
+  for (int k = 0; k < p->nfeeds; k++) {
+    const tfg_node *nd = &p->graph->nodes[p->feeds[k].node];
+    if (p->feeds[k].ds && tfg_data_check_column(d, &nd->loc, p->feeds[k].ds, p->feeds[k].col, nd->dtype) != TFG_OK)
+      goto fail;
   }
   for (int i = 0; i < o->nfeeds; i++) {
     bool found = false;

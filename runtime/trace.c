@@ -20,9 +20,10 @@
  * tfg_trace_name, or "device PID" / "stream TID" when none was) and
  * process_sort_index = pid / thread_sort_index = tid, so viewers list
  * devices in index order and each device's streams in creation order
- * rather than by first appearance. Strings are escaped for JSON; bytes
- * that are not valid UTF-8 become U+FFFD, since a JSON parser rejects
- * them and a single bad name must not make the whole trace unreadable. */
+ * rather than by first appearance. Strings are written by base/json.h:
+ * bytes that are not valid UTF-8 become U+FFFD, since a JSON parser
+ * rejects them and a single bad name must not make the whole trace
+ * unreadable. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -36,7 +37,7 @@
 
 #include "base/assert.h"
 #include "base/grow.h"
-#include "base/utf8.h"
+#include "base/json.h"
 #include "runtime/trace.h"
 
 typedef struct trace_slice {
@@ -184,45 +185,6 @@ void tfg_trace_add(tfg_trace *t, int pid, int tid, const char *name, const char 
 
 /* ---- writing --------------------------------------------------------------------- */
 
-/* s as a JSON string literal, quotes included. */
-static void put_json_str(tfg_strbuf *b, const char *s) {
-  static const char hex[] = "0123456789abcdef";
-  const unsigned char *p = (const unsigned char *)s;
-  size_t n = strlen(s);
-  tfg_strbuf_putc(b, '"');
-  while (n > 0) {
-    uint32_t cp;
-    int len = tfg_utf8_decode(p, n, &cp);
-    if (len == 0) { /* not UTF-8: one replacement character per bad byte */
-      tfg_strbuf_puts(b, "\\ufffd");
-      p++;
-      n--;
-      continue;
-    }
-    if (cp == '"' || cp == '\\') {
-      tfg_strbuf_putc(b, '\\');
-      tfg_strbuf_putc(b, (char)cp);
-    } else if (cp < 0x20) {
-      switch (cp) {
-      case '\n': tfg_strbuf_puts(b, "\\n"); break;
-      case '\r': tfg_strbuf_puts(b, "\\r"); break;
-      case '\t': tfg_strbuf_puts(b, "\\t"); break;
-      case '\b': tfg_strbuf_puts(b, "\\b"); break;
-      case '\f': tfg_strbuf_puts(b, "\\f"); break;
-      default:
-        tfg_strbuf_puts(b, "\\u00");
-        tfg_strbuf_putc(b, hex[cp >> 4]);
-        tfg_strbuf_putc(b, hex[cp & 15]);
-      }
-    } else {
-      tfg_strbuf_putn(b, (const char *)p, (size_t)len);
-    }
-    p += len;
-    n -= (size_t)len;
-  }
-  tfg_strbuf_putc(b, '"');
-}
-
 static int cmp_slice(const void *a, const void *b) {
   const trace_slice *x = a, *y = b;
   if (x->t0 != y->t0) return x->t0 < y->t0 ? -1 : 1;
@@ -289,7 +251,7 @@ static void render(const tfg_trace *t, tfg_strbuf *b) {
         tfg_strbuf_printf(&name, "device %d", tr[i].pid);
       tfg_strbuf_printf(b, "%s{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":", sep,
                         tr[i].pid);
-      put_json_str(b, name.data);
+      tfg_json_put_string(b, name.data);
       tfg_strbuf_puts(b, "}}");
       sep = ",\n";
       tfg_strbuf_printf(b, "%s{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
@@ -302,7 +264,7 @@ static void render(const tfg_trace *t, tfg_strbuf *b) {
       tfg_strbuf_printf(&name, "stream %d", tr[i].tid);
     tfg_strbuf_printf(b, "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":", sep,
                       tr[i].pid, tr[i].tid);
-    put_json_str(b, name.data);
+    tfg_json_put_string(b, name.data);
     tfg_strbuf_puts(b, "}}");
     tfg_strbuf_printf(b, "%s{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
                          "\"args\":{\"sort_index\":%d}}", sep, tr[i].pid, tr[i].tid, tr[i].tid);
@@ -321,9 +283,9 @@ static void render(const tfg_trace *t, tfg_strbuf *b) {
     double ts = usec(t, sl[i].t0), dur = usec(t, sl[i].t1) - ts;
     if (dur < 0) dur = 0; /* a slice given backwards: keep it, as an instant */
     tfg_strbuf_printf(b, "%s{\"name\":", sep);
-    put_json_str(b, t->strs[sl[i].name]);
+    tfg_json_put_string(b, t->strs[sl[i].name]);
     tfg_strbuf_puts(b, ",\"cat\":");
-    put_json_str(b, t->strs[sl[i].cat]);
+    tfg_json_put_string(b, t->strs[sl[i].cat]);
     tfg_strbuf_printf(b, ",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}", sl[i].pid, sl[i].tid, ts,
                       dur);
     sep = ",\n";

@@ -19,6 +19,7 @@
 
 #include "base/assert.h"
 #include "compiler/plan.h"
+#include "kernels/cast_math.h"
 #include "runtime/ckpt.h"
 
 typedef struct cfg {
@@ -71,7 +72,9 @@ static double scalar_value(const tfg_tensor *t) {
   switch (t->dtype) {
   case TFG_DTYPE_F64: return *(const double *)t->data;
   case TFG_DTYPE_F32: return *(const float *)t->data;
-  default: TFG_ASSERT(!"a loss or metric that is not f32 or f64 (the interpreter checks)"); return 0;
+  case TFG_DTYPE_F16: return tfg_cast_f16_to_f64(*(const uint16_t *)t->data);
+  case TFG_DTYPE_BF16: return tfg_cast_bf16_to_f64(*(const uint16_t *)t->data);
+  default: TFG_ASSERT(!"a loss or metric that is not a float (the interpreter checks)"); return 0;
   }
 }
 
@@ -138,7 +141,8 @@ static tfg_status save(tfg_session *s, const tfg_program *p, const tfg_train_ste
 }
 
 /* Restores params and optimizer state from c->checkpoint when it exists;
- * *step is the step it was written at (0 for a params-only file). */
+ * *step is the step to resume at. What a file must hold, and when the
+ * optimizer state starts fresh (at step 0), is tfg_ckpt_match's. */
 static tfg_status restore(tfg_session *s, const tfg_program *p, const tfg_train_step *st, const cfg *c,
                           int64_t *step, tfg_diag *d, FILE *log) {
   *step = 0;
@@ -146,50 +150,21 @@ static tfg_status restore(tfg_session *s, const tfg_program *p, const tfg_train_
   tfg_ckpt *k = NULL;
   tfg_status r = tfg_ckpt_load(d, &c->loc, c->checkpoint, &k);
   if (r != TFG_OK) return r;
-  int n, fresh = 0;
+  int n;
   tfg_ckpt_entry *e = ckpt_entries(s, p, st, &n, false);
+  int *at = malloc(sizeof *at * (size_t)(n + 1));
+  TFG_ASSERT(at != NULL);
+  r = tfg_ckpt_match(d, &c->loc, c->checkpoint, k, e, n, st->nparams, st->optimizer, at, step);
+  int restored = 0;
   for (int i = 0; i < n && r == TFG_OK; i++) {
-    bool is_state = i >= st->nparams;
-    int at = tfg_ckpt_find(k, e[i].name);
-    if (at < 0) {
-      if (is_state) { /* a params-only file (from PyTorch, say): state starts fresh */
-        fresh++;
-        continue;
-      }
-      tfg_diag_error(d, &c->loc, "checkpoint %s has no tensor '%s' for the param of that name", c->checkpoint,
-                     e[i].name);
-      r = TFG_ERR_DATA;
-      break;
-    }
-    const tfg_ckpt_entry *t = tfg_ckpt_entry_at(k, at);
-    if (t->dtype != e[i].dtype || !tfg_shape_eq(&t->shape, &e[i].shape)) {
-      tfg_strbuf want = {0}, got = {0};
-      tfg_shape_format(&want, e[i].dtype, &e[i].shape);
-      tfg_shape_format(&got, t->dtype, &t->shape);
-      tfg_diag_error(d, &c->loc, "checkpoint %s: '%s' is %s but the program's is %s", c->checkpoint, e[i].name, got.data,
-                     want.data);
-      tfg_strbuf_free(&want);
-      tfg_strbuf_free(&got);
-      r = TFG_ERR_DATA;
-      break;
-    }
-    tfg_session_write(s, entry_node(st, i), t->data);
-  }
-  const char *sv = tfg_ckpt_meta_get(k, "step");
-  if (r == TFG_OK && sv && fresh == 0) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(sv, &end, 10);
-    if (errno || *end || v < 0) {
-      tfg_diag_error(d, &c->loc, "checkpoint %s: its step '%s' is not a number", c->checkpoint, sv);
-      r = TFG_ERR_DATA;
-    } else {
-      *step = v;
-    }
+    if (at[i] < 0) continue;
+    tfg_session_write(s, entry_node(st, i), tfg_ckpt_entry_at(k, at[i])->data);
+    restored++;
   }
   if (r == TFG_OK)
-    fprintf(log, "restored %s: %d tensors%s, step %" PRId64 "\n", c->checkpoint, n - fresh,
-            fresh ? ", optimizer state fresh" : "", *step);
+    fprintf(log, "restored %s: %d tensors%s, step %" PRId64 "\n", c->checkpoint, restored,
+            restored < n ? ", optimizer state fresh" : "", *step);
+  free(at);
   ckpt_entries_free(e, n);
   tfg_ckpt_free(k);
   return r;
@@ -323,11 +298,9 @@ static tfg_status job_open(job *j, tfg_session *s, const tfg_program *p, const t
   if (grouped) snprintf(j->who, sizeof j->who, "train (line %u): ", a->loc.line);
   j->b = batching_of(p);
   if (c->epochs) {
-    if (!j->b.feed || j->b.per_epoch == 0) {
-      tfg_diag_error(d, &a->loc, j->b.feed ? "the train split of %s has fewer rows than a batch" : "%s",
-                     j->b.feed ? j->b.feed->ds_path : "epochs need an input fed from a dataset; give steps instead");
-      return TFG_ERR_DATA;
-    }
+    /* The interpreter checked where epochs is written that an epoch has
+     * whole batches and that the steps they make are at most 2^53. */
+    TFG_ASSERT(j->b.feed && j->b.per_epoch > 0 && c->epochs <= INT64_MAX / j->b.per_epoch);
     c->steps = c->epochs * j->b.per_epoch;
   }
   c->log_every = pick_log_every(a, c->steps);

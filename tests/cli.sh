@@ -281,7 +281,7 @@ expect long-scope 0 timeout 10 "$TFG" place --json "$tmp/long_scope.tfg" &&
 # A dataset input with a batch of 0 is refused where it is declared.
 printf '1,2,0\n3,4,1\n' >"$tmp/d0.csv"
 printf 'data d = csv("d0.csv", label = -1)\ninput x: f32[0, 2] from d.x\n' >"$tmp/b0.tfg"
-expect batch-zero 1 "$TFG" check "$tmp/b0.tfg" && contains batch-zero "$tmp/err" "a batch dimension of at least 1"
+expect batch-zero 1 "$TFG" check "$tmp/b0.tfg" && contains batch-zero "$tmp/err" "a dimension must be at least 1, got 0"
 # Unseeded dropouts draw different masks (mean(a * b) is 1 for independent masks, 2 for equal ones).
 cat >"$tmp/drop.tfg" <<'TFG'
 param w: f32[100, 100] = ones()

@@ -3,12 +3,14 @@
  *
  * Every kernel has the tfg_kernel_fn contract (compiler/ops.h): read
  * node->op and node->attrs, write every element of out. Supported
- * dtypes: f32 and f64 for all math; i32, i64 and bool where the op makes
- * sense for them (arithmetic, comparisons, where, cast, reductions,
- * shape ops, embedding/one_hot ids); f16 and bf16 through cast and the
- * shape ops only. An unsupported dtype returns TFG_ERR_DEVICE with a
- * message. Matrix products go through OpenBLAS (cblas_sgemm/dgemm);
- * large loops are split over ctx->pool. */
+ * dtypes: f32 and f64 for all math; f16 and bf16 wherever f32 is,
+ * computed in f32 and rounded once to nearest even (kernels/cpu/half.c);
+ * i32, i64 and bool where the op makes sense for them (arithmetic,
+ * comparisons, where, cast, reductions, shape ops, embedding/one_hot
+ * ids). An unsupported dtype returns TFG_ERR_DEVICE with a message.
+ * Matrix products go through OpenBLAS (cblas_sgemm/dgemm; f16 and bf16
+ * widened to f32 for sgemm, as OpenBLAS has no f16 gemm and Debian's no
+ * sbgemm); large loops are split over ctx->pool. */
 #ifndef TFG_KERNELS_CPU_H
 #define TFG_KERNELS_CPU_H
 

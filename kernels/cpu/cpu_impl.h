@@ -16,6 +16,32 @@ static inline bool tfg_cpu_is_float(tfg_dtype t) {
   return t == TFG_DTYPE_F32 || t == TFG_DTYPE_F64;
 }
 
+/* The 16-bit floats, which the CPU computes in f32 (kernels/cpu/half.c). */
+static inline bool tfg_cpu_is_half(tfg_dtype t) {
+  return t == TFG_DTYPE_F16 || t == TFG_DTYPE_BF16;
+}
+
+/* dst[0..n) = the f16 or bf16 (dt) values src[0..n), widened exactly. */
+void tfg_cpu_half_load(tfg_dtype dt, const void *src, float *dst, int64_t n);
+/* dst[0..n) = src[0..n) rounded to f16 or bf16 (dt), to nearest even
+ * (kernels/cast_math.h: subnormals, overflow to infinity, NaN kept). */
+void tfg_cpu_half_store(tfg_dtype dt, const float *src, void *dst, int64_t n);
+/* The same reading src[i * stride], and writing dst[i * stride] (strides
+ * in elements; 1 is the plain loops). */
+void tfg_cpu_half_load_strided(tfg_dtype dt, const void *src, int64_t stride, float *dst, int64_t n);
+void tfg_cpu_half_store_strided(tfg_dtype dt, const float *src, void *dst, int64_t stride, int64_t n);
+
+/* Runs the op's f32 kernel `f32` for f16/bf16 tensors: every f16/bf16
+ * input is widened into a new f32 tensor (other inputs, ids and labels,
+ * are passed as they are), f32 computes into an f32 output, which is
+ * rounded into out when out is f16/bf16 (else f32 writes out itself); the
+ * inputs k with bit k of writeback set, which f32 updates in place (an
+ * optimizer's param and state), are rounded back likewise. Nothing is
+ * written back when f32 fails; its status and message are returned.
+ * TFG_ERR_NOMEM when the copies cannot be allocated. At most 8 inputs. */
+tfg_status tfg_cpu_staged(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out,
+                          tfg_kernel_fn f32, uint32_t writeback);
+
 /* TFG_ERR_DEVICE: "WHAT of dtype T is not supported on the CPU". */
 tfg_status tfg_cpu_unsupported(tfg_kernel_ctx *ctx, const char *what, tfg_dtype t);
 

@@ -16,13 +16,16 @@
  * instead of being undefined behaviour: it is done in the unsigned type
  * of the same width. f16 and bf16 are storage formats here: cast converts
  * them with round-to-nearest-even directly from the source value (never
- * through f32 first, which would round twice). */
+ * through f32 first, which would round twice); the math ops widen them a
+ * block at a time into an f32 scratch, run the f32 loops there and round
+ * the results back (kernels/cpu/half.c). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "kernels/cast_math.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/elementwise_math.h"
 #include "kernels/index_math.h"
@@ -84,8 +87,8 @@ typedef struct unary_job {
 
 #define MAP(T, EXPR)                                              \
   do {                                                            \
-    const T *X_ = (const T *)j->x + lo;                           \
-    T *Y_ = (T *)j->y + lo;                                       \
+    const T *X_ = (const T *)xs;                                  \
+    T *Y_ = (T *)ys;                                              \
     for (int64_t i = 0; i < n; i++) {                             \
       T x = X_[i];                                                \
       Y_[i] = (EXPR);                                             \
@@ -95,7 +98,7 @@ typedef struct unary_job {
 /* The float ops for type T (S: f32 or f64), with the formulas the fused
  * kernels share (kernels/elementwise_math.h). */
 #define UNARY_FLOAT(T, S)                                                                 \
-  switch (j->op) {                                                                        \
+  switch (op) {                                                                        \
   case TFG_OP_NEG: MAP(T, FN(tfg_em_neg_, S)(x)); break;                                  \
   case TFG_OP_EXP: MAP(T, FN(tfg_em_exp_, S)(x)); break;                                  \
   case TFG_OP_LOG: MAP(T, FN(tfg_em_log_, S)(x)); break;                                  \
@@ -112,23 +115,43 @@ typedef struct unary_job {
 /* NEG ABS RELU on a signed integer type T (S: i32 or i64): the shared
  * wrapping formulas (INT_MIN negates to itself instead of being UB). */
 #define UNARY_INT(T, S)                                                 \
-  switch (j->op) {                                                      \
+  switch (op) {                                                      \
   case TFG_OP_NEG: MAP(T, FN(tfg_em_neg_, S)(x)); break;                \
   case TFG_OP_ABS: MAP(T, FN(tfg_em_abs_, S)(x)); break;                \
   case TFG_OP_RELU: MAP(T, FN(tfg_em_relu_, S)(x)); break;              \
   default: break;                                                       \
   }
 
-static void unary_chunk(void *arg, int64_t lo, int64_t hi, int64_t k) {
-  (void)k;
-  const unary_job *j = arg;
-  int64_t n = hi - lo;
-  switch (j->dt) {
+/* ys[0..n) = op(xs[0..n)) in dtype dt (f32 f64 i32 i64); xs may be ys. */
+static void unary_row(tfg_op_id op, tfg_dtype dt, const void *xs, void *ys, int64_t n) {
+  switch (dt) {
   case TFG_DTYPE_F32: UNARY_FLOAT(float, f32); break;
   case TFG_DTYPE_F64: UNARY_FLOAT(double, f64); break;
   case TFG_DTYPE_I32: UNARY_INT(int32_t, i32); break;
   case TFG_DTYPE_I64: UNARY_INT(int64_t, i64); break;
   default: break;
+  }
+}
+
+/* f16/bf16 elements per f32 scratch block: 1 KiB per operand, in L1. */
+enum { HALF_BLOCK = 256 };
+
+/* f16/bf16 go through an f32 scratch block (kernels/cpu/half.c): widen,
+ * run the f32 loop in place, round back. */
+static void unary_chunk(void *arg, int64_t lo, int64_t hi, int64_t k) {
+  (void)k;
+  const unary_job *j = arg;
+  if (!tfg_cpu_is_half(j->dt)) {
+    size_t es = tfg_dtype_size(j->dt);
+    unary_row(j->op, j->dt, (const char *)j->x + lo * (int64_t)es, (char *)j->y + lo * (int64_t)es, hi - lo);
+    return;
+  }
+  float buf[HALF_BLOCK];
+  for (int64_t b = lo; b < hi; b += HALF_BLOCK) {
+    int64_t m = hi - b < HALF_BLOCK ? hi - b : HALF_BLOCK;
+    tfg_cpu_half_load(j->dt, (const uint16_t *)j->x + b, buf, m);
+    unary_row(j->op, TFG_DTYPE_F32, buf, buf, m);
+    tfg_cpu_half_store(j->dt, buf, (uint16_t *)j->y + b, m);
   }
 }
 
@@ -143,10 +166,11 @@ static bool op_is_cheap(tfg_op_id op) {
   }
 }
 
-/* NEG EXP LOG SQRT RSQRT ABS RELU GELU TANH SIGMOID on f32/f64; NEG ABS
- * RELU also on i32/i64. Input and output have one shape and dtype. */
+/* NEG EXP LOG SQRT RSQRT ABS RELU GELU TANH SIGMOID on f32/f64/f16/bf16
+ * (the 16-bit ones computed in f32); NEG ABS RELU also on i32/i64. Input
+ * and output have one shape and dtype. */
 TFG_CPU_KERNEL(tfg_cpu_unary) {
-  tfg_status st = tfg_kernel_check_unary(ctx, node, in, out, "CPU");
+  tfg_status st = tfg_kernel_check_unary_on(ctx, node, in, out, "CPU", true);
   if (st != TFG_OK) return st;
   tfg_op_id op = node->op;
   tfg_dtype dt = in[0].dtype;
@@ -227,6 +251,27 @@ static void binary_row(tfg_op_id op, tfg_dtype dt, const void *a, int64_t sa, co
   }
 }
 
+/* binary_row for f16/bf16 inputs: blocks of the row widened into f32
+ * scratch (an operand at stride 0 is one element), the f32 row, and the
+ * result rounded back (or, for EQUAL GREATER, the bools written as they
+ * are: comparing the widened values compares the 16-bit ones exactly). */
+static void binary_row_half(tfg_op_id op, tfg_dtype dt, const void *a, int64_t sa, const void *b,
+                            int64_t sb, void *o, int64_t n) {
+  bool cmp = op == TFG_OP_EQUAL || op == TFG_OP_GREATER;
+  float fa[HALF_BLOCK], fb[HALF_BLOCK], fo[HALF_BLOCK];
+  for (int64_t i = 0; i < n; i += HALF_BLOCK) {
+    int64_t m = n - i < HALF_BLOCK ? n - i : HALF_BLOCK;
+    tfg_cpu_half_load_strided(dt, (const uint16_t *)a + i * sa, sa, fa, sa == 0 ? 1 : m);
+    tfg_cpu_half_load_strided(dt, (const uint16_t *)b + i * sb, sb, fb, sb == 0 ? 1 : m);
+    if (cmp) {
+      binary_row(op, TFG_DTYPE_F32, fa, sa != 0, fb, sb != 0, (uint8_t *)o + i, m);
+    } else {
+      binary_row(op, TFG_DTYPE_F32, fa, sa != 0, fb, sb != 0, fo, m);
+      tfg_cpu_half_store(dt, fo, (uint16_t *)o + i, m);
+    }
+  }
+}
+
 static void binary_chunk(void *arg, int64_t lo, int64_t hi, int64_t k) {
   (void)k;
   const binary_job *j = arg;
@@ -237,8 +282,9 @@ static void binary_chunk(void *arg, int64_t lo, int64_t hi, int64_t k) {
   for (int64_t pos = lo; pos < hi;) {
     int64_t n = bc->dim[last] - idx[last];
     if (n > hi - pos) n = hi - pos;
-    binary_row(j->op, j->dt, j->a + off[0] * (int64_t)j->isz, bc->st[0][last],
-               j->b + off[1] * (int64_t)j->isz, bc->st[1][last], j->o + pos * (int64_t)j->osz, n);
+    (tfg_cpu_is_half(j->dt) ? binary_row_half : binary_row)(
+        j->op, j->dt, j->a + off[0] * (int64_t)j->isz, bc->st[0][last], j->b + off[1] * (int64_t)j->isz,
+        bc->st[1][last], j->o + pos * (int64_t)j->osz, n);
     pos += n;
     if (pos < hi) bcast_advance(bc, idx, off, n);
   }
@@ -260,13 +306,14 @@ static bool has_zero(const tfg_tensor *t) {
   return z;
 }
 
-/* ADD SUB MUL DIV POW MAXIMUM MINIMUM on f32/f64 (and, but POW, on
- * i32/i64); EQUAL GREATER on f32 f64 i32 i64 bool with a bool output.
- * Both inputs share a dtype and broadcast to out's shape. Integer
- * division by zero is TFG_ERR_NUMERIC and writes nothing. */
+/* ADD SUB MUL DIV POW MAXIMUM MINIMUM on f32/f64/f16/bf16 (the 16-bit
+ * ones computed in f32) and, but POW, on i32/i64; EQUAL GREATER on those
+ * and bool with a bool output. Both inputs share a dtype and broadcast to
+ * out's shape. Integer division by zero is TFG_ERR_NUMERIC and writes
+ * nothing. */
 TFG_CPU_KERNEL(tfg_cpu_binary) {
   tfg_index_map bc;
-  tfg_status st = tfg_kernel_check_binary(ctx, node, in, out, "CPU", &bc);
+  tfg_status st = tfg_kernel_check_binary_on(ctx, node, in, out, "CPU", true, &bc);
   if (st != TFG_OK) return st;
   tfg_op_id op = node->op;
   tfg_dtype dt = in[0].dtype;

@@ -62,24 +62,36 @@ static void fill_chunk(void *arg, int64_t lo, int64_t hi, int64_t k) {
       break;
     }
     case TFG_DTYPE_BOOL: memset((uint8_t *)j->y + lo, c != 0, (size_t)(hi - lo)); break;
+    case TFG_DTYPE_F16:
+    case TFG_DTYPE_BF16: {
+      uint16_t v = j->dt == TFG_DTYPE_F16 ? tfg_cast_f64_to_f16(c) : tfg_cast_f64_to_bf16(c);
+      for (int64_t i = lo; i < hi; i++) ((uint16_t *)j->y)[i] = v;
+      break;
+    }
     default: break;
     }
     return;
   }
   for (int64_t i = lo; i < hi; i++) {
     double v = tfg_init_random_at(j->kind, j->seed, i, j->p, j->q);
-    if (j->dt == TFG_DTYPE_F32) ((float *)j->y)[i] = (float)v;
-    else ((double *)j->y)[i] = v;
+    switch (j->dt) {
+    case TFG_DTYPE_F32: ((float *)j->y)[i] = (float)v; break;
+    case TFG_DTYPE_F16: ((uint16_t *)j->y)[i] = tfg_cast_f64_to_f16(v); break;
+    case TFG_DTYPE_BF16: ((uint16_t *)j->y)[i] = tfg_cast_f64_to_bf16(v); break;
+    default: ((double *)j->y)[i] = v; break;
+    }
   }
 }
 
 /* Fills t per a; TFG_ERR_DEVICE when the initializer does not apply to
- * t's dtype (tfg_init_supports: random ones need f32/f64; f16/bf16 are
- * not filled on the CPU). */
+ * t's dtype (tfg_init_supports: random ones need a float dtype). The CPU
+ * also fills f16 and bf16, every initializer: each value formed in
+ * double, as for f32, and rounded once to the 16-bit format. */
 static tfg_status fill(tfg_tensor *t, const tfg_attrs *a, tfg_pool *pool) {
   fill_job j = {.dt = t->dtype, .y = t->data, .seed = a->seed};
   j.kind = tfg_init_plan(a, &t->shape, &j.c, &j.p, &j.q);
-  if (!tfg_init_supports(j.kind, t->dtype)) return TFG_ERR_DEVICE;
+  bool half = (t->dtype == TFG_DTYPE_F16 || t->dtype == TFG_DTYPE_BF16) && j.kind != TFG_INIT_FILL_NONE;
+  if (!tfg_init_supports(j.kind, t->dtype) && !half) return TFG_ERR_DEVICE;
   int64_t n = tfg_shape_numel(&t->shape);
   tfg_parallel_for(pool, n, j.kind == TFG_INIT_FILL_CONST ? GRAIN_CONST : GRAIN_RANDOM, fill_chunk,
                    &j);

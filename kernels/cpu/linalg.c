@@ -20,6 +20,7 @@
 
 #include "base/assert.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/parallel.h"
 
 /* OpenBLAS's own controls (declared by its cblas.h in most builds; here
@@ -108,6 +109,7 @@ static int64_t batch_steps(const tfg_shape *s, int nbatch, const int64_t *outdim
  * the batch dims broadcast. f32 and f64 only (TFG_ERR_DEVICE otherwise);
  * a dimension beyond OpenBLAS's integer range is TFG_ERR_LIMIT. */
 TFG_CPU_KERNEL(tfg_cpu_matmul) {
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_matmul, 0);
   const tfg_tensor *a = &in[0], *b = &in[1];
   tfg_dtype dt = out->dtype;
   if ((dt != TFG_DTYPE_F32 && dt != TFG_DTYPE_F64) || a->dtype != dt || b->dtype != dt)

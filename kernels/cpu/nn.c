@@ -67,61 +67,88 @@ typedef struct softmax_job {
   void *y;
   int64_t len, inner;
   bool log;
+  tfg_dtype dt;   /* f16/bf16: the line is widened into scratch */
+  float *scratch; /* f16/bf16: len floats per chunk */
 } softmax_job;
+
+/* Line l's first element. */
+static int64_t line_base(const softmax_job *j, int64_t l) { return l / j->inner * j->len * j->inner + l % j->inner; }
 
 /* Both forms subtract the line's maximum m before exp, so the largest
  * term is exp(0) = 1 and nothing overflows, whatever the logits:
  *   softmax     = exp(x - m) / sum exp(x - m)
  *   log_softmax = (x - m) - log(sum exp(x - m))
  * (x - m is formed before subtracting the log so that large logits do
- * not cost the result its low digits). */
+ * not cost the result its low digits). One line of len elements s
+ * apart; y may be x. */
 #define DEFINE_SOFTMAX(T, SFX, EXPT)                                                    \
+  static void softmax_line_##SFX(const T *x, T *y, int64_t len, int64_t s, bool lg) {  \
+    T m = x[0];                                                                         \
+    for (int64_t t = 1; t < len; t++)                                                   \
+      if (x[t * s] > m) m = x[t * s];                                                   \
+    double sum = 0;                                                                     \
+    if (lg) {                                                                           \
+      for (int64_t t = 0; t < len; t++) sum += EXPT(x[t * s] - m);                      \
+      double ls = log(sum);                                                             \
+      for (int64_t t = 0; t < len; t++) y[t * s] = (T)((double)(x[t * s] - m) - ls);    \
+    } else {                                                                            \
+      for (int64_t t = 0; t < len; t++) {                                               \
+        T e = EXPT(x[t * s] - m);                                                       \
+        y[t * s] = e;                                                                   \
+        sum += e;                                                                       \
+      }                                                                                 \
+      double inv = 1.0 / sum;                                                           \
+      for (int64_t t = 0; t < len; t++) y[t * s] = (T)(y[t * s] * inv);                 \
+    }                                                                                   \
+  }                                                                                     \
   static void softmax_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {        \
     const softmax_job *j = arg;                                                         \
-    int64_t len = j->len, s = j->inner;                                                 \
     (void)chunk;                                                                        \
     for (int64_t l = lo; l < hi; l++) {                                                 \
-      int64_t base = l / s * len * s + l % s;                                           \
-      const T *x = (const T *)j->x + base;                                              \
-      T *y = (T *)j->y + base;                                                          \
-      T m = x[0];                                                                       \
-      for (int64_t t = 1; t < len; t++)                                                 \
-        if (x[t * s] > m) m = x[t * s];                                                 \
-      double sum = 0;                                                                   \
-      if (j->log) {                                                                     \
-        for (int64_t t = 0; t < len; t++) sum += EXPT(x[t * s] - m);                    \
-        double ls = log(sum);                                                           \
-        for (int64_t t = 0; t < len; t++) y[t * s] = (T)((double)(x[t * s] - m) - ls);  \
-      } else {                                                                          \
-        for (int64_t t = 0; t < len; t++) {                                             \
-          T e = EXPT(x[t * s] - m);                                                     \
-          y[t * s] = e;                                                                 \
-          sum += e;                                                                     \
-        }                                                                               \
-        double inv = 1.0 / sum;                                                         \
-        for (int64_t t = 0; t < len; t++) y[t * s] = (T)(y[t * s] * inv);               \
-      }                                                                                 \
+      int64_t base = line_base(j, l);                                                   \
+      softmax_line_##SFX((const T *)j->x + base, (T *)j->y + base, j->len, j->inner,    \
+                         j->log);                                                       \
     }                                                                                   \
   }
 DEFINE_SOFTMAX(float, f32, expf)
 DEFINE_SOFTMAX(double, f64, exp)
 
-/* SOFTMAX, LOG_SOFTMAX along attrs.axis of x (any rank >= 1), f32/f64. */
+/* f16/bf16: each line widened into the chunk's scratch, the f32 line in
+ * place there, and rounded back (kernels/cpu/half.c). */
+static void softmax_half(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
+  const softmax_job *j = arg;
+  float *buf = j->scratch + chunk * j->len;
+  for (int64_t l = lo; l < hi; l++) {
+    int64_t base = line_base(j, l);
+    tfg_cpu_half_load_strided(j->dt, (const uint16_t *)j->x + base, j->inner, buf, j->len);
+    softmax_line_f32(buf, buf, j->len, 1, j->log);
+    tfg_cpu_half_store_strided(j->dt, buf, (uint16_t *)j->y + base, j->inner, j->len);
+  }
+}
+
+/* SOFTMAX, LOG_SOFTMAX along attrs.axis of x (any rank >= 1), f32/f64,
+ * and f16/bf16 computed in f32 a line at a time. */
 TFG_CPU_KERNEL(tfg_cpu_softmax) {
   const tfg_tensor *x = &in[0];
-  if (!tfg_cpu_is_float(x->dtype)) return tfg_cpu_unsupported(ctx, "softmax", x->dtype);
+  bool half = tfg_cpu_is_half(x->dtype);
+  if (!tfg_cpu_is_float(x->dtype) && !half) return tfg_cpu_unsupported(ctx, "softmax", x->dtype);
   TFG_ASSERT(out->dtype == x->dtype && tfg_shape_eq(&out->shape, &x->shape));
   int64_t axis = node->attrs.axis;
   TFG_ASSERT(axis >= 0 && axis < x->shape.rank);
   int64_t inner = 1;
   for (int d = (int)axis + 1; d < x->shape.rank; d++) inner *= x->shape.dim[d];
   softmax_job j = {.x = x->data, .y = out->data, .len = x->shape.dim[axis], .inner = inner,
-                   .log = node->op == TFG_OP_LOG_SOFTMAX};
+                   .log = node->op == TFG_OP_LOG_SOFTMAX, .dt = x->dtype};
   int64_t n = tfg_shape_numel(&x->shape);
   if (n == 0) return TFG_OK;
-  int64_t lines = n / j.len;
-  tfg_parallel_for(ctx->pool, lines, rows_grain(j.len),
-                   x->dtype == TFG_DTYPE_F32 ? softmax_f32 : softmax_f64, &j);
+  int64_t lines = n / j.len, grain = rows_grain(j.len);
+  if (half) {
+    j.scratch = malloc((size_t)(tfg_parallel_chunks(ctx->pool, lines, grain) * j.len) * sizeof(float));
+    if (!j.scratch) return tfg_kernel_fail(ctx, TFG_ERR_NOMEM, "out of host memory");
+  }
+  tfg_parallel_for(ctx->pool, lines, grain,
+                   half ? softmax_half : x->dtype == TFG_DTYPE_F32 ? softmax_f32 : softmax_f64, &j);
+  free(j.scratch);
   return TFG_OK;
 }
 
@@ -159,6 +186,7 @@ DEFINE_CE(double, f64, exp)
  * [0, C) is TFG_ERR_NUMERIC naming the row; N = 0 gives NaN (an empty
  * mean, as PyTorch). */
 TFG_CPU_KERNEL(tfg_cpu_cross_entropy) {
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_cross_entropy, 0);
   const tfg_tensor *x = &in[0], *lab = &in[1];
   (void)node;
   if (!tfg_cpu_is_float(x->dtype)) return tfg_cpu_unsupported(ctx, "cross_entropy", x->dtype);
@@ -204,6 +232,7 @@ DEFINE_MSE(double, f64)
 /* MSE: scalar mean of (a - b)^2 over all elements of two same-shape
  * f32/f64 tensors; NaN when they are empty. */
 TFG_CPU_KERNEL(tfg_cpu_mse) {
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_mse, 0);
   const tfg_tensor *a = &in[0], *b = &in[1];
   (void)node;
   if (!tfg_cpu_is_float(a->dtype)) return tfg_cpu_unsupported(ctx, "mse", a->dtype);
@@ -255,6 +284,7 @@ DEFINE_LN(double, f64)
  * normalizes each row of the last axis as torch.nn.functional.layer_norm
  * with eps = attrs.value. */
 TFG_CPU_KERNEL(tfg_cpu_layer_norm) {
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_layer_norm, 0);
   const tfg_tensor *x = &in[0], *g = &in[1], *b = &in[2];
   if (!tfg_cpu_is_float(x->dtype)) return tfg_cpu_unsupported(ctx, "layer_norm", x->dtype);
   TFG_ASSERT(g->dtype == x->dtype && b->dtype == x->dtype && out->dtype == x->dtype);
@@ -307,6 +337,7 @@ DEFINE_DROPOUT(double, f64)
  * the kept ones by 1 / (1 - rate); rate 1 gives zeros. A rate outside
  * [0, 1] is TFG_ERR_NUMERIC. */
 TFG_CPU_KERNEL(tfg_cpu_dropout) {
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_dropout, 0);
   const tfg_tensor *x = &in[0];
   if (!tfg_cpu_is_float(x->dtype)) return tfg_cpu_unsupported(ctx, "dropout", x->dtype);
   TFG_ASSERT(out->dtype == x->dtype && tfg_shape_eq(&out->shape, &x->shape));
@@ -348,13 +379,13 @@ static void gather_rows(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
            j->table + (size_t)tfg_cpu_id_at(j->ids, i) * j->row_bytes, j->row_bytes);
 }
 
-/* EMBEDDING: table [V, D] f32/f64, ids i32/i64 of any shape -> [..., D],
- * row v of the table for each id v. An id outside [0, V) is
+/* EMBEDDING: table [V, D] f32/f64/f16/bf16 (rows are copied as bytes),
+ * ids i32/i64 of any shape -> [..., D], row v of the table for each id v. An id outside [0, V) is
  * TFG_ERR_NUMERIC naming the id and its position. */
 TFG_CPU_KERNEL(tfg_cpu_embedding) {
   const tfg_tensor *table = &in[0], *ids = &in[1];
   (void)node;
-  if (!tfg_cpu_is_float(table->dtype))
+  if (!tfg_cpu_is_float(table->dtype) && !tfg_cpu_is_half(table->dtype))
     return tfg_cpu_unsupported(ctx, "embedding table", table->dtype);
   if (!tfg_dtype_is_int(ids->dtype)) return tfg_cpu_unsupported(ctx, "embedding ids", ids->dtype);
   TFG_ASSERT(table->shape.rank == 2 && out->dtype == table->dtype);
@@ -443,6 +474,7 @@ DEFINE_ACC(double, f64)
  * the op defines; f64 also accepted): the fraction of rows whose argmax
  * equals the label. N = 0 gives NaN. */
 TFG_CPU_KERNEL(tfg_cpu_accuracy) {
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_accuracy, 0);
   const tfg_tensor *x = &in[0], *lab = &in[1];
   (void)node;
   if (!tfg_cpu_is_float(x->dtype)) return tfg_cpu_unsupported(ctx, "accuracy", x->dtype);

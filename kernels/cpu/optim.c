@@ -30,6 +30,7 @@
 
 #include "base/assert.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/optim_math.h"
 
@@ -71,6 +72,7 @@ DEFINE_SGD(double, f64)
  * written (and may be absent) when momentum is 0. All f32 or all f64, one
  * element count. out is not touched. TFG_ERR_NUMERIC for a step < 1. */
 TFG_CPU_KERNEL(tfg_cpu_sgd_update) {
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_sgd_update, 0x5 /* the param and its momentum buffer */);
   (void)out;
   const tfg_attrs *a = &node->attrs;
   bool mom = a->opt.momentum != 0;
@@ -116,6 +118,7 @@ DEFINE_ADAM(double, f64)
  * All f32 or all f64, one element count. out is not touched.
  * TFG_ERR_NUMERIC for a step < 1 (the bias corrections would be 0). */
 TFG_CPU_KERNEL(tfg_cpu_adam_update) {
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_adam_update, 0xD /* the param, m and v */);
   (void)out;
   const tfg_attrs *a = &node->attrs;
   TFG_ASSERT(node->ninputs >= 4);

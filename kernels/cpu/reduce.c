@@ -19,14 +19,17 @@
  *
  * f32 and f64 sums accumulate in double (f32 data gains ~29 bits of
  * headroom, so a sum of a million f32 values is still correctly rounded
- * in practice); integer sums wrap in 64 bits and are then narrowed. MAX
+ * in practice), and so do f16 and bf16, widened a block at a time to f32
+ * (DEF_HALF below); integer sums wrap in 64 bits and are then narrowed. MAX
  * propagates NaN, as PyTorch does. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cast_math.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/index_math.h"
 
@@ -146,24 +149,70 @@ DEF_STORE(f64, double, d)
 DEF_STORE(i32, int32_t, i)
 DEF_STORE(i64, int64_t, i)
 
+/* f16 and bf16 (kernels/cpu/half.c): each run of input is widened a
+ * block at a time into an f32 scratch and handed to the f32 loop, which
+ * accumulates in double as for f32 data (exact widening, so a block
+ * boundary changes nothing but the fixed association); the stored result
+ * is rounded once, from the double, to the 16-bit format. */
+enum { HALF_BLOCK = 256 };
+
+/* Runs the f32 loop f over x[0..n) of dtype dt a block at a time: a
+ * contig loop folds every block into *a (fresh only for the first), a
+ * rows loop gets block b's accumulators a[b..]. */
+static void half_blocks(tfg_dtype dt, const void *x, int64_t n, acc *a, bool first, bool rows,
+                        void (*f)(const void *, int64_t, acc *, bool)) {
+  float buf[HALF_BLOCK];
+  for (int64_t i = 0; i < n; i += HALF_BLOCK) {
+    int64_t m = n - i < HALF_BLOCK ? n - i : HALF_BLOCK;
+    tfg_cpu_half_load(dt, (const uint16_t *)x + i, buf, m);
+    f(buf, m, rows ? a + i : a, rows ? first : first && i == 0);
+  }
+}
+
+#define DEF_HALF(SUF, DT, F64_TO_HALF)                                                  \
+  static void contig_sum_##SUF(const void *x, int64_t n, acc *a, bool first) {          \
+    half_blocks(DT, x, n, a, first, false, contig_sum_f32);                             \
+  }                                                                                     \
+  static void contig_max_##SUF(const void *x, int64_t n, acc *a, bool first) {          \
+    half_blocks(DT, x, n, a, first, false, contig_max_f32);                             \
+  }                                                                                     \
+  static void rows_sum_##SUF(const void *x, int64_t n, acc *a, bool first) {            \
+    half_blocks(DT, x, n, a, first, true, rows_sum_f32);                                \
+  }                                                                                     \
+  static void rows_max_##SUF(const void *x, int64_t n, acc *a, bool first) {            \
+    half_blocks(DT, x, n, a, first, true, rows_max_f32);                                \
+  }                                                                                     \
+  static void store_##SUF(const acc *a, int64_t n, void *yv, bool mean, double count) { \
+    uint16_t *y = yv;                                                                   \
+    for (int64_t j = 0; j < n; j++) y[j] = F64_TO_HALF(mean ? a[j].d / count : a[j].d); \
+  }
+DEF_HALF(f16, TFG_DTYPE_F16, tfg_cast_f64_to_f16)
+DEF_HALF(bf16, TFG_DTYPE_BF16, tfg_cast_f64_to_bf16)
+#define combine_sum_f16 combine_sum_f32
+#define combine_sum_bf16 combine_sum_f32
+#define combine_max_f16 combine_max_f32
+#define combine_max_bf16 combine_max_f32
+
 #define REDUCER(KIND, SUF) {contig_##KIND##_##SUF, rows_##KIND##_##SUF, combine_##KIND##_##SUF, store_##SUF}
 
 /* The reducer for op on dt, or NULL when unsupported. */
 static const reducer *reducer_for(tfg_op_id op, tfg_dtype dt) {
-  static const reducer sum[] = {REDUCER(sum, f32), REDUCER(sum, f64), REDUCER(sum, i32),
-                                REDUCER(sum, i64)};
-  static const reducer max[] = {REDUCER(max, f32), REDUCER(max, f64), REDUCER(max, i32),
-                                REDUCER(max, i64)};
+  static const reducer sum[] = {REDUCER(sum, f32), REDUCER(sum, f64), REDUCER(sum, f16),
+                                REDUCER(sum, bf16), REDUCER(sum, i32), REDUCER(sum, i64)};
+  static const reducer max[] = {REDUCER(max, f32), REDUCER(max, f64), REDUCER(max, f16),
+                                REDUCER(max, bf16), REDUCER(max, i32), REDUCER(max, i64)};
   int k;
   switch (dt) {
   case TFG_DTYPE_F32: k = 0; break;
   case TFG_DTYPE_F64: k = 1; break;
-  case TFG_DTYPE_I32: k = 2; break;
-  case TFG_DTYPE_I64: k = 3; break;
+  case TFG_DTYPE_F16: k = 2; break;
+  case TFG_DTYPE_BF16: k = 3; break;
+  case TFG_DTYPE_I32: k = 4; break;
+  case TFG_DTYPE_I64: k = 5; break;
   default: return NULL;
   }
   if (op == TFG_OP_MAX) return &max[k];
-  if (op == TFG_OP_SUM || (op == TFG_OP_MEAN && k < 2)) return &sum[k];
+  if (op == TFG_OP_SUM || (op == TFG_OP_MEAN && k < 4)) return &sum[k];
   return NULL;
 }
 
@@ -243,7 +292,7 @@ static void block_chunk(void *arg, int64_t lo, int64_t hi, int64_t k) {
 
 /* SUM, MEAN, MAX of in[0] over the input axes set in attrs.axes; out has
  * the reduced shape (with or without keepdims: the element order is the
- * same). f32/f64 for all three, i32/i64 for SUM and MAX. A MEAN over no
+ * same). f32/f64/f16/bf16 for all three, i32/i64 for SUM and MAX. A MEAN over no
  * elements is NaN and a SUM 0; a MAX over no elements is an error. */
 TFG_CPU_KERNEL(tfg_cpu_reduce) {
   const tfg_tensor *x = &in[0];
@@ -389,6 +438,7 @@ static void argmax_chunk(void *arg, int64_t lo, int64_t hi, int64_t k) {
 /* The index (i32) of the first maximum of in[0] along attrs.axis; out has
  * the input's shape without that axis. f32 f64 i32 i64. */
 TFG_CPU_KERNEL(tfg_cpu_argmax) {
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_argmax, 0);
   const tfg_tensor *x = &in[0];
   tfg_dtype dt = x->dtype;
   if (dt != TFG_DTYPE_F32 && dt != TFG_DTYPE_F64 && dt != TFG_DTYPE_I32 && dt != TFG_DTYPE_I64)

@@ -163,12 +163,35 @@ START_TEST(no_gradient_through_argmax) {
 }
 END_TEST
 
+/* A train whose loss reaches its params only through argmax trains
+ * nothing: the step has no params, and a warning at the train statement
+ * names where the gradient stopped (issue 13.8); a loss that trains gets
+ * no warning. */
+START_TEST(untrained_loss_warns) {
+  const char *text = "param w: f32[3, 4] = normal()\nx = ones([2, 3])\nlogits = matmul(x, w)\n"
+                     "train mean(cast(argmax(logits), f32)) { optimizer = sgd(lr = 0.1); steps = 1 }\n";
+  built b;
+  ck_assert_int_eq(program_build(&b, text, &(build_opts){.steps = 1}), TFG_OK);
+  ck_assert_int_eq(b.steps[0].nparams, 0);
+  ck_assert_msg(strstr(b.errs, "t.tfg:4:1: warning: no gradient flows to any param") != NULL, "got\n%s", b.errs);
+  ck_assert_msg(strstr(b.errs, "t.tfg:4:17: note: the gradient stops at argmax: its i32 result carries none") != NULL,
+                "got\n%s", b.errs);
+  program_free(&b);
+  text = "param w: f32[3, 4] = normal()\nx = ones([2, 3])\ntrain mean(matmul(x, w)) { optimizer = sgd(lr = 0.1); steps = 1 }\n";
+  ck_assert_int_eq(program_build(&b, text, &(build_opts){.steps = 1}), TFG_OK);
+  ck_assert_int_eq(b.steps[0].nparams, 1);
+  ck_assert_str_eq(b.errs, "");
+  program_free(&b);
+}
+END_TEST
+
 Suite *suite_autodiff(void) {
   Suite *s = suite_create("autodiff");
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, gradient_matches_finite_differences, 0, (int)(sizeof cases / sizeof cases[0]));
   tcase_add_test(tc, no_gradient_through_argmax);
+  tcase_add_test(tc, untrained_loss_warns);
   suite_add_tcase(s, tc);
   return s;
 }

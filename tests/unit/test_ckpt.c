@@ -615,10 +615,223 @@ START_TEST(io_errors) {
   free(ls);
 
   /* Loading: a folder, a missing file. */
-  expect_load_error(p, TFG_ERR_IO, "cannot read checkpoint", strerror(EISDIR));
+  expect_load_error(p, TFG_ERR_IO, "cannot open checkpoint", strerror(EISDIR));
   rmdir(p);
   snprintf(p, sizeof p, "%s/nope.safetensors", dir);
   expect_load_error(p, TFG_ERR_IO, "cannot open checkpoint", strerror(ENOENT));
+}
+END_TEST
+
+/* ---- resuming a run: tfg_ckpt_match ----------------------------------- */
+
+/* The run being resumed: two params and Adam's two slots for each. */
+enum { RUN_PARAMS = 2, RUN_N = 6 };
+static const char *const run_names[RUN_N] = {"h.w", "h.b", "h.w:exp_avg", "h.w:exp_avg_sq",
+                                             "h.b:exp_avg", "h.b:exp_avg_sq"};
+static float run_data[6];
+
+static tfg_ckpt_entry run_entry(const char *name) {
+  bool w = strncmp(name, "h.w", 3) == 0;
+  return (tfg_ckpt_entry){name, TFG_DTYPE_F32, w ? shape2(2, 3) : shape1(3), run_data};
+}
+
+/* Saves the named tensors (shaped as the run's, or [1] for names it does
+ * not have) with metadata "KEY=VALUE" strings, and loads the file back. */
+static tfg_ckpt *resume_file(const char *const *names, int n, const char *const *meta, int nmeta) {
+  tfg_ckpt_entry e[16];
+  tfg_ckpt_meta m[4];
+  char kv[4][64];
+  for (int i = 0; i < n; i++) {
+    e[i] = run_entry(names[i]);
+    bool known = false;
+    for (int k = 0; k < RUN_N; k++) known = known || !strcmp(names[i], run_names[k]);
+    if (!known) e[i].shape = shape1(1);
+  }
+  for (int i = 0; i < nmeta; i++) {
+    snprintf(kv[i], sizeof kv[i], "%s", meta[i]);
+    char *eq = strchr(kv[i], '=');
+    *eq = '\0';
+    m[i] = (tfg_ckpt_meta){kv[i], eq + 1};
+  }
+  const char *p = scratch_path("resume.safetensors");
+  expect_no_errors(tfg_ckpt_save(D, &L, p, e, n, m, nmeta));
+  return load_ok(p);
+}
+
+/* Matches c against the run (nparams params, then n - nparams state). */
+static tfg_status match(const tfg_ckpt *c, int n, const char *optimizer, int *at, int64_t *step) {
+  tfg_ckpt_entry want[RUN_N];
+  for (int i = 0; i < n; i++) want[i] = run_entry(run_names[i]);
+  return tfg_ckpt_match(D, &L, "resume.safetensors", c, want, n, RUN_PARAMS, optimizer, at, step);
+}
+
+/* What restores and what starts fresh. */
+START_TEST(resume_restores_or_starts_fresh) {
+  int at[RUN_N];
+  int64_t step = -1;
+  /* Everything, as tfg wrote it: all restored, at the file's step. */
+  static const char *const meta[] = {"step=7", "optimizer=adam", "format=tfg 0.1.0"};
+  tfg_ckpt *c = resume_file(run_names, RUN_N, meta, 3);
+  expect_no_errors(match(c, RUN_N, "adam", at, &step));
+  for (int i = 0; i < RUN_N; i++) ck_assert_str_eq(tfg_ckpt_entry_at(c, at[i])->name, run_names[i]);
+  ck_assert_int_eq(step, 7);
+  tfg_ckpt_free(c);
+
+  /* Params only (from PyTorch, say): the state starts fresh, at step 0. */
+  c = resume_file(run_names, RUN_PARAMS, meta, 1);
+  expect_no_errors(match(c, RUN_N, "adam", at, &step));
+  ck_assert_int_ge(at[0], 0);
+  ck_assert_int_ge(at[1], 0);
+  for (int i = RUN_PARAMS; i < RUN_N; i++) ck_assert_int_eq(at[i], -1);
+  ck_assert_int_eq(step, 0);
+  tfg_ckpt_free(c);
+
+  /* Another optimizer's state is not used as ours: a warning, our state
+   * starts fresh at step 0, the params are restored. */
+  static const char *const sgd_names[] = {"h.w", "h.b", "h.w:momentum_buffer", "h.b:momentum_buffer"};
+  static const char *const sgd_meta[] = {"step=20", "optimizer=sgd"};
+  c = resume_file(sgd_names, 4, sgd_meta, 2);
+  expect_no_errors(match(c, RUN_N, "adam", at, &step));
+  ck_assert_int_ge(at[0], 0);
+  for (int i = RUN_PARAMS; i < RUN_N; i++) ck_assert_int_eq(at[i], -1);
+  ck_assert_int_eq(step, 0);
+  char *out = render();
+  ck_assert_msg(strstr(out, "prog.tfg:1:14: warning: checkpoint resume.safetensors was saved by optimizer sgd, "
+                            "not this run's adam: its params are restored, its optimizer state is not"),
+                "%s", out);
+  free(out);
+  tfg_diag_clear(D);
+  /* The same file into adam's state slots named alike is still refused
+   * as adam's: adamw's moments are not adam's. */
+  static const char *const adamw_meta[] = {"step=20", "optimizer=adamw"};
+  tfg_ckpt_free(c);
+  c = resume_file(run_names, RUN_N, adamw_meta, 2);
+  expect_no_errors(match(c, RUN_N, "adam", at, &step));
+  for (int i = RUN_PARAMS; i < RUN_N; i++) ck_assert_int_eq(at[i], -1);
+  tfg_diag_clear(D);
+  tfg_ckpt_free(c);
+
+  /* A run without state (plain SGD) from a params-only file of its own. */
+  static const char *const plain_meta[] = {"step=3", "optimizer=sgd"};
+  c = resume_file(run_names, RUN_PARAMS, plain_meta, 2);
+  expect_no_errors(match(c, RUN_PARAMS, "sgd", at, &step));
+  ck_assert_int_eq(step, 3);
+  tfg_ckpt_free(c);
+}
+END_TEST
+
+/* What is refused, each with one error naming the key. */
+START_TEST(resume_refusals) {
+  int at[RUN_N];
+  int64_t step;
+  static const char *const meta[] = {"optimizer=adam"};
+  /* Part of the state: only a file with none of it starts it fresh (it
+   * was restored as "optimizer state fresh, step 0"). */
+  static const char *const partial[] = {"h.w", "h.b", "h.w:exp_avg", "h.w:exp_avg_sq", "h.b:exp_avg_sq"};
+  tfg_ckpt *c = resume_file(partial, 5, meta, 1);
+  expect_error(match(c, RUN_N, "adam", at, &step), TFG_ERR_DATA,
+               "checkpoint resume.safetensors has no tensor 'h.b:exp_avg' for the optimizer state", NULL,
+               "it holds 3 of the 4 optimizer state tensors");
+  tfg_ckpt_free(c);
+
+  /* Keys the run does not have (they were ignored). */
+  const char *names[RUN_N + 1];
+  for (int i = 0; i < RUN_N; i++) names[i] = run_names[i];
+  names[RUN_N] = "h.w:bogus_slot";
+  c = resume_file(names, RUN_N + 1, meta, 1);
+  expect_error(match(c, RUN_N, "adam", at, &step), TFG_ERR_DATA, "has tensor 'h.w:bogus_slot', optimizer state that this run's adam does not keep",
+               NULL, NULL);
+  tfg_ckpt_free(c);
+  names[RUN_N] = "bogus.b";
+  c = resume_file(names, RUN_N + 1, meta, 1);
+  expect_error(match(c, RUN_N, "adam", at, &step), TFG_ERR_DATA,
+               "has tensor 'bogus.b', which is neither a param of this program nor its optimizer state", NULL, NULL);
+  tfg_ckpt_free(c);
+  /* ... also beside another optimizer's state, which alone is skipped. */
+  static const char *const sgd_names[] = {"h.w", "h.b", "h.w:momentum_buffer", "bogus:momentum_buffer"};
+  static const char *const sgd_meta[] = {"optimizer=sgd"};
+  c = resume_file(sgd_names, 4, sgd_meta, 1);
+  expect_error(match(c, RUN_N, "adam", at, &step), TFG_ERR_DATA, "has tensor 'bogus:momentum_buffer', which is neither",
+               NULL, NULL);
+  tfg_ckpt_free(c);
+  /* State of the same optimizer that this run does not keep. */
+  c = resume_file(run_names, RUN_N, (const char *const[]){"optimizer=sgd"}, 1);
+  expect_error(match(c, RUN_PARAMS, "sgd", at, &step), TFG_ERR_DATA,
+               "has tensor 'h.w:exp_avg', optimizer state that this run's sgd does not keep", NULL, NULL);
+  tfg_ckpt_free(c);
+
+  /* A param missing, or of another shape. */
+  c = resume_file(run_names + 1, RUN_N - 1, meta, 1);
+  expect_error(match(c, RUN_N, "adam", at, &step), TFG_ERR_DATA, "has no tensor 'h.w' for the param of that name",
+               NULL, NULL);
+  tfg_ckpt_free(c);
+  tfg_ckpt_entry e[RUN_N];
+  for (int i = 0; i < RUN_N; i++) e[i] = run_entry(run_names[i]);
+  e[0].shape = shape2(3, 2);
+  const char *p = scratch_path("resume.safetensors");
+  expect_no_errors(tfg_ckpt_save(D, &L, p, e, RUN_N, NULL, 0));
+  c = load_ok(p);
+  expect_error(match(c, RUN_N, "adam", at, &step), TFG_ERR_DATA, "'h.w' is f32[3,2] but the program's is f32[2,3]",
+               NULL, NULL);
+  tfg_ckpt_free(c);
+
+  /* Steps that are not a step: each says what is wrong (-5 was "not a
+   * number"). */
+  static const struct {
+    const char *meta, *why;
+  } steps[] = {
+      {"step=-5", "its step '-5' is negative"},
+      {"step=abc", "its step 'abc' is not a whole number"},
+      {"step=", "its step '' is not a whole number"},
+      {"step= 5", "its step ' 5' is not a whole number"},
+      {"step=99999999999999999999", "is out of range (the largest step is 2^63 - 1)"},
+  };
+  for (size_t k = 0; k < sizeof steps / sizeof *steps; k++) {
+    c = resume_file(run_names, RUN_N, (const char *const[]){"optimizer=adam", steps[k].meta}, 2);
+    expect_error(match(c, RUN_N, "adam", at, &step), TFG_ERR_DATA, "checkpoint resume.safetensors: ",
+                 steps[k].why, NULL);
+    tfg_ckpt_free(c);
+  }
+  c = resume_file(run_names, RUN_N, (const char *const[]){"optimizer=adam", "step=-0"}, 2);
+  expect_no_errors(match(c, RUN_N, "adam", at, &step));
+  ck_assert_int_eq(step, 0);
+  tfg_ckpt_free(c);
+}
+END_TEST
+
+/* A save removes the temporaries that killed writers left beside the
+ * same checkpoint (pid not alive), and nothing else: not a live
+ * process's, not another checkpoint's, not other names. */
+START_TEST(stale_temps_removed) {
+  char dir[128], p[192], f[256];
+  snprintf(dir, sizeof dir, "%s/stale", scratch_dir);
+  ck_assert_int_eq(mkdir(dir, 0755), 0);
+  pid_t dead = fork();
+  ck_assert_int_ge(dead, 0);
+  if (dead == 0) _exit(0);
+  ck_assert_int_eq(waitpid(dead, NULL, 0), dead);
+  long live = (long)getppid();
+  const char *names[] = {"m.safetensors.tmp.%ld", "m.safetensors.tmp.%ld", "other.safetensors.tmp.%ld",
+                         "m.safetensors.tmp.%ld.1", "m.safetensors.tmp.x%ld"};
+  long pids[] = {(long)dead, live, (long)dead, (long)dead, (long)dead};
+  for (int i = 0; i < 5; i++) {
+    char name[96];
+    snprintf(name, sizeof name, names[i], pids[i]);
+    snprintf(f, sizeof f, "%s/%s", dir, name);
+    fclose(fopen(f, "w"));
+  }
+  snprintf(p, sizeof p, "%s/m.safetensors", dir);
+  float x = 1;
+  tfg_ckpt_entry e[] = {{"x", TFG_DTYPE_F32, shape0(), &x}};
+  expect_no_errors(tfg_ckpt_save(D, &L, p, e, 1, NULL, 0));
+  char want[512];
+  snprintf(want, sizeof want,
+           "m.safetensors\nm.safetensors.tmp.%ld\nm.safetensors.tmp.%ld.1\nm.safetensors.tmp.x%ld\n"
+           "other.safetensors.tmp.%ld\n",
+           live, (long)dead, (long)dead, (long)dead);
+  char *ls = list_dir(dir);
+  ck_assert_str_eq(ls, want);
+  free(ls);
 }
 END_TEST
 
@@ -695,9 +908,10 @@ static void sleep_ms(int ms) {
  * changes the file. After each kill:
  *   - the target loads without error and is exactly version A or B;
  *   - the folder holds the target and at most one other file, the killed
- *     child's own temporary "<target>.tmp.<its pid>" (which we remove, as
- *     the next save by that pid would; no other process's temporary and
- *     nothing else may appear);
+ *     child's own temporary "<target>.tmp.<its pid>", or the one before's
+ *     when the kill came before the child's first save began: a save
+ *     removes the temporaries of dead writers before making its own, so
+ *     no older temporary and nothing else may appear;
  *   - across the rounds the target changes version (saves completed and
  *     renames happened under the kills, not just aborted writes).
  * Ten rounds of five kills: about 7 s on a local disk (each load reads
@@ -715,6 +929,7 @@ START_TEST(atomic_under_kill9) {
    * (alternate rounds) after it reports a completed save. */
   static const int start_ms[] = {1, 5, 20, 50, -1};
   int changes = 0, completed = 0;
+  pid_t prev = 0; /* the child killed before this one */
   for (int round = 0; round < 10; round++) {
     for (size_t k = 0; k < sizeof start_ms / sizeof *start_ms; k++) {
       bool after_save = start_ms[k] < 0;
@@ -748,18 +963,15 @@ START_TEST(atomic_under_kill9) {
       ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
                     "the saving child ended by itself (status 0x%x)", (unsigned)status);
 
-      char tmpname[64];
-      snprintf(tmpname, sizeof tmpname, "m.safetensors.tmp.%ld", (long)pid);
       char *ls = list_dir(dir);
-      char with_tmp[128];
-      snprintf(with_tmp, sizeof with_tmp, "m.safetensors\n%s\n", tmpname);
-      ck_assert_msg(!strcmp(ls, "m.safetensors\n") || !strcmp(ls, with_tmp),
+      char with_tmp[128], with_prev[128];
+      snprintf(with_tmp, sizeof with_tmp, "m.safetensors\nm.safetensors.tmp.%ld\n", (long)pid);
+      snprintf(with_prev, sizeof with_prev, "m.safetensors\nm.safetensors.tmp.%ld\n", (long)prev);
+      ck_assert_msg(!strcmp(ls, "m.safetensors\n") || !strcmp(ls, with_tmp) || !strcmp(ls, with_prev),
                     "round %d, kill %zu: the folder holds:\n%s", round, k, ls);
       free(ls);
-      char tmppath[256];
-      snprintf(tmppath, sizeof tmppath, "%s/%s", dir, tmpname);
-      unlink(tmppath);
 
+      prev = pid;
       int v = loaded_version(target);
       changes += v != current;
       current = v;
@@ -790,6 +1002,9 @@ Suite *suite_ckpt(void) {
   tcase_add_test(tc, malformed_lengths);
   tcase_add_test(tc, malformed_names_are_shown_safely);
   tcase_add_test(tc, io_errors);
+  tcase_add_test(tc, resume_restores_or_starts_fresh);
+  tcase_add_test(tc, resume_refusals);
+  tcase_add_test(tc, stale_temps_removed);
   suite_add_tcase(s, tc);
 
   /* Alone in its case, so CK_RUN_CASE=atomic runs just it. */

@@ -216,6 +216,32 @@ START_TEST(reduce_peer_values) {
 }
 END_TEST
 
+/* f16 and bf16: widened, added (and scaled) in f32, rounded once to
+ * nearest even. Hand-computed: f16 1 + 2^-11 is a tie between 1 and
+ * 1 + 2^-10 and rounds to the even 1; 1 + 3 * 2^-11, a tie between
+ * 1 + 2^-10 and 1 + 2^-9, to the even
+ * 1 + 2^-9. bf16 (8 significant bits): 256 + 1 rounds to the even 256,
+ * 256 + 3 to the even 260. 0x3c00 is f16 1.0, 0x1000 f16 2^-11, 0x3f80 bf16 1.0. */
+START_TEST(reduce_peer_half) {
+  ranks k;
+  ranks_init(&k, 2);
+  tfg_backend *a = k.b[0], *b = k.b[1];
+  uint16_t hd[3] = {0x3c00, 0x3c00, 0x4000 /* 2 */}, hs[3] = {0x1000 /* 2^-11 */, 0x1600 /* 3 * 2^-11 */,
+                                                                0x4200 /* 3 */};
+  a->i.reduce_peer(a, k.s[0], hd, b, hs, 2, TFG_DTYPE_F16, 1.0);
+  a->i.reduce_peer(a, k.s[0], hd + 2, b, hs + 2, 1, TFG_DTYPE_F16, 0.5); /* (2 + 3) / 2 */
+  uint16_t bd[2] = {0x4380 /* 256 */, 0x4380}, bs[2] = {0x3f80 /* 1 */, 0x4040 /* 3 */};
+  a->i.reduce_peer(a, k.s[0], bd, b, bs, 2, TFG_DTYPE_BF16, 1.0);
+  sync_all_ok(&k);
+  ck_assert_uint_eq(hd[0], 0x3c00); /* 1 */
+  ck_assert_uint_eq(hd[1], 0x3c02); /* 1 + 2^-9 */
+  ck_assert_uint_eq(hd[2], 0x4100); /* 2.5 */
+  ck_assert_uint_eq(bd[0], 0x4380); /* 256 */
+  ck_assert_uint_eq(bd[1], 0x4382); /* 260 */
+  ranks_free(&k);
+}
+END_TEST
+
 START_TEST(reduce_peer_unsupported_dtype) {
   ranks k;
   ranks_init(&k, 2);
@@ -411,6 +437,7 @@ Suite *suite_collective(void) {
   Suite *s = suite_create("collective");
   TCase *prim = tcase_create("reduce_peer");
   tcase_add_test(prim, reduce_peer_values);
+  tcase_add_test(prim, reduce_peer_half);
   tcase_add_test(prim, reduce_peer_unsupported_dtype);
   tcase_add_test(prim, kernel_is_the_cpu_kernel);
   suite_add_tcase(s, prim);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -349,6 +350,127 @@ START_TEST(csv_errors) {
   ck_assert_msg(strstr(out, "bad.csv.gz': ") && !strstr(out, "<fd:"), "%s", out);
   free(out);
   tfg_diag_clear(D);
+}
+END_TEST
+
+/* ---- what readers refuse: files that are not regular, bytes shown ------- */
+
+/* A FIFO would block the reader until a writer came (forever, in a
+ * script): every reader refuses it, and any other file that is not a
+ * regular one, by name and at once. */
+START_TEST(not_regular_files) {
+  const char *fifo = scratch_path("pipe.csv");
+  ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+  tfg_dataset *ds = NULL;
+  tfg_status st = tfg_data_csv(D, &L, fifo, -1, false, NULL, &ds);
+  expect_fail(st, ds, TFG_ERR_IO, "cannot open '", "pipe.csv': it is a FIFO (named pipe), not a regular file");
+  const char *names[] = {"x"}, *paths[] = {fifo};
+  st = tfg_data_npy(D, &L, 1, names, paths, NULL, &ds);
+  expect_fail(st, ds, TFG_ERR_IO, "pipe.csv': it is a FIFO", NULL);
+  st = tfg_data_idx(D, &L, fifo, NULL, NULL, &ds);
+  expect_fail(st, ds, TFG_ERR_IO, "pipe.csv': it is a FIFO", NULL);
+  tfg_data_type t;
+  tfg_shape sh;
+  void *data = NULL;
+  ck_assert_int_eq(tfg_data_npy_read(D, &L, fifo, &t, &sh, &data), TFG_ERR_IO);
+  ck_assert_ptr_null(data);
+  expect_fail(TFG_ERR_IO, NULL, TFG_ERR_IO, "pipe.csv': it is a FIFO", NULL);
+  st = tfg_data_csv(D, &L, "/dev/null", -1, false, NULL, &ds);
+  expect_fail(st, ds, TFG_ERR_IO, "'/dev/null': it is a character device, not a regular file", NULL);
+}
+END_TEST
+
+/* A field's bytes are shown escaped: "2\0" is not mistaken for "2", and
+ * control bytes or broken UTF-8 cannot garble the terminal. */
+START_TEST(csv_field_bytes_shown) {
+  tfg_dataset *ds = NULL;
+  const char *p = scratch_write("nul.csv", "1,2\0,3\n", 7);
+  tfg_status st = tfg_data_csv(D, &L, p, -1, false, NULL, &ds);
+  expect_fail(st, ds, TFG_ERR_IO, "nul.csv:1: column 2: '2\\0' is not a number", NULL);
+  p = write_text("ctl.csv", "1,\x1b[2J\xff\\,3\n");
+  st = tfg_data_csv(D, &L, p, -1, false, NULL, &ds);
+  expect_fail(st, ds, TFG_ERR_IO, "column 2: '\\x1b[2J\\xff\\\\' is not a number", NULL);
+  p = write_text("bidi.csv", "1,\xe2\x80\xae" "5\n"); /* U+202E reverses what follows */
+  st = tfg_data_csv(D, &L, p, INT32_MIN, false, NULL, &ds);
+  expect_fail(st, ds, TFG_ERR_IO, "column 2: '\\u202e5' is not a number", NULL);
+  /* Cut at 40 bytes, never inside a character: 39 x and a 2-byte é. */
+  p = write_text("long.csv", "1,xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\xc3\xa9yz\n");
+  st = tfg_data_csv(D, &L, p, INT32_MIN, false, NULL, &ds);
+  expect_fail(st, ds, TFG_ERR_IO, "column 2: 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...' is not", NULL);
+}
+END_TEST
+
+/* ---- values out of a dtype's range, single arrays ------------------------ */
+
+/* An i64 value that i32 cannot hold is refused before it feeds anything,
+ * naming the file, its NumPy index and the value (it used to be clamped
+ * to 2147483647 without a word). */
+START_TEST(values_out_of_range) {
+  bytes b = {0};
+  npy_begin(&b, 1, npy_dict("<i8", "(4,)"));
+  put_le(&b, 0, 8);
+  put_le(&b, (uint64_t)INT32_MAX, 8);
+  put_le(&b, (uint64_t)((int64_t)1 << 40), 8);
+  put_le(&b, (uint64_t)INT32_MIN, 8);
+  const char *py = write_bytes("y.npy", &b, false);
+  npy_begin(&b, 1, npy_dict("<i8", "(3, 2)"));
+  for (int i = 0; i < 6; i++) put_le(&b, (uint64_t)(i == 3 ? (int64_t)INT32_MIN - 1 : i), 8);
+  const char *pz = write_bytes("z.npy", &b, false);
+  npy_begin(&b, 1, npy_dict("<f4", "(4, 1)"));
+  for (int i = 0; i < 4; i++) put_f32(&b, 1e30f);
+  const char *px = write_bytes("x.npy", &b, false);
+  const char *names[] = {"x", "y"}, *paths[] = {px, py};
+  tfg_dataset *ds = NULL;
+  EXPECT_OK(tfg_data_npy(D, &L, 2, names, paths, NULL, &ds), ds);
+  /* Each column names its own file (an npy dataset has one per column). */
+  ck_assert_str_eq(tfg_data_column_path(ds, 0), px);
+  ck_assert_str_eq(tfg_data_column_path(ds, 1), py);
+  ck_assert_int_eq(tfg_data_check_column(D, &L, ds, 1, TFG_DTYPE_I64), TFG_OK);
+  ck_assert_int_eq(tfg_data_check_column(D, &L, ds, 1, TFG_DTYPE_F32), TFG_OK);
+  ck_assert_int_eq(tfg_data_check_column(D, &L, ds, 0, TFG_DTYPE_F16), TFG_OK); /* floats round */
+  ck_assert_uint_eq(tfg_diag_error_count(D), 0);
+  ck_assert_int_eq(tfg_data_check_column(D, &L, ds, 1, TFG_DTYPE_I32), TFG_ERR_SHAPE);
+  expect_fail(TFG_ERR_SHAPE, NULL, TFG_ERR_SHAPE, "y.npy': the value at [2] is 1099511627776, out of range for i32",
+              "(-2147483648 to 2147483647)");
+  tfg_data_free(ds);
+  /* A whole array (--feed): the index of the first bad value, every axis. */
+  tfg_data_type t;
+  tfg_shape sh;
+  void *data = NULL;
+  ck_assert_int_eq(tfg_data_npy_read(D, &L, pz, &t, &sh, &data), TFG_OK);
+  ck_assert_int_eq(tfg_data_check_values(D, &L, pz, t, &sh, data, TFG_DTYPE_I32), TFG_ERR_SHAPE);
+  expect_fail(TFG_ERR_SHAPE, NULL, TFG_ERR_SHAPE, "z.npy': the value at [1, 1] is -2147483649", NULL);
+  free(data);
+}
+END_TEST
+
+/* tfg_data_npy_read takes any rank, a 0-d array (a scalar) included, which
+ * a dataset column refuses (it needs rows). */
+START_TEST(npy_read_any_rank) {
+  bytes b = {0};
+  npy_begin(&b, 1, npy_dict("<f8", "()"));
+  put_f64(&b, 2.5);
+  const char *p = write_bytes("s.npy", &b, false);
+  tfg_data_type t;
+  tfg_shape sh;
+  void *data = NULL;
+  ck_assert_int_eq(tfg_data_npy_read(D, &L, p, &t, &sh, &data), TFG_OK);
+  ck_assert_int_eq(t, TFG_DATA_F64);
+  ck_assert_int_eq(sh.rank, 0);
+  float f;
+  tfg_data_convert(t, data, TFG_DTYPE_F32, &f, 1);
+  ck_assert_float_eq(f, 2.5f);
+  free(data);
+  npy_begin(&b, 1, npy_dict("<f4", "(0, 3)"));
+  p = write_bytes("e.npy", &b, false);
+  ck_assert_int_eq(tfg_data_npy_read(D, &L, p, &t, &sh, &data), TFG_OK);
+  ck_assert_int_eq(sh.rank, 2);
+  ck_assert_int_eq(sh.dim[0], 0);
+  free(data);
+  tfg_dataset *ds = NULL;
+  const char *names[] = {"e"}, *paths[] = {p};
+  tfg_status st = tfg_data_npy(D, &L, 1, names, paths, NULL, &ds);
+  expect_fail(st, ds, TFG_ERR_IO, "e.npy' has no rows (shape[0] is 0)", NULL);
 }
 END_TEST
 
@@ -1035,6 +1157,10 @@ Suite *suite_data(void) {
   tcase_add_test(tc, csv_gz);
   tcase_add_test(tc, csv_lines_longer_than_any_buffer);
   tcase_add_test(tc, csv_errors);
+  tcase_add_test(tc, not_regular_files);
+  tcase_add_test(tc, csv_field_bytes_shown);
+  tcase_add_test(tc, values_out_of_range);
+  tcase_add_test(tc, npy_read_any_rank);
   tcase_add_test(tc, npy_every_dtype_and_version);
   tcase_add_test(tc, npy_header_variants_and_shapes);
   tcase_add_test(tc, npy_errors);

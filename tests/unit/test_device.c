@@ -361,7 +361,7 @@ START_TEST(default_no_gpus) {
   tfg_diag *d = tfg_diag_new();
   tfg_devices *ds = NULL;
   const char *notice = "unset";
-  ck_assert_int_eq(tfg_devices_default(d, 0, &ds, &notice), TFG_OK);
+  ck_assert_int_eq(tfg_devices_default(d, 0, NULL, &ds, &notice), TFG_OK);
   ck_assert_ptr_null(notice);
   ck_assert_int_eq(tfg_devices_count(ds), 1);
   ck_assert_int_eq(tfg_devices_gpus(ds), 0);
@@ -388,7 +388,7 @@ START_TEST(default_two_gpus) {
   tfg_diag *d = tfg_diag_new();
   tfg_devices *ds = NULL;
   const char *notice = NULL;
-  ck_assert_int_eq(tfg_devices_default(d, 2, &ds, &notice), TFG_OK);
+  ck_assert_int_eq(tfg_devices_default(d, 2, NULL, &ds, &notice), TFG_OK);
   assert_notice(notice, "gpu:0..gpu:1 are 2 host devices");
   ck_assert_ptr_nonnull(tfg_devices_no_gpu(ds));
   ck_assert_int_eq(tfg_devices_count(ds), 3);
@@ -403,15 +403,15 @@ START_TEST(default_two_gpus) {
   }
   tfg_devices_free(ds);
 
-  ck_assert_int_eq(tfg_devices_default(d, 1, &ds, &notice), TFG_OK);
+  ck_assert_int_eq(tfg_devices_default(d, 1, NULL, &ds, &notice), TFG_OK);
   assert_notice(notice, "gpu:0 is a host device");
   tfg_devices_free(ds);
-  ck_assert_int_eq(tfg_devices_default(d, 3, &ds, NULL), TFG_OK); /* notice optional */
+  ck_assert_int_eq(tfg_devices_default(d, 3, NULL, &ds, NULL), TFG_OK); /* notice optional */
   ck_assert_int_eq(tfg_devices_gpus(ds), 3);
   tfg_devices_free(ds);
   ck_assert_uint_eq(tfg_diag_error_count(d), 0);
 
-  ck_assert_int_eq(tfg_devices_default(d, 257, &ds, &notice), TFG_ERR_LIMIT);
+  ck_assert_int_eq(tfg_devices_default(d, 257, NULL, &ds, &notice), TFG_ERR_LIMIT);
   ck_assert_ptr_null(ds);
   ck_assert_ptr_null(notice);
   ck_assert_uint_eq(tfg_diag_error_count(d), 1);
@@ -553,6 +553,40 @@ START_TEST(every_bad_entry_reported) {
 }
 END_TEST
 
+/* ---- the --devices a run short of GPUs is told to use ---------------------- */
+
+static char *suggest(const tfg_gpu_info *gpus, int ngpus, int64_t want) {
+  tfg_strbuf b = {0};
+  tfg_devices_suggest_for(gpus, ngpus, want, &b);
+  return tfg_strbuf_take(&b);
+}
+
+/* CLI.md: with one GPU and a program naming more gpu:N, logical devices
+ * on that GPU come first; host devices are the alternative, and the only
+ * suggestion where there is no GPU. */
+START_TEST(suggest_devices) {
+  tfg_gpu_info h100 = {.name = "NVIDIA H100 80GB HBM3", .major = 9, .memory = 80 * GiB, .sms = 132};
+  tfg_gpu_info two[2] = {h100, h100};
+  char *s = suggest(NULL, 0, 2);
+  ck_assert_str_eq(s, "--devices host*2 (emulated on the CPU)");
+  free(s);
+  s = suggest(&h100, 1, 2);
+  ck_assert_str_eq(s, "--devices cuda:0*2 (2 logical devices sharing NVIDIA H100 80GB HBM3), or --devices host*2 "
+                      "(emulated on the CPU)");
+  free(s);
+  s = suggest(two, 2, 4);
+  ck_assert_str_eq(s, "--devices cuda:0*2,cuda:1*2 (2 logical devices on each of the 2 GPUs), or --devices host*4 "
+                      "(emulated on the CPU)");
+  free(s);
+  s = suggest(two, 2, 3);
+  ck_assert_str_eq(s, "--devices cuda:0*3 (3 logical devices sharing GPU 0), or --devices host*3 (emulated on the CPU)");
+  free(s);
+  s = suggest(two, 2, 2); /* --devices gave fewer than the machine has */
+  ck_assert_str_eq(s, "--devices cuda:0,cuda:1 (one logical device per GPU), or --devices host*2 (emulated on the CPU)");
+  free(s);
+}
+END_TEST
+
 Suite *suite_device(void) {
   Suite *s = suite_create("device");
   TCase *tc = tcase_create("core");
@@ -572,6 +606,7 @@ Suite *suite_device(void) {
   tcase_add_test(tc, describe_sim_only);
   tcase_add_test(tc, default_no_gpus);
   tcase_add_test(tc, default_two_gpus);
+  tcase_add_test(tc, suggest_devices);
   tcase_add_loop_test(tc, malformed_spec, 0, (int)(sizeof BAD / sizeof BAD[0]));
   tcase_add_test(tc, malformed_exact_text);
   tcase_add_test(tc, duplicate_cuda_note);

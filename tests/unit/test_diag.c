@@ -2,6 +2,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "lang/diag.h"
 #include "tests/unit/unit.h"
@@ -187,6 +189,70 @@ START_TEST(line_numbers_continue_across_sources) {
 }
 END_TEST
 
+/* A long name echoed in a message is cut to TFG_DIAG_WORD_MAX bytes and
+ * "..."; shorter names and other text are kept whole (issue 13). */
+START_TEST(long_names_cut_in_messages) {
+  tfg_diag *d = tfg_diag_new();
+  char name[200], want[200];
+  memset(name, 'a', sizeof name - 1);
+  name[sizeof name - 1] = '\0';
+  snprintf(want, sizeof want, "tfg: error: unknown name '%.*s...' or 'b_c'\n1 error\n", TFG_DIAG_WORD_MAX, name);
+  tfg_diag_error(d, NULL, "unknown name '%s' or 'b_c'", name);
+  char *out = render(d);
+  ck_assert_str_eq(out, want);
+  free(out);
+  tfg_diag_clear(d);
+  name[TFG_DIAG_WORD_MAX] = '\0'; /* exactly the limit: whole */
+  tfg_diag_note(d, NULL, "x");     /* (dropped: no error yet) */
+  tfg_diag_error(d, NULL, "%s", name);
+  out = render(d);
+  ck_assert_uint_eq(strlen(out), strlen("tfg: error: \n1 error\n") + TFG_DIAG_WORD_MAX);
+  free(out);
+  tfg_diag_free(d);
+}
+END_TEST
+
+/* An import is read without blocking and only from a regular file: a
+ * FIFO or a directory is a located error at once (issue 13). */
+START_TEST(load_file_refuses_what_is_not_a_file) {
+  char dir[] = "/tmp/tfg-diag-XXXXXX", fifo[64];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(fifo, sizeof fifo, "%s/f.tfg", dir);
+  ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+  tfg_diag *d = tfg_diag_new();
+  const tfg_source *s = tfg_diag_add_source(d, "m.tfg", "import \"f.tfg\"\n", 16);
+  tfg_loc at = tfg_source_loc(s, 0, 15);
+  ck_assert_ptr_null(tfg_diag_load_file(d, fifo, "f.tfg", &at, NULL));
+  ck_assert_ptr_null(tfg_diag_load_file(d, dir, "lib", &at, NULL));
+  char *out = render(d);
+  ck_assert_str_eq(out, "m.tfg:1:1: error: cannot open 'f.tfg': it is a FIFO (named pipe), not a regular file\n"
+                        " 1 | import \"f.tfg\"\n"
+                        "   | ^~~~~~~~~~~~~~\n"
+                        "m.tfg:1:1: error: cannot open 'lib': Is a directory\n"
+                        " 1 | import \"f.tfg\"\n"
+                        "   | ^~~~~~~~~~~~~~\n"
+                        "2 errors\n");
+  free(out);
+  /* A regular file reads, and two paths of it have one identity. */
+  char file[64], other[80];
+  snprintf(file, sizeof file, "%s/g.tfg", dir);
+  snprintf(other, sizeof other, "%s/./g.tfg", dir);
+  FILE *f = fopen(file, "w");
+  fputs("let a = 1\n", f);
+  fclose(f);
+  tfg_file_id id1, id2;
+  const tfg_source *g = tfg_diag_load_file(d, file, NULL, &at, &id1);
+  ck_assert_ptr_nonnull(g);
+  ck_assert_str_eq(g->text, "let a = 1\n");
+  ck_assert_ptr_nonnull(tfg_diag_load_file(d, other, NULL, &at, &id2));
+  ck_assert(id1.dev == id2.dev && id1.ino == id2.ino);
+  tfg_diag_free(d);
+  unlink(fifo);
+  unlink(file);
+  rmdir(dir);
+}
+END_TEST
+
 Suite *suite_diag(void) {
   Suite *s = suite_create("diag");
   TCase *tc = tcase_create("core");
@@ -200,6 +266,8 @@ Suite *suite_diag(void) {
   tcase_add_test(tc, render_is_incremental);
   tcase_add_test(tc, load_missing_file);
   tcase_add_test(tc, line_numbers_continue_across_sources);
+  tcase_add_test(tc, long_names_cut_in_messages);
+  tcase_add_test(tc, load_file_refuses_what_is_not_a_file);
   suite_add_tcase(s, tc);
   return s;
 }

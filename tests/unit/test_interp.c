@@ -130,8 +130,19 @@ START_TEST(build_time_arithmetic) {
 }
 END_TEST
 
+/* Each case, a program and a fragment of its messages, fails to build. */
+static void expect_errors(const char *const (*cases)[2], size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    built b;
+    build(&b, cases[i][0]);
+    ck_assert_msg(b.st != TFG_OK, "%s built", cases[i][0]);
+    ck_assert_msg(strstr(b.errs, cases[i][1]) != NULL, "%s:\n%s", cases[i][0], b.errs);
+    program_free(&b);
+  }
+}
+
 START_TEST(build_time_errors) {
-  const char *cases[][2] = {
+  static const char *const cases[][2] = {
       {"print 9223372036854775807 + 1", "integer overflow"},
       {"print 1 / 0", "division by zero"},
       {"print [1][3]", "index 3 is out of range for a list of 1"},
@@ -146,13 +157,7 @@ START_TEST(build_time_errors) {
       {"fn f() { return f() }\nprint f()", "nested more than 200 deep"},
       {"param w: f32[2.5]", "a dimension must be an integer, got 2.5"},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    built b;
-    build(&b, cases[i][0]);
-    ck_assert_msg(b.st != TFG_OK, "%s built", cases[i][0]);
-    ck_assert_msg(strstr(b.errs, cases[i][1]) != NULL, "%s:\n%s", cases[i][0], b.errs);
-    program_free(&b);
-  }
+  expect_errors(cases, sizeof cases / sizeof cases[0]);
 }
 END_TEST
 
@@ -458,6 +463,155 @@ START_TEST(statement_values_and_marks) {
 }
 END_TEST
 
+/* ---- issue 13: empty tensors, build budgets, imports ---- */
+
+/* Tensors with a zero dimension are refused where they are made; budgets
+ * stop runaway loops and recursion with a located error; an error in a
+ * default argument is reported with its call (and leaks nothing: run
+ * under ASan). */
+START_TEST(empty_tensors_and_budgets_refused) {
+  static const char *const cases[][2] = {
+      {"param w: f32[3, 0]", "a dimension must be at least 1, got 0"},
+      {"let n = 0\ninput x: f32[n]", "a dimension must be at least 1, got 0"},
+      {"print zeros([2, 0])", "zeros gives f32[2,0], an empty tensor"},
+      {"print tensor([])", "tensor gives f32[0], an empty tensor"},
+      {"print arange(5, 2)", "arange gives i32[0], an empty tensor"},
+      {"print slice(ones([3]), 0, 2, 2)", "slice gives f32[0], an empty tensor"},
+      {"for i in 0..20000000 { }", "this loop would run 20000000 iterations; one statement may run at most 10000000"},
+      {"for i in -9223372036854775807..9223372036854775807 { }", "this loop would run 18446744073709551614 iterations"},
+      {"fn f(x, act = four) { return x }\nlet y = f(1)", "unknown name 'four'"},
+      {"fn f(x, act = four) { return x }\nlet y = f(1)", "t.tfg:2:9: note: in this call of f"},
+  };
+  expect_errors(cases, sizeof cases / sizeof cases[0]);
+  /* A runaway recursion: each call site three times, then a count. */
+  built b;
+  build(&b, "fn f(n) { return f(n + 1) }\nlet y = f(1)");
+  int notes = 0;
+  for (const char *p = b.errs; (p = strstr(p, "note: in this call of f")); p++) notes++;
+  ck_assert_msg(notes == 4, "%d notes:\n%s", notes, b.errs); /* three inside, one at the top */
+  ck_assert_ptr_nonnull(strstr(b.errs, "note: ... 196 more calls of f from the same place\n"));
+  program_free(&b);
+}
+END_TEST
+
+/* Rebinding a name in a loop overwrites it (the scope does not grow per
+ * iteration), yet a failed statement still undoes what it rebound. */
+START_TEST(loop_rebinding_bounded_and_undone) {
+  session s;
+  session_open(&s);
+  tfg_value v;
+  ck_assert_int_eq(session_input(&s, "let a = 1", NULL), TFG_OK);
+  int32_t binds = tfg_interp_mark_now(s.I).binds;
+  ck_assert_int_eq(session_input(&s, "for i in 0..100000 {\n  a = i\n  let b = [i]\n}", NULL), TFG_OK);
+  /* One new binding each for a (rebound by this statement), i and b. */
+  ck_assert_int_eq(tfg_interp_mark_now(s.I).binds, binds + 3);
+  ck_assert_int_eq(session_input(&s, "a", &v), TFG_OK);
+  ck_assert_int_eq(v.u.i, 99999);
+  ck_assert_int_eq(session_input(&s, "for i in 0..3 { a = i }\nnope", NULL), TFG_ERR_NAME);
+  ck_assert_int_eq(session_input(&s, "a + i", &v), TFG_OK);
+  ck_assert_int_eq(v.u.i, 99999 + 99999);
+  /* Within one failing statement too. */
+  ck_assert_int_eq(session_input(&s, "for i in 0..3 { a = i; c = a }\n", NULL), TFG_OK);
+  ck_assert_int_eq(session_input(&s, "for j in 0..3 { a = j + 10 }\nprint nope", NULL), TFG_ERR_NAME);
+  ck_assert_int_eq(session_input(&s, "a * 100 + c", &v), TFG_OK);
+  ck_assert_int_eq(v.u.i, 202);
+  session_close(&s);
+}
+END_TEST
+
+/* Import problems are located program errors (exit 1): a missing file, a
+ * directory, a FIFO (at once, not blocking), a cycle named as a chain. */
+START_TEST(import_errors_located) {
+  char dir[] = "/tmp/tfg-imports-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char path[256], a[256], bpath[256], fifo[256];
+  snprintf(a, sizeof a, "%s/a.tfg", dir);
+  snprintf(bpath, sizeof bpath, "%s/b.tfg", dir);
+  snprintf(fifo, sizeof fifo, "%s/pipe.tfg", dir);
+  snprintf(path, sizeof path, "%s/main.tfg", dir);
+  FILE *f = fopen(a, "w");
+  fputs("import \"b.tfg\"\nlet x = 1\n", f);
+  fclose(f);
+  f = fopen(bpath, "w");
+  fputs("import \"./a.tfg\" as a\nlet y = a.x\n", f);
+  fclose(f);
+  ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+  const struct { const char *text; tfg_status st; const char *msg; } cases[] = {
+      {"import \"nope.tfg\"", TFG_ERR_DATA, "main.tfg:1:1: error: cannot find 'nope.tfg'"},
+      {"import \".\"", TFG_ERR_DATA, "/.': Is a directory"},
+      {"import \"pipe.tfg\"", TFG_ERR_DATA, "/pipe.tfg': it is a FIFO (named pipe), not a regular file"},
+      {"import \"a.tfg\"", TFG_ERR_NAME, "b.tfg:1:1: error: import cycle: a -> b -> a"},
+      {"import \"main.tfg\"", TFG_ERR_NAME, "error: import cycle: main -> main"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    f = fopen(path, "w");
+    fputs(cases[i].text, f);
+    fclose(f);
+    built b;
+    build_named(&b, path, cases[i].text, NULL, 0);
+    ck_assert_msg(b.st == cases[i].st, "%s: status %d\n%s", cases[i].text, b.st, b.errs);
+    ck_assert_msg(strstr(b.errs, cases[i].msg) != NULL, "%s:\n%s", cases[i].text, b.errs);
+    program_free(&b);
+  }
+  unlink(a);
+  unlink(bpath);
+  unlink(fifo);
+  unlink(path);
+  rmdir(dir);
+}
+END_TEST
+
+/* A train block's settings are checked where written and stored in the
+ * form the later stages read (issue 13): counts as integers, optimizer
+ * arguments as floats, a bare constructor as its call. */
+START_TEST(train_settings_decoded) {
+  built b;
+  build(&b, "param w: f32[2, 2] = glorot()\nx = ones([3, 2])\nloss = mean(matmul(x, w))\n"
+            "train loss { optimizer = adam; steps = 3.0; strategy = single; seed = 2 }\n"
+            "print w\ntrain loss { optimizer = sgd(lr = 1, momentum = 0); steps = 1 }");
+  ck_assert_msg(b.st == TFG_OK, "%s", b.errs);
+  const tfg_action *a = &tfg_interp_program(b.I)->actions[0];
+  ck_assert_int_eq(a->settings[1].value.kind, TFG_V_INT);
+  ck_assert_int_eq(a->settings[1].value.u.i, 3);
+  ck_assert_int_eq(a->settings[0].value.kind, TFG_V_RECORD);
+  ck_assert_str_eq(a->settings[0].value.u.record->name, "adam");
+  ck_assert_int_eq(a->settings[0].value.u.record->args[0].kind, TFG_V_FLOAT); /* lr's default */
+  ck_assert_int_eq(a->settings[2].value.kind, TFG_V_RECORD);
+  ck_assert_str_eq(a->settings[2].value.u.record->name, "single");
+  const tfg_record *sgd = tfg_interp_program(b.I)->actions[2].settings[0].value.u.record;
+  ck_assert_int_eq(sgd->args[0].kind, TFG_V_FLOAT);
+  ck_assert(sgd->args[0].u.f == 1.0);
+  program_free(&b);
+
+  /* Two jobs of one group sharing a param: the second is refused and
+   * leaves no action; a parameter_server job runs alone. */
+  const char *model = "param w: f32[2, 2] = glorot()\nparam v: f32[2, 2] = glorot()\nx = ones([3, 2])\n"
+                      "loss = mean(matmul(x, w))\n";
+  char text[512];
+  snprintf(text, sizeof text, "%strain loss { optimizer = adam(); steps = 1 }\n"
+                              "train loss + mean(v) { optimizer = adam(); steps = 1 }", model);
+  build(&b, text);
+  ck_assert_int_eq(b.st, TFG_ERR_NAME);
+  ck_assert_ptr_nonnull(strstr(b.errs, "t.tfg:6:1: error: param 'w' would be trained by two jobs at once"));
+  ck_assert_ptr_nonnull(strstr(b.errs, "t.tfg:5:1: note: the other job"));
+  ck_assert_int_eq(tfg_interp_program(b.I)->nactions, 1);
+  program_free(&b);
+  snprintf(text, sizeof text, "%strain mean(matmul(x, v)) { optimizer = adam(); steps = 1 }\n"
+                              "train loss { optimizer = adam(); steps = 1 }\n"
+                              "train loss { optimizer = adam(); steps = 1; strategy = parameter_server(workers = [gpu:0]) }",
+           model);
+  build(&b, text);
+  ck_assert_msg(b.st == TFG_OK, "%s", b.errs);
+  program_free(&b);
+
+  /* Counts past 2^53, steps or epochs times an epoch's batches. */
+  build(&b, "param w: f32[2, 2] = glorot()\nx = ones([3, 2])\ntrain mean(matmul(x, w)) { optimizer = adam(); steps = 9007199254740993 }");
+  ck_assert_int_eq(b.st, TFG_ERR_LIMIT);
+  ck_assert_ptr_nonnull(strstr(b.errs, "steps must be at most 2^53 (9007199254740992), got 9007199254740993"));
+  program_free(&b);
+}
+END_TEST
+
 Suite *suite_interp(void) {
   Suite *s = suite_create("interp");
   TCase *tc = tcase_create("core");
@@ -475,6 +629,10 @@ Suite *suite_interp(void) {
   tcase_add_test(tc, train_action_checked);
   tcase_add_test(tc, rejected_input_leaves_session_as_it_was);
   tcase_add_test(tc, statement_values_and_marks);
+  tcase_add_test(tc, train_settings_decoded);
+  tcase_add_test(tc, empty_tensors_and_budgets_refused);
+  tcase_add_test(tc, loop_rebinding_bounded_and_undone);
+  tcase_add_test(tc, import_errors_located);
   suite_add_tcase(s, tc);
   return s;
 }

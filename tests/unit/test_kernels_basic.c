@@ -1741,7 +1741,8 @@ START_TEST(init_constants) {
   t = init_run(TFG_DTYPE_F64, SCALAR, (tfg_attrs){.init = TFG_INIT_FULL, .value = 7}, NULL);
   ck_assert(getd(&t, 0) == 7);
   tensor_free(&t);
-  /* random initializers need a float dtype; f16 is not filled on the CPU */
+  /* random initializers need a float dtype (f16 and bf16 are filled too:
+   * tests/unit/test_kernels_half.c) */
   t = tensor_new(TFG_DTYPE_I32, SHAPE(4));
   tfg_node nd = node_new(TFG_OP_INIT, TFG_DTYPE_I32, SHAPE(4), 0);
   nd.attrs.init = TFG_INIT_NORMAL;
@@ -1749,9 +1750,10 @@ START_TEST(init_constants) {
   ck_assert_int_eq(run_kernel(tfg_cpu_init, NULL, &nd, NULL, &t, msg, sizeof msg), TFG_ERR_DEVICE);
   ck_assert_ptr_nonnull(strstr(msg, "normal"));
   tensor_free(&t);
-  t = tensor_new(TFG_DTYPE_F16, SHAPE(4));
+  t = tensor_new(TFG_DTYPE_BF16, SHAPE(4));
   tfg_attrs a = {.init = TFG_INIT_ONES};
-  ck_assert_int_eq(tfg_cpu_init_fill(&t, &a), TFG_ERR_DEVICE);
+  ck_assert_int_eq(tfg_cpu_init_fill(&t, &a), TFG_OK);
+  ck_assert_int_eq(((uint16_t *)t.data)[3], 0x3F80); /* bf16 1.0 */
   tensor_free(&t);
 }
 END_TEST
@@ -1873,8 +1875,12 @@ START_TEST(init_seeds) {
 }
 END_TEST
 
+/* tests/unit/test_kernels_half.c: every op x dtype, and f16/bf16 against f64. */
+TCase *tcase_kernels_half(void);
+
 Suite *suite_kernels_basic(void) {
   Suite *s = suite_create("kernels_basic");
+  suite_add_tcase(s, tcase_kernels_half());
   TCase *tc = tcase_create("elementwise");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, unary_small);

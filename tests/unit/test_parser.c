@@ -247,6 +247,22 @@ START_TEST(depth_at_the_limit) {
 }
 END_TEST
 
+/* `@` then a statement: the name was read as the device; the message
+ * says the device is missing, at the name (issue 13). */
+START_TEST(at_without_device) {
+  size_t n;
+  char *errs = NULL;
+  const char *text = "@ h = 1\n@gpu:0 x = 1\n@ d\n";
+  char *dump = test_parse(text, strlen(text), &errs, &n);
+  ck_assert_ptr_null(dump);
+  ck_assert_msg(n == 2, "%zu errors:\n%s", n, errs);
+  ck_assert_ptr_nonnull(strstr(errs, "t.tfg:1:3: error: expected a device after '@'\n"));
+  /* `@d` alone: the statement is what is missing. */
+  ck_assert_ptr_nonnull(strstr(errs, "t.tfg:3:4: error: expected a statement, found end of line"));
+  free(errs);
+}
+END_TEST
+
 Suite *suite_parser(void) {
   Suite *s = suite_create("parser");
   TCase *tc = tcase_create("core");
@@ -264,6 +280,7 @@ Suite *suite_parser(void) {
   tcase_add_test(tc, nesting_limits);
   tcase_add_test(tc, depth_at_the_limit);
   tcase_add_test(tc, recovery_after_brackets_and_blocks);
+  tcase_add_test(tc, at_without_device);
   suite_add_tcase(s, tc);
   return s;
 }

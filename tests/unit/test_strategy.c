@@ -324,6 +324,27 @@ START_TEST(mirrored_structure) {
 }
 END_TEST
 
+/* Every replica's slices of the batch come first in graph order (so in
+ * the feeder's steps): with the cpu as replica 0, replica 1's rows are
+ * cut before the cpu computes its own replica, not after. */
+START_TEST(mirrored_slices_first) {
+  built b;
+  build_mlp(&b, "mirrored([cpu, gpu:0])");
+  int nslices = 0;
+  for (int32_t i = b.n0; i < b.p->graph->nnodes; i++)
+    if (N(&b, i)->op == TFG_OP_SLICE) {
+      ck_assert_msg(i == b.n0 + nslices, "slice n%d comes after another node of the rewrite", (int)i);
+      ck_assert(pinned(N(&b, i), -1));
+      nslices++;
+    }
+  ck_assert_int_eq(nslices, 4); /* x and y, two replicas each */
+  /* replica by replica: x's and y's rows of replica 0, then of replica 1 */
+  ck_assert_int_eq(N(&b, b.n0 + 2)->attrs.start, 4);
+  ck_assert_int_eq(N(&b, b.n0 + 3)->attrs.start, 4);
+  program_free(&b);
+}
+END_TEST
+
 /* mirrored([[gpu:0, gpu:1], [gpu:2, gpu:3]]): the program's gpu:1 is the
  * second device of each replica's group; unpinned work goes to the first. */
 START_TEST(mirrored_groups_map_pins) {
@@ -453,17 +474,20 @@ START_TEST(mirrored_shape_must_survive_split) {
 }
 END_TEST
 
-/* An error after the clones (a bad optimizer argument) still leaves the
- * graph and its pins as they were. */
+/* An error in the middle of the rewrite (every replica's slices added,
+ * the input and the param re-pinned, then a shape that does not survive
+ * the split) leaves the graph and its pins as they were. (Optimizer
+ * arguments, which once failed after the clones, are checked where they
+ * are written now.) */
 START_TEST(mirrored_failure_is_undone) {
   built b;
   build(&b,
         "input x: f32[8, 4]\n"
         "param w: f32[4, 1] = glorot()\n"
-        "loss = mean(matmul(x, w))\n"
-        "train loss { optimizer = sgd(lr = -1); steps = 1; strategy = mirrored([gpu:0, gpu:1]) }\n");
-  ck_assert_int_eq(b.st, TFG_ERR_NAME);
-  ck_assert_msg(strstr(b.errs, "error: sgd: lr must not be negative") != NULL, "got\n%s", b.errs);
+        "loss = mean(reshape(matmul(x, w), [8]))\n"
+        "train loss { optimizer = sgd(lr = 0.1); steps = 1; strategy = mirrored([gpu:0, gpu:1]) }\n");
+  ck_assert_int_eq(b.st, TFG_ERR_SHAPE);
+  ck_assert_msg(strstr(b.errs, "error: reshape: cannot reshape") != NULL, "got\n%s", b.errs);
   ck_assert_int_eq(b.p->graph->nnodes, b.n0);
   ck_assert_int_eq(N(&b, named(&b, "x"))->pin.kind, TFG_DEV_NONE);
   ck_assert_int_eq(N(&b, named(&b, "w"))->pin.kind, TFG_DEV_NONE);
@@ -775,6 +799,7 @@ Suite *suite_strategy(void) {
   tc = tcase_create("rewrite");
   tcase_add_test(tc, single_is_autodiff);
   tcase_add_test(tc, mirrored_structure);
+  tcase_add_test(tc, mirrored_slices_first);
   tcase_add_test(tc, mirrored_groups_map_pins);
   tcase_add_test(tc, mirrored_pin_outside_group);
   tcase_add_test(tc, mirrored_batch_must_divide);

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/json.h"
 #include "runtime/backend.h"
 #include "runtime/trace.h"
 #include "tests/unit/scratch.h"
@@ -502,6 +503,43 @@ START_TEST(backend_slices) {
 }
 END_TEST
 
+/* ---- the JSON string writer every JSON file shares (base/json.h) ------- */
+
+/* tfg_json_put_stringn(s[0..n)) is exactly want. */
+static void expect_json(const char *s, size_t n, const char *want) {
+  tfg_strbuf b = {0};
+  tfg_json_put_stringn(&b, s, n);
+  ck_assert_msg(b.data && strcmp(b.data, want) == 0, "got %s, want %s", b.data ? b.data : "(nothing)", want);
+  tfg_strbuf_free(&b);
+}
+#define EXPECT_JSON(lit, want) expect_json(lit, sizeof lit - 1, want)
+
+/* serde_json's escapes (a checkpoint header must be byte-identical to the
+ * reference writer's), valid UTF-8 raw, and one \ufffd per byte that is
+ * not part of valid UTF-8 (place --json wrote such bytes raw: invalid
+ * JSON). */
+START_TEST(json_strings) {
+  EXPECT_JSON("", "\"\"");
+  EXPECT_JSON("h.w", "\"h.w\"");
+  EXPECT_JSON("q\"\\/", "\"q\\\"\\\\/\"");
+  EXPECT_JSON("\b\f\n\r\t", "\"\\b\\f\\n\\r\\t\"");
+  EXPECT_JSON("\x01\x1f\x7f", "\"\\u0001\\u001f\x7f\""); /* DEL is not a JSON control */
+  EXPECT_JSON("a\0b", "\"a\\u0000b\"");
+  EXPECT_JSON("\xc3\xbc\xe2\x82\xac\xf0\x9f\x99\x82\xe2\x80\xa8", "\"\xc3\xbc\xe2\x82\xac\xf0\x9f\x99\x82\xe2\x80\xa8\"");
+  EXPECT_JSON("bad\xffname", "\"bad\\ufffdname\"");
+  EXPECT_JSON("\xc3", "\"\\ufffd\"");                         /* cut short */
+  EXPECT_JSON("\xc0\xaf", "\"\\ufffd\\ufffd\"");             /* overlong '/' */
+  EXPECT_JSON("\xed\xa0\x80", "\"\\ufffd\\ufffd\\ufffd\"");  /* a surrogate */
+  EXPECT_JSON("\xf4\x90\x80\x80", "\"\\ufffd\\ufffd\\ufffd\\ufffd\""); /* past U+10FFFF */
+  EXPECT_JSON("\xe2\x82\"", "\"\\ufffd\\ufffd\\\"\""); /* a quote inside a broken sequence */
+  tfg_strbuf b = {0};
+  tfg_json_put_string(&b, "x\n");
+  tfg_json_put_string(&b, "\xfe");
+  ck_assert_str_eq(b.data, "\"x\\n\"\"\\ufffd\"");
+  tfg_strbuf_free(&b);
+}
+END_TEST
+
 Suite *suite_trace(void) {
   Suite *s = suite_create("trace");
   TCase *tc = tcase_create("trace");
@@ -511,6 +549,9 @@ Suite *suite_trace(void) {
   tcase_add_test(tc, trace_empty);
   tcase_add_test(tc, trace_write_errors);
   tcase_add_test(tc, backend_slices);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("json");
+  tcase_add_test(tc, json_strings);
   suite_add_tcase(s, tc);
   return s;
 }
