@@ -3,7 +3,10 @@
 #   make            build/tfg and build/libtfg.a
 #   make test       install missing packages, build, run every test
 #   make asan       the same under AddressSanitizer + UBSan (in build/asan)
-#   make fuzz       libFuzzer over the lexer and parser (FUZZ_SECONDS, default 600)
+#   make fuzz       fuzz for FUZZ_SECONDS (default 600): libFuzzer over the
+#                   lexer and parser, then mutated programs through
+#                   `tfg run` under ASan+UBSan (tests/fuzz/mutate.py)
+#   make fuzz-mutate  the mutated programs only (FUZZ_SECONDS of them)
 #   make demo       build and run an example
 #   make deps       install the Debian packages the build and tests need
 #   make CUDA=0     build without CUDA even where the toolkit exists
@@ -21,6 +24,11 @@
 # NCCL"). Switching CUDA or NCCL needs a clean BUILD (or another BUILD dir).
 #
 # re2c and Bison generate into $(BUILD)/gen; nothing generated is committed.
+#
+# The build runs one job per core unless the command line says otherwise
+# (make -j1 for one at a time), and it says at the start what it builds:
+# with CUDA, nvcc compiles every kernels/cuda/*.cu for each architecture
+# of CUDA_ARCH, which is most of the build time.
 
 BUILD   ?= build
 CC      ?= cc
@@ -32,6 +40,18 @@ ifeq ($(V),0)
   Q = @
 else
   Q =
+endif
+
+# Parallel by default: one job per core, unless -j was given, on the command
+# line or in MAKEFLAGS in the environment (GNU make 4.3 shows neither in
+# MAKEFLAGS while it reads this file, hence /proc and printenv; where they
+# miss, a command-line -jN still wins). Sub-makes share the top one's jobs.
+ifeq ($(MAKELEVEL),0)
+  MAKE_ARGS := $(MAKEFLAGS) $(shell printenv MAKEFLAGS; tr '\0' ' ' </proc/$$PPID/cmdline 2>/dev/null)
+  ifeq ($(filter -j% j% --jobs%,$(MAKE_ARGS)),)
+    JOBS := $(shell nproc 2>/dev/null || echo 2)
+    MAKEFLAGS += -j$(JOBS)
+  endif
 endif
 
 # ---- CUDA detection: nvcc on PATH or under CUDA_HOME -----------------------
@@ -110,6 +130,26 @@ ifeq ($(CUDA_ON),1)
   $(BUILD)/obj/runtime/backend_cuda.o: CPPFLAGS += -isystem $(CUDA_HOME)/include
 endif
 
+# ---- say what is built and why (once, from the top make; not for clean/deps) --
+comma := ,
+ifeq ($(MAKELEVEL),0)
+  ifneq ($(filter-out clean deps deps-fuzz asan fuzz fuzz-mutate,$(or $(MAKECMDGOALS),all)),)
+    ifneq ($(JOBS),)
+      JOBS_SAID := ; $(JOBS) jobs at once (make -j1: one)
+    endif
+    ifeq ($(CUDA_ON),1)
+      CUDA_SAID := $(patsubst code=%,%,$(filter code=sm_%,$(subst $(comma), ,$(CUDA_ARCH))))
+      $(info tfg: CUDA found at $(CUDA_HOME), so the build includes the CUDA backend: $(words $(wildcard kernels/cuda/*.cu)) .cu files for $(CUDA_SAID), most of the build time (make CUDA=0 leaves it out)$(JOBS_SAID))
+    else ifneq ($(SAN),)
+      $(info tfg: $(BUILD) is built with ASan+UBSan, CPU backend only$(JOBS_SAID))
+    else ifeq ($(CUDA),auto)
+      $(info tfg: no CUDA toolkit (no nvcc on PATH or in CUDA_HOME), so the build has the CPU backend only$(JOBS_SAID))
+    else
+      $(info tfg: CUDA=$(CUDA), so the build has the CPU backend only$(JOBS_SAID))
+    endif
+  endif
+endif
+
 # ---- sources ----------------------------------------------------------------
 LIB_SRC := $(wildcard base/*.c lang/*.c compiler/*.c runtime/*.c kernels/*.c kernels/cpu/*.c)
 ifneq ($(CUDA_ON),1)
@@ -127,15 +167,20 @@ TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRC))
 CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null)
 
-.PHONY: all test asan fuzz demo deps deps-fuzz clean test-gpu bench-build
+.PHONY: all test asan fuzz fuzz-mutate demo deps deps-fuzz clean test-gpu bench-build
 .DEFAULT_GOAL := all
 
 all: $(BUILD)/tfg $(BUILD)/libtfg.a
 
-$(BUILD)/gen/parser.tab.c $(BUILD)/gen/parser.tab.h: lang/parser.y
+# A pattern rule, so that make knows one Bison run makes both files (with
+# two explicit targets, a parallel make would run Bison twice at once);
+# .SECONDARY keeps them (made by a pattern rule, they would count as
+# intermediate files and be deleted after the build).
+.SECONDARY: $(BUILD)/gen/parser.tab.c $(BUILD)/gen/parser.tab.h
+$(BUILD)/gen/%.tab.c $(BUILD)/gen/%.tab.h: lang/%.y
 	@mkdir -p $(dir $@)
 	@echo "  BISON   $<"
-	$(Q)bison -Wall -Werror --defines=$(BUILD)/gen/parser.tab.h -o $(BUILD)/gen/parser.tab.c $<
+	$(Q)bison -Wall -Werror --defines=$(BUILD)/gen/$*.tab.h -o $(BUILD)/gen/$*.tab.c $<
 
 $(BUILD)/gen/lexer.c: lang/lexer.re
 	@mkdir -p $(dir $@)
@@ -212,22 +257,34 @@ FUZZ_PKGS := clang libclang-rt-14-dev
 deps:
 	@sh tests/deps.sh $(DEB_PKGS)
 
-deps-fuzz:
+deps-fuzz: deps
 	@sh tests/deps.sh $(FUZZ_PKGS)
 
 # ---- tests ----------------------------------------------------------------
+# Packages first, then the build in a sub-make: a parallel make would
+# otherwise build while apt-get is still installing re2c or Bison.
+ASAN_BUILD := $(BUILD)/asan
+
 test: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/unit
 	@sh tests/run.sh $(BUILD)
 
 asan: deps
-	@$(MAKE) --no-print-directory BUILD=build/asan SAN=1 OPT="-O1 -g" all build/asan/unit
+	@echo "tfg: building $(ASAN_BUILD) with ASan+UBSan (CPU backend only), then every test under it"
+	@$(MAKE) --no-print-directory BUILD=$(ASAN_BUILD) SAN=1 OPT="-O1 -g" all $(ASAN_BUILD)/unit
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  sh tests/run.sh build/asan
+	  sh tests/run.sh $(ASAN_BUILD)
 
 # ---- fuzzing --------------------------------------------------------------
+# FUZZ_SECONDS is the length of the whole `make fuzz` (builds aside): a
+# quarter for libFuzzer over the lexer and parser (tests/fuzz/run.sh), the
+# rest for mutated programs run through tfg under ASan+UBSan
+# (tests/fuzz/mutate.py, 2 jobs; its findings land in $(BUILD)/fuzz/findings).
+# FUZZ_PARSE_SECONDS and FUZZ_MUTATE_SECONDS set the two parts directly.
 FUZZ_SECONDS ?= 600
-FUZZ_SRC := base/arena.c base/strbuf.c base/utf8.c base/status.c base/assert.c base/grow.c \
+FUZZ_PARSE_SECONDS ?= $(shell expr $(FUZZ_SECONDS) / 4)
+FUZZ_MUTATE_SECONDS ?= $(shell expr $(FUZZ_SECONDS) - $(FUZZ_PARSE_SECONDS))
+FUZZ_SRC := base/arena.c base/strbuf.c base/utf8.c base/status.c base/assert.c base/grow.c base/file.c \
             lang/diag.c lang/ast.c
 
 $(BUILD)/fuzz/fuzz_parse: tests/fuzz/fuzz_parse.c $(FUZZ_SRC) $(BUILD)/gen/parser.tab.c $(BUILD)/gen/lexer.c
@@ -236,11 +293,22 @@ $(BUILD)/fuzz/fuzz_parse: tests/fuzz/fuzz_parse.c $(FUZZ_SRC) $(BUILD)/gen/parse
 	$(Q)clang -std=c11 -g -O1 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -I. -I$(BUILD)/gen \
 	  -fsanitize=fuzzer,address,undefined -o $@ $^
 
-fuzz: deps deps-fuzz $(BUILD)/fuzz/fuzz_parse
-	@sh tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_parse $(FUZZ_SECONDS)
+fuzz: deps-fuzz
+	@$(MAKE) --no-print-directory $(BUILD)/fuzz/fuzz_parse
+	@$(MAKE) --no-print-directory BUILD=$(ASAN_BUILD) SAN=1 OPT="-O1 -g" all
+	@echo "fuzz: the parser for $(FUZZ_PARSE_SECONDS) s (libFuzzer), then mutated programs for $(FUZZ_MUTATE_SECONDS) s"
+	@rc=0; sh tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_parse $(FUZZ_PARSE_SECONDS) || rc=1; \
+	  python3 tests/fuzz/mutate.py --tfg $(ASAN_BUILD)/tfg --seconds $(FUZZ_MUTATE_SECONDS) \
+	    --findings $(BUILD)/fuzz/findings || rc=1; \
+	  exit $$rc
+
+fuzz-mutate: deps
+	@$(MAKE) --no-print-directory BUILD=$(ASAN_BUILD) SAN=1 OPT="-O1 -g" all
+	@python3 tests/fuzz/mutate.py --tfg $(ASAN_BUILD)/tfg --seconds $(FUZZ_SECONDS) --findings $(BUILD)/fuzz/findings
 
 # ---- demo -----------------------------------------------------------------
-demo: deps all
+demo: deps
+	@$(MAKE) --no-print-directory all
 	$(BUILD)/tfg run examples/digits.tfg
 
 clean:

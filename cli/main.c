@@ -638,7 +638,7 @@ int cli_gpus_named(const tfg_program *p, tfg_loc *where) {
   tfg_loc at = {0};
   for (int32_t i = 0; i < p->graph->nnodes; i++) {
     const tfg_devspec *d = &p->graph->nodes[i].pin;
-    if (d->kind == TFG_DEV_GPU && d->index + 1 > n) n = (int)d->index + 1, at = d->loc;
+    if (d->kind == TFG_DEV_GPU && d->index >= n) n = (int)d->index + 1, at = d->loc;
     if (d->kind == TFG_DEV_GPU_ANY && n < 1) n = 1, at = d->loc;
   }
   for (int a = 0; a < p->nactions; a++)
@@ -652,7 +652,7 @@ int cli_gpus_named(const tfg_program *p, tfg_loc *where) {
         stack[top++] = &v->u.record->args[j];
         while (top) {
           const tfg_value *x = stack[--top];
-          if (x->kind == TFG_V_DEVICE && x->u.dev.kind == TFG_DEV_GPU && x->u.dev.index + 1 > n)
+          if (x->kind == TFG_V_DEVICE && x->u.dev.kind == TFG_DEV_GPU && x->u.dev.index >= n)
             n = (int)x->u.dev.index + 1, at = p->actions[a].settings[k].loc;
           if (x->kind == TFG_V_LIST)
             for (int32_t q = 0; q < x->u.list.n && top < 64; q++) stack[top++] = &x->u.list.items[q];

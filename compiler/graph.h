@@ -71,6 +71,11 @@ typedef enum tfg_devkind {
   TFG_DEV_GPU_ANY, /* gpu:* : any GPU, the placer chooses which */
 } tfg_devkind;
 
+/* The highest N of a cpu:N or gpu:N (LANGUAGE.md leaves it open): far
+ * past any machine's devices, low enough that counts formed from it fit
+ * an int anywhere. */
+#define TFG_MAX_DEVICE_INDEX 65535
+
 typedef struct tfg_devspec {
   tfg_devkind kind;
   int64_t index; /* cpu:N / gpu:N */

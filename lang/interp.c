@@ -1582,6 +1582,11 @@ tfg_value tfg_interp_expr(tfg_interp *I, tfg_env *env, const tfg_ast *e) {
       v.u.dev.index = want_int(I, &i, &e->a->loc, "a device index");
       if (v.u.dev.index < 0)
         tfg_interp_fail(I, TFG_ERR_NAME, &e->a->loc, "a device index must not be negative, got %" PRId64, v.u.dev.index);
+      /* A bound far past any machine's devices, so that every count built
+       * from an index (one past the highest gpu:N) fits an int. */
+      if (v.u.dev.index > TFG_MAX_DEVICE_INDEX)
+        tfg_interp_fail(I, TFG_ERR_NAME, &e->a->loc, "a device index must be at most %d, got %" PRId64,
+                        TFG_MAX_DEVICE_INDEX, v.u.dev.index);
     }
     return v;
   }

@@ -18,7 +18,9 @@
 #   4. fuzz regressions: every file in tests/fuzz/regress must be checked
 #      without a crash or hang (exit 0 or 1)
 #
-# Ends with one line: "tests: N passed, M failed"; exits 1 if M > 0.
+# Prints a line per suite as it finishes ("unit: N passed (S s)", "golden: ...",
+# "cli: ...") and ends with one line: "tests: N passed, M failed"; exits 1
+# if M > 0.
 set -u
 # This suite is the CPU path's, and its expected outputs (placements,
 # `tfg devices`, notices) are those of a machine without a GPU: hide any
@@ -32,11 +34,29 @@ TFG="$ROOT/$BUILD/tfg"
 [ -x "$TFG" ] || TFG="$BUILD/tfg"
 . "$ROOT/tests/lib.sh" # pass, fail, $tmp, ok, ko, expect, contains, mlp_program
 
+# progress NAME: "NAME: N passed[, M failed] (S s)", the counts since the
+# previous call: a line per suite as it finishes, so the run is never silent
+# for long (failures are printed as they happen, above their suite's line).
+progress_pass=0
+progress_fail=0
+progress_t=$(date +%s)
+progress() {
+  progress_now=$(date +%s)
+  progress_line="$1: $((pass - progress_pass)) passed"
+  [ "$fail" -gt "$progress_fail" ] && progress_line="$progress_line, $((fail - progress_fail)) failed"
+  echo "$progress_line ($((progress_now - progress_t)) s)"
+  progress_pass=$pass
+  progress_fail=$fail
+  progress_t=$progress_now
+}
+
 # ---- 1. unit suites ---------------------------------------------------------
 unit="$ROOT/$BUILD/unit"
 [ -x "$unit" ] || unit="$BUILD/unit"
+echo "tests: the unit suites ($unit), then the golden files, cli, strategies, repl, interrupt, reliability, fuzz regressions"
 if "$unit" >"$tmp/unit.out" 2>&1; then :; fi
-cat "$tmp/unit.out" | grep -v '^Running suite' | grep -v ':P:' || true
+# the failures and anything unexpected (not Check's list of suites, passes and total)
+grep -v -e '^Running suite' -e ':P:' -e '^ [A-Za-z0-9_]*$' -e '^[0-9]*%: Checks: ' "$tmp/unit.out" || true
 line=$(grep -E 'Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' "$tmp/unit.out" | tail -1)
 if [ -z "$line" ]; then
   ko "unit suites did not run to completion"
@@ -47,6 +67,7 @@ else
   pass=$((pass + n - f - e))
   fail=$((fail + f + e))
 fi
+progress unit
 
 # ---- 2. golden files --------------------------------------------------------
 cd "$ROOT/tests/golden" || exit 1
@@ -99,17 +120,24 @@ for src in *.tfg; do
   fi
 done
 cd "$ROOT" || exit 1
+progress golden
 
 # ---- 3. command line ----------------------------------------------------------
 . "$ROOT/tests/cli.sh"
+progress cli
 . "$ROOT/tests/strategies.sh"
+progress strategies
 . "$ROOT/tests/repl.sh"
+progress repl
 py_checks interrupt "$ROOT/tests/interrupt.py" "$TFG" # Ctrl-C during training (tests/interrupt.py)
+progress interrupt
 # bad input by area (tests/reliability/*.sh): each a regression test per
 # problem found by trying tfg as a careless or hostile user would
 for f in "$ROOT"/tests/reliability/*.sh; do
   [ -f "$f" ] || continue
+  progress_name="reliability/$(basename "$f" .sh)" # before: the file may use f itself
   . "$f"
+  progress "$progress_name"
 done
 
 # ---- 4. fuzz regressions ------------------------------------------------------
@@ -119,6 +147,7 @@ for f in "$ROOT"/tests/fuzz/regress/*; do
   rc=$?
   if [ $rc -eq 0 ] || [ $rc -eq 1 ]; then ok; else ko "fuzz regression $(basename "$f"): exit $rc"; fi
 done
+progress "fuzz regressions"
 
 echo "tests: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -15,6 +15,9 @@
 #      tests/gpu/oom.c) and the planner's located error from the command
 #      line; a kernel's data error (a label past the classes) found on the
 #      GPU ends the run with exit 3 and a located message
+#   4. on a machine with one GPU, a program naming gpu:1 is told to use
+#      --devices cuda:0*2, and runs with it
+#   5. f16 and bf16 params train on cuda:0 and mirrored on cuda:0*2
 #
 # Without a GPU (no driver, no device, or a build without CUDA) it prints
 # one line, "SKIP: no CUDA device (REASON)", and exits 0. Otherwise it
@@ -164,6 +167,43 @@ printf '1,2,3,4,1\n2,3,4,5,12\n3,4,5,6,2\n4,5,6,7,3\n' >"$tmp/bad.csv"
 expect data-error 3 "$TFG" run --devices cuda:0 --color=never "$tmp/bad.tfg" &&
   contains data-error "$tmp/err" "bad.tfg:6:7: error: cross_entropy on gpu:0 failed" &&
   contains data-error-value "$tmp/err" "label 12"
+
+# ---- 4. one GPU, a program naming two -------------------------------------------------
+# With the default devices (every physical GPU, one logical device each) a
+# program that names gpu:1 on a one-GPU machine is told first to split the
+# GPU into logical devices (CLI.md), and that advice then runs.
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+printf '@gpu:0 a = ones([2, 2])\n@gpu:1 b = a * 2.0\nprint b\n' >"$tmp/two.tfg"
+if [ "$ngpu" = 1 ]; then
+  expect one-gpu-hint 1 "$TFG" run --color=never "$tmp/two.tfg" &&
+    contains one-gpu-hint "$tmp/err" "--devices cuda:0*2 (2 logical devices sharing" &&
+    contains one-gpu-hint-host "$tmp/err" "or --devices host*2 (emulated on the CPU)"
+  expect one-gpu-hint-taken 0 "$TFG" run --devices 'cuda:0*2' --color=never "$tmp/two.tfg" &&
+    contains one-gpu-hint-taken "$tmp/out" "b: f32[2,2] @gpu:1"
+fi
+
+# ---- 5. f16 and bf16 training on a GPU ----------------------------------------------------
+# 16-bit params and loss train on cuda:0, alone and mirrored over two
+# logical devices (16-bit gradients all-reduced): the loss falls.
+for dt in f16 bf16; do
+  for devs in cuda:0 'cuda:0*2'; do
+    strategy=single
+    [ "$devs" = cuda:0 ] || strategy='mirrored([gpu:0, gpu:1])'
+    {
+      echo "param w: $dt[4, 3] = normal(seed = 1)"
+      echo "x0 = cast(tensor([[1.0, 2.0, 3.0, 4.0], [0.5, -1.0, 0.25, 2.0]]), $dt)"
+      echo "y = matmul(x0, w)"
+      echo "train mean(sqrt(y * y)) { optimizer = adam(lr = 0.01); steps = 40; log_every = 20; strategy = $strategy }"
+    } >"$tmp/h16.tfg"
+    if expect "train-$dt-$devs" 0 "$TFG" run --devices "$devs" --color=never "$tmp/h16.tfg"; then
+      first=$(sed -n 's/^step 20\/40  loss \([0-9.]*\).*/\1/p' "$tmp/err")
+      last=$(sed -n 's/^step 40\/40  loss \([0-9.]*\).*/\1/p' "$tmp/err")
+      if [ -n "$first" ] && [ -n "$last" ] && awk "BEGIN { exit !($last < $first) }"; then ok; else
+        ko "gpu train-$dt-$devs: the loss did not fall ($first then $last)"
+      fi
+    fi
+  done
+done
 
 echo "tests-gpu: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -449,8 +449,10 @@ START_TEST(backend_slices) {
   b->i.event_wait(b, sb, e);                                 /* blocks: "wait" */
   b->i.copy_peer(b, sb, db, a, da, sizeof db);               /* "copy" */
   b->i.reduce_peer(b, sb, db, a, da, 64, TFG_DTYPE_F32, 1.0); /* "reduce" */
-  /* Keep the gate shut a while, so b's worker finds its wait blocked. */
-  struct timespec ts = {0, 50 * 1000 * 1000};
+  /* Keep the gate shut a while, so b's worker finds its wait blocked:
+   * long enough for it to be scheduled even on a loaded machine (at 50
+   * ms, two cores running a parallel build missed it). */
+  struct timespec ts = {0, 400 * 1000 * 1000};
   nanosleep(&ts, NULL);
   pthread_mutex_lock(&g.mu);
   g.open = true;
