@@ -286,6 +286,10 @@ static tfg_status infer_reshape(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
       infer_at = i;
     } else if (v < 0) {
       return fail(d, n, "dimension %lld is negative", (long long)v);
+    } else if (v > 0 && known > TFG_MAX_ELEMENTS / v) {
+      /* Checked before multiplying: the product of a user's dimensions
+       * could overflow, and no tensor holds more than 2^48 elements. */
+      return fail(d, n, "the new shape has more than 2^48 elements");
     } else {
       known *= v;
     }

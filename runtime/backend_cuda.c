@@ -23,6 +23,13 @@
  * stream's own workspace (WORKSPACE_BYTES, made on the stream's first
  * launch: two streams of one device never share scratch memory) and sets
  * ctx->backend to the device's tfg_cuda_ctx with .stream = the stream.
+ * f16 and bf16 need nothing here: the kernel function the backend hands
+ * out (tfg_cuda_kernel) either takes 16-bit tensors natively (cast,
+ * matmul, init, where, embedding, allreduce, the shape ops) or is
+ * kernels/cuda/registry.cu's staging wrapper, which queues the
+ * conversions to and from f32 scratch on the same stream around the f32
+ * kernel (kernels/cuda/half.cu); --check-numerics scans f32 and f64
+ * results only, so a 16-bit result is not scanned.
  *
  * Events are the shared objects of runtime/backend_impl.h. Their CUDA part
  * holds one cudaEvent per GPU (made on first use there, with
@@ -1041,8 +1048,9 @@ static void cuda_reduce_peer(tfg_backend *b, tfg_stream *s, void *dst, tfg_backe
   cuda_backend *cb = cuda_of(b);
   if (s->status != TFG_OK) return;
   tfg_strbuf m = {0};
-  if (dt != TFG_DTYPE_F32 && dt != TFG_DTYPE_F64) {
-    tfg_strbuf_printf(&m, "reduce_peer: cannot reduce %s elements (the cuda backend reduces f32 and f64)",
+  bool half = dt == TFG_DTYPE_F16 || dt == TFG_DTYPE_BF16;
+  if (dt != TFG_DTYPE_F32 && dt != TFG_DTYPE_F64 && !half) {
+    tfg_strbuf_printf(&m, "reduce_peer: cannot reduce %s elements (the cuda backend reduces float dtypes)",
                       tfg_dtype_name(dt));
   } else if (!is_cuda(src_b)) {
     tfg_strbuf_printf(&m, "reduce_peer: %s (cuda:%d) cannot add from %s's memory: it is not GPU memory",
@@ -1055,7 +1063,9 @@ static void cuda_reduce_peer(tfg_backend *b, tfg_stream *s, void *dst, tfg_backe
   } else if (count > 0) {
     cudaEvent_t t0 = trace_begin(cb, s);
     if (CUDA_OK(cudaSetDevice(cb->gpu), &m) &&
-        CUDA_OK(tfg_cuda_reduce_peer(dst, src, count, dt == TFG_DTYPE_F64, scale, s->s), &m))
+        CUDA_OK(half ? tfg_cuda_reduce_peer_half(dst, src, count, dt == TFG_DTYPE_BF16, scale, s->s)
+                     : tfg_cuda_reduce_peer(dst, src, count, dt == TFG_DTYPE_F64, scale, s->s),
+                &m))
       trace_end(cb, s, t0, "reduce", "collective");
     else
       timing_event_put(cb, t0);

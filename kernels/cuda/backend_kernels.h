@@ -6,6 +6,7 @@
  * returns the launch's error.
  *
  *   tfg_cuda_reduce_peer(dst, src, n, true, 0.5, stream);    // dst = (dst + src) * 0.5, f64
+ *   tfg_cuda_reduce_peer_half(dst, src, n, false, 1, stream); // dst = dst + src, f16
  *   tfg_cuda_scale(x, n, false, 0.25, stream);               // x = x * 0.25, f32
  *   tfg_cuda_check_finite(out, n, false, tag, flag, stream);  // f32
  *   tfg_cuda_set_step(block, 12, seed, stream);              // block->step = 12 */
@@ -47,6 +48,13 @@ static inline void tfg_cuda_numerics_decode(const tfg_cuda_numerics *f, long lon
  * the current device (the same GPU, or a peer with access enabled). */
 cudaError_t tfg_cuda_reduce_peer(void *dst, const void *src, size_t count, bool f64, double scale,
                                  cudaStream_t stream);
+
+/* The same for 16-bit floats (bf16 when bf16 is set, else f16), as the
+ * host backend reduces them and as NCCL does: each element widened to
+ * f32, (dst + src) * scale in f32 (scale rounded to f32), rounded once to
+ * the 16-bit format, to nearest even. */
+cudaError_t tfg_cuda_reduce_peer_half(void *dst, const void *src, size_t count, bool bf16, double scale,
+                                      cudaStream_t stream);
 
 /* x[i] = x[i] * scale for i < count, in f64 when f64 is set, else f32
  * (scale rounded to f32 first): one rounding, as reduce_peer's multiply. */

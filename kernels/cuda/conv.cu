@@ -1,6 +1,9 @@
 /* kernels/cuda/conv.cu: conv2d, max_pool, avg_pool and their gradients
  * on the GPU, NCHW, f32 and f64, through cuDNN 9's legacy API plus a few
- * kernels of our own.
+ * kernels of our own. f16 and bf16 run staged (kernels/cuda/registry.cu,
+ * half.cu): f32 copies of the operands through the f32 path, the result
+ * rounded once, as the CPU stages them (kernels/cpu/half.c), so the
+ * scatter gradients accumulate in f32, not in 16 bits.
  *
  * The contracts are the CPU kernels' (kernels/cpu/conv.c, grad.c):
  *   conv2d      x [N, C, H, W], w [O, C, KH, KW] -> y [N, O, OH, OW],

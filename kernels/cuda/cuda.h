@@ -10,8 +10,16 @@
  * tensors in device memory: it queues its work on cx->stream and returns
  * at once; it writes every element of out. It supports what the CPU
  * kernel of the op supports (kernels/cpu/cpu.h): f32 and f64 for all
- * math, integer and bool dtypes where the op makes sense for them, f16
- * and bf16 through cast, the shape ops and matmul (f32 accumulation).
+ * math, integer and bool dtypes where the op makes sense for them, and
+ * f16 and bf16 wherever the CPU has them. Natively (the kernel reads and
+ * writes 16-bit elements itself): cast, matmul (cuBLAS, f32
+ * accumulation), init (each value formed in double and rounded once, as
+ * on the CPU), where, embedding, allreduce and the shape ops (they move
+ * elements). Every other op's kernel is f32/f64 only and runs staged
+ * (tfg_cuda_staged below, kernels/cuda/half.cu): f32 copies of its
+ * 16-bit operands, the f32 kernel, one rounding back, at the cost of an
+ * f32 copy of each such operand in device scratch. fused is neither: its
+ * chains are f32/f64, as on the CPU.
  * What it can check before launching (dtypes, shapes) it reports at once
  * with tfg_kernel_fail; what only the data shows (an embedding id out of
  * range, a label past the classes) it reports through tfg_cuda_flag: the
@@ -76,8 +84,22 @@ typedef struct tfg_cuda_ctx {
   int sms;                    /* multiprocessors, for grid sizes */
 } tfg_cuda_ctx;
 
-/* The CUDA kernel of op, or NULL when it has none. */
+/* The CUDA kernel of op, or NULL when it has none. For an op whose
+ * kernel computes only in f32 and f64 it is a wrapper that runs that
+ * kernel through tfg_cuda_staged when a tensor is f16 or bf16
+ * (kernels/cuda/registry.cu lists the ops that take them natively). */
 tfg_kernel_fn tfg_cuda_kernel(int op);
+
+/* Runs f32 (an op's CUDA kernel for f32 tensors) on f32 copies of the
+ * f16/bf16 tensors among in[] and out, in stream-ordered device scratch:
+ * widens those inputs, runs f32, rounds its output back to nearest even,
+ * and likewise each input k with bit k of writeback set, which f32
+ * updates in place (the optimizer updates' param and state). Other
+ * tensors pass as they are; with none of them 16-bit it is f32's call
+ * itself. kernels/cuda/half.cu; the CPU's twin is kernels/cpu/half.c's
+ * tfg_cpu_staged. */
+tfg_status tfg_cuda_staged(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out,
+                           tfg_kernel_fn f32, uint32_t writeback);
 
 /* The ctx of a launch (the backend sets ctx->backend). */
 static inline tfg_cuda_ctx *tfg_cuda_of(tfg_kernel_ctx *ctx) { return (tfg_cuda_ctx *)ctx->backend; }
@@ -116,6 +138,7 @@ void tfg_cuda_register_nn(tfg_kernel_fn *table);          /* nn.cu: softmax, log
 void tfg_cuda_register_linalg(tfg_kernel_fn *table);      /* linalg.cu: matmul (cuBLAS / cuBLASLt) */
 void tfg_cuda_register_conv(tfg_kernel_fn *table);        /* conv.cu: conv2d, max_pool, avg_pool and their gradients (cuDNN) */
 void tfg_cuda_register_fused(tfg_kernel_fn *table);       /* fused.cu: fused, a chain of elementwise ops (kernels/fused.h) */
+/* half.cu has no op of its own: tfg_cuda_staged. */
 
 #ifdef __cplusplus
 }

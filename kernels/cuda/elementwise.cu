@@ -3,7 +3,10 @@
  * kernels/cpu/elementwise.c, the INIT part of kernels/cpu/init.c and the
  * dropout of kernels/cpu/nn.c, with the same dtypes, the same checks and
  * messages ("... on the GPU" where the CPU says "on the CPU") and the same
- * formulas.
+ * formulas. f16 and bf16: where, cast and INIT take them natively (INIT
+ * rounds each double value once, as the CPU's fill); the unary and binary
+ * math and dropout are f32/f64 only and run staged for them
+ * (kernels/cuda/registry.cu, half.cu), as the CPU computes them in f32.
  *
  * Every kernel is a grid-stride loop over flat output positions i in
  * [0, n), 64-bit; an empty output launches nothing.
@@ -352,6 +355,16 @@ static __global__ void fill_random_kernel(T *y, int64_t n, uint64_t seed, double
   TFG_CUDA_LOOP(i, n) y[i] = (T)tfg_init_random_at(F, seed, i, p, q);
 }
 
+/* The same for f16 (BF16 false) and bf16: the double value rounded once
+ * to the 16-bit format (kernels/cast_math.h), as the CPU's fill does. */
+template <bool BF16, tfg_init_fill F>
+static __global__ void fill_random_half_kernel(uint16_t *y, int64_t n, uint64_t seed, double p, double q) {
+  TFG_CUDA_LOOP(i, n) {
+    double v = tfg_init_random_at(F, seed, i, p, q);
+    y[i] = BF16 ? tfg_cast_f64_to_bf16(v) : tfg_cast_f64_to_f16(v);
+  }
+}
+
 template <typename T>
 static tfg_status launch_fill_random(tfg_kernel_ctx *ctx, tfg_init_fill fill, void *y, int64_t n, uint64_t seed,
                                      double p, double q) {
@@ -360,23 +373,38 @@ static tfg_status launch_fill_random(tfg_kernel_ctx *ctx, tfg_init_fill fill, vo
   return TFG_CUDA_LAUNCH(ctx, n, fill_random_kernel<T, TFG_INIT_FILL_UNIFORM>, (T *)y, n, seed, p, q);
 }
 
+template <bool BF16>
+static tfg_status launch_fill_random_half(tfg_kernel_ctx *ctx, tfg_init_fill fill, void *y, int64_t n,
+                                          uint64_t seed, double p, double q) {
+  if (fill == TFG_INIT_FILL_NORMAL)
+    return TFG_CUDA_LAUNCH(ctx, n, fill_random_half_kernel<BF16, TFG_INIT_FILL_NORMAL>, (uint16_t *)y, n, seed, p, q);
+  return TFG_CUDA_LAUNCH(ctx, n, fill_random_half_kernel<BF16, TFG_INIT_FILL_UNIFORM>, (uint16_t *)y, n, seed, p, q);
+}
+
 /* INIT: fills out per node->attrs (the CPU's tfg_cpu_init / fill_plan):
- * zeros, ones, full(value) on f32 f64 i32 i64 bool; normal(a, b),
- * uniform(a, b), glorot, he on f32 f64, element i from base/rng.h stream
- * attrs.seed at counter i. */
+ * zeros, ones, full(value) on f32 f64 f16 bf16 i32 i64 bool; normal(a, b),
+ * uniform(a, b), glorot, he on f32 f64 f16 bf16, element i from
+ * base/rng.h stream attrs.seed at counter i. f16 and bf16 natively, as
+ * the CPU fills them: each value formed in double and rounded once to
+ * the 16-bit format (never through f32), so the bits equal the CPU's. */
 static tfg_status cuda_init(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
   (void)in;
   const tfg_attrs *a = &node->attrs;
   tfg_dtype dt = out->dtype;
   double c = 0, p = 0, q = 0;
   tfg_init_fill fill = tfg_init_plan(a, &out->shape, &c, &p, &q);
-  if (!tfg_init_supports(fill, dt))
+  bool half = (dt == TFG_DTYPE_F16 || dt == TFG_DTYPE_BF16) && fill != TFG_INIT_FILL_NONE;
+  if (!tfg_init_supports(fill, dt) && !half)
     return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s() cannot fill a %s tensor on the GPU",
                            tfg_init_name(a->init), tfg_dtype_name(dt));
   int64_t n = tfg_shape_numel(&out->shape);
   if (n == 0) return TFG_OK;
   if (fill == TFG_INIT_FILL_CONST) {
     switch (dt) {
+    case TFG_DTYPE_F16:
+    case TFG_DTYPE_BF16:
+      return TFG_CUDA_LAUNCH(ctx, n, fill_const_kernel<uint16_t>, (uint16_t *)out->data,
+                             dt == TFG_DTYPE_F16 ? tfg_cast_f64_to_f16(c) : tfg_cast_f64_to_bf16(c), n);
     case TFG_DTYPE_F32: {
       float v = (float)c;
       uint32_t bits;
@@ -400,6 +428,8 @@ static tfg_status cuda_init(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg
     }
   }
   if (dt == TFG_DTYPE_F32) return launch_fill_random<float>(ctx, fill, out->data, n, a->seed, p, q);
+  if (dt == TFG_DTYPE_F16) return launch_fill_random_half<false>(ctx, fill, out->data, n, a->seed, p, q);
+  if (dt == TFG_DTYPE_BF16) return launch_fill_random_half<true>(ctx, fill, out->data, n, a->seed, p, q);
   return launch_fill_random<double>(ctx, fill, out->data, n, a->seed, p, q);
 }
 

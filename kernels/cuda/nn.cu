@@ -5,7 +5,10 @@
  * layer_norm_grad, embedding_grad (kernels/cpu/grad.c; the conv and pool
  * gradients are conv.cu's). Same dtypes as the CPU kernels (f32 and f64
  * data, i32 and i64 ids and labels), same checks before launching, same
- * formulas, and the same precision choices:
+ * formulas, and the same precision choices. f16 and bf16: embedding
+ * copies 16-bit rows natively; every other op here is f32/f64 only and
+ * runs staged for them (kernels/cuda/registry.cu, half.cu: f32 copies of
+ * the operands, rounded back once), as the CPU stages them:
  *
  *  - Every per-row or scalar sum (softmax denominators, layer_norm
  *    moments, the losses' means, accuracy's count) accumulates in double
@@ -751,11 +754,14 @@ tfg_status cuda_layer_norm(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_
   return TFG_OK;
 }
 
-/* EMBEDDING: table [V, D] f32/f64, ids i32/i64 of any shape -> [..., D]. */
+/* EMBEDDING: table [V, D] f32/f64/f16/bf16, ids i32/i64 of any shape ->
+ * [..., D]. It moves rows, so 16-bit tables are native (their bits as
+ * they are, kernels/cuda/registry.cu). */
 tfg_status cuda_embedding(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
   (void)node;
   const tfg_tensor *table = &in[0], *ids = &in[1];
-  if (!is_float(table->dtype)) return unsupported(ctx, "embedding table", table->dtype);
+  bool half = table->dtype == TFG_DTYPE_F16 || table->dtype == TFG_DTYPE_BF16;
+  if (!is_float(table->dtype) && !half) return unsupported(ctx, "embedding table", table->dtype);
   if (!is_int(ids->dtype)) return unsupported(ctx, "embedding ids", ids->dtype);
   if (table->shape.rank != 2 || out->dtype != table->dtype) return bad_shape(ctx, "embedding");
   long long v = table->shape.dim[0], d = table->shape.dim[1], n = tfg_shape_numel(&ids->shape);
@@ -765,7 +771,10 @@ tfg_status cuda_embedding(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_t
   tfg_cuda_error *err = tfg_cuda_of(ctx)->error;
   bool i64 = ids->dtype == TFG_DTYPE_I64;
   unsigned blocks = tfg_cuda_grid(n, TY); /* runs for d == 0 too: the ids are still checked */
-  if (table->dtype == TFG_DTYPE_F32)
+  if (half)
+    embed<uint16_t><<<blocks, THREADS, 0, st>>>((const uint16_t *)table->data, ids->data, i64,
+                                                (uint16_t *)out->data, n, d, v, err, ctx->node);
+  else if (table->dtype == TFG_DTYPE_F32)
     embed<float><<<blocks, THREADS, 0, st>>>((const float *)table->data, ids->data, i64, (float *)out->data, n, d, v,
                                              err, ctx->node);
   else

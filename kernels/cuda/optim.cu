@@ -4,7 +4,11 @@
  * The updates write in place: in[0] is the parameter, in[2] (and in[3])
  * its optimizer state, in[1] the gradient (read only); out is an empty
  * marker and is never touched. ALLREDUCE over a group of one is a copy of
- * in[0] into out (real groups go through runtime/collective).
+ * in[0] into out (real groups go through runtime/collective). f16 and
+ * bf16 parameters and state run staged (kernels/cuda/registry.cu,
+ * half.cu): the f32 update of f32 copies, the param and state rounded
+ * back once per step (registry.cu's `updates` names them), as on the
+ * CPU; ALLREDUCE copies 16-bit elements natively.
  *
  * Index math: every tensor has the parameter's element count and element
  * i of each is updated by one thread from element i of the others, as

@@ -1,7 +1,8 @@
 /* kernels/cuda/reduce.cu: SUM, MEAN, MAX over a set of axes, and ARGMAX,
  * on the GPU. The counterpart of kernels/cpu/reduce.c (tfg_cpu_reduce,
  * tfg_cpu_argmax); same dtypes, same checks, same results within the
- * per-dtype tolerance.
+ * per-dtype tolerance. f16 and bf16 run staged (kernels/cuda/registry.cu,
+ * half.cu): the f32 reduction of an f32 copy, rounded once.
  *
  * How it maps onto the CPU kernel:
  *  - The shape is simplified by the CPU's own code (tfg_reduce_simplify,

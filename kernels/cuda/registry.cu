@@ -1,15 +1,31 @@
 /* kernels/cuda/registry.cu: which CUDA kernel runs each op: every file of
- * kernels/cuda fills its rows of one table, built once. */
+ * kernels/cuda fills its rows of one table, built once.
+ *
+ * f16 and bf16. The ops marked native below have kernels that take 16-bit
+ * tensors themselves (they move elements, or matmul's cuBLAS call
+ * accumulates in f32 and rounds once, or init rounds each double value
+ * once); fused is listed with them because it is not staged: its chains
+ * are f32/f64 only, as on the CPU (staging one would skip the rounding to
+ * 16 bits between its ops). Every other op's kernel computes only in f32
+ * and f64, so tfg_cuda_kernel hands out one wrapper for all of them,
+ * staged_op: when a tensor of the launch is f16 or bf16 it runs the op's
+ * f32 kernel through tfg_cuda_staged (kernels/cuda/half.cu), writing back
+ * the inputs the op updates in place (`updates`, the CUDA side of the
+ * writeback masks kernels/cpu/optim.c passes to tfg_cpu_staged); else
+ * tfg_cuda_staged calls the kernel directly. */
 #include <mutex>
 #include <stdio.h>
 
 #include "kernels/cuda/cuda.h"
 
 extern "C" {
+#include "compiler/graph.h"
 #include "compiler/ops.h"
 }
 
 static tfg_kernel_fn table[TFG_OP_COUNT];
+static bool native_half[TFG_OP_COUNT];
+static uint32_t updates[TFG_OP_COUNT]; /* bit k: the op updates input k in place (compiler/ops.h) */
 static std::once_flag built;
 
 static void build(void) {
@@ -21,11 +37,25 @@ static void build(void) {
   tfg_cuda_register_linalg(table);
   tfg_cuda_register_conv(table);
   tfg_cuda_register_fused(table);
+  static const int native[] = {TFG_OP_CAST,      TFG_OP_MATMUL,    TFG_OP_INIT,      TFG_OP_WHERE,
+                               TFG_OP_EMBEDDING, TFG_OP_ALLREDUCE, TFG_OP_RESHAPE,   TFG_OP_FLATTEN,
+                               TFG_OP_TRANSPOSE, TFG_OP_CONCAT,    TFG_OP_SLICE,     TFG_OP_BROADCAST,
+                               TFG_OP_FUSED};
+  for (int op : native) native_half[op] = true;
+  updates[TFG_OP_SGD_UPDATE] = 1u << 0 | 1u << 2;             /* the param and its momentum buffer */
+  updates[TFG_OP_ADAM_UPDATE] = 1u << 0 | 1u << 2 | 1u << 3; /* the param, m and v */
+}
+
+/* The kernel of every op that is not native for f16/bf16 (the op's own
+ * kernel when no tensor is 16-bit). */
+static tfg_status staged_op(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
+  return tfg_cuda_staged(ctx, node, in, out, table[node->op], updates[node->op]);
 }
 
 extern "C" tfg_kernel_fn tfg_cuda_kernel(int op) {
   std::call_once(built, build);
-  return op >= 0 && op < TFG_OP_COUNT ? table[op] : NULL;
+  if (op < 0 || op >= TFG_OP_COUNT || !table[op]) return NULL;
+  return native_half[op] ? table[op] : staged_op;
 }
 
 extern "C" tfg_status tfg_cuda_fail_call(tfg_kernel_ctx *ctx, const char *call, const char *error, const char *file,
