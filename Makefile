@@ -285,7 +285,7 @@ FUZZ_SECONDS ?= 600
 FUZZ_PARSE_SECONDS ?= $(shell expr $(FUZZ_SECONDS) / 4)
 FUZZ_MUTATE_SECONDS ?= $(shell expr $(FUZZ_SECONDS) - $(FUZZ_PARSE_SECONDS))
 FUZZ_SRC := base/arena.c base/strbuf.c base/utf8.c base/status.c base/assert.c base/grow.c base/file.c \
-            lang/diag.c lang/ast.c
+            base/diag.c lang/ast.c
 
 $(BUILD)/fuzz/fuzz_parse: tests/fuzz/fuzz_parse.c $(FUZZ_SRC) $(BUILD)/gen/parser.tab.c $(BUILD)/gen/lexer.c
 	@mkdir -p $(dir $@)

@@ -8,7 +8,7 @@
  *   tfg_arena_free(&a);                          // releases everything
  *
  * Allocation failure aborts through TFG_ASSERT: front-end inputs are capped
- * (lang/diag.h, TFG_SOURCE_MAX_BYTES) so an arena never grows past a few
+ * (base/diag.h, TFG_SOURCE_MAX_BYTES) so an arena never grows past a few
  * times the input size. */
 #ifndef TFG_ARENA_H
 #define TFG_ARENA_H

@@ -1,7 +1,7 @@
 /* base/status.h: the status codes every tfg library function returns.
  *
  * Library code never exits; it returns one of these and leaves the
- * human-readable story in a diagnostics sink (lang/diag.h). The CLI maps
+ * human-readable story in a diagnostics sink (base/diag.h). The CLI maps
  * statuses to the exit codes of CLI.md with tfg_status_exit_code(). */
 #ifndef TFG_STATUS_H
 #define TFG_STATUS_H

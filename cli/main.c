@@ -16,21 +16,21 @@
 #include <unistd.h>
 
 #include "base/arena.h"
+#include "base/diag.h"
 #include "base/strbuf.h"
-#include "lang/ast.h"
-#include "lang/diag.h"
-#include "lang/interp.h"
-#include "lang/parse.h"
+#include "cli/cli.h"
 #include "compiler/place.h"
 #include "compiler/plan.h"
 #include "compiler/strategy.h"
+#include "lang/ast.h"
+#include "lang/interp.h"
+#include "lang/parse.h"
 #include "runtime/backend.h"
 #include "runtime/device.h"
 #include "runtime/format.h"
 #include "runtime/session.h"
 #include "runtime/trace.h"
 #include "runtime/train.h"
-#include "cli/cli.h"
 
 /* Colour on a terminal only, never when NO_COLOR is set (no-color.org). */
 bool cli_color_mode(const char *opt) {

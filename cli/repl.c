@@ -13,7 +13,7 @@
  * grammar alone decides, so a `{` in a string or a comment is no opener.
  *
  * Sources. Each input is its own source named <stdin> whose line numbers
- * continue the session's (lang/diag.h, line_base), so every error reads
+ * continue the session's (base/diag.h, line_base), so every error reads
  * <stdin>:N:col with N the line as typed, and a script piped in gets the
  * same numbers as its file. Diagnostics are printed and cleared after
  * each input, so the error limit is per input.

@@ -20,8 +20,8 @@
 #include <stdint.h>
 
 #include "base/arena.h"
+#include "base/diag.h"
 #include "compiler/ops.h"
-#include "lang/diag.h"
 
 typedef enum tfg_dtype {
   TFG_DTYPE_F32,

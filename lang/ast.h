@@ -21,8 +21,8 @@
 #include <stdint.h>
 
 #include "base/arena.h"
+#include "base/diag.h"
 #include "base/strbuf.h"
-#include "lang/diag.h"
 
 /* Deepest expression nesting accepted. Left-recursive chains (1+1+...)
  * are not bounded by the parser stack, and every later stage walks trees

@@ -24,10 +24,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/diag.h"
 #include "base/status.h"
 #include "compiler/graph.h"
 #include "lang/ast.h"
-#include "lang/diag.h"
 #include "runtime/data.h"
 
 typedef enum tfg_vkind {

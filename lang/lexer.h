@@ -19,8 +19,8 @@
 #include <stdint.h>
 
 #include "base/arena.h"
+#include "base/diag.h"
 #include "base/strbuf.h"
-#include "lang/diag.h"
 
 typedef struct tfg_token {
   int kind;     /* TFG_TOK_* */

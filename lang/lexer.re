@@ -23,7 +23,7 @@ void tfg_lexer_init(tfg_lexer *lx, const tfg_source *src, tfg_diag *diag, tfg_ar
   lx->arena = arena;
   lx->cur = (const unsigned char *)src->text;
   lx->lim = lx->cur + src->len;
-  lx->line = 1 + src->line_base; /* continued numbering: lang/diag.h */
+  lx->line = 1 + src->line_base; /* continued numbering: base/diag.h */
   lx->line_start = lx->cur;
   /* A UTF-8 byte order mark says nothing in UTF-8: skip it (columns still
    * count it, as editors show it zero-width but present). */

@@ -15,9 +15,9 @@
 #include <stdbool.h>
 
 #include "base/arena.h"
+#include "base/diag.h"
 #include "base/status.h"
 #include "lang/ast.h"
-#include "lang/diag.h"
 
 /* Parses src into *out (nodes in arena). Returns TFG_OK, or
  * TFG_ERR_SYNTAX with *out NULL and the errors in diag. When at_eof is

@@ -28,9 +28,9 @@
 #ifndef TFG_CKPT_H
 #define TFG_CKPT_H
 
+#include "base/diag.h"
 #include "base/status.h"
 #include "compiler/graph.h"
-#include "lang/diag.h"
 
 typedef struct tfg_ckpt_entry {
   const char *name;

@@ -22,9 +22,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/diag.h"
 #include "base/status.h"
 #include "compiler/graph.h"
-#include "lang/diag.h"
 
 /* Element types a file may hold (u8 has no tfg dtype: idx and npy images). */
 typedef enum tfg_data_type {

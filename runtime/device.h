@@ -29,9 +29,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/diag.h"
 #include "base/status.h"
 #include "base/strbuf.h"
-#include "lang/diag.h"
 
 typedef enum tfg_device_kind {
   TFG_DEVICE_CPU,  /* the host CPU: device 0 */

@@ -8,9 +8,9 @@
 #include <stdio.h>
 
 #include "base/arena.h"
+#include "base/diag.h"
 #include "base/strbuf.h"
 #include "lang/ast.h"
-#include "lang/diag.h"
 #include "lang/parse.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

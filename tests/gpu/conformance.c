@@ -55,6 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/diag.h"
 #include "base/rng.h"
 #include "base/strbuf.h"
 #include "compiler/graph.h"
@@ -62,7 +63,6 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/fused.h"
-#include "lang/diag.h"
 #include "runtime/backend.h"
 #include "runtime/device.h"
 #include "tests/gpu/gpu_test.h"

@@ -15,8 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "base/diag.h"
 #include "base/strbuf.h"
-#include "lang/diag.h"
 #include "runtime/backend.h"
 #include "runtime/device.h"
 

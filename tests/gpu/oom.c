@@ -24,10 +24,10 @@
 #include <string.h>
 
 #include "base/arena.h"
+#include "base/diag.h"
 #include "base/strbuf.h"
 #include "compiler/place.h"
 #include "compiler/plan.h"
-#include "lang/diag.h"
 #include "lang/interp.h"
 #include "lang/parse.h"
 #include "runtime/backend.h"

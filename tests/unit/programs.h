@@ -20,10 +20,10 @@
 #include <stdint.h>
 
 #include "base/arena.h"
+#include "base/diag.h"
 #include "compiler/place.h"
 #include "compiler/plan.h"
 #include "compiler/strategy.h"
-#include "lang/diag.h"
 #include "lang/interp.h"
 #include "runtime/device.h"
 

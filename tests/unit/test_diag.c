@@ -5,7 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "lang/diag.h"
+#include "base/diag.h"
 #include "tests/unit/unit.h"
 
 /* Renders d and its error count. */

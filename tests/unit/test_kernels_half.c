@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/diag.h"
 #include "base/rng.h"
 #include "compiler/graph.h"
 #include "compiler/ops.h"
@@ -39,7 +40,6 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/parallel.h"
-#include "lang/diag.h"
 #include "tests/unit/unit.h"
 
 enum { MAXIN = 6 };

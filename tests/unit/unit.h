@@ -6,9 +6,9 @@
 #include <stdbool.h>
 
 #include "base/arena.h"
+#include "base/diag.h"
 #include "base/strbuf.h"
 #include "lang/ast.h"
-#include "lang/diag.h"
 
 Suite *suite_base(void);
 Suite *suite_diag(void);

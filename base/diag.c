@@ -1,10 +1,10 @@
-/* lang/diag.c: source files, diagnostic records and their rendering.
+/* base/diag.c: source files, diagnostic records and their rendering.
  *
  * Records are kept in one array in the order they were made; a note or
  * help belongs to the error before it. Rendering is separate from
  * recording so the CLI, the REPL and tests can each decide when and where
  * to print (and the REPL can print per input). */
-#include "lang/diag.h"
+#include "base/diag.h"
 
 #include <errno.h>
 #include <fcntl.h>

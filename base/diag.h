@@ -1,4 +1,4 @@
-/* lang/diag.h: source files and located diagnostics.
+/* base/diag.h: source files and located diagnostics.
  *
  * A tfg_diag owns every source text of one session (the main program and
  * what it imports) and collects diagnostics that point into them. Library
