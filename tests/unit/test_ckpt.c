@@ -45,6 +45,9 @@ static void teardown(void) {
 static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
+/* The same order for an array of char[N] names. */
+static int cmp_names(const void *a, const void *b) { return strcmp(a, b); }
+
 static char *list_dir(const char *dir) {
   DIR *dh = opendir(dir);
   ck_assert_ptr_nonnull(dh);
@@ -824,11 +827,18 @@ START_TEST(stale_temps_removed) {
   float x = 1;
   tfg_ckpt_entry e[] = {{"x", TFG_DTYPE_F32, shape0(), &x}};
   expect_no_errors(tfg_ckpt_save(D, &L, p, e, 1, NULL, 0));
-  char want[512];
-  snprintf(want, sizeof want,
-           "m.safetensors\nm.safetensors.tmp.%ld\nm.safetensors.tmp.%ld.1\nm.safetensors.tmp.x%ld\n"
-           "other.safetensors.tmp.%ld\n",
-           live, (long)dead, (long)dead, (long)dead);
+  /* What stays, in list_dir's order (sorted by strcmp): where the live
+   * writer's name falls depends on the two PIDs' digits. */
+  char kept[4][96], want[512] = "m.safetensors\n";
+  snprintf(kept[0], sizeof kept[0], "m.safetensors.tmp.%ld", live);
+  snprintf(kept[1], sizeof kept[1], "m.safetensors.tmp.%ld.1", (long)dead);
+  snprintf(kept[2], sizeof kept[2], "m.safetensors.tmp.x%ld", (long)dead);
+  snprintf(kept[3], sizeof kept[3], "other.safetensors.tmp.%ld", (long)dead);
+  qsort(kept, 4, sizeof kept[0], cmp_names);
+  for (int i = 0; i < 4; i++) {
+    strcat(want, kept[i]);
+    strcat(want, "\n");
+  }
   char *ls = list_dir(dir);
   ck_assert_str_eq(ls, want);
   free(ls);
