@@ -1,15 +1,19 @@
 /* compiler/ops.h: the op registry: one table row per op.
  *
  * A row says everything the pipeline needs about an op: the name and
- * signature a program calls it by, its shape and dtype rule, its cost,
- * and its kernels per backend (and, later, its gradient rule). The
- * interpreter, placer, autodiff, planner, explain output and the kernel
- * conformance tests all read the same row, so adding an op is one row
- * in compiler/ops.c plus its kernels.
+ * signature a program calls it by, its shape and dtype rule and its cost
+ * (and, later, its gradient rule). The interpreter, placer, autodiff,
+ * planner, explain output and the kernel conformance tests all read the
+ * same row. Kernels are not in the row: each backend owns a registry from
+ * op id to its kernel (kernels/cpu/registry.c, kernels/cuda/registry.cu),
+ * so adding an op is one row in compiler/ops.c plus a kernel registered
+ * by each backend that runs it.
  *
  *   const tfg_op_def *d = tfg_op_get(TFG_OP_MATMUL);
  *   d->infer(g, node, diag);     // sets node->dtype/shape or reports
- *   d->cpu(&kctx, node, in, &out);
+ *   double f = d->flops(g, node);
+ *   tfg_kernel_fn k = tfg_cpu_kernel(node->op);  // kernels/cpu/cpu.h
+ *   k(&kctx, node, in, &out);
  *
  * The attrs each op reads are listed beside it (fields of tfg_attrs,
  * compiler/graph.h). Unless said otherwise inputs and output share one
@@ -149,7 +153,6 @@ typedef struct tfg_op_def {
   tfg_status (*infer)(const struct tfg_graph *g, struct tfg_node *node, struct tfg_diag *diag);
   /* Floating-point operations per execution, for the cost model. */
   double (*flops)(const struct tfg_graph *g, const struct tfg_node *node);
-  tfg_kernel_fn cpu;
 } tfg_op_def;
 
 const tfg_op_def *tfg_op_get(tfg_op_id op);

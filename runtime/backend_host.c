@@ -90,6 +90,7 @@
 #include "base/assert.h"
 #include "base/grow.h"
 #include "kernels/cast_math.h"
+#include "kernels/cpu/cpu.h"
 #include "runtime/backend.h"
 #include "runtime/backend_impl.h"
 #include "runtime/mem.h"
@@ -630,7 +631,7 @@ static bool host_supports_op(tfg_backend *b, const tfg_node *node) {
   case TFG_OP_PARAM:
   case TFG_OP_INPUT:
   case TFG_OP_STATE: return true;
-  default: return tfg_op_get(node->op)->cpu != NULL;
+  default: return tfg_cpu_kernel(node->op) != NULL;
   }
 }
 
@@ -748,10 +749,10 @@ static void host_reduce_peer(tfg_backend *b, tfg_stream *s, void *dst, tfg_backe
   enqueue(host_of(b), s, &op);
 }
 
-/* The registry's CPU kernel: host devices run the CPU kernels. */
+/* The CPU registry's kernel: host devices run the CPU kernels. */
 static tfg_kernel_fn host_kernel(tfg_backend *b, const tfg_node *node) {
   (void)b;
-  return tfg_op_get(node->op)->cpu;
+  return tfg_cpu_kernel(node->op);
 }
 
 /* Swaps the trace (see the top) and waits until no operation still

@@ -291,3 +291,9 @@ TFG_CPU_KERNEL(tfg_cpu_pool) {
                    x->dtype == TFG_DTYPE_F32 ? pool_f32 : pool_f64, &j);
   return TFG_OK;
 }
+
+void tfg_cpu_register_conv(tfg_kernel_fn *table) {
+  table[TFG_OP_CONV2D] = tfg_cpu_conv2d;
+  table[TFG_OP_MAX_POOL] = tfg_cpu_pool;
+  table[TFG_OP_AVG_POOL] = tfg_cpu_pool;
+}

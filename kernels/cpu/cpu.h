@@ -1,5 +1,9 @@
-/* kernels/cpu/cpu.h: the CPU kernels, one function per family of ops
- * (the op registry, compiler/ops.c, points each op at one of these).
+/* kernels/cpu/cpu.h: the CPU kernels, one function per family of ops,
+ * and the registry that says which of them runs each op
+ * (tfg_cpu_kernel, kernels/cpu/registry.c).
+ *
+ *   tfg_kernel_fn k = tfg_cpu_kernel(node->op);  // NULL: no CPU kernel
+ *   if (k) st = k(&kctx, node, in, &out);
  *
  * Every kernel has the tfg_kernel_fn contract (compiler/ops.h): read
  * node->op and node->attrs, write every element of out. Supported
@@ -18,6 +22,12 @@
 
 #define TFG_CPU_KERNEL(name) \
   tfg_status name(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out)
+
+/* kernels/cpu/registry.c: the CPU kernel of op (a tfg_op_id), or NULL
+ * when the CPU has none (PARAM, INPUT and STATE, whose values the executor
+ * places itself; an id out of range). Thread-safe; the table is built on
+ * the first call. */
+tfg_kernel_fn tfg_cpu_kernel(int op);
 
 /* kernels/cpu/init.c */
 TFG_CPU_KERNEL(tfg_cpu_const);   /* copies attrs.data */

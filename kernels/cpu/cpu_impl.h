@@ -61,6 +61,21 @@ tfg_status tfg_cpu_check_labels(tfg_kernel_ctx *ctx, const tfg_tensor *labels, i
 tfg_status tfg_cpu_check_embedding_ids(tfg_kernel_ctx *ctx, const tfg_tensor *ids, int64_t n,
                                        int64_t rows);
 
+/* Each file of kernels/cpu registers its kernels in the table (indexed by
+ * op id) that tfg_cpu_kernel (kernels/cpu/registry.c) reads. */
+void tfg_cpu_register_init(tfg_kernel_fn *table);        /* init.c: const, init */
+void tfg_cpu_register_elementwise(tfg_kernel_fn *table); /* elementwise.c: unary, binary, where, cast */
+void tfg_cpu_register_linalg(tfg_kernel_fn *table);      /* linalg.c: matmul (OpenBLAS) */
+void tfg_cpu_register_reduce(tfg_kernel_fn *table);      /* reduce.c: sum, mean, max, argmax */
+void tfg_cpu_register_shape(tfg_kernel_fn *table);       /* shape.c: reshape, flatten, transpose, concat, slice, broadcast */
+void tfg_cpu_register_nn(tfg_kernel_fn *table);          /* nn.c: softmax, log_softmax, cross_entropy, mse, layer_norm,
+                                                          * dropout, embedding, one_hot, accuracy */
+void tfg_cpu_register_conv(tfg_kernel_fn *table);        /* conv.c: conv2d, max_pool, avg_pool */
+void tfg_cpu_register_grad(tfg_kernel_fn *table);        /* grad.c: the gradients that are not compositions */
+void tfg_cpu_register_optim(tfg_kernel_fn *table);       /* optim.c: sgd_update, adam_update, allreduce (a copy) */
+void tfg_cpu_register_fused(tfg_kernel_fn *table);       /* fused.c: fused, a chain of elementwise ops */
+/* half.c, common.c and parallel.c have no op of their own. */
+
 /* Layer norm's statistics of the row x[0..d), in double: stores the mean
  * in *mean and returns rstd = 1 / sqrt(var + eps), var being the biased
  * variance formed in a second pass over the deviations (no cancellation

@@ -485,3 +485,14 @@ TFG_CPU_KERNEL(tfg_cpu_cast) {
   tfg_parallel_for(ctx->pool, n, GRAIN_CHEAP, cast_chunk, &j);
   return TFG_OK;
 }
+
+void tfg_cpu_register_elementwise(tfg_kernel_fn *table) {
+  static const int unary[] = {TFG_OP_NEG, TFG_OP_EXP, TFG_OP_LOG, TFG_OP_SQRT, TFG_OP_RSQRT,
+                              TFG_OP_ABS, TFG_OP_RELU, TFG_OP_GELU, TFG_OP_TANH, TFG_OP_SIGMOID};
+  static const int binary[] = {TFG_OP_ADD, TFG_OP_SUB, TFG_OP_MUL, TFG_OP_DIV, TFG_OP_POW,
+                               TFG_OP_MAXIMUM, TFG_OP_MINIMUM, TFG_OP_EQUAL, TFG_OP_GREATER};
+  for (size_t i = 0; i < sizeof unary / sizeof *unary; i++) table[unary[i]] = tfg_cpu_unary;
+  for (size_t i = 0; i < sizeof binary / sizeof *binary; i++) table[binary[i]] = tfg_cpu_binary;
+  table[TFG_OP_WHERE] = tfg_cpu_where;
+  table[TFG_OP_CAST] = tfg_cpu_cast;
+}

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/elementwise_math.h"
 #include "kernels/fused.h"
@@ -137,3 +138,5 @@ TFG_CPU_KERNEL(tfg_cpu_fused) {
   tfg_parallel_for(ctx->pool, n, GRAIN, fused_chunk, &j);
   return TFG_OK;
 }
+
+void tfg_cpu_register_fused(tfg_kernel_fn *table) { table[TFG_OP_FUSED] = tfg_cpu_fused; }

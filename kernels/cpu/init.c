@@ -14,6 +14,7 @@
 
 #include "kernels/cast_math.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/init_math.h"
 
@@ -109,4 +110,9 @@ TFG_CPU_KERNEL(tfg_cpu_init) {
     return tfg_kernel_fail(ctx, s, "%s() cannot fill a %s tensor on the CPU",
                            tfg_init_name(node->attrs.init), tfg_dtype_name(out->dtype));
   return TFG_OK;
+}
+
+void tfg_cpu_register_init(tfg_kernel_fn *table) {
+  table[TFG_OP_CONST] = tfg_cpu_const;
+  table[TFG_OP_INIT] = tfg_cpu_init;
 }

@@ -177,3 +177,5 @@ TFG_CPU_KERNEL(tfg_cpu_matmul) {
   }
   return TFG_OK;
 }
+
+void tfg_cpu_register_linalg(tfg_kernel_fn *table) { table[TFG_OP_MATMUL] = tfg_cpu_matmul; }

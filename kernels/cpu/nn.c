@@ -494,3 +494,15 @@ TFG_CPU_KERNEL(tfg_cpu_accuracy) {
   store_mean(out, right, n);
   return TFG_OK;
 }
+
+void tfg_cpu_register_nn(tfg_kernel_fn *table) {
+  table[TFG_OP_SOFTMAX] = tfg_cpu_softmax;
+  table[TFG_OP_LOG_SOFTMAX] = tfg_cpu_softmax;
+  table[TFG_OP_CROSS_ENTROPY] = tfg_cpu_cross_entropy;
+  table[TFG_OP_MSE] = tfg_cpu_mse;
+  table[TFG_OP_LAYER_NORM] = tfg_cpu_layer_norm;
+  table[TFG_OP_DROPOUT] = tfg_cpu_dropout;
+  table[TFG_OP_EMBEDDING] = tfg_cpu_embedding;
+  table[TFG_OP_ONE_HOT] = tfg_cpu_one_hot;
+  table[TFG_OP_ACCURACY] = tfg_cpu_accuracy;
+}

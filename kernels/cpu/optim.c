@@ -140,3 +140,9 @@ TFG_CPU_KERNEL(tfg_cpu_allreduce_local) {
   if (bytes) memcpy(out->data, in[0].data, bytes);
   return TFG_OK;
 }
+
+void tfg_cpu_register_optim(tfg_kernel_fn *table) {
+  table[TFG_OP_SGD_UPDATE] = tfg_cpu_sgd_update;
+  table[TFG_OP_ADAM_UPDATE] = tfg_cpu_adam_update;
+  table[TFG_OP_ALLREDUCE] = tfg_cpu_allreduce_local;
+}

@@ -469,3 +469,10 @@ TFG_CPU_KERNEL(tfg_cpu_argmax) {
   tfg_parallel_for(ctx->pool, nout, tfg_parallel_grain(GRAIN, j.len), argmax_chunk, &j);
   return TFG_OK;
 }
+
+void tfg_cpu_register_reduce(tfg_kernel_fn *table) {
+  table[TFG_OP_SUM] = tfg_cpu_reduce;
+  table[TFG_OP_MEAN] = tfg_cpu_reduce;
+  table[TFG_OP_MAX] = tfg_cpu_reduce;
+  table[TFG_OP_ARGMAX] = tfg_cpu_argmax;
+}

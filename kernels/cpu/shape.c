@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/index_math.h"
 
@@ -258,4 +259,13 @@ TFG_CPU_KERNEL(tfg_cpu_slice) {
                 .dstep = (end - start) * inner};
   rows_run(&j, ctx->pool, outer);
   return TFG_OK;
+}
+
+void tfg_cpu_register_shape(tfg_kernel_fn *table) {
+  table[TFG_OP_RESHAPE] = tfg_cpu_copy;
+  table[TFG_OP_FLATTEN] = tfg_cpu_copy;
+  table[TFG_OP_TRANSPOSE] = tfg_cpu_transpose;
+  table[TFG_OP_CONCAT] = tfg_cpu_concat;
+  table[TFG_OP_SLICE] = tfg_cpu_slice;
+  table[TFG_OP_BROADCAST] = tfg_cpu_broadcast;
 }

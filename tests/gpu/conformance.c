@@ -438,7 +438,7 @@ static void node_inputs(const tcase *c, const tfg_node *nd, tfg_tensor *in) {
 /* Runs the CPU kernel c->launches times; in[] are owned copies the
  * in-place ops update. Returns the status, the message in *msg. */
 static tfg_status run_cpu(const tcase *c, const tfg_node *nd, tfg_tensor *in, tfg_tensor *out, tfg_strbuf *msg) {
-  tfg_kernel_fn fn = tfg_op_get(nd->op)->cpu;
+  tfg_kernel_fn fn = tfg_cpu_kernel(nd->op);
   tfg_status st = TFG_OK;
   for (int l = 0; l < c->launches && st == TFG_OK; l++) {
     tfg_kernel_ctx ctx = {.pool = S.pool, .training = c->training, .step = c->step + l, .seed = c->seed};
@@ -1864,7 +1864,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < TFG_OP_COUNT; i++) {
     tfg_op_id op = (tfg_op_id)i;
     const tfg_op_def *def = tfg_op_get(op);
-    if (!def->cpu || never_launched(op) || !selected(def->name)) continue;
+    if (!tfg_cpu_kernel(op) || never_launched(op) || !selected(def->name)) continue;
     ops++;
     S.op_cases = 0;
     S.seed = tfg_rng_mix(0xC0FFEEull + (uint64_t)i); /* the same data whatever ops are selected */

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kernels/cpu/cpu.h"
 #include "runtime/backend.h"
 #include "runtime/backend_impl.h"
 #include "runtime/mem.h"
@@ -625,7 +626,7 @@ START_TEST(backend_basics) {
   int supported = 0;
   for (int op = 0; op < TFG_OP_COUNT; op++) {
     node.op = (tfg_op_id)op;
-    bool want = tfg_op_get(node.op)->cpu != NULL || op == TFG_OP_PARAM || op == TFG_OP_INPUT || op == TFG_OP_STATE;
+    bool want = tfg_cpu_kernel(op) != NULL || op == TFG_OP_PARAM || op == TFG_OP_INPUT || op == TFG_OP_STATE;
     ck_assert_msg(b->i.supports_op(b, &node) == want, "op %s", tfg_op_get(node.op)->name);
     supported += want;
   }

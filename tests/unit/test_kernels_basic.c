@@ -1,5 +1,5 @@
 /* tests/unit/test_kernels_basic.c: the CPU kernels of init.c,
- * elementwise.c, reduce.c and shape.c.
+ * elementwise.c, reduce.c and shape.c, and the CPU registry (registry.c).
  *
  * Each op gets small hand-computed cases, and every float op is also run
  * in f32 and f64 on random inputs, large enough that a 2-thread pool
@@ -1875,6 +1875,31 @@ START_TEST(init_seeds) {
 }
 END_TEST
 
+/* ---- the registry ------------------------------------------------------------------- */
+
+/* Every op has a CPU kernel but the sources the executor places itself,
+ * listed here by hand: a row dropped from a tfg_cpu_register_* (or a new
+ * op without a CPU kernel) fails, as does a kernel for a listed source. */
+START_TEST(registry_has_every_kernel) {
+  static const tfg_op_id none[] = {TFG_OP_PARAM, TFG_OP_INPUT, TFG_OP_STATE};
+  int with = 0;
+  for (int op = 0; op < TFG_OP_COUNT; op++) {
+    bool listed = false;
+    for (size_t i = 0; i < sizeof none / sizeof none[0]; i++) listed |= none[i] == (tfg_op_id)op;
+    ck_assert_msg((tfg_cpu_kernel(op) == NULL) == listed, "op %s: %s CPU kernel", tfg_op_get((tfg_op_id)op)->name,
+                  listed ? "has a" : "has no");
+    with += !listed;
+  }
+  ck_assert_int_eq(with, TFG_OP_COUNT - 3);
+  ck_assert_ptr_null(tfg_cpu_kernel(-1));
+  ck_assert_ptr_null(tfg_cpu_kernel(TFG_OP_COUNT));
+  /* ops of one family share the family's kernel */
+  ck_assert(tfg_cpu_kernel(TFG_OP_LOG_SOFTMAX) == tfg_cpu_softmax);
+  ck_assert(tfg_cpu_kernel(TFG_OP_AVG_POOL_GRAD) == tfg_cpu_pool_grad);
+  ck_assert(tfg_cpu_kernel(TFG_OP_FLATTEN) == tfg_cpu_copy);
+}
+END_TEST
+
 /* tests/unit/test_kernels_half.c: every op x dtype, and f16/bf16 against f64. */
 TCase *tcase_kernels_half(void);
 
@@ -1928,6 +1953,9 @@ Suite *suite_kernels_basic(void) {
   tcase_add_test(tc, init_normal_statistics);
   tcase_add_test(tc, init_uniform_glorot_he);
   tcase_add_test(tc, init_seeds);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("registry");
+  tcase_add_test(tc, registry_has_every_kernel);
   suite_add_tcase(s, tc);
   return s;
 }

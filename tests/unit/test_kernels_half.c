@@ -322,7 +322,7 @@ static tfg_status run(const hcase *c, tfg_dtype dt, tfg_dtype as, tfg_tensor *in
   int64_t cnt = tfg_shape_numel(&nd->shape);
   out->data = calloc((size_t)(cnt ? cnt : 1), 8);
   tfg_kernel_ctx ctx = {.training = true, .step = 1, .seed = 3, .node = -1};
-  tfg_status st = tfg_op_get(nd->op)->cpu(&ctx, &n, t, out);
+  tfg_status st = tfg_cpu_kernel(nd->op)(&ctx, &n, t, out);
   if (st != TFG_OK && msg) snprintf(msg, cap, "%s", ctx.err.data ? ctx.err.data : "");
   tfg_strbuf_free(&ctx.err);
   for (int k = 0; k < nd->ninputs; k++) {
@@ -383,7 +383,7 @@ START_TEST(op_dtype_coverage) {
   int accepted = 0, failures = 0;
   for (int op = 0; op < TFG_OP_COUNT; op++) {
     const tfg_op_def *def = tfg_op_get((tfg_op_id)op);
-    if (!def->cpu || skipped((tfg_op_id)op)) continue;
+    if (!tfg_cpu_kernel(op) || skipped((tfg_op_id)op)) continue;
     bool built_only = def->sig[0] == '\0'; /* autodiff's: float dtypes only */
     for (size_t d = 0; d < sizeof ALL / sizeof ALL[0]; d++) {
       if (built_only && !tfg_dtype_is_float(ALL[d])) continue;
@@ -421,7 +421,7 @@ START_TEST(half_vs_f64) {
   int failures = 0, compared = 0;
   for (int op = 0; op < TFG_OP_COUNT; op++) {
     const tfg_op_def *def = tfg_op_get((tfg_op_id)op);
-    if (!def->cpu || skipped((tfg_op_id)op)) continue;
+    if (!tfg_cpu_kernel(op) || skipped((tfg_op_id)op)) continue;
     for (int h = 0; h < 2; h++) {
       tfg_dtype dt = h ? TFG_DTYPE_BF16 : TFG_DTYPE_F16;
       bool has;
