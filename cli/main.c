@@ -884,7 +884,7 @@ static const cli_cmd commands[] = {
      "bytes sent and received per step.\n\n"
      "options:\n"
      "  --explain         the table above (the default)\n"
-     "  --json            the same facts as JSON (schema: README.md)\n"
+     "  --json            the same facts as JSON (schema: docs/cli.md)\n"
      "  --dot             Graphviz, one cluster per device\n"
      "  --devices SPEC    the devices to place on (default: every GPU; else as many host devices as gpu:N named)\n"
      "  --memory MODE     growth (default) or preallocate (accepted as for tfg run; no effect here)\n"
@@ -902,8 +902,16 @@ static const cli_cmd commands[] = {
      "  --bucket-size SIZE  close an all-reduce bucket at SIZE bytes of gradients (default 25M)\n" COMMON_HELP,
      cmd_program},
     {"devices", "the hardware found and how logical devices map onto it",
-     "tfg devices [--devices SPEC] [--memory-limit SIZE]\n\nList the hardware found and how logical devices map onto it.\n"
-     "With --devices, the devices that spec gives (CLI.md: host*4, cuda:0*2:30G, sim:h100*8, ...).\n", cmd_devices},
+     "tfg devices [OPTIONS]\n\nList the hardware found and how logical devices map onto it.\n\n"
+     "options:\n"
+     "  --devices SPEC    the devices that spec gives (host*4, cuda:0*2:30G, sim:h100*8, ...;\n"
+     "                    docs/cli.md); default: every GPU, else the host CPU alone\n"
+     "  --memory-limit SIZE  cap every device's memory\n"
+     "  --memory MODE     growth (default) or preallocate (accepted as for tfg run; no effect here)\n"
+     "  --bucket-size SIZE  accepted as for tfg run; no effect here\n"
+     "  --set NAME=VALUE  accepted as for tfg run; no effect here (there is no program)\n"
+     "  --color=WHEN      colour diagnostics: auto (default), always, never\n"
+     "  -h, --help        show this help\n", cmd_devices},
     {"repl", "interactive session (a FILE is loaded first)",
      "tfg repl [OPTIONS] [FILE]\n\nStart an interactive session: statements build the session's graph, a bare\n"
      "expression prints its value (computed on its placed device), print and train\n"
@@ -933,8 +941,9 @@ static void main_help(FILE *out) {
                "commands:\n");
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     fprintf(out, "  %-9s %s\n", commands[i].name, commands[i].summary);
-  fprintf(out, "\nRun 'tfg COMMAND --help' for a command's options.\n"
-               "Exit codes: 0 success, 1 program error, 2 usage error, 3 runtime failure.\n");
+  fprintf(out, "\nRun 'tfg COMMAND --help' for a command's options ('tfg --version' is 'tfg version').\n"
+               "Exit codes: 0 success, 1 program error, 2 usage error, 3 runtime failure, 130 interrupted.\n"
+               "The language and the command line: docs/language.md and docs/cli.md.\n");
 }
 
 /* Output that could not be written (a full disk, a closed pipe) is a
