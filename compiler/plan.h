@@ -1,6 +1,7 @@
 /* compiler/plan.h: the execution plan: per device, ordered steps on
- * streams, the copies and events that connect devices and streams, and a
- * static memory plan. Plain data: it can be printed, diffed and checked.
+ * streams (0 compute, 1 copy-in, 2 collective), the copies and events
+ * that connect devices and streams, and a static memory plan. Plain data:
+ * it can be printed, diffed and checked.
  *
  *   tfg_plan *p;
  *   if (tfg_plan_build(graph, placement, devices, diag, &p) == TFG_OK) {
@@ -9,92 +10,8 @@
  *     tfg_plan_free(p);
  *   }
  *
- * Streams: on every device, stream 0 computes, stream 1 receives
- * copies and stream 2 runs collectives. Order: each device's ops in
- * graph order on its compute stream.
- *
- * Copies. A tensor used on another device is copied once per destination
- * device (not once per consumer), by a COPY step on the destination's
- * copy stream, as soon as the tensor exists: the source's compute stream
- * RECORDs an event after the producing op, the copy stream WAITs on it,
- * copies, and RECORDs its own event, which the consuming compute stream
- * WAITs on before the first op that reads the copy. Every dependency
- * between two streams goes through such an event: one RECORD, and one
- * WAIT (the collective's ev2 below may have several).
- *
- * Collectives. ALLREDUCE nodes are never launched: the nodes of one key
- * (attrs.start), one per device, form a group whose ranks are its
- * devices in ascending index order. Keys with the same devices and dtype
- * are packed into buckets as PyTorch DDP does: in the order their
- * gradient (the node's input) is produced on the group's first device, a
- * bucket closing once it holds bucket_bytes (it never grows past the cap
- * unless one tensor alone does: that tensor gets a bucket of its own), or
- * early when a key's gradient comes after an op that reads one of the
- * bucket's nodes (graph order must let the bucket run first). Buckets are
- * numbered by the graph position of the last gradient any rank produces
- * for them, and every device runs its buckets in that order, so all ranks
- * meet them in one order (collectives run in different orders would
- * deadlock, as with NCCL). On a rank, right after the LAUNCH of the last
- * of the bucket's gradients there (or of the device's previous bucket,
- * whichever is later): RECORD ev1 on stream 0, WAIT ev1 on stream 2,
- * ALLREDUCE on stream 2, RECORD ev2 on stream 2; a gradient copied in
- * from elsewhere is first waited for by stream 0. The compute stream
- * WAITs on ev2 before the first op that reads one of the bucket's nodes
- * there (at the end of its list when none does). A node read on another
- * device is copied as any value, the copy stream WAITing on ev2, once
- * every rank has listed the bucket.
- *
- * Memory: per device, persistent tensors (params, optimizer state) get
- * their own region at the bottom; every other tensor on the device (op
- * outputs, received copies, all-reduced nodes) lives from the step that
- * writes it to the last step that reads it (in the device's step order),
- * and gets an offset above the persistent region by best fit among the
- * free gaps at that time (the smallest gap that fits; a new top when none
- * does), aligned to 256 bytes. A bucket's gradients are read by stream
- * 2, so they live until the compute stream's WAIT on its ev2. A tensor
- * sent to another device, or read by no op (a result), lives to the end
- * of the list. The planned peak is the highest end ever allocated. A plan
- * whose peak exceeds a device's capacity fails: the error names the
- * device, the op (and its source line) whose allocation went over, the
- * bytes needed and the bytes available.
- *
- * Concurrent streams. The streams of a device run truly concurrently, so
- * the plan keeps this invariant: every step that writes a buffer comes
- * after (through its stream's order or an event) every access to the
- * buffers that held that memory before. A LAUNCH gets it from the list
- * order, since a buffer's last access is on the compute stream (or
- * ordered before a compute step within its live range); an ALLREDUCE
- * from its ev1. A COPY is ordered only after its source, so after the
- * offsets are assigned, each COPY whose buffer overlaps memory last used
- * at a compute step the copy stream is not yet ordered after gets a
- * RECORD on the compute stream right after that step and a WAIT on the
- * copy stream right before the COPY (none when the memory is fresh, or an
- * earlier such WAIT covers it: the copy stream runs in order).
- *
- * Fusion (only when tfg_plan_opts sets fuse and gives keep). A chain is
- * 2 to TFG_FUSED_MAX_OPS elementwise ops (NEG EXP LOG SQRT RSQRT ABS RELU
- * GELU TANH SIGMOID, ADD SUB MUL DIV POW MAXIMUM MINIMUM: kernels/fused.h)
- * of one dtype, f32 or f64, and one shape, on one device, each binary one
- * reading values of that shape or scalars (rank 0). Its last member in
- * graph order gives the chain's value; every other member (an
- * intermediate) is read by exactly one op, a member of the chain, and is
- * not kept (keep: the nodes the caller may fetch), so an intermediate is
- * never fetched, copied to another device, all-reduced or persistent.
- * The members may form a tree (add(mul(a, b), exp(c)) fuses whole). The
- * values the members read that are not members are the chain's inputs,
- * at most TFG_FUSED_MAX_INPUTS, and no optimizer update lies between the
- * first member and the last in graph order (an update writes params and
- * state in place, and a chain reads its inputs where its last member
- * runs). Chains form greedily in graph order: each eligible node takes
- * in every input that may become its intermediate, with that input's own
- * chain, while the caps hold. One LAUNCH runs a chain, where its last
- * member would run, naming that member (node) and the chain (chain); it
- * reads the chain's inputs, WAITing for copies and buckets as any
- * launch, and writes the last member's buffer. Intermediates have no
- * step and no buffer. A chain's inputs live until its LAUNCH, which can
- * raise the peak (an intermediate may read two inputs): a fused plan
- * whose peak does not fit a device is dropped for the unfused one, so
- * fusion never fails a plan that fits without it. */
+ * The rules a plan keeps (streams, copies, collectives and their buckets,
+ * memory, concurrent streams, fusion) are in docs/plan.md. */
 #ifndef TFG_PLAN_H
 #define TFG_PLAN_H
 
@@ -128,7 +45,7 @@ typedef struct tfg_plan_bucket {
   int64_t bytes;       /* per rank: the sum of its nodes' bytes */
 } tfg_plan_bucket;
 
-/* Elementwise ops run as one LAUNCH (see Fusion above). */
+/* Elementwise ops run as one LAUNCH (docs/plan.md, Fusion). */
 typedef struct tfg_plan_chain {
   int nnodes;          /* 2 .. TFG_FUSED_MAX_OPS */
   tfg_node_id *nodes;  /* [nnodes] the members in graph order; the last gives the chain's value */
@@ -184,7 +101,7 @@ typedef struct tfg_plan {
 
 typedef struct tfg_plan_opts {
   int64_t bucket_bytes; /* close a bucket once it holds this many bytes; 0: TFG_PLAN_BUCKET_BYTES */
-  /* Fusion (see Fusion above): on only with both. keep[id] (per node of
+  /* Fusion (docs/plan.md): on only with both. keep[id] (per node of
    * the graph) is nonzero for every node whose value the caller may
    * fetch (printed values, losses, metrics, updates): those stay
    * materialized. The planner cannot know fetches; without keep it
@@ -196,12 +113,13 @@ typedef struct tfg_plan_opts {
 #define TFG_PLAN_BUCKET_BYTES ((int64_t)25 << 20) /* PyTorch DDP's bucket_cap_mb = 25 */
 
 /* Builds the plan of a placed graph. Returns TFG_OK, or TFG_ERR_OOM with
- * the error described above when a device's plan does not fit. With d
- * NULL, capacities are not checked: the plan only measures each device's
- * peak (the placer's memory pass uses it). ALLREDUCE nodes must be as a
- * strategy makes them (asserted): attrs.n nodes per key, one per device,
- * of one dtype and shape, each reading one gradient, every gradient of a
- * key before any op that reads one of the key's nodes. */
+ * the error docs/plan.md (Memory) describes when a device's plan does
+ * not fit. With d NULL, capacities are not checked: the plan only
+ * measures each device's peak (the placer's memory pass uses it).
+ * ALLREDUCE nodes must be as a strategy makes them (asserted): attrs.n
+ * nodes per key, one per device, of one dtype and shape, each reading one
+ * gradient, every gradient of a key before any op that reads one of the
+ * key's nodes. */
 tfg_status tfg_plan_build(const tfg_graph *g, const tfg_placement *pl, const tfg_devices *ds, tfg_diag *d,
                           tfg_plan **out);
 /* The same with options (o may be NULL: the defaults). */
@@ -225,9 +143,9 @@ int tfg_plan_chain_of(const tfg_plan *p, tfg_node_id id);
  * no ALLREDUCE node launched, each bucket's
  * ALLREDUCE exactly once on each of its ranks (on no other device), in
  * the same relative order on all ranks. Chains: members distinct and in
- * graph order, each an elementwise op as Fusion above requires, on the
- * last member's device, every intermediate read by exactly one op, of
- * its chain, the inputs exactly the members' other inputs in first-read
+ * graph order, each an elementwise op as Fusion (docs/plan.md) requires,
+ * on the last member's device, every intermediate read by exactly one
+ * op, of its chain, the inputs exactly the members' other inputs in first-read
  * order, no optimizer update between first and last member; each chain
  * launched once, by a LAUNCH of its last member naming it; no other step
  * launches or copies an intermediate, and none has a buffer (the keep set
@@ -243,9 +161,9 @@ int tfg_plan_chain_of(const tfg_plan *p, tfg_node_id id);
  * gradients stay live until the first compute step ordered after its
  * ALLREDUCE (or to the end); a sent tensor lives to the end; no two
  * buffers live at the same time overlap; and the rule for concurrent
- * streams above, in full: when a buffer's memory was held by earlier
- * buffers (the latest holder of each byte), every access to them on any
- * of the device's streams happens before the step that writes the new
+ * streams (docs/plan.md), in full: when a buffer's memory was held by
+ * earlier buffers (the latest holder of each byte), every access to them
+ * on any of the device's streams happens before the step that writes the new
  * one; an optimizer update, which overwrites its param and state in
  * place, happens after every copy of them to another device. The peak
  * is the maximum end over all buffers; buffers fit the

@@ -1,5 +1,5 @@
 /* tests/unit/test_fuse.c: chains of elementwise ops fused into one launch
- * (compiler/plan.h, Fusion; kernels/fused.h).
+ * (docs/plan.md, Fusion; kernels/fused.h).
  *
  * Programs are built through the real pipeline (tests/unit/programs.h)
  * and planned again with fusion on, keeping what they print. Checked:

@@ -1117,7 +1117,7 @@ static tfg_graph *random_graph(int n, unsigned seed) {
   return g;
 }
 
-/* The best-fit rule of plan.h, the slow obvious way: for each buffer in
+/* The best-fit rule of docs/plan.md, the slow obvious way: for each buffer in
  * order, the buffers placed before it and still live at its first step,
  * sorted by offset; the smallest gap between them that fits, else the top. */
 static void check_best_fit(const tfg_plan_device *pd) {

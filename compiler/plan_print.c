@@ -1,0 +1,295 @@
+/* compiler/plan_print.c: `tfg plan`, a plan as text (tfg_plan_print),
+ * with the node, device and stream names that the builder's errors and
+ * the validator's messages use too, and tfg_plan_capturable, which the
+ * print asks for its "graphs:" line. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/assert.h"
+#include "compiler/ops.h"
+#include "compiler/plan_impl.h"
+
+/* ---- text shared by errors, the validator and print ------------------------ */
+
+static const char *base_name(const char *path) {
+  const char *s = strrchr(path, '/');
+  return s ? s + 1 : path;
+}
+
+/* "n3 matmul (t.tfg:4)"; named nodes as "n0 param h.w (nn.tfg:18)". */
+void tfg_plan_node_text(const tfg_graph *g, tfg_node_id id, tfg_strbuf *out) {
+  const tfg_node *n = &g->nodes[id];
+  tfg_strbuf_printf(out, "n%d %s", (int)id, tfg_op_get(n->op)->name);
+  if (n->name) tfg_strbuf_printf(out, " %s", n->name);
+  if (n->loc.src) tfg_strbuf_printf(out, " (%s:%u)", base_name(n->loc.src->name), n->loc.line);
+}
+
+const char *tfg_plan_dev_name(const tfg_plan *p, int d) { return tfg_devices_at(p->ds, d)->name; }
+
+static const char *const stream_names[] = {"compute", "copy", "collective"};
+
+const char *tfg_plan_stream_name(int s) { return s >= 0 && s < TFG_PLAN_STREAMS ? stream_names[s] : "?"; }
+
+/* ---- print ---------------------------------------------------------------------------- */
+
+static const char *const kind_names[] = {"launch", "copy", "record", "wait", "allreduce"};
+
+/* "3 tensors, 1.5 MiB, ranks gpu:0 gpu:1" */
+static void bucket_text(const tfg_plan *p, int b, tfg_strbuf *out) {
+  const tfg_plan_bucket *pb = &p->buckets[b];
+  tfg_strbuf_printf(out, "%d tensor%s, ", pb->nnodes, pb->nnodes == 1 ? "" : "s");
+  tfg_size_format(out, pb->bytes);
+  tfg_strbuf_puts(out, ", ranks");
+  for (int r = 0; r < pb->nranks; r++)
+    tfg_strbuf_printf(out, " %s",
+                      pb->devices[r] >= 0 && pb->devices[r] < p->ndev ? tfg_plan_dev_name(p, pb->devices[r]) : "?");
+}
+
+/* Member e of chain c as the expression of its ops: "relu(add(mul))",
+ * each op with the members it reads (its other inputs are the chain's). */
+static void chain_expr(const tfg_plan *p, const tfg_plan_chain *c, int e, tfg_strbuf *out) {
+  const tfg_node *nd = &p->g->nodes[c->nodes[e]];
+  tfg_strbuf_puts(out, tfg_op_get(nd->op)->name);
+  int nargs = 0;
+  for (int k = 0; k < nd->ninputs; k++) {
+    if (k > 0 && nd->inputs[k] == nd->inputs[0]) continue; /* x * x: once */
+    for (int f = e - 1; f >= 0; f--)
+      if (c->nodes[f] == nd->inputs[k]) {
+        tfg_strbuf_puts(out, nargs++ ? ", " : "(");
+        chain_expr(p, c, f, out);
+        break;
+      }
+  }
+  if (nargs) tfg_strbuf_putc(out, ')');
+}
+
+/* "fused relu(add(mul)) n12 (t.tfg:3), members n10 n11 n12" */
+static void chain_text(const tfg_plan *p, int ci, tfg_strbuf *out) {
+  const tfg_plan_chain *c = &p->chains[ci];
+  const tfg_node *last = &p->g->nodes[c->nodes[c->nnodes - 1]];
+  tfg_strbuf_puts(out, "fused ");
+  chain_expr(p, c, c->nnodes - 1, out);
+  tfg_strbuf_printf(out, " n%d", (int)c->nodes[c->nnodes - 1]);
+  if (last->loc.src) tfg_strbuf_printf(out, " (%s:%u)", base_name(last->loc.src->name), last->loc.line);
+  tfg_strbuf_puts(out, ", members");
+  for (int e = 0; e < c->nnodes; e++) tfg_strbuf_printf(out, " n%d", (int)c->nodes[e]);
+}
+
+bool tfg_plan_capturable(const tfg_plan *p, const uint8_t *captured, tfg_strbuf *why) {
+  int *rec = malloc(sizeof *rec * ((size_t)p->nevents + 1));
+  TFG_ASSERT(rec != NULL);
+  for (int e = 0; e < p->nevents; e++) rec[e] = -1;
+  for (int d = 0; d < p->ndev; d++)
+    for (int k = 0; k < p->dev[d].nsteps; k++)
+      if (p->dev[d].steps[k].kind == TFG_PLAN_RECORD) rec[p->dev[d].steps[k].event] = d;
+  bool ok = true;
+  for (int d = 0; d < p->ndev && ok; d++) {
+    if (captured[d]) continue;
+    for (int k = 0; k < p->dev[d].nsteps && ok; k++) {
+      const tfg_plan_step *st = &p->dev[d].steps[k];
+      int from = st->kind == TFG_PLAN_WAIT ? rec[st->event] : st->kind == TFG_PLAN_COPY ? st->src : -1;
+      if (from < 0 || !captured[from]) continue;
+      tfg_strbuf_printf(why, "%s %s %s (its step %d)", tfg_plan_dev_name(p, d),
+                        st->kind == TFG_PLAN_WAIT ? "waits for" : "copies from", tfg_plan_dev_name(p, from), k);
+      ok = false;
+    }
+  }
+  for (int b = 0; b < p->nbuckets && ok; b++) {
+    const tfg_plan_bucket *pb = &p->buckets[b];
+    for (int r = 1; r < pb->nranks && ok; r++)
+      if (!captured[pb->devices[r]] != !captured[pb->devices[0]]) {
+        tfg_strbuf_printf(why, "bucket %d all-reduces over %s and %s", b, tfg_plan_dev_name(p, pb->devices[0]),
+                          tfg_plan_dev_name(p, pb->devices[r]));
+        ok = false;
+      }
+  }
+  free(rec);
+  return ok;
+}
+
+/* The line under the header of a plan with GPUs: whether its runs can be
+ * captured as CUDA graphs, over which devices, fed by which. */
+static void print_graphs(const tfg_plan *p, tfg_strbuf *out) {
+  uint8_t *gpu = calloc((size_t)p->ndev + 1, 1);
+  TFG_ASSERT(gpu != NULL);
+  int ngpu = 0;
+  for (int d = 0; d < p->ndev; d++) {
+    tfg_device_kind k = tfg_devices_at(p->ds, d)->kind;
+    gpu[d] = (k == TFG_DEVICE_CUDA || k == TFG_DEVICE_SIM) && (p->dev[d].nsteps > 0 || p->dev[d].nbuffers > 0);
+    ngpu += gpu[d];
+  }
+  if (ngpu > 0) {
+    tfg_strbuf why = {0};
+    if (tfg_plan_capturable(p, gpu, &why)) {
+      tfg_strbuf_puts(out, "graphs: runs seen before can be replayed as CUDA graphs on ");
+      for (int d = 0, n = 0; d < p->ndev; d++)
+        if (gpu[d]) tfg_strbuf_printf(out, "%s%s", n++ ? ", " : "", tfg_plan_dev_name(p, d));
+      int nfeed = 0;
+      for (int d = 0; d < p->ndev; d++)
+        if (!gpu[d] && p->dev[d].nsteps > 0)
+          tfg_strbuf_printf(out, "%s%s", nfeed++ ? ", " : " (first: ", tfg_plan_dev_name(p, d));
+      tfg_strbuf_puts(out, nfeed ? ", feeding them)\n" : "\n");
+    } else {
+      tfg_strbuf_printf(out, "graphs: not captured: %s\n", why.data);
+    }
+    tfg_strbuf_free(&why);
+  }
+  free(gpu);
+}
+
+void tfg_plan_print(const tfg_plan *p, tfg_strbuf *out) {
+  const tfg_graph *g = p->g;
+  /* Who records and who waits on each event, for the text beside them:
+   * the recorder, and the waiters in list order (a bucket's ev2 may have
+   * several), as lists threaded through wnext. */
+  int nwaits = 0;
+  for (int d = 0; d < p->ndev; d++)
+    for (int s = 0; s < p->dev[d].nsteps; s++) nwaits += p->dev[d].steps[s].kind == TFG_PLAN_WAIT;
+  int *rec_dev = malloc(sizeof *rec_dev * ((size_t)p->nevents + 1));
+  int *rec_stream = malloc(sizeof *rec_stream * ((size_t)p->nevents + 1));
+  int *whead = malloc(sizeof *whead * ((size_t)p->nevents + 1));
+  int *wtail = malloc(sizeof *wtail * ((size_t)p->nevents + 1));
+  int *wdev = malloc(sizeof *wdev * ((size_t)nwaits + 1));
+  int *wstream = malloc(sizeof *wstream * ((size_t)nwaits + 1));
+  int *wnext = malloc(sizeof *wnext * ((size_t)nwaits + 1));
+  TFG_ASSERT(rec_dev && rec_stream && whead && wtail && wdev && wstream && wnext);
+  int ncopies = 0, nw = 0;
+  for (int e = 0; e < p->nevents; e++) rec_dev[e] = whead[e] = wtail[e] = -1;
+  for (int d = 0; d < p->ndev; d++)
+    for (int s = 0; s < p->dev[d].nsteps; s++) {
+      const tfg_plan_step *st = &p->dev[d].steps[s];
+      if (st->kind == TFG_PLAN_COPY) ncopies++;
+      if (st->kind != TFG_PLAN_RECORD && st->kind != TFG_PLAN_WAIT) continue;
+      if (st->event < 0 || st->event >= p->nevents) continue;
+      if (st->kind == TFG_PLAN_RECORD) {
+        if (rec_dev[st->event] < 0) {
+          rec_dev[st->event] = d;
+          rec_stream[st->event] = st->stream;
+        }
+        continue;
+      }
+      wdev[nw] = d;
+      wstream[nw] = st->stream;
+      wnext[nw] = -1;
+      if (wtail[st->event] >= 0) wnext[wtail[st->event]] = nw;
+      else whead[st->event] = nw;
+      wtail[st->event] = nw++;
+    }
+  /* With buckets the columns widen for "collective" and "allreduce";
+   * plans without keep the narrow ones. */
+  bool coll = p->nbuckets > 0;
+  int sw = coll ? 10 : 7, kw = coll ? 9 : 6;
+  tfg_strbuf_printf(out, "plan: %d device%s, %d cop%s, %d event%s", p->ndev, p->ndev == 1 ? "" : "s", ncopies,
+                    ncopies == 1 ? "y" : "ies", p->nevents, p->nevents == 1 ? "" : "s");
+  if (coll) tfg_strbuf_printf(out, ", %d bucket%s", p->nbuckets, p->nbuckets == 1 ? "" : "s");
+  if (p->nchains > 0) {
+    int fused = 0;
+    for (int c = 0; c < p->nchains; c++) fused += p->chains[c].nnodes;
+    tfg_strbuf_printf(out, ", %d fused chain%s (%d ops)", p->nchains, p->nchains == 1 ? "" : "s", fused);
+  }
+  tfg_strbuf_putc(out, '\n');
+  print_graphs(p, out);
+  for (int d = 0; d < p->ndev; d++) {
+    const tfg_plan_device *pd = &p->dev[d];
+    tfg_strbuf_printf(out, "\n%s: %s, %d step%s, %d buffer%s, persistent ", tfg_plan_dev_name(p, d),
+                      coll ? "3 streams (0 compute, 1 copy-in, 2 collective)" : "2 streams (0 compute, 1 copy-in)",
+                      pd->nsteps, pd->nsteps == 1 ? "" : "s", pd->nbuffers, pd->nbuffers == 1 ? "" : "s");
+    tfg_size_format(out, pd->persistent_bytes);
+    tfg_strbuf_puts(out, ", peak ");
+    tfg_size_format(out, pd->peak);
+    tfg_strbuf_printf(out, " (%" PRId64 " bytes)\n", pd->peak);
+    if (pd->nsteps) tfg_strbuf_printf(out, "  %5s  %-*s  %-*s  %s\n", "step", sw, "stream", kw, "kind", "what");
+    for (int s = 0; s < pd->nsteps; s++) {
+      const tfg_plan_step *st = &pd->steps[s];
+      bool known = st->kind >= TFG_PLAN_LAUNCH && st->kind <= TFG_PLAN_ALLREDUCE;
+      tfg_strbuf_printf(out, "  %5d  %-*s  %-*s  ", s, sw, tfg_plan_stream_name(st->stream), kw,
+                        known ? kind_names[st->kind] : "?");
+      bool ev_ok = st->event >= 0 && st->event < p->nevents;
+      switch (st->kind) {
+      case TFG_PLAN_LAUNCH:
+      case TFG_PLAN_COPY:
+        if (st->kind == TFG_PLAN_LAUNCH && st->chain >= 0 && st->chain < p->nchains) chain_text(p, st->chain, out);
+        else if (st->node >= 0 && st->node < g->nnodes) tfg_plan_node_text(g, st->node, out);
+        else tfg_strbuf_printf(out, "n%d", (int)st->node);
+        if (st->kind == TFG_PLAN_COPY)
+          tfg_strbuf_printf(out, " from %s", st->src >= 0 && st->src < p->ndev ? tfg_plan_dev_name(p, st->src) : "?");
+        break;
+      case TFG_PLAN_RECORD:
+        tfg_strbuf_printf(out, "event %d", st->event);
+        if (ev_ok)
+          for (int w = whead[st->event]; w >= 0; w = wnext[w])
+            tfg_strbuf_printf(out, "%s %s %s", w == whead[st->event] ? " ->" : ",", tfg_plan_dev_name(p, wdev[w]),
+                              tfg_plan_stream_name(wstream[w]));
+        break;
+      case TFG_PLAN_WAIT:
+        tfg_strbuf_printf(out, "event %d", st->event);
+        if (ev_ok && rec_dev[st->event] >= 0)
+          tfg_strbuf_printf(out, " <- %s %s", tfg_plan_dev_name(p, rec_dev[st->event]),
+                            tfg_plan_stream_name(rec_stream[st->event]));
+        break;
+      case TFG_PLAN_ALLREDUCE:
+        if (st->bucket >= 0 && st->bucket < p->nbuckets) {
+          tfg_strbuf_printf(out, "bucket %d: ", st->bucket);
+          bucket_text(p, st->bucket, out);
+        } else {
+          tfg_strbuf_printf(out, "bucket %d", st->bucket);
+        }
+        break;
+      default: break;
+      }
+      tfg_strbuf_putc(out, '\n');
+    }
+    if (pd->nbuffers) tfg_strbuf_printf(out, "  %10s  %10s  %-11s  %s\n", "offset", "bytes", "live", "tensor");
+    for (int i = 0; i < pd->nbuffers; i++) {
+      const tfg_plan_buffer *bf = &pd->buffers[i];
+      char range[32];
+      if (bf->persistent) snprintf(range, sizeof range, "always");
+      else snprintf(range, sizeof range, "%d-%d", bf->first, bf->last);
+      tfg_strbuf_printf(out, "  %10" PRId64 "  %10" PRId64 "  %-11s  ", bf->offset, bf->bytes, range);
+      if (bf->node >= 0 && bf->node < g->nnodes) tfg_plan_node_text(g, bf->node, out);
+      else tfg_strbuf_printf(out, "n%d", (int)bf->node);
+      if (bf->persistent) tfg_strbuf_puts(out, ", persistent");
+      if (bf->copy && bf->first >= 0 && bf->first < pd->nsteps) {
+        int src = pd->steps[bf->first].src;
+        tfg_strbuf_printf(out, ", copy from %s", src >= 0 && src < p->ndev ? tfg_plan_dev_name(p, src) : "?");
+      }
+      tfg_strbuf_putc(out, '\n');
+    }
+  }
+  if (coll) {
+    /* The buckets, each with its tensors per rank (keys in one order). */
+    tfg_strbuf_printf(out, "\nbuckets: %d, cap ", p->nbuckets);
+    tfg_size_format(out, p->bucket_bytes);
+    tfg_strbuf_puts(out, " (all-reduced in this order on every rank)\n");
+    for (int b = 0; b < p->nbuckets; b++) {
+      const tfg_plan_bucket *pb = &p->buckets[b];
+      tfg_strbuf_printf(out, "  bucket %d: ", b);
+      bucket_text(p, b, out);
+      tfg_strbuf_putc(out, '\n');
+      for (int r = 0; r < pb->nranks; r++) {
+        tfg_strbuf_printf(out, "    %s:",
+                          pb->devices[r] >= 0 && pb->devices[r] < p->ndev ? tfg_plan_dev_name(p, pb->devices[r]) : "?");
+        for (int k = 0; k < pb->nnodes; k++) {
+          tfg_node_id x = pb->nodes[r * pb->nnodes + k];
+          tfg_strbuf_puts(out, k ? ", " : " ");
+          if (x >= 0 && x < g->nnodes) {
+            tfg_plan_node_text(g, x, out);
+            if (g->nodes[x].ninputs == 1) tfg_strbuf_printf(out, " of n%d", (int)g->nodes[x].inputs[0]);
+          } else {
+            tfg_strbuf_printf(out, "n%d", (int)x);
+          }
+        }
+        tfg_strbuf_putc(out, '\n');
+      }
+    }
+  }
+  free(rec_dev);
+  free(rec_stream);
+  free(whead);
+  free(wtail);
+  free(wdev);
+  free(wstream);
+  free(wnext);
+}
