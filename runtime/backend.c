@@ -8,8 +8,6 @@
  * CUDA header. Everything else (the executor, `tfg devices`, `tfg
  * version`) goes through the functions here, so a build without CUDA or
  * NCCL differs only in this file's answers. */
-#include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "base/assert.h"
@@ -77,26 +75,6 @@ static tfg_backend *cuda_new(const tfg_device *dev, const tfg_backend_opts *o, t
   tfg_strbuf_puts(why, NO_CUDA_BUILD);
   return NULL;
 #endif
-}
-
-bool tfg_env_int(const char *name, long long *out) {
-  const char *s = getenv(name);
-  if (!s || !*s) return false;
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || *end) return false;
-  *out = v;
-  return true;
-}
-
-long long tfg_backend_fault_after(const tfg_device *dev, char *msg, size_t n) {
-  long long fdev, fafter;
-  if (!tfg_env_int("TFG_FAULT_DEVICE", &fdev) || !tfg_env_int("TFG_FAULT_AFTER", &fafter) || fdev != dev->index ||
-      fafter <= 0)
-    return 0;
-  snprintf(msg, n, "injected fault (TFG_FAULT_DEVICE=%lld, TFG_FAULT_AFTER=%lld)", fdev, fafter);
-  return fafter;
 }
 
 tfg_backend *tfg_backend_new(const tfg_device *dev, const tfg_backend_opts *o, tfg_strbuf *why) {

@@ -22,7 +22,7 @@
  * and `cuda` (real streams and events on a GPU; runtime/backend_cuda.c,
  * in builds with CUDA). tfg_backend_new (runtime/backend.c) picks the one
  * for a device. Events are one object type for every backend
- * (runtime/backend_impl.h), so a stream of one kind may wait for a record
+ * (runtime/event.h), so a stream of one kind may wait for a record
  * on the other. Every call returns at once except alloc, free,
  * synchronize, stream_free and destroy (the last three wait for the
  * queues to drain), read_now, and on `cuda`: a wait for a record that a
@@ -54,12 +54,12 @@
 #include "compiler/ops.h"
 #include "kernels/kernel.h"
 #include "runtime/device.h"
+#include "runtime/event.h"
 #include "runtime/mem.h"
 
 typedef struct tfg_backend tfg_backend;
 struct tfg_trace;
 typedef struct tfg_stream tfg_stream;
-typedef struct tfg_event tfg_event;
 typedef struct tfg_replay tfg_replay; /* captured work (capture_end) */
 
 typedef struct tfg_backend_i {
@@ -210,23 +210,11 @@ tfg_backend *tfg_backend_host_new_with(const tfg_device *dev, bool preallocate);
  * "cuda: ...", "cudnn: ...", "nccl: ..." appended to *out. */
 void tfg_backend_build_info(tfg_strbuf *out);
 
-/* Test hook: the N-th kernel launched (counting launch calls) on a
- * backend whose device index is TFG_FAULT_DEVICE fails with
- * TFG_ERR_DEVICE, when the environment variables TFG_FAULT_DEVICE and
- * TFG_FAULT_AFTER=N are set when the backend is created. Every backend
- * reads them through tfg_backend_fault_after. */
-
 /* Test hook: with TFG_HOST_GRAPHS=1 set when a host backend is created,
  * it has the captured-run entries (host_alloc to replay_free) and
  * emulates CUDA Graphs (runtime/backend_host.c): a capture records what
  * the thread queues, a replay queues it again. The executor then runs
  * host devices (not cpu:0) as it runs GPUs with CUDA Graphs, which is
  * how that path is tested on machines without a GPU. */
-
-/* A decimal integer filling all of environment variable name, or false. */
-bool tfg_env_int(const char *name, long long *out);
-/* The launch count N after which a backend for dev fails (0: none), and
- * the message it fails with in msg (n bytes). */
-long long tfg_backend_fault_after(const tfg_device *dev, char *msg, size_t n);
 
 #endif

@@ -31,7 +31,8 @@
  * kernel (kernels/cuda/half.cu); --check-numerics scans f32 and f64
  * results only, so a 16-bit result is not scanned.
  *
- * Events are the shared objects of runtime/backend_impl.h. Their CUDA part
+ * Events are the shared objects of runtime/event.h (body in
+ * runtime/backend_impl.h). Their CUDA part
  * holds one cudaEvent per GPU (made on first use there, with
  * cudaEventDisableTiming), so record is cudaEventRecord on the stream's
  * GPU and a wait for a GPU's record is cudaStreamWaitEvent, across GPUs
@@ -182,6 +183,7 @@
 #include "runtime/backend.h"
 #include "runtime/backend_cuda.h"
 #include "runtime/backend_impl.h"
+#include "runtime/event.h"
 #include "runtime/mem.h"
 #include "runtime/trace.h"
 

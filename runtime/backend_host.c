@@ -13,7 +13,7 @@
  * kernels themselves fan out over kctx->pool. Operations run outside the
  * backend's lock; the caller's thread only queues.
  *
- * Events are objects shared by every backend (runtime/backend_impl.h: a
+ * Events are objects shared by every backend (runtime/event.c: a
  * record on one backend's stream may release a wait on another's, a CUDA
  * backend's included). An event counts the
  * records issued (event_record calls) and remembers the most recent
@@ -31,7 +31,7 @@
  *
  * A wait for a record that a GPU's stream issued (last_gpu >= 0) first
  * asks the CUDA side to complete that generation here once the GPU has
- * reached it (ext_export, backend_impl.h); the worker then waits for it
+ * reached it (tfg_event_latest's export); the worker then waits for it
  * like any other. A copy or reduction whose source is a GPU's memory
  * (src_b->i.read_now set) reads it with read_now when its turn comes,
  * after the waits that ordered it.
@@ -82,6 +82,7 @@
  * a caller may free the old trace as soon as set_trace(b, NULL) returns. */
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,7 +93,7 @@
 #include "kernels/cast_math.h"
 #include "kernels/cpu/cpu.h"
 #include "runtime/backend.h"
-#include "runtime/backend_impl.h"
+#include "runtime/event.h"
 #include "runtime/mem.h"
 #include "runtime/trace.h"
 
@@ -190,106 +191,29 @@ struct host_backend {
    * one the operation running now records into (NULL: none); under mu. */
   tfg_trace *trace;
   tfg_trace *trace_busy;
+  tfg_event_waiter waiter; /* on the waiter list of each event a stream is blocked on */
 };
 
 static host_backend *host_of(tfg_backend *b) { return b->ctx; }
 
 /* ---- events ---------------------------------------------------------------
- * The event object is shared with the CUDA backend (runtime/backend_impl.h);
- * its host part is implemented here. */
+ * The event object is shared with the CUDA backend (runtime/event.c); a
+ * worker waits on one through hb->waiter, whose wake is this. It runs
+ * under the event's lock, which is why a worker never takes an event's
+ * lock while holding its backend's. */
 
-tfg_event *tfg_event_new(void) {
-  tfg_event *e = calloc(1, sizeof *e);
-  TFG_ASSERT(e != NULL);
-  pthread_mutex_init(&e->mu, NULL);
-  pthread_cond_init(&e->done_cv, NULL);
-  atomic_init(&e->done, 0);
-  atomic_init(&e->refs, 1);
-  e->last_gpu = -1;
-  return e;
-}
-
-tfg_event *tfg_event_ref(tfg_event *e) {
-  atomic_fetch_add(&e->refs, 1);
-  return e;
-}
-
-void tfg_event_unref(tfg_event *e) {
-  if (atomic_fetch_sub(&e->refs, 1) != 1) return;
-  TFG_ASSERT(e->nwaiters == 0 && e->sleepers == 0);
-  if (e->ext && e->ext_free) e->ext_free(e->ext);
-  pthread_cond_destroy(&e->done_cv);
-  pthread_mutex_destroy(&e->mu);
-  tfg_strbuf_free(&e->err);
-  free(e->waiters);
-  free(e);
-}
-
-uint64_t tfg_event_issue(tfg_event *e, int gpu) {
-  pthread_mutex_lock(&e->mu);
-  uint64_t gen = ++e->issued;
-  e->last_gpu = gpu;
-  pthread_mutex_unlock(&e->mu);
-  return gen;
-}
-
-static void event_add_waiter(tfg_event *e, host_backend *hb) {
-  pthread_mutex_lock(&e->mu);
-  TFG_GROW(e->waiters, e->nwaiters, e->waiters_cap, 4);
-  e->waiters[e->nwaiters++] = hb;
-  pthread_mutex_unlock(&e->mu);
-}
-
-/* Removes one entry for hb (a backend appears once per blocked wait). */
-static void event_remove_waiter_locked(tfg_event *e, host_backend *hb) {
-  for (size_t i = 0; i < e->nwaiters; i++) {
-    if (e->waiters[i] == hb) {
-      e->waiters[i] = e->waiters[--e->nwaiters];
-      return;
-    }
-  }
-  TFG_ASSERT(!"event waiter not found");
-}
-
-/* Runs a record: generation gen is done, carrying the recording stream's
- * failure (st, msg) or none. Wakes every backend waiting on e, and the
- * threads in tfg_event_wait_done. The waiters' locks are taken under
- * e->mu: a waiter leaves the list only under e->mu, and cannot be
- * destroyed while on it, so each pointer is live while it is signalled. */
-void tfg_event_complete(tfg_event *e, uint64_t gen, tfg_status st, const char *msg) {
-  pthread_mutex_lock(&e->mu);
-  if (gen > atomic_load(&e->done)) {
-    e->status = st;
-    tfg_strbuf_clear(&e->err);
-    if (st != TFG_OK) tfg_strbuf_puts(&e->err, msg ? msg : "");
-    atomic_store(&e->done, gen);
-    for (size_t i = 0; i < e->nwaiters; i++) {
-      host_backend *w = e->waiters[i];
-      pthread_mutex_lock(&w->mu);
-      w->wake_seq++;
-      if (w->sleeping) pthread_cond_signal(&w->wake);
-      pthread_mutex_unlock(&w->mu);
-    }
-    if (e->sleepers) pthread_cond_broadcast(&e->done_cv);
-  }
-  pthread_mutex_unlock(&e->mu);
-}
-
-tfg_status tfg_event_wait_done(tfg_event *e, uint64_t gen, tfg_strbuf *msg) {
-  pthread_mutex_lock(&e->mu);
-  e->sleepers++;
-  while (atomic_load(&e->done) < gen) pthread_cond_wait(&e->done_cv, &e->mu);
-  e->sleepers--;
-  tfg_status st = e->status;
-  if (st != TFG_OK && msg) tfg_strbuf_puts(msg, e->err.data ? e->err.data : "");
-  pthread_mutex_unlock(&e->mu);
-  return st;
+static void host_wake(tfg_event_waiter *w) {
+  host_backend *hb = (host_backend *)((char *)w - offsetof(host_backend, waiter));
+  pthread_mutex_lock(&hb->mu);
+  hb->wake_seq++;
+  if (hb->sleeping) pthread_cond_signal(&hb->wake);
+  pthread_mutex_unlock(&hb->mu);
 }
 
 /* ---- the worker ----------------------------------------------------------- */
 
 static bool op_blocked(const tfg_stream *s, const host_op *op) {
-  return op->kind == HOST_OP_WAIT && s->status == TFG_OK && atomic_load(&op->u.ev.e->done) < op->u.ev.gen;
+  return op->kind == HOST_OP_WAIT && s->status == TFG_OK && !tfg_event_is_done(op->u.ev.e, op->u.ev.gen);
 }
 
 /* Under hb->mu: the next stream, round robin from hb->rr, whose head
@@ -467,13 +391,9 @@ static tfg_status run_op(host_backend *hb, tfg_stream *s, host_op *op, bool skip
     break;
   case HOST_OP_WAIT: {
     tfg_event *e = op->u.ev.e;
-    pthread_mutex_lock(&e->mu);
-    if (op->registered) event_remove_waiter_locked(e, hb);
-    if (!skip && e->status != TFG_OK) {
-      st = e->status;
-      tfg_strbuf_puts(&hb->scratch, e->err.data);
-    }
-    pthread_mutex_unlock(&e->mu);
+    /* A skipped wait takes no failure: its stream has one already. */
+    tfg_status carried = tfg_event_end_wait(e, op->registered ? &hb->waiter : NULL, skip ? NULL : &hb->scratch);
+    if (!skip) st = carried;
     tfg_event_unref(e);
     break;
   }
@@ -542,7 +462,7 @@ static void *host_worker(void *arg) {
        * ours; a record that runs meanwhile is seen by the next scan (done
        * is read there) or wakes us (we are on its list by then). */
       pthread_mutex_unlock(&hb->mu);
-      event_add_waiter(unregistered->u.ev.e, hb);
+      tfg_event_add_waiter(unregistered->u.ev.e, &hb->waiter);
       unregistered->registered = true;
       pthread_mutex_lock(&hb->mu);
       continue;
@@ -671,7 +591,7 @@ static void host_stream_free(tfg_backend *b, tfg_stream *s) {
   free(s);
 }
 
-/* Events are the shared objects of backend_impl.h: a CUDA backend's
+/* Events are the shared objects of runtime/event.h: a CUDA backend's
  * streams may record and wait on them too. */
 static tfg_event *host_event_create(tfg_backend *b) {
   (void)b;
@@ -698,20 +618,17 @@ static void host_event_record(tfg_backend *b, tfg_stream *s, tfg_event *e) {
 
 /* When the latest record was issued on a GPU's stream, that record is
  * not run by a host worker: ext_export makes the CUDA side complete the
- * generation on the host once the GPU has reached it (backend_impl.h). */
+ * generation on the host once the GPU has reached it (runtime/event.h). */
 static void host_event_wait(tfg_backend *b, tfg_stream *s, tfg_event *e) {
-  pthread_mutex_lock(&e->mu);
-  uint64_t gen = e->issued;
-  bool from_gpu = e->last_gpu >= 0 && e->ext_export != NULL;
-  void (*export)(tfg_event *, uint64_t) = e->ext_export;
-  pthread_mutex_unlock(&e->mu);
+  void (*export)(tfg_event *, uint64_t);
+  uint64_t gen = tfg_event_latest(e, &export);
   if (capturing) { /* the generation to wait for is the latest issued when replayed */
     host_op op = {.kind = HOST_OP_WAIT, .u.ev = {tfg_event_ref(e), 0}};
     enqueue(host_of(b), s, &op);
     return;
   }
   if (gen == 0) return; /* never recorded: nothing to wait for */
-  if (from_gpu) export(e, gen);
+  if (export) export(e, gen);
   host_op op = {.kind = HOST_OP_WAIT, .u.ev = {tfg_event_ref(e), gen}};
   enqueue(host_of(b), s, &op);
 }
@@ -883,9 +800,7 @@ static void host_replay(tfg_backend *b, tfg_stream *s, tfg_replay *r) {
     if (op.kind == HOST_OP_RECORD) {
       op.u.ev.gen = tfg_event_issue(op.u.ev.e, -1);
     } else if (op.kind == HOST_OP_WAIT) {
-      pthread_mutex_lock(&op.u.ev.e->mu);
-      op.u.ev.gen = op.u.ev.e->issued;
-      pthread_mutex_unlock(&op.u.ev.e->mu);
+      op.u.ev.gen = tfg_event_latest(op.u.ev.e, NULL); /* a replay is host-only: nothing to export */
       if (op.u.ev.gen == 0) continue;
     }
     if (op.kind == HOST_OP_RECORD || op.kind == HOST_OP_WAIT) tfg_event_ref(op.u.ev.e);
@@ -948,6 +863,7 @@ tfg_backend *tfg_backend_host_new_with(const tfg_device *dev, bool preallocate) 
   pthread_mutex_init(&hb->mu, NULL);
   pthread_cond_init(&hb->wake, NULL);
   pthread_cond_init(&hb->idle, NULL);
+  hb->waiter.wake = host_wake;
   hb->pool = pool;
   hb->fault_after = tfg_backend_fault_after(dev, hb->fault_msg, sizeof hb->fault_msg);
   long long graphs;

@@ -1,6 +1,7 @@
-/* runtime/backend_impl.h: what the backends share beyond the vtable: the
- * event object. Only runtime/backend_host.c and runtime/backend_cuda.c
- * include it.
+/* runtime/backend_impl.h: the body of the event object (runtime/event.h),
+ * for runtime/event.c and the CUDA backend (runtime/backend_cuda.c), which
+ * hangs its part on it, and for the backend tests. The host backend goes
+ * through event.h's functions only.
  *
  * One event type serves every backend, so an executor that mixes host
  * devices (cpu:0 feeding data, a parameter server) with CUDA devices can
@@ -11,19 +12,14 @@
  * the failure its latest record carried) and keeps `last_gpu` up to date:
  *
  *   - a CUDA stream waits for a CUDA record with cudaStreamWaitEvent;
- *   - a host stream waits for a CUDA record: host_event_wait calls
- *     ext_export(e, gen), which makes the CUDA side complete generation
- *     gen on the host (tfg_event_complete from a cudaLaunchHostFunc
- *     callback queued behind the record) so the host worker's usual wait
- *     on `done` is released;
+ *   - a host stream waits for a CUDA record: host_event_wait gets
+ *     ext_export from tfg_event_latest and calls ext_export(e, gen), which
+ *     makes the CUDA side complete generation gen on the host
+ *     (tfg_event_complete from a cudaLaunchHostFunc callback queued
+ *     behind the record) so the host worker's usual wait is released;
  *   - a CUDA stream waits for a host record: the caller's thread waits
  *     (tfg_event_wait_done) until the host worker has run that record,
  *     then queues nothing: the GPU never spins on host memory.
- *
- *   tfg_event *e = tfg_event_new();        // refs 1
- *   uint64_t g = tfg_event_issue(e, -1);   // a host record, or a GPU's ordinal
- *   tfg_event_complete(e, g, TFG_OK, NULL); // from whoever ran it
- *   tfg_event_unref(e);
  *
  * Lock order: e->mu, then a host backend's mutex (tfg_event_complete
  * wakes host workers under e->mu). No CUDA call is made under e->mu. */
@@ -34,9 +30,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "runtime/backend.h"
-
-struct host_backend;
+#include "runtime/event.h"
 
 struct tfg_event {
   pthread_mutex_t mu;
@@ -44,7 +38,7 @@ struct tfg_event {
   _Atomic uint64_t done;     /* the most recent generation known to have run on the host side */
   tfg_status status;         /* the failure the last completed record carried (TFG_OK: none); under mu */
   tfg_strbuf err;            /* its message; under mu */
-  struct host_backend **waiters; /* host backends with a stream blocked on this event; under mu */
+  tfg_event_waiter **waiters; /* host backends with a stream blocked on this event; under mu */
   size_t nwaiters, waiters_cap;
   atomic_int refs;           /* the creator's, plus one per queued record, wait or export */
   pthread_cond_t done_cv;    /* for threads in tfg_event_wait_done */
@@ -54,27 +48,10 @@ struct tfg_event {
   int last_gpu;
   /* The CUDA backend's part (NULL until a CUDA stream records or waits
    * on the event); ext_free releases it when the last reference goes,
-   * ext_export is called by host_event_wait when last_gpu >= 0. */
+   * ext_export is what tfg_event_latest hands a host wait when last_gpu >= 0. */
   void *ext;
   void (*ext_free)(void *ext);
   void (*ext_export)(tfg_event *e, uint64_t gen);
 };
-
-/* A new event with one reference (the creator's). */
-tfg_event *tfg_event_new(void);
-tfg_event *tfg_event_ref(tfg_event *e);
-/* Drops a reference; the last one frees the event (and its ext). */
-void tfg_event_unref(tfg_event *e);
-/* Issues a record: returns its generation (++issued) and notes who
- * issued it (gpu: -1 for a host backend, else the CUDA ordinal). */
-uint64_t tfg_event_issue(tfg_event *e, int gpu);
-/* Generation gen has run, carrying failure st with message msg (TFG_OK:
- * none): wakes the host workers and threads waiting for it. Makes no
- * CUDA call, so a cudaLaunchHostFunc callback may call it. */
-void tfg_event_complete(tfg_event *e, uint64_t gen, tfg_status st, const char *msg);
-/* Blocks the calling thread until generation gen has completed; returns
- * the failure the latest completed record carried (its message appended
- * to *msg when msg is not NULL). */
-tfg_status tfg_event_wait_done(tfg_event *e, uint64_t gen, tfg_strbuf *msg);
 
 #endif

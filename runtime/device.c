@@ -12,6 +12,9 @@
  * described with planning estimates, and refused when a program runs.
  * FLOP/s and bandwidths are always the sim table's numbers for the model
  * the GPU's name matches (H100 when none does): planning estimates.
+ * The fault-injection hook every backend reads (tfg_backend_fault_after)
+ * is here too: keyed on a device's index, and below the backends, so the
+ * host and CUDA backends need nothing from runtime/backend.c.
  *
  * Capacities. Every GPU entry's devices get the same capacity:
  *   - host*N: a quarter of the machine's physical memory divided by N by
@@ -33,7 +36,9 @@
  * with two bad entries reports both. */
 #include "runtime/device.h"
 
+#include <errno.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -759,4 +764,26 @@ void tfg_devices_describe(const tfg_devices *ds, tfg_strbuf *out) {
       }
     tfg_strbuf_putc(out, '\n');
   }
+}
+
+/* ---- test hooks ---------------------------------------------------------- */
+
+bool tfg_env_int(const char *name, long long *out) {
+  const char *s = getenv(name);
+  if (!s || !*s) return false;
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || *end) return false;
+  *out = v;
+  return true;
+}
+
+long long tfg_backend_fault_after(const tfg_device *dev, char *msg, size_t n) {
+  long long fdev, fafter;
+  if (!tfg_env_int("TFG_FAULT_DEVICE", &fdev) || !tfg_env_int("TFG_FAULT_AFTER", &fafter) || fdev != dev->index ||
+      fafter <= 0)
+    return 0;
+  snprintf(msg, n, "injected fault (TFG_FAULT_DEVICE=%lld, TFG_FAULT_AFTER=%lld)", fdev, fafter);
+  return fafter;
 }

@@ -92,6 +92,19 @@ void tfg_size_format(tfg_strbuf *out, int64_t bytes);
 /* `tfg devices`: the hardware found and how logical devices map onto it. */
 void tfg_devices_describe(const tfg_devices *ds, tfg_strbuf *out);
 
+/* ---- test hooks every backend and the executor read --------------------- */
+
+/* A decimal integer filling all of environment variable name, or false. */
+bool tfg_env_int(const char *name, long long *out);
+/* Test hook: the N-th kernel launched (counting launch calls) on a
+ * backend whose device index is TFG_FAULT_DEVICE fails with
+ * TFG_ERR_DEVICE, when the environment variables TFG_FAULT_DEVICE and
+ * TFG_FAULT_AFTER=N are set when the backend is created. Returns that N
+ * for a backend of dev (0: none) and the message it fails with in msg (n
+ * bytes). Here, below the backends, so that both backends and the
+ * backend registration read it without calling each other. */
+long long tfg_backend_fault_after(const tfg_device *dev, char *msg, size_t n);
+
 /* ---- GPU discovery (implemented by runtime/backend.c) ------------------ */
 
 /* A physical GPU as the CUDA runtime reports it. */

@@ -27,7 +27,8 @@
 
 #include "kernels/cpu/cpu.h"
 #include "runtime/backend.h"
-#include "runtime/backend_impl.h"
+#include "runtime/backend_impl.h" /* the event body: a test fakes the CUDA export */
+#include "runtime/event.h"
 #include "runtime/mem.h"
 #include "tests/unit/unit.h"
 
@@ -1193,6 +1194,49 @@ static void *wait_done_thread(void *arg) {
   return NULL;
 }
 
+/* The event module alone (runtime/event.h), with a waiter that counts its
+ * wakes: what a host worker relies on when it registers. */
+typedef struct count_waiter {
+  tfg_event_waiter w;
+  int wakes;
+} count_waiter;
+
+static void count_wake(tfg_event_waiter *w) { ((count_waiter *)w)->wakes++; }
+
+START_TEST(event_waiters) {
+  tfg_event *e = tfg_event_new();
+  void (*export)(tfg_event *, uint64_t) = fake_export;
+  ck_assert_uint_eq(tfg_event_latest(e, &export), 0); /* never recorded */
+  ck_assert_ptr_null(export);
+  count_waiter a = {.w.wake = count_wake}, b = {.w.wake = count_wake};
+  uint64_t g1 = tfg_event_issue(e, -1), g2 = tfg_event_issue(e, -1);
+  ck_assert_uint_eq(tfg_event_latest(e, &export), 2);
+  ck_assert_ptr_null(export); /* a host record: nothing to export */
+  tfg_event_add_waiter(e, &a.w);
+  tfg_event_add_waiter(e, &b.w);
+  ck_assert(!tfg_event_is_done(e, g1));
+  tfg_event_complete(e, g2, TFG_OK, NULL); /* out of order: the later record first */
+  ck_assert(tfg_event_is_done(e, g1) && tfg_event_is_done(e, g2));
+  ck_assert_int_eq(a.wakes, 1);
+  ck_assert_int_eq(b.wakes, 1);
+  tfg_event_complete(e, g1, TFG_ERR_DEVICE, "late"); /* older than done: ignored */
+  ck_assert_int_eq(a.wakes, 1);
+  tfg_strbuf msg = {0};
+  ck_assert_int_eq(tfg_event_end_wait(e, &a.w, &msg), TFG_OK);
+  ck_assert_uint_eq(msg.len, 0);
+  /* A failed record wakes only the waiter still registered and carries its message. */
+  uint64_t g3 = tfg_event_issue(e, -1);
+  tfg_event_complete(e, g3, TFG_ERR_NUMERIC, "nan in loss");
+  ck_assert_int_eq(a.wakes, 1);
+  ck_assert_int_eq(b.wakes, 2);
+  ck_assert_int_eq(tfg_event_end_wait(e, &b.w, &msg), TFG_ERR_NUMERIC);
+  ck_assert_str_eq(msg.data, "nan in loss");
+  ck_assert_int_eq(tfg_event_end_wait(e, NULL, NULL), TFG_ERR_NUMERIC); /* an unregistered wait */
+  tfg_strbuf_free(&msg);
+  tfg_event_unref(e); /* asserts the waiter list is empty */
+}
+END_TEST
+
 START_TEST(backend_event_from_gpu) {
   bench *t = bench_new();
   tfg_device d1 = host_dev(1, MiB);
@@ -1278,6 +1322,7 @@ Suite *suite_backend(void) {
   tcase_add_test(host, backend_registration);
   tcase_add_test(host, backend_foreign_source);
   tcase_add_test(host, backend_event_from_gpu);
+  tcase_add_test(host, event_waiters);
   suite_add_tcase(s, host);
   return s;
 }
