@@ -1,123 +1,17 @@
-/* cli/cli.h: what the subcommands (cli/main.c) share with the REPL
- * (cli/repl.c): the parsed options, and the steps `tfg run` takes from a
- * built program to its results (train steps, devices, placement and
- * plan, print actions), so the REPL runs an input exactly as `tfg run`
- * runs a file.
+/* cli/cli.h: the one entry point from the subcommands (cli/main.c) into
+ * the REPL (cli/repl.c). Everything else the two share is the pipeline
+ * (cli/pipeline.h); neither calls into the other beyond this.
  *
- *   cli_opts o;                       // from the command line
- *   tfg_devices *ds = cli_devices_for(&o, prog, diag);
- *   int rc = cli_build_steps(prog, diag, steps, packed, &npacked);
- *   if (rc == 0) rc = cli_compile_program(&o, prog, packed, npacked, ds, NULL, 0, diag, &pl, &plan);
- *   ... tfg_session_new(prog, diag, &(tfg_session_opts){.plan = plan, ...}) ...
- *   cli_print_action(session, prog, plan, &prog->actions[i], o.print_all);
+ *   cli_opts o = {...};   // parsed by `tfg repl`'s options
+ *   return cli_repl(&o);
  */
 #ifndef TFG_CLI_H
 #define TFG_CLI_H
 
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
+#include "cli/pipeline.h"
 
-#include "compiler/autodiff.h"
-#include "compiler/place.h"
-#include "compiler/plan.h"
-#include "lang/interp.h"
-#include "runtime/device.h"
-#include "runtime/session.h"
-
-/* Process exit codes (CLI.md). */
-enum { EXIT_PROGRAM = 1, EXIT_USAGE = 2, EXIT_RUNTIME = 3, EXIT_INTERRUPTED = 130 };
-
-typedef struct cli_cmd {
-  const char *name;
-  const char *summary;
-  const char *help; /* printed after "usage: " */
-  int (*run)(const struct cli_cmd *cmd, int argc, char **argv);
-} cli_cmd;
-
-/* Options of the commands that read a program. */
-typedef struct cli_opts {
-  const char *color;
-  bool ast, print_all;
-  const char *file;
-  tfg_set sets[64];
-  int nsets;
-  tfg_feed_file feeds[64];
-  int nfeeds;
-  uint64_t seed;
-  int threads;
-  bool check_numerics, quiet;
-  const char *devices;    /* --devices SPEC */
-  int64_t memory_limit;   /* --memory-limit SIZE, 0 for none */
-  bool explain, json, dot;
-  const char *trace;      /* --trace FILE.json */
-  int64_t bucket_bytes;   /* --bucket-size SIZE, 0 for the default */
-  bool preallocate;       /* --memory preallocate (default: growth) */
-  bool tf32;              /* --tf32 */
-  bool verbose;           /* --verbose: each phase, what it made and its time, on stderr */
-} cli_opts;
-
-/* --verbose: prints "tfg: " and the formatted text on stderr, with the
- * time since the last such line (or since cli_verbose_start); nothing
- * without o->verbose. */
-void cli_verbose(const cli_opts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Starts the clock cli_verbose reports from (a command, a REPL input). */
-void cli_verbose_start(void);
-
-/* Whether diagnostics on stderr get colour: --color=always|never, else
- * auto: stderr a terminal, NO_COLOR unset, TERM not dumb. */
-bool cli_color_mode(const char *opt);
-
-/* The folder of the standard library (TFG_STDLIB, beside the binary, the
- * source tree, or the installed default); buf is scratch of n bytes. */
-const char *cli_stdlib_dir(char *buf, size_t n);
-
-/* The input of p that --feed NAME names, or NULL. */
-const tfg_feed *cli_feed_target(const tfg_program *p, const char *name);
-/* Why --feed may not feed f, an input with a source (`from`): appended
- * to why, naming the input (with its file and line when `where`) and
- * the data file. */
-void cli_feed_has_source(const tfg_program *p, const tfg_feed *f, bool where, tfg_strbuf *why);
-
-/* The number of GPUs a program names (one past its highest gpu:N), and
- * in *where (when not NULL) the source that names the highest. */
-int cli_gpus_named(const tfg_program *p, tfg_loc *where);
-
-/* The devices of a run: --devices, else the default for the program
- * (its one-line notice, if any, printed to stderr). NULL after reporting
- * a bad --devices spec. */
-tfg_devices *cli_devices_for(const cli_opts *o, const tfg_program *p, tfg_diag *d);
-
-/* Builds the training step of every train action of p under its
- * strategy into steps[action index], and packs them into
- * packed[0..*npacked) for the placer. Returns 0 or EXIT_PROGRAM. */
-int cli_build_steps(tfg_program *p, tfg_diag *d, tfg_train_step *steps, tfg_train_step *packed, int *npacked);
-
-/* Places p's graph on ds (memory that cannot fit is a program error) and
- * plans it. Fusion leaves materialized every node p's actions fetch, the
- * steps' nodes and extra[0..nextra) (more nodes the caller will fetch);
- * it is off under TFG_FUSE=0 or --check-numerics. The plan is
- * validated. Returns 0, EXIT_PROGRAM, or EXIT_RUNTIME (an invalid plan,
- * a bug); *pl and *plan are the caller's to free either way. */
-int cli_compile_program(const cli_opts *o, tfg_program *p, const tfg_train_step *packed, int npacked,
-                        tfg_devices *ds, const tfg_node_id *extra, int nextra, tfg_diag *d,
-                        tfg_placement **pl, tfg_plan **plan);
-
-/* Runs print action a on session s and prints it to stdout: per item a
- * header `TEXT: DTYPE[SHAPE] @DEVICE` and the values (or TEXT: VALUE for a
- * build-time value). Returns the run's status. */
-tfg_status cli_print_action(tfg_session *s, const tfg_program *p, const tfg_plan *plan, const tfg_action *a,
-                            bool all);
-
-/* `tfg repl [FILE]` (cli/repl.c) with parsed options; returns the exit code. */
+/* `tfg repl [FILE]` with parsed options: reads, evaluates and runs inputs
+ * until the end of its input; returns the process exit code. */
 int cli_repl(const cli_opts *o);
-
-/* Ctrl-C while actions run (on: from now; off: back to what it was).
- * During a train, the first Ctrl-C asks it to stop after its step
- * (tfg_train_interrupt: checkpoint written, TFG_ERR_INTERRUPTED) and
- * says so on stderr; otherwise, or at a second Ctrl-C, SIGINT does what
- * it did before (ends the process: a shell reports 130). A SIGINT the
- * process was started ignoring stays ignored. */
-void cli_catch_interrupts(bool on);
 
 #endif

@@ -65,6 +65,7 @@
 #include "base/assert.h"
 #include "base/strbuf.h"
 #include "cli/cli.h"
+#include "cli/pipeline.h"
 #include "lang/parse.h"
 #include "runtime/train.h"
 

@@ -1,0 +1,391 @@
+/* cli/pipeline.c: the pipeline glue of cli/pipeline.h, from a built
+ * program to its printed results, for `tfg run`/`place`/`plan`
+ * (cli/main.c) and `tfg repl` (cli/repl.c) alike: training steps,
+ * devices, placement and a validated plan, print actions, --feed checks,
+ * Ctrl-C during a run, colour, the standard library's folder and the
+ * --verbose lines of each phase. */
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/diag.h"
+#include "base/strbuf.h"
+#include "cli/pipeline.h"
+#include "compiler/place.h"
+#include "compiler/plan.h"
+#include "compiler/strategy.h"
+#include "lang/interp.h"
+#include "runtime/device.h"
+#include "runtime/format.h"
+#include "runtime/session.h"
+#include "runtime/train.h"
+
+/* Colour on a terminal only, never when NO_COLOR is set (no-color.org). */
+bool cli_color_mode(const char *opt) {
+  if (opt && strcmp(opt, "always") == 0) return true;
+  if (opt && strcmp(opt, "never") == 0) return false;
+  const char *term = getenv("TERM");
+  return isatty(STDERR_FILENO) && !getenv("NO_COLOR") && !(term && strcmp(term, "dumb") == 0);
+}
+
+/* ---- --verbose ------------------------------------------------------------------ */
+
+static double verbose_clock; /* when the last verbose line (or the start) was */
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+void cli_verbose_start(void) { verbose_clock = now_s(); }
+
+void cli_verbose(const cli_opts *o, const char *fmt, ...) {
+  if (!o->verbose) return;
+  double t = now_s();
+  tfg_strbuf b = {0};
+  va_list ap;
+  va_start(ap, fmt);
+  tfg_strbuf_vprintf(&b, fmt, ap);
+  va_end(ap);
+  fflush(stdout); /* in order with what the command prints */
+  fprintf(stderr, "tfg: %s (%.1f ms)\n", b.data, (t - verbose_clock) * 1e3);
+  tfg_strbuf_free(&b);
+  verbose_clock = t;
+}
+
+/* The folder of the standard library: TFG_STDLIB; else beside the
+ * binary as built (build/tfg -> stdlib/) or installed (bin/tfg ->
+ * share/tfg/stdlib); else the source tree it was built from; else the
+ * installed default. */
+const char *cli_stdlib_dir(char *buf, size_t n) {
+  const char *env = getenv("TFG_STDLIB");
+  if (env && *env) return env;
+  char exe[4096];
+  ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (len > 0) {
+    exe[len] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash) {
+      *slash = '\0';
+      static const char *const rel[] = {"/../stdlib", "/../share/tfg/stdlib"};
+      for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+        size_t le = strlen(exe), lr = strlen(rel[i]);
+        if (le + lr + 1 > n) continue;
+        memcpy(buf, exe, le);
+        memcpy(buf + le, rel[i], lr + 1);
+        if (access(buf, R_OK) == 0) return buf;
+      }
+    }
+  }
+  if (access(TFG_SOURCE_STDLIB, R_OK) == 0) return TFG_SOURCE_STDLIB;
+  return TFG_STDLIB_DIR;
+}
+
+const tfg_feed *cli_feed_target(const tfg_program *p, const char *name) {
+  for (int k = 0; k < p->nfeeds; k++)
+    if (!strcmp(p->graph->nodes[p->feeds[k].node].name, name)) return &p->feeds[k];
+  return NULL;
+}
+
+void cli_feed_has_source(const tfg_program *p, const tfg_feed *f, bool where, tfg_strbuf *why) {
+  const tfg_node *n = &p->graph->nodes[f->node];
+  tfg_strbuf_printf(why, "input %s", n->name);
+  if (where && n->loc.src) tfg_strbuf_printf(why, " (%s:%u)", n->loc.src->name, n->loc.line);
+  tfg_strbuf_printf(why, " reads its batches from '%s' (its `from`); --feed feeds only an input without one",
+                    f->ds_path ? f->ds_path : "a dataset");
+}
+
+/* The number of GPUs a program names: one past the highest gpu:N of its
+ * pins and of its strategies' device lists (gpu:* asks for one). */
+int cli_gpus_named(const tfg_program *p, tfg_loc *where) {
+  int n = 0;
+  tfg_loc at = {0};
+  for (int32_t i = 0; i < p->graph->nnodes; i++) {
+    const tfg_devspec *d = &p->graph->nodes[i].pin;
+    if (d->kind == TFG_DEV_GPU && d->index >= n) n = (int)d->index + 1, at = d->loc;
+    if (d->kind == TFG_DEV_GPU_ANY && n < 1) n = 1, at = d->loc;
+  }
+  for (int a = 0; a < p->nactions; a++)
+    for (int k = 0; k < p->actions[a].nsettings; k++) {
+      const tfg_value *v = &p->actions[a].settings[k].value;
+      if (v->kind != TFG_V_RECORD) continue;
+      /* devices, workers, ps: lists (possibly nested) of devices */
+      for (int j = 0; j < v->u.record->nargs; j++) {
+        const tfg_value *stack[64];
+        int top = 0;
+        stack[top++] = &v->u.record->args[j];
+        while (top) {
+          const tfg_value *x = stack[--top];
+          if (x->kind == TFG_V_DEVICE && x->u.dev.kind == TFG_DEV_GPU && x->u.dev.index >= n)
+            n = (int)x->u.dev.index + 1, at = p->actions[a].settings[k].loc;
+          if (x->kind == TFG_V_LIST)
+            for (int32_t q = 0; q < x->u.list.n && top < 64; q++) stack[top++] = &x->u.list.items[q];
+        }
+      }
+    }
+  if (where) *where = at;
+  return n;
+}
+
+/* The devices of a run: --devices, else the default for the program. */
+tfg_devices *cli_devices_for(const cli_opts *o, const tfg_program *p, tfg_diag *d) {
+  tfg_devices *ds = NULL;
+  const char *notice = NULL;
+  tfg_loc where = {0};
+  int gpus = p && !o->devices ? cli_gpus_named(p, &where) : 0;
+  tfg_status st = o->devices ? tfg_devices_parse(d, o->devices, &ds)
+                             : tfg_devices_default(d, gpus, where.src ? &where : NULL, &ds, &notice);
+  if (st != TFG_OK) return NULL;
+  if (notice) fprintf(stderr, "%s\n", notice);
+  if (o->memory_limit) tfg_devices_limit(ds, o->memory_limit);
+  return ds;
+}
+
+/* Builds the training step of every train action under its strategy
+ * (compiler/strategy.h) into steps[action index]; returns 0 or
+ * EXIT_PROGRAM. The steps of the train actions are also packed into
+ * packed[0..*npacked) for the placer. */
+int cli_build_steps(tfg_program *p, tfg_diag *d, tfg_train_step *steps, tfg_train_step *packed, int *npacked) {
+  *npacked = 0;
+  for (int i = 0; i < p->nactions; i++) {
+    if (p->actions[i].kind != TFG_ACTION_TRAIN) continue;
+    if (tfg_strategy_train_step(p->graph, &p->actions[i], p, &steps[i], d) != TFG_OK) return EXIT_PROGRAM;
+    packed[(*npacked)++] = steps[i];
+  }
+  return 0;
+}
+
+/* Marks in keep every node a run of the program may fetch, which fusion
+ * must leave materialized: the tensors its print actions show, and per
+ * train step what runtime/train.c fetches (losses, metrics, updates, a
+ * parameter server's worker gradients) or reads and writes (params,
+ * state, mirrors, fed gradients). */
+static void mark_fetched(const tfg_program *p, const tfg_train_step *packed, int npacked, uint8_t *keep) {
+  for (int a = 0; a < p->nactions; a++)
+    for (int i = 0; p->actions[a].kind == TFG_ACTION_PRINT && i < p->actions[a].nitems; i++)
+      if (p->actions[a].items[i].is_tensor) keep[p->actions[a].items[i].node] = 1;
+  for (int k = 0; k < npacked; k++) {
+    const tfg_train_step *st = &packed[k];
+    int W = st->nreplicas, P = st->nparams;
+    keep[st->loss] = 1;
+    for (int i = 0; i < W; i++) keep[st->losses[i]] = 1;
+    for (int i = 0; i < st->nmetrics; i++) keep[st->metrics[i]] = 1;
+    for (int i = 0; i < W * st->nmetrics; i++) keep[st->replica_metrics[i]] = 1;
+    for (int i = 0; i < st->nupdates; i++) keep[st->updates[i]] = 1;
+    for (int i = 0; i < P; i++) keep[st->params[i]] = 1;
+    for (int i = 0; i < st->nstates; i++) keep[st->states[i]] = 1;
+    for (int i = 0; i < st->nmirrors; i++) keep[st->mirror_src[i]] = keep[st->mirror_dst[i]] = 1;
+    for (int i = 0; st->worker_grads && i < W * P; i++) keep[st->worker_grads[i]] = keep[st->worker_params[i]] = 1;
+    for (int i = 0; st->grad_inputs && i < P; i++) keep[st->grad_inputs[i]] = 1;
+  }
+}
+
+/* --verbose after placement: how many ops each device got. */
+static void verbose_placement(const cli_opts *o, const tfg_placement *pl, const tfg_devices *ds) {
+  tfg_strbuf b = {0};
+  int total = 0;
+  for (int i = 0; i < tfg_devices_count(ds); i++) {
+    int n = tfg_placement_totals(pl, i).ops;
+    total += n;
+    tfg_strbuf_printf(&b, "%s%s %d", i ? ", " : "", tfg_devices_at(ds, i)->name, n);
+  }
+  cli_verbose(o, "placed %d ops: %s", total, b.data);
+  tfg_strbuf_free(&b);
+}
+
+/* --verbose after planning: per device its steps and planned peak, then
+ * the copies, events, all-reduce buckets and fused chains. */
+static void verbose_plan(const cli_opts *o, const tfg_plan *plan) {
+  tfg_strbuf b = {0};
+  int copies = 0;
+  for (int i = 0; i < plan->ndev; i++) {
+    const tfg_plan_device *pd = &plan->dev[i];
+    if (pd->nsteps == 0) continue;
+    for (int k = 0; k < pd->nsteps; k++) copies += pd->steps[k].kind == TFG_PLAN_COPY;
+    tfg_strbuf_printf(&b, "%s %d steps, peak ", tfg_devices_at(plan->ds, i)->name, pd->nsteps);
+    tfg_size_format(&b, pd->peak);
+    tfg_strbuf_puts(&b, "; ");
+  }
+  cli_verbose(o, "planned: %s%d cop%s, %d event%s, %d all-reduce bucket%s, %d fused chain%s", b.data ? b.data : "",
+              copies, copies == 1 ? "y" : "ies", plan->nevents, plan->nevents == 1 ? "" : "s", plan->nbuckets,
+              plan->nbuckets == 1 ? "" : "s", plan->nchains, plan->nchains == 1 ? "" : "s");
+  tfg_strbuf_free(&b);
+}
+
+/* Places and plans the program (exit 1 when it cannot be, as memory
+ * that cannot fit is an error found before anything runs); every plan is
+ * validated: a violation is a bug in the planner, never something to run.
+ * Chains of elementwise ops are fused (compiler/plan.h) unless TFG_FUSE=0
+ * or --check-numerics (which names the op that made a NaN: each op must
+ * run alone). */
+int cli_compile_program(const cli_opts *o, tfg_program *p, const tfg_train_step *packed, int npacked,
+                        tfg_devices *ds, const tfg_node_id *extra, int nextra, tfg_diag *d,
+                        tfg_placement **pl, tfg_plan **plan) {
+  if (tfg_place_fit(p->graph, ds, packed, npacked, d, pl) != TFG_OK) return EXIT_PROGRAM;
+  if (o->verbose) verbose_placement(o, *pl, ds);
+  const char *env = getenv("TFG_FUSE");
+  uint8_t *keep = calloc((size_t)p->graph->nnodes + 1, 1);
+  if (!keep) abort();
+  mark_fetched(p, packed, npacked, keep);
+  for (int i = 0; i < nextra; i++) keep[extra[i]] = 1;
+  tfg_plan_opts po = {.bucket_bytes = o->bucket_bytes,
+                      .fuse = !o->check_numerics && !(env && strcmp(env, "0") == 0),
+                      .keep = keep};
+  tfg_status st = tfg_plan_build_with(p->graph, *pl, ds, &po, d, plan);
+  free(keep);
+  if (st != TFG_OK) return EXIT_PROGRAM;
+  if (o->verbose) verbose_plan(o, *plan);
+  tfg_strbuf why = {0};
+  int rc = 0;
+  if (!tfg_plan_validate(*plan, &why)) {
+    fprintf(stderr, "tfg: internal error: the plan is invalid: %s\n", why.data);
+    rc = EXIT_RUNTIME;
+  } else {
+    cli_verbose(o, "validated the plan");
+  }
+  tfg_strbuf_free(&why);
+  return rc;
+}
+
+/* --verbose after the training steps: per train action its strategy,
+ * the params it trains, and the graph's size with every step added. */
+static void verbose_steps(const cli_opts *o, const tfg_program *p, const tfg_train_step *steps) {
+  for (int i = 0; i < p->nactions; i++) {
+    const tfg_action *a = &p->actions[i];
+    if (a->kind != TFG_ACTION_TRAIN) continue;
+    const tfg_train_step *st = &steps[i];
+    char how[64] = "single";
+    if (st->worker_grads) snprintf(how, sizeof how, "parameter_server with %d workers", st->nreplicas);
+    else if (st->nreplicas > 1) snprintf(how, sizeof how, "mirrored over %d replicas", st->nreplicas);
+    cli_verbose(o, "built the training step of the train at line %u: %s, %d params trained, %s", a->loc.line, how,
+                st->nparams, st->optimizer ? st->optimizer : "no optimizer");
+  }
+  cli_verbose(o, "the graph with its training steps: %d nodes", (int)p->graph->nnodes);
+}
+
+/* --verbose once the devices are known: each with its hardware and
+ * memory. */
+static void verbose_devices(const cli_opts *o, const tfg_devices *ds) {
+  tfg_strbuf b = {0};
+  for (int i = 0; i < tfg_devices_count(ds); i++) {
+    const tfg_device *dv = tfg_devices_at(ds, i);
+    tfg_strbuf_printf(&b, "%s%s (%s, ", i ? ", " : "", dv->name, dv->hardware);
+    tfg_size_format(&b, dv->memory);
+    tfg_strbuf_putc(&b, ')');
+  }
+  cli_verbose(o, "devices: %s", b.data);
+  tfg_strbuf_free(&b);
+}
+
+/* Builds c for p: 0, or the exit code after reporting. c is always
+ * freed with cli_compiled_free. */
+int cli_compile(const cli_opts *o, tfg_program *p, tfg_diag *d, cli_compiled *c) {
+  *c = (cli_compiled){.nactions = p->nactions};
+  c->steps = calloc((size_t)p->nactions + 1, sizeof *c->steps);
+  c->packed = calloc((size_t)p->nactions + 1, sizeof *c->packed);
+  if (!c->steps || !c->packed) abort();
+  int rc = cli_build_steps(p, d, c->steps, c->packed, &c->npacked);
+  if (rc == 0 && o->verbose) verbose_steps(o, p, c->steps);
+  /* A bad --devices is bad usage; the default fails only for a program
+   * naming more GPUs than can be emulated, an error in the program. */
+  if (rc == 0 && !(c->ds = cli_devices_for(o, p, d))) rc = o->devices ? EXIT_USAGE : 1;
+  if (rc == 0 && o->verbose) verbose_devices(o, c->ds);
+  if (rc == 0) rc = cli_compile_program(o, p, c->packed, c->npacked, c->ds, NULL, 0, d, &c->pl, &c->plan);
+  return rc;
+}
+
+void cli_compiled_free(cli_compiled *c) {
+  tfg_plan_free(c->plan);
+  tfg_placement_free(c->pl);
+  tfg_devices_free(c->ds);
+  for (int i = 0; c->steps && i < c->nactions; i++) tfg_train_step_free(&c->steps[i]);
+  free(c->steps);
+  free(c->packed);
+}
+
+/* Prints one print action: a header per tensor, then its values. */
+tfg_status cli_print_action(tfg_session *s, const tfg_program *p, const tfg_plan *plan, const tfg_action *a,
+                            bool all) {
+  size_t cap = (size_t)a->nitems + 1;
+  tfg_node_id *fetch = malloc(sizeof *fetch * cap);
+  int *map = malloc(sizeof *map * cap), nf = 0;
+  tfg_tensor *out = malloc(sizeof *out * cap);
+  if (!fetch || !map || !out) abort();
+  for (int i = 0; i < a->nitems; i++) map[i] = a->items[i].is_tensor ? (fetch[nf] = a->items[i].node, nf++) : -1;
+  tfg_status st = tfg_session_run(s, fetch, nf, out);
+  if (st != TFG_OK) {
+    free(fetch);
+    free(map);
+    free(out);
+    return st;
+  }
+  tfg_strbuf b = {0};
+  for (int i = 0; i < a->nitems; i++) {
+    const tfg_print_item *it = &a->items[i];
+    tfg_strbuf_printf(&b, "%s: ", it->text);
+    if (!it->is_tensor) {
+      tfg_strbuf_printf(&b, "%s\n", it->value);
+      continue;
+    }
+    const tfg_node *n = &p->graph->nodes[it->node];
+    tfg_shape_format(&b, n->dtype, &n->shape);
+    tfg_strbuf_printf(&b, " @%s\n", tfg_devices_at(plan->ds, tfg_placement_device(plan->pl, it->node))->name);
+    tfg_format_tensor(&b, &out[map[i]], all);
+    tfg_strbuf_putc(&b, '\n');
+  }
+  fwrite(b.data, 1, b.len, stdout);
+  fflush(stdout);
+  tfg_strbuf_free(&b);
+  free(fetch);
+  free(map);
+  free(out);
+  return TFG_OK;
+}
+
+/* ---- Ctrl-C ------------------------------------------------------------------ */
+
+static struct sigaction prev_sigint;
+
+/* Async-signal-safe: atomics (tfg_train_interrupt), sigaction, write,
+ * raise. Ctrl-C reaches the whole foreground job: a `| tee` reading our
+ * stderr is gone too, and the writes still to come (this message, the
+ * log, the diagnostic) would raise SIGPIPE and end tfg before its
+ * checkpoint; they fail quietly instead. */
+static void on_interrupt(int sig) {
+  int saved = errno;
+  if (tfg_train_interrupt()) {
+    struct sigaction ign = {0};
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGPIPE, &ign, NULL);
+    static const char msg[] = "\ntfg: interrupt: stopping after this step (Ctrl-C again to quit)\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+    errno = saved;
+    return;
+  }
+  sigaction(sig, &prev_sigint, NULL);
+  raise(sig);
+  errno = saved;
+}
+
+void cli_catch_interrupts(bool on) {
+  if (on) {
+    sigaction(SIGINT, NULL, &prev_sigint);
+    if (prev_sigint.sa_handler == SIG_IGN) return; /* started ignoring it (nohup, a script's `&`): keep that */
+    struct sigaction sa = {0};
+    sa.sa_handler = on_interrupt;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &prev_sigint);
+  } else {
+    sigaction(SIGINT, &prev_sigint, NULL);
+  }
+}
