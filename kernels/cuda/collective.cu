@@ -10,13 +10,12 @@
  * host backend's loop (one IEEE add, then one multiply when scale is not
  * 1; the _rn intrinsics keep nvcc from fusing them into an FMA), so a
  * ring over GPUs gives the same bits as one over host devices. */
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
 
 #include "kernels/cuda/backend_kernels.h"
 #include "kernels/cuda/cuda.h"
+#include "kernels/cuda/half.cuh"
 
 namespace {
 
@@ -48,26 +47,13 @@ __global__ void reduce_f64(double *d, const double *x, size_t n, double scale, b
 }
 
 /* 16-bit elements through f32: one add and (scaled) one multiply in f32,
- * rounded once to H (__half or __nv_bfloat16), as the host's reduce_half.
- * The conversions are exact one way and round to nearest even the other. */
-template <typename H>
-__device__ __forceinline__ float widen(H h);
-template <>
-__device__ __forceinline__ float widen<__half>(__half h) { return __half2float(h); }
-template <>
-__device__ __forceinline__ float widen<__nv_bfloat16>(__nv_bfloat16 h) { return __bfloat162float(h); }
-template <typename H>
-__device__ __forceinline__ H narrow(float v);
-template <>
-__device__ __forceinline__ __half narrow<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-
-template <typename H>
-__global__ void reduce_half(H *d, const H *x, size_t n, float scale, bool scaled) {
+ * rounded once to f16 or bf16 (kernels/cuda/half.cuh), the bits of the
+ * host's reduce_half. */
+template <bool BF16>
+__global__ void reduce_half(uint16_t *d, const uint16_t *x, size_t n, float scale, bool scaled) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    float v = __fadd_rn(widen<H>(d[i]), widen<H>(x[i]));
-    d[i] = narrow<H>(scaled ? __fmul_rn(v, scale) : v);
+    float v = __fadd_rn(tfg_cuda_widen1<BF16>(d[i]), tfg_cuda_widen1<BF16>(x[i]));
+    d[i] = tfg_cuda_narrow1<BF16>(scaled ? __fmul_rn(v, scale) : v);
   }
 }
 
@@ -114,10 +100,9 @@ extern "C" cudaError_t tfg_cuda_reduce_peer_half(void *dst, const void *src, siz
   unsigned b = blocks_for(count);
   float sc = (float)scale;
   if (bf16)
-    reduce_half<__nv_bfloat16><<<b, THREADS, 0, stream>>>((__nv_bfloat16 *)dst, (const __nv_bfloat16 *)src, count,
-                                                          sc, sc != 1.0f);
+    reduce_half<true><<<b, THREADS, 0, stream>>>((uint16_t *)dst, (const uint16_t *)src, count, sc, sc != 1.0f);
   else
-    reduce_half<__half><<<b, THREADS, 0, stream>>>((__half *)dst, (const __half *)src, count, sc, sc != 1.0f);
+    reduce_half<false><<<b, THREADS, 0, stream>>>((uint16_t *)dst, (const uint16_t *)src, count, sc, sc != 1.0f);
   return cudaGetLastError();
 }
 

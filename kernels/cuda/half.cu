@@ -26,38 +26,20 @@
  * kernels/cast_math.h's bit functions, so a NaN keeps the payload bits the
  * CPU keeps (the intrinsics return a canonical NaN) and the bits of a
  * staged result equal the CPU's wherever its f32 value does. */
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
-#include "kernels/cast_math.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/half.cuh"
 
 /* Inputs at most (tfg_cpu_staged's limit too); every op has fewer. */
 enum { MAX_STAGED = 8 };
 /* Each staged buffer starts on this boundary of the one scratch block. */
 static const size_t SCRATCH_ALIGN = 256;
 
-/* One element, 16-bit bits to f32 and back, NaN as on the CPU. */
-template <bool BF16>
-static __device__ __forceinline__ float widen1(uint16_t h) {
-  if (BF16) return __bfloat162float(__ushort_as_bfloat16(h)); /* a shift: NaN payloads kept */
-  if ((h & 0x7FFFu) > 0x7C00u) return tfg_cast_f16_to_f32(h);
-  return __half2float(__ushort_as_half(h));
-}
-
-template <bool BF16>
-static __device__ __forceinline__ uint16_t narrow1(float x) {
-  if (isnan(x)) return BF16 ? tfg_cast_f32_to_bf16(x) : tfg_cast_f32_to_f16(x);
-  if (BF16) return __bfloat16_as_ushort(__float2bfloat16_rn(x));
-  return __half_as_ushort(__float2half_rn(x));
-}
-
 /* Element i of src into dst: widened to f32 when WIDEN, else rounded
  * from f32 to the 16-bit format. */
 template <bool BF16, bool WIDEN>
 static __device__ __forceinline__ void convert1(const void *__restrict__ src, void *__restrict__ dst, int64_t i) {
-  if (WIDEN) ((float *)dst)[i] = widen1<BF16>(((const uint16_t *)src)[i]);
-  else ((uint16_t *)dst)[i] = narrow1<BF16>(((const float *)src)[i]);
+  if (WIDEN) ((float *)dst)[i] = tfg_cuda_widen1<BF16>(((const uint16_t *)src)[i]);
+  else ((uint16_t *)dst)[i] = tfg_cuda_narrow1<BF16>(((const float *)src)[i]);
 }
 
 /* Elements 4i .. 4i + 3 in one 8-byte (16-bit side) and one 16-byte (f32
@@ -66,12 +48,14 @@ template <bool BF16, bool WIDEN>
 static __device__ __forceinline__ void convert4(const void *__restrict__ src, void *__restrict__ dst, int64_t i) {
   if (WIDEN) {
     uint2 v = ((const uint2 *)src)[i];
-    ((float4 *)dst)[i] = make_float4(widen1<BF16>((uint16_t)(v.x & 0xFFFFu)), widen1<BF16>((uint16_t)(v.x >> 16)),
-                                     widen1<BF16>((uint16_t)(v.y & 0xFFFFu)), widen1<BF16>((uint16_t)(v.y >> 16)));
+    ((float4 *)dst)[i] =
+        make_float4(tfg_cuda_widen1<BF16>((uint16_t)(v.x & 0xFFFFu)), tfg_cuda_widen1<BF16>((uint16_t)(v.x >> 16)),
+                    tfg_cuda_widen1<BF16>((uint16_t)(v.y & 0xFFFFu)), tfg_cuda_widen1<BF16>((uint16_t)(v.y >> 16)));
   } else {
     float4 f = ((const float4 *)src)[i];
-    ((uint2 *)dst)[i] = make_uint2((uint32_t)narrow1<BF16>(f.x) | (uint32_t)narrow1<BF16>(f.y) << 16,
-                                   (uint32_t)narrow1<BF16>(f.z) | (uint32_t)narrow1<BF16>(f.w) << 16);
+    ((uint2 *)dst)[i] =
+        make_uint2((uint32_t)tfg_cuda_narrow1<BF16>(f.x) | (uint32_t)tfg_cuda_narrow1<BF16>(f.y) << 16,
+                   (uint32_t)tfg_cuda_narrow1<BF16>(f.z) | (uint32_t)tfg_cuda_narrow1<BF16>(f.w) << 16);
   }
 }
 
