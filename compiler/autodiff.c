@@ -4,7 +4,7 @@
  * adjoint is complete once every consumer, all with larger ids, has been
  * visited. Each rule builds its input gradients from ordinary ops
  * (matmul with transposes, sums over broadcast axes, where) or from the
- * gradient ops of compiler/ops.h where a fused kernel is clearly better
+ * gradient ops of ir/ops.h where a fused kernel is clearly better
  * (relu, cross_entropy, layer_norm, conv2d, pooling, embedding). */
 #include "compiler/autodiff.h"
 
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "base/assert.h"
-#include "compiler/ops.h"
+#include "ir/ops.h"
 #include "kernels/cast_math.h"
 
 typedef struct ad {

@@ -10,12 +10,12 @@
  * (gradients are colocated with their ops, as TensorFlow's placer does),
  * so a failure in the backward pass still points at the user's source.
  * The gradient rule of each op is in this file's table (one case per op of
- * compiler/ops.h); ops with no gradient stop it (comparisons, argmax,
+ * ir/ops.h); ops with no gradient stop it (comparisons, argmax,
  * one_hot, accuracy, integer casts). */
 #ifndef TFG_AUTODIFF_H
 #define TFG_AUTODIFF_H
 
-#include "compiler/graph.h"
+#include "ir/graph.h"
 #include "lang/interp.h"
 
 /* Adds the nodes of d loss / d wrt[i] for every i and stores their ids in

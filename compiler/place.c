@@ -15,7 +15,7 @@
 #include "base/assert.h"
 #include "base/utf8.h"
 #include "base/json.h"
-#include "compiler/ops.h"
+#include "ir/ops.h"
 #include "compiler/plan.h"
 
 struct tfg_placement {

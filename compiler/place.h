@@ -29,7 +29,7 @@
 
 #include "base/strbuf.h"
 #include "compiler/autodiff.h"
-#include "compiler/graph.h"
+#include "ir/graph.h"
 #include "runtime/device.h"
 
 typedef enum tfg_place_cause {

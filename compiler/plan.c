@@ -41,7 +41,7 @@
 
 #include "base/assert.h"
 #include "base/grow.h"
-#include "compiler/ops.h"
+#include "ir/ops.h"
 #include "compiler/plan_impl.h"
 
 int64_t tfg_plan_bytes_of(const tfg_node *n) {

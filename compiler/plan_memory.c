@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "base/assert.h"
-#include "compiler/ops.h"
+#include "ir/ops.h"
 #include "compiler/plan_impl.h"
 
 static int64_t align_up(int64_t x) { return (x + TFG_PLAN_ALIGN - 1) / TFG_PLAN_ALIGN * TFG_PLAN_ALIGN; }

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "base/assert.h"
-#include "compiler/ops.h"
+#include "ir/ops.h"
 #include "compiler/plan_impl.h"
 
 /* ---- text shared by errors, the validator and print ------------------------ */

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "base/assert.h"
-#include "compiler/ops.h"
+#include "ir/ops.h"
 #include "compiler/plan_impl.h"
 
 /* The rank of device d in bucket pb (its devices ascend), or -1. */

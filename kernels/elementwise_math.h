@@ -39,7 +39,7 @@
 #include "kernels/hostdev.h"
 
 TFG_C_BEGIN
-#include "compiler/ops.h"
+#include "ir/ops.h"
 TFG_C_END
 
 /* 1 / sqrt(2), the digits of glibc's M_SQRT1_2 (the same double), which

@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#include "compiler/graph.h"
+#include "ir/graph.h"
 #include "kernels/kernel.h"
 
 enum {

@@ -36,7 +36,7 @@
 #include "kernels/hostdev.h"
 
 TFG_C_BEGIN
-#include "compiler/graph.h"
+#include "ir/graph.h"
 #include "kernels/kernel.h"
 TFG_C_END
 

@@ -11,7 +11,7 @@
 
 #include "base/status.h"
 #include "base/strbuf.h"
-#include "compiler/graph.h"
+#include "ir/graph.h"
 
 typedef struct tfg_tensor {
   void *data;
@@ -33,12 +33,20 @@ typedef struct tfg_kernel_ctx {
                           * a tfg_cuda_ctx, kernels/cuda/cuda.h), set by the backend's launch */
 } tfg_kernel_ctx;
 
+/* Runs an op on a backend: in[] holds node->ninputs tensors, out is
+ * allocated with the node's dtype and shape. Every output element is
+ * written. On bad values (an id out of range) returns an error status
+ * and a message in ctx. Each backend keeps a registry from op id to its
+ * kernel (kernels/cpu/registry.c, kernels/cuda/registry.cu). */
+typedef tfg_status (*tfg_kernel_fn)(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
+                                    tfg_tensor *out);
+
 /* Records a kernel error message in ctx and returns status s. */
 tfg_status tfg_kernel_fail(tfg_kernel_ctx *ctx, tfg_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* The op's name ("add") for kernels' messages. Kernels do not depend on
- * the op registry (compiler/ops.c) that points at them, so this is a
+ * the op registry (ir/ops.c) that points at them, so this is a
  * table of their own. */
 const char *tfg_kernel_op_name(int op);
 

@@ -31,7 +31,7 @@
 #include "kernels/hostdev.h"
 
 TFG_C_BEGIN
-#include "compiler/graph.h"
+#include "ir/graph.h"
 TFG_C_END
 
 /* S the suffix, T the dtype, B its width for TFG_RN_* (32, 64). */

@@ -26,7 +26,7 @@
 
 #include "base/diag.h"
 #include "base/status.h"
-#include "compiler/graph.h"
+#include "ir/graph.h"
 #include "lang/ast.h"
 #include "runtime/data.h"
 

@@ -50,8 +50,8 @@
 
 #include "base/status.h"
 #include "base/strbuf.h"
-#include "compiler/graph.h"
-#include "compiler/ops.h"
+#include "ir/graph.h"
+#include "ir/ops.h"
 #include "kernels/kernel.h"
 #include "runtime/device.h"
 #include "runtime/event.h"

@@ -30,7 +30,7 @@
 
 #include "base/diag.h"
 #include "base/status.h"
-#include "compiler/graph.h"
+#include "ir/graph.h"
 
 typedef struct tfg_ckpt_entry {
   const char *name;

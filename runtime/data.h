@@ -24,7 +24,7 @@
 
 #include "base/diag.h"
 #include "base/status.h"
-#include "compiler/graph.h"
+#include "ir/graph.h"
 
 /* Element types a file may hold (u8 has no tfg dtype: idx and npy images). */
 typedef enum tfg_data_type {

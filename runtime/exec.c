@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "base/assert.h"
-#include "compiler/ops.h"
+#include "ir/ops.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/fused.h"

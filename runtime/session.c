@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "base/assert.h"
-#include "compiler/ops.h"
+#include "ir/ops.h"
 #include "compiler/plan.h"
 #include "kernels/cpu/cpu.h"
 #include "runtime/device.h"

@@ -5,7 +5,7 @@
  *   tfg_kernel_fn k = tfg_cpu_kernel(node->op);  // NULL: no CPU kernel
  *   if (k) st = k(&kctx, node, in, &out);
  *
- * Every kernel has the tfg_kernel_fn contract (compiler/ops.h): read
+ * Every kernel has the tfg_kernel_fn contract (ir/ops.h): read
  * node->op and node->attrs, write every element of out. Supported
  * dtypes: f32 and f64 for all math; f16 and bf16 wherever f32 is,
  * computed in f32 and rounded once to nearest even (kernels/cpu/half.c);

@@ -1,7 +1,7 @@
 /* kernels/cpu/grad.c: the gradient ops that are not compositions of
  * other ops: relu_grad, gelu_grad, cross_entropy_grad, layer_norm_grad,
  * conv2d_grad_input, conv2d_grad_weight, max/avg_pool_grad and
- * embedding_grad (compiler/ops.h lists their contracts).
+ * embedding_grad (ir/ops.h lists their contracts).
  *
  * Each math kernel is written once as a macro and instantiated for f32
  * and f64. As in nn.c, per-row sums (softmax denominators, layer_norm

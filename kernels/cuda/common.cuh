@@ -41,8 +41,8 @@
  * referenced under C++ mangled names and fail to link. */
 extern "C" {
 #include "base/status.h"
-#include "compiler/graph.h"
-#include "compiler/ops.h"
+#include "ir/graph.h"
+#include "ir/ops.h"
 #include "kernels/kernel.h"
 }
 #include "kernels/cuda/cuda.h"

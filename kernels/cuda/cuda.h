@@ -6,7 +6,7 @@
  *   // the backend's launch sets ctx->backend to its tfg_cuda_ctx with
  *   // the launch's stream, then calls fn(ctx, node, in, out)
  *
- * Every kernel has the tfg_kernel_fn contract (compiler/ops.h) with the
+ * Every kernel has the tfg_kernel_fn contract (ir/ops.h) with the
  * tensors in device memory: it queues its work on cx->stream and returns
  * at once; it writes every element of out. It supports what the CPU
  * kernel of the op supports (kernels/cpu/cpu.h): f32 and f64 for all

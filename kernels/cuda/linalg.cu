@@ -60,7 +60,7 @@
  *         and f32 alpha/beta), the output rounded once;
  *   bf16  CUDA_R_16BF likewise.
  * The CPU kernel refuses f16 and bf16 (OpenBLAS has no such gemm) but the
- * shape rule (compiler/ops.c infer_matmul) accepts every float dtype, and
+ * shape rule (ir/ops.c infer_matmul) accepts every float dtype, and
  * kernels/cuda/cuda.h promises matmul in f16/bf16 with f32 accumulation,
  * so on CUDA they work. Split-K reductions are kept in the compute type
  * (cuBLAS CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION; cuBLASLt's

@@ -19,13 +19,13 @@
 #include "kernels/cuda/cuda.h"
 
 extern "C" {
-#include "compiler/graph.h"
-#include "compiler/ops.h"
+#include "ir/graph.h"
+#include "ir/ops.h"
 }
 
 static tfg_kernel_fn table[TFG_OP_COUNT];
 static bool native_half[TFG_OP_COUNT];
-static uint32_t updates[TFG_OP_COUNT]; /* bit k: the op updates input k in place (compiler/ops.h) */
+static uint32_t updates[TFG_OP_COUNT]; /* bit k: the op updates input k in place (ir/ops.h) */
 static std::once_flag built;
 
 static void build(void) {

@@ -8,7 +8,7 @@
  *   - RESHAPE, FLATTEN: same elements in the same order; a device-to-device
  *     copy (nothing when the output is the input's buffer), as tfg_cpu_copy.
  *   - TRANSPOSE: output axis i is input axis perm[i] (attrs.perm, "output
- *     axis i is input axis perm[i]", compiler/graph.h). As on the CPU the
+ *     axis i is input axis perm[i]", ir/graph.h). As on the CPU the
  *     input's row-major strides inst[] are formed and output axis i reads
  *     at st[i] = inst[perm[i]]: out[idx] = in[sum_i idx_i * inst[perm[i]]].
  *   - BROADCAST: the CPU's right alignment: output axis i reads input axis

@@ -73,7 +73,7 @@ static void run_ok(tfg_kernel_fn fn, tfg_pool *pool, const tfg_node *n, const tf
   ck_assert_msg(s == TFG_OK, "kernel failed: %s (%s)", tfg_status_str(s), msg);
 }
 
-/* The op's name, without linking the op registry (compiler/ops.c). */
+/* The op's name, without linking the op registry (ir/ops.c). */
 static const char *op_name(tfg_op_id op) {
   static const char *const names[] = {
 #define OP_NAME(id, name, sig) name,

@@ -34,8 +34,8 @@
 
 #include "base/diag.h"
 #include "base/rng.h"
-#include "compiler/graph.h"
-#include "compiler/ops.h"
+#include "ir/graph.h"
+#include "ir/ops.h"
 #include "kernels/cast_math.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/cpu_impl.h"

@@ -1,4 +1,4 @@
-/* compiler/ops.h: the op registry: one table row per op.
+/* ir/ops.h: the op registry: one table row per op.
  *
  * A row says everything the pipeline needs about an op: the name and
  * signature a program calls it by, its shape and dtype rule and its cost
@@ -6,7 +6,7 @@
  * planner, explain output and the kernel conformance tests all read the
  * same row. Kernels are not in the row: each backend owns a registry from
  * op id to its kernel (kernels/cpu/registry.c, kernels/cuda/registry.cu),
- * so adding an op is one row in compiler/ops.c plus a kernel registered
+ * so adding an op is one row in ir/ops.c plus a kernel registered
  * by each backend that runs it.
  *
  *   const tfg_op_def *d = tfg_op_get(TFG_OP_MATMUL);
@@ -16,7 +16,7 @@
  *   k(&kctx, node, in, &out);
  *
  * The attrs each op reads are listed beside it (fields of tfg_attrs,
- * compiler/graph.h). Unless said otherwise inputs and output share one
+ * ir/graph.h). Unless said otherwise inputs and output share one
  * dtype, and binary elementwise ops broadcast NumPy-style. */
 #ifndef TFG_OPS_H
 #define TFG_OPS_H
@@ -134,15 +134,6 @@ typedef enum tfg_op_id {
 struct tfg_graph;
 struct tfg_node;
 struct tfg_diag;
-struct tfg_tensor;
-struct tfg_kernel_ctx;
-
-/* Runs an op on a backend: in[] holds node->ninputs tensors, out is
- * allocated with the node's dtype and shape. Every output element is
- * written. On bad values (an id out of range) returns an error status
- * and a message in ctx. */
-typedef tfg_status (*tfg_kernel_fn)(struct tfg_kernel_ctx *ctx, const struct tfg_node *node,
-                                    const struct tfg_tensor *in, struct tfg_tensor *out);
 
 typedef struct tfg_op_def {
   const char *name;

@@ -1,4 +1,4 @@
-/* compiler/ops.c: the op registry: shape rules and costs (each backend
+/* ir/ops.c: the op registry: shape rules and costs (each backend
  * keeps its own kernels per op: kernels/cpu/registry.c, kernels/cuda).
  *
  * Shape rules run as the interpreter adds each node, so every shape or
@@ -7,7 +7,7 @@
  * dimensions 64 and 32 differ`). A rule also normalizes the raw
  * arguments (attrs.iv: axes, perms, shapes as written) into the fields
  * the kernels read. */
-#include "compiler/ops.h"
+#include "ir/ops.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -15,7 +15,7 @@
 
 #include "base/assert.h"
 #include "base/strbuf.h"
-#include "compiler/graph.h"
+#include "ir/graph.h"
 #include "kernels/fused.h"
 
 /* ---- helpers ------------------------------------------------------------ */

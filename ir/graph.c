@@ -1,5 +1,5 @@
-/* compiler/graph.c: dtypes, shapes and the node array. */
-#include "compiler/graph.h"
+/* ir/graph.c: dtypes, shapes and the node array. */
+#include "ir/graph.h"
 
 #include <stdlib.h>
 #include <string.h>

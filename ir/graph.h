@@ -1,4 +1,4 @@
-/* compiler/graph.h: the graph IR: dtypes, shapes, nodes, the graph.
+/* ir/graph.h: the graph IR: dtypes, shapes, nodes, the graph.
  *
  * The interpreter (lang/interp.c) builds a graph by adding nodes in
  * program order, so node ids are a topological order: every input of a
@@ -21,7 +21,7 @@
 
 #include "base/arena.h"
 #include "base/diag.h"
-#include "compiler/ops.h"
+#include "ir/ops.h"
 
 typedef enum tfg_dtype {
   TFG_DTYPE_F32,
@@ -94,7 +94,7 @@ typedef enum tfg_init_kind {
 } tfg_init_kind;
 
 /* Op attributes: one bag for every op; the comment on each TFG_OP_* in
- * compiler/ops.h says which fields it uses. Axes are already normalized
+ * ir/ops.h says which fields it uses. Axes are already normalized
  * (non-negative, within rank) when a node is built. */
 typedef struct tfg_attrs {
   int64_t axis;
