@@ -66,6 +66,7 @@
 #include "base/strbuf.h"
 #include "cli/cli.h"
 #include "cli/pipeline.h"
+#include "ir/ops.h"
 #include "lang/parse.h"
 #include "runtime/train.h"
 

@@ -20,7 +20,7 @@
 
 #include "base/strbuf.h"
 #include "compiler/place.h"
-#include "kernels/fused.h"
+#include "ir/fused.h"
 
 typedef enum tfg_plan_step_kind {
   TFG_PLAN_LAUNCH, /* run node on the stream */

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "base/assert.h"
+#include "ir/ops.h"
 
 /* ---- reading the setting ------------------------------------------------------ */
 

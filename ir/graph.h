@@ -21,7 +21,7 @@
 
 #include "base/arena.h"
 #include "base/diag.h"
-#include "ir/ops.h"
+#include "ir/op_list.h"
 
 typedef enum tfg_dtype {
   TFG_DTYPE_F32,

@@ -16,7 +16,7 @@
 #include "base/assert.h"
 #include "base/strbuf.h"
 #include "ir/graph.h"
-#include "kernels/fused.h"
+#include "ir/fused.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 

@@ -37,7 +37,7 @@
 
 TFG_C_BEGIN
 #include "ir/graph.h"
-#include "kernels/kernel.h"
+#include "kernels/tensor.h"
 TFG_C_END
 
 /* ---- strided and broadcast reads ------------------------------------------ */

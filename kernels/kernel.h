@@ -12,12 +12,8 @@
 #include "base/status.h"
 #include "base/strbuf.h"
 #include "ir/graph.h"
+#include "kernels/tensor.h"
 
-typedef struct tfg_tensor {
-  void *data;
-  tfg_dtype dtype;
-  tfg_shape shape;
-} tfg_tensor;
 
 struct tfg_pool;
 

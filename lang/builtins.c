@@ -14,6 +14,7 @@
 
 #include "base/assert.h"
 #include "base/rng.h"
+#include "ir/ops.h"
 #include "lang/interp_impl.h"
 #include "lang/parse.h"
 

@@ -15,6 +15,7 @@
  *   (nodes, params, actions, bindings) are truncated away, so a failed
  *   statement leaves the session as it was.
  */
+#include "ir/ops.h"
 #include "lang/interp.h"
 
 #include <errno.h>

@@ -5,6 +5,7 @@
  * batch (epoch and position from the step), dropout masks (the step is in
  * their seed) and Adam's bias correction. So a run resumed from the
  * checkpoint of step k continues exactly as if it had never stopped. */
+#include "ir/ops.h"
 #include "runtime/train.h"
 
 #include <errno.h>

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/ops.h"
 #include "lang/parse.h"
 #include "tests/unit/unit.h"
 

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/rng.h"
+#include "ir/ops.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/parallel.h"
 #include "tests/unit/unit.h"

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/ops.h"
 #include "runtime/session.h"
 #include "tests/unit/programs.h"
 #include "tests/unit/scratch.h"

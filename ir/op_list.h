@@ -1,0 +1,115 @@
+/* ir/op_list.h: every op tfg has, by id, with the name and signature a
+ * program calls it by, and the attrs it reads. A node names its op by
+ * this id (ir/graph.h); what each op means to the pipeline (shape rule,
+ * cost) is its row in the registry (ir/ops.h), which is above the graph
+ * because its rules read nodes. */
+#ifndef TFG_OP_LIST_H
+#define TFG_OP_LIST_H
+
+/* X(ID, name, signature): the signature is a tfg parameter list; the
+ * interpreter binds a call's arguments against it. "" = not callable by
+ * name (built by statements, operators or other builtins). */
+#define TFG_OPS(X)                                                                      \
+  /* sources */                                                                         \
+  X(CONST, "const", "")         /* attrs.data: the values */                            \
+  X(PARAM, "param", "")         /* name; attrs.init, value, a, b, seed: its initializer */ \
+  X(INPUT, "input", "")         /* name: fed per step */                                \
+  X(INIT, "init", "")           /* attrs.init, value, a, b, seed: filled on the device */ \
+  X(STATE, "state", "")         /* name: optimizer state of a param; starts at zero, persists */ \
+  /* elementwise, one input */                                                          \
+  X(NEG, "neg", "x")                                                                    \
+  X(EXP, "exp", "x")                                                                    \
+  X(LOG, "log", "x")                                                                    \
+  X(SQRT, "sqrt", "x")                                                                  \
+  X(RSQRT, "rsqrt", "x")                                                                \
+  X(ABS, "abs", "x")                                                                    \
+  X(RELU, "relu", "x")                                                                  \
+  X(GELU, "gelu", "x")          /* exact: x * (1 + erf(x / sqrt 2)) / 2, as PyTorch */  \
+  X(TANH, "tanh", "x")                                                                  \
+  X(SIGMOID, "sigmoid", "x")                                                            \
+  X(CAST, "cast", "x, dtype")   /* attrs.dtype; float to int truncates toward zero */   \
+  /* elementwise, two inputs, broadcasting */                                           \
+  X(ADD, "add", "a, b")                                                                 \
+  X(SUB, "sub", "a, b")                                                                 \
+  X(MUL, "mul", "a, b")                                                                 \
+  X(DIV, "div", "a, b")                                                                 \
+  X(POW, "pow", "x, p")                                                                 \
+  X(MAXIMUM, "maximum", "a, b")                                                         \
+  X(MINIMUM, "minimum", "a, b")                                                         \
+  X(EQUAL, "equal", "a, b")     /* output bool */                                       \
+  X(GREATER, "greater", "a, b") /* output bool */                                       \
+  X(WHERE, "where", "c, a, b")  /* c bool; all three broadcast */                       \
+  /* linear algebra */                                                                  \
+  X(MATMUL, "matmul", "a, b, transpose_a = false, transpose_b = false")                 \
+  /* attrs.transpose_a/b; 2-D, or batched over leading dims (broadcast) */              \
+  /* reductions: attrs.axes (bit mask of input axes), keepdims */                       \
+  X(SUM, "sum", "x, axis = none, keepdims = false")                                     \
+  X(MEAN, "mean", "x, axis = none, keepdims = false")                                   \
+  X(MAX, "max", "x, axis = none, keepdims = false")                                     \
+  X(ARGMAX, "argmax", "x, axis = -1") /* attrs.axis; output i32; first maximum wins */  \
+  /* shape: the output is a rearrangement of the input's values */                      \
+  X(RESHAPE, "reshape", "x, shape")   /* output shape is the node's shape */            \
+  X(FLATTEN, "flatten", "x")          /* [d0, d1 * ... * dn] */                         \
+  X(TRANSPOSE, "transpose", "x, perm = none") /* attrs.perm */                         \
+  X(CONCAT, "concat", "xs, axis = 0") /* n inputs; attrs.axis */                        \
+  X(SLICE, "slice", "x, axis, start, end") /* attrs.axis, start, end (end exclusive) */ \
+  X(BROADCAST, "broadcast", "x, shape") /* NumPy broadcast to the node's shape */       \
+  /* neural network */                                                                  \
+  X(SOFTMAX, "softmax", "x, axis = -1")         /* attrs.axis */                        \
+  X(LOG_SOFTMAX, "log_softmax", "x, axis = -1") /* attrs.axis */                        \
+  X(CROSS_ENTROPY, "cross_entropy", "logits, labels")                                   \
+  /* logits f[N, C], labels i32/i64 [N] in [0, C): mean over N of -log_softmax; scalar */ \
+  X(MSE, "mse", "a, b")           /* mean((a - b)^2) over all elements; scalar */       \
+  X(CONV2D, "conv2d", "x, w, stride = 1, padding = \"same\"")                          \
+  /* x [N, C, H, W], w [O, C, KH, KW] -> [N, O, OH, OW]; attrs.stride, pad (zeros) */   \
+  X(MAX_POOL, "max_pool", "x, size, stride = none")                                    \
+  X(AVG_POOL, "avg_pool", "x, size, stride = none")                                    \
+  /* x [N, C, H, W]; attrs.size, stride; no padding (windows inside the input) */       \
+  X(LAYER_NORM, "layer_norm", "x, gamma, beta, eps = 1e-5")                            \
+  /* over the last axis; gamma, beta [D]; attrs.value = eps; biased variance */         \
+  X(DROPOUT, "dropout", "x, rate, seed = none")                                           \
+  /* attrs.value = rate, seed, start (the mask's first element index); identity unless training; kept values scaled 1/(1-rate) */ \
+  X(EMBEDDING, "embedding", "table, ids") /* table [V, D], ids int [...] -> [..., D] */ \
+  X(ONE_HOT, "one_hot", "ids, n")   /* ids int [...] -> f32 [..., n]; attrs.n */        \
+  X(ACCURACY, "accuracy", "logits, labels")                                            \
+  /* logits [N, C], labels int [N]: fraction with argmax == label; f32 scalar */        \
+  /* gradients (built by compiler/autodiff.c; dy is the output's gradient) */           \
+  X(RELU_GRAD, "relu_grad", "")      /* (x, dy) -> dy where x > 0, else 0 */             \
+  X(GELU_GRAD, "gelu_grad", "")      /* (x, dy) -> dy * d gelu(x)/dx (exact form) */     \
+  X(CROSS_ENTROPY_GRAD, "cross_entropy_grad", "")                                       \
+  /* (logits [N, C], labels [N], dy scalar) -> (softmax(logits) - onehot(labels)) * dy / N */ \
+  X(LAYER_NORM_GRAD, "layer_norm_grad", "")                                             \
+  /* (x, gamma, dy) -> dx of layer_norm over the last axis; attrs.value = eps */        \
+  X(CONV2D_GRAD_INPUT, "conv2d_grad_input", "")                                         \
+  /* (dy [N, O, OH, OW], w [O, C, KH, KW]) -> dx, the node's shape [N, C, H, W]; conv attrs */ \
+  X(CONV2D_GRAD_WEIGHT, "conv2d_grad_weight", "")                                       \
+  /* (x [N, C, H, W], dy [N, O, OH, OW]) -> dw, the node's shape [O, C, KH, KW]; conv attrs */ \
+  X(MAX_POOL_GRAD, "max_pool_grad", "")                                                 \
+  /* (x, dy) -> dx: each window's dy goes to its first maximum; pool attrs */           \
+  X(AVG_POOL_GRAD, "avg_pool_grad", "")                                                 \
+  /* (dy) -> dx, the node's shape: dy / window size spread over each window */         \
+  X(EMBEDDING_GRAD, "embedding_grad", "")                                               \
+  /* (ids [...], dy [..., D]) -> dtable [attrs.n, D]: rows scatter-added */             \
+  /* optimizer updates: in place on param and state; the output is an empty marker */   \
+  X(SGD_UPDATE, "sgd_update", "")                                                       \
+  /* (param, grad, momentum_buf): torch.optim.SGD; attrs.opt */                         \
+  X(ADAM_UPDATE, "adam_update", "")                                                     \
+  /* (param, grad, m, v): torch.optim.Adam, or AdamW when attrs.opt.decoupled; step from ctx */ \
+  /* collectives (compiler/strategy.c adds them; the planner groups them into buckets) */ \
+  X(ALLREDUCE, "allreduce", "")                                                         \
+  /* (grad) -> the mean of grad over the attrs.n nodes of its group, which share the \
+     key attrs.start (one per replica, each on its replica's device); the CPU kernel \
+     is the group of one: a copy */                                                     \
+  /* fusion (the executor builds these from the plan's chains, compiler/plan.h) */      \
+  X(FUSED, "fused", "")                                                                 \
+  /* (the chain's external inputs) -> its last op's value; attrs.data: the chain's \
+     program, a tfg_fused_prog (ir/fused.h); dtype and shape of the last op */
+
+typedef enum tfg_op_id {
+#define TFG_OP_ENUM(id, name, sig) TFG_OP_##id,
+  TFG_OPS(TFG_OP_ENUM)
+#undef TFG_OP_ENUM
+  TFG_OP_COUNT
+} tfg_op_id;
+
+#endif

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""tests/layers.py: the floor table of ARCHITECTURE.md, enforced.
+
+Reads every `#include "..."` of the product code (base/ ir/ lang/ io/
+kernels/ compiler/ runtime/ cli/) and fails when one
+
+  * goes up a floor (ir/ including compiler/),
+  * goes sideways between folders of one floor (kernels/ including io/;
+    kernels/cpu/ and kernels/cuda/ count as folders of their own), except
+    lang/ -> io/ (reading a dataset's shape is part of building a graph), or
+  * closes a cycle between modules: a module is a header and its source
+    (place.h, place.c), and a source without a header of its own joins the
+    module whose `_impl.h` it includes (plan_memory.c joins plan through
+    plan_impl.h); modules that include each other, directly or around a
+    loop, are reported with the files that make each edge.
+
+  python3 tests/layers.py [ROOT]     prints each violation as
+                                     "FILE:LINE: reason", exits 1 if any
+
+Includes of files not in the tree (the Bison header, system headers in
+quotes) are outside the table and skipped."""
+
+import os
+import re
+import sys
+
+# floor of each folder; a file's folder is its longest listed prefix
+FLOORS = {
+    "base": 1,
+    "ir": 2,
+    "lang": 3,
+    "io": 3,
+    "kernels": 3,
+    "kernels/cpu": 3,
+    "kernels/cuda": 3,
+    "compiler": 4,
+    "runtime": 5,
+    "cli": 6,
+}
+# sideways includes the table allows: (from folder, to folder)
+SIDEWAYS = {("lang", "io")}
+SOURCES = (".c", ".h", ".cu", ".cuh", ".y", ".re")
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def folder_of(path):
+    """The listed folder a repository path lies in, or None."""
+    best = None
+    for f in FLOORS:
+        if path.startswith(f + "/") and "/" not in path[len(f) + 1:]:
+            best = f
+    return best
+
+
+def below(a, b):
+    """True when folder a may include folder b."""
+    if a == b:
+        return True
+    # kernels/cpu and kernels/cuda use the shared kernels/ headers above them
+    if b == "kernels" and a.startswith("kernels/"):
+        return True
+    if (a, b) in SIDEWAYS:
+        return True
+    return FLOORS[b] < FLOORS[a]
+
+
+def scan(root):
+    """{path: [(line, included path)]} for every product source file."""
+    files = {}
+    for f in sorted(FLOORS):
+        d = os.path.join(root, f)
+        if not os.path.isdir(d):
+            continue
+        for name in sorted(os.listdir(d)):
+            if name.endswith(SOURCES):
+                files[f + "/" + name] = []
+    for path in files:
+        with open(os.path.join(root, path), encoding="utf-8", errors="replace") as fh:
+            for n, line in enumerate(fh, 1):
+                m = INCLUDE.match(line)
+                if not m:
+                    continue
+                inc = m.group(1)
+                if inc not in files:  # "cpu_impl.h" beside the file
+                    near = os.path.dirname(path) + "/" + inc
+                    inc = near if near in files else None
+                if inc:
+                    files[path].append((n, inc))
+    return files
+
+
+def stem(path):
+    return os.path.splitext(path)[0]
+
+
+def modules(files):
+    """{path: module}: see the module rule in the purpose comment."""
+    headers = {stem(p) for p in files if p.endswith((".h", ".cuh"))}
+    mod = {}
+    for p, incs in files.items():
+        s = stem(p)
+        if s.endswith("_impl"):
+            s = s[: -len("_impl")]
+        elif not p.endswith((".h", ".cuh")) and s not in headers:
+            for _, inc in incs:
+                if inc.endswith("_impl.h") and os.path.dirname(inc) == os.path.dirname(p):
+                    s = stem(inc)[: -len("_impl")]
+                    break
+        mod[p] = s
+    return mod
+
+
+def cycles(files, mod):
+    """Strongly connected groups of more than one module (Tarjan), each
+    with the include lines that tie it."""
+    edges = {}
+    for p, incs in files.items():
+        for n, inc in incs:
+            a, b = mod[p], mod[inc]
+            if a != b:
+                edges.setdefault(a, {}).setdefault(b, (p, n, inc))
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(set(mod.values())):
+        if v not in index:
+            visit(v)
+    ties = []
+    for group in out:
+        for a in group:
+            for b, why in sorted(edges.get(a, {}).items()):
+                if b in group:
+                    ties.append((group, why))
+    return ties
+
+
+def check(root):
+    files = scan(root)
+    bad = []
+    for p, incs in sorted(files.items()):
+        fa = folder_of(p)
+        for n, inc in incs:
+            fb = folder_of(inc)
+            if not below(fa, fb):
+                how = "up" if FLOORS[fb] > FLOORS[fa] else "sideways"
+                bad.append(f"{p}:{n}: includes {inc}: {how} from {fa}/ (floor {FLOORS[fa]}) "
+                           f"to {fb}/ (floor {FLOORS[fb]})")
+    mod = modules(files)
+    for group, (p, n, inc) in cycles(files, mod):
+        bad.append(f"{p}:{n}: includes {inc}: a cycle between modules {' <-> '.join(group)}")
+    return files, bad
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..")
+    files, bad = check(root)
+    for b in bad:
+        print(b)
+    if not files:
+        print(f"{root}: no product sources found")
+        return 1
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
