@@ -102,6 +102,18 @@ void cli_feed_has_source(const tfg_program *p, const tfg_feed *f, bool where, tf
                     f->ds_path ? f->ds_path : "a dataset");
 }
 
+/* Raises *n to one past the highest gpu:N in strategy argument x (its
+ * lists walked); returns whether it did. */
+static bool devarg_gpus(const tfg_devarg *x, int *n) {
+  bool raised = false;
+  if (x->kind == TFG_DEVARG_DEVICE && x->dev.kind == TFG_DEV_GPU && x->dev.index >= *n) {
+    *n = (int)x->dev.index + 1;
+    raised = true;
+  }
+  for (int32_t q = 0; x->kind == TFG_DEVARG_LIST && q < x->n; q++) raised |= devarg_gpus(&x->items[q], n);
+  return raised;
+}
+
 /* The number of GPUs a program names: one past the highest gpu:N of its
  * pins and of its strategies' device lists (gpu:* asks for one). */
 int cli_gpus_named(const tfg_program *p, tfg_loc *where) {
@@ -112,24 +124,12 @@ int cli_gpus_named(const tfg_program *p, tfg_loc *where) {
     if (d->kind == TFG_DEV_GPU && d->index >= n) n = (int)d->index + 1, at = d->loc;
     if (d->kind == TFG_DEV_GPU_ANY && n < 1) n = 1, at = d->loc;
   }
-  for (int a = 0; a < p->nactions; a++)
-    for (int k = 0; k < p->actions[a].nsettings; k++) {
-      const tfg_value *v = &p->actions[a].settings[k].value;
-      if (v->kind != TFG_V_RECORD) continue;
-      /* devices, workers, ps: lists (possibly nested) of devices */
-      for (int j = 0; j < v->u.record->nargs; j++) {
-        const tfg_value *stack[64];
-        int top = 0;
-        stack[top++] = &v->u.record->args[j];
-        while (top) {
-          const tfg_value *x = stack[--top];
-          if (x->kind == TFG_V_DEVICE && x->u.dev.kind == TFG_DEV_GPU && x->u.dev.index >= n)
-            n = (int)x->u.dev.index + 1, at = p->actions[a].settings[k].loc;
-          if (x->kind == TFG_V_LIST)
-            for (int32_t q = 0; q < x->u.list.n && top < 64; q++) stack[top++] = &x->u.list.items[q];
-        }
-      }
-    }
+  for (int a = 0; a < p->nactions; a++) {
+    const tfg_strategy_config *s = &p->actions[a].config.strategy;
+    if (p->actions[a].kind != TFG_ACTION_TRAIN) continue;
+    /* devices, workers, ps: lists (possibly nested) of devices */
+    if (devarg_gpus(&s->devices, &n) | devarg_gpus(&s->workers, &n) | devarg_gpus(&s->ps, &n)) at = s->at;
+  }
   if (where) *where = at;
   return n;
 }

@@ -423,20 +423,6 @@ int tfg_autodiff_trained_params(tfg_graph *g, const tfg_action *a, const tfg_pro
 
 /* ---- the training step --------------------------------------------------------- */
 
-static const tfg_value *record_arg(const tfg_record *r, const char *name) {
-  for (int i = 0; i < r->nargs; i++)
-    if (strcmp(r->arg_names[i], name) == 0) return &r->args[i];
-  return NULL;
-}
-
-/* An optimizer's argument as lang/builtins.c checked and stored it where
- * the call is written: a float in its range, or a bool (nesterov). */
-static double num_arg(const tfg_record *r, const char *name) {
-  const tfg_value *v = record_arg(r, name);
-  TFG_ASSERT(v != NULL && (v->kind == TFG_V_FLOAT || v->kind == TFG_V_BOOL));
-  return v->kind == TFG_V_FLOAT ? v->u.f : (double)v->u.b;
-}
-
 /* A STATE node named "PARAM:SLOT" shaped like the param. */
 static tfg_node_id add_state(ad *c, const tfg_node *param, const char *slot) {
   size_t n = strlen(param->name) + strlen(slot) + 2;
@@ -453,33 +439,28 @@ static tfg_node_id add_state(ad *c, const tfg_node *param, const char *slot) {
   return id;
 }
 
-/* The train action's optimizer and its update attrs (the arguments were
- * checked where the call is written). */
-static const tfg_record *optimizer_of(const tfg_action *a, tfg_attrs *ua) {
-  const tfg_record *opt = NULL;
-  for (int i = 0; i < a->nsettings; i++)
-    if (strcmp(a->settings[i].name, "optimizer") == 0) opt = a->settings[i].value.u.record;
-  TFG_ASSERT(opt != NULL); /* the interpreter checked the settings */
+/* The update attrs of optimizer o (its arguments were checked where
+ * the call is written). */
+static void update_attrs(const tfg_optimizer_config *o, tfg_attrs *ua) {
   memset(ua, 0, sizeof *ua);
-  ua->opt.lr = num_arg(opt, "lr");
-  ua->opt.weight_decay = num_arg(opt, "weight_decay");
-  if (strcmp(opt->name, "sgd") == 0) {
-    ua->opt.momentum = num_arg(opt, "momentum");
-    ua->opt.nesterov = num_arg(opt, "nesterov") != 0;
+  ua->opt.lr = o->lr;
+  ua->opt.weight_decay = o->weight_decay;
+  if (o->kind == TFG_OPTIMIZER_SGD) {
+    ua->opt.momentum = o->momentum;
+    ua->opt.nesterov = o->nesterov;
   } else {
-    ua->opt.beta1 = num_arg(opt, "b1");
-    ua->opt.beta2 = num_arg(opt, "b2");
-    ua->opt.eps = num_arg(opt, "eps");
-    ua->opt.decoupled = strcmp(opt->name, "adamw") == 0;
+    ua->opt.beta1 = o->b1;
+    ua->opt.beta2 = o->b2;
+    ua->opt.eps = o->eps;
+    ua->opt.decoupled = o->kind == TFG_OPTIMIZER_ADAMW;
   }
-  return opt;
 }
 
 tfg_status tfg_autodiff_updates(tfg_graph *g, const tfg_action *a, const tfg_node_id *params, const tfg_node_id *grads,
                                 int n, tfg_node_id *updates, tfg_node_id *states, int *nstates, tfg_diag *d) {
   tfg_attrs ua;
-  const tfg_record *opt = optimizer_of(a, &ua);
-  bool sgd = strcmp(opt->name, "sgd") == 0;
+  update_attrs(&a->config.optimizer, &ua);
+  bool sgd = a->config.optimizer.kind == TFG_OPTIMIZER_SGD;
   for (int i = 0; i < n; i++) {
     ad c = {.g = g, .diag = d};
     tfg_node_id pid = params[i];
@@ -510,18 +491,15 @@ tfg_status tfg_autodiff_updates(tfg_graph *g, const tfg_action *a, const tfg_nod
 tfg_status tfg_autodiff_train_step(tfg_graph *g, const tfg_action *a, const tfg_program *p, tfg_train_step *out,
                                    tfg_diag *d) {
   memset(out, 0, sizeof *out);
-  tfg_attrs ua;
-  const tfg_record *opt = optimizer_of(a, &ua);
-  for (int i = 0; i < a->nsettings; i++)
-    if (strcmp(a->settings[i].name, "metrics") == 0) {
-      const tfg_value *m = &a->settings[i].value;
-      out->nmetrics = m->u.list.n;
-      out->metrics = malloc(sizeof *out->metrics * (size_t)(m->u.list.n + 1));
-      out->replica_metrics = malloc(sizeof *out->replica_metrics * (size_t)(m->u.list.n + 1));
-      TFG_ASSERT(out->metrics && out->replica_metrics);
-      for (int32_t k = 0; k < m->u.list.n; k++) out->metrics[k] = out->replica_metrics[k] = m->u.list.items[k].u.tensor;
-    }
-  out->optimizer = opt->name;
+  const tfg_train_config *c = &a->config;
+  if (c->metrics) {
+    out->nmetrics = c->nmetrics;
+    out->metrics = malloc(sizeof *out->metrics * (size_t)(c->nmetrics + 1));
+    out->replica_metrics = malloc(sizeof *out->replica_metrics * (size_t)(c->nmetrics + 1));
+    TFG_ASSERT(out->metrics && out->replica_metrics);
+    for (int k = 0; k < c->nmetrics; k++) out->metrics[k] = out->replica_metrics[k] = c->metrics[k];
+  }
+  out->optimizer = tfg_optimizer_name(c->optimizer.kind);
   out->loss = a->loss;
   out->nreplicas = 1;
   out->losses = malloc(sizeof *out->losses);

@@ -2,7 +2,7 @@
  * ordinary graph nodes.
  *
  *   tfg_train_step st;
- *   tfg_status s = tfg_autodiff_train_step(graph, &action, &st, diag);
+ *   tfg_status s = tfg_autodiff_train_step(graph, &action, prog, &st, diag);
  *   // st.loss, st.updates[i] (run every step), st.states (persistent)
  *
  * Gradients are added after the forward graph; every gradient node keeps
@@ -16,7 +16,7 @@
 #define TFG_AUTODIFF_H
 
 #include "ir/graph.h"
-#include "lang/interp.h"
+#include "ir/program.h"
 
 /* Adds the nodes of d loss / d wrt[i] for every i and stores their ids in
  * grads[i] (-1 when loss does not depend on wrt[i]). loss must be a float
@@ -37,7 +37,7 @@ typedef struct tfg_train_step {
   tfg_node_id *states;   /* the optimizer state of params[] (STATE nodes named PARAM:SLOT) */
   int nmetrics;
   tfg_node_id *metrics;  /* the `metrics` setting's tensors (replica 0's) */
-  const char *optimizer; /* "sgd", "adam", "adamw" */
+  const char *optimizer; /* "sgd", "adam", "adamw" (tfg_optimizer_name) */
 
   /* Replicas: 1 for a plain step; mirrored's replicas; parameter_server's
    * workers. losses[r] and metrics_of[r * nmetrics + k] are replica r's
@@ -59,7 +59,7 @@ typedef struct tfg_train_step {
 } tfg_train_step;
 
 /* Adds the optimizer update of each params[i] with gradient grads[i]
- * (the train action's `optimizer`), creating its state (SGD's
+ * (the train action's optimizer, a->config.optimizer), creating its state (SGD's
  * momentum_buffer, Adam's exp_avg and exp_avg_sq; STATE nodes named
  * PARAM:SLOT, colocated with the param). updates[i] gets the update;
  * the state nodes are appended to states[*nstates...] (room for 2 * n).

@@ -25,28 +25,16 @@
 
 /* ---- reading the setting ------------------------------------------------------ */
 
-static const tfg_value *record_arg(const tfg_record *r, const char *name) {
-  for (int i = 0; i < r->nargs; i++)
-    if (strcmp(r->arg_names[i], name) == 0) return &r->args[i];
-  return NULL;
-}
-
-/* What a value is, for messages ("an int"). The interpreter's own naming
- * lives in its private header; the few kinds a device list can hold wrong
- * are named here. */
-static const char *value_what(const tfg_value *v) {
+/* What a device argument is, for messages ("an int"): the interpreter
+ * named any value that is not a device or a list. */
+static const char *arg_what(const tfg_devarg *v) {
   switch (v->kind) {
-  case TFG_V_NONE: return "none";
-  case TFG_V_BOOL: return "a bool";
-  case TFG_V_INT: return "an int";
-  case TFG_V_FLOAT: return "a float";
-  case TFG_V_STRING: return "a string";
-  case TFG_V_LIST: return "a list";
-  case TFG_V_RANGE: return "a range";
-  case TFG_V_DEVICE: return "a device";
-  case TFG_V_TENSOR: return "a tensor";
-  default: return "not a device";
+  case TFG_DEVARG_NONE: return "nothing";
+  case TFG_DEVARG_DEVICE: return "a device";
+  case TFG_DEVARG_LIST: return "a list";
+  case TFG_DEVARG_OTHER: break;
   }
+  return v->what;
 }
 
 /* "gpu:3", "cpu" (the host CPU is the only cpu a strategy may name). */
@@ -60,19 +48,19 @@ static const char *dev_name(const tfg_devspec *d, char buf[40]) {
 
 /* Checks that v is a device a strategy can put a replica on (cpu or
  * gpu:N; gpu:* leaves the choice to the placer, which a strategy must not)
- * and not one of seen[0..n); reports at the device (or the call when the
- * value has no location of its own). */
-static bool check_device(const tfg_record *r, const char *what, const tfg_value *v, const tfg_devspec *seen, int n,
-                         tfg_diag *d) {
+ * and not one of seen[0..n); reports at the device (or at the strategy,
+ * s->loc, when the argument is not a device). who: "mirrored", ... */
+static bool check_device(const tfg_strategy_config *s, const char *who, const char *what, const tfg_devarg *v,
+                         const tfg_devspec *seen, int n, tfg_diag *d) {
   char name[40];
-  if (v->kind != TFG_V_DEVICE) {
-    tfg_diag_error(d, &r->loc, "%s: %s is %s, not a device", r->name, what, value_what(v));
+  if (v->kind != TFG_DEVARG_DEVICE) {
+    tfg_diag_error(d, &s->loc, "%s: %s is %s, not a device", who, what, arg_what(v));
     tfg_diag_help(d, "devices are written cpu or gpu:N");
     return false;
   }
-  const tfg_devspec *dev = &v->u.dev;
+  const tfg_devspec *dev = &v->dev;
   if (dev->kind == TFG_DEV_GPU_ANY) {
-    tfg_diag_error(d, &dev->loc, "%s needs named devices: gpu:* lets the placer choose", r->name);
+    tfg_diag_error(d, &dev->loc, "%s needs named devices: gpu:* lets the placer choose", who);
     tfg_diag_help(d, "name the GPU, for example gpu:0");
     return false;
   }
@@ -82,7 +70,7 @@ static bool check_device(const tfg_record *r, const char *what, const tfg_value 
   }
   for (int i = 0; i < n; i++)
     if (seen[i].kind == dev->kind && seen[i].index == dev->index) {
-      tfg_diag_error(d, &dev->loc, "%s: %s is named twice", r->name, dev_name(dev, name));
+      tfg_diag_error(d, &dev->loc, "%s: %s is named twice", who, dev_name(dev, name));
       tfg_diag_note(d, &seen[i].loc, "first named here");
       tfg_diag_help(d, "each replica needs devices of its own");
       return false;
@@ -91,40 +79,40 @@ static bool check_device(const tfg_record *r, const char *what, const tfg_value 
 }
 
 /* mirrored(devices): a list of devices, or a list of equal-sized groups. */
-static tfg_status read_mirrored(const tfg_record *r, tfg_strategy *out, tfg_diag *d) {
-  const tfg_value *v = record_arg(r, "devices");
-  if (!v || v->kind != TFG_V_LIST) {
-    tfg_diag_error(d, &r->loc, "mirrored takes a list of devices, got %s", v ? value_what(v) : "nothing");
+static tfg_status read_mirrored(const tfg_strategy_config *s, tfg_strategy *out, tfg_diag *d) {
+  const tfg_devarg *v = &s->devices;
+  if (v->kind != TFG_DEVARG_LIST) {
+    tfg_diag_error(d, &s->loc, "mirrored takes a list of devices, got %s", arg_what(v));
     tfg_diag_help(d, "for example mirrored([gpu:0, gpu:1])");
     return TFG_ERR_NAME;
   }
-  int32_t n = v->u.list.n;
-  const tfg_value *items = v->u.list.items;
+  int32_t n = v->n;
+  const tfg_devarg *items = v->items;
   if (n == 0) {
-    tfg_diag_error(d, &r->loc, "mirrored needs at least one device");
+    tfg_diag_error(d, &s->loc, "mirrored needs at least one device");
     tfg_diag_help(d, "for example mirrored([gpu:0, gpu:1])");
     return TFG_ERR_NAME;
   }
-  bool groups = items[0].kind == TFG_V_LIST;
-  int group = groups ? items[0].u.list.n : 1;
+  bool groups = items[0].kind == TFG_DEVARG_LIST;
+  int group = groups ? items[0].n : 1;
   for (int32_t k = 0; k < n; k++) {
-    if ((items[k].kind == TFG_V_LIST) != groups) {
-      tfg_diag_error(d, &r->loc, "mirrored: give a list of devices or a list of groups (lists of devices), not both");
+    if ((items[k].kind == TFG_DEVARG_LIST) != groups) {
+      tfg_diag_error(d, &s->loc, "mirrored: give a list of devices or a list of groups (lists of devices), not both");
       tfg_diag_help(d, "for example mirrored([[gpu:0, gpu:1], [gpu:2, gpu:3]])");
       return TFG_ERR_NAME;
     }
     if (!groups) continue;
-    int32_t m = items[k].u.list.n;
+    int32_t m = items[k].n;
     if (m == 0) {
-      tfg_diag_error(d, &r->loc, "mirrored: group %d is empty", (int)k);
+      tfg_diag_error(d, &s->loc, "mirrored: group %d is empty", (int)k);
       return TFG_ERR_NAME;
     }
     if (m != group) {
-      tfg_diag_error(d, &r->loc,
+      tfg_diag_error(d, &s->loc,
                      "mirrored: every group needs the same number of devices, but group 0 has %d and group %d has %d",
                      group, (int)k, (int)m);
-      const tfg_value *first = &items[k].u.list.items[0];
-      if (first->kind == TFG_V_DEVICE) tfg_diag_note(d, &first->u.dev.loc, "group %d starts here", (int)k);
+      const tfg_devarg *first = &items[k].items[0];
+      if (first->kind == TFG_DEVARG_DEVICE) tfg_diag_note(d, &first->dev.loc, "group %d starts here", (int)k);
       tfg_diag_help(d, "the program's gpu:K means the K-th device of each replica's group");
       return TFG_ERR_NAME;
     }
@@ -137,64 +125,59 @@ static tfg_status read_mirrored(const tfg_record *r, tfg_strategy *out, tfg_diag
   int nd = 0;
   for (int32_t k = 0; k < n; k++)
     for (int j = 0; j < group; j++) {
-      const tfg_value *dv = groups ? &items[k].u.list.items[j] : &items[k];
+      const tfg_devarg *dv = groups ? &items[k].items[j] : &items[k];
       char what[48];
       if (groups) snprintf(what, sizeof what, "item %d of group %d", j, (int)k);
       else snprintf(what, sizeof what, "item %d", (int)k);
-      if (!check_device(r, what, dv, out->devices, nd, d)) return TFG_ERR_NAME;
-      out->devices[nd++] = dv->u.dev;
+      if (!check_device(s, "mirrored", what, dv, out->devices, nd, d)) return TFG_ERR_NAME;
+      out->devices[nd++] = dv->dev;
     }
   return TFG_OK;
 }
 
 /* parameter_server(workers, ps = cpu). */
-static tfg_status read_ps(const tfg_record *r, tfg_strategy *out, tfg_diag *d) {
-  const tfg_value *w = record_arg(r, "workers"), *ps = record_arg(r, "ps");
-  if (!w || w->kind != TFG_V_LIST || w->u.list.n == 0) {
-    if (w && w->kind != TFG_V_LIST)
-      tfg_diag_error(d, &r->loc, "parameter_server: workers must be a list of devices, got %s", value_what(w));
-    else tfg_diag_error(d, &r->loc, "parameter_server needs at least one worker");
+static tfg_status read_ps(const tfg_strategy_config *s, tfg_strategy *out, tfg_diag *d) {
+  const tfg_devarg *w = &s->workers, *ps = &s->ps;
+  if (w->kind != TFG_DEVARG_LIST || w->n == 0) {
+    if (w->kind != TFG_DEVARG_NONE && w->kind != TFG_DEVARG_LIST)
+      tfg_diag_error(d, &s->loc, "parameter_server: workers must be a list of devices, got %s", arg_what(w));
+    else tfg_diag_error(d, &s->loc, "parameter_server needs at least one worker");
     tfg_diag_help(d, "for example parameter_server(ps = cpu, workers = [gpu:0, gpu:1])");
     return TFG_ERR_NAME;
   }
   out->kind = TFG_STRATEGY_PS;
-  out->nreplicas = (int)w->u.list.n;
+  out->nreplicas = (int)w->n;
   out->group = 1;
-  out->devices = malloc(sizeof *out->devices * (size_t)w->u.list.n);
+  out->devices = malloc(sizeof *out->devices * (size_t)w->n);
   TFG_ASSERT(out->devices != NULL);
-  for (int32_t k = 0; k < w->u.list.n; k++) {
+  for (int32_t k = 0; k < w->n; k++) {
     char what[32];
     snprintf(what, sizeof what, "worker %d", (int)k);
-    if (!check_device(r, what, &w->u.list.items[k], out->devices, (int)k, d)) return TFG_ERR_NAME;
-    out->devices[k] = w->u.list.items[k].u.dev;
+    if (!check_device(s, "parameter_server", what, &w->items[k], out->devices, (int)k, d)) return TFG_ERR_NAME;
+    out->devices[k] = w->items[k].dev;
   }
   /* The server may share a worker's device: it is not a replica. */
-  out->ps = (tfg_devspec){.kind = TFG_DEV_CPU, .loc = r->loc};
-  if (ps) {
-    if (!check_device(r, "ps", ps, NULL, 0, d)) return TFG_ERR_NAME;
-    out->ps = ps->u.dev;
+  out->ps = (tfg_devspec){.kind = TFG_DEV_CPU, .loc = s->loc};
+  if (ps->kind != TFG_DEVARG_NONE) {
+    if (!check_device(s, "parameter_server", "ps", ps, NULL, 0, d)) return TFG_ERR_NAME;
+    out->ps = ps->dev;
   }
   return TFG_OK;
 }
 
 tfg_status tfg_strategy_of(const tfg_action *a, tfg_strategy *out, tfg_diag *d) {
+  const tfg_strategy_config *s = &a->config.strategy;
   memset(out, 0, sizeof *out);
   out->kind = TFG_STRATEGY_SINGLE;
-  out->loc = a->loc;
+  out->loc = s->loc; /* the train statement without a strategy */
   out->nreplicas = 1;
   out->group = 1;
-  const tfg_record *r = NULL;
-  for (int i = 0; i < a->nsettings; i++)
-    if (strcmp(a->settings[i].name, "strategy") == 0) r = a->settings[i].value.u.record;
-  if (!r) return TFG_OK;
-  /* The interpreter checked it is single(), mirrored(...) or parameter_server(...). */
-  out->loc = r->loc;
   tfg_status st = TFG_OK;
-  if (strcmp(r->name, "mirrored") == 0) st = read_mirrored(r, out, d);
-  else if (strcmp(r->name, "parameter_server") == 0) st = read_ps(r, out, d);
+  if (s->kind == TFG_STRATEGY_MIRRORED) st = read_mirrored(s, out, d);
+  else if (s->kind == TFG_STRATEGY_PS) st = read_ps(s, out, d);
   if (st != TFG_OK) {
     tfg_strategy_free(out);
-    out->loc = r->loc;
+    out->loc = s->loc;
   }
   return st;
 }
@@ -426,17 +409,12 @@ static tfg_status replicated_step(rewrite *c, const tfg_program *p, tfg_train_st
   int R = s->nreplicas;
   tfg_status st = TFG_OK;
 
-  /* The metrics, the optimizer's name, the cone. */
-  const tfg_value *metrics = NULL;
-  const char *optimizer = NULL;
-  for (int i = 0; i < a->nsettings; i++) {
-    if (strcmp(a->settings[i].name, "metrics") == 0) metrics = &a->settings[i].value;
-    if (strcmp(a->settings[i].name, "optimizer") == 0) optimizer = a->settings[i].value.u.record->name;
-  }
-  int nm = metrics ? (int)metrics->u.list.n : 0;
+  /* The metrics, the cone. */
+  const tfg_node_id *metrics = a->config.metrics;
+  int nm = a->config.nmetrics;
   c->top = a->loss;
   for (int k = 0; k < nm; k++)
-    if (metrics->u.list.items[k].u.tensor > c->top) c->top = metrics->u.list.items[k].u.tensor;
+    if (metrics[k] > c->top) c->top = metrics[k];
   size_t span = (size_t)c->top + 1;
   c->cone = calloc(span, 1);
   c->param_of = malloc(sizeof *c->param_of * span);
@@ -444,7 +422,7 @@ static tfg_status replicated_step(rewrite *c, const tfg_program *p, tfg_train_st
   c->saved = malloc(sizeof *c->saved * span);
   TFG_ASSERT(c->cone && c->param_of && c->map && c->saved);
   c->cone[a->loss] = 1;
-  for (int k = 0; k < nm; k++) c->cone[metrics->u.list.items[k].u.tensor] = 1;
+  for (int k = 0; k < nm; k++) c->cone[metrics[k]] = 1;
   int ncone_params = 0;
   for (int32_t i = c->top; i >= 0; i--) {
     c->param_of[i] = -1;
@@ -462,7 +440,7 @@ static tfg_status replicated_step(rewrite *c, const tfg_program *p, tfg_train_st
   int n = tfg_autodiff_trained_params(g, a, p, out->params, c->d);
   for (int i = 0; i < n; i++) c->param_of[out->params[i]] = i;
   out->nparams = n;
-  out->optimizer = optimizer;
+  out->optimizer = tfg_optimizer_name(a->config.optimizer.kind);
   out->nreplicas = R;
   out->nmetrics = nm;
   out->losses = malloc(sizeof *out->losses * (size_t)R);
@@ -493,7 +471,7 @@ static tfg_status replicated_step(rewrite *c, const tfg_program *p, tfg_train_st
   for (int r = 0; r < R && st == TFG_OK; r++) {
     if ((st = clone_replica(c, r, out)) != TFG_OK) break;
     out->losses[r] = c->map[a->loss];
-    for (int k = 0; k < nm; k++) out->replica_metrics[r * nm + k] = c->map[metrics->u.list.items[k].u.tensor];
+    for (int k = 0; k < nm; k++) out->replica_metrics[r * nm + k] = c->map[metrics[k]];
     for (int i = 0; i < n; i++) rparams[r * n + i] = c->map[out->params[i]];
     int32_t from = g->nnodes;
     tfg_autodiff(g, out->losses[r], &rparams[r * n], n, &grads[r * n]);

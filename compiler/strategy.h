@@ -52,12 +52,6 @@
 #include "compiler/autodiff.h"
 #include "runtime/device.h"
 
-typedef enum tfg_strategy_kind {
-  TFG_STRATEGY_SINGLE,
-  TFG_STRATEGY_MIRRORED,
-  TFG_STRATEGY_PS,
-} tfg_strategy_kind;
-
 typedef struct tfg_strategy {
   tfg_strategy_kind kind;
   tfg_loc loc;          /* the strategy setting's value, or the action */
@@ -67,8 +61,9 @@ typedef struct tfg_strategy {
   tfg_devspec ps;       /* parameter_server: where params and updates live */
 } tfg_strategy;
 
-/* Reads a train action's strategy setting. Errors, located at the
- * setting: an empty device list, groups of different sizes, a device
+/* Reads a train action's strategy (a->config.strategy: its kind is
+ * tfg_strategy_kind, ir/program.h) and checks its devices. Errors,
+ * located at the strategy or the device: an empty device list, groups of different sizes, a device
  * that is not cpu or gpu:N, a device named twice, a missing ps or
  * workers argument. devices is malloc'ed: tfg_strategy_free. */
 tfg_status tfg_strategy_of(const tfg_action *a, tfg_strategy *out, tfg_diag *d);

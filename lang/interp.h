@@ -3,8 +3,9 @@
  *
  * A .tfg program is evaluated once. Build-time values (numbers, strings,
  * lists, devices, functions, datasets) exist only here; tensors are graph
- * nodes. The result is a tfg_program: the graph, its params and inputs,
- * and the actions (print, train) to run afterwards, in program order.
+ * nodes. The result is a tfg_program (ir/program.h): the graph, its
+ * params and inputs, and the actions (print, train) to run afterwards, in
+ * program order, each train's settings decoded into a tfg_train_config.
  *
  *   tfg_interp_opts o = {.sets = sets, .nsets = n};
  *   tfg_interp *in = tfg_interp_new(diag, &o);
@@ -27,6 +28,7 @@
 #include "base/diag.h"
 #include "base/status.h"
 #include "ir/graph.h"
+#include "ir/program.h"
 #include "lang/ast.h"
 #include "runtime/data.h"
 
@@ -82,52 +84,6 @@ struct tfg_value {
     const tfg_attrs *init; /* init, value, a, b, seed */
   } u;
 };
-
-/* One entry of a print action. */
-typedef struct tfg_print_item {
-  const char *text; /* the expression's source text */
-  tfg_loc loc;
-  bool is_tensor;
-  tfg_node_id node; /* is_tensor: the tensor to fetch */
-  const char *value; /* otherwise: the build-time value, rendered */
-} tfg_print_item;
-
-typedef enum tfg_action_kind { TFG_ACTION_PRINT, TFG_ACTION_TRAIN } tfg_action_kind;
-
-typedef struct tfg_setting {
-  const char *name;
-  tfg_loc loc;
-  tfg_value value;
-} tfg_setting;
-
-typedef struct tfg_action {
-  tfg_action_kind kind;
-  tfg_loc loc;
-  int nitems; /* print */
-  tfg_print_item *items;
-  tfg_node_id loss; /* train */
-  int nsettings;
-  tfg_setting *settings;
-} tfg_action;
-
-/* An input fed from a dataset column: batches of node's first dimension. */
-typedef struct tfg_feed {
-  tfg_node_id node;
-  const tfg_dataset *ds; /* NULL: fed by --feed, else an error at run */
-  const char *ds_path;   /* for messages */
-  int col;
-  tfg_split split;
-} tfg_feed;
-
-typedef struct tfg_program {
-  tfg_graph *graph;
-  tfg_action *actions;
-  int nactions;
-  tfg_node_id *params; /* every PARAM node, in creation order */
-  int nparams;
-  tfg_feed *feeds;     /* every INPUT node, in creation order */
-  int nfeeds;
-} tfg_program;
 
 /* A --set NAME=VALUE override: VALUE is tfg expression text. */
 typedef struct tfg_set {

@@ -1,6 +1,14 @@
-/* lang/interp_impl.h: the interpreter's internals, shared by
- * lang/interp.c (statements, expressions, names) and lang/builtins.c
- * (the functions a program can call without defining them). */
+/* lang/interp_impl.h: the interpreter's internals, shared by the files
+ * that make it up, one job each:
+ *   lang/interp.c          statements, calls, expressions (the evaluator)
+ *   lang/interp_value.c    build-time values: making, naming, rendering
+ *   lang/interp_names.c    scopes and the dotted paths that name params
+ *   lang/interp_train.c    train statements: settings checked and decoded
+ *                          into the action's tfg_train_config
+ *   lang/interp_session.c  modules, and the session's life (new, eval,
+ *                          marks and rollback, free)
+ *   lang/builtins.c        the functions a program can call without
+ *                          defining them */
 #ifndef TFG_INTERP_IMPL_H
 #define TFG_INTERP_IMPL_H
 
@@ -141,7 +149,7 @@ _Noreturn void tfg_interp_fail(struct tfg_interp *I, tfg_status s, const tfg_loc
 /* Unwinds after a diagnostic already reported (by a shape rule, a loader). */
 _Noreturn void tfg_interp_unwind(struct tfg_interp *I, tfg_status s);
 
-/* Values */
+/* Values (lang/interp_value.c) */
 tfg_value tfg_val_int(int64_t i);
 tfg_value tfg_val_float(double f);
 tfg_value tfg_val_tensor(tfg_node_id id);
@@ -157,6 +165,58 @@ tfg_node_id tfg_interp_scalar(struct tfg_interp *I, double v, tfg_dtype dt, cons
  * numbers as constants of dtype like (or f32). */
 tfg_node_id tfg_interp_as_tensor(struct tfg_interp *I, const tfg_value *v, const tfg_loc *loc,
                                  int like);
+
+/* Scopes (lang/interp_names.c) */
+void tfg_env_init(tfg_env *e, tfg_env *parent, int32_t nheads);
+void tfg_env_free(tfg_env *e);
+/* Binds name to v in e (see tfg_env for rebinding). */
+void tfg_env_bind(tfg_env *e, const char *name, tfg_value v);
+/* Undoes every binding made since the scope had n entries. */
+void tfg_env_truncate(tfg_env *e, int32_t n);
+/* The newest binding of name in e alone (_local) or in e and its
+ * parents; NULL when there is none. */
+tfg_value *tfg_env_find_local(tfg_env *e, const char *name);
+tfg_value *tfg_env_find(tfg_env *e, const char *name);
+/* Levenshtein distance, capped (99 past 40 characters): for "did you
+ * mean" suggestions. */
+int tfg_interp_edit_distance(const char *a, const char *b);
+/* The name visible from e closest to name, if close enough to be a
+ * typo; else NULL. */
+const char *tfg_interp_suggest(tfg_env *e, const char *name);
+
+/* Param paths (lang/interp_names.c) */
+/* The path of a param called name declared now: the scopes and calls in
+ * force, then name, suffixed _1, _2, ... when taken; in the session arena. */
+const char *tfg_interp_param_path(struct tfg_interp *I, const char *name);
+/* Pushes component c (a scope's name, a call's) onto the naming path,
+ * suffixed like a param path when taken here; the caller pops it
+ * (I->depth--). Fails at loc when nested too deeply. */
+void tfg_interp_push_component(struct tfg_interp *I, const char *c, const tfg_loc *loc);
+/* Records a param path and every prefix of it as taken. */
+void tfg_interp_take_path(struct tfg_interp *I, const char *full);
+/* Forgets every path taken after the first n (a rollback). */
+void tfg_interp_untake(struct tfg_interp *I, int32_t n);
+
+/* Statements (lang/interp.c) */
+/* Appends action a to the program. */
+void tfg_interp_push_action(struct tfg_interp *I, tfg_action a);
+/* Runs statement s in env with errors unwinding back here: returns
+ * TFG_OK or the failing status (its diagnostic already reported). */
+tfg_status tfg_interp_run_stmt(struct tfg_interp *I, tfg_env *env, const tfg_ast *s);
+/* Ends the traceback's run of notes for one call site, saying how many
+ * were left out (a traceback is written while an error unwinds). */
+void tfg_interp_traceback_flush(struct tfg_interp *I);
+
+/* Train statements (lang/interp_train.c) */
+/* Runs train statement s: checks its loss and each setting where it is
+ * written, decodes the settings into the action's tfg_train_config and
+ * appends the action; a job that would share a param with another job of
+ * its group is refused. */
+void tfg_interp_exec_train(struct tfg_interp *I, tfg_env *env, const tfg_ast *s);
+
+/* Modules (lang/interp_session.c) */
+/* Loads a module (a stdlib name or a file path) once and returns it. */
+tfg_module *tfg_interp_load_module(struct tfg_interp *I, const tfg_ast *s);
 
 /* Builtins (lang/builtins.c) */
 void tfg_builtins_init(struct tfg_interp *I);

@@ -25,6 +25,7 @@
 #include "base/diag.h"
 #include "base/status.h"
 #include "ir/graph.h"
+#include "ir/program.h" /* tfg_split: the program names the split each input reads */
 
 /* Element types a file may hold (u8 has no tfg dtype: idx and npy images). */
 typedef enum tfg_data_type {
@@ -35,8 +36,6 @@ typedef enum tfg_data_type {
   TFG_DATA_U8,
   TFG_DATA_BOOL,
 } tfg_data_type;
-
-typedef enum tfg_split { TFG_SPLIT_TRAIN, TFG_SPLIT_TEST } tfg_split;
 
 typedef struct tfg_data_opts {
   double test;   /* fraction of rows held out for the test split, in [0, 1) */

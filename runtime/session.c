@@ -12,6 +12,7 @@
 #include "ir/ops.h"
 #include "compiler/plan.h"
 #include "kernels/cpu/cpu.h"
+#include "runtime/data.h"
 #include "runtime/device.h"
 #include "runtime/exec.h"
 

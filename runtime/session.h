@@ -21,8 +21,8 @@
 
 #include <stdint.h>
 
+#include "ir/program.h"
 #include "kernels/kernel.h"
-#include "lang/interp.h"
 
 typedef struct tfg_feed_file {
   const char *name; /* an input's name */

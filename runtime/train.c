@@ -22,26 +22,16 @@
 #include "compiler/plan.h"
 #include "kernels/cast_math.h"
 #include "runtime/ckpt.h"
+#include "runtime/data.h"
 
+/* A job's settings as its run uses them (a->config, ir/program.h): the
+ * steps epochs make, the cadence of its log lines resolved. */
 typedef struct cfg {
   int64_t steps, epochs, log_every, eval_every, checkpoint_every;
   uint64_t seed;
   const char *checkpoint;
   tfg_loc loc;
 } cfg;
-
-static int64_t int_setting(const tfg_action *a, const char *name, int64_t dflt) {
-  for (int i = 0; i < a->nsettings; i++)
-    if (strcmp(a->settings[i].name, name) == 0) return a->settings[i].value.u.i;
-  return dflt;
-}
-
-static const char *str_setting(tfg_arena *arena, const tfg_action *a, const char *name) {
-  for (int i = 0; i < a->nsettings; i++)
-    if (strcmp(a->settings[i].name, name) == 0)
-      return tfg_arena_strndup(arena, a->settings[i].value.u.str.s, a->settings[i].value.u.str.len);
-  return NULL;
-}
 
 static double now(void) {
   struct timespec ts;
@@ -278,24 +268,20 @@ typedef struct job {
   int64_t stale_sum, stale_max;
 } job;
 
-static int64_t pick_log_every(const tfg_action *a, int64_t steps) {
-  return int_setting(a, "log_every", steps >= 10 ? steps / 10 : 1);
-}
-
 /* Reads a job's settings and restores its checkpoint. */
 static tfg_status job_open(job *j, tfg_session *s, const tfg_program *p, const tfg_action *a, const tfg_train_step *st,
-                           bool grouped, tfg_arena *arena, FILE *log, tfg_diag *d) {
+                           bool grouped, FILE *log, tfg_diag *d) {
   memset(j, 0, sizeof *j);
   j->a = a;
   j->st = st;
   cfg *c = &j->c;
   c->loc = a->loc;
-  c->steps = int_setting(a, "steps", 0);
-  c->epochs = int_setting(a, "epochs", 0);
-  c->eval_every = int_setting(a, "eval_every", 0);
-  c->checkpoint_every = int_setting(a, "checkpoint_every", 0);
-  c->seed = (uint64_t)int_setting(a, "seed", 0);
-  c->checkpoint = str_setting(arena, a, "checkpoint");
+  c->steps = a->config.steps;
+  c->epochs = a->config.epochs;
+  c->eval_every = a->config.eval_every;
+  c->checkpoint_every = a->config.checkpoint_every;
+  c->seed = (uint64_t)a->config.seed;
+  c->checkpoint = a->config.checkpoint;
   if (grouped) snprintf(j->who, sizeof j->who, "train (line %u): ", a->loc.line);
   j->b = batching_of(p);
   if (c->epochs) {
@@ -304,7 +290,7 @@ static tfg_status job_open(job *j, tfg_session *s, const tfg_program *p, const t
     TFG_ASSERT(j->b.feed && j->b.per_epoch > 0 && c->epochs <= INT64_MAX / j->b.per_epoch);
     c->steps = c->epochs * j->b.per_epoch;
   }
-  c->log_every = pick_log_every(a, c->steps);
+  c->log_every = tfg_train_config_log_every(&a->config, c->steps);
   j->rp = report_of(st);
   j->sum = calloc((size_t)(1 + st->nmetrics), sizeof *j->sum);
   TFG_ASSERT(j->sum != NULL);
@@ -422,14 +408,12 @@ static tfg_status interrupted(job *j, tfg_session *s, const tfg_program *p, tfg_
 
 tfg_status tfg_train_group(tfg_session *s, const tfg_program *p, const tfg_action *const *a, const tfg_train_step *st,
                            int njobs, const tfg_train_opts *o, tfg_diag *d) {
-  tfg_arena arena;
-  tfg_arena_init(&arena);
   job *jobs = calloc((size_t)njobs, sizeof *jobs);
   TFG_ASSERT(jobs != NULL);
   tfg_status r = TFG_OK;
   int opened = 0;
   for (; opened < njobs && r == TFG_OK; opened++)
-    r = job_open(&jobs[opened], s, p, a[opened], &st[opened], njobs > 1, &arena, o->log, d);
+    r = job_open(&jobs[opened], s, p, a[opened], &st[opened], njobs > 1, o->log, d);
   /* One run per step for the whole group: the jobs' ops run at once, each
    * job on its own devices. Jobs whose batches differ (another batch size
    * or dataset) cannot share a run's batch position: they take turns. */
@@ -501,7 +485,6 @@ tfg_status tfg_train_group(tfg_session *s, const tfg_program *p, const tfg_actio
   free(jobs);
   free(fetch);
   free(out);
-  tfg_arena_free(&arena);
   return r;
 }
 
@@ -625,8 +608,6 @@ static void hand_over(tfg_session *from, tfg_session *to, const tfg_program *p, 
 tfg_status tfg_train_ps(const tfg_program *p, const tfg_action *a, const tfg_train_step *st, const struct tfg_plan *plan,
                         tfg_session *main, const tfg_session_opts *so, const tfg_train_opts *o, tfg_diag *d) {
   int W = st->nreplicas, ndev = plan->ndev;
-  tfg_arena arena;
-  tfg_arena_init(&arena);
   ps_run R = {.p = p, .st = st, .o = o, .d = d, .failed = TFG_OK};
   pthread_mutex_init(&R.mu, NULL);
   job j;
@@ -644,7 +625,7 @@ tfg_status tfg_train_ps(const tfg_program *p, const tfg_action *a, const tfg_tra
    * from (worker 0's model for evaluation: losses[0] is its loss). */
   tfg_train_step one = *st;
   one.nreplicas = 1;
-  tfg_status r = R.server ? job_open(&j, R.server, p, a, &one, false, &arena, o->log, d) : TFG_ERR_DEVICE;
+  tfg_status r = R.server ? job_open(&j, R.server, p, a, &one, false, o->log, d) : TFG_ERR_DEVICE;
   R.j = &j;
   R.next = R.applied = r == TFG_OK ? j.start : 0;
   ps_worker *wk = calloc((size_t)W, sizeof *wk);
@@ -715,6 +696,5 @@ tfg_status tfg_train_ps(const tfg_program *p, const tfg_action *a, const tfg_tra
   tfg_session_free(R.server);
   free(use);
   pthread_mutex_destroy(&R.mu);
-  tfg_arena_free(&arena);
   return r;
 }

@@ -272,9 +272,9 @@ START_TEST(train_action_checked) {
   ck_assert_msg(b.st == TFG_OK, "%s", b.errs);
   const tfg_action *a = &tfg_interp_program(b.I)->actions[0];
   ck_assert_int_eq(a->kind, TFG_ACTION_TRAIN);
-  ck_assert_int_eq(a->nsettings, 2);
-  ck_assert_int_eq(a->settings[0].value.kind, TFG_V_RECORD);
-  ck_assert_str_eq(a->settings[0].value.u.record->name, "adam");
+  ck_assert_int_eq(a->config.optimizer.kind, TFG_OPTIMIZER_ADAM);
+  ck_assert(a->config.optimizer.lr == 0.01);
+  ck_assert_int_eq(a->config.steps, 10);
   program_free(&b);
   build(&b, "x = ones([3, 2])\ntrain mean(x) { steps = 1 }");
   ck_assert_ptr_nonnull(strstr(b.errs, "the loss does not depend on any param"));
@@ -561,9 +561,10 @@ START_TEST(import_errors_located) {
 }
 END_TEST
 
-/* A train block's settings are checked where written and stored in the
- * form the later stages read (issue 13): counts as integers, optimizer
- * arguments as floats, a bare constructor as its call. */
+/* A train block's settings are checked where written and decoded once
+ * into the typed config the later stages read (issues 13, 14): counts as
+ * integers, the optimizer with its defaults resolved, a bare constructor
+ * as its call. */
 START_TEST(train_settings_decoded) {
   built b;
   build(&b, "param w: f32[2, 2] = glorot()\nx = ones([3, 2])\nloss = mean(matmul(x, w))\n"
@@ -571,16 +572,22 @@ START_TEST(train_settings_decoded) {
             "print w\ntrain loss { optimizer = sgd(lr = 1, momentum = 0); steps = 1 }");
   ck_assert_msg(b.st == TFG_OK, "%s", b.errs);
   const tfg_action *a = &tfg_interp_program(b.I)->actions[0];
-  ck_assert_int_eq(a->settings[1].value.kind, TFG_V_INT);
-  ck_assert_int_eq(a->settings[1].value.u.i, 3);
-  ck_assert_int_eq(a->settings[0].value.kind, TFG_V_RECORD);
-  ck_assert_str_eq(a->settings[0].value.u.record->name, "adam");
-  ck_assert_int_eq(a->settings[0].value.u.record->args[0].kind, TFG_V_FLOAT); /* lr's default */
-  ck_assert_int_eq(a->settings[2].value.kind, TFG_V_RECORD);
-  ck_assert_str_eq(a->settings[2].value.u.record->name, "single");
-  const tfg_record *sgd = tfg_interp_program(b.I)->actions[2].settings[0].value.u.record;
-  ck_assert_int_eq(sgd->args[0].kind, TFG_V_FLOAT);
-  ck_assert(sgd->args[0].u.f == 1.0);
+  ck_assert_int_eq(a->config.steps, 3);
+  ck_assert_int_eq(a->config.epochs, 0);
+  ck_assert_int_eq(a->config.optimizer.kind, TFG_OPTIMIZER_ADAM);
+  ck_assert(a->config.optimizer.lr == 0.001); /* the defaults, resolved */
+  ck_assert(a->config.optimizer.b2 == 0.999);
+  ck_assert(a->config.optimizer.weight_decay == 0);
+  ck_assert_int_eq(a->config.strategy.kind, TFG_STRATEGY_SINGLE);
+  ck_assert_int_ne(a->config.strategy.loc.off, a->loc.off); /* the call single() stands for */
+  ck_assert_int_eq(a->config.seed, 2);
+  ck_assert_int_eq(a->config.log_every, 0); /* not given: the runtime's default */
+  ck_assert_int_eq(tfg_train_config_log_every(&a->config, 3), 1);
+  ck_assert_ptr_null(a->config.checkpoint);
+  const tfg_optimizer_config *sgd = &tfg_interp_program(b.I)->actions[2].config.optimizer;
+  ck_assert_int_eq(sgd->kind, TFG_OPTIMIZER_SGD);
+  ck_assert(sgd->lr == 1.0);
+  ck_assert(sgd->momentum == 0 && !sgd->nesterov);
   program_free(&b);
 
   /* Two jobs of one group sharing a param: the second is refused and

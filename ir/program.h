@@ -1,0 +1,165 @@
+/* ir/program.h: the program the interpreter (lang/interp.h) produces and
+ * every later stage reads: the graph, its params and inputs, and the
+ * actions to run afterwards (print, train), in program order.
+ *
+ * A train action carries its settings decoded once, where they are
+ * written, into a typed tfg_train_config: the optimizer with every
+ * hyperparameter resolved, the strategy with its device arguments as
+ * plain data, the counts, the checkpoint path, the metrics. No later
+ * stage looks a setting up by name or reads a language value.
+ *
+ *   const tfg_program *p = tfg_interp_program(in);
+ *   for (int i = 0; i < p->nactions; i++) {
+ *     const tfg_action *a = &p->actions[i];
+ *     if (a->kind != TFG_ACTION_TRAIN) continue;
+ *     const tfg_train_config *c = &a->config;
+ *     // c->optimizer.kind, c->optimizer.lr, c->strategy.kind, c->steps ...
+ *   }
+ *
+ * Adding a train setting is a field here and a row in the interpreter's
+ * table of settings (lang/interp_train.c), which checks and decodes it. */
+#ifndef TFG_PROGRAM_H
+#define TFG_PROGRAM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/diag.h"
+#include "ir/graph.h"
+
+/* A dataset loaded by the interpreter (runtime/data.h); the program only
+ * points at it. */
+struct tfg_dataset;
+
+/* The part of a dataset an input reads. */
+typedef enum tfg_split { TFG_SPLIT_TRAIN, TFG_SPLIT_TEST } tfg_split;
+
+/* ---- print -------------------------------------------------------------------- */
+
+/* One entry of a print action. */
+typedef struct tfg_print_item {
+  const char *text; /* the expression's source text */
+  tfg_loc loc;
+  bool is_tensor;
+  tfg_node_id node; /* is_tensor: the tensor to fetch */
+  const char *value; /* otherwise: the build-time value, rendered */
+} tfg_print_item;
+
+/* ---- train: the optimizer ----------------------------------------------------- */
+
+typedef enum tfg_optimizer_kind {
+  TFG_OPTIMIZER_SGD,
+  TFG_OPTIMIZER_ADAM,
+  TFG_OPTIMIZER_ADAMW,
+} tfg_optimizer_kind;
+
+/* "sgd", "adam", "adamw": as a program writes it and a checkpoint records it. */
+const char *tfg_optimizer_name(tfg_optimizer_kind k);
+
+/* An optimizer with every hyperparameter given or defaulted (the
+ * defaults are those of sgd/adam/adamw's signatures, torch.optim's), each
+ * checked in its range where it was written. */
+typedef struct tfg_optimizer_config {
+  tfg_optimizer_kind kind;
+  double lr;
+  double weight_decay; /* L2 for sgd and adam, decoupled for adamw */
+  double momentum;     /* sgd */
+  bool nesterov;       /* sgd */
+  double b1, b2, eps;  /* adam, adamw */
+} tfg_optimizer_config;
+
+/* ---- train: the strategy ------------------------------------------------------ */
+
+typedef enum tfg_strategy_kind {
+  TFG_STRATEGY_SINGLE,
+  TFG_STRATEGY_MIRRORED,
+  TFG_STRATEGY_PS,
+} tfg_strategy_kind;
+
+typedef enum tfg_devarg_kind {
+  TFG_DEVARG_NONE,   /* not given */
+  TFG_DEVARG_DEVICE,
+  TFG_DEVARG_LIST,
+  TFG_DEVARG_OTHER,  /* a value that is not a device */
+} tfg_devarg_kind;
+
+/* A device argument of a strategy as the program wrote it: a device, a
+ * list of arguments (mirrored's groups are lists of lists), or another
+ * value, kept only as words for a message. compiler/strategy.c checks it
+ * (a device a replica can run on, named once, groups of one size) and
+ * reports what is wrong, where. */
+typedef struct tfg_devarg {
+  tfg_devarg_kind kind;
+  tfg_devspec dev;                /* DEVICE, with its location */
+  const char *what;               /* OTHER: what it is ("an int", "a string") */
+  int32_t n;                      /* LIST: its items */
+  const struct tfg_devarg *items;
+} tfg_devarg;
+
+typedef struct tfg_strategy_config {
+  tfg_strategy_kind kind;
+  tfg_loc loc;        /* the value (mirrored(...)); the train statement without one */
+  tfg_loc at;         /* the setting `strategy = ...`; {0} without one */
+  tfg_devarg devices; /* mirrored */
+  tfg_devarg workers; /* parameter_server */
+  tfg_devarg ps;      /* parameter_server (cpu unless given) */
+} tfg_strategy_config;
+
+/* ---- train: the whole configuration ------------------------------------------- */
+
+/* A train statement's settings (LANGUAGE.md section 6), decoded and
+ * checked by the interpreter. A count not given is 0 (every given count
+ * is at least 1, the seed at least 0); exactly one of steps and epochs is
+ * given. */
+typedef struct tfg_train_config {
+  tfg_optimizer_config optimizer;
+  tfg_strategy_config strategy;
+  int64_t steps;            /* 0: given as epochs */
+  int64_t epochs;           /* 0: given as steps */
+  int64_t log_every;        /* 0: not given: tfg_train_config_log_every's default */
+  int64_t eval_every;       /* 0: evaluate at the end only */
+  int64_t checkpoint_every; /* 0: save at the end only */
+  int64_t seed;
+  const char *checkpoint;   /* NULL: none; else a file path from the working directory */
+  tfg_loc checkpoint_at;    /* the setting `checkpoint = ...` */
+  int nmetrics;
+  const tfg_node_id *metrics; /* float scalars, reported with the loss */
+} tfg_train_config;
+
+/* The cadence of a train's progress lines over `steps` steps: log_every
+ * when given, else a tenth of the steps (at least 1). */
+int64_t tfg_train_config_log_every(const tfg_train_config *c, int64_t steps);
+
+/* ---- the program ---------------------------------------------------------------- */
+
+typedef enum tfg_action_kind { TFG_ACTION_PRINT, TFG_ACTION_TRAIN } tfg_action_kind;
+
+typedef struct tfg_action {
+  tfg_action_kind kind;
+  tfg_loc loc;
+  int nitems; /* print */
+  tfg_print_item *items;
+  tfg_node_id loss;        /* train */
+  tfg_train_config config; /* train */
+} tfg_action;
+
+/* An input fed from a dataset column: batches of node's first dimension. */
+typedef struct tfg_feed {
+  tfg_node_id node;
+  const struct tfg_dataset *ds; /* NULL: fed by --feed, else an error at run */
+  const char *ds_path;          /* for messages */
+  int col;
+  tfg_split split;
+} tfg_feed;
+
+typedef struct tfg_program {
+  tfg_graph *graph;
+  tfg_action *actions;
+  int nactions;
+  tfg_node_id *params; /* every PARAM node, in creation order */
+  int nparams;
+  tfg_feed *feeds;     /* every INPUT node, in creation order */
+  int nfeeds;
+} tfg_program;
+
+#endif

@@ -1,0 +1,435 @@
+/* lang/interp_train.c: train statements (LANGUAGE.md section 6): the
+ * loss and each setting checked where they are written, the settings
+ * decoded once into the action's tfg_train_config (ir/program.h), and
+ * the jobs of one group kept from sharing a param.
+ *
+ * The table of settings (train_settings) is the one place a setting's
+ * name meets its field: a new setting is a field in tfg_train_config and
+ * a row here (a count reuses decode_count). Later stages read the typed
+ * config only; the language values of a setting end here. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/assert.h"
+#include "lang/interp_impl.h"
+
+/* The most steps a train may take, written as steps or as epochs times
+ * the batches of an epoch; each cadence (log_every, eval_every,
+ * checkpoint_every) is bounded by it too. 2^53: every count up to it is
+ * exact in a double (Adam's bias correction raises b1 to the step) and
+ * nothing the runtime derives from a step overflows int64; 2^53 steps
+ * at a million a second would take 285 years. */
+#define TRAIN_MAX_STEPS (INT64_C(1) << 53)
+
+/* The params of p that tensors x and y both read (x == y: the params x
+ * reads): the first in creation order, or -1; *count gets how many.
+ * Walks inputs down from the larger id (ids are topological). */
+static tfg_node_id params_read(const tfg_program *p, tfg_node_id x, tfg_node_id y, int *count) {
+  const tfg_graph *g = p->graph;
+  int32_t top = x > y ? x : y;
+  uint8_t *mark = calloc((size_t)top + 1, 1);
+  TFG_ASSERT(mark != NULL);
+  mark[x] |= 1;
+  mark[y] |= 2;
+  for (int32_t i = top; i >= 0; i--)
+    for (int k = 0; mark[i] && k < g->nodes[i].ninputs; k++) mark[g->nodes[i].inputs[k]] |= mark[i];
+  tfg_node_id first = -1;
+  *count = 0;
+  for (int i = 0; i < p->nparams; i++)
+    if (p->params[i] <= top && mark[p->params[i]] == 3) {
+      if (first < 0) first = p->params[i];
+      (*count)++;
+    }
+  free(mark);
+  return first;
+}
+
+/* ---- the optimizer and the strategy ---------------------------------------------- */
+
+/* optimizer (opt) or strategy: a call of one of its constructors. A bare
+ * constructor is its call without arguments (strategy = single, as
+ * LANGUAGE.md section 6 writes it; optimizer = adam), so one that needs
+ * an argument says which (optimizer = sgd: lr), located at the name.
+ * v is the value expression e evaluated to. */
+static const tfg_record *config_record(tfg_interp *I, bool opt, tfg_value v, const tfg_ast *e) {
+  static const char *const kinds[2][3] = {{"sgd", "adam", "adamw"}, {"single", "mirrored", "parameter_server"}};
+  const char *got = v.kind == TFG_V_RECORD ? v.u.record->name : v.kind == TFG_V_BUILTIN ? v.u.builtin->name : NULL;
+  bool ok = false;
+  for (int i = 0; got && i < 3; i++) ok |= strcmp(got, kinds[!opt][i]) == 0;
+  if (!ok)
+    tfg_interp_fail(I, TFG_ERR_NAME, &e->loc, "%s must be %s, got %s%s", opt ? "optimizer" : "strategy",
+                    opt ? "sgd(...), adam(...) or adamw(...)" : "single(), mirrored(...) or parameter_server(...)",
+                    got ? got : tfg_vkind_name(v.kind), v.kind == TFG_V_RECORD ? "(...)" : "");
+  if (v.kind == TFG_V_BUILTIN) v = tfg_builtin_call(I, v.u.builtin, e, NULL, NULL, 0, NULL, NULL, NULL, 0);
+  return v.u.record;
+}
+
+/* The argument called name of configuration r, or NULL. */
+static const tfg_value *record_arg(const tfg_record *r, const char *name) {
+  for (int i = 0; i < r->nargs; i++)
+    if (strcmp(r->arg_names[i], name) == 0) return &r->args[i];
+  return NULL;
+}
+
+/* An optimizer's argument as lang/builtins.c checked and stored it where
+ * the call is written (a float in its range, or a bool: nesterov), its
+ * default filled in by the signature; 0 for one the optimizer has not. */
+static double opt_arg(const tfg_record *r, const char *name) {
+  const tfg_value *v = record_arg(r, name);
+  if (!v) return 0;
+  TFG_ASSERT(v->kind == TFG_V_FLOAT || v->kind == TFG_V_BOOL);
+  return v->kind == TFG_V_FLOAT ? v->u.f : (double)v->u.b;
+}
+
+/* What a value that cannot be a device is, in the words the strategy's
+ * messages use ("mirrored: item 1 is an int, not a device"). */
+static const char *devarg_what(tfg_vkind k) {
+  switch (k) {
+  case TFG_V_NONE: return "none";
+  case TFG_V_BOOL: return "a bool";
+  case TFG_V_INT: return "an int";
+  case TFG_V_FLOAT: return "a float";
+  case TFG_V_STRING: return "a string";
+  case TFG_V_RANGE: return "a range";
+  case TFG_V_TENSOR: return "a tensor";
+  default: return "not a device";
+  }
+}
+
+/* A strategy's device argument v (NULL: not given) as plain data: lists
+ * copied whole, however deep, so that compiler/strategy.c can say what is
+ * wrong with any item and cli/ can count the GPUs it names. */
+static tfg_devarg devarg_of(tfg_interp *I, const tfg_value *v) {
+  tfg_devarg d = {.kind = TFG_DEVARG_NONE};
+  if (!v) return d;
+  if (v->kind == TFG_V_DEVICE) {
+    d.kind = TFG_DEVARG_DEVICE;
+    d.dev = v->u.dev;
+  } else if (v->kind == TFG_V_LIST) {
+    tfg_devarg *items = tfg_arena_alloc(&I->arena, sizeof *items * (size_t)(v->u.list.n ? v->u.list.n : 1));
+    for (int32_t i = 0; i < v->u.list.n; i++) items[i] = devarg_of(I, &v->u.list.items[i]);
+    d.kind = TFG_DEVARG_LIST;
+    d.n = v->u.list.n;
+    d.items = items;
+  } else {
+    d.kind = TFG_DEVARG_OTHER;
+    d.what = devarg_what(v->kind);
+  }
+  return d;
+}
+
+/* ---- the settings ------------------------------------------------------------------ */
+
+struct train_setting;
+/* Checks setting k (`name = value`), whose value evaluated to v, where it
+ * is written, and stores it in c. */
+typedef void (*decode_fn)(tfg_interp *I, const struct train_setting *ts, tfg_train_config *c, tfg_value v,
+                          const tfg_ast *k);
+
+typedef struct train_setting {
+  const char *name;
+  decode_fn decode;
+  size_t field; /* a count: the offset of its int64_t in tfg_train_config */
+} train_setting;
+
+static void decode_optimizer(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v,
+                             const tfg_ast *k) {
+  (void)ts;
+  const tfg_record *r = config_record(I, true, v, k->a);
+  tfg_optimizer_config *o = &c->optimizer;
+  o->kind = strcmp(r->name, "sgd") == 0    ? TFG_OPTIMIZER_SGD
+            : strcmp(r->name, "adam") == 0 ? TFG_OPTIMIZER_ADAM
+                                           : TFG_OPTIMIZER_ADAMW;
+  o->lr = opt_arg(r, "lr");
+  o->weight_decay = opt_arg(r, "weight_decay");
+  o->momentum = opt_arg(r, "momentum");
+  o->nesterov = opt_arg(r, "nesterov") != 0;
+  o->b1 = opt_arg(r, "b1");
+  o->b2 = opt_arg(r, "b2");
+  o->eps = opt_arg(r, "eps");
+}
+
+/* The devices are checked by compiler/strategy.c, which knows what each
+ * strategy needs of them. */
+static void decode_strategy(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v,
+                            const tfg_ast *k) {
+  (void)ts;
+  const tfg_record *r = config_record(I, false, v, k->a);
+  tfg_strategy_config *s = &c->strategy;
+  s->kind = strcmp(r->name, "mirrored") == 0           ? TFG_STRATEGY_MIRRORED
+            : strcmp(r->name, "parameter_server") == 0 ? TFG_STRATEGY_PS
+                                                       : TFG_STRATEGY_SINGLE;
+  s->loc = r->loc;
+  s->at = k->loc;
+  s->devices = devarg_of(I, record_arg(r, "devices"));
+  s->workers = devarg_of(I, record_arg(r, "workers"));
+  s->ps = devarg_of(I, record_arg(r, "ps"));
+}
+
+/* epochs = n, at `at`: the first input fed from a dataset sets the batch
+ * and the whole batches of an epoch (as runtime/train.c batches), so the
+ * steps n epochs make are known where they are written. (The loss was
+ * evaluated before its settings: the inputs it reads exist by now.) */
+static void check_epochs(tfg_interp *I, int64_t n, const tfg_loc *at) {
+  const tfg_feed *f = NULL;
+  for (int i = 0; i < I->prog.nfeeds && !f; i++)
+    if (I->prog.feeds[i].ds) f = &I->prog.feeds[i];
+  if (!f) {
+    tfg_diag_error(I->diag, at, "epochs need an input fed from a dataset");
+    tfg_diag_help(I->diag, "give steps = N instead");
+    tfg_interp_unwind(I, TFG_ERR_NAME);
+  }
+  const tfg_node *in = &I->prog.graph->nodes[f->node];
+  int64_t rows = tfg_data_rows(f->ds, f->split), batch = in->shape.rank ? in->shape.dim[0] : 0;
+  int64_t per = batch > 0 ? rows / batch : 0;
+  if (per == 0)
+    tfg_interp_fail(I, TFG_ERR_DATA, at, "an epoch of input %s has no whole batch: %" PRId64 " rows, a batch of %" PRId64,
+                    in->name, rows, batch);
+  if (n > TRAIN_MAX_STEPS / per) {
+    tfg_diag_error(I->diag, at, "%" PRId64 " epochs of %" PRId64 " batches are %.4g steps, more than the 2^53 (%" PRId64
+                   ") a train may take", n, per, (double)n * (double)per, TRAIN_MAX_STEPS);
+    tfg_diag_note(I->diag, &in->loc, "an epoch: the %" PRId64 " rows input %s reads, in whole batches of %" PRId64, rows,
+                  in->name, batch);
+    tfg_interp_unwind(I, TFG_ERR_LIMIT);
+  }
+}
+
+/* A count called n, at `at`: an integer (a float with a whole value too,
+ * as wherever tfg needs an integer); a count of steps or epochs is at
+ * least 1 and at most TRAIN_MAX_STEPS, the seed at least 0. */
+static int64_t count_of(tfg_interp *I, const char *n, tfg_value v, const tfg_loc *at) {
+  bool seed = strcmp(n, "seed") == 0, epochs = strcmp(n, "epochs") == 0;
+  if (v.kind == TFG_V_FLOAT && v.u.f == floor(v.u.f) && fabs(v.u.f) < 9e18) v = tfg_val_int((int64_t)v.u.f);
+  if (v.kind == TFG_V_FLOAT) tfg_interp_fail(I, TFG_ERR_NAME, at, "%s must be an integer, got %g", n, v.u.f);
+  if (v.kind != TFG_V_INT)
+    tfg_interp_fail(I, TFG_ERR_NAME, at, "%s must be an integer (%s), got %s", n,
+                    seed ? "a random seed" : epochs ? "a number of epochs" : "a number of steps", tfg_vkind_name(v.kind));
+  int64_t x = v.u.i;
+  if (seed ? x < 0 : x < 1)
+    tfg_interp_fail(I, TFG_ERR_NAME, at, "%s must be a %s integer, got %" PRId64, n, seed ? "non-negative" : "positive", x);
+  if (!seed && x > TRAIN_MAX_STEPS)
+    tfg_interp_fail(I, TFG_ERR_LIMIT, at, "%s must be at most 2^53 (%" PRId64 "), got %" PRId64, n, TRAIN_MAX_STEPS, x);
+  if (epochs) check_epochs(I, x, at);
+  return x;
+}
+
+/* steps, epochs, a cadence, the seed: the count in its field. */
+static void decode_count(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v, const tfg_ast *k) {
+  *(int64_t *)(void *)((char *)c + ts->field) = count_of(I, ts->name, v, &k->a->loc);
+}
+
+static void decode_metrics(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v,
+                           const tfg_ast *k) {
+  (void)ts;
+  bool ok = v.kind == TFG_V_LIST;
+  for (int32_t i = 0; ok && i < v.u.list.n; i++) {
+    const tfg_value *m = &v.u.list.items[i];
+    ok = m->kind == TFG_V_TENSOR && I->prog.graph->nodes[m->u.tensor].shape.rank == 0 &&
+         tfg_dtype_is_float(I->prog.graph->nodes[m->u.tensor].dtype);
+  }
+  if (!ok)
+    tfg_interp_fail(I, TFG_ERR_NAME, &k->a->loc, "metrics must be a list of float scalars, like [accuracy(logits, y)]");
+  tfg_node_id *m = tfg_arena_alloc(&I->arena, sizeof *m * (size_t)(v.u.list.n ? v.u.list.n : 1));
+  for (int32_t i = 0; i < v.u.list.n; i++) m[i] = v.u.list.items[i].u.tensor;
+  c->nmetrics = (int)v.u.list.n;
+  c->metrics = m;
+}
+
+/* The folder of a file path ("." for a bare name); the caller frees it. */
+static char *folder_of(const char *path) {
+  const char *slash = strrchr(path, '/');
+  char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+  TFG_ASSERT(dir != NULL);
+  return dir;
+}
+
+/* What names the file path, the same for two spellings of one file: the
+ * real path of its folder, then its name. The caller frees it. */
+static char *file_key(const char *path) {
+  char *dir = folder_of(path), *real = realpath(dir, NULL);
+  const char *slash = strrchr(path, '/');
+  tfg_strbuf b = {0};
+  tfg_strbuf_printf(&b, "%s/%s", real ? real : dir, slash ? slash + 1 : path);
+  free(real);
+  free(dir);
+  return tfg_strbuf_take(&b);
+}
+
+/* Refuses a checkpoint a save could not write, where it is written: so
+ * before the first step, and in `tfg check`, not after the training. A
+ * save writes PATH.tmp.PID beside PATH and renames it over PATH
+ * (runtime/ckpt.c): the folder must exist and be writable; an existing
+ * PATH must be a file we can read (a run resumes from it). A missing
+ * folder is refused, not created, as torch.save refuses it: a typo in
+ * the folder should not scatter new folders. */
+static void check_ckpt_path(tfg_interp *I, const char *path, const tfg_loc *at) {
+  struct stat sb;
+  if (stat(path, &sb) == 0) {
+    if (S_ISDIR(sb.st_mode))
+      tfg_interp_fail(I, TFG_ERR_DATA, at, "checkpoint '%s' is a folder: give a file name in it", path);
+    if (!S_ISREG(sb.st_mode)) tfg_interp_fail(I, TFG_ERR_DATA, at, "checkpoint '%s' is not a regular file", path);
+    if (access(path, R_OK) != 0)
+      tfg_interp_fail(I, TFG_ERR_DATA, at, "checkpoint '%s' cannot be read to resume from it: %s", path, strerror(errno));
+  }
+  char *dir = folder_of(path);
+  int err = stat(dir, &sb) != 0 ? errno : !S_ISDIR(sb.st_mode) ? ENOTDIR : access(dir, W_OK | X_OK) != 0 ? errno : 0;
+  if (err == ENOENT) {
+    tfg_diag_error(I->diag, at, "the folder '%s' of checkpoint '%s' does not exist", dir, path);
+    tfg_diag_help(I->diag, "create it first (mkdir -p %s): tfg does not create folders, as torch.save does not", dir);
+  } else if (err == ENOTDIR) {
+    tfg_diag_error(I->diag, at, "checkpoint '%s' cannot be written: '%s' is not a folder", path, dir);
+  } else if (err) {
+    tfg_diag_error(I->diag, at, "checkpoint '%s' cannot be written in folder '%s': %s", path, dir, strerror(err));
+  }
+  free(dir);
+  if (err) tfg_interp_unwind(I, TFG_ERR_DATA);
+}
+
+/* checkpoint: a file name, from the program's folder like its data
+ * files, that a save can write and no other train of the program writes
+ * (the later job would resume from the earlier's file and overwrite it). */
+static void decode_checkpoint(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v,
+                              const tfg_ast *k) {
+  (void)ts;
+  const tfg_loc *at = &k->a->loc;
+  if (v.kind != TFG_V_STRING)
+    tfg_interp_fail(I, TFG_ERR_NAME, at, "checkpoint must be a file name (a string), got %s", tfg_vkind_name(v.kind));
+  if (v.u.str.len == 0)
+    tfg_interp_fail(I, TFG_ERR_NAME, at, "checkpoint must not be empty: give a file name, like \"out/model.safetensors\"");
+  const char *path = tfg_interp_path(I, tfg_interp_strdup(I, v.u.str.s, v.u.str.len));
+  check_ckpt_path(I, path, at);
+  char *key = file_key(path);
+  for (int j = 0; j < I->prog.nactions; j++) {
+    const tfg_action *o = &I->prog.actions[j];
+    if (o->kind != TFG_ACTION_TRAIN || !o->config.checkpoint) continue;
+    char *other = file_key(o->config.checkpoint);
+    bool same = strcmp(key, other) == 0;
+    free(other);
+    if (!same) continue;
+    free(key);
+    tfg_diag_error(I->diag, at, "checkpoint '%s' is another train's checkpoint too: each would overwrite the other's", path);
+    tfg_diag_note(I->diag, &o->config.checkpoint_at, "the other train's checkpoint");
+    tfg_diag_help(I->diag, "give each train a checkpoint file of its own");
+    tfg_interp_unwind(I, TFG_ERR_NAME);
+  }
+  free(key);
+  c->checkpoint = path;
+  c->checkpoint_at = k->loc;
+}
+
+/* Settings a train block may hold (LANGUAGE.md section 6), in the order
+ * the "did you mean" suggestion tries them. */
+static const train_setting train_settings[] = {
+    {"optimizer", decode_optimizer, 0},
+    {"steps", decode_count, offsetof(tfg_train_config, steps)},
+    {"epochs", decode_count, offsetof(tfg_train_config, epochs)},
+    {"strategy", decode_strategy, 0},
+    {"log_every", decode_count, offsetof(tfg_train_config, log_every)},
+    {"metrics", decode_metrics, 0},
+    {"eval_every", decode_count, offsetof(tfg_train_config, eval_every)},
+    {"checkpoint", decode_checkpoint, 0},
+    {"checkpoint_every", decode_count, offsetof(tfg_train_config, checkpoint_every)},
+    {"seed", decode_count, offsetof(tfg_train_config, seed)},
+};
+#define NSETTINGS (sizeof train_settings / sizeof train_settings[0])
+
+/* The row of setting k; an unknown name is an error, with the closest
+ * name as a suggestion. */
+static const train_setting *setting_row(tfg_interp *I, const tfg_ast *k) {
+  for (size_t i = 0; i < NSETTINGS; i++)
+    if (strcmp(k->name, train_settings[i].name) == 0) return &train_settings[i];
+  tfg_loc l = k->loc;
+  l.len = (uint32_t)strlen(k->name);
+  tfg_diag_error(I->diag, &l, "unknown train setting '%s'", k->name);
+  const char *best = NULL;
+  int bestd = 3;
+  for (size_t i = 0; i < NSETTINGS; i++) {
+    int d = tfg_interp_edit_distance(k->name, train_settings[i].name);
+    if (d < bestd) { bestd = d; best = train_settings[i].name; }
+  }
+  if (best) tfg_diag_help(I->diag, "did you mean '%s'?", best);
+  else tfg_diag_help(I->diag, "the settings are optimizer, steps, epochs, strategy, log_every, metrics, "
+                              "eval_every, checkpoint, checkpoint_every and seed");
+  tfg_interp_unwind(I, TFG_ERR_NAME);
+}
+
+/* ---- the statement ------------------------------------------------------------------- */
+
+/* Whether train action a runs alone, not in its group: a parameter_server
+ * job has sessions of its own (cli/main.c runs it by itself). */
+static bool runs_alone(const tfg_action *a) { return a->config.strategy.kind == TFG_STRATEGY_PS; }
+
+/* The jobs of one group (consecutive train actions, but for a job that
+ * runs alone) train at the same time, so two may not share a param
+ * (LANGUAGE.md section 6): both would update it in one step. a is the
+ * new job, not yet among the program's actions. */
+static void check_group(tfg_interp *I, const tfg_action *a) {
+  for (int j = I->prog.nactions - 1; j >= 0 && !runs_alone(a); j--) {
+    const tfg_action *b = &I->prog.actions[j];
+    if (b->kind != TFG_ACTION_TRAIN || runs_alone(b)) return;
+    int n;
+    tfg_node_id w = params_read(&I->prog, a->loss, b->loss, &n);
+    if (w < 0) continue;
+    tfg_loc here = a->loc, there = b->loc;
+    here.len = there.len = 5; /* the keyword */
+    if (n > 1)
+      tfg_diag_error(I->diag, &here, "param '%s' (and %d more) would be trained by two jobs at once",
+                     I->prog.graph->nodes[w].name, n - 1);
+    else
+      tfg_diag_error(I->diag, &here, "param '%s' would be trained by two jobs at once", I->prog.graph->nodes[w].name);
+    tfg_diag_note(I->diag, &there, "the other job: consecutive train statements run together, and may not share a param");
+    tfg_diag_help(I->diag, "give each job params of its own, or put a print between them to train one after the other");
+    tfg_interp_unwind(I, TFG_ERR_NAME);
+  }
+}
+
+void tfg_interp_exec_train(tfg_interp *I, tfg_env *env, const tfg_ast *s) {
+  tfg_value loss = tfg_interp_expr(I, env, s->a);
+  if (loss.kind != TFG_V_TENSOR)
+    tfg_interp_fail(I, TFG_ERR_NAME, &s->a->loc, "the loss must be a tensor, got %s", tfg_vkind_name(loss.kind));
+  const tfg_node *ln = &I->prog.graph->nodes[loss.u.tensor];
+  if (ln->shape.rank != 0 || !tfg_dtype_is_float(ln->dtype)) {
+    tfg_strbuf b = {0};
+    tfg_shape_format(&b, ln->dtype, &ln->shape);
+    tfg_diag_error(I->diag, &s->a->loc, "the loss must be a float scalar, got %s", b.data);
+    tfg_strbuf_free(&b);
+    tfg_diag_help(I->diag, "reduce it first: mean(loss)");
+    tfg_interp_unwind(I, TFG_ERR_SHAPE);
+  }
+  int nread;
+  if (params_read(&I->prog, loss.u.tensor, loss.u.tensor, &nread) < 0)
+    tfg_interp_fail(I, TFG_ERR_NAME, &s->a->loc, "the loss does not depend on any param: there is nothing to train");
+  tfg_action a = {.kind = TFG_ACTION_TRAIN, .loc = s->loc, .loss = loss.u.tensor};
+  tfg_train_config *c = &a.config;
+  c->strategy = (tfg_strategy_config){.kind = TFG_STRATEGY_SINGLE, .loc = s->loc};
+  bool given[NSETTINGS] = {0};
+  const tfg_ast *both = NULL; /* the second of steps and epochs */
+  bool has_opt = false, has_len = false;
+  for (const tfg_ast *k = s->list.head; k; k = k->next) {
+    const train_setting *ts = setting_row(I, k);
+    if (given[ts - train_settings]) tfg_interp_fail(I, TFG_ERR_NAME, &k->loc, "setting '%s' is given twice", k->name);
+    given[ts - train_settings] = true;
+    ts->decode(I, ts, c, tfg_interp_expr(I, env, k->a), k);
+    has_opt |= ts->decode == decode_optimizer;
+    if (strcmp(k->name, "steps") == 0 || strcmp(k->name, "epochs") == 0) {
+      if (has_len) both = k;
+      has_len = true;
+    }
+  }
+  if (both) tfg_interp_fail(I, TFG_ERR_NAME, &both->loc, "give steps or epochs, not both");
+  if (!has_opt || !has_len) {
+    tfg_loc l = s->loc;
+    l.len = 5; /* the keyword */
+    tfg_diag_error(I->diag, &l, "a train block needs %s", !has_opt ? "an optimizer" : "steps or epochs");
+    tfg_diag_help(I->diag, "for example: train loss { optimizer = adam(lr = 1e-3); steps = 500 }");
+    tfg_interp_unwind(I, TFG_ERR_NAME);
+  }
+  check_group(I, &a);
+  tfg_interp_push_action(I, a);
+}
