@@ -78,7 +78,17 @@ static void ck_exact(const tfg_tensor *got, const double *want, const char *what
                   get(got, i), want[i]);
 }
 
+/* The float dtypes: a loop test over both takes FLOATS[_i]. */
 static const tfg_dtype FLOATS[2] = {TFG_DTYPE_F32, TFG_DTYPE_F64};
+
+/* Every test's thread pool, made by a checked fixture (so in the test's
+ * own process, before it runs) and freed after it. */
+static tfg_pool *test_pool;
+static void test_pool_make(void) { test_pool = tfg_pool_new(4); }
+static void test_pool_free(void) {
+  tfg_pool_free(test_pool);
+  test_pool = NULL;
+}
 
 /* ---- hand-computed cases ------------------------------------------------ */
 
@@ -274,7 +284,6 @@ static void check_matmul(tfg_dtype dt, int m, int k, int n, bool ta, bool tb, in
 }
 
 START_TEST(matmul_random_transposes_and_batches) {
-  tfg_pool *pool = tfg_pool_new(4);
   /* batch configurations: (a's batch dims, b's batch dims) */
   static const int b21[] = {2, 1}, b3[] = {3}, b23[] = {2, 3}, b4[] = {4};
   struct { int na; const int *a; int nb; const int *b; } cfg[] = {
@@ -284,25 +293,19 @@ START_TEST(matmul_random_transposes_and_batches) {
       {2, b23, 0, NULL},  /* b shared: one tall gemm unless transpose_a */
       {1, b4, 1, b4},     /* plain batch */
   };
-  for (int d = 0; d < 2; d++)
-    for (int t = 0; t < 4; t++)
-      for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++)
-        check_matmul(FLOATS[d], 5, 7, 3, t & 1, t >> 1, cfg[c].na, cfg[c].a, cfg[c].nb, cfg[c].b,
-                     pool);
-  tfg_pool_free(pool);
+  for (int t = 0; t < 4; t++)
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++)
+      check_matmul(FLOATS[_i], 5, 7, 3, t & 1, t >> 1, cfg[c].na, cfg[c].a, cfg[c].nb, cfg[c].b,
+                   test_pool);
 }
 END_TEST
 
 /* Products big enough that OpenBLAS threads them (the batch loop stays
  * on the caller), K = 96. */
 START_TEST(matmul_large_batched) {
-  tfg_pool *pool = tfg_pool_new(4);
   static const int b21[] = {2, 1}, b3[] = {3};
-  for (int d = 0; d < 2; d++) {
-    check_matmul(FLOATS[d], 80, 96, 72, true, false, 2, b21, 1, b3, pool);
-    check_matmul(FLOATS[d], 130, 96, 70, false, true, 1, b3, 0, NULL, pool);
-  }
-  tfg_pool_free(pool);
+  check_matmul(FLOATS[_i], 80, 96, 72, true, false, 2, b21, 1, b3, test_pool);
+  check_matmul(FLOATS[_i], 130, 96, 70, false, true, 1, b3, 0, NULL, test_pool);
 }
 END_TEST
 
@@ -322,29 +325,27 @@ END_TEST
 /* ---- softmax, log_softmax --------------------------------------------- */
 
 START_TEST(softmax_hand_and_stability) {
-  for (int d = 0; d < 2; d++) {
-    tfg_dtype dt = FLOATS[d];
-    double u = unit_roundoff(dt);
-    tfg_tensor x = tnew(dt, shp(2, 4, 2)), y = tnew(dt, shp(2, 4, 2));
-    /* rows: [0, ln 3] -> [1/4, 3/4]; [1000, 1000]; [1000, -1000]; [-1000, -1000] */
-    set_all(&x, (double[]){0, log(3.0), 1000, 1000, 1000, -1000, -1000, -1000});
-    tfg_node n = mknode(TFG_OP_SOFTMAX, &y, 1);
-    n.attrs.axis = 1;
-    ck_ok(run(tfg_cpu_softmax, &n, &x, &y, NULL, false));
-    /* row 0: ln 3 is rounded to the dtype, so 3 is off by a few u */
-    double tol0[8] = {4 * u, 4 * u, 0, 0, 0, 0, 0, 0};
-    ck_close(&y, (double[]){0.25, 0.75, 0.5, 0.5, 1, 0, 0.5, 0.5}, tol0, "softmax");
-    n.op = TFG_OP_LOG_SOFTMAX;
-    ck_ok(run(tfg_cpu_softmax, &n, &x, &y, NULL, false));
-    /* -ln 2 is not representable: within one rounding */
-    double l2 = log(2.0);
-    double tol1[8] = {8 * u, 8 * u, 2 * u, 2 * u, 0, 0, 2 * u, 2 * u};
-    ck_close(&y, (double[]){-log(4.0), log(0.75), -l2, -l2, 0, -2000, -l2, -l2}, tol1,
-             "log_softmax");
-    for (int64_t i = 0; i < 8; i++) ck_assert(isfinite(get(&y, i)));
-    free(x.data);
-    free(y.data);
-  }
+  tfg_dtype dt = FLOATS[_i];
+  double u = unit_roundoff(dt);
+  tfg_tensor x = tnew(dt, shp(2, 4, 2)), y = tnew(dt, shp(2, 4, 2));
+  /* rows: [0, ln 3] -> [1/4, 3/4]; [1000, 1000]; [1000, -1000]; [-1000, -1000] */
+  set_all(&x, (double[]){0, log(3.0), 1000, 1000, 1000, -1000, -1000, -1000});
+  tfg_node n = mknode(TFG_OP_SOFTMAX, &y, 1);
+  n.attrs.axis = 1;
+  ck_ok(run(tfg_cpu_softmax, &n, &x, &y, NULL, false));
+  /* row 0: ln 3 is rounded to the dtype, so 3 is off by a few u */
+  double tol0[8] = {4 * u, 4 * u, 0, 0, 0, 0, 0, 0};
+  ck_close(&y, (double[]){0.25, 0.75, 0.5, 0.5, 1, 0, 0.5, 0.5}, tol0, "softmax");
+  n.op = TFG_OP_LOG_SOFTMAX;
+  ck_ok(run(tfg_cpu_softmax, &n, &x, &y, NULL, false));
+  /* -ln 2 is not representable: within one rounding */
+  double l2 = log(2.0);
+  double tol1[8] = {8 * u, 8 * u, 2 * u, 2 * u, 0, 0, 2 * u, 2 * u};
+  ck_close(&y, (double[]){-log(4.0), log(0.75), -l2, -l2, 0, -2000, -l2, -l2}, tol1,
+           "log_softmax");
+  for (int64_t i = 0; i < 8; i++) ck_assert(isfinite(get(&y, i)));
+  free(x.data);
+  free(y.data);
 }
 END_TEST
 
@@ -370,24 +371,21 @@ static void ref_softmax(const tfg_tensor *x, bool lg, double *ref) {
  * 8u, a final rounding of u|y|. We allow 32u (relative, resp. absolute
  * times 1 + |y|). */
 START_TEST(softmax_random_middle_axis) {
-  tfg_pool *pool = tfg_pool_new(4);
-  for (int d = 0; d < 2; d++)
-    for (int lg = 0; lg < 2; lg++) {
-      tfg_dtype dt = FLOATS[d];
-      double u = unit_roundoff(dt);
-      tfg_tensor x = tnew(dt, shp(3, 6, 5, 7)), y = tnew(dt, shp(3, 6, 5, 7));
-      fill(&x, 21, -3, 3);
-      tfg_node n = mknode(lg ? TFG_OP_LOG_SOFTMAX : TFG_OP_SOFTMAX, &y, 1);
-      n.attrs.axis = 1;
-      ck_ok(run(tfg_cpu_softmax, &n, &x, &y, pool, false));
-      double ref[210], tol[210];
-      ref_softmax(&x, lg, ref);
-      for (int i = 0; i < 210; i++) tol[i] = 32 * u * (lg ? 1 + fabs(ref[i]) : ref[i]);
-      ck_close(&y, ref, tol, lg ? "log_softmax" : "softmax");
-      free(x.data);
-      free(y.data);
-    }
-  tfg_pool_free(pool);
+  for (int lg = 0; lg < 2; lg++) {
+    tfg_dtype dt = FLOATS[_i];
+    double u = unit_roundoff(dt);
+    tfg_tensor x = tnew(dt, shp(3, 6, 5, 7)), y = tnew(dt, shp(3, 6, 5, 7));
+    fill(&x, 21, -3, 3);
+    tfg_node n = mknode(lg ? TFG_OP_LOG_SOFTMAX : TFG_OP_SOFTMAX, &y, 1);
+    n.attrs.axis = 1;
+    ck_ok(run(tfg_cpu_softmax, &n, &x, &y, test_pool, false));
+    double ref[210], tol[210];
+    ref_softmax(&x, lg, ref);
+    for (int i = 0; i < 210; i++) tol[i] = 32 * u * (lg ? 1 + fabs(ref[i]) : ref[i]);
+    ck_close(&y, ref, tol, lg ? "log_softmax" : "softmax");
+    free(x.data);
+    free(y.data);
+  }
 }
 END_TEST
 
@@ -404,31 +402,30 @@ END_TEST
 /* ---- cross_entropy ---------------------------------------------------- */
 
 START_TEST(cross_entropy_hand) {
-  for (int d = 0; d < 2; d++)
-    for (int li = 0; li < 2; li++) {
-      tfg_dtype dt = FLOATS[d], lt = li ? TFG_DTYPE_I64 : TFG_DTYPE_I32;
-      double u = unit_roundoff(dt);
-      tfg_tensor in[2] = {tnew(dt, shp(2, 2, 2)), tnew(lt, shp(1, 2))};
-      tfg_tensor out = tnew(dt, shp(0));
-      tfg_node n = mknode(TFG_OP_CROSS_ENTROPY, &out, 2);
-      /* row 0: softmax [1/4, 3/4], label 0: ln 4; row 1: [1/2, 1/2]: ln 2 */
-      set_all(&in[0], (double[]){0, log(3.0), 0, 0});
-      set_all(&in[1], (double[]){0, 1});
-      ck_ok(run(tfg_cpu_cross_entropy, &n, in, &out, NULL, false));
-      ck_close(&out, (double[]){1.5 * log(2.0)}, (double[]){8 * u}, "cross_entropy");
-      /* logits of +-1000: losses 0 and 2000, mean 1000 exactly */
-      set_all(&in[0], (double[]){1000, -1000, 1000, -1000});
-      set_all(&in[1], (double[]){0, 1});
-      ck_ok(run(tfg_cpu_cross_entropy, &n, in, &out, NULL, false));
-      ck_exact(&out, (double[]){1000}, "cross_entropy at +-1000");
-      set_all(&in[0], (double[]){-1000, 1000, 1000, 1000});
-      set_all(&in[1], (double[]){1, 0});
-      ck_ok(run(tfg_cpu_cross_entropy, &n, in, &out, NULL, false));
-      ck_close(&out, (double[]){0.5 * log(2.0)}, (double[]){2 * u}, "cross_entropy, tied rows");
-      free(in[0].data);
-      free(in[1].data);
-      free(out.data);
-    }
+  for (int li = 0; li < 2; li++) {
+    tfg_dtype dt = FLOATS[_i], lt = li ? TFG_DTYPE_I64 : TFG_DTYPE_I32;
+    double u = unit_roundoff(dt);
+    tfg_tensor in[2] = {tnew(dt, shp(2, 2, 2)), tnew(lt, shp(1, 2))};
+    tfg_tensor out = tnew(dt, shp(0));
+    tfg_node n = mknode(TFG_OP_CROSS_ENTROPY, &out, 2);
+    /* row 0: softmax [1/4, 3/4], label 0: ln 4; row 1: [1/2, 1/2]: ln 2 */
+    set_all(&in[0], (double[]){0, log(3.0), 0, 0});
+    set_all(&in[1], (double[]){0, 1});
+    ck_ok(run(tfg_cpu_cross_entropy, &n, in, &out, NULL, false));
+    ck_close(&out, (double[]){1.5 * log(2.0)}, (double[]){8 * u}, "cross_entropy");
+    /* logits of +-1000: losses 0 and 2000, mean 1000 exactly */
+    set_all(&in[0], (double[]){1000, -1000, 1000, -1000});
+    set_all(&in[1], (double[]){0, 1});
+    ck_ok(run(tfg_cpu_cross_entropy, &n, in, &out, NULL, false));
+    ck_exact(&out, (double[]){1000}, "cross_entropy at +-1000");
+    set_all(&in[0], (double[]){-1000, 1000, 1000, 1000});
+    set_all(&in[1], (double[]){1, 0});
+    ck_ok(run(tfg_cpu_cross_entropy, &n, in, &out, NULL, false));
+    ck_close(&out, (double[]){0.5 * log(2.0)}, (double[]){2 * u}, "cross_entropy, tied rows");
+    free(in[0].data);
+    free(in[1].data);
+    free(out.data);
+  }
 }
 END_TEST
 
@@ -460,30 +457,26 @@ END_TEST
  * 32u (1 + |loss|) covers f32; in f64 the 300-term mean adds at most
  * 300 u |loss|, so f64 gets (32 + 300)u (1 + |loss|). */
 START_TEST(cross_entropy_random) {
-  tfg_pool *pool = tfg_pool_new(4);
-  for (int d = 0; d < 2; d++) {
-    tfg_dtype dt = FLOATS[d];
-    int64_t N = 300, C = 10;
-    tfg_tensor in[2] = {tnew(dt, shp(2, (int)N, (int)C)), tnew(TFG_DTYPE_I64, shp(1, (int)N))};
-    fill(&in[0], 31, -4, 4);
-    for (int64_t r = 0; r < N; r++) set(&in[1], r, (double)(tfg_rng_bits(32, (uint64_t)r) % 10));
-    tfg_tensor out = tnew(dt, shp(0));
-    tfg_node n = mknode(TFG_OP_CROSS_ENTROPY, &out, 2);
-    ck_ok(run(tfg_cpu_cross_entropy, &n, in, &out, pool, false));
-    long double total = 0;
-    for (int64_t r = 0; r < N; r++) {
-      long double s = 0;
-      for (int64_t c = 0; c < C; c++) s += expl((long double)get(&in[0], r * C + c));
-      total += logl(s) - get(&in[0], r * C + (int64_t)get(&in[1], r));
-    }
-    double ref = (double)(total / N);
-    double tol = (d == 0 ? 32 : 332) * unit_roundoff(dt) * (1 + fabs(ref));
-    ck_close(&out, &ref, &tol, "cross_entropy");
-    free(in[0].data);
-    free(in[1].data);
-    free(out.data);
+  tfg_dtype dt = FLOATS[_i];
+  int64_t N = 300, C = 10;
+  tfg_tensor in[2] = {tnew(dt, shp(2, (int)N, (int)C)), tnew(TFG_DTYPE_I64, shp(1, (int)N))};
+  fill(&in[0], 31, -4, 4);
+  for (int64_t r = 0; r < N; r++) set(&in[1], r, (double)(tfg_rng_bits(32, (uint64_t)r) % 10));
+  tfg_tensor out = tnew(dt, shp(0));
+  tfg_node n = mknode(TFG_OP_CROSS_ENTROPY, &out, 2);
+  ck_ok(run(tfg_cpu_cross_entropy, &n, in, &out, test_pool, false));
+  long double total = 0;
+  for (int64_t r = 0; r < N; r++) {
+    long double s = 0;
+    for (int64_t c = 0; c < C; c++) s += expl((long double)get(&in[0], r * C + c));
+    total += logl(s) - get(&in[0], r * C + (int64_t)get(&in[1], r));
   }
-  tfg_pool_free(pool);
+  double ref = (double)(total / N);
+  double tol = (_i == 0 ? 32 : 332) * unit_roundoff(dt) * (1 + fabs(ref));
+  ck_close(&out, &ref, &tol, "cross_entropy");
+  free(in[0].data);
+  free(in[1].data);
+  free(out.data);
 }
 END_TEST
 
@@ -498,55 +491,49 @@ END_TEST
  * about sqrt(1e5) * 2^-53) for f64. (The hand-computed mse is a hand
  * case.) */
 START_TEST(mse_random) {
-  tfg_pool *pool = tfg_pool_new(4);
-  for (int d = 0; d < 2; d++) {
-    tfg_dtype dt = FLOATS[d];
-    tfg_tensor in[2] = {tnew(dt, shp(2, 400, 250)), tnew(dt, shp(2, 400, 250))};
-    tfg_tensor out = tnew(dt, shp(0));
-    tfg_node n = mknode(TFG_OP_MSE, &out, 2);
-    fill(&in[0], 41, -2, 2);
-    fill(&in[1], 42, -2, 2);
-    ck_ok(run(tfg_cpu_mse, &n, in, &out, pool, false));
-    long double s = 0;
-    for (int64_t i = 0; i < 100000; i++) {
-      long double df = (long double)get(&in[0], i) - get(&in[1], i);
-      s += df * df;
-    }
-    double ref = (double)(s / 100000), tol = (2 * unit_roundoff(dt) + 100002 * 0x1p-53) * ref;
-    ck_close(&out, &ref, &tol, "mse random");
-    free(in[0].data);
-    free(in[1].data);
-    free(out.data);
+  tfg_dtype dt = FLOATS[_i];
+  tfg_tensor in[2] = {tnew(dt, shp(2, 400, 250)), tnew(dt, shp(2, 400, 250))};
+  tfg_tensor out = tnew(dt, shp(0));
+  tfg_node n = mknode(TFG_OP_MSE, &out, 2);
+  fill(&in[0], 41, -2, 2);
+  fill(&in[1], 42, -2, 2);
+  ck_ok(run(tfg_cpu_mse, &n, in, &out, test_pool, false));
+  long double s = 0;
+  for (int64_t i = 0; i < 100000; i++) {
+    long double df = (long double)get(&in[0], i) - get(&in[1], i);
+    s += df * df;
   }
-  tfg_pool_free(pool);
+  double ref = (double)(s / 100000), tol = (2 * unit_roundoff(dt) + 100002 * 0x1p-53) * ref;
+  ck_close(&out, &ref, &tol, "mse random");
+  free(in[0].data);
+  free(in[1].data);
+  free(out.data);
 }
 END_TEST
 
 /* ---- layer_norm ---------------------------------------------------------- */
 
 START_TEST(layer_norm_hand) {
-  for (int d = 0; d < 2; d++) {
-    tfg_dtype dt = FLOATS[d];
-    double u = unit_roundoff(dt);
-    /* x = [1, 2, 3, 4]: mean 2.5, biased variance 1.25 */
-    tfg_tensor in[3] = {tnew(dt, shp(2, 2, 4)), tnew(dt, shp(1, 4)), tnew(dt, shp(1, 4))};
-    set_all(&in[0], (double[]){1, 2, 3, 4, 0, 2, 0, 2});
-    set_all(&in[1], (double[]){2, 1, 1, 1});
-    set_all(&in[2], (double[]){0, 0, 0, 1});
-    tfg_tensor out = tnew(dt, shp(2, 2, 4));
-    tfg_node n = mknode(TFG_OP_LAYER_NORM, &out, 3);
-    n.attrs.value = 1.0; /* eps: row 1 has mean 1, variance 1, so 1 / sqrt(1 + 1) */
-    ck_ok(run(tfg_cpu_layer_norm, &n, in, &out, NULL, false));
-    double r0 = 1 / sqrt(1.25 + 1.0), r1 = 1 / sqrt(2.0);
-    double want[8] = {-1.5 * r0 * 2, -0.5 * r0, 0.5 * r0, 1.5 * r0 + 1,
-                      -r1 * 2,       r1,        -r1,      r1 + 1};
-    /* about five roundings (sqrt, division, products, sum) on |y| <= 3 */
-    double tol[8];
-    for (int i = 0; i < 8; i++) tol[i] = 8 * u * (1 + fabs(want[i]));
-    ck_close(&out, want, tol, "layer_norm");
-    for (int i = 0; i < 3; i++) free(in[i].data);
-    free(out.data);
-  }
+  tfg_dtype dt = FLOATS[_i];
+  double u = unit_roundoff(dt);
+  /* x = [1, 2, 3, 4]: mean 2.5, biased variance 1.25 */
+  tfg_tensor in[3] = {tnew(dt, shp(2, 2, 4)), tnew(dt, shp(1, 4)), tnew(dt, shp(1, 4))};
+  set_all(&in[0], (double[]){1, 2, 3, 4, 0, 2, 0, 2});
+  set_all(&in[1], (double[]){2, 1, 1, 1});
+  set_all(&in[2], (double[]){0, 0, 0, 1});
+  tfg_tensor out = tnew(dt, shp(2, 2, 4));
+  tfg_node n = mknode(TFG_OP_LAYER_NORM, &out, 3);
+  n.attrs.value = 1.0; /* eps: row 1 has mean 1, variance 1, so 1 / sqrt(1 + 1) */
+  ck_ok(run(tfg_cpu_layer_norm, &n, in, &out, NULL, false));
+  double r0 = 1 / sqrt(1.25 + 1.0), r1 = 1 / sqrt(2.0);
+  double want[8] = {-1.5 * r0 * 2, -0.5 * r0, 0.5 * r0, 1.5 * r0 + 1,
+                    -r1 * 2,       r1,        -r1,      r1 + 1};
+  /* about five roundings (sqrt, division, products, sum) on |y| <= 3 */
+  double tol[8];
+  for (int i = 0; i < 8; i++) tol[i] = 8 * u * (1 + fabs(want[i]));
+  ck_close(&out, want, tol, "layer_norm");
+  for (int i = 0; i < 3; i++) free(in[i].data);
+  free(out.data);
 }
 END_TEST
 
@@ -558,60 +545,54 @@ END_TEST
  * gamma (< 2); with the variance and final steps (2D + 32)u (1 + |y|)
  * times 8 leaves a margin. */
 START_TEST(layer_norm_random) {
-  tfg_pool *pool = tfg_pool_new(4);
-  for (int d = 0; d < 2; d++) {
-    tfg_dtype dt = FLOATS[d];
-    double u = unit_roundoff(dt);
-    int64_t rows = 15, D = 16;
-    tfg_tensor in[3] = {tnew(dt, shp(3, 5, 3, (int)D)), tnew(dt, shp(1, (int)D)),
-                        tnew(dt, shp(1, (int)D))};
-    for (int64_t i = 0; i < rows * D; i++)
-      set(&in[0], i, (double)(i / D % 9) + 2 * tfg_rng_uniform(51, (uint64_t)i) - 1);
-    fill(&in[1], 52, 0.5, 2);
-    fill(&in[2], 53, -1, 1);
-    tfg_tensor out = tnew(dt, in[0].shape);
-    tfg_node n = mknode(TFG_OP_LAYER_NORM, &out, 3);
-    n.attrs.value = 1e-5;
-    ck_ok(run(tfg_cpu_layer_norm, &n, in, &out, pool, false));
-    double ref[240], tol[240];
-    for (int64_t r = 0; r < rows; r++) {
-      long double mean = 0, var = 0;
-      for (int64_t t = 0; t < D; t++) mean += get(&in[0], r * D + t);
-      mean /= D;
-      for (int64_t t = 0; t < D; t++) {
-        long double dv = get(&in[0], r * D + t) - mean;
-        var += dv * dv;
-      }
-      var /= D;
-      for (int64_t t = 0; t < D; t++) {
-        long double y = (get(&in[0], r * D + t) - mean) / sqrtl(var + 1e-5L) * get(&in[1], t) +
-                        get(&in[2], t);
-        ref[r * D + t] = (double)y;
-        tol[r * D + t] = (d == 0 ? 4 : 8 * (2 * D + 32)) * u * (1 + fabs((double)y));
-      }
+  tfg_dtype dt = FLOATS[_i];
+  double u = unit_roundoff(dt);
+  int64_t rows = 15, D = 16;
+  tfg_tensor in[3] = {tnew(dt, shp(3, 5, 3, (int)D)), tnew(dt, shp(1, (int)D)),
+                      tnew(dt, shp(1, (int)D))};
+  for (int64_t i = 0; i < rows * D; i++)
+    set(&in[0], i, (double)(i / D % 9) + 2 * tfg_rng_uniform(51, (uint64_t)i) - 1);
+  fill(&in[1], 52, 0.5, 2);
+  fill(&in[2], 53, -1, 1);
+  tfg_tensor out = tnew(dt, in[0].shape);
+  tfg_node n = mknode(TFG_OP_LAYER_NORM, &out, 3);
+  n.attrs.value = 1e-5;
+  ck_ok(run(tfg_cpu_layer_norm, &n, in, &out, test_pool, false));
+  double ref[240], tol[240];
+  for (int64_t r = 0; r < rows; r++) {
+    long double mean = 0, var = 0;
+    for (int64_t t = 0; t < D; t++) mean += get(&in[0], r * D + t);
+    mean /= D;
+    for (int64_t t = 0; t < D; t++) {
+      long double dv = get(&in[0], r * D + t) - mean;
+      var += dv * dv;
     }
-    ck_close(&out, ref, tol, "layer_norm");
-    for (int i = 0; i < 3; i++) free(in[i].data);
-    free(out.data);
+    var /= D;
+    for (int64_t t = 0; t < D; t++) {
+      long double y = (get(&in[0], r * D + t) - mean) / sqrtl(var + 1e-5L) * get(&in[1], t) +
+                      get(&in[2], t);
+      ref[r * D + t] = (double)y;
+      tol[r * D + t] = (_i == 0 ? 4 : 8 * (2 * D + 32)) * u * (1 + fabs((double)y));
+    }
   }
-  tfg_pool_free(pool);
+  ck_close(&out, ref, tol, "layer_norm");
+  for (int i = 0; i < 3; i++) free(in[i].data);
+  free(out.data);
 }
 END_TEST
 
 /* ---- dropout ------------------------------------------------------------ */
 
 START_TEST(dropout_identity_outside_training) {
-  for (int d = 0; d < 2; d++) {
-    tfg_tensor x = tnew(FLOATS[d], shp(2, 10, 10)), y = tnew(FLOATS[d], shp(2, 10, 10));
-    fill(&x, 61, -1, 1);
-    tfg_node n = mknode(TFG_OP_DROPOUT, &y, 1);
-    n.attrs.value = 0.5;
-    n.attrs.seed = 3;
-    ck_ok(run(tfg_cpu_dropout, &n, &x, &y, NULL, false));
-    ck_assert_int_eq(memcmp(x.data, y.data, 100 * tfg_dtype_size(FLOATS[d])), 0);
-    free(x.data);
-    free(y.data);
-  }
+  tfg_tensor x = tnew(FLOATS[_i], shp(2, 10, 10)), y = tnew(FLOATS[_i], shp(2, 10, 10));
+  fill(&x, 61, -1, 1);
+  tfg_node n = mknode(TFG_OP_DROPOUT, &y, 1);
+  n.attrs.value = 0.5;
+  n.attrs.seed = 3;
+  ck_ok(run(tfg_cpu_dropout, &n, &x, &y, NULL, false));
+  ck_assert_int_eq(memcmp(x.data, y.data, 100 * tfg_dtype_size(FLOATS[_i])), 0);
+  free(x.data);
+  free(y.data);
 }
 END_TEST
 
@@ -625,90 +606,84 @@ END_TEST
  * x * (1 / (1 - rate)) rounded once, the run repeats bit for bit from the
  * seed (also on a pool), and another seed gives another mask. */
 START_TEST(dropout_training) {
-  tfg_pool *pool = tfg_pool_new(4);
-  for (int d = 0; d < 2; d++) {
-    tfg_dtype dt = FLOATS[d];
-    int64_t N = 100000;
-    double rate = 0.3, scale = 1.0 / (1.0 - rate);
-    tfg_tensor x = tnew(dt, shp(2, 250, 400)), y = tnew(dt, x.shape), y2 = tnew(dt, x.shape);
-    for (int64_t i = 0; i < N; i++) set(&x, i, 1 + (double)(i % 7)); /* never 0 */
-    tfg_node n = mknode(TFG_OP_DROPOUT, &y, 1);
-    n.attrs.value = rate;
-    n.attrs.seed = 1234;
-    ck_ok(run(tfg_cpu_dropout, &n, &x, &y, NULL, true));
-    int64_t kept = 0;
-    for (int64_t i = 0; i < N; i++) {
-      bool keep = tfg_rng_uniform(tfg_rng_dropout_stream(1234, 0, 0), (uint64_t)i) >= rate;
-      double want = 0;
-      if (keep) {
-        want = dt == TFG_DTYPE_F32 ? (double)(float)(get(&x, i) * scale) : get(&x, i) * scale;
-        kept++;
-      }
-      ck_assert_msg(get(&y, i) == want, "element %lld: got %.17g, want %.17g", (long long)i,
-                    get(&y, i), want);
+  tfg_dtype dt = FLOATS[_i];
+  int64_t N = 100000;
+  double rate = 0.3, scale = 1.0 / (1.0 - rate);
+  tfg_tensor x = tnew(dt, shp(2, 250, 400)), y = tnew(dt, x.shape), y2 = tnew(dt, x.shape);
+  for (int64_t i = 0; i < N; i++) set(&x, i, 1 + (double)(i % 7)); /* never 0 */
+  tfg_node n = mknode(TFG_OP_DROPOUT, &y, 1);
+  n.attrs.value = rate;
+  n.attrs.seed = 1234;
+  ck_ok(run(tfg_cpu_dropout, &n, &x, &y, NULL, true));
+  int64_t kept = 0;
+  for (int64_t i = 0; i < N; i++) {
+    bool keep = tfg_rng_uniform(tfg_rng_dropout_stream(1234, 0, 0), (uint64_t)i) >= rate;
+    double want = 0;
+    if (keep) {
+      want = dt == TFG_DTYPE_F32 ? (double)(float)(get(&x, i) * scale) : get(&x, i) * scale;
+      kept++;
     }
-    ck_assert_msg(llabs(kept - 70000) <= 870, "kept %lld of 100000 at rate 0.3", (long long)kept);
-    size_t bytes = (size_t)N * tfg_dtype_size(dt);
-    ck_ok(run(tfg_cpu_dropout, &n, &x, &y2, pool, true));
-    ck_assert_int_eq(memcmp(y.data, y2.data, bytes), 0);
-    n.attrs.seed = 1235;
-    ck_ok(run(tfg_cpu_dropout, &n, &x, &y2, pool, true));
-    ck_assert_int_ne(memcmp(y.data, y2.data, bytes), 0);
-    /* rate 1/2: the scale is exactly 2 */
-    n.attrs.value = 0.5;
-    ck_ok(run(tfg_cpu_dropout, &n, &x, &y2, pool, true));
-    for (int64_t i = 0; i < N; i++) {
-      double g = get(&y2, i);
-      ck_assert(g == 0 || g == 2 * get(&x, i));
-    }
-    /* rate 1: nothing survives */
-    n.attrs.value = 1;
-    ck_ok(run(tfg_cpu_dropout, &n, &x, &y2, pool, true));
-    for (int64_t i = 0; i < N; i++) ck_assert(get(&y2, i) == 0);
-    free(x.data);
-    free(y.data);
-    free(y2.data);
+    ck_assert_msg(get(&y, i) == want, "element %lld: got %.17g, want %.17g", (long long)i,
+                  get(&y, i), want);
   }
-  tfg_pool_free(pool);
+  ck_assert_msg(llabs(kept - 70000) <= 870, "kept %lld of 100000 at rate 0.3", (long long)kept);
+  size_t bytes = (size_t)N * tfg_dtype_size(dt);
+  ck_ok(run(tfg_cpu_dropout, &n, &x, &y2, test_pool, true));
+  ck_assert_int_eq(memcmp(y.data, y2.data, bytes), 0);
+  n.attrs.seed = 1235;
+  ck_ok(run(tfg_cpu_dropout, &n, &x, &y2, test_pool, true));
+  ck_assert_int_ne(memcmp(y.data, y2.data, bytes), 0);
+  /* rate 1/2: the scale is exactly 2 */
+  n.attrs.value = 0.5;
+  ck_ok(run(tfg_cpu_dropout, &n, &x, &y2, test_pool, true));
+  for (int64_t i = 0; i < N; i++) {
+    double g = get(&y2, i);
+    ck_assert(g == 0 || g == 2 * get(&x, i));
+  }
+  /* rate 1: nothing survives */
+  n.attrs.value = 1;
+  ck_ok(run(tfg_cpu_dropout, &n, &x, &y2, test_pool, true));
+  for (int64_t i = 0; i < N; i++) ck_assert(get(&y2, i) == 0);
+  free(x.data);
+  free(y.data);
+  free(y2.data);
 }
 END_TEST
 
 /* ---- embedding, one_hot, accuracy ----------------------------------------- */
 
 START_TEST(embedding_gathers_rows) {
-  for (int d = 0; d < 2; d++)
-    for (int li = 0; li < 2; li++) {
-      tfg_dtype dt = FLOATS[d], it = li ? TFG_DTYPE_I64 : TFG_DTYPE_I32;
-      tfg_tensor in[2] = {tnew(dt, shp(2, 4, 3)), tnew(it, shp(2, 2, 2))};
-      for (int v = 0; v < 4; v++)
-        for (int c = 0; c < 3; c++) set(&in[0], v * 3 + c, 10 * v + c);
-      set_all(&in[1], (double[]){3, 0, 1, 3});
-      tfg_tensor out = tnew(dt, shp(3, 2, 2, 3));
-      tfg_node n = mknode(TFG_OP_EMBEDDING, &out, 2);
-      ck_ok(run(tfg_cpu_embedding, &n, in, &out, NULL, false));
-      ck_exact(&out, (double[]){30, 31, 32, 0, 1, 2, 10, 11, 12, 30, 31, 32}, "embedding");
-      set_all(&in[1], (double[]){3, 0, 4, 3});
-      ck_assert_int_eq(run(tfg_cpu_embedding, &n, in, &out, NULL, false), TFG_ERR_NUMERIC);
-      ck_assert_msg(strstr(last_err, "id 4") && strstr(last_err, "position 2"), "message: %s",
-                    last_err);
-      set_all(&in[1], (double[]){-2, 0, 1, 3});
-      ck_assert_int_eq(run(tfg_cpu_embedding, &n, in, &out, NULL, false), TFG_ERR_NUMERIC);
-      ck_assert_msg(strstr(last_err, "id -2"), "message: %s", last_err);
-      free(in[0].data);
-      free(in[1].data);
-      free(out.data);
-    }
+  for (int li = 0; li < 2; li++) {
+    tfg_dtype dt = FLOATS[_i], it = li ? TFG_DTYPE_I64 : TFG_DTYPE_I32;
+    tfg_tensor in[2] = {tnew(dt, shp(2, 4, 3)), tnew(it, shp(2, 2, 2))};
+    for (int v = 0; v < 4; v++)
+      for (int c = 0; c < 3; c++) set(&in[0], v * 3 + c, 10 * v + c);
+    set_all(&in[1], (double[]){3, 0, 1, 3});
+    tfg_tensor out = tnew(dt, shp(3, 2, 2, 3));
+    tfg_node n = mknode(TFG_OP_EMBEDDING, &out, 2);
+    ck_ok(run(tfg_cpu_embedding, &n, in, &out, NULL, false));
+    ck_exact(&out, (double[]){30, 31, 32, 0, 1, 2, 10, 11, 12, 30, 31, 32}, "embedding");
+    set_all(&in[1], (double[]){3, 0, 4, 3});
+    ck_assert_int_eq(run(tfg_cpu_embedding, &n, in, &out, NULL, false), TFG_ERR_NUMERIC);
+    ck_assert_msg(strstr(last_err, "id 4") && strstr(last_err, "position 2"), "message: %s",
+                  last_err);
+    set_all(&in[1], (double[]){-2, 0, 1, 3});
+    ck_assert_int_eq(run(tfg_cpu_embedding, &n, in, &out, NULL, false), TFG_ERR_NUMERIC);
+    ck_assert_msg(strstr(last_err, "id -2"), "message: %s", last_err);
+    free(in[0].data);
+    free(in[1].data);
+    free(out.data);
+  }
 }
 END_TEST
 
 START_TEST(embedding_large_on_pool) {
-  tfg_pool *pool = tfg_pool_new(4);
   tfg_tensor in[2] = {tnew(TFG_DTYPE_F32, shp(2, 50, 64)), tnew(TFG_DTYPE_I32, shp(1, 5000))};
   fill(&in[0], 71, -1, 1);
   for (int64_t i = 0; i < 5000; i++) set(&in[1], i, (double)(tfg_rng_bits(72, (uint64_t)i) % 50));
   tfg_tensor out = tnew(TFG_DTYPE_F32, shp(2, 5000, 64));
   tfg_node n = mknode(TFG_OP_EMBEDDING, &out, 2);
-  ck_ok(run(tfg_cpu_embedding, &n, in, &out, pool, false));
+  ck_ok(run(tfg_cpu_embedding, &n, in, &out, test_pool, false));
   for (int64_t i = 0; i < 5000; i++)
     ck_assert_int_eq(memcmp((float *)out.data + i * 64,
                             (float *)in[0].data + (int64_t)get(&in[1], i) * 64, 64 * sizeof(float)),
@@ -716,14 +691,12 @@ START_TEST(embedding_large_on_pool) {
   free(in[0].data);
   free(in[1].data);
   free(out.data);
-  tfg_pool_free(pool);
 }
 END_TEST
 
 /* Many rows on a pool, i64 labels: the count must be exact (the first
  * maximum wins: the hand case "accuracy"). */
 START_TEST(accuracy_on_pool) {
-  tfg_pool *pool = tfg_pool_new(4);
   int64_t N = 4000, C = 7;
   tfg_tensor in[2] = {tnew(TFG_DTYPE_F64, shp(2, (int)N, (int)C)), tnew(TFG_DTYPE_I64, shp(1, (int)N))};
   fill(&in[0], 81, -1, 1);
@@ -737,12 +710,11 @@ START_TEST(accuracy_on_pool) {
   }
   tfg_tensor out = tnew(TFG_DTYPE_F32, shp(0));
   tfg_node n = mknode(TFG_OP_ACCURACY, &out, 2);
-  ck_ok(run(tfg_cpu_accuracy, &n, in, &out, pool, false));
+  ck_ok(run(tfg_cpu_accuracy, &n, in, &out, test_pool, false));
   ck_exact(&out, (double[]){(double)(float)((double)right / (double)N)}, "accuracy on a pool");
   free(in[0].data);
   free(in[1].data);
   free(out.data);
-  tfg_pool_free(pool);
 }
 END_TEST
 
@@ -781,9 +753,13 @@ static void ref_conv(const tfg_tensor *x, const tfg_tensor *w, const tfg_node *n
  * K = C * KH * KW terms per output: tolerance 2 K u times the sum of
  * |x w| (see check_matmul). Runs without and with a pool, which must
  * agree bit for bit (the pool only splits the copies). */
-static void check_conv(tfg_dtype dt, int N, int C, int H, int W, int O, int KH, int KW, int sh,
-                       int sw, int pt, int pb, int pl, int pr) {
-  tfg_pool *pool = tfg_pool_new(4);
+typedef struct conv_case {
+  int N, C, H, W, O, KH, KW, sh, sw, pt, pb, pl, pr;
+} conv_case;
+
+static void check_conv(tfg_dtype dt, const conv_case *k) {
+  int N = k->N, C = k->C, H = k->H, W = k->W, O = k->O, KH = k->KH, KW = k->KW;
+  int sh = k->sh, sw = k->sw, pt = k->pt, pb = k->pb, pl = k->pl, pr = k->pr;
   tfg_tensor in[2] = {tnew(dt, shp(4, N, C, H, W)), tnew(dt, shp(4, O, C, KH, KW))};
   fill(&in[0], 91, -1, 1);
   fill(&in[1], 92, -1, 1);
@@ -797,7 +773,7 @@ static void check_conv(tfg_dtype dt, int N, int C, int H, int W, int O, int KH, 
   n.attrs.pad[2] = pl;
   n.attrs.pad[3] = pr;
   ck_ok(run(tfg_cpu_conv2d, &n, in, &out, NULL, false));
-  ck_ok(run(tfg_cpu_conv2d, &n, in, &out2, pool, false));
+  ck_ok(run(tfg_cpu_conv2d, &n, in, &out2, test_pool, false));
   int64_t total = numel(&out);
   ck_assert_int_eq(memcmp(out.data, out2.data, (size_t)total * tfg_dtype_size(dt)), 0);
   double *ref = malloc(sizeof *ref * (size_t)total), *tol = malloc(sizeof *tol * (size_t)total);
@@ -811,27 +787,27 @@ static void check_conv(tfg_dtype dt, int N, int C, int H, int W, int O, int KH, 
   free(out2.data);
   free(in[0].data);
   free(in[1].data);
-  tfg_pool_free(pool);
 }
 
+static const conv_case CONV_RANDOM[] = {
+    /* N  C  H  W  O KH KW sh sw pt pb pl pr */
+    {3, 2, 7, 6, 4, 3, 2, 2, 2, 1, 0, 2, 1}, /* stride 2, padding top 1, bottom 0, left 2, right 1 */
+    {2, 3, 5, 9, 2, 2, 3, 1, 3, 0, 2, 3, 0}, /* different strides per axis, padding wider than the kernel's reach */
+    {2, 3, 4, 5, 4, 1, 1, 1, 1, 0, 0, 0, 0}, /* 1x1, stride 1, no padding: the no-im2col path */
+    {2, 3, 5, 5, 4, 1, 1, 2, 2, 0, 0, 0, 0}, /* 1x1 with stride 2: im2col again */
+};
+#define NCONV_RANDOM ((int)(sizeof CONV_RANDOM / sizeof CONV_RANDOM[0]))
+
+/* _i over the cases in f32, then in f64. */
 START_TEST(conv2d_random_stride_and_asymmetric_padding) {
-  for (int d = 0; d < 2; d++) {
-    /* stride 2, padding top 1, bottom 0, left 2, right 1 */
-    check_conv(FLOATS[d], 3, 2, 7, 6, 4, 3, 2, 2, 2, 1, 0, 2, 1);
-    /* different strides per axis, padding wider than the kernel's reach */
-    check_conv(FLOATS[d], 2, 3, 5, 9, 2, 2, 3, 1, 3, 0, 2, 3, 0);
-    /* 1x1, stride 1, no padding: the no-im2col path */
-    check_conv(FLOATS[d], 2, 3, 4, 5, 4, 1, 1, 1, 1, 0, 0, 0, 0);
-    /* 1x1 with stride 2: im2col again */
-    check_conv(FLOATS[d], 2, 3, 5, 5, 4, 1, 1, 2, 2, 0, 0, 0, 0);
-  }
+  check_conv(FLOATS[_i / NCONV_RANDOM], &CONV_RANDOM[_i % NCONV_RANDOM]);
 }
 END_TEST
 
 /* Images big enough that the scratch budget splits the batch into a
  * group of three and a group of one (the direct-write path). */
 START_TEST(conv2d_grouped_batch) {
-  check_conv(TFG_DTYPE_F32, 4, 8, 128, 128, 8, 3, 3, 1, 1, 1, 1, 1, 1);
+  check_conv(TFG_DTYPE_F32, &(conv_case){4, 8, 128, 128, 8, 3, 3, 1, 1, 1, 1, 1, 1});
 }
 END_TEST
 
@@ -840,20 +816,18 @@ END_TEST
 /* The hand cases' 4x4 max_pool, with a NaN in the first window: it wins
  * the max. */
 START_TEST(pool_nan_wins_max) {
-  for (int d = 0; d < 2; d++) {
-    tfg_tensor x = tnew(FLOATS[d], shp(4, 1, 1, 4, 4));
-    for (int i = 0; i < 16; i++) set(&x, i, i + 1);
-    tfg_tensor y = tnew(FLOATS[d], shp(4, 1, 1, 2, 2));
-    tfg_node n = mknode(TFG_OP_MAX_POOL, &y, 1);
-    n.attrs.size[0] = n.attrs.size[1] = 2;
-    n.attrs.stride[0] = n.attrs.stride[1] = 2;
-    set(&x, 5, NAN);
-    ck_ok(run(tfg_cpu_pool, &n, &x, &y, NULL, false));
-    ck_assert(isnan(get(&y, 0)));
-    ck_assert(get(&y, 1) == 8);
-    free(x.data);
-    free(y.data);
-  }
+  tfg_tensor x = tnew(FLOATS[_i], shp(4, 1, 1, 4, 4));
+  for (int i = 0; i < 16; i++) set(&x, i, i + 1);
+  tfg_tensor y = tnew(FLOATS[_i], shp(4, 1, 1, 2, 2));
+  tfg_node n = mknode(TFG_OP_MAX_POOL, &y, 1);
+  n.attrs.size[0] = n.attrs.size[1] = 2;
+  n.attrs.stride[0] = n.attrs.stride[1] = 2;
+  set(&x, 5, NAN);
+  ck_ok(run(tfg_cpu_pool, &n, &x, &y, NULL, false));
+  ck_assert(isnan(get(&y, 0)));
+  ck_assert(get(&y, 1) == 8);
+  free(x.data);
+  free(y.data);
 }
 END_TEST
 
@@ -861,38 +835,35 @@ END_TEST
  * mean of 6 values in [-1, 1) is summed in double and rounded once (f32)
  * or carries about 7u of summation and scaling error (f64): 8u. */
 START_TEST(pool_random) {
-  tfg_pool *pool = tfg_pool_new(4);
-  for (int d = 0; d < 2; d++)
-    for (int avg = 0; avg < 2; avg++) {
-      tfg_dtype dt = FLOATS[d];
-      tfg_tensor x = tnew(dt, shp(4, 2, 3, 7, 8)), y = tnew(dt, shp(4, 2, 3, 3, 3));
-      fill(&x, 101, -1, 1);
-      tfg_node n = mknode(avg ? TFG_OP_AVG_POOL : TFG_OP_MAX_POOL, &y, 1);
-      n.attrs.size[0] = 3;
-      n.attrs.size[1] = 2;
-      n.attrs.stride[0] = 2;
-      n.attrs.stride[1] = 3;
-      ck_ok(run(tfg_cpu_pool, &n, &x, &y, pool, false));
-      double ref[54], tol[54];
-      for (int p = 0; p < 6; p++)
-        for (int oy = 0; oy < 3; oy++)
-          for (int ox = 0; ox < 3; ox++) {
-            long double s = 0, m = -INFINITY;
-            for (int ky = 0; ky < 3; ky++)
-              for (int kx = 0; kx < 2; kx++) {
-                double v = get(&x, (p * 7 + oy * 2 + ky) * 8 + ox * 3 + kx);
-                s += v;
-                if (v > m) m = v;
-              }
-            int i = (p * 3 + oy) * 3 + ox;
-            ref[i] = avg ? (double)(s / 6) : (double)m;
-            tol[i] = avg ? 8 * unit_roundoff(dt) : 0;
-          }
-      ck_close(&y, ref, tol, avg ? "avg_pool" : "max_pool");
-      free(x.data);
-      free(y.data);
-    }
-  tfg_pool_free(pool);
+  for (int avg = 0; avg < 2; avg++) {
+    tfg_dtype dt = FLOATS[_i];
+    tfg_tensor x = tnew(dt, shp(4, 2, 3, 7, 8)), y = tnew(dt, shp(4, 2, 3, 3, 3));
+    fill(&x, 101, -1, 1);
+    tfg_node n = mknode(avg ? TFG_OP_AVG_POOL : TFG_OP_MAX_POOL, &y, 1);
+    n.attrs.size[0] = 3;
+    n.attrs.size[1] = 2;
+    n.attrs.stride[0] = 2;
+    n.attrs.stride[1] = 3;
+    ck_ok(run(tfg_cpu_pool, &n, &x, &y, test_pool, false));
+    double ref[54], tol[54];
+    for (int p = 0; p < 6; p++)
+      for (int oy = 0; oy < 3; oy++)
+        for (int ox = 0; ox < 3; ox++) {
+          long double s = 0, m = -INFINITY;
+          for (int ky = 0; ky < 3; ky++)
+            for (int kx = 0; kx < 2; kx++) {
+              double v = get(&x, (p * 7 + oy * 2 + ky) * 8 + ox * 3 + kx);
+              s += v;
+              if (v > m) m = v;
+            }
+          int i = (p * 3 + oy) * 3 + ox;
+          ref[i] = avg ? (double)(s / 6) : (double)m;
+          tol[i] = avg ? 8 * unit_roundoff(dt) : 0;
+        }
+    ck_close(&y, ref, tol, avg ? "avg_pool" : "max_pool");
+    free(x.data);
+    free(y.data);
+  }
 }
 END_TEST
 
@@ -900,28 +871,29 @@ Suite *suite_kernels_nn(void) {
   Suite *s = suite_create("kernels_nn");
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 60);
+  tcase_add_checked_fixture(tc, test_pool_make, test_pool_free);
   tcase_add_loop_test(tc, hand_cases, 0, (int)(sizeof HAND / sizeof HAND[0]));
-  tcase_add_test(tc, matmul_random_transposes_and_batches);
-  tcase_add_test(tc, matmul_large_batched);
+  tcase_add_loop_test(tc, matmul_random_transposes_and_batches, 0, 2);
+  tcase_add_loop_test(tc, matmul_large_batched, 0, 2);
   tcase_add_test(tc, matmul_bad_dtype);
-  tcase_add_test(tc, softmax_hand_and_stability);
-  tcase_add_test(tc, softmax_random_middle_axis);
+  tcase_add_loop_test(tc, softmax_hand_and_stability, 0, 2);
+  tcase_add_loop_test(tc, softmax_random_middle_axis, 0, 2);
   tcase_add_test(tc, softmax_bad_dtype);
-  tcase_add_test(tc, cross_entropy_hand);
+  tcase_add_loop_test(tc, cross_entropy_hand, 0, 2);
   tcase_add_test(tc, cross_entropy_label_out_of_range);
-  tcase_add_test(tc, cross_entropy_random);
-  tcase_add_test(tc, mse_random);
-  tcase_add_test(tc, layer_norm_hand);
-  tcase_add_test(tc, layer_norm_random);
-  tcase_add_test(tc, dropout_identity_outside_training);
-  tcase_add_test(tc, dropout_training);
-  tcase_add_test(tc, embedding_gathers_rows);
+  tcase_add_loop_test(tc, cross_entropy_random, 0, 2);
+  tcase_add_loop_test(tc, mse_random, 0, 2);
+  tcase_add_loop_test(tc, layer_norm_hand, 0, 2);
+  tcase_add_loop_test(tc, layer_norm_random, 0, 2);
+  tcase_add_loop_test(tc, dropout_identity_outside_training, 0, 2);
+  tcase_add_loop_test(tc, dropout_training, 0, 2);
+  tcase_add_loop_test(tc, embedding_gathers_rows, 0, 2);
   tcase_add_test(tc, embedding_large_on_pool);
   tcase_add_test(tc, accuracy_on_pool);
-  tcase_add_test(tc, conv2d_random_stride_and_asymmetric_padding);
+  tcase_add_loop_test(tc, conv2d_random_stride_and_asymmetric_padding, 0, 2 * NCONV_RANDOM);
   tcase_add_test(tc, conv2d_grouped_batch);
-  tcase_add_test(tc, pool_nan_wins_max);
-  tcase_add_test(tc, pool_random);
+  tcase_add_loop_test(tc, pool_nan_wins_max, 0, 2);
+  tcase_add_loop_test(tc, pool_random, 0, 2);
   suite_add_tcase(s, tc);
   return s;
 }
