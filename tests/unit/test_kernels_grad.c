@@ -117,22 +117,6 @@ static void ck_same_bits(const tfg_tensor *a, const tfg_tensor *b, const char *w
                 "%s: the result on a pool differs from the one without", what);
 }
 
-static void free_all(tfg_tensor *t, int n) {
-  for (int i = 0; i < n; i++) free(t[i].data);
-}
-
-/* The float dtypes: a loop test over both takes FLOATS[_i]. */
-static const tfg_dtype FLOATS[2] = {TFG_DTYPE_F32, TFG_DTYPE_F64};
-
-/* Every test's thread pool, made by a checked fixture (so in the test's
- * own process, before it runs) and freed after it. */
-static tfg_pool *test_pool;
-static void test_pool_make(void) { test_pool = tfg_pool_new(4); }
-static void test_pool_free(void) {
-  tfg_pool_free(test_pool);
-  test_pool = NULL;
-}
-
 /* ---- finite-difference harness ---------------------------------------- */
 
 enum { MAXIN = 3, DY = -1 };

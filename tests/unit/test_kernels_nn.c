@@ -78,17 +78,6 @@ static void ck_exact(const tfg_tensor *got, const double *want, const char *what
                   get(got, i), want[i]);
 }
 
-/* The float dtypes: a loop test over both takes FLOATS[_i]. */
-static const tfg_dtype FLOATS[2] = {TFG_DTYPE_F32, TFG_DTYPE_F64};
-
-/* Every test's thread pool, made by a checked fixture (so in the test's
- * own process, before it runs) and freed after it. */
-static tfg_pool *test_pool;
-static void test_pool_make(void) { test_pool = tfg_pool_new(4); }
-static void test_pool_free(void) {
-  tfg_pool_free(test_pool);
-  test_pool = NULL;
-}
 
 /* ---- hand-computed cases ------------------------------------------------ */
 
@@ -187,7 +176,7 @@ START_TEST(hand_cases) {
     n.attrs = h->attrs;
     ck_ok(run(h->fn, &n, in, &out, NULL, false));
     ck_exact(&out, h->want, h->what);
-    for (int k = 0; k < h->nin; k++) free(in[k].data);
+    free_all(in, h->nin);
     free(out.data);
   }
 }
@@ -279,8 +268,7 @@ static void check_matmul(tfg_dtype dt, int m, int k, int n, bool ta, bool tb, in
   free(tol);
   free(out.data);
   free(out2.data);
-  free(in[0].data);
-  free(in[1].data);
+  free_all(in, 2);
 }
 
 START_TEST(matmul_random_transposes_and_batches) {
@@ -316,8 +304,7 @@ START_TEST(matmul_bad_dtype) {
   tfg_node n = mknode(TFG_OP_MATMUL, &io, 2);
   ck_assert_int_eq(run(tfg_cpu_matmul, &n, ii, &io, NULL, false), TFG_ERR_DEVICE);
   ck_assert_ptr_nonnull(strstr(last_err, "i32"));
-  free(ii[0].data);
-  free(ii[1].data);
+  free_all(ii, 2);
   free(io.data);
 }
 END_TEST
@@ -422,8 +409,7 @@ START_TEST(cross_entropy_hand) {
     set_all(&in[1], (double[]){1, 0});
     ck_ok(run(tfg_cpu_cross_entropy, &n, in, &out, NULL, false));
     ck_close(&out, (double[]){0.5 * log(2.0)}, (double[]){2 * u}, "cross_entropy, tied rows");
-    free(in[0].data);
-    free(in[1].data);
+    free_all(in, 2);
     free(out.data);
   }
 }
@@ -443,8 +429,7 @@ START_TEST(cross_entropy_label_out_of_range) {
     ck_assert_int_eq(run(tfg_cpu_cross_entropy, &n, in, &out, NULL, false), TFG_ERR_NUMERIC);
     ck_assert_msg(strstr(last_err, "row 2") && strstr(last_err, "label -1"), "message: %s",
                   last_err);
-    free(in[0].data);
-    free(in[1].data);
+    free_all(in, 2);
     free(out.data);
   }
 }
@@ -474,8 +459,7 @@ START_TEST(cross_entropy_random) {
   double ref = (double)(total / N);
   double tol = (_i == 0 ? 32 : 332) * unit_roundoff(dt) * (1 + fabs(ref));
   ck_close(&out, &ref, &tol, "cross_entropy");
-  free(in[0].data);
-  free(in[1].data);
+  free_all(in, 2);
   free(out.data);
 }
 END_TEST
@@ -505,8 +489,7 @@ START_TEST(mse_random) {
   }
   double ref = (double)(s / 100000), tol = (2 * unit_roundoff(dt) + 100002 * 0x1p-53) * ref;
   ck_close(&out, &ref, &tol, "mse random");
-  free(in[0].data);
-  free(in[1].data);
+  free_all(in, 2);
   free(out.data);
 }
 END_TEST
@@ -532,7 +515,7 @@ START_TEST(layer_norm_hand) {
   double tol[8];
   for (int i = 0; i < 8; i++) tol[i] = 8 * u * (1 + fabs(want[i]));
   ck_close(&out, want, tol, "layer_norm");
-  for (int i = 0; i < 3; i++) free(in[i].data);
+  free_all(in, 3);
   free(out.data);
 }
 END_TEST
@@ -576,7 +559,7 @@ START_TEST(layer_norm_random) {
     }
   }
   ck_close(&out, ref, tol, "layer_norm");
-  for (int i = 0; i < 3; i++) free(in[i].data);
+  free_all(in, 3);
   free(out.data);
 }
 END_TEST
@@ -670,8 +653,7 @@ START_TEST(embedding_gathers_rows) {
     set_all(&in[1], (double[]){-2, 0, 1, 3});
     ck_assert_int_eq(run(tfg_cpu_embedding, &n, in, &out, NULL, false), TFG_ERR_NUMERIC);
     ck_assert_msg(strstr(last_err, "id -2"), "message: %s", last_err);
-    free(in[0].data);
-    free(in[1].data);
+    free_all(in, 2);
     free(out.data);
   }
 }
@@ -688,8 +670,7 @@ START_TEST(embedding_large_on_pool) {
     ck_assert_int_eq(memcmp((float *)out.data + i * 64,
                             (float *)in[0].data + (int64_t)get(&in[1], i) * 64, 64 * sizeof(float)),
                      0);
-  free(in[0].data);
-  free(in[1].data);
+  free_all(in, 2);
   free(out.data);
 }
 END_TEST
@@ -712,8 +693,7 @@ START_TEST(accuracy_on_pool) {
   tfg_node n = mknode(TFG_OP_ACCURACY, &out, 2);
   ck_ok(run(tfg_cpu_accuracy, &n, in, &out, test_pool, false));
   ck_exact(&out, (double[]){(double)(float)((double)right / (double)N)}, "accuracy on a pool");
-  free(in[0].data);
-  free(in[1].data);
+  free_all(in, 2);
   free(out.data);
 }
 END_TEST
@@ -785,8 +765,7 @@ static void check_conv(tfg_dtype dt, const conv_case *k) {
   free(tol);
   free(out.data);
   free(out2.data);
-  free(in[0].data);
-  free(in[1].data);
+  free_all(in, 2);
 }
 
 static const conv_case CONV_RANDOM[] = {
