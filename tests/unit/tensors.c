@@ -48,3 +48,18 @@ void set_all(tfg_tensor *t, const double *v) {
   for (int64_t i = 0; i < numel(t); i++) set(t, i, v[i]);
 }
 
+void free_all(tfg_tensor *t, int n) {
+  for (int i = 0; i < n; i++) free(t[i].data);
+}
+
+
+const tfg_dtype FLOATS[2] = {TFG_DTYPE_F32, TFG_DTYPE_F64};
+
+tfg_pool *test_pool;
+
+void test_pool_make(void) { test_pool = tfg_pool_new(4); }
+
+void test_pool_free(void) {
+  tfg_pool_free(test_pool);
+  test_pool = NULL;
+}

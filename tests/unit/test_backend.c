@@ -536,8 +536,16 @@ static void gate_open(gate *g) {
   pthread_mutex_unlock(&g->mu);
 }
 
-/* The records, input tensors and contexts of a test: launches point into
- * them, so they live until the end of the test. */
+static tfg_device host_dev(int index, int64_t memory) {
+  tfg_device d = {.index = index, .kind = TFG_DEVICE_HOST, .memory = memory};
+  snprintf(d.name, sizeof d.name, "gpu:%d", index - 1);
+  snprintf(d.hardware, sizeof d.hardware, "host device %d", index - 1);
+  return d;
+}
+
+/* The records, input tensors and contexts of a test, and its host
+ * devices and backends: launches point into them, so they live until the
+ * end of the test. */
 typedef struct bench {
   tlog log;
   trec rec[2048];
@@ -546,16 +554,33 @@ typedef struct bench {
   int n;
   tfg_kernel_ctx ctx[4]; /* one per backend: a backend's worker owns its ctx */
   tfg_node node;
+  tfg_device dev[2]; /* host devices gpu:0 and gpu:1 of 1 MiB */
+  tfg_backend *be[2]; /* host backends on dev[k] (NULL: none, or destroyed) */
+  gate gate;          /* for gated_event */
 } bench;
 
-static bench *bench_new(void) {
+/* A bench with host backends on its first nb devices (0 to 2). */
+static bench *bench_new(int nb) {
   bench *t = calloc(1, sizeof *t);
   ck_assert_ptr_nonnull(t);
   tlog_init(&t->log);
+  pthread_mutex_init(&t->gate.mu, NULL);
+  pthread_cond_init(&t->gate.cond, NULL);
+  for (int k = 0; k < 2; k++) t->dev[k] = host_dev(k + 1, MiB);
+  for (int k = 0; k < nb; k++) t->be[k] = tfg_backend_host_new(&t->dev[k]);
   return t;
 }
 
+/* Destroys backend k now (destroy drains its queued work). */
+static void bench_destroy(bench *t, int k) {
+  t->be[k]->i.destroy(t->be[k]);
+  t->be[k] = NULL;
+}
+
+/* Destroys the backends still alive, in order, and frees the bench. */
 static void bench_free(bench *t) {
+  for (int k = 0; k < 2; k++)
+    if (t->be[k]) bench_destroy(t, k);
   for (int i = 0; i < 4; i++) tfg_strbuf_free(&t->ctx[i].err);
   free(t);
 }
@@ -583,11 +608,16 @@ static void put_gate(bench *t, tfg_backend *b, int k, tfg_stream *s, gate *g) {
   t->n++;
 }
 
-static tfg_device host_dev(int index, int64_t memory) {
-  tfg_device d = {.index = index, .kind = TFG_DEVICE_HOST, .memory = memory};
-  snprintf(d.name, sizeof d.name, "gpu:%d", index - 1);
-  snprintf(d.hardware, sizeof d.hardware, "host device %d", index - 1);
-  return d;
+/* A record held back: the bench's gate queued on a new stream of gb
+ * (with ctx k), then a new event recorded behind it. Waits on the event
+ * hold their streams until gate_open(&t->gate); gb's destroy frees the
+ * stream. */
+static tfg_event *gated_event(bench *t, tfg_backend *gb, int k) {
+  tfg_stream *sg = gb->i.stream_create(gb);
+  tfg_event *g = gb->i.event_create(gb);
+  put_gate(t, gb, k, sg, &t->gate);
+  gb->i.event_record(gb, sg, g);
+  return g;
 }
 
 static void sync_ok(tfg_backend *b, tfg_stream *s) {
@@ -608,11 +638,11 @@ static void assert_log(tlog *l, const int *want, int n) {
 /* ---- backend ----------------------------------------------------------------- */
 
 START_TEST(backend_basics) {
-  tfg_device dev = host_dev(1, MiB);
-  tfg_backend *b = tfg_backend_host_new(&dev);
+  bench *t = bench_new(1);
+  tfg_backend *b = t->be[0];
   ck_assert_ptr_nonnull(b);
   ck_assert_str_eq(b->i.name(b), "host");
-  ck_assert_ptr_eq(b->device, &dev);
+  ck_assert_ptr_eq(b->device, &t->dev[0]);
   /* The pool has the device's memory. */
   void *p = b->i.alloc(b, (size_t)MiB);
   ck_assert_ptr_nonnull(p);
@@ -638,14 +668,13 @@ START_TEST(backend_basics) {
   tfg_stream *s = b->i.stream_create(b);
   sync_ok(b, s);
   b->i.stream_free(b, s);
-  b->i.destroy(b);
+  bench_free(t);
 }
 END_TEST
 
 START_TEST(backend_launch_order) {
-  bench *t = bench_new();
-  tfg_device dev = host_dev(1, MiB);
-  tfg_backend *b = tfg_backend_host_new(&dev);
+  bench *t = bench_new(1);
+  tfg_backend *b = t->be[0];
   tfg_stream *s = b->i.stream_create(b);
   static int want[1000];
   for (int i = 0; i < 1000; i++) {
@@ -655,15 +684,13 @@ START_TEST(backend_launch_order) {
   sync_ok(b, s);
   assert_log(&t->log, want, 1000);
   b->i.stream_free(b, s);
-  b->i.destroy(b);
   bench_free(t);
 }
 END_TEST
 
 START_TEST(backend_event_chain) {
-  bench *t = bench_new();
-  tfg_device dev = host_dev(1, MiB);
-  tfg_backend *b = tfg_backend_host_new(&dev);
+  bench *t = bench_new(1);
+  tfg_backend *b = t->be[0];
   tfg_stream *sa = b->i.stream_create(b), *sb = b->i.stream_create(b);
   tfg_event *e = b->i.event_create(b);
   /* A wait on an event never recorded waits for nothing. */
@@ -689,26 +716,22 @@ START_TEST(backend_event_chain) {
   int want[] = {0, 1, 2, 3, 4, 5, 6};
   assert_log(&t->log, want, 7);
   b->i.event_free(b, e);
-  b->i.destroy(b); /* streams not freed: destroy frees them */
-  bench_free(t);
+  bench_free(t); /* streams not freed: destroy frees them */
 }
 END_TEST
 
 /* A wait is for the most recent record issued before it was queued, not a
  * later one. */
 START_TEST(backend_event_generations) {
-  bench *t = bench_new();
-  tfg_device d1 = host_dev(1, MiB), d2 = host_dev(2, MiB);
-  tfg_backend *b = tfg_backend_host_new(&d1), *gb = tfg_backend_host_new(&d2);
-  tfg_stream *sa = b->i.stream_create(b), *sb = b->i.stream_create(b), *sg = gb->i.stream_create(gb);
-  tfg_event *e = b->i.event_create(b), *g = gb->i.event_create(gb);
-  static gate gt = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
+  bench *t = bench_new(2);
+  tfg_backend *b = t->be[0], *gb = t->be[1];
+  tfg_stream *sa = b->i.stream_create(b), *sb = b->i.stream_create(b);
+  tfg_event *e = b->i.event_create(b);
   put(t, b, 0, sa, 1, 2000);
   b->i.event_record(b, sa, e); /* generation 1 */
   b->i.event_wait(b, sb, e);   /* waits for generation 1 */
   put(t, b, 0, sb, 2, 0);
-  put_gate(t, gb, 1, sg, &gt);
-  gb->i.event_record(gb, sg, g);
+  tfg_event *g = gated_event(t, gb, 1);
   b->i.event_wait(b, sa, g); /* A is held until the gate opens */
   put(t, b, 0, sa, 3, 0);
   b->i.event_record(b, sa, e); /* generation 2: behind the gate */
@@ -719,27 +742,21 @@ START_TEST(backend_event_generations) {
   put(t, b, 0, sb, 4, 0);
   sleep_us(20000);
   assert_log(&t->log, want1, 2);
-  gate_open(&gt);
+  gate_open(&t->gate);
   sync_ok(b, sb);
   int want2[] = {1, 2, 3, 4};
   assert_log(&t->log, want2, 4);
   b->i.event_free(b, e);
   gb->i.event_free(gb, g);
-  b->i.destroy(b);
-  gb->i.destroy(gb);
   bench_free(t);
 }
 END_TEST
 
 START_TEST(backend_blocked_stream_does_not_block_others) {
-  bench *t = bench_new();
-  tfg_device d1 = host_dev(1, MiB), d2 = host_dev(2, MiB);
-  tfg_backend *b = tfg_backend_host_new(&d1), *gb = tfg_backend_host_new(&d2);
-  tfg_stream *s1 = b->i.stream_create(b), *s2 = b->i.stream_create(b), *sg = gb->i.stream_create(gb);
-  tfg_event *g = gb->i.event_create(gb);
-  static gate gt = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
-  put_gate(t, gb, 1, sg, &gt);
-  gb->i.event_record(gb, sg, g);
+  bench *t = bench_new(2);
+  tfg_backend *b = t->be[0], *gb = t->be[1];
+  tfg_stream *s1 = b->i.stream_create(b), *s2 = b->i.stream_create(b);
+  tfg_event *g = gated_event(t, gb, 1);
   b->i.event_wait(b, s1, g);
   put(t, b, 0, s1, -1, 0);
   /* s1 is blocked; s2 runs everything it is given meanwhile. */
@@ -753,16 +770,13 @@ START_TEST(backend_blocked_stream_does_not_block_others) {
   /* Still blocked a while later. */
   sleep_us(20000);
   ck_assert_int_eq(tlog_count(&t->log), 200);
-  gate_open(&gt);
+  gate_open(&t->gate);
   sync_ok(b, s1);
   want[200] = -1;
   assert_log(&t->log, want, 201);
   gb->i.event_free(gb, g);
   b->i.stream_free(b, s1);
   b->i.stream_free(b, s2);
-  gb->i.stream_free(gb, sg);
-  b->i.destroy(b);
-  gb->i.destroy(gb);
   bench_free(t);
 }
 END_TEST
@@ -770,21 +784,17 @@ END_TEST
 /* Round robin: two streams with work queued behind one event take turns,
  * one operation each, once it is done. */
 START_TEST(backend_round_robin) {
-  bench *t = bench_new();
-  tfg_device d1 = host_dev(1, MiB), d2 = host_dev(2, MiB);
-  tfg_backend *b = tfg_backend_host_new(&d1), *gb = tfg_backend_host_new(&d2);
-  tfg_stream *s1 = b->i.stream_create(b), *s2 = b->i.stream_create(b), *sg = gb->i.stream_create(gb);
-  tfg_event *g = gb->i.event_create(gb);
-  static gate gt = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
-  put_gate(t, gb, 1, sg, &gt);
-  gb->i.event_record(gb, sg, g);
+  bench *t = bench_new(2);
+  tfg_backend *b = t->be[0], *gb = t->be[1];
+  tfg_stream *s1 = b->i.stream_create(b), *s2 = b->i.stream_create(b);
+  tfg_event *g = gated_event(t, gb, 1);
   b->i.event_wait(b, s1, g);
   b->i.event_wait(b, s2, g);
   for (int i = 0; i < 50; i++) {
     put(t, b, 0, s1, 2 * i, 0);
     put(t, b, 0, s2, 2 * i + 1, 0);
   }
-  gate_open(&gt);
+  gate_open(&t->gate);
   sync_ok(b, s1);
   sync_ok(b, s2);
   pthread_mutex_lock(&t->log.mu);
@@ -793,16 +803,13 @@ START_TEST(backend_round_robin) {
     ck_assert_msg(t->log.v[i] % 2 != t->log.v[i - 1] % 2, "log[%d] = %d after %d", i, t->log.v[i], t->log.v[i - 1]);
   pthread_mutex_unlock(&t->log.mu);
   gb->i.event_free(gb, g);
-  b->i.destroy(b);
-  gb->i.destroy(gb);
   bench_free(t);
 }
 END_TEST
 
 START_TEST(backend_cross_backend_ping_pong) {
-  bench *t = bench_new();
-  tfg_device d1 = host_dev(1, MiB), d2 = host_dev(2, MiB);
-  tfg_backend *a = tfg_backend_host_new(&d1), *b = tfg_backend_host_new(&d2);
+  bench *t = bench_new(2);
+  tfg_backend *a = t->be[0], *b = t->be[1];
   tfg_stream *sa = a->i.stream_create(a), *sb = b->i.stream_create(b);
   /* Events created on one backend, recorded on either: they are shared. */
   tfg_event *ea = a->i.event_create(a), *eb = b->i.event_create(b);
@@ -823,15 +830,13 @@ START_TEST(backend_cross_backend_ping_pong) {
   sync_ok(b, sb);
   sync_ok(a, sa);
   assert_log(&t->log, want, 200);
-  a->i.destroy(a);
-  b->i.destroy(b);
   bench_free(t);
 }
 END_TEST
 
 START_TEST(backend_copies) {
-  tfg_device d1 = host_dev(1, MiB), d2 = host_dev(2, MiB);
-  tfg_backend *a = tfg_backend_host_new(&d1), *b = tfg_backend_host_new(&d2);
+  bench *t = bench_new(2);
+  tfg_backend *a = t->be[0], *b = t->be[1];
   tfg_stream *sa = a->i.stream_create(a), *sb = b->i.stream_create(b);
   enum { N = 10007 };
   unsigned char *src = malloc(N), *dst = malloc(N + 64);
@@ -869,15 +874,13 @@ START_TEST(backend_copies) {
   b->i.free(b, db);
   free(src);
   free(dst);
-  a->i.destroy(a);
-  b->i.destroy(b);
+  bench_free(t);
 }
 END_TEST
 
 START_TEST(backend_failure_propagation) {
-  bench *t = bench_new();
-  tfg_device d1 = host_dev(1, MiB), d2 = host_dev(2, MiB);
-  tfg_backend *b = tfg_backend_host_new(&d1), *c = tfg_backend_host_new(&d2);
+  bench *t = bench_new(2);
+  tfg_backend *b = t->be[0], *c = t->be[1];
   tfg_stream *s = b->i.stream_create(b), *other = b->i.stream_create(b), *sc = c->i.stream_create(c);
   tfg_event *e = b->i.event_create(b);
   unsigned char from[64], to[64];
@@ -924,20 +927,19 @@ START_TEST(backend_failure_propagation) {
   ck_assert_str_eq(err.data, "kernel failed: data error");
   tfg_strbuf_free(&err);
   b->i.event_free(b, e);
-  b->i.destroy(b);
-  c->i.destroy(c);
   bench_free(t);
 }
 END_TEST
 
-/* The hook is read when a backend is created, so setenv comes first. */
+/* The hook is read when a backend is created, so setenv comes first:
+ * this test makes its own backends around it. */
 START_TEST(backend_fault_injection) {
-  bench *t = bench_new();
-  tfg_device d1 = host_dev(1, MiB), d2 = host_dev(2, MiB);
-  tfg_backend *before = tfg_backend_host_new(&d2); /* created before setenv: no fault */
+  bench *t = bench_new(0);
+  tfg_device *d1 = &t->dev[0], *d2 = &t->dev[1];
+  tfg_backend *before = tfg_backend_host_new(d2); /* created before setenv: no fault */
   ck_assert_int_eq(setenv("TFG_FAULT_DEVICE", "2", 1), 0);
   ck_assert_int_eq(setenv("TFG_FAULT_AFTER", "3", 1), 0);
-  tfg_backend *a = tfg_backend_host_new(&d1), *b = tfg_backend_host_new(&d2);
+  tfg_backend *a = tfg_backend_host_new(d1), *b = tfg_backend_host_new(d2);
   unsetenv("TFG_FAULT_DEVICE");
   unsetenv("TFG_FAULT_AFTER");
   tfg_stream *sa = a->i.stream_create(a), *sb = b->i.stream_create(b), *sb2 = b->i.stream_create(b);
@@ -971,9 +973,8 @@ START_TEST(backend_fault_injection) {
 END_TEST
 
 START_TEST(backend_destroy_drains) {
-  bench *t = bench_new();
-  tfg_device d1 = host_dev(1, MiB), d2 = host_dev(2, MiB);
-  tfg_backend *a = tfg_backend_host_new(&d1), *b = tfg_backend_host_new(&d2);
+  bench *t = bench_new(2);
+  tfg_backend *a = t->be[0], *b = t->be[1];
   tfg_stream *sa = a->i.stream_create(a), *sa2 = a->i.stream_create(a), *sb = b->i.stream_create(b);
   tfg_event *e = a->i.event_create(a);
   for (int i = 0; i < 300; i++) put(t, a, 0, sa, i, 50);
@@ -984,9 +985,9 @@ START_TEST(backend_destroy_drains) {
   a->i.event_free(a, e);
   /* b's only work waits for a's record, still far back in a's queue:
    * destroying b waits for it rather than hanging or dropping it. */
-  b->i.destroy(b);
+  bench_destroy(t, 1);
   ck_assert_int_ge(tlog_count(&t->log), 301);
-  a->i.destroy(a);
+  bench_destroy(t, 0);
   ck_assert_int_eq(tlog_count(&t->log), 601);
   /* 5000 ran after all of sa's 300. */
   pthread_mutex_lock(&t->log.mu);
@@ -1125,9 +1126,9 @@ static tfg_status foreign_read(tfg_backend *b, void *dst, const void *src, size_
 }
 
 START_TEST(backend_foreign_source) {
-  tfg_device d1 = host_dev(1, MiB), d2 = host_dev(2, MiB);
-  tfg_backend *b = tfg_backend_host_new(&d1);
-  tfg_backend foreign = {.device = &d2};
+  bench *t = bench_new(1);
+  tfg_backend *b = t->be[0];
+  tfg_backend foreign = {.device = &t->dev[1]};
   foreign.i.read_now = foreign_read;
   tfg_stream *s = b->i.stream_create(b);
   atomic_store(&foreign_reads, 0);
@@ -1165,7 +1166,7 @@ START_TEST(backend_foreign_source) {
   tfg_strbuf_free(&err);
   b->i.free(b, db);
   b->i.free(b, fd);
-  b->i.destroy(b);
+  bench_free(t);
 }
 END_TEST
 
@@ -1238,9 +1239,8 @@ START_TEST(event_waiters) {
 END_TEST
 
 START_TEST(backend_event_from_gpu) {
-  bench *t = bench_new();
-  tfg_device d1 = host_dev(1, MiB);
-  tfg_backend *b = tfg_backend_host_new(&d1);
+  bench *t = bench_new(1);
+  tfg_backend *b = t->be[0];
   tfg_stream *s = b->i.stream_create(b);
   tfg_event *e = b->i.event_create(b);
   e->ext_export = fake_export;
@@ -1288,7 +1288,6 @@ START_TEST(backend_event_from_gpu) {
   tfg_strbuf_free(&w.msg);
   tfg_strbuf_free(&err);
   b->i.event_free(b, e);
-  b->i.destroy(b);
   bench_free(t);
 }
 END_TEST

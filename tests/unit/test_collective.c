@@ -77,35 +77,45 @@ static double ival(int r, size_t j, int call) {
   return (double)((int64_t)((j * 7 + (size_t)r * 13 + (size_t)call * 5) % 64) - 32);
 }
 
-/* One all-reduce of nseg segments (counts) on R ranks, checked against
- * the reference. calls > 1 repeats it on the same communicator, each
- * call's data written to the device buffers on the ranks' streams right
- * after the previous call was queued (no synchronize between calls), and
- * each call's results read back on the streams too. random: reals in
- * [-1, 1) instead of integers (one call only). */
-static void check_allreduce(int R, const size_t *counts, int nseg, tfg_dtype dt, tfg_coll_op op, int calls,
-                            bool random) {
-  ranks k;
-  ranks_init(&k, R);
-  size_t es = tfg_dtype_size(dt), n = 0;
-  for (int j = 0; j < nseg; j++) n += counts[j];
-  /* Device segments, and per call and rank the host input and output. */
+/* The buffers of one all-reduce case on k's ranks: nseg device segments
+ * (counts) per rank, and per call and rank the input values (as
+ * doubles), their host copy in dt, and the host copy of the result. */
+typedef struct arbufs {
+  ranks *k;
+  const size_t *counts;
+  int nseg, calls;
+  tfg_dtype dt;
+  size_t es, n, hn; /* element size, elements per rank, n or 1 */
   void *dev[4 * 8];
+  double *in;
+  char *hin, *hout;
+} arbufs;
+
+/* Allocates a's buffers and fills the inputs: ival(r, j, call), or with
+ * random reals in [-1, 1) (rounded to f32 for f32) from one stream in
+ * call, rank, element order. */
+static void arbufs_init(arbufs *a, ranks *k, const size_t *counts, int nseg, tfg_dtype dt, int calls,
+                        bool random) {
+  int R = k->R;
+  *a = (arbufs){.k = k, .counts = counts, .nseg = nseg, .calls = calls, .dt = dt, .es = tfg_dtype_size(dt)};
+  for (int j = 0; j < nseg; j++) a->n += counts[j];
   ck_assert_int_le(nseg, 8);
   for (int r = 0; r < R; r++)
     for (int j = 0; j < nseg; j++) {
-      dev[r * nseg + j] = k.b[r]->i.alloc(k.b[r], counts[j] ? counts[j] * es : 1);
-      ck_assert_ptr_nonnull(dev[r * nseg + j]);
+      a->dev[r * nseg + j] = k->b[r]->i.alloc(k->b[r], counts[j] ? counts[j] * a->es : 1);
+      ck_assert_ptr_nonnull(a->dev[r * nseg + j]);
     }
-  size_t hn = n ? n : 1;
-  double *in = malloc((size_t)calls * (size_t)R * hn * sizeof *in); /* values as doubles */
-  char *hin = malloc((size_t)calls * (size_t)R * hn * es), *hout = malloc((size_t)calls * (size_t)R * hn * es);
-  ck_assert(in && hin && hout);
+  a->hn = a->n ? a->n : 1;
+  size_t per_call = (size_t)R * a->hn;
+  a->in = malloc((size_t)calls * per_call * sizeof *a->in);
+  a->hin = malloc((size_t)calls * per_call * a->es);
+  a->hout = malloc((size_t)calls * per_call * a->es);
+  ck_assert(a->in && a->hin && a->hout);
   uint64_t seed = 0x9e3779b97f4a7c15ull;
   for (int c = 0; c < calls; c++)
     for (int r = 0; r < R; r++)
-      for (size_t j = 0; j < n; j++) {
-        size_t at = ((size_t)c * (size_t)R + (size_t)r) * hn + j;
+      for (size_t j = 0; j < a->n; j++) {
+        size_t at = ((size_t)c * (size_t)R + (size_t)r) * a->hn + j;
         double v;
         if (random) {
           seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
@@ -114,43 +124,60 @@ static void check_allreduce(int R, const size_t *counts, int nseg, tfg_dtype dt,
         } else {
           v = ival(r, j, c);
         }
-        in[at] = v;
+        a->in[at] = v;
         if (dt == TFG_DTYPE_F32)
-          ((float *)hin)[at] = (float)v;
+          ((float *)a->hin)[at] = (float)v;
         else
-          ((double *)hin)[at] = v;
+          ((double *)a->hin)[at] = v;
       }
-  tfg_coll *coll = tfg_coll_ring_new(R, k.b, k.s);
-  ck_assert_int_eq(coll->nranks, R);
-  ck_assert_str_eq(coll->i.name(coll), "ring");
-  for (int c = 0; c < calls; c++) {
-    for (int r = 0; r < R; r++) {
-      size_t at = ((size_t)c * (size_t)R + (size_t)r) * hn * es, o = 0;
+}
+
+/* Queues every call on the ranks' streams, without a synchronize between
+ * calls: each rank's input copied onto its segments, the all-reduce op
+ * on coll, and each rank's segments copied back. */
+static void arbufs_run(arbufs *a, tfg_coll *coll, tfg_coll_op op) {
+  ranks *k = a->k;
+  int nseg = a->nseg;
+  size_t es = a->es;
+  for (int c = 0; c < a->calls; c++) {
+    for (int r = 0; r < k->R; r++) {
+      size_t at = ((size_t)c * (size_t)k->R + (size_t)r) * a->hn * es, o = 0;
       for (int j = 0; j < nseg; j++) {
-        k.b[r]->i.copy_from_host(k.b[r], k.s[r], dev[r * nseg + j], hin + at + o * es, counts[j] * es);
-        o += counts[j];
+        k->b[r]->i.copy_from_host(k->b[r], k->s[r], a->dev[r * nseg + j], a->hin + at + o * es, a->counts[j] * es);
+        o += a->counts[j];
       }
     }
-    coll->i.allreduce(coll, dev, counts, nseg, dt, op);
-    for (int r = 0; r < R; r++) {
-      size_t at = ((size_t)c * (size_t)R + (size_t)r) * hn * es, o = 0;
+    coll->i.allreduce(coll, a->dev, a->counts, nseg, a->dt, op);
+    for (int r = 0; r < k->R; r++) {
+      size_t at = ((size_t)c * (size_t)k->R + (size_t)r) * a->hn * es, o = 0;
       for (int j = 0; j < nseg; j++) {
-        k.b[r]->i.copy_to_host(k.b[r], k.s[r], hout + at + o * es, dev[r * nseg + j], counts[j] * es);
-        o += counts[j];
+        k->b[r]->i.copy_to_host(k->b[r], k->s[r], a->hout + at + o * es, a->dev[r * nseg + j], a->counts[j] * es);
+        o += a->counts[j];
       }
     }
   }
-  sync_all_ok(&k);
-  for (int c = 0; c < calls; c++) {
+}
+
+/* After the ranks synchronized: every call's result on every rank has
+ * rank 0's bits, and equals the reference, the sum of the inputs (over R
+ * for MEAN), within the tolerance of the top of this file: 0 for
+ * integers, 2 eps |want| for a MEAN over 3, and for random reals the
+ * recursive-sum bound (R - 1) eps sum |x| (plus 2 eps |want| for MEAN).
+ * what names the case in a failure. */
+static void arbufs_check(const arbufs *a, tfg_coll_op op, bool random, const char *what) {
+  int R = a->k->R;
+  size_t n = a->n, hn = a->hn, es = a->es;
+  tfg_dtype dt = a->dt;
+  for (int c = 0; c < a->calls; c++) {
     /* Every rank's result has rank 0's bits. */
-    const char *r0 = hout + (size_t)c * (size_t)R * hn * es;
+    const char *r0 = a->hout + (size_t)c * (size_t)R * hn * es;
     for (int r = 1; r < R; r++)
-      ck_assert_msg(memcmp(r0, r0 + (size_t)r * hn * es, n * es) == 0, "R=%d n=%zu call %d: rank %d differs", R, n,
+      ck_assert_msg(memcmp(r0, r0 + (size_t)r * hn * es, n * es) == 0, "%s n=%zu call %d: rank %d differs", what, n,
                     c, r);
     for (size_t j = 0; j < n; j++) {
       double sum = 0, abs = 0;
       for (int r = 0; r < R; r++) {
-        double v = in[((size_t)c * (size_t)R + (size_t)r) * hn + j];
+        double v = a->in[((size_t)c * (size_t)R + (size_t)r) * hn + j];
         sum += v;
         abs += fabs(v);
       }
@@ -165,16 +192,42 @@ static void check_allreduce(int R, const size_t *counts, int nseg, tfg_dtype dt,
       /* Not ck_assert per element: Check logs every assertion (to a file),
        * which costs more than the all-reduce on 16M elements. */
       if (!(fabs(got - want) <= tol))
-        ck_abort_msg("R=%d n=%zu %s %s call %d: element %zu = %.17g, want %.17g", R, n, tfg_dtype_name(dt),
+        ck_abort_msg("%s n=%zu %s %s call %d: element %zu = %.17g, want %.17g", what, n, tfg_dtype_name(dt),
                      op == TFG_COLL_MEAN ? "mean" : "sum", c, j, got, want);
     }
   }
+}
+
+static void arbufs_free(arbufs *a) {
+  for (int r = 0; r < a->k->R; r++)
+    for (int j = 0; j < a->nseg; j++) a->k->b[r]->i.free(a->k->b[r], a->dev[r * a->nseg + j]);
+  free(a->in);
+  free(a->hin);
+  free(a->hout);
+}
+
+/* One all-reduce of nseg segments (counts) on R ranks, checked against
+ * the reference. calls > 1 repeats it on the same communicator, each
+ * call's data written to the device buffers on the ranks' streams right
+ * after the previous call was queued (no synchronize between calls), and
+ * each call's results read back on the streams too. random: reals in
+ * [-1, 1) instead of integers (one call only). */
+static void check_allreduce(int R, const size_t *counts, int nseg, tfg_dtype dt, tfg_coll_op op, int calls,
+                            bool random) {
+  ranks k;
+  ranks_init(&k, R);
+  arbufs a;
+  arbufs_init(&a, &k, counts, nseg, dt, calls, random);
+  tfg_coll *coll = tfg_coll_ring_new(R, k.b, k.s);
+  ck_assert_int_eq(coll->nranks, R);
+  ck_assert_str_eq(coll->i.name(coll), "ring");
+  arbufs_run(&a, coll, op);
+  sync_all_ok(&k);
+  char what[32];
+  snprintf(what, sizeof what, "R=%d", R);
+  arbufs_check(&a, op, random, what);
   coll->i.free(coll);
-  for (int r = 0; r < R; r++)
-    for (int j = 0; j < nseg; j++) k.b[r]->i.free(k.b[r], dev[r * nseg + j]);
-  free(in);
-  free(hin);
-  free(hout);
+  arbufs_free(&a);
   ranks_free(&k);
 }
 
@@ -396,16 +449,18 @@ START_TEST(ring_failure_on_one_rank_reaches_all) {
 }
 END_TEST
 
-/* Three ranks' 1000 floats: rank r's element j is r + j, so their sum is
- * 3 + 3j (exact in f32). */
-static void three_ranks_fill(float buf[3][1000], void *bufs[3]) {
+/* Three ranks' 1000 floats in buf (bufs pointing at them): rank r's
+ * element j is r + j. A sum of them queued on c, c freed at once while
+ * the work is queued, then every rank must hold 3 + 3j (exact in f32). */
+static void sum_three_free_while_queued(ranks *k, tfg_coll *c, float buf[3][1000], void *bufs[3]) {
   for (int r = 0; r < 3; r++) {
     for (int j = 0; j < 1000; j++) buf[r][j] = (float)(r + j);
     bufs[r] = buf[r];
   }
-}
-
-static void three_ranks_expect_sum(float buf[3][1000]) {
+  size_t count = 1000;
+  c->i.allreduce(c, bufs, &count, 1, TFG_DTYPE_F32, TFG_COLL_SUM);
+  c->i.free(c);
+  sync_all_ok(k);
   for (int r = 0; r < 3; r++)
     for (int j = 0; j < 1000; j++)
       if (buf[r][j] != (float)(3 + 3 * j)) ck_abort_msg("rank %d element %d = %g", r, j, (double)buf[r][j]);
@@ -418,13 +473,8 @@ START_TEST(ring_free_while_queued_and_one_rank) {
   ranks_init(&k, 3);
   float buf[3][1000];
   void *bufs[3];
-  three_ranks_fill(buf, bufs);
+  sum_three_free_while_queued(&k, tfg_coll_ring_new(3, k.b, k.s), buf, bufs);
   size_t count = 1000;
-  tfg_coll *c = tfg_coll_ring_new(3, k.b, k.s);
-  c->i.allreduce(c, bufs, &count, 1, TFG_DTYPE_F32, TFG_COLL_SUM);
-  c->i.free(c);
-  sync_all_ok(&k);
-  three_ranks_expect_sum(buf);
   tfg_coll *one = tfg_coll_ring_new(1, k.b, k.s);
   one->i.allreduce(one, bufs, &count, 1, TFG_DTYPE_F32, TFG_COLL_MEAN);
   sync_all_ok(&k);
@@ -721,27 +771,8 @@ static void check_hier(int R, const int *group, const size_t *counts, int nseg, 
                        int calls) {
   ranks k;
   ranks_init(&k, R);
-  size_t es = tfg_dtype_size(dt), n = 0;
-  for (int j = 0; j < nseg; j++) n += counts[j];
-  void *dev[4 * 8];
-  ck_assert_int_le(nseg, 8);
-  for (int r = 0; r < R; r++)
-    for (int j = 0; j < nseg; j++) {
-      dev[r * nseg + j] = k.b[r]->i.alloc(k.b[r], counts[j] ? counts[j] * es : 1);
-      ck_assert_ptr_nonnull(dev[r * nseg + j]);
-    }
-  size_t hn = n ? n : 1, per_call = (size_t)R * hn * es;
-  char *hin = malloc((size_t)calls * per_call), *hout = malloc((size_t)calls * per_call);
-  ck_assert(hin && hout);
-  for (int c = 0; c < calls; c++)
-    for (int r = 0; r < R; r++)
-      for (size_t j = 0; j < n; j++) {
-        size_t at = ((size_t)c * (size_t)R + (size_t)r) * hn + j;
-        if (dt == TFG_DTYPE_F32)
-          ((float *)hin)[at] = (float)ival(r, j, c);
-        else
-          ((double *)hin)[at] = ival(r, j, c);
-      }
+  arbufs a;
+  arbufs_init(&a, &k, counts, nseg, dt, calls, false);
   /* The expected leaders: the first rank of each group, in rank order. */
   int leaders[4], ngroups = 0;
   for (int r = 0; r < R; r++) {
@@ -760,54 +791,21 @@ static void check_hier(int R, const int *group, const size_t *counts, int nseg, 
     ck_assert_int_eq(spy.nranks, ngroups);
     for (int g = 0; g < ngroups; g++) ck_assert_ptr_eq(spy.b[g], k.b[leaders[g]]);
   }
-  for (int c = 0; c < calls; c++) {
-    for (int r = 0; r < R; r++) {
-      size_t at = ((size_t)c * (size_t)R + (size_t)r) * hn * es, o = 0;
-      for (int j = 0; j < nseg; j++) {
-        k.b[r]->i.copy_from_host(k.b[r], k.s[r], dev[r * nseg + j], hin + at + o * es, counts[j] * es);
-        o += counts[j];
-      }
-    }
-    coll->i.allreduce(coll, dev, counts, nseg, dt, op);
-    for (int r = 0; r < R; r++) {
-      size_t at = ((size_t)c * (size_t)R + (size_t)r) * hn * es, o = 0;
-      for (int j = 0; j < nseg; j++) {
-        k.b[r]->i.copy_to_host(k.b[r], k.s[r], hout + at + o * es, dev[r * nseg + j], counts[j] * es);
-        o += counts[j];
-      }
-    }
-  }
+  arbufs_run(&a, coll, op);
   /* The leaders' step: once per call (none for empty buffers or one
    * group), on the leaders' buffers, scaled once by 1 / R for a mean. */
-  ck_assert_int_eq(spy.calls, ngroups > 1 && n > 0 && R > 1 ? calls : 0);
+  ck_assert_int_eq(spy.calls, ngroups > 1 && a.n > 0 && R > 1 ? calls : 0);
   if (spy.calls) {
     ck_assert(spy.scale == (op == TFG_COLL_MEAN ? 1.0 / R : 1.0));
-    for (int g = 0; g < ngroups; g++) ck_assert_ptr_eq(spy.first[g], dev[leaders[g] * nseg]);
+    for (int g = 0; g < ngroups; g++) ck_assert_ptr_eq(spy.first[g], a.dev[leaders[g] * nseg]);
   }
   sync_all_ok(&k);
-  for (int c = 0; c < calls; c++) {
-    const char *r0 = hout + (size_t)c * per_call;
-    for (int r = 1; r < R; r++)
-      ck_assert_msg(memcmp(r0, r0 + (size_t)r * hn * es, n * es) == 0, "R=%d n=%zu call %d: rank %d differs", R, n,
-                    c, r);
-    for (size_t j = 0; j < n; j++) {
-      double sum = 0;
-      for (int r = 0; r < R; r++) sum += ival(r, j, c);
-      double want = op == TFG_COLL_MEAN ? sum / R : sum;
-      double got = dt == TFG_DTYPE_F32 ? ((const float *)r0)[j] : ((const double *)r0)[j];
-      double eps = dt == TFG_DTYPE_F32 ? FLT_EPSILON : DBL_EPSILON;
-      double tol = op == TFG_COLL_MEAN && R == 3 ? 2 * eps * fabs(want) : 0; /* exact sum, times fl(1/3) */
-      if (!(fabs(got - want) <= tol))
-        ck_abort_msg("R=%d groups %d n=%zu %s %s call %d: element %zu = %.17g, want %.17g", R, ngroups, n,
-                     tfg_dtype_name(dt), op == TFG_COLL_MEAN ? "mean" : "sum", c, j, got, want);
-    }
-  }
+  char what[32];
+  snprintf(what, sizeof what, "R=%d groups %d", R, ngroups);
+  arbufs_check(&a, op, false, what); /* exact sums, times fl(1/3) for a mean over 3 */
   coll->i.free(coll);
   ck_assert_ptr_null(spy.ring); /* the hierarchical one owns the leaders' */
-  for (int r = 0; r < R; r++)
-    for (int j = 0; j < nseg; j++) k.b[r]->i.free(k.b[r], dev[r * nseg + j]);
-  free(hin);
-  free(hout);
+  arbufs_free(&a);
   tfg_strbuf_free(&why);
   ranks_free(&k);
 }
@@ -905,13 +903,7 @@ START_TEST(hier_leaders_fail_and_free_while_queued) {
   spy.fail = NULL;
   float buf[3][1000];
   void *bufs[3];
-  three_ranks_fill(buf, bufs);
-  size_t count = 1000;
-  tfg_coll *c = tfg_coll_hier_new(3, k.b, k.s, group, spy_new, NULL);
-  c->i.allreduce(c, bufs, &count, 1, TFG_DTYPE_F32, TFG_COLL_SUM);
-  c->i.free(c);
-  sync_all_ok(&k);
-  three_ranks_expect_sum(buf);
+  sum_three_free_while_queued(&k, tfg_coll_hier_new(3, k.b, k.s, group, spy_new, NULL), buf, bufs);
   ranks_free(&k);
 }
 END_TEST

@@ -273,59 +273,65 @@ START_TEST(csv_lines_longer_than_any_buffer) {
 }
 END_TEST
 
+/* Files tfg_data_csv refuses: name written with text (len bytes; 0:
+ * strlen), or not written at all (text NULL; name NULL: the scratch
+ * folder itself), loaded with label and header; the status and one
+ * error holding a and b (see expect_fail). */
+static const struct csv_bad {
+  const char *name, *text;
+  size_t len;
+  int label;
+  bool header;
+  tfg_status want;
+  const char *a, *b;
+} CSV_BAD[] = {
+    {"ragged.csv", "1,2,3\n\n4,5,6\n7,8\n", 0, -1, false, TFG_ERR_IO, "ragged.csv:4: expected 3 columns, found 2",
+     NULL},
+    {"nan.csv", "x,y,z\n1,2,3\n4, abc ,6\n", 0, -1, true, TFG_ERR_IO, "nan.csv:3: column 2: 'abc' is not a number",
+     NULL},
+    {"partial.csv", "1,2e,3\n", 0, INT32_MIN, false, TFG_ERR_IO, "partial.csv:1: column 2: '2e' is not a number",
+     NULL},
+    {"lab.csv", "1,2,0\n1,2,1.5\n", 0, -1, false, TFG_ERR_IO, "lab.csv:2: column 3: label '1.5' is not an integer",
+     NULL},
+    {"big.csv", "1,1e39\n", 0, INT32_MIN, false, TFG_ERR_IO, "big.csv:1: column 2: '1e39' is out of range for f32",
+     NULL},
+    {"hole.csv", "1,,3\n", 0, INT32_MIN, false, TFG_ERR_IO, "hole.csv:1: column 2 is empty", NULL},
+    {"empty.csv", "", 0, -1, false, TFG_ERR_IO, "empty.csv' has no rows", NULL},
+    {"blank.csv", "\n  \r\n\n", 0, -1, false, TFG_ERR_IO, "blank.csv' has no rows", NULL},
+    {"hdr.csv", "a,b,c\n", 0, -1, true, TFG_ERR_IO, "hdr.csv' has no rows (only a header line)", NULL},
+    {"missing.csv", NULL, 0, -1, false, TFG_ERR_IO, "cannot open '", "missing.csv': No such file or directory"},
+    {NULL, NULL, 0, -1, false, TFG_ERR_IO, "cannot open '", "Is a directory"},
+    {"range.csv", "1,2,3\n", 0, 3, false, TFG_ERR_SHAPE, "range.csv:1: label column 3 is out of range for 3 columns",
+     NULL},
+    {"range.csv", "1,2,3\n", 0, -4, false, TFG_ERR_SHAPE, "range.csv:1: label column -4", NULL},
+    /* A field's bytes are shown escaped: "2\0" is not mistaken for "2",
+     * and control bytes or broken UTF-8 cannot garble the terminal. */
+    {"nul.csv", "1,2\0,3\n", 7, -1, false, TFG_ERR_IO, "nul.csv:1: column 2: '2\\0' is not a number", NULL},
+    {"ctl.csv", "1,\x1b[2J\xff\\,3\n", 0, -1, false, TFG_ERR_IO, "column 2: '\\x1b[2J\\xff\\\\' is not a number",
+     NULL},
+    {"bidi.csv", "1,\xe2\x80\xae" "5\n", 0, INT32_MIN, false, TFG_ERR_IO, /* U+202E reverses what follows */
+     "column 2: '\\u202e5' is not a number", NULL},
+    /* Cut at 40 bytes, never inside a character: 39 x and a 2-byte é. */
+    {"long.csv", "1,xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\xc3\xa9yz\n", 0, INT32_MIN, false, TFG_ERR_IO,
+     "column 2: 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...' is not", NULL},
+};
+
 START_TEST(csv_errors) {
+  const struct csv_bad *c = &CSV_BAD[_i];
+  const char *p = !c->name ? scratch_dir
+                  : c->text ? scratch_write(c->name, c->text, c->len ? c->len : strlen(c->text))
+                            : scratch_path(c->name);
+  tfg_dataset *ds = NULL;
+  tfg_status st = tfg_data_csv(D, &L, p, c->label, c->header, NULL, &ds);
+  expect_fail(st, ds, c->want, c->a, c->b);
+}
+END_TEST
+
+/* A .gz cut short, or corrupt. */
+START_TEST(csv_gz_errors) {
   tfg_dataset *ds = NULL;
   tfg_status st;
-  const char *p = write_text("ragged.csv", "1,2,3\n\n4,5,6\n7,8\n");
-  st = tfg_data_csv(D, &L, p, -1, false, NULL, &ds);
-  expect_fail(st, ds, TFG_ERR_IO, "ragged.csv:4: expected 3 columns, found 2", NULL);
-
-  p = write_text("nan.csv", "x,y,z\n1,2,3\n4, abc ,6\n");
-  st = tfg_data_csv(D, &L, p, -1, true, NULL, &ds);
-  expect_fail(st, ds, TFG_ERR_IO, "nan.csv:3: column 2: 'abc' is not a number", NULL);
-
-  p = write_text("partial.csv", "1,2e,3\n");
-  st = tfg_data_csv(D, &L, p, INT32_MIN, false, NULL, &ds);
-  expect_fail(st, ds, TFG_ERR_IO, "partial.csv:1: column 2: '2e' is not a number", NULL);
-
-  p = write_text("lab.csv", "1,2,0\n1,2,1.5\n");
-  st = tfg_data_csv(D, &L, p, -1, false, NULL, &ds);
-  expect_fail(st, ds, TFG_ERR_IO, "lab.csv:2: column 3: label '1.5' is not an integer", NULL);
-
-  p = write_text("big.csv", "1,1e39\n");
-  st = tfg_data_csv(D, &L, p, INT32_MIN, false, NULL, &ds);
-  expect_fail(st, ds, TFG_ERR_IO, "big.csv:1: column 2: '1e39' is out of range for f32", NULL);
-
-  p = write_text("hole.csv", "1,,3\n");
-  st = tfg_data_csv(D, &L, p, INT32_MIN, false, NULL, &ds);
-  expect_fail(st, ds, TFG_ERR_IO, "hole.csv:1: column 2 is empty", NULL);
-
-  p = write_text("empty.csv", "");
-  st = tfg_data_csv(D, &L, p, -1, false, NULL, &ds);
-  expect_fail(st, ds, TFG_ERR_IO, "empty.csv' has no rows", NULL);
-
-  p = write_text("blank.csv", "\n  \r\n\n");
-  st = tfg_data_csv(D, &L, p, -1, false, NULL, &ds);
-  expect_fail(st, ds, TFG_ERR_IO, "blank.csv' has no rows", NULL);
-
-  p = write_text("hdr.csv", "a,b,c\n");
-  st = tfg_data_csv(D, &L, p, -1, true, NULL, &ds);
-  expect_fail(st, ds, TFG_ERR_IO, "hdr.csv' has no rows (only a header line)", NULL);
-
-  p = scratch_path("missing.csv");
-  st = tfg_data_csv(D, &L, p, -1, false, NULL, &ds);
-  expect_fail(st, ds, TFG_ERR_IO, "cannot open '", "missing.csv': No such file or directory");
-
-  st = tfg_data_csv(D, &L, scratch_dir, -1, false, NULL, &ds);
-  expect_fail(st, ds, TFG_ERR_IO, "cannot open '", "Is a directory");
-
-  p = write_text("range.csv", "1,2,3\n");
-  st = tfg_data_csv(D, &L, p, 3, false, NULL, &ds);
-  expect_fail(st, ds, TFG_ERR_SHAPE, "range.csv:1: label column 3 is out of range for 3 columns",
-              NULL);
-  st = tfg_data_csv(D, &L, p, -4, false, NULL, &ds);
-  expect_fail(st, ds, TFG_ERR_SHAPE, "range.csv:1: label column -4", NULL);
-
+  const char *p;
   /* A .gz cut short: zlib notices the missing end. */
   tfg_strbuf b = {0};
   for (int i = 0; i < 2000; i++) tfg_strbuf_printf(&b, "%d,%d\n", i, i * 31 % 17);
@@ -353,7 +359,7 @@ START_TEST(csv_errors) {
 }
 END_TEST
 
-/* ---- what readers refuse: files that are not regular, bytes shown ------- */
+/* ---- what readers refuse: files that are not regular ------------------- */
 
 /* A FIFO would block the reader until a writer came (forever, in a
  * script): every reader refuses it, and any other file that is not a
@@ -377,26 +383,6 @@ START_TEST(not_regular_files) {
   expect_fail(TFG_ERR_IO, NULL, TFG_ERR_IO, "pipe.csv': it is a FIFO", NULL);
   st = tfg_data_csv(D, &L, "/dev/null", -1, false, NULL, &ds);
   expect_fail(st, ds, TFG_ERR_IO, "'/dev/null': it is a character device, not a regular file", NULL);
-}
-END_TEST
-
-/* A field's bytes are shown escaped: "2\0" is not mistaken for "2", and
- * control bytes or broken UTF-8 cannot garble the terminal. */
-START_TEST(csv_field_bytes_shown) {
-  tfg_dataset *ds = NULL;
-  const char *p = scratch_write("nul.csv", "1,2\0,3\n", 7);
-  tfg_status st = tfg_data_csv(D, &L, p, -1, false, NULL, &ds);
-  expect_fail(st, ds, TFG_ERR_IO, "nul.csv:1: column 2: '2\\0' is not a number", NULL);
-  p = write_text("ctl.csv", "1,\x1b[2J\xff\\,3\n");
-  st = tfg_data_csv(D, &L, p, -1, false, NULL, &ds);
-  expect_fail(st, ds, TFG_ERR_IO, "column 2: '\\x1b[2J\\xff\\\\' is not a number", NULL);
-  p = write_text("bidi.csv", "1,\xe2\x80\xae" "5\n"); /* U+202E reverses what follows */
-  st = tfg_data_csv(D, &L, p, INT32_MIN, false, NULL, &ds);
-  expect_fail(st, ds, TFG_ERR_IO, "column 2: '\\u202e5' is not a number", NULL);
-  /* Cut at 40 bytes, never inside a character: 39 x and a 2-byte é. */
-  p = write_text("long.csv", "1,xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\xc3\xa9yz\n");
-  st = tfg_data_csv(D, &L, p, INT32_MIN, false, NULL, &ds);
-  expect_fail(st, ds, TFG_ERR_IO, "column 2: 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...' is not", NULL);
 }
 END_TEST
 
@@ -1156,9 +1142,9 @@ Suite *suite_data(void) {
   tcase_add_test(tc, csv_label_first_or_negative);
   tcase_add_test(tc, csv_gz);
   tcase_add_test(tc, csv_lines_longer_than_any_buffer);
-  tcase_add_test(tc, csv_errors);
+  tcase_add_loop_test(tc, csv_errors, 0, (int)(sizeof CSV_BAD / sizeof CSV_BAD[0]));
+  tcase_add_test(tc, csv_gz_errors);
   tcase_add_test(tc, not_regular_files);
-  tcase_add_test(tc, csv_field_bytes_shown);
   tcase_add_test(tc, values_out_of_range);
   tcase_add_test(tc, npy_read_any_rank);
   tcase_add_test(tc, npy_every_dtype_and_version);

@@ -489,45 +489,44 @@ START_TEST(malformed_spec) {
 }
 END_TEST
 
+/* The whole rendered text of a bad spec's diagnostics (with the error
+ * count when summary). */
+static const struct exact_spec {
+  const char *spec;
+  bool summary;
+  const char *text;
+} EXACT[] = {
+    {"host*4,sim:h900*2", true,
+     "--devices:1:8: error: unknown sim model `h900` in `sim:h900*2`\n"
+     " 1 | host*4,sim:h900*2\n"
+     "   |        ^~~~~~~~~~\n"
+     "help: the sim models are h100, h200, a100 and cpu (e.g. sim:h100*8)\n"
+     "1 error\n"},
+    {"cuda:0*2:30X", true,
+     "--devices:1:1: error: bad memory size `30X` in `cuda:0*2:30X`\n"
+     " 1 | cuda:0*2:30X\n"
+     "   | ^~~~~~~~~~~~\n"
+     "help: a size is a positive whole number of bytes with an optional "
+     "K, M, G or T (powers of 1024), e.g. 512M or 30G\n"
+     "1 error\n"},
+    /* a duplicate GPU: a note points at its first entry */
+    {"cuda:0*2, host, cuda:0:8G", false,
+     "--devices:1:17: error: cuda:0 is listed twice\n"
+     " 1 | cuda:0*2, host, cuda:0:8G\n"
+     "   |                 ^~~~~~~~~\n"
+     "--devices:1:1: note: cuda:0 is first listed here\n"
+     " 1 | cuda:0*2, host, cuda:0:8G\n"
+     "   | ^~~~~~~~\n"
+     "help: for several logical devices on one GPU write cuda:0*N\n"},
+};
+
 START_TEST(malformed_exact_text) {
+  const struct exact_spec *x = &EXACT[_i];
   tfg_diag *d = tfg_diag_new();
   tfg_devices *ds = NULL;
-  ck_assert_int_eq(tfg_devices_parse(d, "host*4,sim:h900*2", &ds), TFG_ERR_USAGE);
-  char *out = test_render(d, true);
-  ck_assert_str_eq(out, "--devices:1:8: error: unknown sim model `h900` in `sim:h900*2`\n"
-                        " 1 | host*4,sim:h900*2\n"
-                        "   |        ^~~~~~~~~~\n"
-                        "help: the sim models are h100, h200, a100 and cpu (e.g. sim:h100*8)\n"
-                        "1 error\n");
-  free(out);
-  tfg_diag_free(d);
-
-  d = tfg_diag_new();
-  ck_assert_int_eq(tfg_devices_parse(d, "cuda:0*2:30X", &ds), TFG_ERR_USAGE);
-  out = test_render(d, true);
-  ck_assert_str_eq(out, "--devices:1:1: error: bad memory size `30X` in `cuda:0*2:30X`\n"
-                        " 1 | cuda:0*2:30X\n"
-                        "   | ^~~~~~~~~~~~\n"
-                        "help: a size is a positive whole number of bytes with an optional "
-                        "K, M, G or T (powers of 1024), e.g. 512M or 30G\n"
-                        "1 error\n");
-  free(out);
-  tfg_diag_free(d);
-}
-END_TEST
-
-START_TEST(duplicate_cuda_note) {
-  tfg_diag *d = tfg_diag_new();
-  tfg_devices *ds = NULL;
-  ck_assert_int_eq(tfg_devices_parse(d, "cuda:0*2, host, cuda:0:8G", &ds), TFG_ERR_USAGE);
-  char *out = test_render(d, false);
-  ck_assert_str_eq(out, "--devices:1:17: error: cuda:0 is listed twice\n"
-                        " 1 | cuda:0*2, host, cuda:0:8G\n"
-                        "   |                 ^~~~~~~~~\n"
-                        "--devices:1:1: note: cuda:0 is first listed here\n"
-                        " 1 | cuda:0*2, host, cuda:0:8G\n"
-                        "   | ^~~~~~~~\n"
-                        "help: for several logical devices on one GPU write cuda:0*N\n");
+  ck_assert_int_eq(tfg_devices_parse(d, x->spec, &ds), TFG_ERR_USAGE);
+  char *out = test_render(d, x->summary);
+  ck_assert_str_eq(out, x->text);
   free(out);
   tfg_diag_free(d);
 }
@@ -608,8 +607,7 @@ Suite *suite_device(void) {
   tcase_add_test(tc, default_two_gpus);
   tcase_add_test(tc, suggest_devices);
   tcase_add_loop_test(tc, malformed_spec, 0, (int)(sizeof BAD / sizeof BAD[0]));
-  tcase_add_test(tc, malformed_exact_text);
-  tcase_add_test(tc, duplicate_cuda_note);
+  tcase_add_loop_test(tc, malformed_exact_text, 0, (int)(sizeof EXACT / sizeof EXACT[0]));
   tcase_add_test(tc, every_bad_entry_reported);
   suite_add_tcase(s, tc);
   return s;

@@ -117,10 +117,6 @@ static void ck_same_bits(const tfg_tensor *a, const tfg_tensor *b, const char *w
                 "%s: the result on a pool differs from the one without", what);
 }
 
-static void free_all(tfg_tensor *t, int n) {
-  for (int i = 0; i < n; i++) free(t[i].data);
-}
-
 /* ---- finite-difference harness ---------------------------------------- */
 
 enum { MAXIN = 3, DY = -1 };
@@ -241,58 +237,58 @@ static gcase unary_case(tfg_op_id fwd_op, tfg_op_id grad_op, tfg_shape s, const 
   return c;
 }
 
-/* relu_grad selects dy or 0, so f32 and f64 agree exactly (tol32 0). */
-START_TEST(relu_grad_fd) {
-  tfg_pool *pool = tfg_pool_new(4);
-  gcase c = unary_case(TFG_OP_RELU, TFG_OP_RELU_GRAD, shp(3, 3, 5, 7), "relu_grad");
-  fill(&c.fin[0], 1, -1, 1);
-  for (int64_t i = 0; i < numel(&c.fin[0]); i++) { /* keep |x| >= 0.05: away from the kink */
+/* The elementwise gradients' cases: x in [lo, hi) from stream xseed,
+ * the weighting dy from stream dyseed. relu_grad selects dy or 0, so
+ * f32 and f64 agree exactly (tol32 0); its x is kept at |x| >= 0.05,
+ * away from the kink. gelu_grad over [-8, 8], the tails included; the
+ * kernel works in double for both dtypes and rounds once, so f32 is
+ * within its final rounding of f64 (tol32 0 on top of 2u|g|). */
+static const struct unary_fd {
+  const char *what;
+  tfg_op_id fwd_op, grad_op;
+  tfg_shape s;
+  uint64_t xseed;
+  double lo, hi;
+  bool off_kink;
+  uint64_t dyseed;
+} UNARY_FD[] = {
+    {"relu_grad", TFG_OP_RELU, TFG_OP_RELU_GRAD, {3, {3, 5, 7}}, 1, -1, 1, true, 2},
+    {"gelu_grad", TFG_OP_GELU, TFG_OP_GELU_GRAD, {2, {4, 33}}, 5, -8, 8, false, 6},
+};
+
+START_TEST(unary_grad_fd) {
+  const struct unary_fd *u = &UNARY_FD[_i];
+  gcase c = unary_case(u->fwd_op, u->grad_op, u->s, u->what);
+  fill(&c.fin[0], u->xseed, u->lo, u->hi);
+  for (int64_t i = 0; u->off_kink && i < numel(&c.fin[0]); i++) {
     double v = get(&c.fin[0], i);
     if (fabs(v) < 0.05) set(&c.fin[0], i, v < 0 ? -0.05 - fabs(v) : 0.05 + v);
   }
-  check_case(&c, 2, pool);
+  check_case(&c, u->dyseed, test_pool);
   free_case(&c);
-  tfg_pool_free(pool);
 }
 END_TEST
 
 /* Exact values: dy passes where x > 0 only (x = 0 and NaN give 0, the
  * op's contract "dy where x > 0"); big enough to split over the pool. */
 START_TEST(relu_grad_exact) {
-  tfg_pool *pool = tfg_pool_new(4);
-  for (int d = 0; d < 2; d++) {
-    tfg_dtype dt = d ? TFG_DTYPE_F64 : TFG_DTYPE_F32;
-    int64_t n = 100003;
-    tfg_tensor in[2] = {tnew(dt, shp(1, (int)n)), tnew(dt, shp(1, (int)n))};
-    fill(&in[0], 3, -1, 1);
-    fill(&in[1], 4, -1, 1);
-    set(&in[0], 0, 0.0);
-    set(&in[0], 1, NAN);
-    set(&in[0], 2, -0.0);
-    tfg_tensor out = tnew(dt, in[0].shape);
-    tfg_node nd = mknode(TFG_OP_RELU_GRAD, &out.shape, dt, 2);
-    ck_ok(run(tfg_cpu_relu_grad, &nd, in, &out, pool));
-    for (int64_t i = 0; i < n; i++) {
-      double want = get(&in[0], i) > 0 ? get(&in[1], i) : 0;
-      ck_assert_msg(get(&out, i) == want, "relu_grad [%lld]", (long long)i);
-    }
-    free_all(in, 2);
-    free(out.data);
+  tfg_dtype dt = FLOATS[_i];
+  int64_t n = 100003;
+  tfg_tensor in[2] = {tnew(dt, shp(1, (int)n)), tnew(dt, shp(1, (int)n))};
+  fill(&in[0], 3, -1, 1);
+  fill(&in[1], 4, -1, 1);
+  set(&in[0], 0, 0.0);
+  set(&in[0], 1, NAN);
+  set(&in[0], 2, -0.0);
+  tfg_tensor out = tnew(dt, in[0].shape);
+  tfg_node nd = mknode(TFG_OP_RELU_GRAD, &out.shape, dt, 2);
+  ck_ok(run(tfg_cpu_relu_grad, &nd, in, &out, test_pool));
+  for (int64_t i = 0; i < n; i++) {
+    double want = get(&in[0], i) > 0 ? get(&in[1], i) : 0;
+    ck_assert_msg(get(&out, i) == want, "relu_grad [%lld]", (long long)i);
   }
-  tfg_pool_free(pool);
-}
-END_TEST
-
-/* gelu_grad over [-8, 8], the tails included; the kernel works in
- * double for both dtypes and rounds once, so f32 is within its final
- * rounding of f64 (tol32 0 on top of 2u|g|). */
-START_TEST(gelu_grad_fd) {
-  tfg_pool *pool = tfg_pool_new(4);
-  gcase c = unary_case(TFG_OP_GELU, TFG_OP_GELU_GRAD, shp(2, 4, 33), "gelu_grad");
-  fill(&c.fin[0], 5, -8, 8);
-  check_case(&c, 6, pool);
-  free_case(&c);
-  tfg_pool_free(pool);
+  free_all(in, 2);
+  free(out.data);
 }
 END_TEST
 
@@ -322,29 +318,33 @@ END_TEST
 /* f32 vs f64: p = exp(x - m) / sum carries the f32 rounding of x - m
  * (|x - m| <= 6 here: 6u relative after exp) and expf's own ~2u, in
  * numerator and denominator: ~16u relative on p <= 1, times |dy| / N. */
-static void check_ce(int n, int c, tfg_dtype lab_dt, const int *labels, uint64_t seed,
-                     tfg_pool *pool) {
+static const struct ce_fd {
+  int n, c;
+  tfg_dtype lab_dt;
+  int labels[5];
+  uint64_t seed;
+} CE_FD[] = {
+    {5, 7, TFG_DTYPE_I32, {3, 0, 3, 6, 1}, 11}, /* repeated labels, first and last class */
+    {4, 3, TFG_DTYPE_I64, {2, 2, 0, 1}, 13},
+    {1, 1, TFG_DTYPE_I32, {0}, 15}, /* one class: gradient 0 */
+};
+
+START_TEST(cross_entropy_grad_fd) {
+  const struct ce_fd *k = &CE_FD[_i];
+  int n = k->n, c = k->c;
+  uint64_t seed = k->seed;
   gcase g = {.what = "cross_entropy_grad", .fwd = tfg_cpu_cross_entropy, .nfin = 2, .wrt = 0,
              .fshape = shp(0), .grad = tfg_cpu_cross_entropy_grad, .ngin = 3,
              .gsrc = {0, 1, DY}};
   g.fnode = mknode(TFG_OP_CROSS_ENTROPY, &g.fshape, TFG_DTYPE_F64, 2);
   g.fin[0] = tnew(TFG_DTYPE_F64, shp(2, n, c));
-  g.fin[1] = tnew(lab_dt, shp(1, n));
+  g.fin[1] = tnew(k->lab_dt, shp(1, n));
   g.gnode = mknode(TFG_OP_CROSS_ENTROPY_GRAD, &g.fin[0].shape, TFG_DTYPE_F64, 3);
   fill(&g.fin[0], seed, -3, 3);
-  for (int i = 0; i < n; i++) set(&g.fin[1], i, labels[i]);
+  for (int i = 0; i < n; i++) set(&g.fin[1], i, k->labels[i]);
   g.tol32 = 16 * U32 / n; /* |dy| <= 1 */
-  check_case(&g, seed + 1, pool);
+  check_case(&g, seed + 1, test_pool);
   free_case(&g);
-}
-
-START_TEST(cross_entropy_grad_fd) {
-  tfg_pool *pool = tfg_pool_new(4);
-  /* repeated labels, first and last class */
-  check_ce(5, 7, TFG_DTYPE_I32, (const int[]){3, 0, 3, 6, 1}, 11, pool);
-  check_ce(4, 3, TFG_DTYPE_I64, (const int[]){2, 2, 0, 1}, 13, pool);
-  check_ce(1, 1, TFG_DTYPE_I32, (const int[]){0}, 15, pool); /* one class: gradient 0 */
-  tfg_pool_free(pool);
 }
 END_TEST
 
@@ -353,26 +353,24 @@ END_TEST
  * exact: (p - onehot) * dy / N with dy = 3, N = 2. Labels out of range
  * fail with TFG_ERR_NUMERIC and leave the output alone. */
 START_TEST(cross_entropy_grad_stable_and_bad_label) {
-  for (int d = 0; d < 2; d++) {
-    tfg_dtype dt = d ? TFG_DTYPE_F64 : TFG_DTYPE_F32;
-    tfg_tensor in[3] = {tnew(dt, shp(2, 2, 3)), tnew(TFG_DTYPE_I64, shp(1, 2)), tnew(dt, shp(0))};
-    set_all(&in[0], (double[]){1000, -1000, 0, 1000, 1000, -1000});
-    set_all(&in[1], (double[]){1, 0});
-    set(&in[2], 0, 3);
-    tfg_tensor out = tnew(dt, in[0].shape);
-    tfg_node nd = mknode(TFG_OP_CROSS_ENTROPY_GRAD, &out.shape, dt, 3);
-    ck_ok(run(tfg_cpu_cross_entropy_grad, &nd, in, &out, NULL));
-    ck_exact(&out, (double[]){1.5, -1.5, 0, 0.75 - 1.5, 0.75, 0}, "stable cross_entropy_grad");
-    for (int bad = 0; bad < 2; bad++) {
-      set(&in[1], 1, bad ? 3 : -1);
-      for (int i = 0; i < 6; i++) set(&out, i, 42);
-      ck_assert_int_eq(run(tfg_cpu_cross_entropy_grad, &nd, in, &out, NULL), TFG_ERR_NUMERIC);
-      ck_assert_ptr_nonnull(strstr(last_err, bad ? "label 3 in row 1" : "label -1 in row 1"));
-      ck_exact(&out, (double[]){42, 42, 42, 42, 42, 42}, "untouched after a bad label");
-    }
-    free_all(in, 3);
-    free(out.data);
+  tfg_dtype dt = FLOATS[_i];
+  tfg_tensor in[3] = {tnew(dt, shp(2, 2, 3)), tnew(TFG_DTYPE_I64, shp(1, 2)), tnew(dt, shp(0))};
+  set_all(&in[0], (double[]){1000, -1000, 0, 1000, 1000, -1000});
+  set_all(&in[1], (double[]){1, 0});
+  set(&in[2], 0, 3);
+  tfg_tensor out = tnew(dt, in[0].shape);
+  tfg_node nd = mknode(TFG_OP_CROSS_ENTROPY_GRAD, &out.shape, dt, 3);
+  ck_ok(run(tfg_cpu_cross_entropy_grad, &nd, in, &out, NULL));
+  ck_exact(&out, (double[]){1.5, -1.5, 0, 0.75 - 1.5, 0.75, 0}, "stable cross_entropy_grad");
+  for (int bad = 0; bad < 2; bad++) {
+    set(&in[1], 1, bad ? 3 : -1);
+    for (int i = 0; i < 6; i++) set(&out, i, 42);
+    ck_assert_int_eq(run(tfg_cpu_cross_entropy_grad, &nd, in, &out, NULL), TFG_ERR_NUMERIC);
+    ck_assert_ptr_nonnull(strstr(last_err, bad ? "label 3 in row 1" : "label -1 in row 1"));
+    ck_exact(&out, (double[]){42, 42, 42, 42, 42, 42}, "untouched after a bad label");
   }
+  free_all(in, 3);
+  free(out.data);
 }
 END_TEST
 
@@ -381,7 +379,20 @@ END_TEST
 /* The kernel works in double for both dtypes from identical inputs, so
  * f32 is its final rounding off f64; tol32 covers f64's own roundings
  * (~100 u64 on values of order 1). */
-static void check_ln(tfg_shape s, double eps, uint64_t seed, tfg_pool *pool) {
+static const struct ln_fd {
+  tfg_shape s;
+  double eps;
+  uint64_t seed;
+} LN_FD[] = {
+    {{3, {2, 3, 6}}, 1e-5, 21},
+    {{2, {4, 9}}, 0.1, 25}, /* a large eps: its term in rstd matters */
+    {{2, {3, 1}}, 1e-5, 29}, /* D = 1: the output is beta, the gradient 0 */
+};
+
+START_TEST(layer_norm_grad_fd) {
+  tfg_shape s = LN_FD[_i].s;
+  double eps = LN_FD[_i].eps;
+  uint64_t seed = LN_FD[_i].seed;
   int64_t d = s.dim[s.rank - 1];
   gcase g = {.what = "layer_norm_grad", .fwd = tfg_cpu_layer_norm, .nfin = 3, .wrt = 0,
              .fshape = s, .grad = tfg_cpu_layer_norm_grad, .ngin = 3, .gsrc = {0, 1, DY},
@@ -396,16 +407,8 @@ static void check_ln(tfg_shape s, double eps, uint64_t seed, tfg_pool *pool) {
   fill(&g.fin[0], seed, -2, 3);
   fill(&g.fin[1], seed + 1, 0.5, 1.5);
   fill(&g.fin[2], seed + 2, -1, 1);
-  check_case(&g, seed + 3, pool);
+  check_case(&g, seed + 3, test_pool);
   free_case(&g);
-}
-
-START_TEST(layer_norm_grad_fd) {
-  tfg_pool *pool = tfg_pool_new(4);
-  check_ln(shp(3, 2, 3, 6), 1e-5, 21, pool);
-  check_ln(shp(2, 4, 9), 0.1, 25, pool); /* a large eps: its term in rstd matters */
-  check_ln(shp(2, 3, 1), 1e-5, 29, pool); /* D = 1: the output is beta, the gradient 0 */
-  tfg_pool_free(pool);
 }
 END_TEST
 
@@ -473,20 +476,12 @@ static const conv_cfg CONV_CFGS[] = {
     {3, 2, 6, 5, 2, 3, 3, 1, 1, 1, 1, 1, 1}, /* "same" padding, three images in one group */
 };
 
-START_TEST(conv2d_grad_input_fd) {
-  tfg_pool *pool = tfg_pool_new(4);
-  for (size_t i = 0; i < sizeof CONV_CFGS / sizeof CONV_CFGS[0]; i++)
-    check_conv_fd(&CONV_CFGS[i], 0, 31 + 4 * i, pool);
-  tfg_pool_free(pool);
-}
+#define NCONV ((int)(sizeof CONV_CFGS / sizeof CONV_CFGS[0]))
+
+START_TEST(conv2d_grad_input_fd) { check_conv_fd(&CONV_CFGS[_i], 0, 31 + 4 * (uint64_t)_i, test_pool); }
 END_TEST
 
-START_TEST(conv2d_grad_weight_fd) {
-  tfg_pool *pool = tfg_pool_new(4);
-  for (size_t i = 0; i < sizeof CONV_CFGS / sizeof CONV_CFGS[0]; i++)
-    check_conv_fd(&CONV_CFGS[i], 1, 61 + 4 * i, pool);
-  tfg_pool_free(pool);
-}
+START_TEST(conv2d_grad_weight_fd) { check_conv_fd(&CONV_CFGS[_i], 1, 61 + 4 * (uint64_t)_i, test_pool); }
 END_TEST
 
 /* dx and dw by their defining sums over every (image, out channel,
@@ -538,6 +533,31 @@ static void ref_conv_grads(const conv_cfg *k, const tfg_tensor *x, const tfg_ten
   free(sw);
 }
 
+/* One conv gradient (wrt 0: dx from dy, w; wrt 1: dw from x, dy) in dt,
+ * with and without a pool (same bits), against ref within
+ * 2 terms u sums[i] (+1e-300 for exact zeros). */
+static void check_conv_ref_one(const conv_cfg *k, int wrt, tfg_dtype dt, const tfg_tensor *a,
+                               const tfg_tensor *b, const double *ref, const double *sums,
+                               double terms, tfg_pool *pool) {
+  const char *what = wrt ? "conv2d_grad_weight" : "conv2d_grad_input";
+  tfg_kernel_fn fn = wrt ? tfg_cpu_conv2d_grad_weight : tfg_cpu_conv2d_grad_input;
+  tfg_shape gs = wrt ? shp(4, k->o, k->c, k->kh, k->kw) : shp(4, k->n, k->c, k->h, k->w);
+  double u = dt == TFG_DTYPE_F64 ? U64 : U32;
+  tfg_tensor gin[2] = {tconv(a, dt), tconv(b, dt)};
+  tfg_tensor g = tnew(dt, gs), g2 = tnew(dt, gs);
+  tfg_node nd = mknode(wrt ? TFG_OP_CONV2D_GRAD_WEIGHT : TFG_OP_CONV2D_GRAD_INPUT, &gs, dt, 2);
+  conv_attrs(&nd.attrs, k);
+  ck_ok(run(fn, &nd, gin, &g, NULL));
+  ck_ok(run(fn, &nd, gin, &g2, pool));
+  ck_same_bits(&g, &g2, what);
+  for (int64_t i = 0; i < numel(&g); i++)
+    ck_assert_msg(fabs(get(&g, i) - ref[i]) <= 2 * terms * u * sums[i] + 1e-300,
+                  "%s [%lld]: got %.17g, want %.17g", what, (long long)i, get(&g, i), ref[i]);
+  free_all(gin, 2);
+  free(g.data);
+  free(g2.data);
+}
+
 /* Both conv gradients in f32 and f64, with and without a pool (same
  * bits), against ref_conv_grads within 2 K u sum|terms| (Higham's bound
  * gamma_K for a K-term sum in any order, with margin), K the number of
@@ -556,37 +576,8 @@ static void check_conv_ref(const conv_cfg *k, uint64_t seed, tfg_pool *pool) {
   ref_conv_grads(k, &x, &w, &dy, rx, sx, rw, sw);
   double kx = (double)k->o * k->kh * k->kw, kw = (double)k->n * ys.dim[2] * ys.dim[3];
   for (int d = 0; d < 2; d++) {
-    tfg_dtype dt = d ? TFG_DTYPE_F64 : TFG_DTYPE_F32;
-    double u = d ? U64 : U32;
-    tfg_tensor gin[2] = {tconv(&dy, dt), tconv(&w, dt)};
-    tfg_tensor dx = tnew(dt, xs), dx2 = tnew(dt, xs);
-    tfg_node nd = mknode(TFG_OP_CONV2D_GRAD_INPUT, &xs, dt, 2);
-    conv_attrs(&nd.attrs, k);
-    ck_ok(run(tfg_cpu_conv2d_grad_input, &nd, gin, &dx, NULL));
-    ck_ok(run(tfg_cpu_conv2d_grad_input, &nd, gin, &dx2, pool));
-    ck_same_bits(&dx, &dx2, "conv2d_grad_input");
-    for (int64_t i = 0; i < nx; i++)
-      ck_assert_msg(fabs(get(&dx, i) - rx[i]) <= 2 * kx * u * sx[i] + 1e-300,
-                    "conv2d_grad_input [%lld]: got %.17g, want %.17g", (long long)i, get(&dx, i),
-                    rx[i]);
-    free_all(gin, 2);
-    free(dx.data);
-    free(dx2.data);
-
-    tfg_tensor win[2] = {tconv(&x, dt), tconv(&dy, dt)};
-    tfg_tensor dw = tnew(dt, ws), dw2 = tnew(dt, ws);
-    nd = mknode(TFG_OP_CONV2D_GRAD_WEIGHT, &ws, dt, 2);
-    conv_attrs(&nd.attrs, k);
-    ck_ok(run(tfg_cpu_conv2d_grad_weight, &nd, win, &dw, NULL));
-    ck_ok(run(tfg_cpu_conv2d_grad_weight, &nd, win, &dw2, pool));
-    ck_same_bits(&dw, &dw2, "conv2d_grad_weight");
-    for (int64_t i = 0; i < nw; i++)
-      ck_assert_msg(fabs(get(&dw, i) - rw[i]) <= 2 * kw * u * sw[i] + 1e-300,
-                    "conv2d_grad_weight [%lld]: got %.17g, want %.17g", (long long)i,
-                    get(&dw, i), rw[i]);
-    free_all(win, 2);
-    free(dw.data);
-    free(dw2.data);
+    check_conv_ref_one(k, 0, FLOATS[d], &dy, &w, rx, sx, kx, pool);
+    check_conv_ref_one(k, 1, FLOATS[d], &x, &dy, rw, sw, kw, pool);
   }
   free(rx);
   free(sx);
@@ -597,16 +588,23 @@ static void check_conv_ref(const conv_cfg *k, uint64_t seed, tfg_pool *pool) {
   free(dy.data);
 }
 
-START_TEST(conv2d_grads_reference) {
-  tfg_pool *pool = tfg_pool_new(4);
-  for (size_t i = 0; i < sizeof CONV_CFGS / sizeof CONV_CFGS[0]; i++)
-    check_conv_ref(&CONV_CFGS[i], 91 + 3 * i, pool);
-  /* many small images: one group, col2im split over 16 * 8 planes */
-  check_conv_ref(&(conv_cfg){16, 8, 16, 16, 8, 3, 3, 2, 1, 1, 2, 0, 1}, 131, pool);
-  /* 128x128 images: the scratch budget makes groups of six and one
-   * (the one-image path), so dw is summed over two gemms */
-  check_conv_ref(&(conv_cfg){7, 4, 128, 128, 4, 3, 3, 1, 1, 1, 1, 1, 1}, 137, pool);
-  tfg_pool_free(pool);
+START_TEST(conv2d_grads_reference) { check_conv_ref(&CONV_CFGS[_i], 91 + 3 * (uint64_t)_i, test_pool); }
+END_TEST
+
+/* Larger shapes, each with its seed. */
+static const struct {
+  conv_cfg k;
+  uint64_t seed;
+} CONV_REF_LARGE[] = {
+    /* many small images: one group, col2im split over 16 * 8 planes */
+    {{16, 8, 16, 16, 8, 3, 3, 2, 1, 1, 2, 0, 1}, 131},
+    /* 128x128 images: the scratch budget makes groups of six and one
+     * (the one-image path), so dw is summed over two gemms */
+    {{7, 4, 128, 128, 4, 3, 3, 1, 1, 1, 1, 1, 1}, 137},
+};
+
+START_TEST(conv2d_grads_reference_large) {
+  check_conv_ref(&CONV_REF_LARGE[_i].k, CONV_REF_LARGE[_i].seed, test_pool);
 }
 END_TEST
 
@@ -685,12 +683,12 @@ static const pool_cfg POOL_CFGS[] = {
     {2, 1, 5, 5, 3, 3, 1, 1}, /* heavy overlap: up to 9 windows per element */
 };
 
+#define NPOOL ((int)(sizeof POOL_CFGS / sizeof POOL_CFGS[0]))
+
+/* _i over max_pool's cases, then avg_pool's. */
 START_TEST(pool_grads_fd) {
-  tfg_pool *pool = tfg_pool_new(4);
-  for (int avg = 0; avg < 2; avg++)
-    for (size_t i = 0; i < sizeof POOL_CFGS / sizeof POOL_CFGS[0]; i++)
-      check_pool_fd(&POOL_CFGS[i], avg, 201 + 2 * i + 10 * avg, pool);
-  tfg_pool_free(pool);
+  int avg = _i / NPOOL, i = _i % NPOOL;
+  check_pool_fd(&POOL_CFGS[i], avg, 201 + 2 * (uint64_t)i + 10 * (uint64_t)avg, test_pool);
 }
 END_TEST
 
@@ -705,39 +703,50 @@ END_TEST
  * dx(2,2) = 5 + 6. avg: each element gets dy / 4 from each window over
  * it, e.g. dx(1,1) = (1 + 2 + 4 + 5) / 4 = 3. All exact. */
 START_TEST(pool_grads_hand) {
-  for (int d = 0; d < 2; d++) {
-    tfg_dtype dt = d ? TFG_DTYPE_F64 : TFG_DTYPE_F32;
-    tfg_tensor in[2] = {tnew(dt, shp(4, 1, 1, 3, 4)), tnew(dt, shp(4, 1, 1, 2, 3))};
-    set_all(&in[0], (double[]){1, 3, 3, 0, 2, 3, 1, 0, 0, 0, 5, 5});
-    set_all(&in[1], (double[]){1, 2, 3, 4, 5, 6});
-    tfg_tensor dx = tnew(dt, in[0].shape);
-    tfg_node nd = mknode(TFG_OP_MAX_POOL_GRAD, &dx.shape, dt, 2);
-    nd.attrs.size[0] = nd.attrs.size[1] = 2;
-    nd.attrs.stride[0] = nd.attrs.stride[1] = 1;
-    ck_ok(run(tfg_cpu_pool_grad, &nd, in, &dx, NULL));
-    ck_exact(&dx, (double[]){0, 3, 3, 0, 0, 4, 0, 0, 0, 0, 11, 0}, "max_pool_grad");
-    nd.op = TFG_OP_AVG_POOL_GRAD;
-    nd.ninputs = 1;
-    ck_ok(run(tfg_cpu_pool_grad, &nd, &in[1], &dx, NULL));
-    ck_exact(&dx, (double[]){0.25, 0.75, 1.25, 0.75, 1.25, 3, 4, 2.25, 1, 2.25, 2.75, 1.5},
-             "avg_pool_grad");
-    /* a NaN wins its window in the forward max, so it gets the window's dy */
-    set(&in[0], 4, NAN);
-    nd.op = TFG_OP_MAX_POOL_GRAD;
-    nd.ninputs = 2;
-    ck_ok(run(tfg_cpu_pool_grad, &nd, in, &dx, NULL));
-    ck_exact(&dx, (double[]){0, 2, 3, 0, 5, 0, 0, 0, 0, 0, 11, 0}, "max_pool_grad with NaN");
-    free_all(in, 2);
-    free(dx.data);
-  }
+  tfg_dtype dt = FLOATS[_i];
+  tfg_tensor in[2] = {tnew(dt, shp(4, 1, 1, 3, 4)), tnew(dt, shp(4, 1, 1, 2, 3))};
+  set_all(&in[0], (double[]){1, 3, 3, 0, 2, 3, 1, 0, 0, 0, 5, 5});
+  set_all(&in[1], (double[]){1, 2, 3, 4, 5, 6});
+  tfg_tensor dx = tnew(dt, in[0].shape);
+  tfg_node nd = mknode(TFG_OP_MAX_POOL_GRAD, &dx.shape, dt, 2);
+  nd.attrs.size[0] = nd.attrs.size[1] = 2;
+  nd.attrs.stride[0] = nd.attrs.stride[1] = 1;
+  ck_ok(run(tfg_cpu_pool_grad, &nd, in, &dx, NULL));
+  ck_exact(&dx, (double[]){0, 3, 3, 0, 0, 4, 0, 0, 0, 0, 11, 0}, "max_pool_grad");
+  nd.op = TFG_OP_AVG_POOL_GRAD;
+  nd.ninputs = 1;
+  ck_ok(run(tfg_cpu_pool_grad, &nd, &in[1], &dx, NULL));
+  ck_exact(&dx, (double[]){0.25, 0.75, 1.25, 0.75, 1.25, 3, 4, 2.25, 1, 2.25, 2.75, 1.5},
+           "avg_pool_grad");
+  /* a NaN wins its window in the forward max, so it gets the window's dy */
+  set(&in[0], 4, NAN);
+  nd.op = TFG_OP_MAX_POOL_GRAD;
+  nd.ninputs = 2;
+  ck_ok(run(tfg_cpu_pool_grad, &nd, in, &dx, NULL));
+  ck_exact(&dx, (double[]){0, 2, 3, 0, 5, 0, 0, 0, 0, 0, 11, 0}, "max_pool_grad with NaN");
+  free_all(in, 2);
+  free(dx.data);
 }
 END_TEST
 
 /* ---- embedding_grad ------------------------------------------------------ */
 
 /* A row hit k times sums k terms of size <= 1: f32 is off by k^2 u. */
-static void check_emb_fd(int v, int d, tfg_dtype id_dt, int nids, const int *ids, int kmax,
-                         uint64_t seed, tfg_pool *pool) {
+static const struct emb_fd {
+  int v, d;
+  tfg_dtype id_dt;
+  int nids, ids[10], kmax;
+  uint64_t seed;
+} EMB_FD[] = {
+    /* row 1 four times, row 4 three, row 3 never */
+    {6, 4, TFG_DTYPE_I32, 10, {1, 4, 1, 0, 4, 4, 1, 5, 2, 1}, 4, 301},
+    {3, 5, TFG_DTYPE_I64, 7, {2, 2, 2, 2, 2, 2, 0}, 6, 303},
+};
+
+START_TEST(embedding_grad_fd) {
+  const struct emb_fd *k = &EMB_FD[_i];
+  int v = k->v, d = k->d, nids = k->nids, kmax = k->kmax;
+  uint64_t seed = k->seed;
   tfg_shape ts = shp(2, v, d), ys = shp(2, nids, d);
   gcase g = {.what = "embedding_grad", .fwd = tfg_cpu_embedding, .nfin = 2, .wrt = 0,
              .fshape = ys, .grad = tfg_cpu_embedding_grad, .ngin = 2, .gsrc = {1, DY},
@@ -746,48 +755,39 @@ static void check_emb_fd(int v, int d, tfg_dtype id_dt, int nids, const int *ids
   g.gnode = mknode(TFG_OP_EMBEDDING_GRAD, &ts, TFG_DTYPE_F64, 2);
   g.gnode.attrs.n = v;
   g.fin[0] = tnew(TFG_DTYPE_F64, ts);
-  g.fin[1] = tnew(id_dt, shp(1, nids));
+  g.fin[1] = tnew(k->id_dt, shp(1, nids));
   fill(&g.fin[0], seed, -1, 1);
-  for (int i = 0; i < nids; i++) set(&g.fin[1], i, ids[i]);
-  check_case(&g, seed + 1, pool);
+  for (int i = 0; i < nids; i++) set(&g.fin[1], i, k->ids[i]);
+  check_case(&g, seed + 1, test_pool);
   free_case(&g);
-}
-
-START_TEST(embedding_grad_fd) {
-  tfg_pool *pool = tfg_pool_new(4);
-  /* row 1 four times, row 4 three, row 3 never */
-  check_emb_fd(6, 4, TFG_DTYPE_I32, 10, (const int[]){1, 4, 1, 0, 4, 4, 1, 5, 2, 1}, 4, 301, pool);
-  check_emb_fd(3, 5, TFG_DTYPE_I64, 7, (const int[]){2, 2, 2, 2, 2, 2, 0}, 6, 303, pool);
-  tfg_pool_free(pool);
 }
 END_TEST
 
 /* ids [2, 0, 2, 1, 2] over 4 rows: row 2 = dy0 + dy2 + dy4 = [1 + 5 + 9,
  * 2 + 6 + 10], row 3 never used = 0. Bad ids fail with TFG_ERR_NUMERIC
  * and write nothing. */
+/* f32 with i32 ids, f64 with i64 ids. */
 START_TEST(embedding_grad_hand_and_bad_id) {
-  for (int d = 0; d < 2; d++) {
-    tfg_dtype dt = d ? TFG_DTYPE_F64 : TFG_DTYPE_F32;
-    tfg_tensor in[2] = {tnew(d ? TFG_DTYPE_I64 : TFG_DTYPE_I32, shp(1, 5)), tnew(dt, shp(2, 5, 2))};
-    set_all(&in[0], (double[]){2, 0, 2, 1, 2});
-    set_all(&in[1], (double[]){1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
-    tfg_tensor out = tnew(dt, shp(2, 4, 2));
+  tfg_dtype dt = FLOATS[_i];
+  tfg_tensor in[2] = {tnew(_i ? TFG_DTYPE_I64 : TFG_DTYPE_I32, shp(1, 5)), tnew(dt, shp(2, 5, 2))};
+  set_all(&in[0], (double[]){2, 0, 2, 1, 2});
+  set_all(&in[1], (double[]){1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+  tfg_tensor out = tnew(dt, shp(2, 4, 2));
+  for (int i = 0; i < 8; i++) set(&out, i, 42);
+  tfg_node nd = mknode(TFG_OP_EMBEDDING_GRAD, &out.shape, dt, 2);
+  nd.attrs.n = 4;
+  ck_ok(run(tfg_cpu_embedding_grad, &nd, in, &out, NULL));
+  ck_exact(&out, (double[]){3, 4, 7, 8, 15, 18, 0, 0}, "embedding_grad");
+  for (int bad = 0; bad < 2; bad++) {
+    set(&in[0], 3, bad ? 4 : -1);
     for (int i = 0; i < 8; i++) set(&out, i, 42);
-    tfg_node nd = mknode(TFG_OP_EMBEDDING_GRAD, &out.shape, dt, 2);
-    nd.attrs.n = 4;
-    ck_ok(run(tfg_cpu_embedding_grad, &nd, in, &out, NULL));
-    ck_exact(&out, (double[]){3, 4, 7, 8, 15, 18, 0, 0}, "embedding_grad");
-    for (int bad = 0; bad < 2; bad++) {
-      set(&in[0], 3, bad ? 4 : -1);
-      for (int i = 0; i < 8; i++) set(&out, i, 42);
-      ck_assert_int_eq(run(tfg_cpu_embedding_grad, &nd, in, &out, NULL), TFG_ERR_NUMERIC);
-      ck_assert_ptr_nonnull(
-          strstr(last_err, bad ? "id 4 (at flat position 3" : "id -1 (at flat position 3"));
-      ck_exact(&out, (double[]){42, 42, 42, 42, 42, 42, 42, 42}, "untouched after a bad id");
-    }
-    free_all(in, 2);
-    free(out.data);
+    ck_assert_int_eq(run(tfg_cpu_embedding_grad, &nd, in, &out, NULL), TFG_ERR_NUMERIC);
+    ck_assert_ptr_nonnull(
+        strstr(last_err, bad ? "id 4 (at flat position 3" : "id -1 (at flat position 3"));
+    ck_exact(&out, (double[]){42, 42, 42, 42, 42, 42, 42, 42}, "untouched after a bad id");
   }
+  free_all(in, 2);
+  free(out.data);
 }
 END_TEST
 
@@ -796,36 +796,32 @@ END_TEST
  * order, so the result is exactly the in-order sum (0 + dy[first] +
  * dy[next] + ...) in the dtype, with or without a pool. */
 START_TEST(embedding_grad_deterministic) {
-  tfg_pool *pool = tfg_pool_new(4);
   enum { V = 2000, D = 96, NID = 6000 };
-  for (int d = 0; d < 2; d++) {
-    tfg_dtype dt = d ? TFG_DTYPE_F64 : TFG_DTYPE_F32;
-    tfg_tensor in[2] = {tnew(TFG_DTYPE_I32, shp(2, 60, 100)), tnew(dt, shp(3, 60, 100, D))};
-    for (int i = 0; i < NID; i++) /* every seventh id is row 7: a hot row */
-      set(&in[0], i, i % 7 ? (double)(tfg_rng_bits(401, (uint64_t)i) % V) : 7);
-    fill(&in[1], 402, -1, 1);
-    tfg_tensor out = tnew(dt, shp(2, V, D)), out2 = tnew(dt, shp(2, V, D));
-    tfg_node nd = mknode(TFG_OP_EMBEDDING_GRAD, &out.shape, dt, 2);
-    nd.attrs.n = V;
-    ck_ok(run(tfg_cpu_embedding_grad, &nd, in, &out, NULL));
-    ck_ok(run(tfg_cpu_embedding_grad, &nd, in, &out2, pool));
-    ck_same_bits(&out, &out2, "embedding_grad");
-    tfg_tensor ref = tnew(dt, shp(2, V, D));
-    for (int i = 0; i < NID; i++) {
-      int64_t r = (int64_t)get(&in[0], i);
-      for (int c = 0; c < D; c++)
-        if (d)
-          ((double *)ref.data)[r * D + c] += ((const double *)in[1].data)[i * D + c];
-        else
-          ((float *)ref.data)[r * D + c] += ((const float *)in[1].data)[i * D + c];
-    }
-    ck_same_bits(&out, &ref, "embedding_grad vs the in-order sum");
-    free_all(in, 2);
-    free(out.data);
-    free(out2.data);
-    free(ref.data);
+  tfg_dtype dt = FLOATS[_i];
+  tfg_tensor in[2] = {tnew(TFG_DTYPE_I32, shp(2, 60, 100)), tnew(dt, shp(3, 60, 100, D))};
+  for (int i = 0; i < NID; i++) /* every seventh id is row 7: a hot row */
+    set(&in[0], i, i % 7 ? (double)(tfg_rng_bits(401, (uint64_t)i) % V) : 7);
+  fill(&in[1], 402, -1, 1);
+  tfg_tensor out = tnew(dt, shp(2, V, D)), out2 = tnew(dt, shp(2, V, D));
+  tfg_node nd = mknode(TFG_OP_EMBEDDING_GRAD, &out.shape, dt, 2);
+  nd.attrs.n = V;
+  ck_ok(run(tfg_cpu_embedding_grad, &nd, in, &out, NULL));
+  ck_ok(run(tfg_cpu_embedding_grad, &nd, in, &out2, test_pool));
+  ck_same_bits(&out, &out2, "embedding_grad");
+  tfg_tensor ref = tnew(dt, shp(2, V, D));
+  for (int i = 0; i < NID; i++) {
+    int64_t r = (int64_t)get(&in[0], i);
+    for (int c = 0; c < D; c++)
+      if (dt == TFG_DTYPE_F64)
+        ((double *)ref.data)[r * D + c] += ((const double *)in[1].data)[i * D + c];
+      else
+        ((float *)ref.data)[r * D + c] += ((const float *)in[1].data)[i * D + c];
   }
-  tfg_pool_free(pool);
+  ck_same_bits(&out, &ref, "embedding_grad vs the in-order sum");
+  free_all(in, 2);
+  free(out.data);
+  free(out2.data);
+  free(ref.data);
 }
 END_TEST
 
@@ -871,6 +867,15 @@ static void ck_ulp(const tfg_tensor *got, const double *want, const char *what, 
 
 /* The marker output: its bytes must survive the update. */
 static const unsigned char MARK[8] = {0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4};
+
+/* An optimizer node's tensors: n of [3] elements in dt, in[0] = P0 and
+ * the others zero, and the marker output over mark (a copy of MARK). */
+static tfg_tensor opt_tensors(tfg_dtype dt, int n, tfg_tensor *in, unsigned char mark[8]) {
+  for (int k = 0; k < n; k++) in[k] = tnew(dt, shp(1, 3));
+  set_all(&in[0], P0);
+  memcpy(mark, MARK, 8);
+  return (tfg_tensor){.data = mark, .dtype = dt, .shape = shp(1, 0)};
+}
 
 typedef struct sgd_case {
   const char *what;
@@ -977,12 +982,10 @@ static const sgd_case SGD_F32[] = {
  * and the buffer lying beside them must stay 7. The gradient is never
  * written, and neither is the marker output. */
 static void run_sgd(const sgd_case *c, tfg_dtype dt, tfg_pool *pool) {
-  tfg_tensor in[3] = {tnew(dt, shp(1, 3)), tnew(dt, shp(1, 3)), tnew(dt, shp(1, 3))};
-  set_all(&in[0], P0);
-  set_all(&in[2], (double[]){7, 7, 7});
+  tfg_tensor in[3];
   unsigned char mark[8];
-  memcpy(mark, MARK, 8);
-  tfg_tensor out = {.data = mark, .dtype = dt, .shape = shp(1, 0)};
+  tfg_tensor out = opt_tensors(dt, 3, in, mark);
+  set_all(&in[2], (double[]){7, 7, 7});
   tfg_node nd = mknode(TFG_OP_SGD_UPDATE, &out.shape, dt, c->momentum != 0 ? 3 : 2);
   nd.attrs.opt.lr = c->lr;
   nd.attrs.opt.momentum = c->momentum;
@@ -1001,14 +1004,11 @@ static void run_sgd(const sgd_case *c, tfg_dtype dt, tfg_pool *pool) {
   free_all(in, 3);
 }
 
+/* Case _i in f64, without and with a pool, and in f32. */
 START_TEST(sgd_three_steps) {
-  tfg_pool *pool = tfg_pool_new(4);
-  for (size_t i = 0; i < sizeof SGD_F64 / sizeof SGD_F64[0]; i++) {
-    run_sgd(&SGD_F64[i], TFG_DTYPE_F64, NULL);
-    run_sgd(&SGD_F64[i], TFG_DTYPE_F64, pool);
-    run_sgd(&SGD_F32[i], TFG_DTYPE_F32, NULL);
-  }
-  tfg_pool_free(pool);
+  run_sgd(&SGD_F64[_i], TFG_DTYPE_F64, NULL);
+  run_sgd(&SGD_F64[_i], TFG_DTYPE_F64, test_pool);
+  run_sgd(&SGD_F32[_i], TFG_DTYPE_F32, NULL);
 }
 END_TEST
 
@@ -1125,12 +1125,9 @@ static const adam_case ADAM_F32[] = {
 };
 
 static void run_adam(const adam_case *c, tfg_dtype dt, tfg_pool *pool) {
-  tfg_tensor in[4] = {tnew(dt, shp(1, 3)), tnew(dt, shp(1, 3)), tnew(dt, shp(1, 3)),
-                      tnew(dt, shp(1, 3))};
-  set_all(&in[0], P0);
+  tfg_tensor in[4];
   unsigned char mark[8];
-  memcpy(mark, MARK, 8);
-  tfg_tensor out = {.data = mark, .dtype = dt, .shape = shp(1, 0)};
+  tfg_tensor out = opt_tensors(dt, 4, in, mark);
   tfg_node nd = mknode(TFG_OP_ADAM_UPDATE, &out.shape, dt, 4);
   nd.attrs.opt.lr = c->lr;
   nd.attrs.opt.beta1 = c->beta1;
@@ -1149,16 +1146,22 @@ static void run_adam(const adam_case *c, tfg_dtype dt, tfg_pool *pool) {
   free_all(in, 4);
 }
 
+/* Case _i in f64, without and with a pool, and in f32. */
 START_TEST(adam_three_steps) {
-  tfg_pool *pool = tfg_pool_new(4);
-  for (size_t i = 0; i < sizeof ADAM_F64 / sizeof ADAM_F64[0]; i++) {
-    run_adam(&ADAM_F64[i], TFG_DTYPE_F64, NULL);
-    run_adam(&ADAM_F64[i], TFG_DTYPE_F64, pool);
-    run_adam(&ADAM_F32[i], TFG_DTYPE_F32, NULL);
-  }
-  tfg_pool_free(pool);
+  run_adam(&ADAM_F64[_i], TFG_DTYPE_F64, NULL);
+  run_adam(&ADAM_F64[_i], TFG_DTYPE_F64, test_pool);
+  run_adam(&ADAM_F32[_i], TFG_DTYPE_F32, NULL);
 }
 END_TEST
+
+/* Step `step` of fn on a without a pool and on b (the same values) with
+ * one: the first n tensors must then hold the same bits. */
+static void same_on_pool(tfg_kernel_fn fn, const tfg_node *nd, tfg_tensor *a, tfg_tensor *b, int n,
+                         tfg_tensor *out, tfg_pool *pool, int64_t step, const char *what) {
+  ck_ok(run_step(fn, nd, a, out, NULL, step));
+  ck_ok(run_step(fn, nd, b, out, pool, step));
+  for (int k = 0; k < n; k++) ck_same_bits(&a[k], &b[k], what);
+}
 
 /* AdamW with weight_decay 0 is Adam; a large parameter split over a
  * pool gives the same bits as without (each element is independent);
@@ -1169,7 +1172,6 @@ START_TEST(optim_edges) {
   c.what = "adamw, no decay";
   run_adam(&c, TFG_DTYPE_F64, NULL);
 
-  tfg_pool *pool = tfg_pool_new(4);
   enum { N = 300007 };
   tfg_tensor a[4], b[4];
   for (int k = 0; k < 4; k++) {
@@ -1185,18 +1187,14 @@ START_TEST(optim_edges) {
   nd.attrs.opt.eps = 1e-8;
   nd.attrs.opt.weight_decay = 0.01;
   nd.attrs.opt.decoupled = true;
-  ck_ok(run_step(tfg_cpu_adam_update, &nd, a, &out, NULL, 5));
-  ck_ok(run_step(tfg_cpu_adam_update, &nd, b, &out, pool, 5));
-  for (int k = 0; k < 4; k++) ck_same_bits(&a[k], &b[k], "adam_update");
+  same_on_pool(tfg_cpu_adam_update, &nd, a, b, 4, &out, test_pool, 5, "adam_update");
   nd.op = TFG_OP_SGD_UPDATE;
   nd.ninputs = 3;
   memset(&nd.attrs.opt, 0, sizeof nd.attrs.opt);
   nd.attrs.opt.lr = 1e-2;
   nd.attrs.opt.momentum = 0.9;
   nd.attrs.opt.nesterov = true;
-  ck_ok(run_step(tfg_cpu_sgd_update, &nd, a, &out, NULL, 2));
-  ck_ok(run_step(tfg_cpu_sgd_update, &nd, b, &out, pool, 2));
-  for (int k = 0; k < 3; k++) ck_same_bits(&a[k], &b[k], "sgd_update");
+  same_on_pool(tfg_cpu_sgd_update, &nd, a, b, 3, &out, test_pool, 2, "sgd_update");
 
   ck_assert_int_eq(run_step(tfg_cpu_sgd_update, &nd, a, &out, NULL, 0), TFG_ERR_NUMERIC);
   ck_assert_ptr_nonnull(strstr(last_err, "step 0"));
@@ -1209,7 +1207,6 @@ START_TEST(optim_edges) {
   free_all(a, 4);
   free_all(b, 4);
   free(out.data);
-  tfg_pool_free(pool);
 }
 END_TEST
 
@@ -1217,26 +1214,29 @@ Suite *suite_kernels_grad(void) {
   Suite *s = suite_create("kernels_grad");
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, relu_grad_fd);
-  tcase_add_test(tc, relu_grad_exact);
-  tcase_add_test(tc, gelu_grad_fd);
+  tcase_add_checked_fixture(tc, test_pool_make, test_pool_free);
+#define N_OF(table) ((int)(sizeof table / sizeof table[0]))
+  tcase_add_loop_test(tc, unary_grad_fd, 0, N_OF(UNARY_FD));
+  tcase_add_loop_test(tc, relu_grad_exact, 0, 2);
   tcase_add_test(tc, gelu_grad_values);
-  tcase_add_test(tc, cross_entropy_grad_fd);
-  tcase_add_test(tc, cross_entropy_grad_stable_and_bad_label);
-  tcase_add_test(tc, layer_norm_grad_fd);
-  tcase_add_test(tc, conv2d_grad_input_fd);
-  tcase_add_test(tc, conv2d_grad_weight_fd);
-  tcase_add_test(tc, conv2d_grads_reference);
+  tcase_add_loop_test(tc, cross_entropy_grad_fd, 0, N_OF(CE_FD));
+  tcase_add_loop_test(tc, cross_entropy_grad_stable_and_bad_label, 0, 2);
+  tcase_add_loop_test(tc, layer_norm_grad_fd, 0, N_OF(LN_FD));
+  tcase_add_loop_test(tc, conv2d_grad_input_fd, 0, NCONV);
+  tcase_add_loop_test(tc, conv2d_grad_weight_fd, 0, NCONV);
+  tcase_add_loop_test(tc, conv2d_grads_reference, 0, NCONV);
+  tcase_add_loop_test(tc, conv2d_grads_reference_large, 0, N_OF(CONV_REF_LARGE));
   tcase_add_test(tc, conv2d_grads_empty_sums);
-  tcase_add_test(tc, pool_grads_fd);
-  tcase_add_test(tc, pool_grads_hand);
-  tcase_add_test(tc, embedding_grad_fd);
-  tcase_add_test(tc, embedding_grad_hand_and_bad_id);
-  tcase_add_test(tc, embedding_grad_deterministic);
+  tcase_add_loop_test(tc, pool_grads_fd, 0, 2 * NPOOL);
+  tcase_add_loop_test(tc, pool_grads_hand, 0, 2);
+  tcase_add_loop_test(tc, embedding_grad_fd, 0, N_OF(EMB_FD));
+  tcase_add_loop_test(tc, embedding_grad_hand_and_bad_id, 0, 2);
+  tcase_add_loop_test(tc, embedding_grad_deterministic, 0, 2);
   tcase_add_test(tc, grad_bad_dtypes);
-  tcase_add_test(tc, sgd_three_steps);
-  tcase_add_test(tc, adam_three_steps);
+  tcase_add_loop_test(tc, sgd_three_steps, 0, N_OF(SGD_F64));
+  tcase_add_loop_test(tc, adam_three_steps, 0, N_OF(ADAM_F64));
   tcase_add_test(tc, optim_edges);
+#undef N_OF
   suite_add_tcase(s, tc);
   return s;
 }

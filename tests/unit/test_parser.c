@@ -23,6 +23,18 @@ static char *ok(const char *text) {
     free(got_);                     \
   } while (0)
 
+/* text must fail to parse with exactly n errors, and each of the NULL-
+ * terminated msgs must be in their rendered text. */
+static void expect_errors(const char *text, size_t n, const char *const *msgs) {
+  size_t got;
+  char *errs = NULL;
+  char *dump = test_parse(text, strlen(text), &errs, &got);
+  ck_assert_ptr_null(dump);
+  ck_assert_msg(got == n, "%zu errors:\n%s", got, errs);
+  for (; *msgs; msgs++) ck_assert_msg(strstr(errs, *msgs) != NULL, "no '%s' in:\n%s", *msgs, errs);
+  free(errs);
+}
+
 START_TEST(precedence) {
   AST_EQ("a + b * c - d / e % f", "1:1     (expr (- (+ a (* b c)) (% (/ d e) f)))\n");
   AST_EQ("-a * !b", "1:1     (expr (* (- a) (! b)))\n");
@@ -101,20 +113,14 @@ END_TEST
 
 /* Errors in separate statements are all reported, each once. */
 START_TEST(recovery_reports_each_error) {
-  size_t n;
-  char *errs = NULL;
   /* Line 4 continues line 3 (newlines inside ( ) join lines): the error
    * is the '=' there, and the unclosed '(' is dropped for recovery. */
-  const char *text = "let = 1\nlet b = 2\nx = (1 +\ny = 3\nfn f( { }\nz = )\nw = 4 4\n";
-  char *dump = test_parse(text, strlen(text), &errs, &n);
-  ck_assert_ptr_null(dump);
-  ck_assert_msg(n == 5, "%zu errors:\n%s", n, errs);
-  ck_assert_ptr_nonnull(strstr(errs, "t.tfg:1:5: error: expected a name after keyword 'let', found '='"));
-  ck_assert_ptr_nonnull(strstr(errs, "t.tfg:4:3: error: expected ')' to close '(' at 3:5, found '='"));
-  ck_assert_ptr_nonnull(strstr(errs, "t.tfg:5:7: error: expected a name or ')' after '(', found '{'"));
-  ck_assert_ptr_nonnull(strstr(errs, "t.tfg:6:5: error: unmatched ')'"));
-  ck_assert_ptr_nonnull(strstr(errs, "t.tfg:7:7: error: expected end of statement, found integer `4`"));
-  free(errs);
+  expect_errors("let = 1\nlet b = 2\nx = (1 +\ny = 3\nfn f( { }\nz = )\nw = 4 4\n", 5,
+                (const char *const[]){"t.tfg:1:5: error: expected a name after keyword 'let', found '='",
+                                      "t.tfg:4:3: error: expected ')' to close '(' at 3:5, found '='",
+                                      "t.tfg:5:7: error: expected a name or ')' after '(', found '{'",
+                                      "t.tfg:6:5: error: unmatched ')'",
+                                      "t.tfg:7:7: error: expected end of statement, found integer `4`", NULL});
 }
 END_TEST
 
@@ -250,16 +256,10 @@ END_TEST
 /* `@` then a statement: the name was read as the device; the message
  * says the device is missing, at the name (issue 13). */
 START_TEST(at_without_device) {
-  size_t n;
-  char *errs = NULL;
-  const char *text = "@ h = 1\n@gpu:0 x = 1\n@ d\n";
-  char *dump = test_parse(text, strlen(text), &errs, &n);
-  ck_assert_ptr_null(dump);
-  ck_assert_msg(n == 2, "%zu errors:\n%s", n, errs);
-  ck_assert_ptr_nonnull(strstr(errs, "t.tfg:1:3: error: expected a device after '@'\n"));
-  /* `@d` alone: the statement is what is missing. */
-  ck_assert_ptr_nonnull(strstr(errs, "t.tfg:3:4: error: expected a statement, found end of line"));
-  free(errs);
+  expect_errors("@ h = 1\n@gpu:0 x = 1\n@ d\n", 2,
+                (const char *const[]){"t.tfg:1:3: error: expected a device after '@'\n",
+                                      /* `@d` alone: the statement is what is missing. */
+                                      "t.tfg:3:4: error: expected a statement, found end of line", NULL});
 }
 END_TEST
 
