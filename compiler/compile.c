@@ -5,7 +5,6 @@
 #include "compiler/compile.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 #include "base/assert.h"
 #include "compiler/strategy.h"
