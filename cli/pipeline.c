@@ -17,9 +17,9 @@
 #include "base/diag.h"
 #include "base/strbuf.h"
 #include "cli/pipeline.h"
+#include "compiler/compile.h"
 #include "compiler/place.h"
 #include "compiler/plan.h"
-#include "compiler/strategy.h"
 #include "lang/interp.h"
 #include "runtime/device.h"
 #include "runtime/format.h"
@@ -148,45 +148,6 @@ tfg_devices *cli_devices_for(const cli_opts *o, const tfg_program *p, tfg_diag *
   return ds;
 }
 
-/* Builds the training step of every train action under its strategy
- * (compiler/strategy.h) into steps[action index]; returns 0 or
- * EXIT_PROGRAM. The steps of the train actions are also packed into
- * packed[0..*npacked) for the placer. */
-int cli_build_steps(tfg_program *p, tfg_diag *d, tfg_train_step *steps, tfg_train_step *packed, int *npacked) {
-  *npacked = 0;
-  for (int i = 0; i < p->nactions; i++) {
-    if (p->actions[i].kind != TFG_ACTION_TRAIN) continue;
-    if (tfg_strategy_train_step(p->graph, &p->actions[i], p, &steps[i], d) != TFG_OK) return EXIT_PROGRAM;
-    packed[(*npacked)++] = steps[i];
-  }
-  return 0;
-}
-
-/* Marks in keep every node a run of the program may fetch, which fusion
- * must leave materialized: the tensors its print actions show, and per
- * train step what runtime/train.c fetches (losses, metrics, updates, a
- * parameter server's worker gradients) or reads and writes (params,
- * state, mirrors, fed gradients). */
-static void mark_fetched(const tfg_program *p, const tfg_train_step *packed, int npacked, uint8_t *keep) {
-  for (int a = 0; a < p->nactions; a++)
-    for (int i = 0; p->actions[a].kind == TFG_ACTION_PRINT && i < p->actions[a].nitems; i++)
-      if (p->actions[a].items[i].is_tensor) keep[p->actions[a].items[i].node] = 1;
-  for (int k = 0; k < npacked; k++) {
-    const tfg_train_step *st = &packed[k];
-    int W = st->nreplicas, P = st->nparams;
-    keep[st->loss] = 1;
-    for (int i = 0; i < W; i++) keep[st->losses[i]] = 1;
-    for (int i = 0; i < st->nmetrics; i++) keep[st->metrics[i]] = 1;
-    for (int i = 0; i < W * st->nmetrics; i++) keep[st->replica_metrics[i]] = 1;
-    for (int i = 0; i < st->nupdates; i++) keep[st->updates[i]] = 1;
-    for (int i = 0; i < P; i++) keep[st->params[i]] = 1;
-    for (int i = 0; i < st->nstates; i++) keep[st->states[i]] = 1;
-    for (int i = 0; i < st->nmirrors; i++) keep[st->mirror_src[i]] = keep[st->mirror_dst[i]] = 1;
-    for (int i = 0; st->worker_grads && i < W * P; i++) keep[st->worker_grads[i]] = keep[st->worker_params[i]] = 1;
-    for (int i = 0; st->grad_inputs && i < P; i++) keep[st->grad_inputs[i]] = 1;
-  }
-}
-
 /* --verbose after placement: how many ops each device got. */
 static void verbose_placement(const cli_opts *o, const tfg_placement *pl, const tfg_devices *ds) {
   tfg_strbuf b = {0};
@@ -219,41 +180,6 @@ static void verbose_plan(const cli_opts *o, const tfg_plan *plan) {
   tfg_strbuf_free(&b);
 }
 
-/* Places and plans the program (exit 1 when it cannot be, as memory
- * that cannot fit is an error found before anything runs); every plan is
- * validated: a violation is a bug in the planner, never something to run.
- * Chains of elementwise ops are fused (compiler/plan.h) unless TFG_FUSE=0
- * or --check-numerics (which names the op that made a NaN: each op must
- * run alone). */
-int cli_compile_program(const cli_opts *o, tfg_program *p, const tfg_train_step *packed, int npacked,
-                        tfg_devices *ds, const tfg_node_id *extra, int nextra, tfg_diag *d,
-                        tfg_placement **pl, tfg_plan **plan) {
-  if (tfg_place_fit(p->graph, ds, packed, npacked, d, pl) != TFG_OK) return EXIT_PROGRAM;
-  if (o->verbose) verbose_placement(o, *pl, ds);
-  const char *env = getenv("TFG_FUSE");
-  uint8_t *keep = calloc((size_t)p->graph->nnodes + 1, 1);
-  if (!keep) abort();
-  mark_fetched(p, packed, npacked, keep);
-  for (int i = 0; i < nextra; i++) keep[extra[i]] = 1;
-  tfg_plan_opts po = {.bucket_bytes = o->bucket_bytes,
-                      .fuse = !o->check_numerics && !(env && strcmp(env, "0") == 0),
-                      .keep = keep};
-  tfg_status st = tfg_plan_build_with(p->graph, *pl, ds, &po, d, plan);
-  free(keep);
-  if (st != TFG_OK) return EXIT_PROGRAM;
-  if (o->verbose) verbose_plan(o, *plan);
-  tfg_strbuf why = {0};
-  int rc = 0;
-  if (!tfg_plan_validate(*plan, &why)) {
-    fprintf(stderr, "tfg: internal error: the plan is invalid: %s\n", why.data);
-    rc = EXIT_RUNTIME;
-  } else {
-    cli_verbose(o, "validated the plan");
-  }
-  tfg_strbuf_free(&why);
-  return rc;
-}
-
 /* --verbose after the training steps: per train action its strategy,
  * the params it trains, and the graph's size with every step added. */
 static void verbose_steps(const cli_opts *o, const tfg_program *p, const tfg_train_step *steps) {
@@ -284,30 +210,92 @@ static void verbose_devices(const cli_opts *o, const tfg_devices *ds) {
   tfg_strbuf_free(&b);
 }
 
-/* Builds c for p: 0, or the exit code after reporting. c is always
- * freed with cli_compiled_free. */
+/* What the driver's hooks need: the options, the program, where the
+ * devices come from, and whether --verbose reports the steps and
+ * devices (a file's run does; the REPL does not). */
+typedef struct compile_ctx {
+  const cli_opts *o;
+  const tfg_program *p;
+  tfg_status (*devices)(void *ctx, const tfg_program *p, tfg_diag *d, tfg_devices **out); /* NULL: cli_devices_for */
+  void *devices_ctx;
+  bool verbose_front;
+} compile_ctx;
+
+/* The driver's stage 2: the caller's devices, else cli_devices_for (a
+ * bad --devices is bad usage; the default fails only for a program
+ * naming more GPUs than can be emulated, an error in the program). */
+static tfg_status compile_devices(void *ctx, const tfg_program *p, tfg_diag *d, tfg_devices **out) {
+  const compile_ctx *k = ctx;
+  if (k->devices) return k->devices(k->devices_ctx, p, d, out);
+  *out = cli_devices_for(k->o, p, d);
+  return *out ? TFG_OK : k->o->devices ? TFG_ERR_USAGE : TFG_ERR_PLACE;
+}
+
+/* --verbose after each stage, with its time. */
+static void compile_done(void *ctx, tfg_compile_stage stage, const tfg_compiled *c) {
+  const compile_ctx *k = ctx;
+  const cli_opts *o = k->o;
+  switch (stage) {
+  case TFG_COMPILE_PASSES:
+    if (o->verbose && k->verbose_front) verbose_steps(o, k->p, c->steps);
+    break;
+  case TFG_COMPILE_DEVICES:
+    if (o->verbose && k->verbose_front) verbose_devices(o, c->ds);
+    break;
+  case TFG_COMPILE_PLACE:
+    if (o->verbose) verbose_placement(o, c->pl, c->ds);
+    break;
+  case TFG_COMPILE_PLAN:
+    if (o->verbose) verbose_plan(o, c->plan);
+    break;
+  case TFG_COMPILE_VALIDATE: cli_verbose(o, "validated the plan"); break;
+  }
+}
+
+/* Compiles p with the driver: placement counting activations, fusion
+ * unless TFG_FUSE=0 or --check-numerics (which names the op that made a
+ * NaN: each op must run alone), the plan validated. Returns 0 or the
+ * exit code: 1 when the program cannot be compiled (memory that cannot
+ * fit is an error found before anything runs), EXIT_RUNTIME for an
+ * invalid plan (a bug in the planner, never something to run). */
+static int compile(compile_ctx *k, tfg_program *p, const tfg_node_id *extra, int nextra, tfg_diag *d,
+                   tfg_compiled *c) {
+  const cli_opts *o = k->o;
+  const char *env = getenv("TFG_FUSE");
+  tfg_compile_opts co = {.devices = compile_devices,
+                         .fit = true,
+                         .bucket_bytes = o->bucket_bytes,
+                         .fuse = !o->check_numerics && !(env && strcmp(env, "0") == 0),
+                         .extra = extra,
+                         .nextra = nextra,
+                         .validate = true,
+                         .done = compile_done,
+                         .ctx = k};
+  if (tfg_compile(p, &co, d, c) == TFG_OK) return 0;
+  switch (c->failed) {
+  case TFG_COMPILE_DEVICES: return o->devices ? EXIT_USAGE : EXIT_PROGRAM;
+  case TFG_COMPILE_VALIDATE:
+    fprintf(stderr, "tfg: internal error: the plan is invalid: %s\n", c->why.data);
+    return EXIT_RUNTIME;
+  default: return EXIT_PROGRAM;
+  }
+}
+
 int cli_compile(const cli_opts *o, tfg_program *p, tfg_diag *d, cli_compiled *c) {
-  *c = (cli_compiled){.nactions = p->nactions};
-  c->steps = calloc((size_t)p->nactions + 1, sizeof *c->steps);
-  c->packed = calloc((size_t)p->nactions + 1, sizeof *c->packed);
-  if (!c->steps || !c->packed) abort();
-  int rc = cli_build_steps(p, d, c->steps, c->packed, &c->npacked);
-  if (rc == 0 && o->verbose) verbose_steps(o, p, c->steps);
-  /* A bad --devices is bad usage; the default fails only for a program
-   * naming more GPUs than can be emulated, an error in the program. */
-  if (rc == 0 && !(c->ds = cli_devices_for(o, p, d))) rc = o->devices ? EXIT_USAGE : 1;
-  if (rc == 0 && o->verbose) verbose_devices(o, c->ds);
-  if (rc == 0) rc = cli_compile_program(o, p, c->packed, c->npacked, c->ds, NULL, 0, d, &c->pl, &c->plan);
-  return rc;
+  compile_ctx k = {.o = o, .p = p, .verbose_front = true};
+  return compile(&k, p, NULL, 0, d, c);
+}
+
+int cli_compile_for(const cli_opts *o, tfg_program *p,
+                    tfg_status (*devices)(void *ctx, const tfg_program *p, tfg_diag *d, tfg_devices **out), void *ctx,
+                    const tfg_node_id *extra, int nextra, tfg_diag *d, tfg_compiled *c) {
+  compile_ctx k = {.o = o, .p = p, .devices = devices, .devices_ctx = ctx};
+  return compile(&k, p, extra, nextra, d, c);
 }
 
 void cli_compiled_free(cli_compiled *c) {
-  tfg_plan_free(c->plan);
-  tfg_placement_free(c->pl);
-  tfg_devices_free(c->ds);
-  for (int i = 0; c->steps && i < c->nactions; i++) tfg_train_step_free(&c->steps[i]);
-  free(c->steps);
-  free(c->packed);
+  tfg_devices_free(c->ds); /* cli_compile's own */
+  tfg_compiled_free(c);
 }
 
 /* Prints one print action: a header per tensor, then its values. */

@@ -9,7 +9,7 @@
  *
  *   cli_opts o = {...};                     // from the command line
  *   cli_verbose_start();
- *   cli_compiled c;                         // steps, devices, placement, plan
+ *   cli_compiled c;                         // steps, devices, placement, plan (compiler/compile.h)
  *   int rc = cli_compile(&o, prog, diag, &c);
  *   tfg_session *s = rc ? NULL : tfg_session_new(prog, diag, &(tfg_session_opts){.plan = c.plan});
  *   cli_catch_interrupts(true);
@@ -18,9 +18,8 @@
  *   tfg_session_free(s);
  *   cli_compiled_free(&c);
  *
- * A caller that needs the stages apart (the REPL: its own devices, more
- * nodes to fetch) calls cli_build_steps, cli_devices_for and
- * cli_compile_program itself. */
+ * The REPL, which keeps its own devices and fetches more nodes, compiles
+ * with cli_compile_for. */
 #ifndef TFG_CLI_PIPELINE_H
 #define TFG_CLI_PIPELINE_H
 
@@ -29,6 +28,7 @@
 #include <stdint.h>
 
 #include "compiler/autodiff.h"
+#include "compiler/compile.h"
 #include "compiler/place.h"
 #include "compiler/plan.h"
 #include "lang/interp.h"
@@ -91,38 +91,29 @@ int cli_gpus_named(const tfg_program *p, tfg_loc *where);
  * a bad --devices spec. */
 tfg_devices *cli_devices_for(const cli_opts *o, const tfg_program *p, tfg_diag *d);
 
-/* Builds the training step of every train action of p under its
- * strategy into steps[action index], and packs them into
- * packed[0..*npacked) for the placer. Returns 0 or EXIT_PROGRAM. */
-int cli_build_steps(tfg_program *p, tfg_diag *d, tfg_train_step *steps, tfg_train_step *packed, int *npacked);
+/* What run, place and plan build before they act, by the compile driver
+ * (compiler/compile.h): every train action's step (indexed by action),
+ * the devices, the placement and the validated plan. */
+typedef tfg_compiled cli_compiled;
 
-/* Places p's graph on ds (memory that cannot fit is a program error) and
- * plans it. Fusion leaves materialized every node p's actions fetch, the
- * steps' nodes and extra[0..nextra) (more nodes the caller will fetch);
- * it is off under TFG_FUSE=0 or --check-numerics. The plan is
- * validated. Returns 0, EXIT_PROGRAM, or EXIT_RUNTIME (an invalid plan,
- * a bug); *pl and *plan are the caller's to free either way. */
-int cli_compile_program(const cli_opts *o, tfg_program *p, const tfg_train_step *packed, int npacked,
-                        tfg_devices *ds, const tfg_node_id *extra, int nextra, tfg_diag *d,
-                        tfg_placement **pl, tfg_plan **plan);
-
-/* What run, place and plan build before they act: every train action's
- * step (indexed by action), the devices, the placement and the plan. */
-typedef struct cli_compiled {
-  int nactions;
-  tfg_train_step *steps, *packed; /* packed: the steps of the train actions, for the placer */
-  int npacked;
-  tfg_devices *ds;
-  tfg_placement *pl;
-  tfg_plan *plan;
-} cli_compiled;
-
-/* The whole chain for a file: cli_build_steps, cli_devices_for (a bad
- * --devices is EXIT_USAGE), cli_compile_program, with their --verbose
- * lines. Returns 0 or the exit code after reporting; c is always the
- * caller's to free with cli_compiled_free. */
+/* The whole chain for a file: the compile driver's stages with the
+ * devices of cli_devices_for and their --verbose lines. Memory that
+ * cannot fit is a program error. Fusion leaves materialized every node
+ * p's actions fetch and the steps' nodes; it is off under TFG_FUSE=0 or
+ * --check-numerics. Returns 0 or the exit code after reporting: a bad
+ * --devices is EXIT_USAGE, an invalid plan (a bug) EXIT_RUNTIME. c is
+ * always the caller's to free with cli_compiled_free. */
 int cli_compile(const cli_opts *o, tfg_program *p, tfg_diag *d, cli_compiled *c);
 void cli_compiled_free(cli_compiled *c);
+
+/* cli_compile for the REPL: devices(ctx, ...) picks the devices (the
+ * caller's: c->ds is not freed), extra[0..nextra) are more nodes the
+ * caller will fetch, and --verbose says nothing of the steps and devices.
+ * Returns 0 or the exit code; c->failed names the stage that failed. c is
+ * the caller's to free with tfg_compiled_free. */
+int cli_compile_for(const cli_opts *o, tfg_program *p,
+                    tfg_status (*devices)(void *ctx, const tfg_program *p, tfg_diag *d, tfg_devices **out), void *ctx,
+                    const tfg_node_id *extra, int nextra, tfg_diag *d, tfg_compiled *c);
 
 /* Runs print action a on session s and prints it to stdout: per item a
  * header `TEXT: DTYPE[SHAPE] @DEVICE` and the values (or TEXT: VALUE for a

@@ -179,6 +179,14 @@ static tfg_devices *devices_of(repl *r, const tfg_program *p) {
   return r->ds;
 }
 
+/* The compile driver's devices (cli_compile_for): devices_of, which
+ * reports to the session's diagnostics (d). */
+static tfg_status compile_devices(void *ctx, const tfg_program *p, tfg_diag *d, tfg_devices **out) {
+  (void)d;
+  *out = devices_of(ctx, p);
+  return *out ? TFG_OK : TFG_ERR_USAGE;
+}
+
 /* A copy of g whose new nodes go to the copy alone. The nodes' input
  * arrays, names and constants stay in g's arena (g outlives the copy),
  * so a shallow copy of the node array is a full one for the stages that
@@ -247,20 +255,16 @@ static tfg_status run_items(repl *r, const run_item *items, int nitems, int firs
   ep.actions = p->actions + first_action;
   ep.nactions = p->nactions - first_action;
   size_t na = (size_t)ep.nactions + 1;
-  tfg_train_step *steps = calloc(na, sizeof *steps), *packed = calloc(na, sizeof *packed),
-                 *gsteps = calloc(na, sizeof *gsteps);
+  tfg_train_step *gsteps = calloc(na, sizeof *gsteps);
   const tfg_action **group = calloc(na, sizeof *group);
   tfg_node_id *extra = calloc((size_t)nitems + 1, sizeof *extra);
-  if (!steps || !packed || !gsteps || !group || !extra) abort();
+  if (!gsteps || !group || !extra) abort();
   int nextra = 0;
   for (int i = 0; i < nitems; i++)
     if (!items[i].is_action && items[i].value.kind == TFG_V_TENSOR) extra[nextra++] = items[i].value.u.tensor;
 
   tfg_status st = TFG_OK;
-  int npacked = 0;
-  tfg_devices *ds = NULL;
-  tfg_placement *pl = NULL;
-  tfg_plan *plan = NULL;
+  tfg_compiled c = {0}; /* steps (by action of ep), devices, placement, plan */
   tfg_session *s = NULL;
   const cli_opts *o = r->o;
   tfg_session_opts so = {.threads = o->threads, .feeds = o->feeds, .nfeeds = o->nfeeds, .seed = o->seed,
@@ -275,12 +279,16 @@ static tfg_status run_items(repl *r, const run_item *items, int nitems, int firs
     tfg_strbuf_free(&why);
     st = TFG_ERR_USAGE;
   }
-  if (st == TFG_OK && cli_build_steps(&ep, r->d, steps, packed, &npacked) != 0) st = TFG_ERR_NAME;
-  if (st == TFG_OK && !(ds = devices_of(r, &ep))) st = TFG_ERR_USAGE;
-  if (st == TFG_OK) {
-    int rc = cli_compile_program(o, &ep, packed, npacked, ds, extra, nextra, r->d, &pl, &plan);
-    if (rc != 0) st = rc == EXIT_PROGRAM ? TFG_ERR_PLACE : TFG_ERR_DEVICE;
+  if (st == TFG_OK && cli_compile_for(o, &ep, compile_devices, r, extra, nextra, r->d, &c) != 0) {
+    switch (c.failed) {
+    case TFG_COMPILE_PASSES: st = TFG_ERR_NAME; break;
+    case TFG_COMPILE_DEVICES: st = TFG_ERR_USAGE; break;
+    case TFG_COMPILE_VALIDATE: st = TFG_ERR_DEVICE; break; /* a bug: the plan is invalid */
+    default: st = TFG_ERR_PLACE;
+    }
   }
+  const tfg_train_step *steps = c.steps;
+  const tfg_plan *plan = c.plan;
   if (st == TFG_OK) {
     so.plan = plan;
     s = tfg_session_new(&ep, r->d, &so);
@@ -345,11 +353,7 @@ static tfg_status run_items(repl *r, const run_item *items, int nitems, int firs
       }
   }
   tfg_session_free(s);
-  tfg_plan_free(plan);
-  tfg_placement_free(pl);
-  for (int i = 0; i < ep.nactions; i++) tfg_train_step_free(&steps[i]);
-  free(steps);
-  free(packed);
+  tfg_compiled_free(&c); /* the devices stay the session's */
   free(gsteps);
   free(group);
   free(extra);
@@ -513,11 +517,12 @@ static tfg_status show_placement(repl *r, const char *how) {
   ep.graph = graph_copy(ep.graph);
   ep.nactions = 0;
   tfg_status st = TFG_OK;
-  tfg_placement *pl = NULL;
-  tfg_plan *plan = NULL;
-  tfg_devices *ds = devices_of(r, &ep);
-  if (!ds) st = TFG_ERR_USAGE;
-  if (st == TFG_OK && cli_compile_program(r->o, &ep, NULL, 0, ds, NULL, 0, r->d, &pl, &plan) != 0) st = TFG_ERR_PLACE;
+  tfg_compiled c = {0};
+  if (cli_compile_for(r->o, &ep, compile_devices, r, NULL, 0, r->d, &c) != 0)
+    st = c.failed == TFG_COMPILE_DEVICES ? TFG_ERR_USAGE : TFG_ERR_PLACE;
+  const tfg_devices *ds = c.ds;
+  const tfg_placement *pl = c.pl;
+  const tfg_plan *plan = c.plan;
   if (st == TFG_OK) {
     tfg_strbuf out = {0};
     if (!strcmp(how, "plan")) {
@@ -539,8 +544,7 @@ static tfg_status show_placement(repl *r, const char *how) {
     if (out.len) fwrite(out.data, 1, out.len, stdout);
     tfg_strbuf_free(&out);
   }
-  tfg_plan_free(plan);
-  tfg_placement_free(pl);
+  tfg_compiled_free(&c); /* the devices stay the session's */
   tfg_graph_free(ep.graph);
   return st;
 }

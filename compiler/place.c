@@ -1,10 +1,45 @@
-/* compiler/place.c: the placer (see place.h for the passes).
+/* compiler/place.c: the placer: which device runs each op, and why.
  *
- * One sweep in graph order decides every op; what decided it is recorded
- * with the pass number of its cause. Groups (a param with its optimizer
- * update and state) share one device: the first member decided carries the
- * group. Ops with no inputs wait for the first op that reads them, so a
- * param lives where it is used and a constant where it is consumed. */
+ * The passes, in order, one function each. Every decision goes through
+ * decide(), which records the device and the pass's cause on the op (as
+ * ggml's backend scheduler records SET_CAUSE); explain, json and dot
+ * render those records and never recompute them.
+ *
+ *   0. groups (pass0_groups): a param with its optimizer update and every
+ *      state the update uses is one group, its persistent bytes (and its
+ *      gradient's, which lives until the update) counted together. No
+ *      decision: passes 1 to 3 carry a decision to the whole group.
+ *   1. pins (pass1_pins): `@DEVICE`, `with DEVICE` and a strategy's pins,
+ *      validated (the device exists), carried to the group; pinned params
+ *      that do not fit their device are an error at the first one's pin.
+ *   Then one sweep in graph order (sweep) offers each op, pinned or not, to
+ *   passes 2 to 4 in turn. They cannot run one after the other over the
+ *   whole graph: an op's cost depends on where its inputs went, and where
+ *   a source goes depends on where its first reader went.
+ *   2. colocation (pass2_colocate): an op whose group has a device goes
+ *      there; an op with no inputs (a constant, an input, a param) waits
+ *      for the first op that reads it, and once that op is decided, goes
+ *      beside it with its group (pass2_sources).
+ *   3. memory (pass3_memory): an op whose undecided param groups would not
+ *      fit the device the cost model prefers (less the bytes the caller
+ *      reserves there for activations) goes to the best device with room;
+ *      where none has room, the placement fails at the op.
+ *   4. cost (pass4_cost): every other op goes to the device where it would
+ *      finish earliest (weigh: compute as FLOPs over the device's rate and
+ *      bytes over its memory bandwidth, after its inputs arrive, a
+ *      transfer from another device costing bytes over the link
+ *      bandwidth): a chain stays together, parallel work spreads. Only
+ *      the GPUs are weighed, or the CPU when there is none.
+ *   5. fallback (pass5_fallback): what nothing decided (a source nobody
+ *      reads) goes to the first device the program could use.
+ *   Then the totals explain's last table shows (count_totals): per device
+ *   its ops, FLOPs, persistent bytes, a liveness peak and the bytes that
+ *   cross devices.
+ *
+ * Fitting activations (placing again with bytes reserved where the plan's
+ * peak passed a device's memory) needs a plan, so it is the compile
+ * driver's loop (compiler/compile.c), not the placer's: this file never
+ * calls the planner. */
 #include "compiler/place.h"
 
 #include <inttypes.h>
@@ -16,7 +51,6 @@
 #include "base/utf8.h"
 #include "base/json.h"
 #include "ir/ops.h"
-#include "compiler/plan.h"
 
 struct tfg_placement {
   const tfg_graph *g;
@@ -61,6 +95,93 @@ void tfg_placement_free(tfg_placement *pl) {
   free(pl);
 }
 
+/* An empty placement of g on ds: every node its own group, undecided. */
+static tfg_placement *placement_new(const tfg_graph *g, const tfg_devices *ds) {
+  tfg_placement *pl = calloc(1, sizeof *pl);
+  TFG_ASSERT(pl != NULL);
+  pl->g = g;
+  pl->ds = ds;
+  pl->n = g->nnodes;
+  pl->ndev = tfg_devices_count(ds);
+  pl->rec = calloc((size_t)pl->n + 1, sizeof *pl->rec);
+  pl->parent = malloc(sizeof *pl->parent * ((size_t)pl->n + 1));
+  pl->totals = calloc((size_t)pl->ndev, sizeof *pl->totals);
+  TFG_ASSERT(pl->rec && pl->parent && pl->totals);
+  for (int32_t i = 0; i < pl->n; i++) {
+    pl->parent[i] = i;
+    pl->rec[i] = (tfg_place_record){.device = -1, .with = -1, .runner_up = -1, .full = -1, .refused = -1};
+  }
+  return pl;
+}
+
+/* Every decision of every pass: op id goes to dev because of cause. The
+ * pass fills in the record's other fields for its cause. */
+static tfg_place_record *decide(tfg_placement *pl, tfg_node_id id, int dev, tfg_place_cause cause) {
+  tfg_place_record *r = &pl->rec[id];
+  r->device = dev;
+  r->cause = cause;
+  return r;
+}
+
+tfg_placement *tfg_place_on(const tfg_graph *g, const tfg_devices *ds, int device) {
+  TFG_ASSERT(device >= 0 && device < tfg_devices_count(ds));
+  tfg_placement *pl = placement_new(g, ds);
+  for (int32_t i = 0; i < pl->n; i++) decide(pl, i, device, TFG_CAUSE_FALLBACK);
+  return pl;
+}
+
+/* What the passes share while placing one graph. */
+typedef struct placer {
+  tfg_placement *pl;
+  const tfg_graph *g;
+  const tfg_devices *ds;
+  const int64_t *reserve; /* per device: bytes kept free of params, or NULL */
+  tfg_diag *d;
+  int32_t n;
+  int ndev;
+  int gpus;
+  /* pass 0 */
+  int64_t *group_bytes; /* per group leader: its persistent bytes with its gradients */
+  int *group_dev;       /* per group leader: its device once a member is decided, else -1 */
+  /* the sweep */
+  int64_t *used;        /* per device: the bytes of the groups decided there */
+  double *finish;       /* per node: its estimated finish time */
+  double *ready;        /* per device: when it is free */
+  double link;          /* the slowest link: a transfer's cost */
+} placer;
+
+/* Gives the group of node id (once) the device dev: its params and state
+ * count against that device's memory from then on. */
+static void claim(placer *P, tfg_node_id id, int dev) {
+  int32_t r = find(P->pl->parent, id);
+  if (P->group_dev[r] >= 0) return;
+  P->group_dev[r] = dev;
+  P->used[dev] += P->group_bytes[r];
+}
+
+/* ---- pass 0: groups -------------------------------------------------------------- */
+
+/* A param with its update and every state the update uses; the bytes of
+ * each group. */
+static void pass0_groups(placer *P, const tfg_train_step *steps, int nsteps) {
+  const tfg_graph *g = P->g;
+  int32_t *parent = P->pl->parent;
+  for (int k = 0; k < nsteps; k++)
+    for (int i = 0; i < steps[k].nupdates; i++) {
+      const tfg_node *u = &g->nodes[steps[k].updates[i]];
+      unite(parent, steps[k].updates[i], u->inputs[0]);
+      for (int j = 2; j < u->ninputs; j++)
+        if (g->nodes[u->inputs[j]].op == TFG_OP_STATE) unite(parent, u->inputs[0], u->inputs[j]);
+    }
+  for (int32_t i = 0; i < P->n; i++)
+    if (persistent(&g->nodes[i])) P->group_bytes[find(parent, i)] += bytes_of(&g->nodes[i]);
+  /* A trained param's gradient lives until its update, at the end of the
+   * step: count it with the group, as the memory it will certainly take. */
+  for (int k = 0; k < nsteps; k++)
+    for (int i = 0; i < steps[k].nparams; i++)
+      P->group_bytes[find(parent, steps[k].params[i])] += bytes_of(&g->nodes[steps[k].params[i]]);
+}
+
 /* ---- pass 1: pins ---------------------------------------------------------- */
 
 /* The device a pin names, or -1 after reporting (once per annotation). */
@@ -96,361 +217,303 @@ static int pin_device(const tfg_devices *ds, const tfg_node *n, tfg_diag *d, uin
   return -1;
 }
 
-/* ---- pass 4: cost -------------------------------------------------------------- */
-
-typedef struct sweep {
-  const tfg_graph *g;
-  const tfg_devices *ds;
-  double *finish;    /* per node: estimated finish time */
-  double *ready;     /* per device: when it is free */
-  int64_t *used;     /* per device: persistent bytes placed */
-  double link;       /* the slowest link: a transfer's cost */
-} sweep;
-
-/* Estimated finish time of node n on device dv given its inputs' places. */
-static double finish_on(const sweep *s, const tfg_placement *pl, const tfg_node *n, int dv) {
-  const tfg_device *dev = tfg_devices_at(s->ds, dv);
-  double start = s->ready[dv];
-  for (int k = 0; k < n->ninputs; k++) {
-    tfg_node_id x = n->inputs[k];
-    int xd = pl->rec[x].device;
-    if (xd < 0) continue; /* an undecided source: it will follow this op */
-    double arrive = s->finish[x];
-    if (xd != dv) arrive += (double)bytes_of(&s->g->nodes[x]) / (dev->link_bw < s->link ? dev->link_bw : s->link);
-    if (arrive > start) start = arrive;
-  }
-  double flops = tfg_op_get(n->op)->flops(s->g, n);
-  return start + flops / dev->flops + (double)bytes_of(n) / dev->mem_bw;
-}
-
-/* ---- the sweep ------------------------------------------------------------------- */
-
-/* Sets the device of the group of node id (once): its params and state
- * count against that device's memory from then on. */
-static void claim(tfg_placement *pl, int *group_dev, int64_t *used, const int64_t *group_bytes, tfg_node_id id, int dev) {
-  int32_t r = find(pl->parent, id);
-  if (group_dev[r] >= 0) return;
-  group_dev[r] = dev;
-  used[dev] += group_bytes[r];
-}
-
-static void colocate(tfg_placement *pl, tfg_node_id id, int dev, tfg_node_id with) {
-  pl->rec[id].device = dev;
-  pl->rec[id].cause = TFG_CAUSE_COLOCATE;
-  pl->rec[id].with = with;
-}
-
-/* Places the undecided sources read by node id (and their groups) beside it. */
-static void pull_sources(tfg_placement *pl, sweep *s, tfg_node_id id, int *group_dev, const int64_t *group_bytes) {
-  const tfg_node *n = &pl->g->nodes[id];
-  int dev = pl->rec[id].device;
-  for (int k = 0; k < n->ninputs; k++) {
-    tfg_node_id x = n->inputs[k];
-    if (pl->rec[x].device >= 0) continue;
-    colocate(pl, x, dev, id);
-    s->finish[x] = 0;
-    claim(pl, group_dev, s->used, group_bytes, x, dev);
-  }
-}
-
-/* Persistent bytes of the undecided param groups node id reads: what its
- * device must have room for. */
-static int64_t group_need(const tfg_placement *pl, const tfg_node *n, const int64_t *group_bytes, const int *group_dev) {
-  int64_t need = 0;
-  for (int k = 0; k < n->ninputs; k++) {
-    tfg_node_id x = n->inputs[k];
-    int32_t r = find(pl->parent, x);
-    if (pl->rec[x].device < 0 && group_dev[r] < 0) need += group_bytes[r];
-  }
-  return need;
-}
-
-tfg_placement *tfg_place_on(const tfg_graph *g, const tfg_devices *ds, int device) {
-  tfg_placement *pl = calloc(1, sizeof *pl);
-  TFG_ASSERT(pl != NULL && device >= 0 && device < tfg_devices_count(ds));
-  pl->g = g;
-  pl->ds = ds;
-  pl->n = g->nnodes;
-  pl->ndev = tfg_devices_count(ds);
-  pl->rec = calloc((size_t)pl->n + 1, sizeof *pl->rec);
-  pl->parent = malloc(sizeof *pl->parent * ((size_t)pl->n + 1));
-  pl->totals = calloc((size_t)pl->ndev, sizeof *pl->totals);
-  TFG_ASSERT(pl->rec && pl->parent && pl->totals);
-  for (int32_t i = 0; i < pl->n; i++) {
-    pl->parent[i] = i;
-    pl->rec[i] = (tfg_place_record){
-        .device = device, .cause = TFG_CAUSE_FALLBACK, .with = -1, .runner_up = -1, .full = -1, .refused = -1};
-  }
-  return pl;
-}
-
-tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_step *steps, int nsteps,
-                     const int64_t *reserve, tfg_diag *d, tfg_placement **out) {
-  tfg_placement *pl = calloc(1, sizeof *pl);
-  TFG_ASSERT(pl != NULL);
-  pl->g = g;
-  pl->ds = ds;
-  pl->n = g->nnodes;
-  pl->ndev = tfg_devices_count(ds);
-  int32_t n = g->nnodes;
-  pl->rec = calloc((size_t)n + 1, sizeof *pl->rec);
-  pl->parent = malloc(sizeof *pl->parent * ((size_t)n + 1));
-  pl->totals = calloc((size_t)pl->ndev, sizeof *pl->totals);
-  sweep s = {.g = g, .ds = ds};
-  s.finish = calloc((size_t)n + 1, sizeof *s.finish);
-  s.ready = calloc((size_t)pl->ndev, sizeof *s.ready);
-  s.used = calloc((size_t)pl->ndev, sizeof *s.used);
-  int64_t *group_bytes = calloc((size_t)n + 1, sizeof *group_bytes);
-  int *group_dev = malloc(sizeof *group_dev * ((size_t)n + 1));
-  TFG_ASSERT(pl->rec && pl->parent && pl->totals && s.finish && s.ready && s.used && group_bytes && group_dev);
-  for (int32_t i = 0; i < n; i++) {
-    pl->parent[i] = i;
-    pl->rec[i].device = -1;
-    pl->rec[i].with = -1;
-    pl->rec[i].runner_up = -1;
-    pl->rec[i].full = -1;
-    pl->rec[i].refused = -1;
-    group_dev[i] = -1;
-  }
-  s.link = INFINITY;
-  for (int i = 0; i < pl->ndev; i++)
-    if (tfg_devices_at(ds, i)->link_bw < s.link) s.link = tfg_devices_at(ds, i)->link_bw;
-
-  /* Pass 2's groups: a param with its update and every state it uses. */
-  for (int k = 0; k < nsteps; k++)
-    for (int i = 0; i < steps[k].nupdates; i++) {
-      const tfg_node *u = &g->nodes[steps[k].updates[i]];
-      unite(pl->parent, steps[k].updates[i], u->inputs[0]);
-      for (int j = 2; j < u->ninputs; j++)
-        if (g->nodes[u->inputs[j]].op == TFG_OP_STATE) unite(pl->parent, u->inputs[0], u->inputs[j]);
-    }
-  for (int32_t i = 0; i < n; i++)
-    if (persistent(&g->nodes[i])) group_bytes[find(pl->parent, i)] += bytes_of(&g->nodes[i]);
-  /* A trained param's gradient lives until its update, at the end of the
-   * step: count it with the group, as the memory it will certainly take. */
-  for (int k = 0; k < nsteps; k++)
-    for (int i = 0; i < steps[k].nparams; i++)
-      group_bytes[find(pl->parent, steps[k].params[i])] += bytes_of(&g->nodes[steps[k].params[i]]);
-
-  /* Pass 1: pins, carried to the whole group. */
+/* Decides every pinned op (cause PIN) and claims its group's device.
+ * Returns TFG_ERR_PLACE after reporting each pin to a device that does
+ * not exist, or else the first device whose pinned params do not fit. */
+static tfg_status pass1_pins(placer *P) {
+  const tfg_graph *g = P->g;
+  tfg_placement *pl = P->pl;
   tfg_status st = TFG_OK;
   uint32_t reported = 0;
-  int32_t *first_pinned = malloc(sizeof *first_pinned * (size_t)pl->ndev); /* per device: its first pinned param, or -1 */
+  int32_t *first_pinned = malloc(sizeof *first_pinned * (size_t)P->ndev); /* per device: its first pinned param, or -1 */
   TFG_ASSERT(first_pinned != NULL);
-  for (int i = 0; i < pl->ndev; i++) first_pinned[i] = -1;
-  for (int32_t i = 0; i < n; i++) {
+  for (int i = 0; i < P->ndev; i++) first_pinned[i] = -1;
+  for (int32_t i = 0; i < P->n; i++) {
     const tfg_node *nd = &g->nodes[i];
     if (nd->pin.kind != TFG_DEV_CPU && nd->pin.kind != TFG_DEV_GPU) continue;
-    int dev = pin_device(ds, nd, d, &reported);
+    int dev = pin_device(P->ds, nd, P->d, &reported);
     if (dev < 0) {
       st = TFG_ERR_PLACE;
       continue;
     }
-    pl->rec[i].device = dev;
-    pl->rec[i].cause = TFG_CAUSE_PIN;
-    pl->rec[i].pin = nd->pin.loc;
-    if (group_bytes[find(pl->parent, i)] > 0 && group_dev[find(pl->parent, i)] < 0 && first_pinned[dev] < 0)
-      first_pinned[dev] = i;
-    claim(pl, group_dev, s.used, group_bytes, i, dev);
+    decide(pl, i, dev, TFG_CAUSE_PIN)->pin = nd->pin.loc;
+    int32_t root = find(pl->parent, i);
+    if (P->group_bytes[root] > 0 && P->group_dev[root] < 0 && first_pinned[dev] < 0) first_pinned[dev] = i;
+    claim(P, i, dev);
   }
   /* Pinned params that do not fit: reported at the first one's pin (the
    * `@`, the `with` or the strategy that put it there). */
-  for (int i = 0; i < pl->ndev && st == TFG_OK; i++) {
-    const tfg_device *dv = tfg_devices_at(ds, i);
-    if (s.used[i] > dv->memory) {
+  for (int i = 0; i < P->ndev && st == TFG_OK; i++) {
+    const tfg_device *dv = tfg_devices_at(P->ds, i);
+    if (P->used[i] > dv->memory) {
       tfg_strbuf need = {0}, have = {0};
-      tfg_size_format(&need, s.used[i]);
+      tfg_size_format(&need, P->used[i]);
       tfg_size_format(&have, dv->memory);
       const tfg_node *first = first_pinned[i] >= 0 ? &g->nodes[first_pinned[i]] : NULL;
-      tfg_diag_error(d, first ? &first->pin.loc : NULL,
+      tfg_diag_error(P->d, first ? &first->pin.loc : NULL,
                      "the params pinned to %s need %s (with their state and gradients) but it has %s", dv->name,
                      need.data, have.data);
-      if (first && first->name) tfg_diag_note(d, &first->loc, "the first of them, %s, is declared here", first->name);
-      tfg_diag_help(d, "give %s more memory (--devices, --memory-limit) or pin fewer params to it", dv->name);
+      if (first && first->name) tfg_diag_note(P->d, &first->loc, "the first of them, %s, is declared here", first->name);
+      tfg_diag_help(P->d, "give %s more memory (--devices, --memory-limit) or pin fewer params to it", dv->name);
       tfg_strbuf_free(&need);
       tfg_strbuf_free(&have);
       st = TFG_ERR_PLACE;
     }
   }
   free(first_pinned);
+  return st;
+}
 
-  /* Passes 2 to 5, in one sweep in graph order. */
-  int gpus = tfg_devices_gpus(ds);
-  for (int32_t i = 0; i < n && st == TFG_OK; i++) {
-    const tfg_node *nd = &g->nodes[i];
-    tfg_place_record *r = &pl->rec[i];
-    int32_t root = find(pl->parent, i);
-    if (r->device >= 0) { /* pinned */
-      s.finish[i] = finish_on(&s, pl, nd, r->device);
-      s.ready[r->device] = s.finish[i];
-      pull_sources(pl, &s, i, group_dev, group_bytes);
+/* ---- pass 2: colocation ------------------------------------------------------ */
+
+/* Decides op id (undecided) when its group already has a device: there,
+ * with its param (cause COLOCATE). Returns whether it did. */
+static bool pass2_colocate(placer *P, tfg_node_id id) {
+  int32_t root = find(P->pl->parent, id);
+  if (P->group_dev[root] < 0) return false;
+  decide(P->pl, id, P->group_dev[root], TFG_CAUSE_COLOCATE)->with = root;
+  return true;
+}
+
+/* Once op id is decided: the undecided sources it reads (ops with no
+ * inputs, which waited for their first reader) go beside it, with their
+ * groups (cause COLOCATE). */
+static void pass2_sources(placer *P, tfg_node_id id) {
+  const tfg_node *n = &P->g->nodes[id];
+  int dev = P->pl->rec[id].device;
+  for (int k = 0; k < n->ninputs; k++) {
+    tfg_node_id x = n->inputs[k];
+    if (P->pl->rec[x].device >= 0) continue;
+    decide(P->pl, x, dev, TFG_CAUSE_COLOCATE)->with = id;
+    P->finish[x] = 0;
+    claim(P, x, dev);
+  }
+}
+
+/* ---- passes 3 and 4: weighing the devices ------------------------------------ */
+
+/* Estimated finish time of node n on device dv given its inputs' places. */
+static double finish_on(const placer *P, const tfg_node *n, int dv) {
+  const tfg_device *dev = tfg_devices_at(P->ds, dv);
+  double start = P->ready[dv];
+  for (int k = 0; k < n->ninputs; k++) {
+    tfg_node_id x = n->inputs[k];
+    int xd = P->pl->rec[x].device;
+    if (xd < 0) continue; /* an undecided source: it will follow this op */
+    double arrive = P->finish[x];
+    if (xd != dv) arrive += (double)bytes_of(&P->g->nodes[x]) / (dev->link_bw < P->link ? dev->link_bw : P->link);
+    if (arrive > start) start = arrive;
+  }
+  double flops = tfg_op_get(n->op)->flops(P->g, n);
+  return start + flops / dev->flops + (double)bytes_of(n) / dev->mem_bw;
+}
+
+/* Persistent bytes of the undecided param groups node n reads: what its
+ * device must have room for. */
+static int64_t group_need(const placer *P, const tfg_node *n) {
+  int64_t need = 0;
+  for (int k = 0; k < n->ninputs; k++) {
+    tfg_node_id x = n->inputs[k];
+    int32_t r = find(P->pl->parent, x);
+    if (P->pl->rec[x].device < 0 && P->group_dev[r] < 0) need += P->group_bytes[r];
+  }
+  return need;
+}
+
+/* The devices weighed for one op: the earliest finish of all (pref), and
+ * among those with room for its groups the best and the runner-up; the
+ * earliest finish among those without (full). -1 where there is none. */
+typedef struct weighing {
+  int64_t need;
+  int best, second, pref, full;
+  double best_t, second_t, pref_t, full_t;
+} weighing;
+
+static weighing weigh(const placer *P, const tfg_node *nd) {
+  weighing w = {.need = group_need(P, nd), .best = -1, .second = -1, .pref = -1, .full = -1,
+                .best_t = INFINITY, .second_t = INFINITY, .pref_t = INFINITY, .full_t = INFINITY};
+  int lo = 1, hi = P->gpus; /* the GPUs, or the CPU when there are none */
+  if (P->gpus == 0) lo = hi = 0;
+  for (int dv = lo; dv <= hi; dv++) {
+    double t = finish_on(P, nd, dv);
+    if (t < w.pref_t) { w.pref_t = t; w.pref = dv; }
+    if (w.need > 0 && P->used[dv] + w.need > tfg_devices_at(P->ds, dv)->memory - (P->reserve ? P->reserve[dv] : 0)) {
+      if (t < w.full_t) { w.full_t = t; w.full = dv; } /* explain says why it is not the runner-up */
       continue;
     }
-    if (group_dev[root] >= 0) { /* pass 2: with its param */
-      colocate(pl, i, group_dev[root], root);
-      s.finish[i] = finish_on(&s, pl, nd, r->device);
-      s.ready[r->device] = s.finish[i];
-      pull_sources(pl, &s, i, group_dev, group_bytes);
-      continue;
+    if (t < w.best_t) {
+      w.second = w.best;
+      w.second_t = w.best_t;
+      w.best = dv;
+      w.best_t = t;
+    } else if (t < w.second_t) {
+      w.second = dv;
+      w.second_t = t;
     }
-    if (nd->ninputs == 0) continue; /* pass 2: waits for the op that reads it */
-    /* Passes 3 and 4: the earliest finish among the devices with room. */
-    int lo = 1, hi = gpus; /* the GPUs, or the CPU when there are none */
-    if (gpus == 0) lo = hi = 0;
-    int64_t need = group_need(pl, nd, group_bytes, group_dev);
-    int best = -1, second = -1, pref = -1, full = -1;
-    double best_t = INFINITY, second_t = INFINITY, pref_t = INFINITY, full_t = INFINITY;
-    for (int dv = lo; dv <= hi; dv++) {
-      double t = finish_on(&s, pl, nd, dv);
-      if (t < pref_t) { pref_t = t; pref = dv; }
-      if (need > 0 && s.used[dv] + need > tfg_devices_at(ds, dv)->memory - (reserve ? reserve[dv] : 0)) {
-        if (t < full_t) { full_t = t; full = dv; } /* explain says why it is not the runner-up */
-        continue;
-      }
-      if (t < best_t) {
-        second = best;
-        second_t = best_t;
-        best = dv;
-        best_t = t;
-      } else if (t < second_t) {
-        second = dv;
-        second_t = t;
-      }
-    }
-    if (best < 0) {
-      tfg_strbuf need_s = {0};
-      tfg_size_format(&need_s, need);
-      tfg_diag_error(d, &nd->loc, "%s: no device has room for the %s of params, state and gradients this op uses",
-                     tfg_op_get(nd->op)->name, need_s.data);
-      tfg_strbuf_free(&need_s);
-      tfg_diag_help(d, "give more devices or more memory (--devices, --memory-limit)");
-      st = TFG_ERR_PLACE;
-      break;
-    }
-    r->device = best;
-    r->est = best_t;
-    r->runner_up = second;
-    r->runner_est = second_t;
-    if (pref != best) {
-      r->cause = TFG_CAUSE_MEMORY;
-      r->refused = pref;
-      r->need = need;
-      r->reserved = reserve ? reserve[pref] : 0;
-      r->avail = tfg_devices_at(ds, pref)->memory - r->reserved - s.used[pref];
-    } else {
-      r->cause = TFG_CAUSE_COST;
-      r->full = full;
-    }
-    s.finish[i] = best_t;
-    s.ready[best] = best_t;
-    claim(pl, group_dev, s.used, group_bytes, i, best);
-    pull_sources(pl, &s, i, group_dev, group_bytes);
   }
-  /* Pass 5: sources nobody reads. */
-  for (int32_t i = 0; i < n && st == TFG_OK; i++)
-    if (pl->rec[i].device < 0) {
-      pl->rec[i].device = gpus ? 1 : 0;
-      pl->rec[i].cause = TFG_CAUSE_FALLBACK;
-    }
+  return w;
+}
 
-  /* Totals: ops, FLOPs, persistent bytes, transfers and a liveness peak. */
-  if (st == TFG_OK) {
-    int32_t *last = malloc(sizeof *last * ((size_t)n + 1));
-    uint8_t *sent = calloc((size_t)n * (size_t)pl->ndev + 1, 1);
-    int64_t *live = calloc((size_t)pl->ndev, sizeof *live);
-    TFG_ASSERT(last && sent && live);
-    for (int32_t i = 0; i < n; i++) last[i] = i;
-    for (int32_t i = 0; i < n; i++)
-      for (int k = 0; k < g->nodes[i].ninputs; k++) last[g->nodes[i].inputs[k]] = i;
-    for (int32_t i = 0; i < n; i++) {
-      const tfg_node *nd = &g->nodes[i];
-      int dv = pl->rec[i].device;
-      tfg_place_totals *t = &pl->totals[dv];
-      t->ops++;
-      t->flops += tfg_op_get(nd->op)->flops(g, nd);
-      if (persistent(nd)) t->param_bytes += bytes_of(nd);
-      else live[dv] += bytes_of(nd);
-      if (t->param_bytes + live[dv] > t->peak_bytes) t->peak_bytes = t->param_bytes + live[dv];
-      for (int k = 0; k < nd->ninputs; k++) {
-        tfg_node_id x = nd->inputs[k];
-        int xd = pl->rec[x].device;
-        if (xd != dv && !sent[(size_t)x * (size_t)pl->ndev + (size_t)dv]) {
-          sent[(size_t)x * (size_t)pl->ndev + (size_t)dv] = 1; /* one copy per tensor per destination */
-          pl->totals[xd].bytes_out += bytes_of(&g->nodes[x]);
-          t->bytes_in += bytes_of(&g->nodes[x]);
-        }
-        if (last[x] == i && !persistent(&g->nodes[x])) live[xd] -= bytes_of(&g->nodes[x]);
-      }
-      if (last[i] == i && !persistent(nd)) live[dv] -= bytes_of(nd); /* read by nothing: gone at once */
-    }
-    /* The persistent bytes are there from the start. */
-    for (int i = 0; i < pl->ndev; i++)
-      if (pl->totals[i].peak_bytes < pl->totals[i].param_bytes) pl->totals[i].peak_bytes = pl->totals[i].param_bytes;
-    free(last);
-    free(sent);
-    free(live);
+/* ---- pass 3: memory ------------------------------------------------------------ */
+
+/* Decides op id when the device it would finish first on has no room for
+ * its groups: the best device with room (cause MEMORY). Returns
+ * TFG_ERR_PLACE after reporting when no device has room. */
+static tfg_status pass3_memory(placer *P, tfg_node_id id, const weighing *w) {
+  const tfg_node *nd = &P->g->nodes[id];
+  if (w->best < 0) {
+    tfg_strbuf need_s = {0};
+    tfg_size_format(&need_s, w->need);
+    tfg_diag_error(P->d, &nd->loc, "%s: no device has room for the %s of params, state and gradients this op uses",
+                   tfg_op_get(nd->op)->name, need_s.data);
+    tfg_strbuf_free(&need_s);
+    tfg_diag_help(P->d, "give more devices or more memory (--devices, --memory-limit)");
+    return TFG_ERR_PLACE;
   }
-  free(s.finish);
-  free(s.ready);
-  free(s.used);
-  free(group_bytes);
-  free(group_dev);
-  if (st != TFG_OK) {
-    tfg_placement_free(pl);
-    *out = NULL;
-    return st;
-  }
-  *out = pl;
+  if (w->pref == w->best) return TFG_OK;
+  tfg_place_record *r = decide(P->pl, id, w->best, TFG_CAUSE_MEMORY);
+  r->est = w->best_t;
+  r->runner_up = w->second;
+  r->runner_est = w->second_t;
+  r->refused = w->pref;
+  r->need = w->need;
+  r->reserved = P->reserve ? P->reserve[w->pref] : 0;
+  r->avail = tfg_devices_at(P->ds, w->pref)->memory - r->reserved - P->used[w->pref];
   return TFG_OK;
 }
 
-/* ---- fitting activations ------------------------------------------------------- */
+/* ---- pass 4: cost ------------------------------------------------------------------ */
 
-tfg_status tfg_place_fit(const tfg_graph *g, const tfg_devices *ds, const tfg_train_step *steps, int nsteps,
-                         tfg_diag *d, tfg_placement **out) {
-  int ndev = tfg_devices_count(ds);
-  int64_t *reserve = calloc((size_t)ndev, sizeof *reserve);
-  TFG_ASSERT(reserve != NULL);
-  tfg_status st = TFG_OK;
-  for (int attempt = 0; attempt < 8; attempt++) {
-    tfg_diag *quiet = tfg_diag_new(); /* the attempts' own complaints are not the user's */
-    tfg_placement *pl = NULL;
-    st = tfg_place(g, ds, steps, nsteps, reserve, quiet, &pl);
-    tfg_diag_free(quiet);
-    if (st != TFG_OK) break;
-    tfg_plan *plan = NULL;
-    tfg_plan_build(g, pl, ds, NULL, &plan);
-    /* Where a device went over, keep what its activations took this time
-     * (and a little more) free of params next time: its peak less the
-     * params, state and gradients the placer counts already. */
-    int64_t *grads = calloc((size_t)ndev, sizeof *grads);
-    TFG_ASSERT(grads != NULL);
-    for (int k = 0; k < nsteps; k++)
-      for (int i = 0; i < steps[k].nparams; i++)
-        grads[tfg_placement_device(pl, steps[k].params[i])] += bytes_of(&g->nodes[steps[k].params[i]]);
-    bool over = false;
-    for (int i = 0; i < ndev; i++) {
-      if (plan->dev[i].peak <= tfg_devices_at(ds, i)->memory) continue;
-      int64_t act = plan->dev[i].peak - plan->dev[i].persistent_bytes - grads[i];
-      if (act < 0) act = 0;
-      int64_t want = act + act / 8 + 4096;
-      reserve[i] = want > reserve[i] ? want : reserve[i] + 4096;
-      over = true;
+/* Decides op id (which has room where it finishes first): there (cause
+ * COST). */
+static void pass4_cost(placer *P, tfg_node_id id, const weighing *w) {
+  tfg_place_record *r = decide(P->pl, id, w->best, TFG_CAUSE_COST);
+  r->est = w->best_t;
+  r->runner_up = w->second;
+  r->runner_est = w->second_t;
+  r->full = w->full;
+}
+
+/* ---- the sweep: passes 2 to 4 in graph order ------------------------------------- */
+
+/* Offers every op in graph order to passes 2, 3 and 4 (a pinned op is
+ * decided already); once it is decided, its device is busy until its
+ * estimated finish and its sources follow it. Returns TFG_OK or pass 3's
+ * error. */
+static tfg_status sweep(placer *P) {
+  const tfg_graph *g = P->g;
+  tfg_placement *pl = P->pl;
+  for (int32_t i = 0; i < P->n; i++) {
+    const tfg_node *nd = &g->nodes[i];
+    tfg_place_record *r = &pl->rec[i];
+    if (r->device < 0 && !pass2_colocate(P, i)) {
+      if (nd->ninputs == 0) continue; /* pass 2: waits for the op that reads it */
+      weighing w = weigh(P, nd);
+      tfg_status st = pass3_memory(P, i, &w);
+      if (st != TFG_OK) return st;
+      if (r->device < 0) pass4_cost(P, i, &w);
+      claim(P, i, r->device);
     }
-    free(grads);
-    tfg_plan_free(plan);
-    if (!over) {
-      free(reserve);
-      *out = pl;
-      return TFG_OK;
-    }
-    tfg_placement_free(pl);
+    /* Passes 3 and 4 estimated the finish already; a pinned or colocated
+     * op is timed where it went. */
+    P->finish[i] = r->cause == TFG_CAUSE_MEMORY || r->cause == TFG_CAUSE_COST ? r->est : finish_on(P, nd, r->device);
+    P->ready[r->device] = P->finish[i];
+    pass2_sources(P, i);
   }
-  /* No placement fit: the last one, reported by the caller's plan (or the
-   * placer's own error when params alone do not fit). */
-  st = tfg_place(g, ds, steps, nsteps, reserve, d, out);
-  free(reserve);
-  return st;
+  return TFG_OK;
+}
+
+/* ---- pass 5: fallback ---------------------------------------------------------- */
+
+/* Decides what nothing did (a source nobody reads): the first device the
+ * program could use, gpu:0 or else the CPU (cause FALLBACK). */
+static void pass5_fallback(placer *P) {
+  for (int32_t i = 0; i < P->n; i++)
+    if (P->pl->rec[i].device < 0) decide(P->pl, i, P->gpus ? 1 : 0, TFG_CAUSE_FALLBACK);
+}
+
+/* ---- totals ------------------------------------------------------------------------- */
+
+/* Per device: ops, FLOPs, persistent bytes, transfers (once per tensor
+ * per destination) and a liveness peak (each value freed after its last
+ * reader, in graph order). */
+static void count_totals(tfg_placement *pl) {
+  const tfg_graph *g = pl->g;
+  int32_t n = pl->n;
+  int32_t *last = malloc(sizeof *last * ((size_t)n + 1));
+  uint8_t *sent = calloc((size_t)n * (size_t)pl->ndev + 1, 1);
+  int64_t *live = calloc((size_t)pl->ndev, sizeof *live);
+  TFG_ASSERT(last && sent && live);
+  for (int32_t i = 0; i < n; i++) last[i] = i;
+  for (int32_t i = 0; i < n; i++)
+    for (int k = 0; k < g->nodes[i].ninputs; k++) last[g->nodes[i].inputs[k]] = i;
+  for (int32_t i = 0; i < n; i++) {
+    const tfg_node *nd = &g->nodes[i];
+    int dv = pl->rec[i].device;
+    tfg_place_totals *t = &pl->totals[dv];
+    t->ops++;
+    t->flops += tfg_op_get(nd->op)->flops(g, nd);
+    if (persistent(nd)) t->param_bytes += bytes_of(nd);
+    else live[dv] += bytes_of(nd);
+    if (t->param_bytes + live[dv] > t->peak_bytes) t->peak_bytes = t->param_bytes + live[dv];
+    for (int k = 0; k < nd->ninputs; k++) {
+      tfg_node_id x = nd->inputs[k];
+      int xd = pl->rec[x].device;
+      if (xd != dv && !sent[(size_t)x * (size_t)pl->ndev + (size_t)dv]) {
+        sent[(size_t)x * (size_t)pl->ndev + (size_t)dv] = 1; /* one copy per tensor per destination */
+        pl->totals[xd].bytes_out += bytes_of(&g->nodes[x]);
+        t->bytes_in += bytes_of(&g->nodes[x]);
+      }
+      if (last[x] == i && !persistent(&g->nodes[x])) live[xd] -= bytes_of(&g->nodes[x]);
+    }
+    if (last[i] == i && !persistent(nd)) live[dv] -= bytes_of(nd); /* read by nothing: gone at once */
+  }
+  /* The persistent bytes are there from the start. */
+  for (int i = 0; i < pl->ndev; i++)
+    if (pl->totals[i].peak_bytes < pl->totals[i].param_bytes) pl->totals[i].peak_bytes = pl->totals[i].param_bytes;
+  free(last);
+  free(sent);
+  free(live);
+}
+
+/* ---- the passes in order ------------------------------------------------------------ */
+
+tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_step *steps, int nsteps,
+                     const int64_t *reserve, tfg_diag *d, tfg_placement **out) {
+  placer P = {.pl = placement_new(g, ds), .g = g, .ds = ds, .reserve = reserve, .d = d, .n = g->nnodes};
+  P.ndev = P.pl->ndev;
+  P.gpus = tfg_devices_gpus(ds);
+  P.group_bytes = calloc((size_t)P.n + 1, sizeof *P.group_bytes);
+  P.group_dev = malloc(sizeof *P.group_dev * ((size_t)P.n + 1));
+  P.used = calloc((size_t)P.ndev, sizeof *P.used);
+  P.finish = calloc((size_t)P.n + 1, sizeof *P.finish);
+  P.ready = calloc((size_t)P.ndev, sizeof *P.ready);
+  TFG_ASSERT(P.group_bytes && P.group_dev && P.used && P.finish && P.ready);
+  for (int32_t i = 0; i < P.n; i++) P.group_dev[i] = -1;
+  P.link = INFINITY;
+  for (int i = 0; i < P.ndev; i++)
+    if (tfg_devices_at(ds, i)->link_bw < P.link) P.link = tfg_devices_at(ds, i)->link_bw;
+
+  pass0_groups(&P, steps, nsteps);
+  tfg_status st = pass1_pins(&P);
+  if (st == TFG_OK) st = sweep(&P); /* passes 2 to 4 */
+  if (st == TFG_OK) {
+    pass5_fallback(&P);
+    count_totals(P.pl);
+  }
+
+  free(P.group_bytes);
+  free(P.group_dev);
+  free(P.used);
+  free(P.finish);
+  free(P.ready);
+  if (st != TFG_OK) {
+    tfg_placement_free(P.pl);
+    *out = NULL;
+    return st;
+  }
+  *out = P.pl;
+  return TFG_OK;
 }
 
 /* ---- explain ------------------------------------------------------------------------ */

@@ -1,29 +1,21 @@
 /* compiler/place.h: the placer: which device runs each op, and why.
  *
  *   tfg_placement *pl;
- *   if (tfg_place(graph, devices, &steps, diag, &pl) == TFG_OK) {
+ *   if (tfg_place(graph, devices, steps, nsteps, NULL, diag, &pl) == TFG_OK) {
  *     int dev = tfg_placement_device(pl, node_id);
+ *     const tfg_place_record *why = tfg_placement_record(pl, node_id);
  *     tfg_place_explain(pl, &text);        // `tfg place --explain`
  *     tfg_place_json(pl, &text);           // `tfg place --json`
  *     tfg_place_dot(pl, &text);            // `tfg place --dot`
  *     tfg_placement_free(pl);
  *   }
  *
- * Numbered passes, each deciding some ops and recording its cause on every
- * op it decides (as ggml's scheduler records SET_CAUSE); explain renders
- * those records and never recomputes them:
- *   1. pins: `@DEVICE` and `with DEVICE` (validated: the device exists);
- *   2. colocation: a param with its gradient, optimizer update and state;
- *      an op with no inputs (a constant, an input, a param) with the first
- *      op that reads it;
- *   3. memory: an op whose group (a param with its state) would not fit the
- *      device the cost model prefers goes to the best device with room;
- *   4. cost: every other op goes to the device where it would finish
- *      earliest, counting compute (FLOPs / the device's rate, bytes / its
- *      memory bandwidth) and transfers of inputs from other devices (bytes
- *      / link bandwidth): a chain stays together, parallel work spreads;
- *   5. fallback: what nothing decided (a constant nobody reads) goes to
- *      the first device the program could use. */
+ * Every op's device is decided by one of five numbered passes, which
+ * records its cause (tfg_place_cause) on the op; the renderers print those
+ * records. What each pass decides, and in what order: compiler/place.c.
+ * A program is placed, planned and validated by the compile driver
+ * (compiler/compile.h), which also places again when activations do not
+ * fit. */
 #ifndef TFG_PLACE_H
 #define TFG_PLACE_H
 
@@ -32,12 +24,13 @@
 #include "ir/graph.h"
 #include "runtime/device.h"
 
+/* The pass that decided an op (its number is the value). */
 typedef enum tfg_place_cause {
-  TFG_CAUSE_PIN = 1,   /* pass 1 */
-  TFG_CAUSE_COLOCATE,  /* pass 2 */
-  TFG_CAUSE_MEMORY,    /* pass 3 */
-  TFG_CAUSE_COST,      /* pass 4 */
-  TFG_CAUSE_FALLBACK,  /* pass 5 */
+  TFG_CAUSE_PIN = 1,   /* pass 1: a pin names the device */
+  TFG_CAUSE_COLOCATE,  /* pass 2: with its param, or beside the first op that reads it */
+  TFG_CAUSE_MEMORY,    /* pass 3: the device it would finish first on had no room */
+  TFG_CAUSE_COST,      /* pass 4: it finishes first there */
+  TFG_CAUSE_FALLBACK,  /* pass 5: nothing else decided it (and tfg_place_on) */
 } tfg_place_cause;
 
 /* Why one op is where it is. */
@@ -48,7 +41,7 @@ typedef struct tfg_place_record {
   tfg_node_id with;      /* COLOCATE: the param, or the op that reads this one */
   int runner_up;         /* COST, MEMORY: the second-best device with room, or -1 */
   int full;              /* COST: the fastest device passed over for want of room, or -1 */
-  double est, runner_est; /* COST: estimated finish time (s) on the winner and the runner-up */
+  double est, runner_est; /* COST, MEMORY: estimated finish time (s) on the winner and the runner-up */
   int refused;           /* MEMORY: the preferred device that had no room */
   int64_t need, avail;   /* MEMORY: bytes the group needs, bytes free there */
   int64_t reserved;      /* MEMORY: bytes kept there for activations */
@@ -56,22 +49,16 @@ typedef struct tfg_place_record {
 
 typedef struct tfg_placement tfg_placement;
 
-/* Places every node of g on ds. steps (may be NULL) are the program's
- * training steps, whose params, updates and state are kept together.
- * reserve (may be NULL) keeps that many bytes of each device free of
- * params for activations. Returns TFG_OK, or TFG_ERR_PLACE with a located
- * error (a pin to a device that does not exist; pinned params that do not
- * fit). */
+/* Places every node of g on ds. steps[0..nsteps) (may be NULL) are the
+ * program's training steps, whose params, updates and state are kept
+ * together. reserve (may be NULL) keeps that many bytes of each device
+ * free of params for activations (the compile driver's fit loop sets it).
+ * Returns TFG_OK with *out the caller's to free, or TFG_ERR_PLACE with a
+ * located error and *out NULL (a pin to a device that does not exist;
+ * pinned params that do not fit; params no device has room for). */
 tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_step *steps, int nsteps,
                      const int64_t *reserve, tfg_diag *d, tfg_placement **out);
 
-/* Places with pass 3 counting activations too: places, plans (measuring
- * each device's peak), and where a device's peak passes its capacity,
- * reserves the difference for activations and places again (a few times
- * at most). The result is the first placement whose plan fits, else the
- * last one (its plan then reports the shortage). */
-tfg_status tfg_place_fit(const tfg_graph *g, const tfg_devices *ds, const tfg_train_step *steps, int nsteps,
-                         tfg_diag *d, tfg_placement **out);
 /* Every node on one device, pins ignored (cause FALLBACK): how a graph
  * runs when nothing asks for devices (unit tests, benchmarks). Totals
  * are not computed. */
@@ -91,6 +78,11 @@ typedef struct tfg_place_totals {
 } tfg_place_totals;
 tfg_place_totals tfg_placement_totals(const tfg_placement *pl, int device);
 
+/* The placement as text, appended to out, rendered from the records
+ * (nothing is decided again): explain (`tfg place --explain`: a line per
+ * run of ops decided alike, repeated blocks folded, then the totals),
+ * JSON (every op with its record, the devices, the totals) and DOT (a
+ * cluster per device; an edge between devices red). */
 void tfg_place_explain(const tfg_placement *pl, tfg_strbuf *out);
 void tfg_place_json(const tfg_placement *pl, tfg_strbuf *out);
 void tfg_place_dot(const tfg_placement *pl, tfg_strbuf *out);

@@ -10,8 +10,10 @@
  *     tfg_plan_free(p);
  *   }
  *
- * The rules a plan keeps (streams, copies, collectives and their buckets,
- * memory, concurrent streams, fusion) are in docs/plan.md. */
+ * A program is placed, planned and validated in order by the compile
+ * driver (compiler/compile.h). The rules a plan keeps (streams, copies,
+ * collectives and their buckets, memory, concurrent streams, fusion) and
+ * what the validator checks are in docs/plan.md. */
 #ifndef TFG_PLAN_H
 #define TFG_PLAN_H
 
@@ -115,7 +117,7 @@ typedef struct tfg_plan_opts {
 /* Builds the plan of a placed graph. Returns TFG_OK, or TFG_ERR_OOM with
  * the error docs/plan.md (Memory) describes when a device's plan does
  * not fit. With d NULL, capacities are not checked: the plan only
- * measures each device's peak (the placer's memory pass uses it).
+ * measures each device's peak (the compile driver's fit loop uses it).
  * ALLREDUCE nodes must be as a strategy makes them (asserted): attrs.n
  * nodes per key, one per device, of one dtype and shape, each reading one
  * gradient, every gradient of a key before any op that reads one of the
@@ -134,40 +136,10 @@ const tfg_node_id *tfg_plan_step_inputs(const tfg_plan *p, const tfg_plan_step *
 /* The chain node id is a member of, or -1 (a scan of the chains). */
 int tfg_plan_chain_of(const tfg_plan *p, tfg_node_id id);
 
-/* Checks the plan's invariants, trusting nothing the builder knew. The
- * buckets: ranks ascending, every ALLREDUCE node in exactly one bucket on
- * its placed device, the same keys (in one order), dtype and shapes on
- * every rank, group size attrs.n = the ranks, bytes the sum. The steps:
- * streams 0-2, each kind on its stream, every op launched once where it
- * is placed in graph order (a chain's intermediates within its LAUNCH),
- * no ALLREDUCE node launched, each bucket's
- * ALLREDUCE exactly once on each of its ranks (on no other device), in
- * the same relative order on all ranks. Chains: members distinct and in
- * graph order, each an elementwise op as Fusion (docs/plan.md) requires,
- * on the last member's device, every intermediate read by exactly one
- * op, of its chain, the inputs exactly the members' other inputs in first-read
- * order, no optimizer update between first and last member; each chain
- * launched once, by a LAUNCH of its last member naming it; no other step
- * launches or copies an intermediate, and none has a buffer (the keep set
- * is the caller's: not checked). A replay with vector clocks
- * (an ALLREDUCE is a rendezvous: it runs once every rank's stream 2 has
- * reached it) checks that every input of a LAUNCH (of a chain's LAUNCH:
- * the chain's inputs), COPY or ALLREDUCE is on the device (computed
- * there, persistent, copied in or all-reduced) and happens before it,
- * and that no stream is stuck (a cycle of waits, buckets met in
- * different orders). Every event is recorded once and
- * waited on at least once. Memory: each value has one buffer per device,
- * written by its step, live at every step that reads it; a bucket's
- * gradients stay live until the first compute step ordered after its
- * ALLREDUCE (or to the end); a sent tensor lives to the end; no two
- * buffers live at the same time overlap; and the rule for concurrent
- * streams (docs/plan.md), in full: when a buffer's memory was held by
- * earlier buffers (the latest holder of each byte), every access to them
- * on any of the device's streams happens before the step that writes the new
- * one; an optimizer update, which overwrites its param and state in
- * place, happens after every copy of them to another device. The peak
- * is the maximum end over all buffers; buffers fit the
- * device. Returns true, or false with the first violation in why. */
+/* Checks every rule docs/plan.md lists under Validation (buckets, steps,
+ * chains, the order a replay with vector clocks finds, events, memory),
+ * trusting nothing the builder knew. Returns true, or false with the
+ * first violation appended to why (may be NULL). */
 bool tfg_plan_validate(const tfg_plan *p, tfg_strbuf *why);
 
 /* Whether the devices `captured` marks (per device, nonzero: GPUs) can

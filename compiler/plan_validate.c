@@ -1,5 +1,5 @@
 /* compiler/plan_validate.c: tfg_plan_validate, the plan's checker
- * (plan.h has the list of what it checks, docs/plan.md the rules). It
+ * (docs/plan.md has the rules and, under Validation, what it checks). It
  * trusts nothing the builder knew: it replays the steps with vector
  * clocks (the happens-before order the events and collectives give the
  * streams), then checks the memory plan against the steps and the

@@ -26,8 +26,7 @@
 #include "base/arena.h"
 #include "base/diag.h"
 #include "base/strbuf.h"
-#include "compiler/place.h"
-#include "compiler/plan.h"
+#include "compiler/compile.h"
 #include "lang/interp.h"
 #include "lang/parse.h"
 #include "runtime/backend.h"
@@ -62,18 +61,17 @@ int main(int argc, char **argv) {
   const tfg_source *src = tfg_diag_add_source(d, "oom.tfg", program, sizeof program - 1);
   tfg_ast *ast = NULL;
   tfg_interp *interp = tfg_interp_new(d, NULL);
-  tfg_placement *pl = NULL;
-  tfg_plan *plan = NULL;
+  tfg_compiled c = {0};
   if (tfg_parse(src, d, &arena, &ast, NULL) != TFG_OK || tfg_interp_eval(interp, src, ast) != TFG_OK ||
-      tfg_place_fit(tfg_interp_program(interp)->graph, ds, NULL, 0, d, &pl) != TFG_OK ||
-      tfg_plan_build(tfg_interp_program(interp)->graph, pl, ds, d, &plan) != TFG_OK) {
+      tfg_compile_graph(tfg_interp_program(interp)->graph, ds, NULL, 0, &(tfg_compile_opts){.fit = true}, d, &c) !=
+          TFG_OK) {
     diag_text(d, &msg);
     printf("FAIL oom: the program does not plan on %s: %s\n", spec, msg.data ? msg.data : "");
     return 1;
   }
   /* The GPU's free memory shrinks to 64 MiB after planning. */
   tfg_devices_limit(ds, (int64_t)64 << 20);
-  tfg_session_opts so = {.plan = plan};
+  tfg_session_opts so = {.plan = c.plan};
   tfg_session *s = tfg_session_new(tfg_interp_program(interp), d, &so);
   diag_text(d, &msg);
   const char *text = msg.data ? msg.data : "";
@@ -88,8 +86,7 @@ int main(int argc, char **argv) {
     printf("FAIL oom: the report does not name %s, the plan's need and the device's 64.0 MiB: %s\n", gpu->name,
            text);
   tfg_session_free(s);
-  tfg_plan_free(plan);
-  tfg_placement_free(pl);
+  tfg_compiled_free(&c);
   tfg_interp_free(interp);
   tfg_arena_free(&arena);
   tfg_devices_free(ds);

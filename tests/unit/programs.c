@@ -48,9 +48,14 @@ tfg_status program_build(built *b, const char *text, const build_opts *o) {
   if (o->devices) {
     must_succeed(b, st);
     must_succeed(b, tfg_devices_parse(b->d, o->devices, &b->ds));
-    if (o->fit) must_succeed(b, tfg_place_fit(b->p->graph, b->ds, b->steps, b->nsteps, b->d, &b->pl));
-    else must_succeed(b, tfg_place(b->p->graph, b->ds, b->steps, b->nsteps, NULL, b->d, &b->pl));
-    st = tfg_plan_build(b->p->graph, b->pl, b->ds, b->d, &b->plan);
+    tfg_compiled c;
+    st = tfg_compile_graph(b->p->graph, b->ds, b->steps, b->nsteps, &(tfg_compile_opts){.fit = o->fit}, b->d, &c);
+    if (c.failed == TFG_COMPILE_PLACE) must_succeed(b, st);
+    b->pl = c.pl;
+    b->plan = c.plan;
+    c.pl = NULL;
+    c.plan = NULL;
+    tfg_compiled_free(&c);
   }
   b->st = st;
   b->errs = test_render(b->d, false);

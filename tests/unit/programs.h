@@ -1,7 +1,8 @@
 /* tests/unit/programs.h: a tfg program taken from source text through the
  * real pipeline, as far as a suite needs: parsed, evaluated (the
  * interpreter), its train actions given their steps (compiler/strategy.h),
- * and placed and planned over a --devices spec.
+ * and placed and planned over a --devices spec (the compile driver,
+ * compiler/compile.h, from its placement on).
  *
  *   built b;
  *   program_build(&b, text, &(build_opts){.steps = 1, .devices = "host*2", .fit = true});
@@ -21,6 +22,7 @@
 
 #include "base/arena.h"
 #include "base/diag.h"
+#include "compiler/compile.h"
 #include "compiler/place.h"
 #include "compiler/plan.h"
 #include "compiler/strategy.h"
@@ -38,7 +40,7 @@ typedef struct build_opts {
   int steps;            /* the first `steps` train actions, in program order, get their steps
                          * (at most BUILT_MAX_STEPS); later ones are left alone */
   const char *devices;  /* a --devices spec: placed over it with the steps, then planned; NULL: not placed */
-  bool fit;             /* place with tfg_place_fit (activations counted), else tfg_place */
+  bool fit;             /* place counting activations (tfg_compile_opts.fit), else params alone */
 } build_opts;
 
 /* A program as program_build leaves it. Every pointer the build did not

@@ -27,7 +27,7 @@
 #include "tests/unit/unit.h"
 
 /* Builds text with its first train action's step (if any); with devices
- * (a --devices spec), placed with tfg_place_fit over it and planned. Any
+ * (a --devices spec), placed over it counting activations and planned. Any
  * failure aborts the test with the diagnostics; the plan must be valid. */
 static void build(built *b, const char *text, const char *devices) {
   if (program_build(b, text, &(build_opts){.steps = 1, .devices = devices, .fit = true}) != TFG_OK)

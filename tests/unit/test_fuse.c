@@ -789,11 +789,12 @@ START_TEST(random_graphs_run_same) {
     tfg_diag *d = tfg_diag_new();
     tfg_devices *ds = NULL;
     ck_assert_int_eq(tfg_devices_parse(d, "host*2", &ds), TFG_OK);
-    tfg_placement *pl = NULL;
-    ck_assert_int_eq(tfg_place(g, ds, NULL, 0, NULL, d, &pl), TFG_OK);
-    tfg_plan *plain = NULL, *fused = NULL;
-    ck_assert_int_eq(tfg_plan_build(g, pl, ds, d, &plain), TFG_OK);
-    ck_assert_int_eq(tfg_plan_build_with(g, pl, ds, &(tfg_plan_opts){.fuse = true, .keep = keep}, d, &fused), TFG_OK);
+    /* placed twice, alike: the placer is deterministic */
+    tfg_compiled cp, cf;
+    ck_assert_int_eq(tfg_compile_graph(g, ds, NULL, 0, NULL, d, &cp), TFG_OK);
+    ck_assert_int_eq(tfg_compile_graph(g, ds, NULL, 0, &(tfg_compile_opts){.fuse = true, .keep = keep}, d, &cf), TFG_OK);
+    for (int i = 0; i < n; i++) ck_assert_int_eq(tfg_placement_device(cp.pl, i), tfg_placement_device(cf.pl, i));
+    const tfg_plan *plain = cp.plan, *fused = cf.plan;
     plan_expect_valid(plain);
     plan_expect_valid(fused);
     chains += fused->nchains;
@@ -825,9 +826,8 @@ START_TEST(random_graphs_run_same) {
     free(o2);
     free(fetch);
     free(keep);
-    tfg_plan_free(plain);
-    tfg_plan_free(fused);
-    tfg_placement_free(pl);
+    tfg_compiled_free(&cp);
+    tfg_compiled_free(&cf);
     tfg_devices_free(ds);
     tfg_diag_free(d);
     tfg_graph_free(g);

@@ -417,9 +417,11 @@ static tfg_node_id hand_allreduce(tfg_graph *g, tfg_node_id grad, int64_t key, i
 static void hand_plan(handmade *h, const char *devices, int64_t bucket_bytes) {
   h->d = tfg_diag_new();
   ck_assert_int_eq(tfg_devices_parse(h->d, devices, &h->ds), TFG_OK);
-  ck_assert_int_eq(tfg_place(h->g, h->ds, NULL, 0, NULL, h->d, &h->pl), TFG_OK);
-  tfg_plan_opts o = {.bucket_bytes = bucket_bytes};
-  ck_assert_int_eq(tfg_plan_build_with(h->g, h->pl, h->ds, &o, h->d, &h->plan), TFG_OK);
+  tfg_compiled c;
+  ck_assert_int_eq(tfg_compile_graph(h->g, h->ds, NULL, 0, &(tfg_compile_opts){.bucket_bytes = bucket_bytes}, h->d, &c),
+                   TFG_OK);
+  h->pl = c.pl;
+  h->plan = c.plan;
   if (getenv("TFG_TEST_SHOW_PLAN")) {
     char *shown = plan_text(h->plan);
     fprintf(stderr, "%s----\n", shown);
@@ -1069,16 +1071,14 @@ static void plan_big(int n, bool wide, const char *devices) {
   tfg_diag *d = tfg_diag_new();
   tfg_devices *ds = NULL;
   ck_assert_int_eq(tfg_devices_parse(d, devices, &ds), TFG_OK);
-  tfg_placement *pl = NULL;
-  ck_assert_int_eq(tfg_place(g, ds, NULL, 0, NULL, d, &pl), TFG_OK);
-  tfg_plan *p = NULL;
-  ck_assert_int_eq(tfg_plan_build(g, pl, ds, d, &p), TFG_OK);
+  tfg_compiled c;
+  ck_assert_int_eq(tfg_compile_graph(g, ds, NULL, 0, NULL, d, &c), TFG_OK);
+  const tfg_plan *p = c.plan;
   plan_expect_valid(p);
   int steps = 0;
   for (int i = 0; i < p->ndev; i++) steps += p->dev[i].nsteps;
   ck_assert_int_ge(steps, n + 1);
-  tfg_plan_free(p);
-  tfg_placement_free(pl);
+  tfg_compiled_free(&c);
   tfg_devices_free(ds);
   tfg_diag_free(d);
   tfg_graph_free(g);
@@ -1163,14 +1163,11 @@ START_TEST(random_graphs) {
     tfg_diag *d = tfg_diag_new();
     tfg_devices *ds = NULL;
     ck_assert_int_eq(tfg_devices_parse(d, specs[seed % 2], &ds), TFG_OK);
-    tfg_placement *pl = NULL;
-    ck_assert_int_eq(tfg_place(g, ds, NULL, 0, NULL, d, &pl), TFG_OK);
-    tfg_plan *p = NULL;
-    ck_assert_int_eq(tfg_plan_build(g, pl, ds, d, &p), TFG_OK);
-    plan_expect_valid(p);
-    for (int i = 0; i < p->ndev; i++) check_best_fit(&p->dev[i]);
-    tfg_plan_free(p);
-    tfg_placement_free(pl);
+    tfg_compiled c;
+    ck_assert_int_eq(tfg_compile_graph(g, ds, NULL, 0, NULL, d, &c), TFG_OK);
+    plan_expect_valid(c.plan);
+    for (int i = 0; i < c.plan->ndev; i++) check_best_fit(&c.plan->dev[i]);
+    tfg_compiled_free(&c);
     tfg_devices_free(ds);
     tfg_diag_free(d);
     tfg_graph_free(g);

@@ -1,0 +1,178 @@
+/* compiler/compile.c: the compile driver of compile.h: the stages in
+ * order, what fusion must keep, and the loop that places again until the
+ * activations fit. The placer never calls the planner (compiler/place.c);
+ * placing with the plan's measured peak in view is this file's job. */
+#include "compiler/compile.h"
+
+#include <stdlib.h>
+
+#include "base/assert.h"
+#include "compiler/strategy.h"
+
+static int64_t bytes_of(const tfg_node *n) {
+  return tfg_shape_numel(&n->shape) * (int64_t)tfg_dtype_size(n->dtype);
+}
+
+/* ---- stage 3: placing with activations counted --------------------------------- */
+
+/* The placer counts the params, state and gradients each device holds,
+ * not the activations, which only a plan's liveness knows. So: place,
+ * plan (measuring each device's peak, capacities unchecked), and where a
+ * device's peak passes its memory, keep what its activations took (and a
+ * little more) free of params there, and place again, a few times at
+ * most. The result is the first placement whose plan fits; else the last
+ * one, placed once more under the caller's diagnostics (its plan then
+ * reports the shortage, or the placer its own error when params alone do
+ * not fit). */
+static tfg_status place_fit(const tfg_graph *g, const tfg_devices *ds, const tfg_train_step *steps, int nsteps,
+                            tfg_diag *d, tfg_placement **out) {
+  int ndev = tfg_devices_count(ds);
+  int64_t *reserve = calloc((size_t)ndev, sizeof *reserve);
+  TFG_ASSERT(reserve != NULL);
+  tfg_status st = TFG_OK;
+  for (int attempt = 0; attempt < 8; attempt++) {
+    tfg_diag *quiet = tfg_diag_new(); /* the attempts' own complaints are not the user's */
+    tfg_placement *pl = NULL;
+    st = tfg_place(g, ds, steps, nsteps, reserve, quiet, &pl);
+    tfg_diag_free(quiet);
+    if (st != TFG_OK) break;
+    tfg_plan *plan = NULL;
+    tfg_plan_build(g, pl, ds, NULL, &plan);
+    /* Where a device went over, keep what its activations took this time
+     * (and a little more) free of params next time: its peak less the
+     * params, state and gradients the placer counts already. */
+    int64_t *grads = calloc((size_t)ndev, sizeof *grads);
+    TFG_ASSERT(grads != NULL);
+    for (int k = 0; k < nsteps; k++)
+      for (int i = 0; i < steps[k].nparams; i++)
+        grads[tfg_placement_device(pl, steps[k].params[i])] += bytes_of(&g->nodes[steps[k].params[i]]);
+    bool over = false;
+    for (int i = 0; i < ndev; i++) {
+      if (plan->dev[i].peak <= tfg_devices_at(ds, i)->memory) continue;
+      int64_t act = plan->dev[i].peak - plan->dev[i].persistent_bytes - grads[i];
+      if (act < 0) act = 0;
+      int64_t want = act + act / 8 + 4096;
+      reserve[i] = want > reserve[i] ? want : reserve[i] + 4096;
+      over = true;
+    }
+    free(grads);
+    tfg_plan_free(plan);
+    if (!over) {
+      free(reserve);
+      *out = pl;
+      return TFG_OK;
+    }
+    tfg_placement_free(pl);
+  }
+  st = tfg_place(g, ds, steps, nsteps, reserve, d, out);
+  free(reserve);
+  return st;
+}
+
+/* ---- stage 4: what fusion must keep ----------------------------------------------- */
+
+/* Marks in keep every node a run of p may fetch, which fusion must leave
+ * materialized: the tensors its print actions show, and per train step
+ * what the training loop (runtime/train.c) fetches (losses, metrics,
+ * updates, a parameter server's worker gradients) or reads and writes
+ * (params, state, mirrors, fed gradients). */
+static void mark_fetched(const tfg_program *p, const tfg_train_step *packed, int npacked, uint8_t *keep) {
+  for (int a = 0; a < p->nactions; a++)
+    for (int i = 0; p->actions[a].kind == TFG_ACTION_PRINT && i < p->actions[a].nitems; i++)
+      if (p->actions[a].items[i].is_tensor) keep[p->actions[a].items[i].node] = 1;
+  for (int k = 0; k < npacked; k++) {
+    const tfg_train_step *st = &packed[k];
+    int W = st->nreplicas, P = st->nparams;
+    keep[st->loss] = 1;
+    for (int i = 0; i < W; i++) keep[st->losses[i]] = 1;
+    for (int i = 0; i < st->nmetrics; i++) keep[st->metrics[i]] = 1;
+    for (int i = 0; i < W * st->nmetrics; i++) keep[st->replica_metrics[i]] = 1;
+    for (int i = 0; i < st->nupdates; i++) keep[st->updates[i]] = 1;
+    for (int i = 0; i < P; i++) keep[st->params[i]] = 1;
+    for (int i = 0; i < st->nstates; i++) keep[st->states[i]] = 1;
+    for (int i = 0; i < st->nmirrors; i++) keep[st->mirror_src[i]] = keep[st->mirror_dst[i]] = 1;
+    for (int i = 0; st->worker_grads && i < W * P; i++) keep[st->worker_grads[i]] = keep[st->worker_params[i]] = 1;
+    for (int i = 0; st->grad_inputs && i < P; i++) keep[st->grad_inputs[i]] = 1;
+  }
+}
+
+/* ---- the stages -------------------------------------------------------------------- */
+
+static void stage_done(const tfg_compile_opts *o, tfg_compile_stage stage, const tfg_compiled *c) {
+  if (o->done) o->done(o->ctx, stage, c);
+}
+
+static tfg_status stage_failed(tfg_compiled *c, tfg_compile_stage stage, tfg_status st) {
+  c->failed = stage;
+  return st;
+}
+
+/* Stages 3 to 5, fusion keeping keep (may be NULL: no fusion). */
+static tfg_status place_plan_validate(const tfg_graph *g, const tfg_devices *ds, const tfg_train_step *steps,
+                                      int nsteps, const tfg_compile_opts *o, const uint8_t *keep, tfg_diag *d,
+                                      tfg_compiled *c) {
+  tfg_status st = o->fit ? place_fit(g, ds, steps, nsteps, d, &c->pl) : tfg_place(g, ds, steps, nsteps, NULL, d, &c->pl);
+  if (st != TFG_OK) return stage_failed(c, TFG_COMPILE_PLACE, st);
+  stage_done(o, TFG_COMPILE_PLACE, c);
+
+  tfg_plan_opts po = {.bucket_bytes = o->bucket_bytes, .fuse = o->fuse, .keep = keep};
+  st = tfg_plan_build_with(g, c->pl, ds, &po, d, &c->plan);
+  if (st != TFG_OK) return stage_failed(c, TFG_COMPILE_PLAN, st);
+  stage_done(o, TFG_COMPILE_PLAN, c);
+
+  /* A violation is a bug in the planner, never something to run. */
+  if (!o->validate) return TFG_OK;
+  if (!tfg_plan_validate(c->plan, &c->why)) return stage_failed(c, TFG_COMPILE_VALIDATE, TFG_ERR_DEVICE);
+  stage_done(o, TFG_COMPILE_VALIDATE, c);
+  return TFG_OK;
+}
+
+tfg_status tfg_compile_graph(const tfg_graph *g, const tfg_devices *ds, const tfg_train_step *steps, int nsteps,
+                             const tfg_compile_opts *o, tfg_diag *d, tfg_compiled *out) {
+  static const tfg_compile_opts none = {0};
+  if (!o) o = &none;
+  *out = (tfg_compiled){0};
+  return place_plan_validate(g, ds, steps, nsteps, o, o->keep, d, out);
+}
+
+tfg_status tfg_compile(tfg_program *p, const tfg_compile_opts *o, tfg_diag *d, tfg_compiled *c) {
+  *c = (tfg_compiled){.nactions = p->nactions};
+  c->steps = calloc((size_t)p->nactions + 1, sizeof *c->steps);
+  c->packed = calloc((size_t)p->nactions + 1, sizeof *c->packed);
+  TFG_ASSERT(c->steps && c->packed);
+
+  /* Stage 1: the passes, a train action at a time, in program order. */
+  for (int i = 0; i < p->nactions; i++) {
+    if (p->actions[i].kind != TFG_ACTION_TRAIN) continue;
+    tfg_status st = tfg_strategy_train_step(p->graph, &p->actions[i], p, &c->steps[i], d);
+    if (st != TFG_OK) return stage_failed(c, TFG_COMPILE_PASSES, st);
+    c->packed[c->npacked++] = c->steps[i];
+  }
+  stage_done(o, TFG_COMPILE_PASSES, c);
+
+  /* Stage 2: the devices, chosen once the graph is whole. */
+  tfg_status st = o->devices(o->ctx, p, d, &c->ds);
+  if (st != TFG_OK) return stage_failed(c, TFG_COMPILE_DEVICES, st);
+  stage_done(o, TFG_COMPILE_DEVICES, c);
+
+  uint8_t *keep = NULL;
+  if (o->fuse) {
+    keep = calloc((size_t)p->graph->nnodes + 1, 1);
+    TFG_ASSERT(keep != NULL);
+    mark_fetched(p, c->packed, c->npacked, keep);
+    for (int i = 0; i < o->nextra; i++) keep[o->extra[i]] = 1;
+  }
+  st = place_plan_validate(p->graph, c->ds, c->packed, c->npacked, o, keep, d, c);
+  free(keep);
+  return st;
+}
+
+void tfg_compiled_free(tfg_compiled *c) {
+  tfg_plan_free(c->plan);
+  tfg_placement_free(c->pl);
+  for (int i = 0; c->steps && i < c->nactions; i++) tfg_train_step_free(&c->steps[i]);
+  free(c->steps);
+  free(c->packed); /* the same steps' arrays */
+  tfg_strbuf_free(&c->why);
+  *c = (tfg_compiled){0};
+}

@@ -1,0 +1,108 @@
+/* compiler/compile.h: the compile driver: one function runs a program's
+ * graph passes, placement, plan and validation, in that order.
+ *
+ *   tfg_compile_opts o = {.devices = pick_devices, .ctx = me,
+ *                         .fit = true, .fuse = true, .validate = true};
+ *   tfg_compiled c;
+ *   if (tfg_compile(prog, &o, diag, &c) == TFG_OK) {
+ *     ... c.steps[action], c.pl, c.plan ...
+ *   } else if (c.failed == TFG_COMPILE_VALIDATE) {
+ *     ... c.why: the rule the plan breaks (a bug in the planner) ...
+ *   }
+ *   tfg_compiled_free(&c);                  // always (not c.ds: the hook's)
+ *
+ * A graph whose training steps the caller built itself (a test, a
+ * benchmark) starts at placement:
+ *
+ *   tfg_compile_graph(graph, devices, steps, nsteps, &o, diag, &c);
+ *
+ * The stages, each run once the one before succeeded:
+ *   1. passes: every train action's training step under its strategy
+ *      (compiler/strategy.h: autodiff, replicas, collectives), which adds
+ *      nodes to the program's graph;
+ *   2. devices: the caller's hook picks them, seeing the graph the passes
+ *      made;
+ *   3. place (compiler/place.h); with fit, where a device's planned peak
+ *      passes its memory, bytes are kept free of params there and the
+ *      graph is placed again;
+ *   4. plan (compiler/plan.h), fused when asked, every node a run may
+ *      fetch kept materialized;
+ *   5. validate (tfg_plan_validate), when asked. */
+#ifndef TFG_COMPILE_H
+#define TFG_COMPILE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/strbuf.h"
+#include "compiler/autodiff.h"
+#include "compiler/place.h"
+#include "compiler/plan.h"
+#include "lang/interp.h"
+
+typedef enum tfg_compile_stage {
+  TFG_COMPILE_PASSES = 1,
+  TFG_COMPILE_DEVICES,
+  TFG_COMPILE_PLACE,
+  TFG_COMPILE_PLAN,
+  TFG_COMPILE_VALIDATE,
+} tfg_compile_stage;
+
+/* What the stages made. Every pointer a stage did not reach is NULL. */
+typedef struct tfg_compiled {
+  int nactions;             /* tfg_compile: the program's actions */
+  tfg_train_step *steps;    /* tfg_compile: [nactions], a train action's step at its index, zero elsewhere */
+  tfg_train_step *packed;   /* tfg_compile: the train actions' steps in action order (the same arrays) */
+  int npacked;
+  tfg_devices *ds;          /* tfg_compile: the hook's devices (the hook's to free) */
+  tfg_placement *pl;
+  tfg_plan *plan;
+  tfg_compile_stage failed; /* the stage that failed, or 0 */
+  tfg_strbuf why;           /* failed at VALIDATE: the first violation */
+} tfg_compiled;
+
+typedef struct tfg_compile_opts {
+  /* Stage 2 (tfg_compile; required): sets *out to the devices for p,
+   * which must outlive the result, or reports to d and returns the
+   * error. */
+  tfg_status (*devices)(void *ctx, const tfg_program *p, tfg_diag *d, tfg_devices **out);
+  /* Stage 3: count activations (the fit loop, compiler/compile.c); else
+   * placed once, params alone counted. */
+  bool fit;
+  /* Stage 4: the all-reduce bucket size (0: TFG_PLAN_BUCKET_BYTES), and
+   * fusion (docs/plan.md), which leaves materialized every node a run
+   * may fetch: tfg_compile finds them (the print actions' tensors, every
+   * step's nodes) and adds extra[0..nextra); tfg_compile_graph takes
+   * keep (per node, nonzero: fetched) and fuses nothing without it. */
+  int64_t bucket_bytes;
+  bool fuse;
+  const tfg_node_id *extra;
+  int nextra;
+  const uint8_t *keep;
+  /* Stage 5. */
+  bool validate;
+  /* Called after each stage that succeeded, with what it made so far
+   * (--verbose); may be NULL. */
+  void (*done)(void *ctx, tfg_compile_stage stage, const tfg_compiled *c);
+  void *ctx; /* passed to the hooks */
+} tfg_compile_opts;
+
+/* Runs the stages on p (its graph grows by the steps' nodes) into *out
+ * (overwritten). Returns TFG_OK, or the failing stage's error, reported
+ * to d (out->failed names the stage): a strategy's error; the hook's; a
+ * placement error (TFG_ERR_PLACE); a plan that does not fit
+ * (TFG_ERR_OOM); an invalid plan (TFG_ERR_DEVICE, not reported: its
+ * reason is in out->why). *out is the caller's to free either way. */
+tfg_status tfg_compile(tfg_program *p, const tfg_compile_opts *o, tfg_diag *d, tfg_compiled *out);
+
+/* Stages 3 to 5 for g on ds, steps[0..nsteps) its training steps (may be
+ * NULL), as tfg_compile runs them; o->devices and o->extra are not used
+ * (o may be NULL: placed once, not fused, not validated). The steps' and
+ * devices' fields of *out stay empty. */
+tfg_status tfg_compile_graph(const tfg_graph *g, const tfg_devices *ds, const tfg_train_step *steps, int nsteps,
+                             const tfg_compile_opts *o, tfg_diag *d, tfg_compiled *out);
+
+/* Frees what *c holds but its devices; c may be zeroed or partly built. */
+void tfg_compiled_free(tfg_compiled *c);
+
+#endif
