@@ -28,7 +28,7 @@
 #include "base/status.h"
 #include "ir/graph.h"
 #include "lang/ast.h"
-#include "runtime/data.h"
+#include "io/data.h"
 
 typedef enum tfg_vkind {
   TFG_V_NONE,

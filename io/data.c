@@ -1,4 +1,4 @@
-/* runtime/data.c: datasets: csv, npy and idx readers, the train/test
+/* io/data.c: datasets: csv, npy and idx readers, the train/test
  * split, per-epoch orders and batch fetching (LANGUAGE.md section 7).
  *
  * Every file is read through zlib (gzdopen/gzread), which passes plain
@@ -62,7 +62,7 @@
  * tfg_data_check_values before any fetch (a label of 2^40 is a mistake to
  * report, not one to clamp); the conversion itself saturates, so a caller
  * that skipped the check still gets no undefined behaviour. bool to bool. */
-#include "runtime/data.h"
+#include "io/data.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-/* runtime/data.h: datasets: csv, npy and idx readers, train/test split,
+/* io/data.h: datasets: csv, npy and idx readers, train/test split,
  * per-epoch shuffling and batching (LANGUAGE.md section 7).
  *
  *   tfg_data_opts o = tfg_data_opts_default();   // test 0, no shuffle, seed 0
@@ -104,7 +104,7 @@ tfg_status tfg_data_check_values(tfg_diag *d, const tfg_loc *loc, const char *pa
 tfg_status tfg_data_check_column(tfg_diag *d, const tfg_loc *loc, const tfg_dataset *ds, int col, tfg_dtype dt);
 
 /* Converts n elements of type t at src to dtype dt at dst (the rules of
- * runtime/data.c's file comment; out-of-range i64 saturates into i32). */
+ * io/data.c's file comment; out-of-range i64 saturates into i32). */
 void tfg_data_convert(tfg_data_type t, const void *src, tfg_dtype dt, void *dst, int64_t n);
 
 /* Copies n rows of column col of split, converted to dtype dt, into dst
