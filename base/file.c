@@ -1,4 +1,5 @@
-/* base/file.c: opening user-named files without blocking (base/file.h). */
+/* base/file.c: opening user-named files without blocking, and whole-block
+ * reads and writes (base/file.h). */
 #include "base/file.h"
 
 #include <errno.h>
@@ -35,4 +36,35 @@ int tfg_file_open_regular(const char *path, struct stat *st, const char **why) {
   /* A regular file never blocks; reads are ordinary from here. */
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   return fd;
+}
+
+/* Largest single read() or write(): Linux moves at most ~2 GB per call. */
+#define FILE_IO_CHUNK ((size_t)1 << 30)
+
+int tfg_file_read_all(int fd, void *buf, uint64_t len) {
+  char *q = buf;
+  while (len > 0) {
+    size_t chunk = len > FILE_IO_CHUNK ? FILE_IO_CHUNK : (size_t)len;
+    ssize_t r = read(fd, q, chunk);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return errno;
+    if (r == 0) return -1;
+    q += r;
+    len -= (uint64_t)r;
+  }
+  return 0;
+}
+
+int tfg_file_write_all(int fd, const void *buf, uint64_t len) {
+  const char *p = buf;
+  while (len > 0) {
+    size_t chunk = len > FILE_IO_CHUNK ? FILE_IO_CHUNK : (size_t)len;
+    ssize_t w = write(fd, p, chunk);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return errno;
+    if (w == 0) return EIO; /* no progress and no reason: do not spin */
+    p += w;
+    len -= (uint64_t)w;
+  }
+  return 0;
 }

@@ -27,7 +27,7 @@
 #include "base/diag.h"
 #include "ir/graph.h"
 
-/* A dataset loaded by the interpreter (runtime/data.h); the program only
+/* A dataset loaded by the interpreter (io/data.h); the program only
  * points at it. */
 struct tfg_dataset;
 

@@ -17,7 +17,6 @@
  *   (nodes, params, actions, bindings) are truncated away, so a failed
  *   statement leaves the session as it was.
  */
-#include "ir/ops.h"
 #include "lang/interp.h"
 
 #include <inttypes.h>
@@ -28,6 +27,7 @@
 
 #include "base/assert.h"
 #include "base/grow.h"
+#include "ir/ops.h"
 #include "lang/interp_impl.h"
 #include "lang/parse.h"
 

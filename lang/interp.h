@@ -30,7 +30,7 @@
 #include "ir/graph.h"
 #include "ir/program.h"
 #include "lang/ast.h"
-#include "runtime/data.h"
+#include "io/data.h"
 
 typedef enum tfg_vkind {
   TFG_V_NONE,

@@ -1,10 +1,6 @@
-/* runtime/ckpt.h: checkpoints in the safetensors format.
- *
- * A file is an 8-byte little-endian header length N, N bytes of JSON
- * ({"NAME": {"dtype": "F32", "shape": [2, 3], "data_offsets": [BEGIN, END]},
- *   ..., "__metadata__": {"KEY": "VALUE", ...}}), then the raw little-endian
- * tensor bytes (offsets relative to the end of the header). Readable by the
- * safetensors Python package and by PyTorch (safetensors.torch.load_file).
+/* runtime/ckpt.h: checkpoints: a run's params and optimizer state saved
+ * in the safetensors format (io/safetensors.h), so that the safetensors
+ * Python package and PyTorch (safetensors.torch.load_file) read them too.
  *
  *   tfg_ckpt_entry e[] = {{"h.w", TFG_DTYPE_F32, {2, {64, 10}}, w_data}};
  *   tfg_ckpt_meta m[] = {{"step", "500"}};
@@ -31,18 +27,11 @@
 #include "base/diag.h"
 #include "base/status.h"
 #include "ir/graph.h"
+#include "io/safetensors.h"
 
-typedef struct tfg_ckpt_entry {
-  const char *name;
-  tfg_dtype dtype;
-  tfg_shape shape;
-  const void *data; /* numel * dtype size bytes, little-endian */
-} tfg_ckpt_entry;
-
-typedef struct tfg_ckpt_meta {
-  const char *key;
-  const char *value;
-} tfg_ckpt_meta;
+/* A tensor and a metadata string of a checkpoint are the format's. */
+typedef tfg_safetensors_tensor tfg_ckpt_entry;
+typedef tfg_safetensors_meta tfg_ckpt_meta;
 
 /* Writes n tensors and nmeta metadata strings to path atomically. Names
  * must be unique (asserted). Creates no folders: a missing folder is an
@@ -50,22 +39,30 @@ typedef struct tfg_ckpt_meta {
 tfg_status tfg_ckpt_save(tfg_diag *d, const tfg_loc *loc, const char *path, const tfg_ckpt_entry *e,
                          int n, const tfg_ckpt_meta *meta, int nmeta);
 
-typedef struct tfg_ckpt tfg_ckpt;
+/* A loaded checkpoint is a loaded safetensors file. */
+typedef tfg_safetensors tfg_ckpt;
 
-/* Reads and validates a safetensors file: the header is well-formed JSON
- * of the shape above, dtypes are F32 F64 F16 BF16 I32 I64 BOOL (others,
- * like U8 or F8, are an error naming the key), offsets are in order,
- * within the file and match dtype x shape, and no two tensors overlap.
- * Returns TFG_OK, TFG_ERR_IO (unreadable) or TFG_ERR_DATA (malformed), the
- * error naming the file (and the key, for a bad entry). */
+/* Reads and validates a safetensors file (tfg_safetensors_load: what the
+ * reader refuses and why), every message naming the file; one that
+ * cannot be opened or read is called a checkpoint ("cannot open
+ * checkpoint 'PATH': ..."). Returns TFG_OK, TFG_ERR_IO (unreadable),
+ * TFG_ERR_DATA (malformed) or TFG_ERR_NOMEM. */
 tfg_status tfg_ckpt_load(tfg_diag *d, const tfg_loc *loc, const char *path, tfg_ckpt **out);
-void tfg_ckpt_free(tfg_ckpt *c);
 
-int tfg_ckpt_count(const tfg_ckpt *c);
-int tfg_ckpt_find(const tfg_ckpt *c, const char *name);
-const tfg_ckpt_entry *tfg_ckpt_entry_at(const tfg_ckpt *c, int i);
+/* The loaded file's tensors and metadata (io/safetensors.h). */
+static inline void tfg_ckpt_free(tfg_ckpt *c) { tfg_safetensors_free(c); }
+static inline int tfg_ckpt_count(const tfg_ckpt *c) { return tfg_safetensors_count(c); }
+/* The index of the tensor name, or -1. */
+static inline int tfg_ckpt_find(const tfg_ckpt *c, const char *name) {
+  return tfg_safetensors_find(c, name);
+}
+static inline const tfg_ckpt_entry *tfg_ckpt_entry_at(const tfg_ckpt *c, int i) {
+  return tfg_safetensors_tensor_at(c, i);
+}
 /* The metadata value for key, or NULL. */
-const char *tfg_ckpt_meta_get(const tfg_ckpt *c, const char *key);
+static inline const char *tfg_ckpt_meta_get(const tfg_ckpt *c, const char *key) {
+  return tfg_safetensors_meta_get(c, key);
+}
 
 /* Matches checkpoint c, read from path, against a run's persistent
  * tensors want[0..n) (names, dtypes and shapes; data unused): its nparams
@@ -91,6 +88,6 @@ tfg_status tfg_ckpt_match(tfg_diag *d, const tfg_loc *loc, const char *path, con
                           int *at, int64_t *step);
 
 /* "F32" for TFG_DTYPE_F32, ... */
-const char *tfg_ckpt_dtype_name(tfg_dtype t);
+static inline const char *tfg_ckpt_dtype_name(tfg_dtype t) { return tfg_safetensors_dtype_name(t); }
 
 #endif

@@ -9,10 +9,10 @@
 #include <string.h>
 
 #include "base/assert.h"
-#include "ir/ops.h"
 #include "compiler/plan.h"
+#include "io/data.h"
+#include "ir/ops.h"
 #include "kernels/cpu/cpu.h"
-#include "runtime/data.h"
 #include "runtime/device.h"
 #include "runtime/exec.h"
 

@@ -5,7 +5,6 @@
  * batch (epoch and position from the step), dropout masks (the step is in
  * their seed) and Adam's bias correction. So a run resumed from the
  * checkpoint of step k continues exactly as if it had never stopped. */
-#include "ir/ops.h"
 #include "runtime/train.h"
 
 #include <errno.h>
@@ -20,9 +19,10 @@
 
 #include "base/assert.h"
 #include "compiler/plan.h"
+#include "io/data.h"
+#include "ir/ops.h"
 #include "kernels/cast_math.h"
 #include "runtime/ckpt.h"
-#include "runtime/data.h"
 
 /* A job's settings as its run uses them (a->config, ir/program.h): the
  * steps epochs make, the cadence of its log lines resolved. */

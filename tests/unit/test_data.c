@@ -15,7 +15,7 @@
 #include <zlib.h>
 
 #include "base/rng.h"
-#include "runtime/data.h"
+#include "io/data.h"
 #include "tests/unit/scratch.h"
 #include "tests/unit/unit.h"
 

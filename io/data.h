@@ -1,5 +1,6 @@
-/* runtime/data.h: datasets: csv, npy and idx readers, train/test split,
- * per-epoch shuffling and batching (LANGUAGE.md section 7).
+/* io/data.h: datasets: named columns read from csv, npy or idx files,
+ * the train/test split, per-epoch shuffling and batching (LANGUAGE.md
+ * section 7).
  *
  *   tfg_data_opts o = tfg_data_opts_default();   // test 0, no shuffle, seed 0
  *   o.test = 0.2; o.shuffle = true; o.seed = 7;
@@ -15,7 +16,8 @@
  * reported to the diagnostics sink at the given location (the data
  * statement), with the file name and, for text, the line. Only regular
  * files are read: a FIFO, a device or a directory is refused by name
- * (opening never blocks). */
+ * (opening never blocks). The formats themselves are io/csv.h, io/npy.h
+ * and io/idx.h; the element types and their conversions io/data_type.h. */
 #ifndef TFG_DATA_H
 #define TFG_DATA_H
 
@@ -25,17 +27,8 @@
 #include "base/diag.h"
 #include "base/status.h"
 #include "ir/graph.h"
+#include "io/data_type.h"
 #include "ir/program.h" /* tfg_split: the program names the split each input reads */
-
-/* Element types a file may hold (u8 has no tfg dtype: idx and npy images). */
-typedef enum tfg_data_type {
-  TFG_DATA_F32,
-  TFG_DATA_F64,
-  TFG_DATA_I32,
-  TFG_DATA_I64,
-  TFG_DATA_U8,
-  TFG_DATA_BOOL,
-} tfg_data_type;
 
 typedef struct tfg_data_opts {
   double test;   /* fraction of rows held out for the test split, in [0, 1) */
@@ -61,7 +54,8 @@ tfg_status tfg_data_npy(tfg_diag *d, const tfg_loc *loc, int ncols, const char *
                         const char *const *paths, const tfg_data_opts *o, tfg_dataset **out);
 
 /* Reads one whole .npy array of any rank (a 0-d array has rank 0), for
- * --feed: its type, shape and data (a new block the caller frees). */
+ * --feed: its type, shape and data (a new block the caller frees). The
+ * same as tfg_npy_read (io/npy.h). */
 tfg_status tfg_data_npy_read(tfg_diag *d, const tfg_loc *loc, const char *path, tfg_data_type *type,
                              tfg_shape *shape, void **data);
 
@@ -84,27 +78,12 @@ const char *tfg_data_column_path(const tfg_dataset *ds, int col);
 tfg_shape tfg_data_row_shape(const tfg_dataset *ds, int col);
 /* Rows in a split. */
 int64_t tfg_data_rows(const tfg_dataset *ds, tfg_split split);
-const char *tfg_data_type_name(tfg_data_type t); /* "f32", "u8" ... */
 
-/* Whether values of type t can feed a tensor of dtype dt: always when dt
- * is a float type and t is numeric or bool; integers and u8 and bool feed
- * integer dtypes; bool feeds bool. Floats never feed integer dtypes. */
-bool tfg_data_convertible(tfg_data_type t, tfg_dtype dt);
-
-/* Whether every value of an array (type t, shape, data read from path)
- * fits dtype dt, which it is about to feed (tfg_data_convertible holds):
- * TFG_OK, or TFG_ERR_SHAPE after an error naming the file, the first
- * value out of range and its NumPy index ([row, ...]). Only i64 into i32
- * can fail today. tfg_data_check_column checks a column's every row, in
- * file order. Run one of them before converting: the conversion itself
- * cannot report. */
-tfg_status tfg_data_check_values(tfg_diag *d, const tfg_loc *loc, const char *path, tfg_data_type t,
-                                 const tfg_shape *shape, const void *data, tfg_dtype dt);
+/* Whether every value of column col fits dtype dt (tfg_data_check_values
+ * of io/data_type.h over all its rows, in file order, naming the column's
+ * file): TFG_OK, or TFG_ERR_SHAPE after an error. Run it before fetching
+ * the column into dt. */
 tfg_status tfg_data_check_column(tfg_diag *d, const tfg_loc *loc, const tfg_dataset *ds, int col, tfg_dtype dt);
-
-/* Converts n elements of type t at src to dtype dt at dst (the rules of
- * runtime/data.c's file comment; out-of-range i64 saturates into i32). */
-void tfg_data_convert(tfg_data_type t, const void *src, tfg_dtype dt, void *dst, int64_t n);
 
 /* Copies n rows of column col of split, converted to dtype dt, into dst
  * (n * row elements): rows first .. first + n - 1 of the split in the
