@@ -19,6 +19,7 @@
 #include "compiler/plan.h"
 #include "lang/interp.h"
 #include "lang/parse.h"
+#include "runtime/device.h"
 
 int main(void) {
   const int layers[] = {62, 625, 6250}; /* x 4 towers x 4 ops */

@@ -29,8 +29,8 @@
 
 #include "base/strbuf.h"
 #include "compiler/autodiff.h"
+#include "ir/device.h"
 #include "ir/graph.h"
-#include "runtime/device.h"
 
 typedef enum tfg_place_cause {
   TFG_CAUSE_PIN = 1,   /* pass 1 */

@@ -50,7 +50,7 @@
 #define TFG_STRATEGY_H
 
 #include "compiler/autodiff.h"
-#include "runtime/device.h"
+#include "ir/device.h"
 
 typedef enum tfg_strategy_kind {
   TFG_STRATEGY_SINGLE,

@@ -50,10 +50,10 @@
 
 #include "base/status.h"
 #include "base/strbuf.h"
+#include "ir/device.h"
 #include "ir/graph.h"
 #include "ir/ops.h"
 #include "kernels/kernel.h"
-#include "runtime/device.h"
 #include "runtime/event.h"
 #include "runtime/mem.h"
 

@@ -1,7 +1,7 @@
 /* runtime/backend_cuda.c: the `cuda` backend: a logical device on an
  * NVIDIA GPU behind the vtable of runtime/backend.h. Compiled only in
- * builds with CUDA (Makefile: CUDA_ON=1); runtime/backend.c is its only
- * caller.
+ * builds with CUDA (Makefile: CUDA_ON=1); the backend registration
+ * (runtime/backend.c, runtime/discover.c) is its only caller.
  *
  * Devices. One backend per logical device: cuda:K*N gives N backends on
  * GPU K, each with its own streams, cuBLAS/cuBLASLt/cuDNN handles, flags
@@ -182,6 +182,7 @@
 #include "kernels/cuda/cuda.h"
 #include "runtime/backend.h"
 #include "runtime/backend_cuda.h"
+#include "runtime/backend_fault.h"
 #include "runtime/backend_impl.h"
 #include "runtime/event.h"
 #include "runtime/mem.h"

@@ -89,10 +89,12 @@
 #include <string.h>
 
 #include "base/assert.h"
+#include "base/env.h"
 #include "base/grow.h"
 #include "kernels/cast_math.h"
 #include "kernels/cpu/cpu.h"
 #include "runtime/backend.h"
+#include "runtime/backend_fault.h"
 #include "runtime/event.h"
 #include "runtime/mem.h"
 #include "runtime/trace.h"

@@ -17,10 +17,12 @@
 #include <string.h>
 
 #include "base/assert.h"
+#include "base/env.h"
 #include "ir/ops.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/fused.h"
+#include "runtime/backend_fault.h"
 #include "runtime/collective.h"
 #include "runtime/trace.h"
 

@@ -32,6 +32,7 @@
 #include "kernels/cpu/cpu.h"
 #include "runtime/backend.h"
 #include "runtime/collective.h"
+#include "runtime/device.h"
 #include "tests/unit/unit.h"
 
 /* R host backends, one stream each, on devices gpu:0..gpu:R-1. */
