@@ -5,7 +5,8 @@
  *   tfg_exec_opts o = {.threads = 0};
  *   tfg_exec *x;
  *   if (tfg_exec_new(plan, &o, diag, &x) == TFG_OK) {
- *     tfg_exec_write(x, param, host_values);          // persistent tensors
+ *     tfg_exec_init(x, param, &attrs, NULL);          // persistent tensors: an initializer's values,
+ *     tfg_exec_write(x, state, host_values);          // or given ones
  *     tfg_exec_run_opts ro = {.feed = my_feed, .feed_arg = me};
  *     void *out[1] = {host_buffer};
  *     tfg_exec_run(x, &loss, 1, out, &ro);            // one step of the plan
@@ -113,6 +114,15 @@ void tfg_exec_free(tfg_exec *x);
  * synchronously; the node must be on a device this executor runs. */
 void tfg_exec_write(tfg_exec *x, tfg_node_id id, const void *host);
 void tfg_exec_read(tfg_exec *x, tfg_node_id id, void *host);
+/* Fills a persistent node this executor holds (a PARAM) per initializer
+ * a (the node's own, with the seed its caller chose) and copies the
+ * values to its device, synchronously: the INIT kernel of a host backend
+ * of the executor's own (made on the first call, not one of the plan's
+ * devices) runs into host memory, then tfg_exec_write copies, so the
+ * values are the CPU's whatever the device (kernels/init_math.h). Returns
+ * TFG_OK, or the kernel's failure (an initializer the dtype does not take)
+ * with its message appended to *err (which may be NULL). */
+tfg_status tfg_exec_init(tfg_exec *x, tfg_node_id id, const tfg_attrs *a, tfg_strbuf *err);
 /* Whether this executor holds id's value (its device is used). */
 bool tfg_exec_holds(const tfg_exec *x, tfg_node_id id);
 
