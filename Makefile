@@ -14,13 +14,13 @@
 #                   then uses the built-in ring over peer access)
 #
 # CUDA is on when nvcc is found (on PATH, or CUDA_HOME/bin/nvcc): then
-# kernels/cuda/*.cu are compiled by nvcc and runtime/backend_cuda.c by the C
+# kernels/cuda/*.cu are compiled by nvcc and runtime/backend_cuda*.c by the C
 # compiler with the toolkit's headers, and everything links the CUDA
 # runtime, cuBLAS, cuBLASLt, cuDNN and NCCL (with an rpath, so build/tfg
 # runs where it was built). The binary starts without a driver or GPU: it
 # then finds none and runs on host devices. NCCL is on with CUDA when nccl.h
 # is found (under CUDA_HOME/include or /usr/include); NCCL=0 leaves it out
-# (TFG_BUILD_NCCL=0: runtime/backend.c then says "this build of tfg has no
+# (TFG_BUILD_NCCL=0: runtime/registry.c then says "this build of tfg has no
 # NCCL"). Switching CUDA or NCCL needs a clean BUILD (or another BUILD dir).
 #
 # re2c and Bison generate into $(BUILD)/gen; nothing generated is committed.
@@ -111,6 +111,10 @@ CPPFLAGS += -DTFG_VERSION='"$(VERSION)"' -DTFG_BUILD_CUDA=$(CUDA_ON) -DTFG_BUILD
             -DTFG_STDLIB_DIR='"$(PREFIX)/share/tfg/stdlib"' -DTFG_SOURCE_STDLIB='"$(CURDIR)/stdlib"' 
 
 # ---- CUDA: nvcc for the kernels, the libraries for the link ------------------
+# The CUDA backend's C files (runtime/backend_cuda*.c): compiled with the
+# toolkit's headers in builds with CUDA, left out of the others.
+CUDA_C_SRC := $(wildcard runtime/backend_cuda*.c)
+
 ifeq ($(CUDA_ON),1)
   NVCC       ?= $(CUDA_HOME)/bin/nvcc
   # lib64 or lib, whichever holds the runtime (some toolkits link one to the other)
@@ -127,7 +131,7 @@ ifeq ($(CUDA_ON),1)
   LDLIBS     += $(CUDA_LIBS)
   # The toolkit's headers are system headers for our warnings (nccl.h and
   # cublasLt.h have old-style declarations that -Wstrict-prototypes flags).
-  $(BUILD)/obj/runtime/backend_cuda.o: CPPFLAGS += -isystem $(CUDA_HOME)/include
+  $(patsubst %.c,$(BUILD)/obj/%.o,$(CUDA_C_SRC)): CPPFLAGS += -isystem $(CUDA_HOME)/include
 endif
 
 # ---- say what is built and why (once, from the top make; not for clean/deps) --
@@ -153,7 +157,7 @@ endif
 # ---- sources ----------------------------------------------------------------
 LIB_SRC := $(wildcard base/*.c ir/*.c io/*.c lang/*.c compiler/*.c runtime/*.c kernels/*.c kernels/cpu/*.c)
 ifneq ($(CUDA_ON),1)
-  LIB_SRC := $(filter-out runtime/backend_cuda.c,$(LIB_SRC))
+  LIB_SRC := $(filter-out $(CUDA_C_SRC),$(LIB_SRC))
 endif
 GEN_SRC := $(BUILD)/gen/parser.tab.c $(BUILD)/gen/lexer.c
 CLI_SRC := $(wildcard cli/*.c)

@@ -20,6 +20,7 @@
 #include "compiler/compile.h"
 #include "lang/interp.h"
 #include "lang/parse.h"
+#include "runtime/device.h"
 
 /* The driver's hook: when placement ended (ctx: a double). */
 static void stage_time(void *ctx, tfg_compile_stage stage, const tfg_compiled *c) {

@@ -28,6 +28,7 @@
 #include "runtime/backend.h"
 #include "runtime/device.h"
 #include "runtime/format.h"
+#include "runtime/registry.h"
 #include "runtime/session.h"
 #include "runtime/trace.h"
 #include "runtime/train.h"
@@ -471,7 +472,7 @@ static int cmd_version(const cli_cmd *cmd, int argc, char **argv) {
   printf("compiler: gcc %s, C11\n", __VERSION__);
 #endif
   /* Build options as CLI.md lists them: the GPU part comes from the
-   * backend registration (runtime/backend.c), which knows whether this
+   * backend registration (runtime/registry.c), which knows whether this
    * build has CUDA and asks the libraries their versions. */
   tfg_strbuf b = {0};
   tfg_backend_build_info(&b);

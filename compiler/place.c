@@ -210,7 +210,7 @@ static int pin_device(const tfg_devices *ds, const tfg_node *n, tfg_diag *d, uin
       tfg_diag_error(d, &p->loc, "gpu:%" PRId64 " does not exist: this run has %d GPUs, gpu:0 to gpu:%d", p->index, gpus,
                      gpus - 1);
     tfg_strbuf spec = {0};
-    tfg_devices_suggest(p->index < INT64_MAX ? p->index + 1 : p->index, &spec);
+    tfg_devices_suggest(ds, p->index < INT64_MAX ? p->index + 1 : p->index, &spec);
     tfg_diag_help(d, "give more devices, for example %s", spec.data);
     tfg_strbuf_free(&spec);
   }

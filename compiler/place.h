@@ -21,8 +21,8 @@
 
 #include "base/strbuf.h"
 #include "compiler/autodiff.h"
+#include "ir/device.h"
 #include "ir/graph.h"
-#include "runtime/device.h"
 
 /* The pass that decided an op (its number is the value). */
 typedef enum tfg_place_cause {

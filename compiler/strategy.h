@@ -50,7 +50,7 @@
 #define TFG_STRATEGY_H
 
 #include "compiler/autodiff.h"
-#include "runtime/device.h"
+#include "ir/device.h"
 
 typedef struct tfg_strategy {
   tfg_strategy_kind kind;

@@ -20,7 +20,7 @@
  * thread per device; a stream is an ordered queue that worker drains; events
  * are a flag under a mutex with a condition variable; runtime/backend_host.c)
  * and `cuda` (real streams and events on a GPU; runtime/backend_cuda.c,
- * in builds with CUDA). tfg_backend_new (runtime/backend.c) picks the one
+ * in builds with CUDA). tfg_backend_new (runtime/registry.h) picks the one
  * for a device. Events are one object type for every backend
  * (runtime/event.h), so a stream of one kind may wait for a record
  * on the other. Every call returns at once except alloc, free,
@@ -50,10 +50,10 @@
 
 #include "base/status.h"
 #include "base/strbuf.h"
+#include "ir/device.h"
 #include "ir/graph.h"
 #include "ir/ops.h"
 #include "kernels/kernel.h"
-#include "runtime/device.h"
 #include "runtime/event.h"
 #include "runtime/mem.h"
 
@@ -98,6 +98,13 @@ typedef struct tfg_backend_i {
   /* The kernel that runs node's op here (host: the op registry's CPU
    * kernel), or NULL when this backend has none. */
   tfg_kernel_fn (*kernel)(tfg_backend *b, const tfg_node *node);
+  /* How many CPU threads one matrix product of b's kernels may use (n <= 0:
+   * the count the BLAS library started with: OPENBLAS_NUM_THREADS, else the
+   * cores); returns the count now in effect. The count is the process's
+   * (OpenBLAS's), not b's alone: the executor gives every host device it
+   * runs the same share of the cores, split between those that compute at
+   * once. NULL on a backend whose kernels do not run on the CPU (cuda). */
+  int (*set_threads)(tfg_backend *b, int n);
   /* Records every operation that runs from now on as a slice of t (NULL:
    * stop): process = the device's index, thread = the stream's creation
    * order on this backend (0, 1, 2...). Returns once no operation still
@@ -188,16 +195,6 @@ typedef struct tfg_backend_opts {
                         * the executor checks, reading host memory) */
 } tfg_backend_opts;
 
-/* The backend for device dev (runtime/backend.c): the host backend for
- * TFG_DEVICE_CPU and TFG_DEVICE_HOST; the CUDA backend for TFG_DEVICE_CUDA
- * when this build has one and dev's GPU exists. Otherwise NULL with the
- * reason appended to *why ("this build of tfg has no CUDA backend", "no
- * CUDA driver or GPU on this machine", "cuda:3 does not exist: this
- * machine has 1 GPU", a compute capability below 7.0, a pool that cannot
- * be preallocated; sim devices: "sim devices are for tfg place and tfg
- * plan only"). o may be NULL (defaults: growth, no TF32, no checks). */
-tfg_backend *tfg_backend_new(const tfg_device *dev, const tfg_backend_opts *o, tfg_strbuf *why);
-
 /* A host backend for device dev (a TFG_DEVICE_HOST or TFG_DEVICE_CPU
  * entry): its worker thread starts now; its pool has dev->memory bytes,
  * grown on demand. */
@@ -205,10 +202,6 @@ tfg_backend *tfg_backend_host_new(const tfg_device *dev);
 /* The same with its pool preallocated when preallocate is set (NULL
  * when the host cannot give dev->memory bytes at once). */
 tfg_backend *tfg_backend_host_new_with(const tfg_device *dev, bool preallocate);
-
-/* The build's GPU support for `tfg version` (runtime/backend.c): lines
- * "cuda: ...", "cudnn: ...", "nccl: ..." appended to *out. */
-void tfg_backend_build_info(tfg_strbuf *out);
 
 /* Test hook: with TFG_HOST_GRAPHS=1 set when a host backend is created,
  * it has the captured-run entries (host_alloc to replay_free) and

@@ -1,9 +1,10 @@
 /* runtime/backend_cuda.h: the CUDA backend's entry points, for the
- * backend registration (runtime/backend.c) only. No CUDA header here:
- * the declarations are plain C, so backend.c needs none.
+ * backend registration (runtime/registry.c, and runtime/discover.c for the
+ * probe) only. No CUDA header here: the declarations are plain C, so
+ * those files need none.
  *
- * Compiled only in builds with CUDA (TFG_BUILD_CUDA=1); backend.c calls
- * these only under `#if TFG_BUILD_CUDA`. */
+ * Compiled only in builds with CUDA (TFG_BUILD_CUDA=1); the registration
+ * calls these only under `#if TFG_BUILD_CUDA`. */
 #ifndef TFG_BACKEND_CUDA_H
 #define TFG_BACKEND_CUDA_H
 
@@ -16,8 +17,8 @@
  * that cannot be preallocated). */
 tfg_backend *tfg_backend_cuda_new(const tfg_device *dev, const tfg_backend_opts *o, tfg_strbuf *why);
 
-/* What runtime/backend.c's tfg_backend_probe_gpus and
- * tfg_backend_probe_free give in a build with CUDA. */
+/* What runtime/discover.c's tfg_discover_gpus and tfg_discover_gpu_free
+ * give in a build with CUDA. */
 int tfg_backend_cuda_probe(const tfg_gpu_info **info, const char **why, const char **detail);
 int64_t tfg_backend_cuda_free_memory(int k);
 

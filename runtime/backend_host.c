@@ -89,10 +89,12 @@
 #include <string.h>
 
 #include "base/assert.h"
+#include "base/env.h"
 #include "base/grow.h"
 #include "kernels/cast_math.h"
 #include "kernels/cpu/cpu.h"
 #include "runtime/backend.h"
+#include "runtime/backend_fault.h"
 #include "runtime/event.h"
 #include "runtime/mem.h"
 #include "runtime/trace.h"
@@ -672,6 +674,14 @@ static tfg_kernel_fn host_kernel(tfg_backend *b, const tfg_node *node) {
   return tfg_cpu_kernel(node->op);
 }
 
+/* OpenBLAS's thread count (kernels/cpu/cpu.h): the process's, so every
+ * host backend sets the same one. */
+static int host_set_threads(tfg_backend *b, int n) {
+  (void)b;
+  tfg_cpu_blas_threads(n);
+  return n > 0 ? n : tfg_cpu_blas_default_threads();
+}
+
 /* Swaps the trace (see the top) and waits until no operation still
  * records into the old one, so the caller may free it on return. Must
  * not be called from a kernel running on b's worker (it would wait for
@@ -833,6 +843,7 @@ static const tfg_backend_i host_i = {
     .copy_peer = host_copy_peer,
     .reduce_peer = host_reduce_peer,
     .kernel = host_kernel,
+    .set_threads = host_set_threads,
     .set_trace = host_set_trace,
     .launch = host_launch,
     .read_now = NULL, /* host memory: read directly */

@@ -4,7 +4,7 @@
  * sharing one GPU: the ring all-reduce, the hierarchical all-reduce that
  * combines a reduction within each GPU with a collective among the GPUs'
  * leaders (NCCL's, which lives with the CUDA backend), and the choice
- * between them (tfg_coll_choose; runtime/backend.c applies it).
+ * between them (tfg_coll_choose; runtime/registry.c applies it).
  *
  * ---- the ring ----
  *

@@ -137,20 +137,4 @@ const char *tfg_coll_algo_name(tfg_coll_algo a);
 tfg_coll_algo tfg_coll_choose(int nranks, const tfg_device *const *dev, bool nccl, tfg_coll_algo *leaders,
                               tfg_strbuf *why);
 
-/* ---- implemented by the backend registration (runtime/backend.c) ---------------- */
-
-/* The collective tfg_coll_choose picks for the devices of b (with this
- * build's NCCL), over the streams s: the executor's one communicator per
- * device group. NULL with the reason appended to *why: a refused group,
- * or NCCL failing to start (ncclCommInitAll's error, file:line). */
-tfg_coll *tfg_coll_new_for(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why);
-
-/* NCCL over nranks CUDA backends on distinct GPUs, one communicator for
- * the group (ncclCommInitAll over their GPUs, this process only), rank r's
- * operations on s[r]. A call is one NCCL group of one in-place
- * ncclAllReduce per segment and rank (ncclSum, or ncclAvg for MEAN). NULL
- * with *why: "this build of tfg has no NCCL", a backend that is not
- * CUDA, two ranks on one GPU, or NCCL's own error. */
-tfg_coll *tfg_coll_nccl_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why);
-
 #endif

@@ -1,20 +1,15 @@
-/* runtime/device.c: the logical device list: parsing --devices, the
- * default when it is not given, the built-in sim table and `tfg devices`.
+/* runtime/device.c: the logical device list of a run: parsing --devices,
+ * the default when it is not given, and `tfg devices` (the list and the
+ * sim table themselves are descriptions: ir/device.c).
  *
- * This file only describes devices (names, hardware, capacities, the
- * numbers the placer's cost model and the memory planner read); the
- * backends that run work on them live elsewhere. No CUDA header is
- * included here (ARCHITECTURE.md, convention 7): what the machine's GPUs
- * are comes from tfg_backend_probe_gpus (runtime/backend.c, which asks
- * the CUDA backend in builds that have one). A cuda:K entry for a GPU
- * the probe found gets its name and memory; one it did not find (no
- * driver, no such ordinal, a build without CUDA) is taken at its word and
- * described with planning estimates, and refused when a program runs.
+ * No CUDA header is included here (ARCHITECTURE.md, convention 7): what
+ * the machine's GPUs are comes from tfg_discover_gpus (runtime/discover.h,
+ * which asks the CUDA backend in builds that have one). A cuda:K entry
+ * for a GPU the probe found gets its name and memory; one it did not find
+ * (no driver, no such ordinal, a build without CUDA) is taken at its word
+ * and described with planning estimates, and refused when a program runs.
  * FLOP/s and bandwidths are always the sim table's numbers for the model
  * the GPU's name matches (H100 when none does): planning estimates.
- * The fault-injection hook every backend reads (tfg_backend_fault_after)
- * is here too: keyed on a device's index, and below the backends, so the
- * host and CUDA backends need nothing from runtime/backend.c.
  *
  * Capacities. Every GPU entry's devices get the same capacity:
  *   - host*N: a quarter of the machine's physical memory divided by N by
@@ -36,56 +31,20 @@
  * with two bad entries reports both. */
 #include "runtime/device.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
 #include "base/assert.h"
+#include "ir/device_impl.h"
 
-#define KiB ((int64_t)1 << 10)
 #define MiB ((int64_t)1 << 20)
-#define GiB ((int64_t)1 << 30)
 
 /* Limits of a spec: *COUNT per entry, GPU devices in all, and the
  * largest K of cuda:K (no machine has more; it keeps names short). */
-enum { MAX_COUNT = 64, MAX_GPUS = 256, MAX_CUDA_INDEX = 255 };
-
-/* ---- the sim table --------------------------------------------------- */
-
-typedef struct sim_model {
-  const char *name; /* lower case; matched case-insensitively */
-  int64_t memory;   /* bytes */
-  double flops;     /* dense f32 FLOP/s (no tensor cores, no sparsity) */
-  double mem_bw;    /* bytes/s */
-  double link_bw;   /* bytes/s to a peer (NVLink for the GPUs) */
-} sim_model;
-
-/* Published peak numbers, from NVIDIA's data sheets: "NVIDIA H100 Tensor
- * Core GPU" (SXM5 column), "NVIDIA H200 Tensor Core GPU" (SXM) and
- * "NVIDIA A100 Tensor Core GPU" (80GB SXM4 column). The sheets' "GB" of
- * HBM is read as GiB: HBM stacks are binary-sized and the drivers report
- * about that much (an H100 shows ~79.6 GiB usable). Bandwidths and FLOP/s
- * are decimal (3.35 TB/s is 3.35e12 bytes/s). "cpu" is not a product: a
- * generic 64 GiB server socket, for planning a CPU cluster. */
-static const sim_model SIM_MODELS[] = {
-    /* H100 SXM5: 80 GB HBM3, 3.35 TB/s, FP32 67 TFLOPS, NVLink 900 GB/s */
-    {"h100", 80 * GiB, 67e12, 3.35e12, 900e9},
-    /* H200 SXM: 141 GB HBM3e, 4.8 TB/s, FP32 67 TFLOPS, NVLink 900 GB/s */
-    {"h200", 141 * GiB, 67e12, 4.8e12, 900e9},
-    /* A100 80GB SXM4: 2,039 GB/s, FP32 19.5 TFLOPS, NVLink 600 GB/s */
-    {"a100", 80 * GiB, 19.5e12, 2.039e12, 600e9},
-    /* a generic host: ~1 TFLOP/s, 100 GB/s DRAM, 25 GB/s network link */
-    {"cpu", 64 * GiB, 1e12, 100e9, 25e9},
-};
-enum { NSIM_MODELS = sizeof SIM_MODELS / sizeof SIM_MODELS[0] };
-
-/* A cuda:K device that cannot be probed: the planner still needs numbers,
- * and an H100 is the GPU people most likely have. */
-#define CUDA_ESTIMATE (&SIM_MODELS[0])
+enum { MAX_COUNT = 64, MAX_GPUS = TFG_DEVICES_MAX_GPUS, MAX_CUDA_INDEX = 255 };
 
 /* What each logical device on a probed GPU leaves outside its pool: the
  * CUDA backend's per-stream workspaces (32 MiB for each stream that
@@ -93,117 +52,19 @@ enum { NSIM_MODELS = sizeof SIM_MODELS / sizeof SIM_MODELS[0] };
  * the data-error flags. */
 #define CUDA_RESERVE (256 * MiB)
 
-/* Host devices: a deliberately modest estimate of what one worker thread
- * gets (one core with SIMD and OpenBLAS: tens of GFLOP/s; a share of the
- * DRAM bandwidth; copies between host devices are memcpy on one machine).
- * cpu:0 gets the same numbers: its work is run by one worker too, and a
- * placer told cpu:0 is as fast as all cores together would crowd it. */
-#define HOST_FLOPS 50e9
-#define HOST_MEM_BW 20e9
-#define HOST_LINK_BW 10e9
+/* This machine's suggestion (tfg_devices_suggest of the lists made here). */
+static void suggest_here(int64_t want, tfg_strbuf *out);
 
-/* ---- the device list ------------------------------------------------- */
-
-struct tfg_devices {
-  tfg_device *dev; /* dev[0] is cpu:0; room for 1 + MAX_GPUS */
-  int n;
-  int64_t host_memory; /* the machine's physical memory, for describe */
-  char *notice;        /* tfg_devices_default's notice, owned here */
-  char *no_gpu;        /* tfg_devices_no_gpu, owned here */
-};
-
-/* Physical memory, or 8 GiB where sysconf cannot tell (some containers):
- * a plausible small machine, so defaults stay modest. */
-static int64_t host_physical_memory(void) {
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0) return 8 * GiB;
-  if ((uint64_t)pages > (uint64_t)INT64_MAX / (uint64_t)page) return INT64_MAX;
-  return (int64_t)pages * (int64_t)page;
-}
-
-static long host_cores(void) {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? n : 1;
-}
-
-/* A list holding only cpu:0. Never fails (allocation failure is fatal,
- * as everywhere in tfg's small allocations). */
+/* A list holding only cpu:0, on this machine. */
 static tfg_devices *devices_new(void) {
-  tfg_devices *ds = calloc(1, sizeof *ds);
-  TFG_ASSERT(ds != NULL);
-  ds->dev = calloc(1 + MAX_GPUS, sizeof *ds->dev);
-  TFG_ASSERT(ds->dev != NULL);
-  ds->host_memory = host_physical_memory();
-  tfg_device *c = &ds->dev[0];
-  c->index = 0;
-  c->kind = TFG_DEVICE_CPU;
-  snprintf(c->name, sizeof c->name, "cpu:0");
-  long cores = host_cores();
-  snprintf(c->hardware, sizeof c->hardware, "host CPU (%ld core%s)", cores,
-           cores == 1 ? "" : "s");
-  c->physical = 0;
-  c->memory = ds->host_memory;
-  c->flops = HOST_FLOPS;
-  c->mem_bw = HOST_MEM_BW;
-  c->link_bw = HOST_LINK_BW;
-  ds->n = 1;
-  return ds;
-}
-
-/* Appends one GPU entry device; the caller has checked the MAX_GPUS
- * limit. Its hardware text is set by the caller. */
-static tfg_device *devices_push(tfg_devices *ds, tfg_device_kind kind, int physical,
-                                int64_t memory, double flops, double mem_bw,
-                                double link_bw) {
-  TFG_ASSERT(ds->n < 1 + MAX_GPUS);
-  tfg_device *g = &ds->dev[ds->n];
-  g->index = ds->n;
-  g->kind = kind;
-  snprintf(g->name, sizeof g->name, "gpu:%d", ds->n - 1);
-  g->physical = physical;
-  g->memory = memory;
-  g->flops = flops;
-  g->mem_bw = mem_bw;
-  g->link_bw = link_bw;
-  ds->n++;
-  return g;
-}
-
-/* How many host devices the list already has: host device K's K. */
-static int count_kind(const tfg_devices *ds, tfg_device_kind kind) {
-  int k = 0;
-  for (int i = 0; i < ds->n; i++) k += ds->dev[i].kind == kind;
-  return k;
-}
-
-/* Appends count host devices, each capped at cap bytes (0: no cap). */
-static void add_host(tfg_devices *ds, int count, int64_t cap) {
-  int64_t share = ds->host_memory / count;
-  int64_t memory = cap ? (cap < share ? cap : share) : share / 4;
-  int k = count_kind(ds, TFG_DEVICE_HOST);
-  for (int i = 0; i < count; i++) {
-    tfg_device *g = devices_push(ds, TFG_DEVICE_HOST, 0, memory, HOST_FLOPS, HOST_MEM_BW,
-                                 HOST_LINK_BW);
-    snprintf(g->hardware, sizeof g->hardware, "host device %d", k + i);
-  }
-}
-
-/* The sim model a GPU's name names ("NVIDIA H100 80GB HBM3" -> h100),
- * for its planning numbers; the estimate when none matches. */
-static const sim_model *cuda_model(const char *name) {
-  for (int i = 0; i < NSIM_MODELS; i++) {
-    if (strcmp(SIM_MODELS[i].name, "cpu") == 0) continue;
-    for (const char *p = name; *p; p++)
-      if (strncasecmp(p, SIM_MODELS[i].name, strlen(SIM_MODELS[i].name)) == 0) return &SIM_MODELS[i];
-  }
-  return CUDA_ESTIMATE;
+  return tfg_devices_new(tfg_discover_host_memory(), tfg_discover_host_cores(), suggest_here);
 }
 
 /* The GPU the probe found at ordinal physical, or NULL. */
 static const tfg_gpu_info *probed_gpu(int physical) {
   const tfg_gpu_info *info = NULL;
   const char *why = NULL;
-  int n = tfg_backend_probe_gpus(&info, &why, NULL);
+  int n = tfg_discover_gpus(&info, &why, NULL);
   return physical >= 0 && physical < n ? &info[physical] : NULL;
 }
 
@@ -218,18 +79,17 @@ static void set_hardware(tfg_device *g, const char *fmt, ...) {
 
 static void add_cuda(tfg_devices *ds, int physical, int count, int64_t cap) {
   const tfg_gpu_info *gi = probed_gpu(physical);
-  const sim_model *m = gi ? cuda_model(gi->name) : CUDA_ESTIMATE;
+  const tfg_sim_model *m = tfg_sim_model_of_gpu(gi ? gi->name : NULL);
   int64_t memory = m->memory / count;
   if (gi) {
-    int64_t free = tfg_backend_probe_free(physical);
+    int64_t free = tfg_discover_gpu_free(physical);
     if (free < 0) free = gi->memory;
     memory = free / count - CUDA_RESERVE;
     if (memory < 0) memory = 0;
   }
   if (cap && cap < memory) memory = cap;
   for (int i = 0; i < count; i++) {
-    tfg_device *g = devices_push(ds, TFG_DEVICE_CUDA, physical, memory, m->flops, m->mem_bw,
-                                 m->link_bw);
+    tfg_device *g = tfg_devices_push(ds, TFG_DEVICE_CUDA, physical, memory, m->flops, m->mem_bw, m->link_bw);
     if (gi && count == 1)
       set_hardware(g, "cuda:%d %.48s", physical, gi->name);
     else if (gi)
@@ -239,112 +99,6 @@ static void add_cuda(tfg_devices *ds, int physical, int count, int64_t cap) {
     else
       set_hardware(g, "cuda:%d (logical %d of %d; not probed in this build)", physical, i + 1, count);
   }
-}
-
-/* Sim devices are separate hypothetical devices: physical numbers them
- * among the list's sim devices, so none shares with another. */
-static void add_sim(tfg_devices *ds, const sim_model *m, int count, int64_t cap) {
-  int64_t memory = cap && cap < m->memory ? cap : m->memory;
-  int k = count_kind(ds, TFG_DEVICE_SIM);
-  for (int i = 0; i < count; i++) {
-    tfg_device *g =
-        devices_push(ds, TFG_DEVICE_SIM, k + i, memory, m->flops, m->mem_bw, m->link_bw);
-    snprintf(g->hardware, sizeof g->hardware, "sim:%s", m->name);
-  }
-}
-
-void tfg_devices_free(tfg_devices *ds) {
-  if (!ds) return;
-  free(ds->dev);
-  free(ds->notice);
-  free(ds->no_gpu);
-  free(ds);
-}
-
-int tfg_devices_count(const tfg_devices *ds) { return ds->n; }
-
-const tfg_device *tfg_devices_at(const tfg_devices *ds, int i) {
-  TFG_ASSERT(i >= 0 && i < ds->n);
-  return &ds->dev[i];
-}
-
-int tfg_devices_gpus(const tfg_devices *ds) { return ds->n - 1; }
-
-const tfg_device *tfg_devices_gpu(const tfg_devices *ds, int k) {
-  return k >= 0 && k < ds->n - 1 ? &ds->dev[k + 1] : NULL;
-}
-
-void tfg_devices_limit(tfg_devices *ds, int64_t limit) {
-  TFG_ASSERT(limit > 0); /* --memory-limit goes through tfg_size_parse */
-  for (int i = 0; i < ds->n; i++)
-    if (ds->dev[i].memory > limit) ds->dev[i].memory = limit;
-}
-
-/* ---- sizes ----------------------------------------------------------- */
-
-/* Parses s[0..n): digits, then an optional K/M/G/T (powers of 1024) and
- * an optional "B" (or "iB" after a unit letter), all case-insensitive.
- * No sign, no spaces, no fraction; zero and values past INT64_MAX fail. */
-static bool size_parse_n(const char *s, size_t n, int64_t *bytes) {
-  size_t i = 0;
-  uint64_t v = 0;
-  if (n == 0 || s[0] < '0' || s[0] > '9') return false;
-  for (; i < n && s[i] >= '0' && s[i] <= '9'; i++) {
-    unsigned digit = (unsigned)(s[i] - '0');
-    if (v > ((uint64_t)INT64_MAX - digit) / 10) return false;
-    v = v * 10 + digit;
-  }
-  int shift = 0;
-  if (i < n) {
-    switch (s[i]) {
-    case 'k': case 'K': shift = 10; break;
-    case 'm': case 'M': shift = 20; break;
-    case 'g': case 'G': shift = 30; break;
-    case 't': case 'T': shift = 40; break;
-    default: break;
-    }
-    if (shift) i++;
-  }
-  if (shift && i + 2 == n && (s[i] == 'i' || s[i] == 'I')) i++; /* "MiB" */
-  if (i + 1 == n && (s[i] == 'b' || s[i] == 'B')) i++;
-  if (i != n || v == 0) return false;
-  if (v > ((uint64_t)INT64_MAX >> shift)) return false;
-  *bytes = (int64_t)(v << shift);
-  return true;
-}
-
-bool tfg_size_parse(const char *s, int64_t *bytes) {
-  return s != NULL && size_parse_n(s, strlen(s), bytes);
-}
-
-/* The text of tfg_size_format into buf: bytes below 1 KiB as "512 B",
- * else one decimal in the largest binary unit that keeps the number at
- * least 1 (1048575 bytes is "1.0 MiB", not "1024.0 KiB"). */
-static void size_text(char *buf, size_t cap, int64_t bytes) {
-  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  uint64_t mag = bytes < 0 ? (uint64_t)0 - (uint64_t)bytes : (uint64_t)bytes;
-  const char *sign = bytes < 0 ? "-" : "";
-  if (mag < 1024) {
-    snprintf(buf, cap, "%s%u B", sign, (unsigned)mag);
-    return;
-  }
-  int u = 0;
-  double v = (double)mag;
-  while (v >= 1024.0 && u < 6) {
-    v /= 1024.0;
-    u++;
-  }
-  if (v >= 1023.95 && u < 6) { /* "%.1f" would round it up to 1024.0 */
-    v /= 1024.0;
-    u++;
-  }
-  snprintf(buf, cap, "%s%.1f %s", sign, v, units[u]);
-}
-
-void tfg_size_format(tfg_strbuf *out, int64_t bytes) {
-  char buf[32];
-  size_text(buf, sizeof buf, bytes);
-  tfg_strbuf_puts(out, buf);
 }
 
 /* ---- parsing --------------------------------------------------------- */
@@ -401,13 +155,6 @@ static bool has_prefix(const char *s, size_t n, const char *w) {
   return n >= wl && strncasecmp(s, w, wl) == 0;
 }
 
-static const sim_model *sim_lookup(const char *s, size_t n) {
-  for (int i = 0; i < NSIM_MODELS; i++)
-    if (strlen(SIM_MODELS[i].name) == n && strncasecmp(SIM_MODELS[i].name, s, n) == 0)
-      return &SIM_MODELS[i];
-  return NULL;
-}
-
 /* Parses the entry spec[off..end) (blanks around it allowed) and appends
  * its devices to ds; on a bad entry records one error and appends none. */
 static void parse_entry(spec_parser *p, tfg_devices *ds, size_t off, size_t end) {
@@ -426,7 +173,7 @@ static void parse_entry(spec_parser *p, tfg_devices *ds, size_t off, size_t end)
   tfg_device_kind kind;
   size_t i;
   int cuda = 0;
-  const sim_model *model = NULL;
+  const tfg_sim_model *model = NULL;
   if (has_prefix(e, n, "cuda:")) {
     kind = TFG_DEVICE_CUDA;
     i = 5;
@@ -445,7 +192,7 @@ static void parse_entry(spec_parser *p, tfg_devices *ds, size_t off, size_t end)
     kind = TFG_DEVICE_SIM;
     i = 4;
     while (i < n && e[i] != '*' && e[i] != ':') i++;
-    model = sim_lookup(e + 4, i - 4);
+    model = tfg_sim_model_find(e + 4, i - 4);
     if (!model) {
       if (i == 4)
         spec_error(p, off, n, "missing sim model in `%.*s`", (int)n, e);
@@ -498,7 +245,7 @@ static void parse_entry(spec_parser *p, tfg_devices *ds, size_t off, size_t end)
   int64_t cap = 0;
   if (i < n && e[i] == ':') {
     i++;
-    if (!size_parse_n(e + i, n - i, &cap)) {
+    if (!tfg_size_parse_n(e + i, n - i, &cap)) {
       spec_error(p, off, n, "bad memory size `%.*s` in `%.*s`", (int)(n - i), e + i, (int)n,
                  e);
       tfg_diag_help(p->d, "%s", HELP_SIZE);
@@ -545,9 +292,9 @@ static void parse_entry(spec_parser *p, tfg_devices *ds, size_t off, size_t end)
   p->gpus += count;
   if (p->errors) return; /* the list is dropped anyway */
   switch (kind) {
-  case TFG_DEVICE_HOST: add_host(ds, count, cap); break;
+  case TFG_DEVICE_HOST: tfg_devices_add_host(ds, count, cap); break;
   case TFG_DEVICE_CUDA: add_cuda(ds, cuda, count, cap); break;
-  case TFG_DEVICE_SIM: add_sim(ds, model, count, cap); break;
+  case TFG_DEVICE_SIM: tfg_devices_add_sim(ds, model, count, cap); break;
   case TFG_DEVICE_CPU: TFG_ASSERT(!"cpu is not an entry kind"); break;
   }
 }
@@ -594,7 +341,7 @@ tfg_status tfg_devices_default(tfg_diag *d, int gpus, const tfg_loc *where, tfg_
   if (notice) *notice = NULL;
   const tfg_gpu_info *info = NULL;
   const char *why = NULL;
-  int found = tfg_backend_probe_gpus(&info, &why, NULL);
+  int found = tfg_discover_gpus(&info, &why, NULL);
   if (found > MAX_GPUS) found = MAX_GPUS;
   if (found > 0) {
     /* Every physical GPU, one logical device each; a program that names
@@ -615,7 +362,7 @@ tfg_status tfg_devices_default(tfg_diag *d, int gpus, const tfg_loc *where, tfg_
   ds->no_gpu = strdup(why ? why : "none found");
   TFG_ASSERT(ds->no_gpu != NULL);
   if (gpus > 0) {
-    add_host(ds, gpus, 0);
+    tfg_devices_add_host(ds, gpus, 0);
     tfg_strbuf b = {0};
     /* Said once, with why (no driver, no device, a build without CUDA). */
     tfg_strbuf_puts(&b, "tfg: no GPU found");
@@ -656,10 +403,12 @@ void tfg_devices_suggest_for(const tfg_gpu_info *gpus, int ngpus, int64_t want, 
   tfg_strbuf_printf(out, "--devices host*%lld (emulated on the CPU)", w);
 }
 
-void tfg_devices_suggest(int64_t want, tfg_strbuf *out) {
+/* Probes only when asked: a list made from a spec of host or sim entries
+ * never wakes the CUDA runtime unless a placement fails. */
+static void suggest_here(int64_t want, tfg_strbuf *out) {
   const tfg_gpu_info *info = NULL;
   const char *why = NULL;
-  int found = tfg_backend_probe_gpus(&info, &why, NULL);
+  int found = tfg_discover_gpus(&info, &why, NULL);
   tfg_devices_suggest_for(info, found > 0 ? found : 0, want, out);
 }
 
@@ -703,7 +452,7 @@ void tfg_devices_describe(const tfg_devices *ds, tfg_strbuf *out) {
     char(*r)[CELL] = cell[i + 1];
     snprintf(r[0], CELL, "%s", v->name);
     snprintf(r[1], CELL, "%s", v->hardware);
-    size_text(r[2], CELL, v->memory);
+    tfg_size_text(r[2], CELL, v->memory);
     rate_text(r[3], CELL, v->flops, "FLOP/s");
     rate_text(r[4], CELL, v->mem_bw, "B/s");
     rate_text(r[5], CELL, v->link_bw, "B/s");
@@ -733,17 +482,17 @@ void tfg_devices_describe(const tfg_devices *ds, tfg_strbuf *out) {
     switch (v->kind) {
     case TFG_DEVICE_CPU:
     case TFG_DEVICE_HOST:
-      size_text(mem, sizeof mem, ds->host_memory);
-      tfg_strbuf_printf(out, "  host CPU (%ld core%s, %s):", host_cores(),
-                        host_cores() == 1 ? "" : "s", mem);
+      tfg_size_text(mem, sizeof mem, ds->host_memory);
+      tfg_strbuf_printf(out, "  host CPU (%ld core%s, %s):", tfg_discover_host_cores(),
+                        tfg_discover_host_cores() == 1 ? "" : "s", mem);
       break;
     case TFG_DEVICE_CUDA: {
       const tfg_gpu_info *gi = probed_gpu(v->physical);
       if (gi) {
         char freetext[32];
-        int64_t free = tfg_backend_probe_free(v->physical);
-        size_text(mem, sizeof mem, gi->memory);
-        if (free >= 0) size_text(freetext, sizeof freetext, free);
+        int64_t free = tfg_discover_gpu_free(v->physical);
+        tfg_size_text(mem, sizeof mem, gi->memory);
+        if (free >= 0) tfg_size_text(freetext, sizeof freetext, free);
         tfg_strbuf_printf(out, "  cuda:%d %s (compute capability %d.%d, %d SMs, %s%s%s):", v->physical,
                           gi->name, gi->major, gi->minor, gi->sms, mem, free >= 0 ? ", free " : "",
                           free >= 0 ? freetext : "");
@@ -764,26 +513,4 @@ void tfg_devices_describe(const tfg_devices *ds, tfg_strbuf *out) {
       }
     tfg_strbuf_putc(out, '\n');
   }
-}
-
-/* ---- test hooks ---------------------------------------------------------- */
-
-bool tfg_env_int(const char *name, long long *out) {
-  const char *s = getenv(name);
-  if (!s || !*s) return false;
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || *end) return false;
-  *out = v;
-  return true;
-}
-
-long long tfg_backend_fault_after(const tfg_device *dev, char *msg, size_t n) {
-  long long fdev, fafter;
-  if (!tfg_env_int("TFG_FAULT_DEVICE", &fdev) || !tfg_env_int("TFG_FAULT_AFTER", &fafter) || fdev != dev->index ||
-      fafter <= 0)
-    return 0;
-  snprintf(msg, n, "injected fault (TFG_FAULT_DEVICE=%lld, TFG_FAULT_AFTER=%lld)", fdev, fafter);
-  return fafter;
 }

@@ -1,5 +1,5 @@
 /* runtime/event.c: the event object both backends share (runtime/event.h;
- * its body is in runtime/backend_impl.h, where the CUDA backend reaches
+ * its body is in runtime/event_impl.h, where the CUDA backend reaches
  * its part).
  *
  * Why generations rather than a flag: an event is recorded again each
@@ -14,7 +14,7 @@
 
 #include "base/assert.h"
 #include "base/grow.h"
-#include "runtime/backend_impl.h"
+#include "runtime/event_impl.h"
 #include "runtime/event.h"
 
 tfg_event *tfg_event_new(void) {

@@ -24,7 +24,7 @@
  * (a host backend's mutex). No CUDA call is made under the event's lock,
  * so a cudaLaunchHostFunc callback may call tfg_event_complete. The body
  * of struct tfg_event (the CUDA backend's part hangs on it) is in
- * runtime/backend_impl.h. */
+ * runtime/event_impl.h. */
 #ifndef TFG_EVENT_H
 #define TFG_EVENT_H
 

@@ -1,10 +1,11 @@
-/* runtime/exec.c: runs a plan on the backends (see exec.h for the rules).
+/* runtime/exec.c: runs a plan on the backends (exec.h is the contract,
+ * docs/runtime.md the rules).
  *
  * Everything a step needs is resolved once, when the executor is made:
  * each device's arena, every tensor's address in it, the input and output
  * tensors of every launch, each bucket's slots, and for each fused chain
  * of the plan the FUSED node its launch runs (its program compiled from
- * the chain: kernels/fused.h). A run then only decides
+ * the chain: ir/fused.h). A run then only decides
  * which steps its fetches need and queues them, so the hot path is a walk
  * over arrays with no allocation and no lock of its own: the backends'
  * queues are the only synchronization. */
@@ -17,11 +18,13 @@
 #include <string.h>
 
 #include "base/assert.h"
+#include "base/env.h"
 #include "ir/ops.h"
-#include "kernels/cpu/cpu.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/fused.h"
+#include "runtime/backend_fault.h"
 #include "runtime/collective.h"
+#include "runtime/registry.h"
 #include "runtime/trace.h"
 
 typedef struct exec_dev exec_dev;
@@ -104,6 +107,12 @@ struct tfg_exec {
   tfg_event **ev;
   exec_bucket *buckets;
   tfg_pool *pool;
+  /* tfg_exec_init's host backend and stream, made on its first call, and
+   * the description it runs as: cpu:0's, with index -1 (not one of the
+   * plan's devices, so the fault hooks and the trace never see it). */
+  tfg_backend *filler;
+  tfg_stream *filler_s;
+  tfg_device filler_dev;
   bool check_numerics;
   /* Per chain of the plan: the FUSED node its LAUNCH runs (inputs: the
    * chain's; dtype, shape and location: its last member's) and the
@@ -218,7 +227,7 @@ static tfg_status run_kernel(tfg_kernel_ctx *k, const tfg_node *node, const tfg_
 
 /* ---- creation --------------------------------------------------------------- */
 
-/* The backend of device d (runtime/backend.c picks it), its streams,
+/* The backend of device d (runtime/registry.h picks it), its streams,
  * trace and arena. A device no backend can run is refused with the
  * registration's reason. */
 static tfg_status open_backend(tfg_exec *x, int d, const tfg_exec_opts *o, tfg_diag *diag) {
@@ -264,8 +273,7 @@ static tfg_status open_backend(tfg_exec *x, int d, const tfg_exec_opts *o, tfg_d
     tfg_strbuf_free(&big);
     return TFG_ERR_OOM;
   }
-  dv->kctx.dev = dv;
-  dv->kctx.k.pool = x->pool;
+  dv->kctx.dev = dv; /* its pool comes once every backend is open (share_cores) */
   return TFG_OK;
 }
 
@@ -357,14 +365,20 @@ static tfg_status open_buckets(tfg_exec *x, tfg_diag *d) {
 }
 
 /* Host devices that run kernels at once share the machine's cores: when
- * several of the plan's host devices compute (GPUs do not count), the kernel pool and each matrix
- * product (kernels/cpu/cpu.h) get one share of the threads each, as the
- * devices' kernels run at the same time. Returns the pool's threads. */
-static int share_cores(const tfg_plan *p, const tfg_exec_opts *o) {
+ * several of the used host devices compute (GPUs do not count: their
+ * backends have no set_threads), the kernel pool and each matrix product
+ * get one share of the threads each, as the devices' kernels run at the
+ * same time. Sets the matrix products' share through the backends
+ * (set_threads) and returns the pool's threads. After the backends are
+ * open. */
+static int share_cores(tfg_exec *x, const tfg_exec_opts *o) {
+  const tfg_plan *p = x->p;
+  tfg_backend *cpu = NULL; /* a backend whose kernels run on the CPU */
   int busy = 0;
-  for (int dv = 0; dv < p->ndev; dv++) {
-    if (o->use && !o->use[dv]) continue;
-    if (tfg_devices_at(p->ds, dv)->kind == TFG_DEVICE_CUDA) continue; /* a GPU computes on itself */
+  for (int dv = 0; dv < x->ndev; dv++) {
+    tfg_backend *b = x->dev[dv].b;
+    if (!b || !b->i.set_threads) continue; /* not used, or a GPU: it computes on itself */
+    cpu = b;
     const tfg_plan_device *pd = &p->dev[dv];
     bool computes = false;
     for (int k = 0; k < pd->nsteps && !computes; k++) {
@@ -374,13 +388,15 @@ static int share_cores(const tfg_plan *p, const tfg_exec_opts *o) {
     }
     busy += computes;
   }
-  if (busy <= 1) {
-    tfg_cpu_blas_threads(o->threads);
-    return o->threads;
+  int share = o->threads;
+  if (busy > 1) {
+    int all = o->threads > 0 ? o->threads : cpu->i.set_threads(cpu, 0);
+    share = all / busy > 0 ? all / busy : 1;
   }
-  int all = o->threads > 0 ? o->threads : tfg_cpu_blas_default_threads();
-  int share = all / busy > 0 ? all / busy : 1;
-  tfg_cpu_blas_threads(share);
+  for (int dv = 0; dv < x->ndev; dv++) {
+    tfg_backend *b = x->dev[dv].b;
+    if (b && b->i.set_threads) b->i.set_threads(b, share);
+  }
   return share;
 }
 
@@ -465,7 +481,6 @@ tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, 
   x->fault_step = fault ? fs : -1;
   long long fa;
   x->fault_assert = tfg_env_int("TFG_FAULT_ASSERT", &fa) && fa == 1;
-  x->pool = tfg_pool_new(share_cores(p, o));
   int32_t n = x->g->nnodes;
   x->dev = calloc((size_t)x->ndev, sizeof *x->dev);
   x->ev = calloc((size_t)p->nevents + 1, sizeof *x->ev);
@@ -498,6 +513,9 @@ tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, 
     if (st == TFG_OK) resolve(x, dv);
   }
   if (st == TFG_OK) {
+    /* The host devices' kernels share one pool (exec.h). */
+    x->pool = tfg_pool_new(share_cores(x, o));
+    for (int dv = 0; dv < x->ndev; dv++) x->dev[dv].kctx.k.pool = x->pool;
     /* Events are shared objects: any used backend can make them. */
     tfg_backend *any = NULL;
     for (int dv = 0; dv < x->ndev && !any; dv++) any = x->dev[dv].b;
@@ -512,6 +530,15 @@ tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, 
   graph_setup(x, o);
   *out = x;
   return TFG_OK;
+}
+
+/* Frees tfg_exec_init's backend, when it was made. */
+static void filler_close(tfg_exec *x) {
+  if (!x->filler) return;
+  x->filler->i.stream_free(x->filler, x->filler_s);
+  x->filler->i.destroy(x->filler);
+  x->filler = NULL;
+  x->filler_s = NULL;
 }
 
 void tfg_exec_free(tfg_exec *x) {
@@ -567,6 +594,7 @@ void tfg_exec_free(tfg_exec *x) {
   free(x->fused);
   free(x->progs);
   free(x->inner);
+  filler_close(x);
   tfg_pool_free(x->pool);
   free(x);
 }
@@ -598,6 +626,45 @@ void tfg_exec_read(tfg_exec *x, tfg_node_id id, void *host) {
   dv->b->i.copy_to_host(dv->b, dv->s[0], host, addr(dv, id), n);
   tfg_status st = dv->b->i.synchronize(dv->b, dv->s[0], NULL);
   TFG_ASSERT(st == TFG_OK || !"a copy out of a failed device");
+}
+
+/* The fill runs where the CPU's INIT kernel runs: on a host backend,
+ * into host memory (a host backend's memory is host memory, read_now
+ * NULL), which the copy then takes to the holder. Its own backend rather
+ * than a host device of the plan's, so a fill is never counted by
+ * TFG_FAULT_AFTER nor traced: only the copy is, as when the session
+ * filled on its own thread. */
+tfg_status tfg_exec_init(tfg_exec *x, tfg_node_id id, const tfg_attrs *a, tfg_strbuf *err) {
+  const tfg_node *nd = &x->g->nodes[id];
+  (void)holder(x, id); /* checks id is a persistent node this executor holds */
+  if (!x->filler) {
+    x->filler_dev = *tfg_devices_at(x->p->ds, 0);
+    x->filler_dev.index = -1;
+    tfg_strbuf why = {0};
+    x->filler = tfg_backend_new(&x->filler_dev, NULL, &why); /* a host backend: cannot fail */
+    TFG_ASSERT(x->filler != NULL && x->filler->i.read_now == NULL);
+    tfg_strbuf_free(&why);
+    x->filler_s = x->filler->i.stream_create(x->filler);
+  }
+  tfg_backend *b = x->filler;
+  tfg_node init = {.op = TFG_OP_INIT, .dtype = nd->dtype, .shape = nd->shape, .attrs = *a, .name = nd->name,
+                   .loc = nd->loc, .pin = nd->pin};
+  size_t n = node_bytes(nd);
+  void *host = malloc(n ? n : 1);
+  TFG_ASSERT(host != NULL);
+  tfg_tensor out = {host, nd->dtype, nd->shape};
+  tfg_kernel_ctx ctx = {.pool = x->pool, .node = id};
+  tfg_kernel_fn fn = b->i.kernel(b, &init);
+  TFG_ASSERT(fn != NULL);
+  b->i.launch(b, x->filler_s, fn, &ctx, &init, NULL, &out);
+  tfg_status st = b->i.synchronize(b, x->filler_s, err);
+  if (st == TFG_OK)
+    tfg_exec_write(x, id, host);
+  else
+    filler_close(x); /* its stream's failure is sticky: a later fill starts afresh */
+  tfg_strbuf_free(&ctx.err);
+  free(host);
+  return st;
 }
 
 /* ---- a run ---------------------------------------------------------------------- */

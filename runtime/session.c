@@ -12,7 +12,6 @@
 #include "compiler/plan.h"
 #include "io/data.h"
 #include "ir/ops.h"
-#include "kernels/cpu/cpu.h"
 #include "runtime/device.h"
 #include "runtime/exec.h"
 
@@ -81,16 +80,17 @@ static bool load_feed(tfg_session *s, const tfg_node *n, const char *path, void 
   return ok;
 }
 
-/* A param's initial value, in a new host buffer: its constant, or its
- * initializer drawn from its seed. Unseeded params draw from their own
- * name, so two layers of one shape differ, a run is reproducible, and a
- * strategy's copies of a param (same name) start equal; --seed shifts
- * them all. NULL after reporting. */
-static void *param_init(const tfg_node *nd, uint64_t seed, tfg_diag *d) {
-  tfg_tensor t = {alloc_bytes(node_bytes(nd)), nd->dtype, nd->shape};
+/* Gives param nd (node id, held by the session's executor) its initial
+ * value: its constant, or its initializer drawn from its seed (filled
+ * through the executor's host backend: tfg_exec_init). Unseeded params
+ * draw from their own name, so two layers of one shape differ, a run is
+ * reproducible, and a strategy's copies of a param (same name) start
+ * equal; --seed shifts them all. false after reporting. */
+static bool param_init(tfg_session *s, tfg_node_id id, uint64_t seed) {
+  const tfg_node *nd = &s->prog->graph->nodes[id];
   if (nd->attrs.data) {
-    memcpy(t.data, nd->attrs.data, node_bytes(nd)); /* from a constant */
-    return t.data;
+    tfg_exec_write(s->x, id, nd->attrs.data); /* from a constant */
+    return true;
   }
   tfg_attrs a = nd->attrs;
   if (!a.seeded) {
@@ -99,12 +99,12 @@ static void *param_init(const tfg_node *nd, uint64_t seed, tfg_diag *d) {
     a.seed = h;
   }
   a.seed ^= seed * 0x9E3779B97F4A7C15ull;
-  if (tfg_cpu_init_fill(&t, &a) != TFG_OK) {
-    tfg_diag_error(d, &nd->loc, "param %s: cannot initialize the %s param on the CPU", nd->name, tfg_dtype_name(nd->dtype));
-    free(t.data);
-    return NULL;
+  if (tfg_exec_init(s->x, id, &a, NULL) != TFG_OK) {
+    tfg_diag_error(s->diag, &nd->loc, "param %s: cannot initialize the %s param on the CPU", nd->name,
+                   tfg_dtype_name(nd->dtype));
+    return false;
   }
-  return t.data;
+  return true;
 }
 
 tfg_session *tfg_session_new(const tfg_program *p, tfg_diag *d, const tfg_session_opts *o) {
@@ -136,7 +136,11 @@ tfg_session *tfg_session_new(const tfg_program *p, tfg_diag *d, const tfg_sessio
   for (int32_t i = 0; i < n; i++) {
     const tfg_node *nd = &p->graph->nodes[i];
     if ((nd->op != TFG_OP_PARAM && nd->op != TFG_OP_STATE) || !tfg_exec_holds(s->x, i)) continue;
-    void *v = nd->op == TFG_OP_PARAM ? param_init(nd, o->seed, d) : calloc(1, node_bytes(nd) + 1);
+    if (nd->op == TFG_OP_PARAM) {
+      if (!param_init(s, i, o->seed)) goto fail;
+      continue;
+    }
+    void *v = calloc(1, node_bytes(nd) + 1);
     if (!v) goto fail;
     tfg_exec_write(s->x, i, v);
     free(v);

@@ -32,6 +32,7 @@
 #include "runtime/backend.h"
 #include "runtime/collective.h"
 #include "runtime/device.h"
+#include "runtime/registry.h"
 
 enum { WARMUP = 3, SAMPLES = 15 };
 #define SAMPLE_SECONDS 0.025

@@ -65,6 +65,7 @@
 #include "kernels/fused.h"
 #include "runtime/backend.h"
 #include "runtime/device.h"
+#include "runtime/registry.h"
 #include "tests/gpu/gpu_test.h"
 
 enum { MAXIN = 8, MAXLAUNCH = 4 };

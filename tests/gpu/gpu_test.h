@@ -19,6 +19,7 @@
 #include "base/strbuf.h"
 #include "runtime/backend.h"
 #include "runtime/device.h"
+#include "runtime/registry.h"
 
 /* d's diagnostics rendered without colour, on one line (newlines become
  * spaces), appended to *out. */

@@ -27,9 +27,10 @@
 
 #include "kernels/cpu/cpu.h"
 #include "runtime/backend.h"
-#include "runtime/backend_impl.h" /* the event body: a test fakes the CUDA export */
+#include "runtime/event_impl.h" /* the event body: a test fakes the CUDA export */
 #include "runtime/event.h"
 #include "runtime/mem.h"
+#include "runtime/registry.h"
 #include "tests/unit/unit.h"
 
 #define KiB ((int64_t)1 << 10)

@@ -32,6 +32,8 @@
 #include "kernels/cpu/cpu.h"
 #include "runtime/backend.h"
 #include "runtime/collective.h"
+#include "runtime/device.h"
+#include "runtime/registry.h"
 #include "tests/unit/unit.h"
 
 /* R host backends, one stream each, on devices gpu:0..gpu:R-1. */

@@ -26,6 +26,7 @@
 
 #include "base/json.h"
 #include "runtime/backend.h"
+#include "runtime/device.h"
 #include "runtime/trace.h"
 #include "tests/unit/scratch.h"
 #include "tests/unit/unit.h"

@@ -1,18 +1,19 @@
-/* runtime/backend.c: the backend registration: which backend runs a
- * device, which collective runs a group of devices, what GPUs the machine
- * has, and what the build supports.
+/* runtime/registry.c: the backend registration (runtime/registry.h).
  *
- * This is the one file outside kernels/cuda/ and runtime/backend_cuda.c
- * that asks whether the build has CUDA or NCCL (`#if TFG_BUILD_CUDA`,
- * `#if TFG_BUILD_NCCL`: ARCHITECTURE.md convention 7); it includes no
- * CUDA header. Everything else (the executor, `tfg devices`, `tfg
- * version`) goes through the functions here, so a build without CUDA or
- * NCCL differs only in this file's answers. */
+ * This file and runtime/discover.c (the GPUs the machine has) are the only
+ * files outside kernels/cuda/ and runtime/backend_cuda*.c that ask whether
+ * the build has CUDA or NCCL (`#if TFG_BUILD_CUDA`, `#if TFG_BUILD_NCCL`:
+ * ARCHITECTURE.md convention 7); they include no CUDA header. Everything
+ * else (the executor, `tfg devices`, `tfg version`) goes through their
+ * functions, so a build without CUDA or NCCL differs only in their
+ * answers. */
+#include "runtime/registry.h"
+
 #include <stdlib.h>
 
 #include "base/assert.h"
-#include "runtime/backend.h"
-#include "runtime/collective.h"
+
+#include "runtime/discover.h"
 #if TFG_BUILD_CUDA
 #include "runtime/backend_cuda.h"
 #endif
@@ -25,28 +26,7 @@
 #define HAVE_NCCL 0
 #endif
 
-#define NO_CUDA_BUILD "this build of tfg has no CUDA backend"
 #define NO_NCCL_BUILD "this build of tfg has no NCCL"
-
-int tfg_backend_probe_gpus(const tfg_gpu_info **info, const char **why, const char **detail) {
-#if TFG_BUILD_CUDA
-  return tfg_backend_cuda_probe(info, why, detail);
-#else
-  if (info) *info = NULL;
-  if (why) *why = NO_CUDA_BUILD;
-  if (detail) *detail = "";
-  return 0;
-#endif
-}
-
-int64_t tfg_backend_probe_free(int k) {
-#if TFG_BUILD_CUDA
-  return tfg_backend_cuda_free_memory(k);
-#else
-  (void)k;
-  return -1;
-#endif
-}
 
 /* A CUDA device: refused with the reason unless the build has CUDA, the
  * machine has a driver and GPUs, and dev's ordinal is one of them. */
@@ -72,7 +52,7 @@ static tfg_backend *cuda_new(const tfg_device *dev, const tfg_backend_opts *o, t
 #else
   (void)dev;
   (void)o;
-  tfg_strbuf_puts(why, NO_CUDA_BUILD);
+  tfg_strbuf_puts(why, TFG_NO_CUDA_BUILD);
   return NULL;
 #endif
 }

@@ -1,4 +1,4 @@
-/* runtime/backend_impl.h: the body of the event object (runtime/event.h),
+/* runtime/event_impl.h: the body of the event object (runtime/event.h),
  * for runtime/event.c and the CUDA backend (runtime/backend_cuda.c), which
  * hangs its part on it, and for the backend tests. The host backend goes
  * through event.h's functions only.
@@ -23,8 +23,8 @@
  *
  * Lock order: e->mu, then a host backend's mutex (tfg_event_complete
  * wakes host workers under e->mu). No CUDA call is made under e->mu. */
-#ifndef TFG_BACKEND_IMPL_H
-#define TFG_BACKEND_IMPL_H
+#ifndef TFG_EVENT_IMPL_H
+#define TFG_EVENT_IMPL_H
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -1,0 +1,219 @@
+/* runtime/backend_cuda_nccl.c: the NCCL collective (runtime/collective.h)
+ * over CUDA backends, in builds with NCCL (TFG_BUILD_NCCL=1); empty in
+ * the others.
+ *
+ * NCCL (tfg_backend_cuda_nccl_new; builds with TFG_BUILD_NCCL only): the
+ * collective of runtime/collective.h across CUDA devices on distinct
+ * GPUs, one communicator per group (ncclCommInitAll over the ranks' GPUs:
+ * a single process drives them all, so no unique id travels). A call is
+ * one NCCL group (ncclGroupStart, then one in-place ncclAllReduce per
+ * rank and segment on the rank's stream, ncclGroupEnd): the segments are
+ * separate buffers, and NCCL fuses the group's operations. MEAN is
+ * ncclAvg; another scale (a hierarchical all-reduce's leaders, whose mean
+ * is over more ranks than they are) is ncclSum then tfg_cuda_scale on
+ * each rank's stream. An NCCL collective must be queued on every rank or
+ * on none (the others would wait for it forever), so when any rank's
+ * stream has failed already, or the dtype is not f32 or f64, nothing is
+ * queued and every rank's stream fails with that reason (failed_here on
+ * the streams where it began), which is what the ring's events carry
+ * around the ring. The communicators are finalized together (one NCCL
+ * group: finalizing is collective) and then destroyed. */
+#include <stdlib.h>
+
+#if TFG_BUILD_NCCL
+#include <nccl.h>
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 10, 0)
+#error "tfg needs NCCL 2.10 or newer (ncclAvg); build with NCCL=0 without it"
+#endif
+#endif
+
+#include "base/assert.h"
+#include "runtime/backend_cuda_impl.h"
+#include "runtime/collective.h"
+
+/* ---- NCCL ----------------------------------------------------------------------- */
+
+#if TFG_BUILD_NCCL
+
+/* Appends "CALL failed: ERROR (FILE:LINE)" and NCCL's own detail to *why
+ * when e is an error. */
+static bool nccl_ok(ncclResult_t e, const char *call, const char *file, int line, tfg_strbuf *why) {
+  if (e == ncclSuccess) return true;
+  if (why) {
+    tfg_strbuf_printf(why, "%s failed: %s (%s:%d)", call, ncclGetErrorString(e), file, line);
+    const char *last = ncclGetLastError(NULL);
+    if (last && *last) tfg_strbuf_printf(why, ": %s", last);
+  }
+  (void)cudaGetLastError(); /* a CUDA error NCCL met must not surface at the next kernel launch */
+  return false;
+}
+#define NCCL_OK(call, why) nccl_ok((call), #call, __FILE__, __LINE__, (why))
+
+typedef struct nccl_coll {
+  int nranks;
+  tfg_backend **b;
+  tfg_stream **s;
+  ncclComm_t *comms; /* [nranks]: rank r's, on b[r]'s GPU */
+} nccl_coll;
+
+static const char *nccl_name(tfg_coll *c) {
+  (void)c;
+  return "nccl";
+}
+
+/* Queues the group on every rank (see the top); false with *m when an
+ * NCCL or CUDA call failed. */
+static bool nccl_queue(nccl_coll *g, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt, double scale,
+                       tfg_strbuf *m) {
+  int R = g->nranks;
+  bool f64 = dt == TFG_DTYPE_F64;
+  ncclDataType_t type = f64 ? ncclFloat64 : ncclFloat32;
+  /* MEAN is NCCL's own; any other scale follows the sum. */
+  bool avg = scale != 1.0 && scale == 1.0 / R, post = scale != 1.0 && !avg;
+  ncclRedOp_t op = avg ? ncclAvg : ncclSum;
+  cudaEvent_t *t0 = calloc((size_t)R, sizeof *t0);
+  TFG_ASSERT(t0 != NULL);
+  for (int r = 0; r < R; r++) t0[r] = tfg_backend_cuda_trace_begin(cuda_of(g->b[r]), g->s[r]);
+  bool ok = NCCL_OK(ncclGroupStart(), m);
+  if (ok) {
+    for (int r = 0; r < R && ok; r++)
+      for (int k = 0; k < nseg && ok; k++)
+        if (counts[k]) {
+          void *p = bufs[(size_t)r * (size_t)nseg + (size_t)k];
+          ok = NCCL_OK(ncclAllReduce(p, p, counts[k], type, op, g->comms[r], g->s[r]->s), m);
+        }
+    /* Always closed: a failed call inside the group makes ncclGroupEnd
+     * fail too, and launch nothing. */
+    ok &= NCCL_OK(ncclGroupEnd(), ok ? m : NULL);
+  }
+  for (int r = 0; r < R && ok && post; r++) {
+    cuda_backend *cb = cuda_of(g->b[r]);
+    ok = CUDA_OK(cudaSetDevice(cb->gpu), m);
+    for (int k = 0; k < nseg && ok; k++)
+      ok = CUDA_OK(tfg_cuda_scale(bufs[(size_t)r * (size_t)nseg + (size_t)k], counts[k], f64, scale, g->s[r]->s), m);
+  }
+  for (int r = 0; r < R; r++) {
+    if (ok)
+      tfg_backend_cuda_trace_end(cuda_of(g->b[r]), g->s[r], t0[r], "allreduce", "collective");
+    else
+      tfg_backend_cuda_timing_event_put(cuda_of(g->b[r]), t0[r]);
+  }
+  free(t0);
+  return ok;
+}
+
+static void nccl_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                                  double scale) {
+  nccl_coll *g = c->ctx;
+  TFG_ASSERT(nseg >= 0 && (nseg == 0 || (bufs && counts)));
+  size_t n = 0;
+  for (int k = 0; k < nseg; k++) n += counts[k];
+  if (n == 0) return;
+  tfg_status st = TFG_OK;
+  int began = -1; /* the rank whose stream failed first, else every rank's is where it began */
+  tfg_strbuf m = {0};
+  for (int r = 0; r < g->nranks && st == TFG_OK; r++)
+    if (g->s[r]->status != TFG_OK) {
+      st = g->s[r]->status;
+      began = r;
+      tfg_strbuf_puts(&m, g->s[r]->err.data ? g->s[r]->err.data : tfg_status_str(st));
+    }
+  if (st == TFG_OK && dt != TFG_DTYPE_F32 && dt != TFG_DTYPE_F64) {
+    st = TFG_ERR_DEVICE;
+    tfg_strbuf_printf(&m, "nccl all-reduce: cannot reduce %s elements (tfg's all-reduce takes f32 and f64)",
+                      tfg_dtype_name(dt));
+  }
+  if (st == TFG_OK && !nccl_queue(g, bufs, counts, nseg, dt, scale, &m)) st = TFG_ERR_DEVICE;
+  if (st != TFG_OK)
+    for (int r = 0; r < g->nranks; r++) tfg_backend_cuda_stream_fail(g->s[r], st, began < 0, m.data);
+  tfg_strbuf_free(&m);
+}
+
+static void nccl_allreduce(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                           tfg_coll_op op) {
+  nccl_allreduce_scaled(c, bufs, counts, nseg, dt, op == TFG_COLL_MEAN ? 1.0 / c->nranks : 1.0);
+}
+
+/* Finalizes the communicators in one group (finalizing is collective: one
+ * at a time would wait for the others), which flushes what they have
+ * queued, then destroys them. Failures can only be ignored here. */
+static void nccl_destroy(nccl_coll *g) {
+  if (g->comms) {
+    if (ncclGroupStart() == ncclSuccess) {
+      for (int r = 0; r < g->nranks; r++)
+        if (g->comms[r]) (void)ncclCommFinalize(g->comms[r]);
+      (void)ncclGroupEnd();
+    }
+    for (int r = 0; r < g->nranks; r++)
+      if (g->comms[r]) (void)ncclCommDestroy(g->comms[r]);
+    (void)cudaGetLastError();
+  }
+  free(g->comms);
+  free(g->b);
+  free(g->s);
+  free(g);
+}
+
+static void nccl_free(tfg_coll *c) {
+  if (!c) return;
+  nccl_destroy(c->ctx);
+  free(c);
+}
+
+static const tfg_coll_i nccl_i = {
+    .name = nccl_name,
+    .allreduce = nccl_allreduce,
+    .allreduce_scaled = nccl_allreduce_scaled,
+    .free = nccl_free,
+};
+
+tfg_coll *tfg_backend_cuda_nccl_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why) {
+  TFG_ASSERT(nranks >= 1 && b && s);
+  nccl_coll *g = calloc(1, sizeof *g);
+  TFG_ASSERT(g != NULL);
+  g->nranks = nranks;
+  g->b = malloc((size_t)nranks * sizeof *g->b);
+  g->s = malloc((size_t)nranks * sizeof *g->s);
+  int *devs = malloc((size_t)nranks * sizeof *devs);
+  TFG_ASSERT(g->b && g->s && devs);
+  bool ok = true;
+  for (int r = 0; r < nranks && ok; r++) {
+    g->b[r] = b[r];
+    g->s[r] = s[r];
+    if (!tfg_backend_cuda_is(b[r])) {
+      tfg_strbuf_printf(why, "NCCL runs on CUDA devices: %s is a %s device", b[r]->device->name, b[r]->i.name(b[r]));
+      ok = false;
+      break;
+    }
+    TFG_ASSERT(s[r]->cb == cuda_of(b[r]));
+    devs[r] = cuda_of(b[r])->gpu;
+    for (int q = 0; q < r && ok; q++)
+      if (devs[q] == devs[r]) {
+        tfg_strbuf_printf(why, "NCCL takes one rank per GPU: %s and %s are both on cuda:%d", b[q]->device->name,
+                          b[r]->device->name, devs[r]);
+        ok = false;
+      }
+  }
+  if (ok) {
+    g->comms = calloc((size_t)nranks, sizeof *g->comms);
+    TFG_ASSERT(g->comms != NULL);
+    ok = NCCL_OK(ncclCommInitAll(g->comms, nranks, devs), why);
+    if (!ok) { /* nothing to finalize: NCCL released what it made */
+      free(g->comms);
+      g->comms = NULL;
+    }
+  }
+  free(devs);
+  if (!ok) {
+    nccl_destroy(g);
+    return NULL;
+  }
+  tfg_coll *c = calloc(1, sizeof *c);
+  TFG_ASSERT(c != NULL);
+  c->i = nccl_i;
+  c->nranks = nranks;
+  c->ctx = g;
+  return c;
+}
+
+#endif /* TFG_BUILD_NCCL */

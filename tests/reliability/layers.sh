@@ -1,0 +1,45 @@
+# tests/reliability/layers.sh: the floors of ARCHITECTURE.md hold
+# (tests/layers.py): no #include goes up a floor or sideways, and no two
+# modules include each other. It also shows the checker can fail: a copy
+# of the tree with one forbidden include, and one with a cycle, must each
+# be refused, naming the file and line. Sourced by tests/run.sh with $ROOT,
+# $tmp and tests/lib.sh's helpers.
+
+suite=layers
+
+if python3 "$ROOT/tests/layers.py" "$ROOT" >"$tmp/layers.out" 2>&1; then ok
+else ko "$suite: the tree breaks the floor table:"; sed 's/^/    /' "$tmp/layers.out"; fi
+
+# lay_copy DIR: the product folders of the tree, copied to DIR
+lay_copy() {
+  rm -rf "$1" && mkdir -p "$1"
+  for lay_d in base ir lang io kernels compiler runtime cli; do
+    [ -d "$ROOT/$lay_d" ] && cp -R "$ROOT/$lay_d" "$1/"
+  done
+}
+
+# lay_refused NAME DIR WANT: layers.py must fail on DIR and print WANT
+lay_refused() {
+  if python3 "$ROOT/tests/layers.py" "$2" >"$tmp/layers.out" 2>&1; then
+    ko "$suite $1: a tree with the broken rule passed"
+  elif grep -qF "$3" "$tmp/layers.out"; then ok
+  else ko "$suite $1: expected \"$3\" in:"; sed 's/^/    /' "$tmp/layers.out"; fi
+}
+
+# up a floor: the graph (ir/, floor 2) reaching for the placer (floor 4)
+lay_copy "$tmp/lay-up"
+printf '#include "compiler/place.h"\n' >>"$tmp/lay-up/ir/graph.c"
+lay_refused up "$tmp/lay-up" \
+  "ir/graph.c:$(wc -l <"$tmp/lay-up/ir/graph.c" | tr -d ' '): includes compiler/place.h: up from ir/ (floor 2) to compiler/ (floor 4)"
+
+# sideways: kernels/ and io/ share floor 3
+lay_copy "$tmp/lay-side"
+printf '#include "lang/ast.h"\n' >>"$tmp/lay-side/kernels/kernel.c"
+lay_refused sideways "$tmp/lay-side" "includes lang/ast.h: sideways from kernels/ (floor 3) to lang/ (floor 3)"
+
+# a cycle inside one floor: the op registry including the graph is fine,
+# the graph including the registry back is not
+lay_copy "$tmp/lay-cycle"
+printf '#include "ir/ops.h"\n' >>"$tmp/lay-cycle/ir/graph.c"
+lay_refused cycle "$tmp/lay-cycle" \
+  "ir/graph.c:$(wc -l <"$tmp/lay-cycle/ir/graph.c" | tr -d ' '): includes ir/ops.h: a cycle between modules"
