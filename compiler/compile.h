@@ -38,7 +38,7 @@
 #include "compiler/autodiff.h"
 #include "compiler/place.h"
 #include "compiler/plan.h"
-#include "lang/interp.h"
+#include "ir/program.h"
 
 typedef enum tfg_compile_stage {
   TFG_COMPILE_PASSES = 1,
