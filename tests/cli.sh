@@ -191,7 +191,7 @@ if awk -v a="$acc" 'BEGIN { exit !(a >= 0.96) }'; then ok; else ko "digits: test
 # AdamW on byte windows): the logged loss falls from near log(256) = 5.5 by
 # more than a nat in 40 steps, the run is deterministic (the same log twice,
 # less the speed), and the test split is evaluated.
-gpt_tiny="--set d=32 --set layers=1 --set T=16 --set batch=8 --set steps=40"
+gpt_tiny="--set d=32 --set layers=1 --set T=16 --set batch=8 --set steps=40 --set log_every=4"
 # shellcheck disable=SC2086 # $gpt_tiny is an option list
 expect gpt-tiny 0 timeout 60 "$TFG" run $gpt_tiny examples/gpt.tfg &&
   sed 's/  [0-9.]* steps\/s//' "$tmp/err" | grep -E '^(step|eval)' >"$tmp/gpt1.log"
