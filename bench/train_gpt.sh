@@ -26,7 +26,7 @@ cd "$(dirname "$0")/.."
 THREADS=${1:-$(nproc)}
 ROUNDS=${2:-3}
 TFG=${TFG:-build/tfg}
-export OPENBLAS_NUM_THREADS=$THREADS
+export OPENBLAS_NUM_THREADS="$THREADS"
 . bench/lib.sh # bench_python
 PY=$(bench_python)
 have_torch=1

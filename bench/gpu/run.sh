@@ -153,9 +153,11 @@ gpt_step() {
     echo "gpt: cannot make the windows of 257 bytes; skipped"
     return
   fi
+  # the quotes around the path are tfg's: --set's value is a tfg expression, a string
+  # shellcheck disable=SC2089
   gopts="--devices cuda:0 --set windows=\"$tmp/w257.npy\" --set window=257 --set d=768 --set layers=12 --set heads=12 --set T=256 --set batch=16"
   S=20
-  # shellcheck disable=SC2086 # $gopts is an option list
+  # shellcheck disable=SC2086,SC2090 # $gopts is an option list, its quotes tfg's
   gpt_s() { "$TFG" run $gopts --set steps="$1" --set log_every="$1" examples/gpt.tfg 2>&1 >/dev/null | awk '/^trained/ { print $5; exit }'; }
   gpt_s "$S" >/dev/null
   t1=$(gpt_s "$S")
