@@ -185,6 +185,25 @@ expect plan-oom 1 "$TFG" plan --devices 'host*1:1K' "$tmp/oom.tfg" &&
 expect digits 0 timeout 30 "$TFG" run examples/digits.tfg
 acc=$(grep '^eval  step 2200' "$tmp/err" | sed -E 's/.*accuracy ([0-9.]+).*/\1/')
 if awk -v a="$acc" 'BEGIN { exit !(a >= 0.96) }'; then ok; else ko "digits: test accuracy '$acc' below 0.96"; fi
+
+# ---- the GPT example -------------------------------------------------------------
+# A tiny configuration of examples/gpt.tfg (causal mask, tied embeddings,
+# AdamW on byte windows): the logged loss falls from near log(256) = 5.5 by
+# more than a nat in 40 steps, the run is deterministic (the same log twice,
+# less the speed), and the test split is evaluated.
+gpt_tiny="--set d=32 --set layers=1 --set T=16 --set batch=8 --set steps=40 --set log_every=4"
+# shellcheck disable=SC2086 # $gpt_tiny is an option list
+expect gpt-tiny 0 timeout 60 "$TFG" run $gpt_tiny examples/gpt.tfg &&
+  sed 's/  [0-9.]* steps\/s//' "$tmp/err" | grep -E '^(step|eval)' >"$tmp/gpt1.log"
+gpt_first=$(sed -n 's/^step 4\/40  loss \([0-9.]*\).*/\1/p' "$tmp/gpt1.log")
+gpt_last=$(sed -n 's/^step 40\/40  loss \([0-9.]*\).*/\1/p' "$tmp/gpt1.log")
+if awk -v a="$gpt_first" -v b="$gpt_last" 'BEGIN { exit !(a > 4.5 && a < 5.6 && b < a - 1.0) }'; then ok
+else ko "gpt-tiny: loss '$gpt_first' at step 4, '$gpt_last' at step 40: expected a fall of more than 1 from near 5.5"; fi
+contains gpt-tiny-eval "$tmp/gpt1.log" "eval  step 40  test loss"
+# shellcheck disable=SC2086
+expect gpt-tiny-again 0 timeout 60 "$TFG" run $gpt_tiny examples/gpt.tfg &&
+  sed 's/  [0-9.]* steps\/s//' "$tmp/err" | grep -E '^(step|eval)' >"$tmp/gpt2.log"
+if cmp -s "$tmp/gpt1.log" "$tmp/gpt2.log" && [ -s "$tmp/gpt1.log" ]; then ok; else ko "gpt-tiny: two runs logged different losses"; fi
 # Evaluation is over exactly the test split's rows (runtime/train.c,
 # evaluate): 20 rows labelled 0..19, the test split the last ones, batches
 # of 4, the metric the mean label. 5 rows (15..19): the row past the whole

@@ -18,6 +18,10 @@
 #      captured in a CUDA graph (bench/gpu/torch_bench.py)
 #   4. the all-reduce of two logical devices on one GPU (cuda:0*2) against
 #      a device-to-device copy of the same bytes
+#   5. a training step (AdamW) of the byte-level GPT of examples/gpt.tfg at
+#      12 layers, d 768, 12 heads, T 256, batch 16 (85M params) with
+#      --devices cuda:0, against the same model in PyTorch eager on the GPU
+#      (bench/pytorch_gpt.py --device cuda); about a minute of GPU time
 #
 # Output goes to the terminal and to bench/results/gpu-DEVICE-DATE.txt
 # (DEVICE: nvidia-smi's name with dashes for spaces). Timings are medians
@@ -132,6 +136,39 @@ main() {
   echo
   echo "## 4. all-reduce over two logical devices of one GPU (cuda:0*2)"
   "$GB" allreduce 2>&1
+
+  echo
+  echo "## 5. GPT training step (AdamW), 12 layers, d 768, 12 heads, T 256, batch 16, --devices cuda:0"
+  gpt_step
+}
+
+# Section 5. tfg's step is the difference of two runs of its train loop, of
+# S and 2S steps, over S (start-up, the first step and the final evaluation
+# cancel out; bench/train_gpt.sh does the same on the CPU), after one
+# untimed run; PyTorch's is the median of its per-step times, each ended by
+# torch.cuda.synchronize().
+gpt_step() {
+  if ! $PY examples/data/make_text_windows.py --window 257 --stride 32 \
+    examples/data/constitution.txt "$tmp/w257.npy" >/dev/null; then
+    echo "gpt: cannot make the windows of 257 bytes; skipped"
+    return
+  fi
+  # the quotes around the path are tfg's: --set's value is a tfg expression, a string
+  # shellcheck disable=SC2089
+  gopts="--devices cuda:0 --set windows=\"$tmp/w257.npy\" --set window=257 --set d=768 --set layers=12 --set heads=12 --set T=256 --set batch=16"
+  S=20
+  # shellcheck disable=SC2086,SC2090 # $gopts is an option list, its quotes tfg's
+  gpt_s() { "$TFG" run $gopts --set steps="$1" --set log_every="$1" examples/gpt.tfg 2>&1 >/dev/null | awk '/^trained/ { print $5; exit }'; }
+  gpt_s "$S" >/dev/null
+  t1=$(gpt_s "$S")
+  t2=$(gpt_s $((2 * S)))
+  g=$(awk -v a="$t1" -v b="$t2" -v s="$S" 'BEGIN { if (a != "" && b != "") printf "%.4f", 1000 * (b - a) / s; else printf "n/a" }')
+  echo "tfg gpt mode=graphs d=768 layers=12 heads=12 T=256 batch=16 step_ms=$g (runs of $S and $((2 * S)) steps: $t1 s, $t2 s)"
+  if [ "$have_torch" = 1 ]; then
+    line=$($PY bench/pytorch_gpt.py --device cuda --d 768 --layers 12 --heads 12 --T 256 --batch 16 --steps 30 --warmup 5 2>&1 | grep '^pytorch')
+    echo "${line:-pytorch gpt: failed}"
+    [ -n "$line" ] && ratio "gpt tfg/torch-eager" "$g" "$(val "$line" step_ms)"
+  fi
 }
 
 main 2>&1 | tee "$out"
