@@ -712,9 +712,14 @@ static void mark_needed(tfg_exec *x, const tfg_node_id *fetch, int nfetch) {
   memset(x->need, 0, (size_t)n);
   for (int i = 0; i < nfetch; i++) x->need[fetch[i]] = 1;
   for (bool again = true; again;) {
-    for (int32_t i = n - 1; i >= 0; i--)
-      if (x->need[i] && g->nodes[i].op != TFG_OP_INPUT)
+    for (int32_t i = n - 1; i >= 0; i--) {
+      if (!x->need[i]) continue;
+      /* The compile driver keeps every value a run may fetch: what
+       * constant folding removed never runs, and nothing needs it. */
+      TFG_ASSERT(!x->p->folded || x->p->folded[i] != TFG_FOLD_REMOVED);
+      if (g->nodes[i].op != TFG_OP_INPUT)
         for (int k = 0; k < g->nodes[i].ninputs; k++) x->need[g->nodes[i].inputs[k]] = 1;
+    }
     again = false;
     for (int b = 0; b < x->p->nbuckets; b++) {
       const tfg_plan_bucket *pb = &x->p->buckets[b];
