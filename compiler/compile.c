@@ -7,6 +7,8 @@
 #include <stdlib.h>
 
 #include "base/assert.h"
+#include "base/env.h"
+#include "compiler/fold.h"
 #include "compiler/strategy.h"
 
 static int64_t bytes_of(const tfg_node *n) {
@@ -107,7 +109,8 @@ static tfg_status stage_failed(tfg_compiled *c, tfg_compile_stage stage, tfg_sta
   return st;
 }
 
-/* Stages 3 to 5, fusion keeping keep (may be NULL: no fusion). */
+/* Stages 3 to 5, fusion keeping keep (may be NULL: no fusion), the
+ * plan leaving out what c->folded marks removed. */
 static tfg_status place_plan_validate(const tfg_graph *g, const tfg_devices *ds, const tfg_train_step *steps,
                                       int nsteps, const tfg_compile_opts *o, const uint8_t *keep, tfg_diag *d,
                                       tfg_compiled *c) {
@@ -115,7 +118,7 @@ static tfg_status place_plan_validate(const tfg_graph *g, const tfg_devices *ds,
   if (st != TFG_OK) return stage_failed(c, TFG_COMPILE_PLACE, st);
   stage_done(o, TFG_COMPILE_PLACE, c);
 
-  tfg_plan_opts po = {.bucket_bytes = o->bucket_bytes, .fuse = o->fuse, .keep = keep};
+  tfg_plan_opts po = {.bucket_bytes = o->bucket_bytes, .fuse = o->fuse, .keep = keep, .folded = c->folded};
   st = tfg_plan_build_with(g, c->pl, ds, &po, d, &c->plan);
   if (st != TFG_OK) return stage_failed(c, TFG_COMPILE_PLAN, st);
   stage_done(o, TFG_COMPILE_PLAN, c);
@@ -148,21 +151,33 @@ tfg_status tfg_compile(tfg_program *p, const tfg_compile_opts *o, tfg_diag *d, t
     if (st != TFG_OK) return stage_failed(c, TFG_COMPILE_PASSES, st);
     c->packed[c->npacked++] = c->steps[i];
   }
+
+  /* What a run may fetch: fusion leaves it materialized, folding keeps
+   * it (a constant at most). */
+  uint8_t *keep = calloc((size_t)p->graph->nnodes + 1, 1);
+  TFG_ASSERT(keep != NULL);
+  mark_fetched(p, c->packed, c->npacked, keep);
+  for (int i = 0; i < o->nextra; i++) keep[o->extra[i]] = 1;
+
+  /* The optimization passes over the whole graph (TFG_OPT=0: none, to
+   * compare): constant folding. */
+  long long opt;
+  if (!(tfg_env_int("TFG_OPT", &opt) && opt == 0)) {
+    c->folded = calloc((size_t)p->graph->nnodes + 1, 1);
+    TFG_ASSERT(c->folded != NULL);
+    c->nfolded = tfg_fold_constants(p->graph, keep, c->folded);
+  }
   stage_done(o, TFG_COMPILE_PASSES, c);
 
   /* Stage 2: the devices, chosen once the graph is whole. */
   tfg_status st = o->devices(o->ctx, p, d, &c->ds);
-  if (st != TFG_OK) return stage_failed(c, TFG_COMPILE_DEVICES, st);
+  if (st != TFG_OK) {
+    free(keep);
+    return stage_failed(c, TFG_COMPILE_DEVICES, st);
+  }
   stage_done(o, TFG_COMPILE_DEVICES, c);
 
-  uint8_t *keep = NULL;
-  if (o->fuse) {
-    keep = calloc((size_t)p->graph->nnodes + 1, 1);
-    TFG_ASSERT(keep != NULL);
-    mark_fetched(p, c->packed, c->npacked, keep);
-    for (int i = 0; i < o->nextra; i++) keep[o->extra[i]] = 1;
-  }
-  st = place_plan_validate(p->graph, c->ds, c->packed, c->npacked, o, keep, d, c);
+  st = place_plan_validate(p->graph, c->ds, c->packed, c->npacked, o, o->fuse ? keep : NULL, d, c);
   free(keep);
   return st;
 }
@@ -174,5 +189,6 @@ void tfg_compiled_free(tfg_compiled *c) {
   free(c->steps);
   free(c->packed); /* the same steps' arrays */
   tfg_strbuf_free(&c->why);
+  free(c->folded);
   *c = (tfg_compiled){0};
 }

@@ -19,14 +19,18 @@
  * The stages, each run once the one before succeeded:
  *   1. passes: every train action's training step under its strategy
  *      (compiler/strategy.h: autodiff, replicas, collectives), which adds
- *      nodes to the program's graph;
+ *      nodes to the program's graph; then the optimization passes over
+ *      the whole graph, unless the environment sets TFG_OPT=0: constant
+ *      folding (compiler/fold.h), which rewrites constant ops into
+ *      CONST nodes in place and marks those only they read as removed;
  *   2. devices: the caller's hook picks them, seeing the graph the passes
  *      made;
  *   3. place (compiler/place.h); with fit, where a device's planned peak
  *      passes its memory, bytes are kept free of params there and the
  *      graph is placed again;
  *   4. plan (compiler/plan.h), fused when asked, every node a run may
- *      fetch kept materialized;
+ *      fetch kept materialized, no step or memory for what folding
+ *      removed;
  *   5. validate (tfg_plan_validate), when asked. */
 #ifndef TFG_COMPILE_H
 #define TFG_COMPILE_H
@@ -57,6 +61,8 @@ typedef struct tfg_compiled {
   tfg_devices *ds;          /* tfg_compile: the hook's devices (the hook's to free) */
   tfg_placement *pl;
   tfg_plan *plan;
+  uint8_t *folded;          /* tfg_compile: per node, constant folding's TFG_FOLD_* mark; NULL: not folded (TFG_OPT=0) */
+  int nfolded;              /* the ops folding computed at compile time */
   tfg_compile_stage failed; /* the stage that failed, or 0 */
   tfg_strbuf why;           /* failed at VALIDATE: the first violation */
 } tfg_compiled;

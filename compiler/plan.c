@@ -48,7 +48,9 @@ int64_t tfg_plan_bytes_of(const tfg_node *n) {
   return tfg_shape_numel(&n->shape) * (int64_t)tfg_dtype_size(n->dtype);
 }
 
-bool tfg_plan_persistent(const tfg_node *n) { return n->op == TFG_OP_PARAM || n->op == TFG_OP_STATE; }
+bool tfg_plan_persistent(const tfg_node *n) {
+  return n->op == TFG_OP_PARAM || n->op == TFG_OP_STATE || n->op == TFG_OP_CONST;
+}
 
 void tfg_plan_free(tfg_plan *p) {
   if (!p) return;
@@ -66,6 +68,7 @@ void tfg_plan_free(tfg_plan *p) {
     free(p->chains[c].inputs);
   }
   free(p->chains);
+  free(p->folded);
   free(p->dev);
   free(p);
 }
@@ -461,7 +464,7 @@ static void make_chains(builder *b, const uint8_t *keep) {
   for (int32_t i = 0; i < n; i++) {
     group_of[i] = -1;
     b->chain_of[i] = -1;
-    if (!tfg_plan_fusable(g, i)) continue;
+    if (tfg_plan_removed(p, i) || !tfg_plan_fusable(g, i)) continue;
     const tfg_node *nd = &g->nodes[i];
     fuse_group cur = {.n = 1, .m = {i}};
     for (int k = 0; k < nd->ninputs; k++) {
@@ -743,6 +746,11 @@ static tfg_status build(const tfg_graph *g, const tfg_placement *pl, const tfg_d
   p->dev = calloc((size_t)p->ndev, sizeof *p->dev);
   p->bucket_bytes = o && o->bucket_bytes > 0 ? o->bucket_bytes : TFG_PLAN_BUCKET_BYTES;
   int32_t n = g->nnodes;
+  if (o && o->folded) {
+    p->folded = malloc((size_t)n + 1);
+    TFG_ASSERT(p->folded != NULL);
+    memcpy(p->folded, o->folded, (size_t)n);
+  }
   builder b = {.g = g, .p = p};
   b.dev = malloc(sizeof *b.dev * ((size_t)n + 1));
   b.own_buf = malloc(sizeof *b.own_buf * ((size_t)n + 1));
@@ -763,24 +771,29 @@ static tfg_status build(const tfg_graph *g, const tfg_placement *pl, const tfg_d
   make_buckets(&b, p->bucket_bytes);
   if (fuse) make_chains(&b, o->keep);
 
-  /* Pass 1: the copies, from the edges that cross devices. */
+  /* Pass 1: the copies, from the edges that cross devices (a removed
+   * node reads nothing: it never runs). */
   for (int32_t i = 0; i < n; i++) {
     const tfg_node *nd = &g->nodes[i];
+    if (tfg_plan_removed(p, i)) continue;
     for (int k = 0; k < nd->ninputs; k++)
       if (b.dev[nd->inputs[k]] != b.dev[i]) need_copy(&b, nd->inputs[k], b.dev[i]);
   }
 
   /* The persistent buffers first, in node order: they are there before
-   * any step and are never freed. */
+   * any step and are never freed. A constant is one of them: the
+   * executor writes its values once, when it is made, so no step of any
+   * run uploads it again. */
   for (int32_t i = 0; i < n; i++) {
     const tfg_node *nd = &g->nodes[i];
-    if (tfg_plan_persistent(nd) && tfg_plan_bytes_of(nd) > 0)
+    if (tfg_plan_persistent(nd) && tfg_plan_bytes_of(nd) > 0 && !tfg_plan_removed(p, i))
       b.own_buf[i] =
           add_buffer(&b, b.dev[i], (tfg_plan_buffer){.node = i, .persistent = true, .bytes = tfg_plan_bytes_of(nd)});
   }
 
-  /* Pass 2: the steps, in graph order. Persistent tensors are not
-   * launched (they are initialized once, not every step), but are sent
+  /* Pass 2: the steps, in graph order. Persistent tensors (params,
+   * state, constants) are not launched (they are written once, not every
+   * step), but are sent
    * like any other tensor, at their place in graph order. An ALLREDUCE
    * node has no step of its own: its bucket's steps come after the node
    * pass 0 chose on each rank, and its sends once every rank has listed
@@ -791,9 +804,10 @@ static tfg_status build(const tfg_graph *g, const tfg_placement *pl, const tfg_d
     int c = b.chain_of ? b.chain_of[i] : -1;
     bool inner = c >= 0 && p->chains[c].nodes[p->chains[c].nnodes - 1] != i; /* runs in its chain's LAUNCH */
     TFG_ASSERT(!inner || b.copy_head[i] < 0); /* read by one op, on its device */
-    if (!ar && !tfg_plan_persistent(&g->nodes[i]) && !inner) launch(&b, i, c);
+    bool removed = tfg_plan_removed(p, i); /* folded away: it never runs */
+    if (!ar && !tfg_plan_persistent(&g->nodes[i]) && !inner && !removed) launch(&b, i, c);
     list_buckets_at(&b, i, true);
-    if (!ar) send(&b, i, -1);
+    if (!ar && !removed) send(&b, i, -1);
     list_buckets_at(&b, i, false);
     for (int bk = b.done_head ? b.done_head[i] : -1; bk >= 0; bk = b.done_next[bk]) {
       const tfg_plan_bucket *pb = &p->buckets[bk];

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "base/strbuf.h"
+#include "compiler/fold.h"
 #include "compiler/place.h"
 #include "ir/fused.h"
 
@@ -73,7 +74,7 @@ typedef struct tfg_plan_step {
 typedef struct tfg_plan_buffer {
   tfg_node_id node;
   bool copy;          /* received from another device */
-  bool persistent;    /* params and optimizer state */
+  bool persistent;    /* params, optimizer state and constants (written once, before any run) */
   int64_t offset, bytes;
   int first, last;    /* live from step index first to step index last (inclusive) */
 } tfg_plan_buffer;
@@ -99,6 +100,7 @@ typedef struct tfg_plan {
   int64_t bucket_bytes; /* the bucket size it was built with */
   int nchains;
   tfg_plan_chain *chains; /* fused chains, in the graph order of their last members */
+  uint8_t *folded;        /* per node, its TFG_FOLD_* mark (compiler/fold.h), or NULL: nothing folded */
 } tfg_plan;
 
 typedef struct tfg_plan_opts {
@@ -110,6 +112,10 @@ typedef struct tfg_plan_opts {
    * does not fuse. */
   bool fuse;
   const uint8_t *keep;
+  /* Constant folding's marks (tfg_fold_constants, per node), or NULL: a
+   * node marked TFG_FOLD_REMOVED gets no step, no buffer and no copy
+   * (nothing that runs reads it); the plan keeps a copy of the marks. */
+  const uint8_t *folded;
 } tfg_plan_opts;
 
 #define TFG_PLAN_BUCKET_BYTES ((int64_t)25 << 20) /* PyTorch DDP's bucket_cap_mb = 25 */

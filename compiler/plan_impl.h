@@ -22,9 +22,14 @@
 /* The bytes of n's value. */
 int64_t tfg_plan_bytes_of(const tfg_node *n);
 
-/* Whether n is persistent (a param or optimizer state): its buffer is
- * there before any step and never freed. */
+/* Whether n is persistent (a param, optimizer state or a constant): its
+ * buffer is there before any step and never freed. */
 bool tfg_plan_persistent(const tfg_node *n);
+
+/* Whether constant folding removed node id from p (no step, no buffer). */
+static inline bool tfg_plan_removed(const tfg_plan *p, tfg_node_id id) {
+  return p->folded && p->folded[id] == TFG_FOLD_REMOVED;
+}
 
 /* Whether op writes its param and state in place (an optimizer update). */
 bool tfg_plan_in_place(tfg_op_id op);

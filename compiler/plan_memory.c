@@ -164,9 +164,12 @@ static void report_oom(const tfg_plan *p, tfg_diag *diag, int d, const tfg_plan_
   tfg_size_format(&used, in_use);
   tfg_size_format(&pers, p->dev[d].persistent_bytes);
   const char *op = tfg_op_get(nd->op)->name;
-  if (bf->persistent)
+  if (bf->persistent && !nd->name) /* a constant */
+    tfg_diag_error(diag, &nd->loc, "out of memory on %s: a constant needs %s but only %s is available", dv->name,
+                   need.data, have.data);
+  else if (bf->persistent)
     tfg_diag_error(diag, &nd->loc, "out of memory on %s: %s %s needs %s but only %s is available", dv->name, op,
-                   nd->name ? nd->name : "?", need.data, have.data);
+                   nd->name, need.data, have.data);
   else if (bf->copy)
     tfg_diag_error(diag, &nd->loc, "out of memory on %s: the copy of %s's output from %s needs %s but only %s is available",
                    dv->name, op, tfg_devices_at(p->ds, p->dev[d].steps[bf->first].src)->name, need.data, have.data);
@@ -174,7 +177,7 @@ static void report_oom(const tfg_plan *p, tfg_diag *diag, int d, const tfg_plan_
     tfg_diag_error(diag, &nd->loc, "out of memory on %s: %s needs %s for its output but only %s is available", dv->name,
                    op, need.data, have.data);
   if (bf->persistent)
-    tfg_diag_note(diag, NULL, "%s has %s; the params and optimizer state before this one take %s", dv->name, cap.data,
+    tfg_diag_note(diag, NULL, "%s has %s; the params, optimizer state and constants before this one take %s", dv->name, cap.data,
                   used.data);
   else
     tfg_diag_note(diag, NULL, "%s has %s: %s persistent, %s held by %d tensor%s live at this step", dv->name, cap.data,

@@ -189,6 +189,16 @@ void tfg_plan_print(const tfg_plan *p, tfg_strbuf *out) {
     for (int c = 0; c < p->nchains; c++) fused += p->chains[c].nnodes;
     tfg_strbuf_printf(out, ", %d fused chain%s (%d ops)", p->nchains, p->nchains == 1 ? "" : "s", fused);
   }
+  if (p->folded) {
+    int removed = 0, consts = 0;
+    for (tfg_node_id i = 0; i < g->nnodes; i++) {
+      removed += p->folded[i] == TFG_FOLD_REMOVED;
+      consts += p->folded[i] == TFG_FOLD_CONST;
+    }
+    if (removed + consts > 0)
+      tfg_strbuf_printf(out, ", %d op%s folded into %d constant%s", removed + consts, removed + consts == 1 ? "" : "s",
+                        consts, consts == 1 ? "" : "s");
+  }
   tfg_strbuf_putc(out, '\n');
   print_graphs(p, out);
   for (int d = 0; d < p->ndev; d++) {
@@ -251,6 +261,8 @@ void tfg_plan_print(const tfg_plan *p, tfg_strbuf *out) {
       if (bf->node >= 0 && bf->node < g->nnodes) tfg_plan_node_text(g, bf->node, out);
       else tfg_strbuf_printf(out, "n%d", (int)bf->node);
       if (bf->persistent) tfg_strbuf_puts(out, ", persistent");
+      if (p->folded && bf->node >= 0 && bf->node < g->nnodes && p->folded[bf->node] == TFG_FOLD_CONST)
+        tfg_strbuf_puts(out, ", folded");
       if (bf->copy && bf->first >= 0 && bf->first < pd->nsteps) {
         int src = pd->steps[bf->first].src;
         tfg_strbuf_printf(out, ", copy from %s", src >= 0 && src < p->ndev ? tfg_plan_dev_name(p, src) : "?");

@@ -384,7 +384,13 @@ static bool check_steps(checker *ck, int *rec_dev, int *rec_step, int *nwaits, t
   /* Every op runs once, where the placer put it (an intermediate within
    * its chain's launch, which the chain's last member checks). */
   for (tfg_node_id i = 0; i < n; i++) {
-    if (tfg_plan_persistent(&ck->g->nodes[i]) || inner_of(ck, i)) continue;
+    if (tfg_plan_removed(p, i) && ck->l_dev[i] >= 0) { /* folded at compile time: it never runs */
+      char *t = ntext(ck, i);
+      bool r = fail(ck, "%s is launched on %s but constant folding removed it", t, tfg_plan_dev_name(p, ck->l_dev[i]));
+      free(t);
+      return r;
+    }
+    if (tfg_plan_persistent(&ck->g->nodes[i]) || inner_of(ck, i) || tfg_plan_removed(p, i)) continue;
     int want = tfg_placement_device(p->pl, i);
     if (ck->l_dev[i] == want) continue;
     char *t = ntext(ck, i);
@@ -651,6 +657,8 @@ static bool check_buffers(checker *ck, int d) {
     char *t = ntext(ck, bf->node);
     if (inner_of(ck, bf->node))
       ok = fail(ck, "%s: %s has a buffer, but chain %d fuses it: it has no value", dn, t, ck->ch_of[bf->node]);
+    else if (tfg_plan_removed(p, bf->node))
+      ok = fail(ck, "%s: %s has a buffer, but constant folding removed it", dn, t);
     else if (bf->bytes <= 0 || bf->offset < 0 || bf->offset % TFG_PLAN_ALIGN)
       ok = fail(ck, "%s: the buffer of %s has offset %" PRId64 " and %" PRId64 " bytes (offsets are multiples of %d)", dn,
                 t, bf->offset, bf->bytes, TFG_PLAN_ALIGN);
@@ -659,7 +667,7 @@ static bool check_buffers(checker *ck, int d) {
                 tfg_plan_bytes_of(&g->nodes[bf->node]));
     else if (bf->persistent &&
              (bf->copy || !tfg_plan_persistent(&g->nodes[bf->node]) || bf->offset + bf->bytes > pd->persistent_bytes))
-      ok = fail(ck, "%s: the persistent buffer of %s is not a param or state in [0, %" PRId64 ")", dn, t,
+      ok = fail(ck, "%s: the persistent buffer of %s is not a param, state or constant in [0, %" PRId64 ")", dn, t,
                 pd->persistent_bytes);
     else if (!bf->persistent && bf->offset < pd->persistent_bytes)
       ok = fail(ck, "%s: the buffer of %s is at %" PRId64 ", inside the persistent region [0, %" PRId64 ")", dn, t,

@@ -160,7 +160,12 @@ static void graph_clear(tfg_exec *x, exec_graph *gr) {
 
 static size_t node_bytes(const tfg_node *n) { return (size_t)tfg_shape_numel(&n->shape) * tfg_dtype_size(n->dtype); }
 
-static bool persistent(const tfg_node *n) { return n->op == TFG_OP_PARAM || n->op == TFG_OP_STATE; }
+/* Whether n's value is in its device's persistent region (the plan's
+ * tfg_plan_persistent): a param, optimizer state, or a constant, which
+ * write_constants puts there once. */
+static bool persistent(const tfg_node *n) {
+  return n->op == TFG_OP_PARAM || n->op == TFG_OP_STATE || n->op == TFG_OP_CONST;
+}
 
 /* The address of node id's value on device d (its own value or the copy
  * received there). Empty tensors have no buffer: the arena itself. */
@@ -384,7 +389,7 @@ static int share_cores(tfg_exec *x, const tfg_exec_opts *o) {
     for (int k = 0; k < pd->nsteps && !computes; k++) {
       const tfg_plan_step *st = &pd->steps[k];
       tfg_op_id op = st->kind == TFG_PLAN_LAUNCH ? p->g->nodes[st->node].op : TFG_OP_INPUT;
-      computes = op != TFG_OP_INPUT && op != TFG_OP_CONST && op != TFG_OP_SLICE;
+      computes = op != TFG_OP_INPUT && op != TFG_OP_SLICE;
     }
     busy += computes;
   }
@@ -466,6 +471,34 @@ static void graph_setup(tfg_exec *x, const tfg_exec_opts *o) {
   x->graphs = true;
 }
 
+/* Writes every constant's value into its persistent buffer on each used
+ * device, once: the plan never launches a constant, so no run (and no
+ * replay of a captured one) uploads it again. The copies are
+ * synchronized here, as the graph's values are pageable host memory. A
+ * device that fails is reported on it. */
+static tfg_status write_constants(tfg_exec *x, tfg_diag *d) {
+  for (int dv = 0; dv < x->ndev; dv++) {
+    exec_dev *e = &x->dev[dv];
+    const tfg_plan_device *pd = &x->p->dev[dv];
+    if (!e->b) continue;
+    bool any = false;
+    for (int k = 0; k < pd->nbuffers && pd->buffers[k].persistent; k++) {
+      const tfg_node *nd = &x->g->nodes[pd->buffers[k].node];
+      if (nd->op != TFG_OP_CONST || pd->buffers[k].copy) continue;
+      e->b->i.copy_from_host(e->b, e->s[0], e->arena + pd->buffers[k].offset, nd->attrs.data, node_bytes(nd));
+      any = true;
+    }
+    if (!any) continue;
+    tfg_strbuf msg = {0};
+    tfg_status st = e->b->i.synchronize(e->b, e->s[0], &msg);
+    if (st != TFG_OK)
+      tfg_diag_error(d, NULL, "%s failed: %s", e->device->name, msg.data && *msg.data ? msg.data : tfg_status_str(st));
+    tfg_strbuf_free(&msg);
+    if (st != TFG_OK) return st;
+  }
+  return TFG_OK;
+}
+
 tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, tfg_exec **out) {
   static const tfg_exec_opts none = {0};
   if (!o) o = &none;
@@ -522,6 +555,7 @@ tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, 
     for (int e = 0; any && e < p->nevents; e++) x->ev[e] = any->i.event_create(any);
     st = open_buckets(x, d);
   }
+  if (st == TFG_OK) st = write_constants(x, d);
   if (st != TFG_OK) {
     tfg_exec_free(x);
     *out = NULL;
@@ -678,9 +712,14 @@ static void mark_needed(tfg_exec *x, const tfg_node_id *fetch, int nfetch) {
   memset(x->need, 0, (size_t)n);
   for (int i = 0; i < nfetch; i++) x->need[fetch[i]] = 1;
   for (bool again = true; again;) {
-    for (int32_t i = n - 1; i >= 0; i--)
-      if (x->need[i] && g->nodes[i].op != TFG_OP_INPUT)
+    for (int32_t i = n - 1; i >= 0; i--) {
+      if (!x->need[i]) continue;
+      /* The compile driver keeps every value a run may fetch: what
+       * constant folding removed never runs, and nothing needs it. */
+      TFG_ASSERT(!x->p->folded || x->p->folded[i] != TFG_FOLD_REMOVED);
+      if (g->nodes[i].op != TFG_OP_INPUT)
         for (int k = 0; k < g->nodes[i].ninputs; k++) x->need[g->nodes[i].inputs[k]] = 1;
+    }
     again = false;
     for (int b = 0; b < x->p->nbuckets; b++) {
       const tfg_plan_bucket *pb = &x->p->buckets[b];
@@ -701,9 +740,10 @@ static bool bucket_needed(const tfg_exec *x, int b) { return x->need[x->p->bucke
  * captured device goes through the node's stage: host memory from the
  * origin's host_alloc (pinned on a GPU), kept as long as the executor. */
 
-/* Node id's stage, allocated on first use (a CONST's filled then: its
- * value never changes). NULL when host_alloc fails: the capture is then
- * refused (stage_failed) and the run goes on uncaptured. */
+/* Node id's stage, allocated on first use. NULL when host_alloc fails:
+ * the capture is then refused (stage_failed) and the run goes on
+ * uncaptured. (No constant needs one: constants are persistent, written
+ * before any run.) */
 static void *stage(tfg_exec *x, tfg_node_id id) {
   if (!x->stage[id]) {
     exec_dev *o = &x->dev[x->origin];
@@ -713,7 +753,6 @@ static void *stage(tfg_exec *x, tfg_node_id id) {
       x->stage_failed = true;
       return NULL;
     }
-    if (nd->op == TFG_OP_CONST) memcpy(x->stage[id], nd->attrs.data, node_bytes(nd));
   }
   return x->stage[id];
 }
@@ -793,9 +832,6 @@ static bool advance(tfg_exec *x, int d, int stream, int *pos, void *const *out) 
       size_t n = node_bytes(nd);
       if (nd->op == TFG_OP_INPUT) {
         if (n) dv->b->i.copy_from_host(dv->b, s, addr(dv, id), x->staging ? stage_fill(x, id, -1) : x->fed[id], n);
-      } else if (nd->op == TFG_OP_CONST) {
-        const void *src = x->staging && stage(x, id) ? x->stage[id] : nd->attrs.data;
-        if (n) dv->b->i.copy_from_host(dv->b, s, addr(dv, id), src, n);
       } else {
         dv->launched[dv->nlaunched++] = id;
         exec_launch *l = &dv->launch[*pos];

@@ -8,6 +8,8 @@
 #      (exact stdout of `tfg place --explain --memory-limit 1G`, with the
 #      devices of the file's "# devices: SPEC" line; the host CPU's own
 #      line, which names the machine's cores, is left out of the compare)
+#      or NAME.plan (exact stdout of `tfg plan`, with the devices of the
+#      file's "# devices: SPEC" line)
 #      or NAME.runerr (exact stderr of `tfg run`, for errors found only
 #      when a program runs; the exit code is the file's "# exit: N" line,
 #      default 1, and stdout must be empty unless the program prints)
@@ -99,6 +101,14 @@ for src in *.tfg; do
     elif ! cmp -s "$tmp/out2" "$tmp/want"; then
       ko "golden $src: explain differs from $name.explain"; diff "$tmp/want" "$tmp/out2" | head -20
     else ok; fi
+  elif [ -f "$name.plan" ]; then
+    spec=$(sed -n 's/^# devices: //p' "$src" | head -1)
+    "$TFG" plan --color=never ${spec:+--devices "$spec"} "$src" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    if [ $rc -ne 0 ]; then ko "golden $src: exit $rc, expected 0"; head -5 "$tmp/err"
+    elif ! cmp -s "$tmp/out" "$name.plan"; then
+      ko "golden $src: plan differs from $name.plan"; diff "$name.plan" "$tmp/out" | head -20
+    else ok; fi
   elif [ -f "$name.runerr" ]; then
     want_rc=$(sed -n 's/^# exit: //p' "$src" | head -1)
     "$TFG" run --color=never "$src" >"$tmp/out" 2>"$tmp/err"
@@ -116,7 +126,7 @@ for src in *.tfg; do
     elif [ -s "$tmp/err" ]; then ko "golden $src: unexpected stderr"; head -5 "$tmp/err"
     else ok; fi
   else
-    ko "golden $src: no $name.err, $name.ast, $name.explain, $name.runerr or $name.out beside it"
+    ko "golden $src: no $name.err, $name.ast, $name.explain, $name.plan, $name.runerr or $name.out beside it"
   fi
 done
 cd "$ROOT" || exit 1

@@ -5,6 +5,7 @@
 #   ok-*.tfg     -> .ast  (tfg check --ast)
 #   run-*.tfg    -> .out  (tfg run)
 #   place-*.tfg  -> .explain (tfg place --explain, devices from "# devices: SPEC")
+#   plan-*.tfg   -> .plan (tfg plan, devices from "# devices: SPEC")
 #   rerr-*.tfg   -> .runerr (tfg run, stderr; exit code from "# exit: N")
 #   err-*, build-* and anything else -> .err (tfg check, stderr)
 BUILD=${1:-build}
@@ -19,6 +20,9 @@ for src in *.tfg; do
     place-*)
       spec=$(sed -n 's/^# devices: //p' "$src" | head -1)
       "$TFG" place --explain --memory-limit 1G --color=never ${spec:+--devices "$spec"} "$src" >"$name.explain" ;;
+    plan-*)
+      spec=$(sed -n 's/^# devices: //p' "$src" | head -1)
+      "$TFG" plan --color=never ${spec:+--devices "$spec"} "$src" >"$name.plan" ;;
     *) "$TFG" check --color=never "$src" 2>"$name.err" ;;
   esac
 done

@@ -174,11 +174,14 @@ START_TEST(training_step) {
   build_ok(&b, TRAINING, "host*2:64M");
   const tfg_plan *p = b.plan;
   const tfg_graph *g = b.p->graph;
-  int persistent = 0, updates = 0;
+  int persistent = 0, constants = 0, updates = 0;
   for (int d = 0; d < p->ndev; d++)
     for (int i = 0; i < p->dev[d].nbuffers; i++) {
       const tfg_plan_buffer *bf = &p->dev[d].buffers[i];
-      persistent += bf->persistent;
+      bool is_const = g->nodes[bf->node].op == TFG_OP_CONST;
+      ck_assert(!is_const || bf->persistent); /* a constant is written once, never per step */
+      persistent += bf->persistent && !is_const;
+      constants += is_const;
       updates += g->nodes[bf->node].op == TFG_OP_ADAM_UPDATE;
       if (i > 0 && bf->persistent) { /* first, in node order, packed upwards */
         ck_assert(p->dev[d].buffers[i - 1].persistent);
@@ -187,6 +190,7 @@ START_TEST(training_step) {
       }
     }
   ck_assert_int_eq(persistent, 3 + 2 * 3); /* three params, exp_avg and exp_avg_sq of each */
+  ck_assert_int_ge(constants, 1);          /* the labels y at least */
   ck_assert_int_eq(updates, 0);            /* updates have no buffer */
   /* every update is launched once, beside its param */
   for (int i = 0; i < b.steps[0].nparams; i++) {
@@ -205,10 +209,13 @@ START_TEST(training_step) {
            "train loss { optimizer = sgd(lr = 0.1, momentum = 0.9); steps = 1 }\n",
            "host*1:64M");
   ck_assert_int_eq(count_steps(b.plan, -1, TFG_PLAN_COPY, -1), 0);
-  /* w1 (256 B), w2 (192 B), then their momentum buffers, each at a multiple of 256 */
-  ck_assert_int_eq(b.plan->dev[1].persistent_bytes, 4 * 256);
-  ck_assert_int_eq(b.plan->dev[1].buffers[3].offset, 3 * 256);
-  ck_assert_int_eq(b.plan->dev[1].buffers[3].bytes, 192);
+  /* w1 (256 B), w2 (192 B), their momentum buffers and two constants (the
+   * labels y, the loss's seed gradient), each at a multiple of 256, in
+   * node order: the momentum of w2 last */
+  ck_assert_int_eq(b.plan->dev[1].persistent_bytes, 6 * 256);
+  ck_assert_int_eq(b.plan->dev[1].buffers[5].offset, 5 * 256);
+  ck_assert_int_eq(b.plan->dev[1].buffers[5].bytes, 192);
+  ck_assert_int_eq(b.p->graph->nodes[b.plan->dev[1].buffers[5].node].op, TFG_OP_STATE);
   program_free(&b);
 }
 END_TEST

@@ -31,6 +31,7 @@ Suite *suite_trace(void);
 Suite *suite_strategy(void);
 Suite *suite_exec(void);
 Suite *suite_fuse(void);
+Suite *suite_fold(void);
 
 /* Renders d's diagnostics without colour (and the error count when
  * summary is true) into a heap string. */
