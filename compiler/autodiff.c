@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/assert.h"
+#include "base/env.h"
 #include "ir/ops.h"
 #include "kernels/cast_math.h"
 
@@ -22,7 +23,17 @@ typedef struct ad {
    * move the node array. New nodes take its location and device pin. */
   tfg_loc loc;
   tfg_devspec pin;
+  /* The rewrites that change a rule's shape but not its value (the flat
+   * weight gradient of matmul_shared_grad); off with TFG_OPT=0. */
+  bool opt;
 } ad;
+
+/* Whether the optimizing rewrites are on: unless TFG_OPT is set to 0, the
+ * switch that shows every pass's gain side by side (docs/plan.md). */
+static bool opt_enabled(void) {
+  long long v;
+  return !(tfg_env_int("TFG_OPT", &v) && v == 0);
+}
 
 static void at(ad *c, tfg_node_id id) {
   c->loc = c->g->nodes[id].loc;
@@ -129,6 +140,51 @@ static tfg_node_id matmul(ad *c, tfg_node_id a, tfg_node_id b, bool ta, bool tb)
   return add(c, TFG_OP_MATMUL, in, 2, &at);
 }
 
+/* x with its last two axes swapped. */
+static tfg_node_id swap_last2(ad *c, tfg_node_id x) {
+  int r = node(c, x)->shape.rank;
+  tfg_attrs a = {.niv = r};
+  for (int i = 0; i < r; i++) a.iv[i] = i;
+  a.iv[r - 2] = r - 1;
+  a.iv[r - 1] = r - 2;
+  return add(c, TFG_OP_TRANSPOSE, &x, 1, &a);
+}
+
+/* x [..., R, C] as the matrix [P * R, C] (P: the product of its leading
+ * axes): its rows in order, so a reshape. */
+static tfg_node_id rows2d(ad *c, tfg_node_id x) {
+  const tfg_shape *s = &node(c, x)->shape;
+  tfg_shape m = {.rank = 2, .dim = {tfg_shape_numel(s) / s->dim[s->rank - 1], s->dim[s->rank - 1]}};
+  return reshape(c, x, &m);
+}
+
+/* The gradient of the 2-D operand k of matmul y whose other operand has
+ * batch axes (the weight of x[B, T, d] @ w[d, n]): ONE 2-D product over
+ * the flattened batch, dW = X^T @ Y with X, Y of P * rows rows, instead
+ * of a batched product to [P, d, n] and a sum over P. With y = op(a) @
+ * op(b), A = op(a) [P, M, K], B = op(b) [P, K, N], dy [P, M, N]:
+ *   dB = sum_p A_p^T dy_p = A_flat^T dy_flat       (rows P*M: A [P*M, K], dy [P*M, N])
+ *   dA = sum_p dy_p B_p^T = dyT_flat^T BT_flat     (rows P*N: dy^T [P*N, M], B^T [P*N, K])
+ * and db = dB^T, da = dA^T where the operand is transposed (swapping X
+ * and Y). Flattening is a reshape where the rows are already in order
+ * (a not transposed, b transposed, i.e. stored as A and B^T); otherwise
+ * one transpose of the batched operand, and of dy for dA. The value is
+ * the same sum in another order (float rounding differs). */
+static tfg_node_id matmul_shared_grad(ad *c, const tfg_node *y, int k, tfg_node_id dy) {
+  bool ta = y->attrs.transpose_a, tb = y->attrs.transpose_b;
+  tfg_node_id a = y->inputs[0], b = y->inputs[1], xr, yr;
+  if (k == 1) { /* rows of A and dy */
+    tfg_node_id af = rows2d(c, ta ? swap_last2(c, a) : a), dyf = rows2d(c, dy);
+    xr = tb ? dyf : af;
+    yr = tb ? af : dyf;
+  } else { /* rows of dy^T and B^T */
+    tfg_node_id dyt = rows2d(c, swap_last2(c, dy)), bt = rows2d(c, tb ? b : swap_last2(c, b));
+    xr = ta ? bt : dyt;
+    yr = ta ? dyt : bt;
+  }
+  return matmul(c, xr, yr, true, false);
+}
+
 /* The shape of a node as attrs.iv, for gradient ops shaped by request. */
 static tfg_attrs target(const tfg_attrs *base, const tfg_shape *s) {
   tfg_attrs a = *base;
@@ -207,6 +263,8 @@ static tfg_node_id rule(ad *c, tfg_node_id yid, int k, tfg_node_id dy) {
   case TFG_OP_MATMUL: {
     bool ta = y.attrs.transpose_a, tb = y.attrs.transpose_b;
     tfg_node_id a = y.inputs[0], b = y.inputs[1], g;
+    if (c->opt && x->shape.rank == 2 && node(c, y.inputs[1 - k])->shape.rank > 2)
+      return matmul_shared_grad(c, &y, k, dy);
     if (k == 0) g = ta ? matmul(c, b, dy, tb, true) : matmul(c, dy, b, false, !tb);
     else g = tb ? matmul(c, dy, a, true, ta) : matmul(c, a, dy, !ta, false);
     return sum_to(c, g, &x->shape);
@@ -352,7 +410,7 @@ static void differentiate(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt
     if (to[i])
       for (int k = 0; k < g->nodes[i].ninputs; k++) to[g->nodes[i].inputs[k]] = 1;
 
-  ad c = {.g = g};
+  ad c = {.g = g, .opt = opt_enabled()};
   at(&c, loss);
   adj[loss] = scalar(&c, 1.0, g->nodes[loss].dtype);
   for (int32_t i = loss; i >= 0; i--) {

@@ -17,6 +17,18 @@
  * added in block order: the block size does not depend on the thread
  * count, so the result is bit-identical on any number of threads.
  *
+ * The column reduction over every leading axis, x[R, L] to [L] (a bias
+ * gradient, layer_norm's dgamma: no outer kept axis), has its own path,
+ * colsum below, that reads at memory speed: work items of about BLOCK
+ * elements, each a block of whole rows (or a tile of TILE columns of
+ * them) added row by row into an [L] accumulator, its inner loop over
+ * the columns vectorized; when rows are short (L < SUPER) q rows at a
+ * time are added as one row of q L accumulators, folded at the end. The
+ * row blocks' partials are combined in block order. Block and fold sizes
+ * depend on the shape alone: bit-identical on any number of threads.
+ * (Splitting over outputs, as above, would hand each thread a few
+ * columns of every row: a cache line per row for a few values.)
+ *
  * f32 and f64 sums accumulate in double (f32 data gains ~29 bits of
  * headroom, so a sum of a million f32 values is still correctly rounded
  * in practice), and so do f16 and bf16, widened a block at a time to f32
@@ -57,6 +69,10 @@ typedef struct reducer {
   void (*contig)(const void *x, int64_t n, acc *a, bool first);
   /* a[j] (+)= x[j] for j < n */
   void (*rows)(const void *x, int64_t n, acc *a, bool first);
+  /* a[j] (+)= (x[j] + x[j + ld]) + (x[j + 2 ld] + x[j + 3 ld]): four rows
+   * at a time, for colsum (a quarter of the accumulator traffic); NULL:
+   * rows four times */
+  void (*rows4)(const void *x, int64_t ld, int64_t n, acc *a, bool first);
   /* *a (+)= *b */
   void (*combine)(acc *a, const acc *b);
   /* y[j] = a[j], or a[j] / count for MEAN */
@@ -88,6 +104,14 @@ typedef struct reducer {
       for (int64_t j = 0; j < n; j++) a[j].F = (U)x[j];                                 \
     else                                                                                \
       for (int64_t j = 0; j < n; j++) a[j].F = (U)a[j].F + (U)x[j];                     \
+  }                                                                                     \
+  static void rows4_sum_##SUF(const void *xv, int64_t ld, int64_t n, acc *a, bool first) { \
+    const T *x0 = xv, *x1 = x0 + ld, *x2 = x1 + ld, *x3 = x2 + ld;                      \
+    if (first)                                                                          \
+      for (int64_t j = 0; j < n; j++) a[j].F = ((U)x0[j] + (U)x1[j]) + ((U)x2[j] + (U)x3[j]); \
+    else                                                                                \
+      for (int64_t j = 0; j < n; j++)                                                   \
+        a[j].F = (U)a[j].F + (((U)x0[j] + (U)x1[j]) + ((U)x2[j] + (U)x3[j]));           \
   }                                                                                     \
   static void combine_sum_##SUF(acc *a, const acc *b) {                                 \
     a->F = (U)a->F + (U)b->F;                                                           \
@@ -193,12 +217,13 @@ DEF_HALF(bf16, TFG_DTYPE_BF16, tfg_cast_f64_to_bf16)
 #define combine_max_f16 combine_max_f32
 #define combine_max_bf16 combine_max_f32
 
-#define REDUCER(KIND, SUF) {contig_##KIND##_##SUF, rows_##KIND##_##SUF, combine_##KIND##_##SUF, store_##SUF}
+#define REDUCER(KIND, SUF) {contig_##KIND##_##SUF, rows_##KIND##_##SUF, NULL, combine_##KIND##_##SUF, store_##SUF}
+#define REDUCER4(SUF) {contig_sum_##SUF, rows_sum_##SUF, rows4_sum_##SUF, combine_sum_##SUF, store_##SUF}
 
 /* The reducer for op on dt, or NULL when unsupported. */
 static const reducer *reducer_for(tfg_op_id op, tfg_dtype dt) {
-  static const reducer sum[] = {REDUCER(sum, f32), REDUCER(sum, f64), REDUCER(sum, f16),
-                                REDUCER(sum, bf16), REDUCER(sum, i32), REDUCER(sum, i64)};
+  static const reducer sum[] = {REDUCER4(f32), REDUCER4(f64), REDUCER(sum, f16),
+                                REDUCER(sum, bf16), REDUCER4(i32), REDUCER4(i64)};
   static const reducer max[] = {REDUCER(max, f32), REDUCER(max, f64), REDUCER(max, f16),
                                 REDUCER(max, bf16), REDUCER(max, i32), REDUCER(max, i64)};
   int k;
@@ -290,6 +315,99 @@ static void block_chunk(void *arg, int64_t lo, int64_t hi, int64_t k) {
   }
 }
 
+/* ---- column reductions: x[R, L] to [L] ---------------------------------------- */
+
+enum {
+  SUPER = 64, /* rows shorter than this are added q at a time, q L >= SUPER */
+};
+
+typedef struct colsum_job {
+  const reduce_job *j;
+  int64_t R, L;
+  int64_t rb;     /* rows per block */
+  int64_t nrb;    /* row blocks: partials when > 1 */
+  int64_t ntiles; /* column tiles of TILE per block (1 when q > 1) */
+  int64_t q;      /* rows added at a time (1 unless L < SUPER) */
+  acc *partial;   /* [nrb][L] when nrb > 1 */
+} colsum_job;
+
+/* Adds the n rows of m values at x, ld elements apart, into a: four at a
+ * time where the reducer has rows4, then one by one; `first` starts a. */
+static void add_rows(const reduce_job *j, const char *x, int64_t ld, int64_t n, int64_t m, acc *a, bool first) {
+  int64_t r = 0, step = ld * j->isz;
+  if (j->r->rows4)
+    for (; r + 4 <= n; r += 4, x += 4 * step, first = false) j->r->rows4(x, ld, m, a, first);
+  for (; r < n; r++, x += step, first = false) j->r->rows(x, m, a, first);
+}
+
+/* Work item it = (row block it / ntiles, column tile it % ntiles): its
+ * rows added in order (add_rows) into a tile of accumulators, which go to
+ * the row block's partial (or, with one row block, to the output). */
+static void colsum_items(void *arg, int64_t lo, int64_t hi, int64_t k) {
+  (void)k;
+  const colsum_job *c = arg;
+  const reduce_job *j = c->j;
+  acc buf[TILE];
+  for (int64_t it = lo; it < hi; it++) {
+    int64_t b = it / c->ntiles, c0 = it % c->ntiles * TILE;
+    int64_t m = c->L - c0 < TILE ? c->L - c0 : TILE;
+    int64_t r0 = b * c->rb, r1 = r0 + c->rb < c->R ? r0 + c->rb : c->R;
+    const char *x = j->x + (r0 * c->L + c0) * j->isz;
+    if (c->q == 1) {
+      add_rows(j, x, c->L, r1 - r0, m, buf, true);
+    } else {
+      /* q rows at a time: q L accumulators, group g holding rows g mod q
+       * of the block; the rows past the last whole group go to group 0;
+       * then the groups are folded into group 0 in order. */
+      int64_t w = c->q * c->L, nsup = (r1 - r0) / c->q;
+      add_rows(j, x, w, nsup, w, buf, true);
+      add_rows(j, x + nsup * w * j->isz, c->L, r1 - r0 - nsup * c->q, c->L, buf, nsup == 0);
+      if (nsup > 0)
+        for (int64_t g = 1; g < c->q; g++)
+          for (int64_t i = 0; i < c->L; i++) j->r->combine(&buf[i], &buf[g * c->L + i]);
+    }
+    if (c->nrb == 1) j->r->store(buf, m, j->y + c0 * j->osz, j->mean, j->count);
+    else memcpy(c->partial + b * c->L + c0, buf, (size_t)m * sizeof *buf);
+  }
+}
+
+/* Columns [lo, hi): the row blocks' partials combined in block order,
+ * then stored. */
+static void colsum_combine(void *arg, int64_t lo, int64_t hi, int64_t k) {
+  (void)k;
+  const colsum_job *c = arg;
+  const reduce_job *j = c->j;
+  acc *p0 = c->partial;
+  for (int64_t b = 1; b < c->nrb; b++) {
+    const acc *pb = c->partial + b * c->L;
+    for (int64_t i = lo; i < hi; i++) j->r->combine(&p0[i], &pb[i]);
+  }
+  j->r->store(p0 + lo, hi - lo, j->y + lo * j->osz, j->mean, j->count);
+}
+
+/* The reduction j of a contiguous x[R, L] over R to [L] (R > 1). */
+static tfg_status colsum(tfg_kernel_ctx *ctx, const reduce_job *j, int64_t R, int64_t L) {
+  colsum_job c = {.j = j, .R = R, .L = L, .q = 1};
+  if (L < SUPER) c.q = (SUPER + L - 1) / L;
+  int64_t width = L < TILE ? L : TILE;
+  c.ntiles = (L + TILE - 1) / TILE;
+  /* Whole rows per block: about BLOCK elements per work item, and at
+   * least q rows so a block adds whole groups. */
+  c.rb = BLOCK / width > c.q ? BLOCK / width : c.q;
+  if (c.q > 1) c.rb -= c.rb % c.q;
+  c.nrb = (R + c.rb - 1) / c.rb;
+  if (c.nrb > 1) {
+    c.partial = malloc((size_t)(c.nrb * L) * sizeof *c.partial);
+    if (!c.partial) return tfg_kernel_fail(ctx, TFG_ERR_NOMEM, "out of host memory");
+  }
+  tfg_parallel_for(ctx->pool, c.nrb * c.ntiles, 1, colsum_items, &c);
+  if (c.nrb > 1) {
+    tfg_parallel_for(ctx->pool, L, tfg_parallel_grain(BLOCK, c.nrb), colsum_combine, &c);
+    free(c.partial);
+  }
+  return TFG_OK;
+}
+
 /* SUM, MEAN, MAX of in[0] over the input axes set in attrs.axes; out has
  * the reduced shape (with or without keepdims: the element order is the
  * same). f32/f64/f16/bf16 for all three, i32/i64 for SUM and MAX. A MEAN over no
@@ -335,6 +453,8 @@ TFG_CPU_KERNEL(tfg_cpu_reduce) {
     free(j.partial);
     return TFG_OK;
   }
+  if (!j.g.last_reduced && j.g.nk == 0 && j.g.nr == 1) /* every leading axis reduced: x[R, L] */
+    return colsum(ctx, &j, j.g.rdim[0], j.g.L);
   tfg_parallel_for(ctx->pool, nout, tfg_parallel_grain(GRAIN, count), reduce_chunk, &j);
   return TFG_OK;
 }

@@ -19,8 +19,10 @@
  *  - Last block kept (column sums, CPU: rows): output o = (ok, j), j < L;
  *    element r < R at kept_offset(ok) + red_offset(r) + j. 32 x 8 blocks:
  *    x over 32 neighbouring columns (coalesced), y splits r; reduce_cols.
- *  - A long reduction (count > CHUNK in rows, R > RCHUNK in columns) is cut
- *    into `splits` fixed pieces whose partials (accumulator type) go to
+ *  - A long reduction (count > CHUNK in rows; in columns R > COLS_MIN
+ *    when the column tiles alone give fewer than COLS_TARGET blocks, and
+ *    always R > RCHUNK) is cut into `splits` fixed pieces whose partials
+ *    (accumulator type) go to
  *    stream-ordered scratch (cudaMallocAsync) and are combined by
  *    reduce_finish, one warp per output. Like the CPU's BLOCK, the piece
  *    size depends on the shape only, never on the device, so results are
@@ -63,6 +65,8 @@ enum {
   RCHUNK = 2048,      /* columns: reduced rows per piece (256 per thread row) */
   COLS_X = 32,        /* columns: block shape */
   COLS_Y = THREADS / COLS_X,
+  COLS_TARGET = 1024, /* columns: blocks wanted (pieces of rows per column tile, see build_geom) */
+  COLS_MIN = 64,      /* columns: the fewest reduced rows in a piece (8 per thread row) */
 };
 const unsigned FULL = 0xffffffffu;
 
@@ -339,8 +343,20 @@ void build_geom(Geom *g, const tfg_shape *s, uint32_t axes, long long count, lon
     g->splits = count > CHUNK ? (count + CHUNK - 1) / CHUNK : 1;
     g->span = g->splits > 1 ? (long long)CHUNK : count;
   } else {
-    g->splits = g->R > RCHUNK ? (g->R + RCHUNK - 1) / RCHUNK : 1;
-    g->span = g->splits > 1 ? (long long)RCHUNK : g->R;
+    /* Columns: enough blocks to fill a GPU. A bias gradient [B*T, n] to
+     * [n] has only n / 32 column tiles (24 for n 768), so with pieces of
+     * RCHUNK rows it ran on a few dozen blocks, each thread walking
+     * hundreds of rows one load at a time. Cut the rows into pieces of
+     * COLS_MIN..RCHUNK rows (a multiple of COLS_Y), about COLS_TARGET
+     * blocks in all; fixed by the shape alone, as above. */
+    long long tiles = g->nout / g->L * ((g->L + COLS_X - 1) / COLS_X);
+    long long want = (COLS_TARGET + tiles - 1) / tiles;
+    long long span = (g->R + want - 1) / want;
+    span = (span + COLS_Y - 1) / COLS_Y * COLS_Y;
+    if (span < COLS_MIN) span = COLS_MIN;
+    if (span > RCHUNK) span = RCHUNK;
+    g->splits = g->R > span ? (g->R + span - 1) / span : 1;
+    g->span = g->splits > 1 ? span : g->R;
   }
 }
 

@@ -1019,6 +1019,8 @@ static const struct {
     {{4, 5, 6, 7}, 4, 2, {0, 2}, true},
     {{1000, 1100}, 2, 1, {1}, false},      /* 1.1M, long rows */
     {{1100, 1000}, 2, 1, {0}, false},      /* 1.1M, long columns */
+    {{8, 512, 771}, 3, 2, {0, 1}, false},  /* a bias gradient: leading axes to [n], rows cut in pieces */
+    {{20011, 3}, 2, 1, {0}, false},        /* few columns, many rows */
     {{3, 1, 262149}, 3, 1, {-1}, false},
     {{1}, 1, 1, {0}, false},
 };

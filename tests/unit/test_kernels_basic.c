@@ -1274,6 +1274,64 @@ START_TEST(reduce_deterministic_across_threads) {
 }
 END_TEST
 
+/* Column reductions, x[R, L] (or [B, T, L]) over every leading axis to
+ * [L] (reduce.c's colsum): against the long double reference at shapes
+ * around the vector width, the column tile (1024) and the short-row
+ * grouping (L < 64), with one and with many row blocks, and n = 1; f32
+ * and f64 within the bound of reduce_random_vs_reference, i32 exactly.
+ * Then the same bits with no pool, 2 and 3 threads. */
+START_TEST(reduce_columns_vs_reference) {
+  static const int64_t shapes[][3] = {
+      {2, 1, 0},     {5, 3, 0},     {1000, 7, 0},  {33, 8, 0},     {20011, 3, 0}, {3001, 63, 0},
+      {257, 64, 0},  {999, 65, 0},  {130, 100, 0}, {40, 1023, 0},  {70, 1024, 0}, {37, 1025, 0},
+      {9, 2500, 0},  {4, 33, 17},   {8, 128, 1},   {3, 41, 256},   {100003, 1, 0},
+  };
+  static const tfg_op_id ops[] = {TFG_OP_SUM, TFG_OP_MEAN, TFG_OP_MAX};
+  static const tfg_dtype dts[] = {TFG_DTYPE_F32, TFG_DTYPE_F64, TFG_DTYPE_I32};
+  tfg_pool *p2 = tfg_pool_new(2), *p3 = tfg_pool_new(3);
+  for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+    tfg_shape s = shapes[c][2] ? SHAPE(shapes[c][0], shapes[c][1], shapes[c][2]) : SHAPE(shapes[c][0], shapes[c][1]);
+    uint32_t mask = shapes[c][2] ? 3 : 1;
+    for (int d = 0; d < 3; d++) {
+      tfg_dtype dt = dts[d];
+      tfg_tensor x = tensor_new(dt, s);
+      int64_t n = tfg_shape_numel(&s);
+      for (int64_t i = 0; i < n; i++)
+        setd(&x, i, dt == TFG_DTYPE_I32 ? floor(urand(c + 50, (uint64_t)i, -100, 100)) : urand(c + 50, (uint64_t)i, -1, 3));
+      for (int o = 0; o < 3; o++) {
+        if (dt == TFG_DTYPE_I32 && ops[o] == TFG_OP_MEAN) continue;
+        tfg_tensor out = reduce_run(ops[o], &x, mask, o == 1, p2);
+        int64_t nout = tfg_shape_numel(&out.shape), count = n / nout, bad = 0;
+        long double *ref = malloc((size_t)nout * sizeof *ref), *sa = malloc((size_t)nout * sizeof *sa);
+        ck_assert(ref && sa);
+        reduce_ref(ops[o], &x, mask, ref, sa, nout);
+        double eps = dt == TFG_DTYPE_F64 ? 0x1p-53 : 0x1p-24;
+        for (int64_t i = 0; i < nout; i++) {
+          long double got = getd(&out, i);
+          long double tol = ops[o] == TFG_OP_MAX || dt == TFG_DTYPE_I32 ? 0 : count * 0x1p-53L * sa[i] + eps * fabsl(ref[i]);
+          bad += !(fabsl(got - ref[i]) <= tol);
+        }
+        ck_assert_msg(bad == 0, "[%lld, %lld, %lld] %s %s: %lld bad", (long long)shapes[c][0], (long long)shapes[c][1],
+                      (long long)shapes[c][2], tfg_dtype_name(dt), op_name(ops[o]), (long long)bad);
+        tfg_tensor one = reduce_run(ops[o], &x, mask, o == 1, NULL), three = reduce_run(ops[o], &x, mask, o == 1, p3);
+        size_t bytes = (size_t)nout * tfg_dtype_size(dt);
+        ck_assert_msg(memcmp(one.data, out.data, bytes) == 0 && memcmp(three.data, out.data, bytes) == 0,
+                      "[%lld, %lld, %lld] %s %s: the bits depend on the threads", (long long)shapes[c][0],
+                      (long long)shapes[c][1], (long long)shapes[c][2], tfg_dtype_name(dt), op_name(ops[o]));
+        tensor_free(&one);
+        tensor_free(&three);
+        free(ref);
+        free(sa);
+        tensor_free(&out);
+      }
+      tensor_free(&x);
+    }
+  }
+  tfg_pool_free(p2);
+  tfg_pool_free(p3);
+}
+END_TEST
+
 /* ---- argmax ------------------------------------------------------------------------- */
 
 static tfg_tensor argmax_run(const tfg_tensor *x, int64_t axis, tfg_pool *pool) {
@@ -1935,6 +1993,7 @@ Suite *suite_kernels_basic(void) {
   tcase_add_test(tc, reduce_empty);
   tcase_add_test(tc, reduce_random_vs_reference);
   tcase_add_test(tc, reduce_deterministic_across_threads);
+  tcase_add_test(tc, reduce_columns_vs_reference);
   tcase_add_test(tc, argmax_small);
   tcase_add_test(tc, argmax_random_vs_reference);
   suite_add_tcase(s, tc);
