@@ -21,7 +21,8 @@
 #   5. a training step (AdamW) of the byte-level GPT of examples/gpt.tfg at
 #      12 layers, d 768, 12 heads, T 256, batch 16 (85M params) with
 #      --devices cuda:0, against the same model in PyTorch eager on the GPU
-#      (bench/pytorch_gpt.py --device cuda); about a minute of GPU time
+#      (bench/pytorch_gpt.py --device cuda), with the graph passes off
+#      (TFG_OPT=0) and on; about two minutes of GPU time
 #
 # Output goes to the terminal and to bench/results/gpu-DEVICE-DATE.txt
 # (DEVICE: nvidia-smi's name with dashes for spaces). Timings are medians
@@ -159,11 +160,16 @@ gpt_step() {
   S=20
   # shellcheck disable=SC2086,SC2090 # $gopts is an option list, its quotes tfg's
   gpt_s() { "$TFG" run $gopts --set steps="$1" --set log_every="$1" examples/gpt.tfg 2>&1 >/dev/null | awk '/^trained/ { print $5; exit }'; }
-  gpt_s "$S" >/dev/null
-  t1=$(gpt_s "$S")
-  t2=$(gpt_s $((2 * S)))
-  g=$(awk -v a="$t1" -v b="$t2" -v s="$S" 'BEGIN { if (a != "" && b != "") printf "%.4f", 1000 * (b - a) / s; else printf "n/a" }')
-  echo "tfg gpt mode=graphs d=768 layers=12 heads=12 T=256 batch=16 step_ms=$g (runs of $S and $((2 * S)) steps: $t1 s, $t2 s)"
+  # the graph passes off (TFG_OPT=0) first, then on (the default): the gain side by side
+  for opt in 0 1; do
+    export TFG_OPT=$opt
+    gpt_s "$S" >/dev/null
+    t1=$(gpt_s "$S")
+    t2=$(gpt_s $((2 * S)))
+    g=$(awk -v a="$t1" -v b="$t2" -v s="$S" 'BEGIN { if (a != "" && b != "") printf "%.4f", 1000 * (b - a) / s; else printf "n/a" }')
+    echo "tfg gpt mode=graphs opt=$opt d=768 layers=12 heads=12 T=256 batch=16 step_ms=$g (runs of $S and $((2 * S)) steps: $t1 s, $t2 s)"
+  done
+  unset TFG_OPT
   if [ "$have_torch" = 1 ]; then
     line=$($PY bench/pytorch_gpt.py --device cuda --d 768 --layers 12 --heads 12 --T 256 --batch 16 --steps 30 --warmup 5 2>&1 | grep '^pytorch')
     echo "${line:-pytorch gpt: failed}"
