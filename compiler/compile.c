@@ -9,6 +9,7 @@
 #include "base/assert.h"
 #include "base/env.h"
 #include "compiler/fold.h"
+#include "compiler/simplify.h"
 #include "compiler/strategy.h"
 
 static int64_t bytes_of(const tfg_node *n) {
@@ -160,12 +161,16 @@ tfg_status tfg_compile(tfg_program *p, const tfg_compile_opts *o, tfg_diag *d, t
   for (int i = 0; i < o->nextra; i++) keep[o->extra[i]] = 1;
 
   /* The optimization passes over the whole graph (TFG_OPT=0: none, to
-   * compare): constant folding. */
+   * compare): constant folding, then CSE and exact simplification (which
+   * merge the constants folding made and see them as 1 or -0.0), sharing
+   * one array of marks. The training steps' node ids stay valid: a pass
+   * never removes a root. */
   long long opt;
   if (!(tfg_env_int("TFG_OPT", &opt) && opt == 0)) {
     c->folded = calloc((size_t)p->graph->nnodes + 1, 1);
     TFG_ASSERT(c->folded != NULL);
     c->nfolded = tfg_fold_constants(p->graph, keep, c->folded);
+    c->nsimplified = tfg_simplify(p->graph, keep, c->folded);
   }
   stage_done(o, TFG_COMPILE_PASSES, c);
 

@@ -61,8 +61,9 @@ typedef struct tfg_compiled {
   tfg_devices *ds;          /* tfg_compile: the hook's devices (the hook's to free) */
   tfg_placement *pl;
   tfg_plan *plan;
-  uint8_t *folded;          /* tfg_compile: per node, constant folding's TFG_FOLD_* mark; NULL: not folded (TFG_OPT=0) */
+  uint8_t *folded;          /* tfg_compile: per node, the passes' TFG_FOLD_* mark (folding, simplify); NULL: no pass ran (TFG_OPT=0) */
   int nfolded;              /* the ops folding computed at compile time */
+  int nsimplified;          /* the nodes CSE and simplification replaced or removed (compiler/simplify.h) */
   tfg_compile_stage failed; /* the stage that failed, or 0 */
   tfg_strbuf why;           /* failed at VALIDATE: the first violation */
 } tfg_compiled;

@@ -14,6 +14,7 @@
 #ifndef TFG_FOLD_H
 #define TFG_FOLD_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "ir/graph.h"
@@ -23,7 +24,13 @@ enum {
   TFG_FOLD_KEPT = 0,    /* untouched: it runs as before (or was a constant already) */
   TFG_FOLD_REMOVED = 1, /* computed at compile time and read only by folded ops: no step, no buffer */
   TFG_FOLD_CONST = 2,   /* computed at compile time, now a CONST holding its value */
+  TFG_FOLD_SIMPLIFIED = 3, /* removed by simplify (compiler/simplify.h): its readers read an equal node */
 };
+
+/* Whether a pass removed the node of mark m (folding or simplify): it
+ * gets no step and no buffer, and nothing that runs reads it. The marks
+ * array is shared by the passes (tfg_plan_opts.folded). */
+static inline bool tfg_fold_removed(uint8_t m) { return m == TFG_FOLD_REMOVED || m == TFG_FOLD_SIMPLIFIED; }
 
 /* The largest value folding computes (each op's output): a bigger one
  * runs as before, so a constant never grows the persistent region (or

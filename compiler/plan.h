@@ -100,7 +100,7 @@ typedef struct tfg_plan {
   int64_t bucket_bytes; /* the bucket size it was built with */
   int nchains;
   tfg_plan_chain *chains; /* fused chains, in the graph order of their last members */
-  uint8_t *folded;        /* per node, its TFG_FOLD_* mark (compiler/fold.h), or NULL: nothing folded */
+  uint8_t *folded;        /* per node, the passes' TFG_FOLD_* mark (compiler/fold.h), or NULL: no pass ran */
 } tfg_plan;
 
 typedef struct tfg_plan_opts {
@@ -112,9 +112,10 @@ typedef struct tfg_plan_opts {
    * does not fuse. */
   bool fuse;
   const uint8_t *keep;
-  /* Constant folding's marks (tfg_fold_constants, per node), or NULL: a
-   * node marked TFG_FOLD_REMOVED gets no step, no buffer and no copy
-   * (nothing that runs reads it); the plan keeps a copy of the marks. */
+  /* The graph passes' marks (tfg_fold_constants, tfg_simplify; per
+   * node), or NULL: a node a pass removed (TFG_FOLD_REMOVED,
+   * TFG_FOLD_SIMPLIFIED: tfg_fold_removed) gets no step, no buffer and
+   * no copy (nothing that runs reads it); the plan keeps a copy. */
   const uint8_t *folded;
 } tfg_plan_opts;
 

@@ -26,9 +26,10 @@ int64_t tfg_plan_bytes_of(const tfg_node *n);
  * buffer is there before any step and never freed. */
 bool tfg_plan_persistent(const tfg_node *n);
 
-/* Whether constant folding removed node id from p (no step, no buffer). */
+/* Whether a graph pass (constant folding, simplify) removed node id
+ * from p (no step, no buffer). */
 static inline bool tfg_plan_removed(const tfg_plan *p, tfg_node_id id) {
-  return p->folded && p->folded[id] == TFG_FOLD_REMOVED;
+  return p->folded && tfg_fold_removed(p->folded[id]);
 }
 
 /* Whether op writes its param and state in place (an optimizer update). */

@@ -715,8 +715,8 @@ static void mark_needed(tfg_exec *x, const tfg_node_id *fetch, int nfetch) {
     for (int32_t i = n - 1; i >= 0; i--) {
       if (!x->need[i]) continue;
       /* The compile driver keeps every value a run may fetch: what
-       * constant folding removed never runs, and nothing needs it. */
-      TFG_ASSERT(!x->p->folded || x->p->folded[i] != TFG_FOLD_REMOVED);
+       * constant folding or simplify removed never runs, and nothing needs it. */
+      TFG_ASSERT(!x->p->folded || !tfg_fold_removed(x->p->folded[i]));
       if (g->nodes[i].op != TFG_OP_INPUT)
         for (int k = 0; k < g->nodes[i].ninputs; k++) x->need[g->nodes[i].inputs[k]] = 1;
     }
