@@ -3,7 +3,8 @@
  * LAUNCH, no buffer of its own, its base's buffer live to the view's last
  * read; one whose input is on another device reads the copy as before;
  * TFG_OPT=0 turns views off; the validator rejects a view that is not
- * one; and a program trained and fetched (a printed reshape among the
+ * one; a fetched view (of a constant, of a computed value) has its
+ * base's values; and a program trained and fetched (a printed reshape among the
  * results) gives the same bits with views and with TFG_OPT=0. */
 #include <stdlib.h>
 #include <string.h>
@@ -173,6 +174,42 @@ START_TEST(validator_rejects_false_views) {
 }
 END_TEST
 
+/* A view of a constant (what folding leaves unfolded: the planner alone,
+ * here) is fetched as its constant is: before any step, the constant's
+ * bytes under the view's shape; a view of a computed value is fetched when
+ * its base is written. */
+START_TEST(fetch_views) {
+  unsetenv("TFG_OPT");
+  built b;
+  program_build(&b,
+                "a = tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])\n"
+                "print reshape(a, [3, 2]), flatten(reshape(a * 2.0, [1, 2, 3]))\n",
+                &(build_opts){.devices = "host*1:64M"});
+  ck_assert_msg(b.st == TFG_OK, "%s", b.errs);
+  plan_expect_valid(b.plan);
+  const tfg_graph *g = b.p->graph;
+  tfg_node_id f = graph_last_op(g, TFG_OP_FLATTEN), r = g->nodes[f].inputs[0], c = r - 1;
+  while (g->nodes[c].op != TFG_OP_RESHAPE) c--; /* reshape(a, [3, 2]) */
+  ck_assert_int_eq(g->nodes[b.plan->view_of[c]].op, TFG_OP_CONST);
+  ck_assert_int_eq(g->nodes[b.plan->view_of[f]].op, TFG_OP_MUL);
+  tfg_session *s = tfg_session_new(b.p, b.d, &(tfg_session_opts){.threads = 1, .plan = b.plan});
+  ck_assert_ptr_nonnull(s);
+  tfg_node_id fetch[2] = {c, f};
+  tfg_tensor t[2];
+  ck_assert_int_eq(tfg_session_run(s, fetch, 2, t), TFG_OK);
+  ck_assert_int_eq(t[0].shape.rank, 2);
+  ck_assert_int_eq(t[0].shape.dim[0], 3);
+  ck_assert_int_eq(t[1].shape.rank, 2);
+  const float *v0 = t[0].data, *v1 = t[1].data;
+  for (int i = 0; i < 6; i++) {
+    ck_assert(v0[i] == (float)(i + 1));
+    ck_assert(v1[i] == (float)(2 * (i + 1)));
+  }
+  tfg_session_free(s);
+  program_free(&b);
+}
+END_TEST
+
 /* ---- the same results with and without ---------------------------------------- */
 
 static tfg_status host_devices(void *ctx, const tfg_program *p, tfg_diag *d, tfg_devices **out) {
@@ -256,6 +293,7 @@ Suite *suite_views(void) {
   tcase_add_test(tc, opt_0_launches);
   tcase_add_test(tc, cross_device_and_param_not_views);
   tcase_add_test(tc, validator_rejects_false_views);
+  tcase_add_test(tc, fetch_views);
   tcase_add_test(tc, same_bits_with_and_without);
   suite_add_tcase(s, tc);
   return s;
