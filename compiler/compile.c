@@ -119,7 +119,11 @@ static tfg_status place_plan_validate(const tfg_graph *g, const tfg_devices *ds,
   if (st != TFG_OK) return stage_failed(c, TFG_COMPILE_PLACE, st);
   stage_done(o, TFG_COMPILE_PLACE, c);
 
-  tfg_plan_opts po = {.bucket_bytes = o->bucket_bytes, .fuse = o->fuse, .keep = keep, .folded = c->folded};
+  /* Views are one of the optimization passes: TFG_OPT=0 turns them off. */
+  long long opt;
+  bool views = !(tfg_env_int("TFG_OPT", &opt) && opt == 0);
+  tfg_plan_opts po = {.bucket_bytes = o->bucket_bytes, .fuse = o->fuse, .keep = keep, .folded = c->folded,
+                      .views = views};
   st = tfg_plan_build_with(g, c->pl, ds, &po, d, &c->plan);
   if (st != TFG_OK) return stage_failed(c, TFG_COMPILE_PLAN, st);
   stage_done(o, TFG_COMPILE_PLAN, c);

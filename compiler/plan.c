@@ -13,7 +13,8 @@
  *      destination, however many ops read it there;
  *   2. steps: one sweep in graph order appends to every device's list, so
  *      the lists interleave as the graph does (a chain has one LAUNCH,
- *      at its last member; its other members none). An op's LAUNCH goes on its
+ *      at its last member; its other members none; a view, a reshape
+ *      sharing its base's buffer, none either). An op's LAUNCH goes on its
  *      device's compute stream (after a WAIT for each copied or
  *      all-reduced input it is the first to read); when other devices need
  *      the value, a RECORD follows on the compute stream and each
@@ -69,6 +70,7 @@ void tfg_plan_free(tfg_plan *p) {
   }
   free(p->chains);
   free(p->folded);
+  free(p->view_of);
   free(p->dev);
   free(p);
 }
@@ -391,6 +393,8 @@ bool tfg_plan_fusable(const tfg_graph *g, tfg_node_id i) {
 }
 
 /* Optimizer updates write their param and state in place. */
+bool tfg_plan_view_op(tfg_op_id op) { return op == TFG_OP_RESHAPE || op == TFG_OP_FLATTEN; }
+
 bool tfg_plan_in_place(tfg_op_id op) { return op == TFG_OP_SGD_UPDATE || op == TFG_OP_ADAM_UPDATE; }
 
 static bool member_of(const tfg_node_id *m, int n, tfg_node_id x) {
@@ -683,6 +687,32 @@ static void launch(builder *b, tfg_node_id i, int chain) {
   if (n > 0) b->own_buf[i] = add_buffer(b, d, (tfg_plan_buffer){.node = i, .bytes = n, .first = s, .last = s});
 }
 
+/* Whether node i becomes a view (docs/plan.md, Views): a reshape or
+ * flatten whose base (its input, or that input's own base) is on i's
+ * device with a buffer of the same bytes, written by a LAUNCH (not an
+ * all-reduce, whose buffer stream 2 writes) or a constant. A param or
+ * state is never a base: an optimizer update writes it in place, and a
+ * view read after the update would see the new values where a launched
+ * reshape kept the old ones. Its value is then the base's bytes: no
+ * step, no buffer, and every read of it extends the base's buffer. */
+static bool make_view(builder *b, tfg_node_id i) {
+  const tfg_graph *g = b->g;
+  tfg_plan *p = b->p;
+  const tfg_node *nd = &g->nodes[i];
+  if (!p->view_of || !tfg_plan_view_op(nd->op) || nd->ninputs != 1 || tfg_plan_removed(p, i)) return false;
+  if (b->chain_of && b->chain_of[i] >= 0) return false;
+  tfg_node_id x = nd->inputs[0];
+  if (b->dev[x] != b->dev[i] || tfg_plan_removed(p, x)) return false;
+  tfg_node_id base = tfg_plan_base_of(p, x);
+  const tfg_node *bn = &g->nodes[base];
+  if (b->own_buf[base] < 0 || b->bucket_of[base] >= 0) return false;
+  if (tfg_plan_persistent(bn) && bn->op != TFG_OP_CONST) return false;
+  if (bn->dtype != nd->dtype || tfg_plan_bytes_of(bn) != tfg_plan_bytes_of(nd)) return false;
+  p->view_of[i] = base;
+  b->own_buf[i] = b->own_buf[base];
+  return true;
+}
+
 /* Sends x (just computed, persistent, or just all-reduced) to every
  * device that reads it. Each destination's copy stream waits on an event
  * that follows x's producer, copies, and records the event its compute
@@ -751,6 +781,11 @@ static tfg_status build(const tfg_graph *g, const tfg_placement *pl, const tfg_d
     TFG_ASSERT(p->folded != NULL);
     memcpy(p->folded, o->folded, (size_t)n);
   }
+  if (o && o->views) {
+    p->view_of = malloc(sizeof *p->view_of * ((size_t)n + 1));
+    TFG_ASSERT(p->view_of != NULL);
+    for (int32_t i = 0; i < n; i++) p->view_of[i] = -1;
+  }
   builder b = {.g = g, .p = p};
   b.dev = malloc(sizeof *b.dev * ((size_t)n + 1));
   b.own_buf = malloc(sizeof *b.own_buf * ((size_t)n + 1));
@@ -805,7 +840,7 @@ static tfg_status build(const tfg_graph *g, const tfg_placement *pl, const tfg_d
     bool inner = c >= 0 && p->chains[c].nodes[p->chains[c].nnodes - 1] != i; /* runs in its chain's LAUNCH */
     TFG_ASSERT(!inner || b.copy_head[i] < 0); /* read by one op, on its device */
     bool removed = tfg_plan_removed(p, i); /* folded away: it never runs */
-    if (!ar && !tfg_plan_persistent(&g->nodes[i]) && !inner && !removed) launch(&b, i, c);
+    if (!ar && !tfg_plan_persistent(&g->nodes[i]) && !inner && !removed && !make_view(&b, i)) launch(&b, i, c);
     list_buckets_at(&b, i, true);
     if (!ar && !removed) send(&b, i, -1);
     list_buckets_at(&b, i, false);

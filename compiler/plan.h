@@ -101,6 +101,10 @@ typedef struct tfg_plan {
   int nchains;
   tfg_plan_chain *chains; /* fused chains, in the graph order of their last members */
   uint8_t *folded;        /* per node, the passes' TFG_FOLD_* mark (compiler/fold.h), or NULL: no pass ran */
+  /* Views (docs/plan.md, Views): per node, the node whose buffer it
+   * shares (never itself a view), or -1; NULL: views were off. A view
+   * has no step and no buffer of its own: its value is its base's bytes. */
+  tfg_node_id *view_of;
 } tfg_plan;
 
 typedef struct tfg_plan_opts {
@@ -117,6 +121,9 @@ typedef struct tfg_plan_opts {
    * TFG_FOLD_SIMPLIFIED: tfg_fold_removed) gets no step, no buffer and
    * no copy (nothing that runs reads it); the plan keeps a copy. */
   const uint8_t *folded;
+  /* Views (docs/plan.md, Views): a reshape or flatten of a value on its
+   * own device shares that value's buffer instead of being launched. */
+  bool views;
 } tfg_plan_opts;
 
 #define TFG_PLAN_BUCKET_BYTES ((int64_t)25 << 20) /* PyTorch DDP's bucket_cap_mb = 25 */
@@ -163,7 +170,9 @@ bool tfg_plan_capturable(const tfg_plan *p, const uint8_t *captured, tfg_strbuf 
  * ranks; a chain as "fused relu(add(mul)) n12 (t.tfg:3), members n10
  * n11 n12": its ops nested as they read each other, the last member and
  * every member), the memory plan (offset, size, live range of each
- * buffer), the persistent bytes and the planned peak; then the buckets.
+ * buffer, and under it the views of its node: "view  n5 reshape
+ * (t.tfg:4), view of n3"), the persistent bytes and the planned peak;
+ * then the buckets.
  * A plan with GPU devices (cuda, sim) says under its first line whether
  * its runs can be captured as CUDA graphs (tfg_plan_capturable over
  * them), and if not, why. */

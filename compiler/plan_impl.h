@@ -32,6 +32,15 @@ static inline bool tfg_plan_removed(const tfg_plan *p, tfg_node_id id) {
   return p->folded && tfg_fold_removed(p->folded[id]);
 }
 
+/* Whether op only reinterprets its input's contiguous bytes (reshape,
+ * flatten): a view candidate (docs/plan.md, Views). */
+bool tfg_plan_view_op(tfg_op_id op);
+
+/* The node whose buffer node id shares in p (a view's base), or id. */
+static inline tfg_node_id tfg_plan_base_of(const tfg_plan *p, tfg_node_id id) {
+  return p->view_of && p->view_of[id] >= 0 ? p->view_of[id] : id;
+}
+
 /* Whether op writes its param and state in place (an optimizer update). */
 bool tfg_plan_in_place(tfg_op_id op);
 

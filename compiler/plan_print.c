@@ -202,6 +202,24 @@ void tfg_plan_print(const tfg_plan *p, tfg_strbuf *out) {
     if (simplified > 0) /* merged with an equal node, an identity, or dead once those were */
       tfg_strbuf_printf(out, ", %d op%s simplified away", simplified, simplified == 1 ? "" : "s");
   }
+  /* Views (docs/plan.md, Views), threaded per base for the memory plan. */
+  int nviews = 0;
+  int *vhead = NULL, *vnext = NULL;
+  if (p->view_of) {
+    vhead = malloc(sizeof *vhead * ((size_t)g->nnodes + 1));
+    vnext = malloc(sizeof *vnext * ((size_t)g->nnodes + 1));
+    TFG_ASSERT(vhead && vnext);
+    for (tfg_node_id i = 0; i < g->nnodes; i++) vhead[i] = -1;
+    for (tfg_node_id i = g->nnodes - 1; i >= 0; i--) {
+      tfg_node_id b = p->view_of[i];
+      if (b < 0 || b >= g->nnodes) continue;
+      nviews++;
+      vnext[i] = vhead[b];
+      vhead[b] = i;
+    }
+    if (nviews > 0)
+      tfg_strbuf_printf(out, ", %d view%s (no launch, no copy)", nviews, nviews == 1 ? "" : "s");
+  }
   tfg_strbuf_putc(out, '\n');
   print_graphs(p, out);
   for (int d = 0; d < p->ndev; d++) {
@@ -271,6 +289,13 @@ void tfg_plan_print(const tfg_plan *p, tfg_strbuf *out) {
         tfg_strbuf_printf(out, ", copy from %s", src >= 0 && src < p->ndev ? tfg_plan_dev_name(p, src) : "?");
       }
       tfg_strbuf_putc(out, '\n');
+      /* the views of this buffer's node: its bytes under another shape */
+      for (int v = vhead && !bf->copy && bf->node >= 0 && bf->node < g->nnodes ? vhead[bf->node] : -1; v >= 0;
+           v = vnext[v]) {
+        tfg_strbuf_printf(out, "  %10" PRId64 "  %10" PRId64 "  %-11s  ", bf->offset, bf->bytes, "view");
+        tfg_plan_node_text(g, v, out);
+        tfg_strbuf_printf(out, ", view of n%d\n", (int)bf->node);
+      }
     }
   }
   if (coll) {
@@ -307,4 +332,6 @@ void tfg_plan_print(const tfg_plan *p, tfg_strbuf *out) {
   free(wdev);
   free(wstream);
   free(wnext);
+  free(vhead);
+  free(vnext);
 }

@@ -88,6 +88,56 @@ static tfg_node_id bnode(const tfg_plan_bucket *pb, int r, int k) { return pb->n
  * device as placed; the same keys in the same order, one dtype and the
  * same shapes on every rank; group sizes (attrs.n) the rank count; bytes
  * the sum. Fills b_of, r_of and br_base. */
+/* What a read of x on device d reads: its base when x is a view and d
+ * its own device (the view's value is the base's bytes; a copy of the
+ * view sent elsewhere is the view's own), else x. */
+static tfg_node_id vbase(const checker *ck, tfg_node_id x, int d) {
+  const tfg_plan *p = ck->p;
+  if (!p->view_of || p->view_of[x] < 0 || tfg_placement_device(p->pl, x) != d) return x;
+  return p->view_of[x];
+}
+
+/* Whether view v is one (docs/plan.md, Views): a reshape or flatten,
+ * never launched, in no chain, whose base is its input or its input's
+ * base, on its device, not a view, not removed, not an all-reduced node
+ * nor a param or state (a constant may be), of its dtype and bytes, with
+ * a value there (launched there, or persistent there). */
+static bool check_view(checker *ck, tfg_node_id v) {
+  const tfg_plan *p = ck->p;
+  const tfg_graph *g = ck->g;
+  tfg_node_id b = p->view_of[v];
+  const tfg_node *nd = &g->nodes[v];
+  char *t = ntext(ck, v);
+  bool ok = true;
+  int d = tfg_placement_device(p->pl, v);
+  if (b < 0 || b >= g->nnodes) ok = fail(ck, "%s is a view of node %d, which does not exist", t, (int)b);
+  else if (!tfg_plan_view_op(nd->op) || nd->ninputs != 1)
+    ok = fail(ck, "%s is a view, but only a reshape or flatten may be one", t);
+  else if (ck->l_dev[v] >= 0 || ck->ch_of[v] >= 0 || tfg_plan_removed(p, v))
+    ok = fail(ck, "%s is a view, but it is launched, fused or removed", t);
+  else {
+    char *a = ntext(ck, b);
+    const tfg_node *bn = &g->nodes[b];
+    tfg_node_id x = nd->inputs[0];
+    bool persistent_ok = tfg_plan_persistent(bn) ? bn->op == TFG_OP_CONST && ck->p_dev[b] == d
+                                                 : ck->l_dev[b] == d && ck->l_stream[b] == TFG_PLAN_STREAM_COMPUTE;
+    if (p->view_of[b] >= 0 || tfg_plan_removed(p, b) || ck->b_of[b] >= 0)
+      ok = fail(ck, "%s is a view of %s, which is a view, removed or all-reduced", t, a);
+    else if (x != b && (x < 0 || x >= g->nnodes || p->view_of[x] != b))
+      ok = fail(ck, "%s is a view of %s, which is neither its input nor its input's base", t, a);
+    else if (tfg_placement_device(p->pl, b) != d || tfg_placement_device(p->pl, x) != d)
+      ok = fail(ck, "%s is a view of %s on another device", t, a);
+    else if (bn->dtype != nd->dtype || tfg_plan_bytes_of(bn) != tfg_plan_bytes_of(nd) || tfg_plan_bytes_of(nd) <= 0)
+      ok = fail(ck, "%s is a view of %s, whose dtype or bytes differ (or are none)", t, a);
+    else if (!persistent_ok)
+      ok = fail(ck, "%s is a view of %s, which is a param or state, or has no value on %s", t, a,
+                tfg_plan_dev_name(p, d));
+    free(a);
+  }
+  free(t);
+  return ok;
+}
+
 static bool check_buckets(checker *ck) {
   const tfg_plan *p = ck->p;
   const tfg_graph *g = ck->g;
@@ -391,6 +441,10 @@ static bool check_steps(checker *ck, int *rec_dev, int *rec_step, int *nwaits, t
       return r;
     }
     if (tfg_plan_persistent(&ck->g->nodes[i]) || inner_of(ck, i) || tfg_plan_removed(p, i)) continue;
+    if (p->view_of && p->view_of[i] >= 0) { /* a view runs nothing */
+      if (!check_view(ck, i)) return false;
+      continue;
+    }
     int want = tfg_placement_device(p->pl, i);
     if (ck->l_dev[i] == want) continue;
     char *t = ntext(ck, i);
@@ -431,6 +485,7 @@ static void note_clock(checker *ck, int d, int s, const int32_t *clock_k) {
  * names what reads, at device d step s). */
 static bool check_read(checker *ck, int d, int s, const int32_t *ck_k, const char *reader, tfg_node_id x) {
   const tfg_plan *p = ck->p;
+  x = vbase(ck, x, d);
   const char *dn = tfg_plan_dev_name(p, d);
   if (ck->p_dev[x] == d) return true;
   bool ok = true;
@@ -558,6 +613,7 @@ static bool replay(checker *ck, const int *nwaits) {
           struct vcopy *c = vfind(ck, x, d);
           c->time = now;
           note_clock(ck, d, s, ck_k);
+          x = vbase(ck, x, st->src); /* a view sends its base's bytes */
           if (ck->p_dev[x] == st->src) continue;
           char *t = ntext(ck, x);
           if (ck->l_dev[x] != st->src)
@@ -576,7 +632,7 @@ static bool replay(checker *ck, const int *nwaits) {
           ck->l_time[st->node] = now;
           char *a = ntext(ck, st->node);
           for (int j = 0; j < nin && ok; j++) {
-            tfg_node_id x = ins[j];
+            tfg_node_id x = vbase(ck, ins[j], d);
             if (ck->l_dev[x] == d && ck->l_stream[x] == TFG_PLAN_STREAM_COMPUTE && ck->l_step[x] >= s) {
               char *t = ntext(ck, x);
               ok = fail(ck, "%s step %d: %s reads %s, which is computed only later (step %d)", dn, s, a, t,
@@ -659,6 +715,8 @@ static bool check_buffers(checker *ck, int d) {
       ok = fail(ck, "%s: %s has a buffer, but chain %d fuses it: it has no value", dn, t, ck->ch_of[bf->node]);
     else if (tfg_plan_removed(p, bf->node))
       ok = fail(ck, "%s: %s has a buffer, but constant folding removed it", dn, t);
+    else if (!bf->copy && p->view_of && p->view_of[bf->node] >= 0)
+      ok = fail(ck, "%s: %s has a buffer, but it is a view: its value is its base's buffer", dn, t);
     else if (bf->bytes <= 0 || bf->offset < 0 || bf->offset % TFG_PLAN_ALIGN)
       ok = fail(ck, "%s: the buffer of %s has offset %" PRId64 " and %" PRId64 " bytes (offsets are multiples of %d)", dn,
                 t, bf->offset, bf->bytes, TFG_PLAN_ALIGN);
@@ -706,6 +764,7 @@ static bool check_buffers(checker *ck, int d) {
 /* The buffer index of x's value on device d (own, copy, or -1 for a
  * persistent or empty one). */
 static int vbuf(const checker *ck, tfg_node_id x, int d) {
+  x = vbase(ck, x, d);
   if (ck->p_dev[x] == d) return -1;
   if (ck->l_dev[x] == d) return ck->own_buf[x];
   const struct vcopy *c = vfind(ck, x, d);
@@ -866,9 +925,10 @@ static bool check_memory(checker *ck, int d) {
         return false;
       }
     }
-    if (st->kind == TFG_PLAN_COPY && ck->p_dev[st->node] != st->src && tfg_plan_bytes_of(&g->nodes[st->node]) > 0) {
+    if (st->kind == TFG_PLAN_COPY && ck->p_dev[vbase(ck, st->node, st->src)] != st->src &&
+        tfg_plan_bytes_of(&g->nodes[st->node]) > 0) {
       int src = st->src;
-      int bi = ck->own_buf[st->node];
+      int bi = ck->own_buf[vbase(ck, st->node, src)];
       const tfg_plan_device *ps = &p->dev[src];
       if (bi >= 0 && ps->buffers[bi].last != ps->nsteps - 1) {
         char *t = ntext(ck, st->node);

@@ -128,6 +128,10 @@ struct tfg_exec {
   uint8_t *need;
   const void **fed;            /* per node: the host value of a needed INPUT */
   int *fetch_first, *fetch_next; /* per node: its first index in fetch; per fetch index: the next */
+  /* Views (the plan's view_of): per base its first view, per view the
+   * next of its base; a fetched view is copied out when its base is
+   * written. NULL when the plan has none. */
+  tfg_node_id *view_head, *view_next;
   uint32_t *issued;            /* per event: the run that queued its RECORD */
   uint32_t run;
   /* CUDA Graphs (see the top). */
@@ -290,6 +294,10 @@ static void resolve(tfg_exec *x, int d) {
     const tfg_plan_buffer *bf = &pd->buffers[i];
     (bf->copy ? dv->copy : dv->own)[bf->node] = bf->offset;
   }
+  /* A view (docs/plan.md, Views) is its base's bytes: the base's address,
+   * on the device they share. */
+  for (tfg_node_id i = 0; x->p->view_of && i < x->g->nnodes; i++)
+    if (x->p->view_of[i] >= 0 && tfg_placement_device(x->p->pl, i) == d) dv->own[i] = dv->own[x->p->view_of[i]];
   dv->launch = calloc((size_t)pd->nsteps + 1, sizeof *dv->launch);
   dv->launched = malloc(sizeof *dv->launched * ((size_t)pd->nsteps + 1));
   TFG_ASSERT(dv->launch && dv->launched);
@@ -528,6 +536,17 @@ tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, 
   x->fetch_first = malloc(sizeof *x->fetch_first * ((size_t)n + 1));
   TFG_ASSERT(x->dev && x->ev && x->issued && x->need && x->fed && x->fetch_first);
   for (int32_t i = 0; i < n; i++) x->fetch_first[i] = -1;
+  if (p->view_of) {
+    x->view_head = malloc(sizeof *x->view_head * ((size_t)n + 1));
+    x->view_next = malloc(sizeof *x->view_next * ((size_t)n + 1));
+    TFG_ASSERT(x->view_head && x->view_next);
+    for (int32_t i = 0; i < n; i++) x->view_head[i] = -1;
+    for (int32_t i = n - 1; i >= 0; i--)
+      if (p->view_of[i] >= 0) {
+        x->view_next[i] = x->view_head[p->view_of[i]];
+        x->view_head[p->view_of[i]] = i;
+      }
+  }
   make_fused(x);
   tfg_status st = TFG_OK;
   for (int dv = 0; dv < x->ndev; dv++) {
@@ -624,6 +643,8 @@ void tfg_exec_free(tfg_exec *x) {
   free(x->need);
   free(x->fed);
   free(x->fetch_first);
+  free(x->view_head);
+  free(x->view_next);
   free(x->fetch_next);
   free(x->fused);
   free(x->progs);
@@ -838,6 +859,9 @@ static bool advance(tfg_exec *x, int d, int stream, int *pos, void *const *out) 
         dv->b->i.launch(dv->b, s, run_kernel, &dv->kctx.k, l->node, l->in, &l->out);
       }
       if (x->fetch_first[id] >= 0) fetch_out(x, dv, st->stream, id, out);
+      /* its views have no step: a fetched one is copied out now */
+      for (tfg_node_id v = x->view_head ? x->view_head[id] : -1; v >= 0; v = x->view_next[v])
+        if (x->fetch_first[v] >= 0) fetch_out(x, dv, st->stream, v, out);
       break;
     }
     case TFG_PLAN_COPY: {
@@ -973,10 +997,12 @@ static void queue_run(tfg_exec *x, int which, const tfg_exec_run_opts *ro, const
   walk(x, which, out);
   for (int f = 0; f < nfetch; f++) {
     const tfg_node *nd = &x->g->nodes[fetch[f]];
-    if (!persistent(nd) || node_bytes(nd) == 0) continue;
+    /* a view of a constant is fetched as the constant is */
+    tfg_node_id base = x->p->view_of && x->p->view_of[fetch[f]] >= 0 ? x->p->view_of[fetch[f]] : fetch[f];
+    if (!persistent(&x->g->nodes[base]) || node_bytes(nd) == 0) continue;
     int d = tfg_placement_device(x->p->pl, fetch[f]);
     if (!walks(x, d, which)) continue;
-    exec_dev *dv = holder(x, fetch[f]);
+    exec_dev *dv = holder(x, base);
     void *dst = x->staging ? stage_drain(x, fetch[f]) : out[f];
     if (dst) dv->b->i.copy_to_host(dv->b, dv->s[0], dst, addr(dv, fetch[f]), node_bytes(nd));
   }

@@ -204,6 +204,17 @@ contains gpt-tiny-eval "$tmp/gpt1.log" "eval  step 40  test loss"
 expect gpt-tiny-again 0 timeout 60 "$TFG" run $gpt_tiny examples/gpt.tfg &&
   sed 's/  [0-9.]* steps\/s//' "$tmp/err" | grep -E '^(step|eval)' >"$tmp/gpt2.log"
 if cmp -s "$tmp/gpt1.log" "$tmp/gpt2.log" && [ -s "$tmp/gpt1.log" ]; then ok; else ko "gpt-tiny: two runs logged different losses"; fi
+# Its plan launches no reshape or flatten: they are views of their inputs'
+# buffers (docs/plan.md, Views); TFG_OPT=0 launches them.
+# shellcheck disable=SC2086
+expect gpt-plan-views 0 "$TFG" plan --color=never $gpt_tiny examples/gpt.tfg &&
+  if grep -qE 'launch +n[0-9]+ (reshape|flatten)' "$tmp/out"; then ko "gpt-plan-views: a reshape is launched"
+  else ok; fi
+contains gpt-plan-views "$tmp/out" "views (no launch, no copy)"
+# shellcheck disable=SC2086
+expect gpt-plan-no-views 0 env TFG_OPT=0 "$TFG" plan --color=never $gpt_tiny examples/gpt.tfg &&
+  if grep -qE 'launch +n[0-9]+ reshape' "$tmp/out" && ! grep -q 'view of' "$tmp/out"; then ok
+  else ko "gpt-plan-no-views: with TFG_OPT=0 the reshapes should be launched"; fi
 # Evaluation is over exactly the test split's rows (runtime/train.c,
 # evaluate): 20 rows labelled 0..19, the test split the last ones, batches
 # of 4, the metric the mean label. 5 rows (15..19): the row past the whole
