@@ -7,6 +7,8 @@
 
 #include "ir/ops.h"
 #include "lang/parse.h"
+#include "runtime/session.h"
+#include "runtime/train.h"
 #include "tests/unit/unit.h"
 
 /* A stage before the last one asked for must succeed. */
@@ -117,4 +119,73 @@ tfg_node_id graph_first_op(const tfg_graph *g, tfg_op_id op) {
     if (g->nodes[i].op == op) return i;
   ck_abort_msg("no %s node", tfg_op_get(op)->name);
   return -1;
+}
+
+uint8_t *program_printed_roots(const tfg_program *p) {
+  uint8_t *roots = calloc((size_t)p->graph->nnodes + 1, 1);
+  ck_assert_ptr_nonnull(roots);
+  for (int a = 0; a < p->nactions; a++)
+    for (int i = 0; p->actions[a].kind == TFG_ACTION_PRINT && i < p->actions[a].nitems; i++)
+      if (p->actions[a].items[i].is_tensor) roots[p->actions[a].items[i].node] = 1;
+  return roots;
+}
+
+tfg_node_id program_printed(const tfg_program *p, int k) {
+  for (int a = 0; a < p->nactions; a++)
+    for (int i = 0; p->actions[a].kind == TFG_ACTION_PRINT && i < p->actions[a].nitems; i++)
+      if (p->actions[a].items[i].is_tensor && k-- == 0) return p->actions[a].items[i].node;
+  ck_abort_msg("no such printed tensor");
+  return -1;
+}
+
+static tfg_status host_devices(void *ctx, const tfg_program *p, tfg_diag *d, tfg_devices **out) {
+  (void)p;
+  return tfg_devices_parse(d, ctx, out);
+}
+
+void program_train_fetch(const char *text, const char *opt, int n, trained *out) {
+  ck_assert_int_le(n, TRAINED_MAX_FETCH);
+  memset(out, 0, sizeof *out);
+  if (opt) setenv("TFG_OPT", opt, 1);
+  else unsetenv("TFG_OPT");
+  built b;
+  program_build(&b, text, &(build_opts){0});
+  ck_assert_msg(b.st == TFG_OK, "%s", b.errs);
+  tfg_compiled c;
+  tfg_compile_opts o = {.devices = host_devices, .ctx = (void *)"host", .fit = true, .fuse = true, .validate = true};
+  tfg_status st = tfg_compile(b.p, &o, b.d, &c);
+  unsetenv("TFG_OPT");
+  ck_assert_msg(st == TFG_OK, "%s %s", test_render(b.d, false), c.why.data ? c.why.data : "");
+  out->nfolded = c.nfolded;
+  out->nsimplified = c.nsimplified;
+  for (tfg_node_id i = 0; c.plan->view_of && i < b.p->graph->nnodes; i++) out->nviews += c.plan->view_of[i] >= 0;
+  tfg_session *s = tfg_session_new(b.p, b.d, &(tfg_session_opts){.threads = 1, .plan = c.plan});
+  ck_assert_ptr_nonnull(s);
+  int a = 0;
+  while (b.p->actions[a].kind != TFG_ACTION_TRAIN) a++;
+  ck_assert_int_eq(tfg_train(s, b.p, &b.p->actions[a], &c.steps[a], &(tfg_train_opts){.quiet = true}, b.d), TFG_OK);
+  tfg_node_id fetch[TRAINED_MAX_FETCH];
+  for (int k = 0; k < n; k++) fetch[k] = program_printed(b.p, k);
+  tfg_tensor t[TRAINED_MAX_FETCH];
+  ck_assert_int_eq(tfg_session_run(s, fetch, n, t), TFG_OK);
+  for (int i = 0; i < n; i++) {
+    out->bytes[i] = (size_t)tfg_shape_numel(&t[i].shape) * tfg_dtype_size(t[i].dtype);
+    out->data[i] = malloc(out->bytes[i] + 1);
+    memcpy(out->data[i], t[i].data, out->bytes[i]);
+  }
+  out->n = n;
+  tfg_session_free(s);
+  tfg_devices_free(c.ds);
+  tfg_compiled_free(&c);
+  program_free(&b);
+}
+
+void trained_expect_same(trained *a, trained *b) {
+  ck_assert_int_eq(a->n, b->n);
+  for (int i = 0; i < a->n; i++) {
+    ck_assert_uint_eq(a->bytes[i], b->bytes[i]);
+    ck_assert_msg(memcmp(a->data[i], b->data[i], a->bytes[i]) == 0, "printed tensor %d differs with TFG_OPT=0", i);
+    free(a->data[i]);
+    free(b->data[i]);
+  }
 }

@@ -95,4 +95,32 @@ void plan_expect_invalid(const tfg_plan *p, const char *want);
 tfg_node_id graph_last_op(const tfg_graph *g, tfg_op_id op);
 tfg_node_id graph_first_op(const tfg_graph *g, tfg_op_id op);
 
+/* Per node of p's graph (nnodes + 1 bytes, the caller frees): 1 for
+ * every node a print action shows, the roots a graph pass must keep. */
+uint8_t *program_printed_roots(const tfg_program *p);
+/* The node the k-th tensor of p's print actions shows (fails the test
+ * when there are fewer). */
+tfg_node_id program_printed(const tfg_program *p, int k);
+
+/* ---- the graph passes on and off (TFG_OPT) --------------------------------- */
+
+#define TRAINED_MAX_FETCH 8
+
+/* What program_train_fetch made: copies of the printed tensors' bytes
+ * and what the passes did. */
+typedef struct trained {
+  int n;
+  void *data[TRAINED_MAX_FETCH];
+  size_t bytes[TRAINED_MAX_FETCH];
+  int nfolded, nsimplified, nviews;
+} trained;
+
+/* Compiles text with the driver on host devices, with TFG_OPT set to opt
+ * ("0": the passes off) or unset (NULL: the default), trains its first
+ * train action on one thread and fetches its first n printed tensors
+ * (exactly n must exist, n <= TRAINED_MAX_FETCH). */
+void program_train_fetch(const char *text, const char *opt, int n, trained *out);
+/* Asserts a and b fetched the same bytes (bit for bit), then frees both. */
+void trained_expect_same(trained *a, trained *b);
+
 #endif

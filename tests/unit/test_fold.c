@@ -15,25 +15,6 @@
 #include "tests/unit/programs.h"
 #include "tests/unit/unit.h"
 
-/* The roots folding keeps: every node a print action shows. */
-static uint8_t *printed_roots(const tfg_program *p) {
-  uint8_t *roots = calloc((size_t)p->graph->nnodes + 1, 1);
-  ck_assert_ptr_nonnull(roots);
-  for (int a = 0; a < p->nactions; a++)
-    for (int i = 0; p->actions[a].kind == TFG_ACTION_PRINT && i < p->actions[a].nitems; i++)
-      if (p->actions[a].items[i].is_tensor) roots[p->actions[a].items[i].node] = 1;
-  return roots;
-}
-
-/* The node the i-th tensor of the program's print actions shows. */
-static tfg_node_id printed(const tfg_program *p, int k) {
-  for (int a = 0; a < p->nactions; a++)
-    for (int i = 0; p->actions[a].kind == TFG_ACTION_PRINT && i < p->actions[a].nitems; i++)
-      if (p->actions[a].items[i].is_tensor && k-- == 0) return p->actions[a].items[i].node;
-  ck_abort_msg("no such printed tensor");
-  return -1;
-}
-
 /* y = sqrt(2 i + 1) over i in arange(0, 5), in f64, read by a param's
  * product: y folds into one CONST, its ops (arange, cast, mul, add, pow
  * and their scalar constants) are removed. */
@@ -48,9 +29,9 @@ START_TEST(subgraph_becomes_const) {
   ck_assert_int_eq(b.st, TFG_OK);
   tfg_graph *g = b.p->graph;
   int32_t n = g->nnodes;
-  tfg_node_id z = printed(b.p, 0), y = g->nodes[z].inputs[1];
+  tfg_node_id z = program_printed(b.p, 0), y = g->nodes[z].inputs[1];
   ck_assert_int_eq(g->nodes[y].op, TFG_OP_POW);
-  uint8_t *roots = printed_roots(b.p), *mark = calloc((size_t)n, 1);
+  uint8_t *roots = program_printed_roots(b.p), *mark = calloc((size_t)n, 1);
   int folded = tfg_fold_constants(g, roots, mark);
   ck_assert_int_eq(g->nnodes, n); /* in place: ids unchanged */
   /* y is a CONST now, f64[5], holding sqrt(2 i + 1) exactly as computed in f64 */
@@ -132,9 +113,9 @@ START_TEST(varying_not_folded) {
   ck_assert_int_eq(b.st, TFG_OK);
   tfg_graph *g = b.p->graph;
   int32_t n = g->nnodes;
-  uint8_t *roots = printed_roots(b.p), *mark = calloc((size_t)n, 1);
+  uint8_t *roots = program_printed_roots(b.p), *mark = calloc((size_t)n, 1);
   tfg_fold_constants(g, roots, mark);
-  tfg_node_id r = printed(b.p, 0), d = printed(b.p, 1), bad = printed(b.p, 2);
+  tfg_node_id r = program_printed(b.p, 0), d = program_printed(b.p, 1), bad = program_printed(b.p, 2);
   ck_assert_int_eq(g->nodes[r].op, TFG_OP_MUL);
   ck_assert_int_eq(mark[r], TFG_FOLD_KEPT);
   ck_assert_int_eq(g->nodes[g->nodes[r].inputs[0]].op, TFG_OP_INIT); /* the draw */
@@ -165,11 +146,6 @@ END_TEST
 
 /* ---- the same results with and without ---------------------------------------- */
 
-static tfg_status host_devices(void *ctx, const tfg_program *p, tfg_diag *d, tfg_devices **out) {
-  (void)p;
-  return tfg_devices_parse(d, ctx, out);
-}
-
 /* A causal attention's mask and scale, trained 5 steps with Adam. */
 static const char ATTENTION[] = "d = 8\nheads = 2\n"
                                 "x = normal([4, 8], seed = 1)\n"
@@ -182,52 +158,13 @@ static const char ATTENTION[] = "d = 8\nheads = 2\n"
                                 "train loss { optimizer = adam(lr = 0.1); steps = 5 }\n"
                                 "print loss, wq, softmax(s)\n";
 
-/* Compiles ATTENTION (TFG_OPT as opt: "0" or NULL), trains it and
- * fetches the printed tensors into out[3] (the caller frees their data). */
-static int compile_train(const char *opt, void *out[3], size_t bytes[3]) {
-  if (opt) setenv("TFG_OPT", opt, 1);
-  else unsetenv("TFG_OPT");
-  built b;
-  program_build(&b, ATTENTION, &(build_opts){0});
-  ck_assert_msg(b.st == TFG_OK, "%s", b.errs);
-  tfg_compiled c;
-  tfg_compile_opts o = {.devices = host_devices, .ctx = (void *)"host", .fit = true, .fuse = true, .validate = true};
-  ck_assert_msg(tfg_compile(b.p, &o, b.d, &c) == TFG_OK, "%s", test_render(b.d, false));
-  unsetenv("TFG_OPT");
-  tfg_session *s = tfg_session_new(b.p, b.d, &(tfg_session_opts){.threads = 1, .plan = c.plan});
-  ck_assert_ptr_nonnull(s);
-  int a = 0;
-  while (b.p->actions[a].kind != TFG_ACTION_TRAIN) a++;
-  ck_assert_int_eq(tfg_train(s, b.p, &b.p->actions[a], &c.steps[a], &(tfg_train_opts){.quiet = true}, b.d), TFG_OK);
-  tfg_node_id fetch[3] = {printed(b.p, 0), printed(b.p, 1), printed(b.p, 2)};
-  tfg_tensor t[3];
-  ck_assert_int_eq(tfg_session_run(s, fetch, 3, t), TFG_OK);
-  for (int i = 0; i < 3; i++) {
-    bytes[i] = (size_t)tfg_shape_numel(&t[i].shape) * tfg_dtype_size(t[i].dtype);
-    out[i] = malloc(bytes[i] + 1);
-    memcpy(out[i], t[i].data, bytes[i]);
-  }
-  int nfolded = c.nfolded;
-  tfg_session_free(s);
-  tfg_devices_free(c.ds);
-  tfg_compiled_free(&c);
-  program_free(&b);
-  return nfolded;
-}
-
 START_TEST(same_bits_with_and_without) {
-  void *on[3], *off[3];
-  size_t bon[3], boff[3];
-  int folded = compile_train(NULL, on, bon);
-  int none = compile_train("0", off, boff);
-  ck_assert_int_ge(folded, 8); /* the mask's ops, the scale's, the mean's gradient */
-  ck_assert_int_eq(none, 0);
-  for (int i = 0; i < 3; i++) {
-    ck_assert_uint_eq(bon[i], boff[i]);
-    ck_assert_msg(memcmp(on[i], off[i], bon[i]) == 0, "printed tensor %d differs with TFG_OPT=0", i);
-    free(on[i]);
-    free(off[i]);
-  }
+  trained on, off;
+  program_train_fetch(ATTENTION, NULL, 3, &on);
+  program_train_fetch(ATTENTION, "0", 3, &off);
+  ck_assert_int_ge(on.nfolded, 8); /* the mask's ops, the scale's, the mean's gradient */
+  ck_assert_int_eq(off.nfolded, 0);
+  trained_expect_same(&on, &off);
 }
 END_TEST
 

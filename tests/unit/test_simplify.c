@@ -15,30 +15,11 @@
 #include "tests/unit/programs.h"
 #include "tests/unit/unit.h"
 
-/* The roots the passes keep: every node a print action shows. */
-static uint8_t *printed_roots(const tfg_program *p) {
-  uint8_t *roots = calloc((size_t)p->graph->nnodes + 1, 1);
-  ck_assert_ptr_nonnull(roots);
-  for (int a = 0; a < p->nactions; a++)
-    for (int i = 0; p->actions[a].kind == TFG_ACTION_PRINT && i < p->actions[a].nitems; i++)
-      if (p->actions[a].items[i].is_tensor) roots[p->actions[a].items[i].node] = 1;
-  return roots;
-}
-
-/* The node the k-th tensor of the program's print actions shows. */
-static tfg_node_id printed(const tfg_program *p, int k) {
-  for (int a = 0; a < p->nactions; a++)
-    for (int i = 0; p->actions[a].kind == TFG_ACTION_PRINT && i < p->actions[a].nitems; i++)
-      if (p->actions[a].items[i].is_tensor && k-- == 0) return p->actions[a].items[i].node;
-  ck_abort_msg("no such printed tensor");
-  return -1;
-}
-
 /* Runs folding then simplify on b's graph as the driver does; returns
  * the marks (the caller frees them). */
 static uint8_t *passes(built *b, int *nsimplified) {
   tfg_graph *g = b->p->graph;
-  uint8_t *roots = printed_roots(b->p), *mark = calloc((size_t)g->nnodes + 1, 1);
+  uint8_t *roots = program_printed_roots(b->p), *mark = calloc((size_t)g->nnodes + 1, 1);
   tfg_fold_constants(g, roots, mark);
   int n = tfg_simplify(g, roots, mark);
   if (nsimplified) *nsimplified = n;
@@ -67,7 +48,7 @@ START_TEST(cse_merges_duplicates) {
   ck_assert_int_eq(g->nnodes, n0);
   /* relu(a) + relu(b): both relus read a, then the second relu is a's
    * relu again: the add reads one relu twice */
-  tfg_node_id s = printed(b.p, 0);
+  tfg_node_id s = program_printed(b.p, 0);
   ck_assert_int_eq(g->nodes[s].op, TFG_OP_ADD);
   ck_assert_int_eq(g->nodes[s].inputs[0], g->nodes[s].inputs[1]);
   tfg_node_id relu = g->nodes[s].inputs[0], a = g->nodes[relu].inputs[0];
@@ -79,14 +60,14 @@ START_TEST(cse_merges_duplicates) {
     removed += mark[i] == TFG_FOLD_SIMPLIFIED;
   }
   /* the printed matmul(x, w) is a root: it keeps running (its id answers) */
-  tfg_node_id m = printed(b.p, 3);
+  tfg_node_id m = program_printed(b.p, 3);
   ck_assert_int_ne(m, a);
   ck_assert_int_eq(mark[m], TFG_FOLD_KEPT);
   ck_assert_int_eq(matmuls, 2);
   ck_assert_int_eq(removed, 2); /* b and its relu */
   ck_assert_int_eq(count, 3);   /* and the root, replaced for its readers (none) */
   /* r1 + r2 and d1 - d2 still read two different nodes */
-  tfg_node_id rr = printed(b.p, 1), dd = printed(b.p, 2);
+  tfg_node_id rr = program_printed(b.p, 1), dd = program_printed(b.p, 2);
   ck_assert_int_ne(g->nodes[rr].inputs[0], g->nodes[rr].inputs[1]);
   ck_assert_int_ne(g->nodes[dd].inputs[0], g->nodes[dd].inputs[1]);
   ck_assert_int_eq(g->nodes[g->nodes[dd].inputs[0]].op, TFG_OP_DROPOUT);
@@ -113,7 +94,7 @@ static void rule(const char *expr, bool identity) {
   program_build(&b, text, &(build_opts){0});
   ck_assert_msg(b.st == TFG_OK, "%s: %s", expr, b.errs);
   tfg_graph *g = b.p->graph;
-  tfg_node_id r = printed(b.p, 0), e = g->nodes[r].inputs[0];
+  tfg_node_id r = program_printed(b.p, 0), e = g->nodes[r].inputs[0];
   uint8_t *mark = passes(&b, NULL);
   tfg_node_id now = g->nodes[r].inputs[0];
   if (identity) {
@@ -154,11 +135,6 @@ END_TEST
 
 /* ---- the same results with and without ---------------------------------------- */
 
-static tfg_status host_devices(void *ctx, const tfg_program *p, tfg_diag *d, tfg_devices **out) {
-  (void)p;
-  return tfg_devices_parse(d, ctx, out);
-}
-
 /* A small model with a duplicated product and identities, trained 5
  * steps with Adam. */
 static const char MODEL[] = "x = normal([4, 8], seed = 1)\n"
@@ -170,52 +146,13 @@ static const char MODEL[] = "x = normal([4, 8], seed = 1)\n"
                             "train loss { optimizer = adam(lr = 0.1); steps = 5 }\n"
                             "print loss, w1, w2\n";
 
-/* Compiles MODEL (TFG_OPT as opt: "0" or NULL), trains it and fetches
- * the printed tensors into out[3]; returns the nodes simplify took. */
-static int compile_train(const char *opt, void *out[3], size_t bytes[3]) {
-  if (opt) setenv("TFG_OPT", opt, 1);
-  else unsetenv("TFG_OPT");
-  built b;
-  program_build(&b, MODEL, &(build_opts){0});
-  ck_assert_msg(b.st == TFG_OK, "%s", b.errs);
-  tfg_compiled c;
-  tfg_compile_opts o = {.devices = host_devices, .ctx = (void *)"host", .fit = true, .fuse = true, .validate = true};
-  ck_assert_msg(tfg_compile(b.p, &o, b.d, &c) == TFG_OK, "%s", test_render(b.d, false));
-  unsetenv("TFG_OPT");
-  tfg_session *s = tfg_session_new(b.p, b.d, &(tfg_session_opts){.threads = 1, .plan = c.plan});
-  ck_assert_ptr_nonnull(s);
-  int a = 0;
-  while (b.p->actions[a].kind != TFG_ACTION_TRAIN) a++;
-  ck_assert_int_eq(tfg_train(s, b.p, &b.p->actions[a], &c.steps[a], &(tfg_train_opts){.quiet = true}, b.d), TFG_OK);
-  tfg_node_id fetch[3] = {printed(b.p, 0), printed(b.p, 1), printed(b.p, 2)};
-  tfg_tensor t[3];
-  ck_assert_int_eq(tfg_session_run(s, fetch, 3, t), TFG_OK);
-  for (int i = 0; i < 3; i++) {
-    bytes[i] = (size_t)tfg_shape_numel(&t[i].shape) * tfg_dtype_size(t[i].dtype);
-    out[i] = malloc(bytes[i] + 1);
-    memcpy(out[i], t[i].data, bytes[i]);
-  }
-  int n = c.nsimplified;
-  tfg_session_free(s);
-  tfg_devices_free(c.ds);
-  tfg_compiled_free(&c);
-  program_free(&b);
-  return n;
-}
-
 START_TEST(same_bits_with_and_without) {
-  void *on[3], *off[3];
-  size_t bon[3], boff[3];
-  int simplified = compile_train(NULL, on, bon);
-  int none = compile_train("0", off, boff);
-  ck_assert_int_ge(simplified, 6); /* the second matmul and relu, * 1.0 twice, the transposes, cast, - 0.0, reshape */
-  ck_assert_int_eq(none, 0);
-  for (int i = 0; i < 3; i++) {
-    ck_assert_uint_eq(bon[i], boff[i]);
-    ck_assert_msg(memcmp(on[i], off[i], bon[i]) == 0, "printed tensor %d differs with TFG_OPT=0", i);
-    free(on[i]);
-    free(off[i]);
-  }
+  trained on, off;
+  program_train_fetch(MODEL, NULL, 3, &on);
+  program_train_fetch(MODEL, "0", 3, &off);
+  ck_assert_int_ge(on.nsimplified, 6); /* the second matmul and relu, * 1.0 twice, the transposes, cast, - 0.0, reshape */
+  ck_assert_int_eq(off.nsimplified, 0);
+  trained_expect_same(&on, &off);
 }
 END_TEST
 

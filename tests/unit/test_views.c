@@ -212,11 +212,6 @@ END_TEST
 
 /* ---- the same results with and without ---------------------------------------- */
 
-static tfg_status host_devices(void *ctx, const tfg_program *p, tfg_diag *d, tfg_devices **out) {
-  (void)p;
-  return tfg_devices_parse(d, ctx, out);
-}
-
 /* Heads split and merged by reshapes, a flatten, a printed reshape. */
 static const char HEADS[] = "x = normal([4, 8], seed = 1)\n"
                             "param wq: f32[8, 8] = normal(std = 0.1, seed = 2)\n"
@@ -230,58 +225,13 @@ static const char HEADS[] = "x = normal([4, 8], seed = 1)\n"
                             "train loss { optimizer = adam(lr = 0.1); steps = 5 }\n"
                             "print loss, wq, f, reshape(wk, [64])\n";
 
-/* Compiles HEADS (TFG_OPT as opt), trains it and fetches the 4 printed
- * tensors into out (the caller frees them); returns the plan's views. */
-static int compile_train(const char *opt, void *out[4], size_t bytes[4]) {
-  if (opt) setenv("TFG_OPT", opt, 1);
-  else unsetenv("TFG_OPT");
-  built b;
-  program_build(&b, HEADS, &(build_opts){0});
-  ck_assert_msg(b.st == TFG_OK, "%s", b.errs);
-  tfg_compiled c;
-  tfg_compile_opts o = {.devices = host_devices, .ctx = (void *)"host", .fit = true, .fuse = true, .validate = true};
-  ck_assert_msg(tfg_compile(b.p, &o, b.d, &c) == TFG_OK, "%s %s", test_render(b.d, false), c.why.data ? c.why.data : "");
-  unsetenv("TFG_OPT");
-  int nviews = 0;
-  for (tfg_node_id i = 0; c.plan->view_of && i < b.p->graph->nnodes; i++) nviews += c.plan->view_of[i] >= 0;
-  tfg_session *s = tfg_session_new(b.p, b.d, &(tfg_session_opts){.threads = 1, .plan = c.plan});
-  ck_assert_ptr_nonnull(s);
-  int a = 0;
-  while (b.p->actions[a].kind != TFG_ACTION_TRAIN) a++;
-  ck_assert_int_eq(tfg_train(s, b.p, &b.p->actions[a], &c.steps[a], &(tfg_train_opts){.quiet = true}, b.d), TFG_OK);
-  tfg_node_id fetch[4];
-  int k = 0;
-  for (int q = 0; q < b.p->nactions; q++)
-    for (int i = 0; b.p->actions[q].kind == TFG_ACTION_PRINT && i < b.p->actions[q].nitems; i++)
-      if (b.p->actions[q].items[i].is_tensor && k < 4) fetch[k++] = b.p->actions[q].items[i].node;
-  ck_assert_int_eq(k, 4);
-  tfg_tensor t[4];
-  ck_assert_int_eq(tfg_session_run(s, fetch, 4, t), TFG_OK);
-  for (int i = 0; i < 4; i++) {
-    bytes[i] = (size_t)tfg_shape_numel(&t[i].shape) * tfg_dtype_size(t[i].dtype);
-    out[i] = malloc(bytes[i] + 1);
-    memcpy(out[i], t[i].data, bytes[i]);
-  }
-  tfg_session_free(s);
-  tfg_devices_free(c.ds);
-  tfg_compiled_free(&c);
-  program_free(&b);
-  return nviews;
-}
-
 START_TEST(same_bits_with_and_without) {
-  void *on[4], *off[4];
-  size_t bon[4], boff[4];
-  int views = compile_train(NULL, on, bon);
-  int none = compile_train("0", off, boff);
-  ck_assert_int_ge(views, 4); /* the heads' reshapes, the flatten, their gradients */
-  ck_assert_int_eq(none, 0);
-  for (int i = 0; i < 4; i++) {
-    ck_assert_uint_eq(bon[i], boff[i]);
-    ck_assert_msg(memcmp(on[i], off[i], bon[i]) == 0, "printed tensor %d differs with TFG_OPT=0", i);
-    free(on[i]);
-    free(off[i]);
-  }
+  trained on, off;
+  program_train_fetch(HEADS, NULL, 4, &on);
+  program_train_fetch(HEADS, "0", 4, &off);
+  ck_assert_int_ge(on.nviews, 4); /* the heads' reshapes, the flatten, their gradients */
+  ck_assert_int_eq(off.nviews, 0);
+  trained_expect_same(&on, &off);
 }
 END_TEST
 
