@@ -215,6 +215,16 @@ contains gpt-plan-views "$tmp/out" "views (no launch, no copy)"
 expect gpt-plan-no-views 0 env TFG_OPT=0 "$TFG" plan --color=never $gpt_tiny examples/gpt.tfg &&
   if grep -qE 'launch +n[0-9]+ reshape' "$tmp/out" && ! grep -q 'view of' "$tmp/out"; then ok
   else ko "gpt-plan-no-views: with TFG_OPT=0 the reshapes should be launched"; fi
+# The whole plan of the tiny GPT, exactly (tests/golden/gpt-tiny.plan):
+# the mask, the scale and the constant gradients folded into persistent
+# constants, none uploaded per step (the only host copy a step makes is
+# the input batch), no reshape launched. When a planner change is meant
+# to change it, regenerate it with
+#   build/tfg plan --color=never --devices host $gpt_tiny examples/gpt.tfg >tests/golden/gpt-tiny.plan
+# shellcheck disable=SC2086
+expect gpt-plan-golden 0 "$TFG" plan --color=never --devices host $gpt_tiny examples/gpt.tfg &&
+  if cmp -s "$tmp/out" "$ROOT/tests/golden/gpt-tiny.plan"; then ok
+  else ko "gpt-plan-golden: tfg plan differs from tests/golden/gpt-tiny.plan"; diff "$ROOT/tests/golden/gpt-tiny.plan" "$tmp/out" | head -20; fi
 # Evaluation is over exactly the test split's rows (runtime/train.c,
 # evaluate): 20 rows labelled 0..19, the test split the last ones, batches
 # of 4, the metric the mean label. 5 rows (15..19): the row past the whole
