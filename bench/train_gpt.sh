@@ -8,7 +8,7 @@
 #   make && sh bench/train_gpt.sh 2
 #
 # Sizes (d, layers, heads, T, batch): small 128 2 4 64 8; default 256 4 4
-# 128 8 (the size of issue 15's CPU numbers); large 384 6 6 128 8.
+# 128 8 (the size bench/README's CPU numbers use); large 384 6 6 128 8.
 #
 # Each size runs ROUNDS (default 3) interleaved rounds: tfg, then PyTorch,
 # then tfg again, and so on, so that a change in the machine's load hits
