@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""bench/make_batch.py DIR: writes the wide model's batch for the training
-benchmarks, with the standard library only: DIR/x.npy (128 x 784 f32 in
-[0, 1)) and DIR/y.npy (128 i32 labels 0..9), from a fixed seed."""
+"""bench/make_batch.py DIR [normal D0xD1x...]: writes a batch for the
+training benchmarks as .npy, with the standard library only, from a fixed
+seed: the wide model's DIR/x.npy (128 x 784 f32 in [0, 1)) and DIR/y.npy
+(128 i32 labels 0..9); or, given `normal` and a shape, DIR/x.npy of that
+shape, f32 values from a standard normal (bench/opt_ab.sh's layers)."""
 import random
 import struct
 import sys
@@ -17,5 +19,12 @@ def npy(path, descr, shape, values, fmt):
 
 
 r = random.Random(1)
-npy(sys.argv[1] + "/x.npy", "<f4", (128, 784), [r.random() for _ in range(128 * 784)], "f")
-npy(sys.argv[1] + "/y.npy", "<i4", (128,), [r.randrange(10) for _ in range(128)], "i")
+if len(sys.argv) > 2 and sys.argv[2] == "normal":
+    shape = tuple(int(d) for d in sys.argv[3].split("x"))
+    n = 1
+    for d in shape:
+        n *= d
+    npy(sys.argv[1] + "/x.npy", "<f4", shape, [r.gauss(0, 1) for _ in range(n)], "f")
+else:
+    npy(sys.argv[1] + "/x.npy", "<f4", (128, 784), [r.random() for _ in range(128 * 784)], "f")
+    npy(sys.argv[1] + "/y.npy", "<i4", (128,), [r.randrange(10) for _ in range(128)], "i")

@@ -18,17 +18,8 @@ trap 'rm -rf "$tmp"' EXIT
 export OPENBLAS_NUM_THREADS=$THREADS
 . bench/lib.sh # tfg_trained, bench_python
 PY=$(bench_python)
-# The batch: 8 x 128 x 256 f32 normal values, as .npy, standard library only.
-$PY - "$tmp/x.npy" <<'PYEOF'
-import random, struct, sys
-r = random.Random(1)
-n = 8 * 128 * 256
-header = "{'descr': '<f4', 'fortran_order': False, 'shape': (8, 128, 256), }"
-header += " " * (-(10 + len(header) + 1) % 64) + "\n"
-with open(sys.argv[1], "wb") as f:
-    f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
-    f.write(struct.pack("<%df" % n, *[r.gauss(0, 1) for _ in range(n)]))
-PYEOF
+# The batch: 8 x 128 x 256 f32 normal values, as .npy.
+$PY bench/make_batch.py "$tmp" normal 8x128x256
 step_ms() { tfg_trained "$TFG" run --threads "$THREADS" --feed "x=$tmp/x.npy" bench/gpt_layers.tfg |
   awk '{ printf "%.1f", 1000 * $2 / $1 }'; }
 best_off=0 best_on=0

@@ -14,7 +14,7 @@
 #include "base/assert.h"
 #include "base/env.h"
 #include "ir/ops.h"
-#include "kernels/cast_math.h"
+#include "kernels/kernel.h"
 
 typedef struct ad {
   tfg_graph *g;
@@ -62,12 +62,7 @@ static tfg_node_id op2(ad *c, tfg_op_id op, tfg_node_id a, tfg_node_id b) {
 
 static tfg_node_id scalar(ad *c, double v, tfg_dtype dt) {
   void *data = tfg_arena_alloc(&c->g->arena, 8);
-  switch (dt) {
-  case TFG_DTYPE_F64: *(double *)data = v; break;
-  case TFG_DTYPE_F16: *(uint16_t *)data = tfg_cast_f64_to_f16(v); break;
-  case TFG_DTYPE_BF16: *(uint16_t *)data = tfg_cast_f64_to_bf16(v); break;
-  default: *(float *)data = (float)v; break;
-  }
+  tfg_kernel_store_f64(dt, data, v);
   tfg_attrs a = {.data = data};
   tfg_node_id id = add(c, TFG_OP_CONST, NULL, 0, &a);
   tfg_node *n = tfg_graph_node(c->g, id);

@@ -12,6 +12,7 @@
 
 #include "base/assert.h"
 #include "compiler/fold.h"
+#include "kernels/kernel.h"
 
 static int64_t bytes_of(const tfg_node *n) {
   return tfg_shape_numel(&n->shape) * (int64_t)tfg_dtype_size(n->dtype);
@@ -99,46 +100,6 @@ static uint64_t node_hash(const tfg_node *n) {
  * integer 0 (zero). A CONST is read; INIT ones/zeros/full by its attrs. */
 enum { ONE, NEGZERO, INTZERO };
 
-static bool elem_is(const void *p, tfg_dtype t, int want) {
-  switch (t) {
-  case TFG_DTYPE_F32: {
-    float x;
-    memcpy(&x, p, sizeof x);
-    uint32_t u;
-    memcpy(&u, p, sizeof u);
-    return want == ONE ? x == 1.0f : want == NEGZERO && u == 0x80000000u;
-  }
-  case TFG_DTYPE_F64: {
-    double x;
-    memcpy(&x, p, sizeof x);
-    uint64_t u;
-    memcpy(&u, p, sizeof u);
-    return want == ONE ? x == 1.0 : want == NEGZERO && u == 0x8000000000000000ull;
-  }
-  case TFG_DTYPE_F16: {
-    uint16_t u;
-    memcpy(&u, p, sizeof u);
-    return want == ONE ? u == 0x3C00 : want == NEGZERO && u == 0x8000;
-  }
-  case TFG_DTYPE_BF16: {
-    uint16_t u;
-    memcpy(&u, p, sizeof u);
-    return want == ONE ? u == 0x3F80 : want == NEGZERO && u == 0x8000;
-  }
-  case TFG_DTYPE_I32: {
-    int32_t x;
-    memcpy(&x, p, sizeof x);
-    return want == ONE ? x == 1 : want == INTZERO && x == 0;
-  }
-  case TFG_DTYPE_I64: {
-    int64_t x;
-    memcpy(&x, p, sizeof x);
-    return want == ONE ? x == 1 : want == INTZERO && x == 0;
-  }
-  default: return false; /* bool: no arithmetic identities */
-  }
-}
-
 static bool all_are(const tfg_node *n, int want) {
   bool fl = tfg_dtype_is_float(n->dtype);
   if ((want == NEGZERO && !fl) || (want == INTZERO && !tfg_dtype_is_int(n->dtype))) return false;
@@ -149,11 +110,15 @@ static bool all_are(const tfg_node *n, int want) {
     if (want == INTZERO) return v == 0.0;
     return v == 0.0 && n->attrs.init == TFG_INIT_FULL && __builtin_signbit(v);
   }
-  if (n->op != TFG_OP_CONST || !n->attrs.data) return false;
+  if (n->op != TFG_OP_CONST || !n->attrs.data || n->dtype == TFG_DTYPE_BOOL) return false;
+  /* The wanted element's bits: 1 has one encoding in every dtype, and
+   * -0.0 is the float whose only set bit is the sign. */
+  unsigned char bits[8];
+  tfg_kernel_store_f64(n->dtype, bits, want == ONE ? 1.0 : want == NEGZERO ? -0.0 : 0.0);
   int64_t count = tfg_shape_numel(&n->shape);
   size_t es = tfg_dtype_size(n->dtype);
   for (int64_t i = 0; i < count; i++)
-    if (!elem_is((const char *)n->attrs.data + (size_t)i * es, n->dtype, want)) return false;
+    if (memcmp((const char *)n->attrs.data + (size_t)i * es, bits, es) != 0) return false;
   return true;
 }
 

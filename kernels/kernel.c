@@ -1,9 +1,11 @@
 /* kernels/kernel.c: helpers shared by every backend's kernels: the error
- * message, op names, and the checks of the elementwise and shape ops. */
+ * message, op names, one element of a dtype from a double, and the checks of the elementwise and shape ops. */
 #include "kernels/kernel.h"
 
 #include <stdarg.h>
 
+#include "base/assert.h"
+#include "kernels/cast_math.h"
 #include "kernels/index_math.h"
 
 tfg_status tfg_kernel_fail(tfg_kernel_ctx *ctx, tfg_status s, const char *fmt, ...) {
@@ -13,6 +15,19 @@ tfg_status tfg_kernel_fail(tfg_kernel_ctx *ctx, tfg_status s, const char *fmt, .
   tfg_strbuf_vprintf(&ctx->err, fmt, ap);
   va_end(ap);
   return s;
+}
+
+void tfg_kernel_store_f64(tfg_dtype dt, void *p, double v) {
+  switch (dt) {
+  case TFG_DTYPE_F32: *(float *)p = (float)v; break;
+  case TFG_DTYPE_F64: *(double *)p = v; break;
+  case TFG_DTYPE_F16: *(uint16_t *)p = tfg_cast_f64_to_f16(v); break;
+  case TFG_DTYPE_BF16: *(uint16_t *)p = tfg_cast_f64_to_bf16(v); break;
+  case TFG_DTYPE_I32: *(int32_t *)p = tfg_cast_f_to_i32(v); break;
+  case TFG_DTYPE_I64: *(int64_t *)p = tfg_cast_f_to_i64(v); break;
+  case TFG_DTYPE_BOOL: *(uint8_t *)p = v != 0; break;
+  case TFG_DTYPE_COUNT: TFG_ASSERT(!"a dtype"); break;
+  }
 }
 
 const char *tfg_kernel_op_name(int op) {

@@ -46,6 +46,13 @@ tfg_status tfg_kernel_fail(tfg_kernel_ctx *ctx, tfg_status s, const char *fmt, .
  * table of their own. */
 const char *tfg_kernel_op_name(int op);
 
+/* Writes v as one element of dtype dt at p (tfg_dtype_size(dt) bytes):
+ * floats rounded once to nearest even (f16 and bf16 through
+ * kernels/cast_math.h), integers truncated and saturated as a cast does,
+ * bool as v != 0. For constants the compiler makes (autodiff's scalars,
+ * the values a pass compares against). */
+void tfg_kernel_store_f64(tfg_dtype dt, void *p, double v);
+
 /* kernels/index_math.h: inputs read at strides over an output shape. */
 typedef struct tfg_index_map tfg_index_map;
 
