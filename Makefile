@@ -86,7 +86,12 @@ WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototyp
 OPT     ?= -O2 -g
 override CFLAGS := $(OPT) -std=c11 $(WARN) -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -pthread $(CFLAGS)
 CPPFLAGS += -I. -I$(BUILD)/gen $(shell pkg-config --cflags openblas 2>/dev/null)
-LDLIBS  += $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas) -lz -lm -pthread
+# libmvec: glibc's vector libm (kernels/cpu/vmath.c), where the C library has it
+LIBMVEC := $(shell printf 'int main(void){return 0;}' | $(CC) -x c - -lmvec -o /dev/null 2>/dev/null && echo -lmvec)
+ifeq ($(LIBMVEC),)
+  override CFLAGS += -DTFG_NO_LIBMVEC
+endif
+LDLIBS  += $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas) -lz $(LIBMVEC) -lm -pthread
 
 ifneq ($(SAN),)
   override CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined

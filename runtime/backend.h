@@ -98,12 +98,13 @@ typedef struct tfg_backend_i {
   /* The kernel that runs node's op here (host: the op registry's CPU
    * kernel), or NULL when this backend has none. */
   tfg_kernel_fn (*kernel)(tfg_backend *b, const tfg_node *node);
-  /* How many CPU threads one matrix product of b's kernels may use (n <= 0:
-   * the count the BLAS library started with: OPENBLAS_NUM_THREADS, else the
-   * cores); returns the count now in effect. The count is the process's
-   * (OpenBLAS's), not b's alone: the executor gives every host device it
-   * runs the same share of the cores, split between those that compute at
-   * once. NULL on a backend whose kernels do not run on the CPU (cuda). */
+  /* The CPU threads b's kernels get (n <= 0: the default, the count
+   * OpenBLAS started with: OPENBLAS_NUM_THREADS, else the cores); returns
+   * the count in effect, which the executor sizes the kernel pool by.
+   * Matrix products run on that pool too (kernels/cpu/blas.h). The
+   * executor gives every host device it runs the same share of the
+   * cores, split between those that compute at once. NULL on a backend
+   * whose kernels do not run on the CPU (cuda). */
   int (*set_threads)(tfg_backend *b, int n);
   /* Records every operation that runs from now on as a slice of t (NULL:
    * stop): process = the device's index, thread = the stream's creation

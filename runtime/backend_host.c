@@ -92,6 +92,7 @@
 #include "base/env.h"
 #include "base/grow.h"
 #include "kernels/cast_math.h"
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu.h"
 #include "runtime/backend.h"
 #include "runtime/backend_fault.h"
@@ -674,11 +675,12 @@ static tfg_kernel_fn host_kernel(tfg_backend *b, const tfg_node *node) {
   return tfg_cpu_kernel(node->op);
 }
 
-/* OpenBLAS's thread count (kernels/cpu/cpu.h): the process's, so every
- * host backend sets the same one. */
+/* A host device computes on the kernel pool its executor makes with the
+ * share this returns; matrix products included (kernels/cpu/blas.h), so
+ * there is nothing else to set. n <= 0: the default, OpenBLAS's own
+ * start-up count (OPENBLAS_NUM_THREADS, else the cores). */
 static int host_set_threads(tfg_backend *b, int n) {
   (void)b;
-  tfg_cpu_blas_threads(n);
   return n > 0 ? n : tfg_cpu_blas_default_threads();
 }
 

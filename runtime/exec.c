@@ -379,9 +379,9 @@ static tfg_status open_buckets(tfg_exec *x, tfg_diag *d) {
 
 /* Host devices that run kernels at once share the machine's cores: when
  * several of the used host devices compute (GPUs do not count: their
- * backends have no set_threads), the kernel pool and each matrix product
- * get one share of the threads each, as the devices' kernels run at the
- * same time. Sets the matrix products' share through the backends
+ * backends have no set_threads), the kernel pool (matrix products
+ * included: kernels/cpu/blas.h) gets one share of the threads, as the
+ * devices' kernels run at the same time. Tells the backends their share
  * (set_threads) and returns the pool's threads. After the backends are
  * open. */
 static int share_cores(tfg_exec *x, const tfg_exec_opts *o) {

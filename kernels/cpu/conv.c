@@ -14,9 +14,8 @@
  * and no padding needs no im2col at all (each image already is its col).
  *
  * The memory-bound steps (im2col and the copy-out) are split over
- * ctx->pool by (row, image) pieces; the gemm runs on the caller and
- * OpenBLAS threads it, rather than each pool thread running its own
- * gemm and competing with OpenBLAS's threads for the cores.
+ * ctx->pool by (row, image) pieces, and the gemm by blocks of its
+ * output (kernels/cpu/blas.h).
  *
  * The pieces the conv gradients (kernels/cpu/grad.c) lower through as
  * well (the geometry, im2col, the gemm, the grouping and its scratch) are
@@ -96,24 +95,12 @@ void tfg_cpu_conv_geom_init(tfg_cpu_conv_geom *g, const tfg_attrs *at, const tfg
 DEFINE_IM2COL(float, f32)
 DEFINE_IM2COL(double, f64)
 
-void tfg_cpu_conv_gemm(bool f64, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                       const void *a, int64_t lda, const void *b, int64_t ldb, double beta,
-                       void *c, int64_t ldc) {
-  enum CBLAS_TRANSPOSE oa = ta ? CblasTrans : CblasNoTrans, ob = tb ? CblasTrans : CblasNoTrans;
-  if (f64)
-    cblas_dgemm(CblasRowMajor, oa, ob, (blasint)m, (blasint)n, (blasint)k, 1.0, a, (blasint)lda,
-                b, (blasint)ldb, beta, c, (blasint)ldc);
-  else
-    cblas_sgemm(CblasRowMajor, oa, ob, (blasint)m, (blasint)n, (blasint)k, 1.0f, a,
-                (blasint)lda, b, (blasint)ldb, (float)beta, c, (blasint)ldc);
-}
-
 int64_t tfg_cpu_conv_group_images(const tfg_cpu_conv_geom *g) {
   int64_t per_img = (g->ckk + g->o) * g->p;
   int64_t nb = COL_BUDGET / (per_img > 0 ? per_img : 1);
   if (nb < 1) nb = 1;
   if (nb > g->n) nb = g->n;
-  while (nb > 1 && !tfg_cpu_conv_fits_blasint(nb * g->p)) nb /= 2;
+  while (nb > 1 && !tfg_cpu_fits_blasint(nb * g->p)) nb /= 2;
   return nb;
 }
 
@@ -174,8 +161,8 @@ TFG_CPU_KERNEL(tfg_cpu_conv2d) {
     memset(out->data, 0, (size_t)total * es);
     return TFG_OK;
   }
-  if (!tfg_cpu_conv_fits_blasint(g.o) || !tfg_cpu_conv_fits_blasint(g.ckk) ||
-      !tfg_cpu_conv_fits_blasint(g.p))
+  if (!tfg_cpu_fits_blasint(g.o) || !tfg_cpu_fits_blasint(g.ckk) ||
+      !tfg_cpu_fits_blasint(g.p))
     return tfg_kernel_fail(ctx, TFG_ERR_LIMIT,
                            "conv2d as a matrix product (%lld x %lld times %lld x %lld) exceeds "
                            "the BLAS integer range",
@@ -189,7 +176,7 @@ TFG_CPU_KERNEL(tfg_cpu_conv2d) {
    * out_n [O, HW] = w [O, C] @ x_n [C, HW]. */
   if (tfg_cpu_conv_is_pointwise(&g, at)) {
     for (int64_t i = 0; i < g.n; i++)
-      tfg_cpu_conv_gemm(f64, false, false, g.o, g.p, g.c, w->data, g.c, xb + (size_t)i * x_img,
+      tfg_cpu_gemm(ctx->pool, f64, false, false, g.o, g.p, g.c, w->data, g.c, xb + (size_t)i * x_img,
                         g.p, 0.0, ob + (size_t)i * o_img, g.p);
     return TFG_OK;
   }
@@ -207,10 +194,10 @@ TFG_CPU_KERNEL(tfg_cpu_conv2d) {
     /* One image: the gemm writes the output in place. Several: the gemm
      * writes tmp [O, cnt * P] and scatter moves each image's block. */
     if (cnt == 1) {
-      tfg_cpu_conv_gemm(f64, false, false, g.o, g.p, g.ckk, w->data, g.ckk, col, g.p, 0.0, dst,
+      tfg_cpu_gemm(ctx->pool, f64, false, false, g.o, g.p, g.ckk, w->data, g.ckk, col, g.p, 0.0, dst,
                         g.p);
     } else {
-      tfg_cpu_conv_gemm(f64, false, false, g.o, cnt * g.p, g.ckk, w->data, g.ckk, col, cnt * g.p,
+      tfg_cpu_gemm(ctx->pool, f64, false, false, g.o, cnt * g.p, g.ckk, w->data, g.ckk, col, cnt * g.p,
                         0.0, tmp, cnt * g.p);
       scatter_job sj = {.tmp = tmp, .out = dst, .nb = cnt, .o = g.o, .plane = (size_t)g.p * es};
       tfg_parallel_for(ctx->pool, g.o * cnt, GRAIN_ELEMS / g.p + 1, scatter, &sj);

@@ -6,7 +6,7 @@
  *   int64_t nb = tfg_cpu_conv_group_images(&g);       // images per gemm
  *   tfg_cpu_conv_col_job cj = {.g = &g, .x = x_group, .col = col, .nb = nb};
  *   tfg_parallel_for(pool, g.ckk * nb, grain, tfg_cpu_conv_im2col_f32, &cj);
- *   tfg_cpu_conv_gemm(false, false, false, ...);       // the product itself
+ *   tfg_cpu_gemm(pool, false, false, false, ...);      // the product itself
  *
  * conv2d (kernels/cpu/conv.c), conv2d_grad_input and conv2d_grad_weight
  * (kernels/cpu/grad.c) all turn a group of images into one gemm over the
@@ -19,11 +19,11 @@
 #ifndef TFG_KERNELS_CPU_CONV_IMPL_H
 #define TFG_KERNELS_CPU_CONV_IMPL_H
 
-#include <cblas.h> /* blasint: its width decides tfg_cpu_conv_fits_blasint */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu.h"
 
 /* The geometry of one conv2d, NCHW: x [n, c, h, w], w [o, c, kh, kw],
@@ -92,24 +92,6 @@ typedef struct tfg_cpu_conv_col_job {
  * written by exactly one piece, so any split gives the same bits. */
 void tfg_cpu_conv_im2col_f32(void *arg, int64_t lo, int64_t hi, int64_t chunk);
 void tfg_cpu_conv_im2col_f64(void *arg, int64_t lo, int64_t hi, int64_t chunk);
-
-/* Whether v fits blasint, the integer every gemm dimension and leading
- * dimension is passed as (32 bits unless OpenBLAS was built with
- * INTERFACE64). The kernels check their dimensions with it before any
- * gemm and fail with TFG_ERR_LIMIT rather than let a cast wrap. */
-static inline bool tfg_cpu_conv_fits_blasint(int64_t v) {
-  return sizeof(blasint) >= sizeof(int64_t) || v <= (int64_t)INT32_MAX;
-}
-
-/* c [m, n] = op(a) @ op(b) + beta * c, row-major, in f64 or else f32;
- * op(a) [m, k] (stored [k, m] when ta), op(b) [k, n] (stored [n, k] when
- * tb), leading dimensions lda, ldb, ldc as stored. With beta 0, c is
- * only written (its old contents, NaN included, are ignored). Runs on the
- * caller and lets OpenBLAS thread it. The caller has checked every
- * dimension with tfg_cpu_conv_fits_blasint. */
-void tfg_cpu_conv_gemm(bool f64, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                       const void *a, int64_t lda, const void *b, int64_t ldb, double beta,
-                       void *c, int64_t ldc);
 
 /* Images per group: as many as keep col [ckk, nb * p] plus a second
  * [o, nb * p] matrix (the forward's gemm output, the gradients' regrouped

@@ -12,9 +12,10 @@
  * i32, i64 and bool where the op makes sense for them (arithmetic,
  * comparisons, where, cast, reductions, shape ops, embedding/one_hot
  * ids). An unsupported dtype returns TFG_ERR_DEVICE with a message.
- * Matrix products go through OpenBLAS (cblas_sgemm/dgemm; f16 and bf16
- * widened to f32 for sgemm, as OpenBLAS has no f16 gemm and Debian's no
- * sbgemm); large loops are split over ctx->pool. */
+ * Matrix products go through OpenBLAS (kernels/cpu/blas.h: one
+ * single-threaded cblas_sgemm/dgemm per block, the blocks split over
+ * ctx->pool; f16 and bf16 widened to f32 for sgemm, as OpenBLAS has no
+ * f16 gemm and Debian's no sbgemm); large loops are split over ctx->pool. */
 #ifndef TFG_KERNELS_CPU_H
 #define TFG_KERNELS_CPU_H
 
@@ -50,16 +51,6 @@ TFG_CPU_KERNEL(tfg_cpu_fused);  /* FUSED: a chain of elementwise ops (kernels/fu
 
 /* kernels/cpu/linalg.c */
 TFG_CPU_KERNEL(tfg_cpu_matmul);
-/* How many threads one matrix product may use. OpenBLAS's threads are
- * the process's, so host devices that compute at once split the cores
- * between them rather than each asking for all (4 BLAS threads on 2
- * cores ran a 2-device step at half the speed of 1 thread each).
- * n <= 0: the count OpenBLAS started with (OPENBLAS_NUM_THREADS, else
- * the cores). */
-void tfg_cpu_blas_threads(int n);
-/* The count OpenBLAS started with. */
-int tfg_cpu_blas_default_threads(void);
-
 /* kernels/cpu/reduce.c */
 TFG_CPU_KERNEL(tfg_cpu_reduce);  /* SUM MEAN MAX */
 TFG_CPU_KERNEL(tfg_cpu_argmax);

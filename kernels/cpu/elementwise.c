@@ -27,6 +27,7 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vmath.h"
 #include "kernels/elementwise_math.h"
 #include "kernels/index_math.h"
 
@@ -106,7 +107,7 @@ typedef struct unary_job {
   case TFG_OP_RSQRT: MAP(T, FN(tfg_em_rsqrt_, S)(x)); break;                              \
   case TFG_OP_ABS: MAP(T, FN(tfg_em_abs_, S)(x)); break;                                  \
   case TFG_OP_RELU: MAP(T, FN(tfg_em_relu_, S)(x)); break;                                \
-  case TFG_OP_GELU: MAP(T, FN(tfg_em_gelu_, S)(x)); break;                                \
+  case TFG_OP_GELU: FN(tfg_vm_gelu_, S)((const T *)xs, (T *)ys, n); break;                \
   case TFG_OP_TANH: MAP(T, FN(tfg_em_tanh_, S)(x)); break;                                \
   case TFG_OP_SIGMOID: MAP(T, FN(tfg_em_sigmoid_, S)(x)); break;                          \
   default: break;                                                                         \

@@ -17,6 +17,7 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vmath.h"
 #include "kernels/elementwise_math.h"
 #include "kernels/fused.h"
 
@@ -65,6 +66,15 @@ typedef struct fused_job {
     }                                                                                  \
   } while (0)
 
+/* gelu runs a row at a time (kernels/cpu/vmath.h), as the unfused
+ * kernel does; a scalar operand is a row of one, copied along the row. */
+#define GELU(T, S)                                                        \
+  do {                                                                    \
+    T *Y_ = (T *)y;                                                       \
+    tfg_vm_gelu_##S((const T *)xa, Y_, sa == 1 ? n : 1);                  \
+    for (int64_t i = 1; sa != 1 && i < n; i++) Y_[i] = Y_[0];             \
+  } while (0)
+
 #define OPS(T, S)                                                             \
   switch (o->op) {                                                            \
   case TFG_OP_NEG: MAP1(T, tfg_em_neg_##S); break;                            \
@@ -74,7 +84,7 @@ typedef struct fused_job {
   case TFG_OP_RSQRT: MAP1(T, tfg_em_rsqrt_##S); break;                        \
   case TFG_OP_ABS: MAP1(T, tfg_em_abs_##S); break;                            \
   case TFG_OP_RELU: MAP1(T, tfg_em_relu_##S); break;                          \
-  case TFG_OP_GELU: MAP1(T, tfg_em_gelu_##S); break;                          \
+  case TFG_OP_GELU: GELU(T, S); break;                                        \
   case TFG_OP_TANH: MAP1(T, tfg_em_tanh_##S); break;                          \
   case TFG_OP_SIGMOID: MAP1(T, tfg_em_sigmoid_##S); break;                    \
   case TFG_OP_ADD: MAP2(T, tfg_em_add_##S); break;                            \

@@ -33,6 +33,7 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vmath.h"
 
 /* About this many elements of work per chunk (as in nn.c and conv.c). */
 #define GRAIN_ELEMS (1 << 14)
@@ -74,23 +75,15 @@ typedef struct pointwise_job {
 DEFINE_RELU_GRAD(float, f32)
 DEFINE_RELU_GRAD(double, f64)
 
-/* d/dx [x Phi(x)] = Phi(x) + x phi(x), Phi(x) = erfc(-x / sqrt 2) / 2 (the
- * same erfc form as the forward gelu, exact where 1 + erf(x / sqrt 2)
- * would cancel), phi(x) = exp(-x^2 / 2) / sqrt(2 pi). Both dtypes work in
- * double and round once: f32 would lose ~2z^2 ulp in erfc(z), as the
- * forward kernel's comment explains. */
+/* gelu'(x) times dy, a row at a time (kernels/cpu/vmath.h: erfc and exp
+ * over whole rows, in double, rounded once for both dtypes: f32 would
+ * lose ~2z^2 ulp in erfc(z), as the forward gelu's comment explains). */
 #define DEFINE_GELU_GRAD(T, SFX)                                                     \
   static void gelu_grad_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {   \
     const pointwise_job *j = arg;                                                    \
-    const T *x = j->x, *dy = j->dy;                                                  \
-    T *dx = j->dx;                                                                   \
     (void)chunk;                                                                     \
-    for (int64_t i = lo; i < hi; i++) {                                              \
-      double v = x[i];                                                               \
-      double cdf = 0.5 * erfc(-v * M_SQRT1_2);                                       \
-      double pdf = exp(-0.5 * v * v) * (M_2_SQRTPI * M_SQRT1_2 * 0.5);               \
-      dx[i] = (T)((double)dy[i] * (cdf + v * pdf));                                  \
-    }                                                                                \
+    tfg_vm_gelu_grad_##SFX((const T *)j->x + lo, (const T *)j->dy + lo, (T *)j->dx + lo, \
+                           hi - lo);                                                 \
   }
 DEFINE_GELU_GRAD(float, f32)
 DEFINE_GELU_GRAD(double, f64)
@@ -366,8 +359,8 @@ TFG_CPU_KERNEL(tfg_cpu_conv2d_grad_input) {
     memset(out->data, 0, (size_t)total * es);
     return TFG_OK;
   }
-  if (!tfg_cpu_conv_fits_blasint(g.o) || !tfg_cpu_conv_fits_blasint(g.ckk) ||
-      !tfg_cpu_conv_fits_blasint(g.p))
+  if (!tfg_cpu_fits_blasint(g.o) || !tfg_cpu_fits_blasint(g.ckk) ||
+      !tfg_cpu_fits_blasint(g.p))
     return blas_range(ctx, "conv2d_grad_input", &g);
 
   const char *dyb = dy->data;
@@ -377,7 +370,7 @@ TFG_CPU_KERNEL(tfg_cpu_conv2d_grad_input) {
   /* 1x1, stride 1, no padding: dx_n [C, HW] = w^T [C, O] @ dy_n [O, HW]. */
   if (tfg_cpu_conv_is_pointwise(&g, at)) {
     for (int64_t i = 0; i < g.n; i++)
-      tfg_cpu_conv_gemm(f64, true, false, g.c, g.p, g.o, w->data, g.c, dyb + (size_t)i * dy_img,
+      tfg_cpu_gemm(ctx->pool, f64, true, false, g.c, g.p, g.o, w->data, g.c, dyb + (size_t)i * dy_img,
                         g.p, 0.0, dxb + (size_t)i * dx_img, g.p);
     return TFG_OK;
   }
@@ -389,7 +382,7 @@ TFG_CPU_KERNEL(tfg_cpu_conv2d_grad_input) {
   for (int64_t n0 = 0; n0 < g.n; n0 += nb) {
     int64_t cnt = g.n - n0 < nb ? g.n - n0 : nb;
     const char *dyg = group_dy(ctx, &g, dyb, tmp, n0, cnt, es);
-    tfg_cpu_conv_gemm(f64, true, false, g.ckk, cnt * g.p, g.o, w->data, g.ckk, dyg, cnt * g.p,
+    tfg_cpu_gemm(ctx->pool, f64, true, false, g.ckk, cnt * g.p, g.o, w->data, g.ckk, dyg, cnt * g.p,
                       0.0, col, cnt * g.p);
     tfg_cpu_conv_col_job cj = {.g = &g, .dx = dxb + (size_t)n0 * dx_img, .col = col, .nb = cnt};
     tfg_parallel_for(ctx->pool, cnt * g.c, grain_for(g.h * g.w + g.kh * g.kw * g.p),
@@ -424,8 +417,8 @@ TFG_CPU_KERNEL(tfg_cpu_conv2d_grad_weight) {
     memset(out->data, 0, (size_t)total * es);
     return TFG_OK;
   }
-  if (!tfg_cpu_conv_fits_blasint(g.o) || !tfg_cpu_conv_fits_blasint(g.ckk) ||
-      !tfg_cpu_conv_fits_blasint(g.p))
+  if (!tfg_cpu_fits_blasint(g.o) || !tfg_cpu_fits_blasint(g.ckk) ||
+      !tfg_cpu_fits_blasint(g.p))
     return blas_range(ctx, "conv2d_grad_weight", &g);
 
   const char *xb = x->data, *dyb = dy->data;
@@ -434,7 +427,7 @@ TFG_CPU_KERNEL(tfg_cpu_conv2d_grad_weight) {
   /* 1x1, stride 1, no padding: image n is its own col [C, HW]. */
   if (tfg_cpu_conv_is_pointwise(&g, at)) {
     for (int64_t i = 0; i < g.n; i++)
-      tfg_cpu_conv_gemm(f64, false, true, g.o, g.c, g.p, dyb + (size_t)i * dy_img, g.p,
+      tfg_cpu_gemm(ctx->pool, f64, false, true, g.o, g.c, g.p, dyb + (size_t)i * dy_img, g.p,
                         xb + (size_t)i * x_img, g.p, i == 0 ? 0.0 : 1.0, out->data, g.c);
     return TFG_OK;
   }
@@ -449,7 +442,7 @@ TFG_CPU_KERNEL(tfg_cpu_conv2d_grad_weight) {
     tfg_parallel_for(ctx->pool, g.ckk * cnt, grain_for(g.p),
                      f64 ? tfg_cpu_conv_im2col_f64 : tfg_cpu_conv_im2col_f32, &cj);
     const char *dyg = group_dy(ctx, &g, dyb, tmp, n0, cnt, es);
-    tfg_cpu_conv_gemm(f64, false, true, g.o, g.ckk, cnt * g.p, dyg, cnt * g.p, col, cnt * g.p,
+    tfg_cpu_gemm(ctx->pool, f64, false, true, g.o, g.ckk, cnt * g.p, dyg, cnt * g.p, col, cnt * g.p,
                       n0 == 0 ? 0.0 : 1.0, out->data, g.ckk);
   }
   free(col);

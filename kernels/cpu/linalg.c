@@ -1,54 +1,34 @@
 /* kernels/cpu/linalg.c: MATMUL on the CPU, through OpenBLAS.
  *
- * Every product is a cblas_sgemm/cblas_dgemm call; the work here is only
- * mapping tfg's operands onto gemm arguments. Transposes become gemm's
- * trans flags (no copies), and batched products walk the broadcast batch
- * dimensions, giving each output matrix the offsets of its two operand
- * matrices. Two shortcuts keep the calls large or cheap:
+ * Every product is an OpenBLAS gemm (kernels/cpu/blas.h); the work here
+ * is only mapping tfg's operands onto gemm arguments. Transposes become
+ * gemm's trans flags (no copies), and batched products walk the broadcast
+ * batch dimensions, giving each output matrix the offsets of its two
+ * operand matrices. Two shortcuts keep the calls large or cheap:
  *   - a batched a [..., M, K] times a shared b [K, N] is one gemm over
  *     [B * M, K] rows, because the batch rows of a and of the output are
  *     already contiguous in the same order;
- *   - a batch of small products is split over ctx->pool, each chunk
- *     calling gemm on its own matrices. OpenBLAS runs products that small
- *     on one thread anyway, so this is where the parallelism comes from;
- *     big products stay on the caller and OpenBLAS threads them itself
- *     (running several big ones at once from the pool would only make
- *     OpenBLAS's threads and ours fight over the cores). */
-#include <cblas.h>
+ *   - a batch of at least as many products as the pool has threads is
+ *     split over ctx->pool by whole products, each one gemm on one
+ *     thread; fewer, bigger products are each split into blocks by
+ *     tfg_cpu_gemm. */
 #include <stdint.h>
 #include <string.h>
 
 #include "base/assert.h"
+#include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/parallel.h"
 
-/* OpenBLAS's own controls (declared by its cblas.h in most builds; here
- * so the build does not depend on which). */
-extern void openblas_set_num_threads(int n);
-extern int openblas_get_num_threads(void);
-
-static int blas_default = -1;
-
-int tfg_cpu_blas_default_threads(void) {
-  if (blas_default < 0) blas_default = openblas_get_num_threads();
-  return blas_default;
-}
-
-void tfg_cpu_blas_threads(int n) {
-  int d = tfg_cpu_blas_default_threads();
-  openblas_set_num_threads(n > 0 ? n : d);
-}
-
-/* Below this many multiply-adds per product OpenBLAS 0.3 stays on one
- * thread (SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD = 65536 * 4),
- * so such batches are better spread over the pool. */
-#define SMALL_GEMM_MACS (1 << 18)
+/* Products per chunk when a batch is spread over the pool: about this
+ * many multiply-adds each, so a chunk outweighs its hand-off. */
+#define CHUNK_MACS (1 << 18)
 
 typedef struct mm_job {
-  bool f64;
-  CBLAS_TRANSPOSE ta, tb;
-  blasint m, n, k, lda, ldb, ldc;
+  bool f64, ta, tb;
+  int64_t m, n, k, lda, ldb, ldc;
+  tfg_pool *pool; /* splits each product (NULL: the batch is what is split) */
   const char *a, *b;
   char *c;
   size_t a_mat, b_mat, c_mat; /* bytes per matrix of a, b and the output */
@@ -58,10 +38,6 @@ typedef struct mm_job {
   int64_t dim[TFG_MAX_RANK];
   int64_t astep[TFG_MAX_RANK], bstep[TFG_MAX_RANK];
 } mm_job;
-
-static bool fits_blasint(int64_t v) {
-  return sizeof(blasint) >= sizeof(int64_t) || v <= (int64_t)INT32_MAX;
-}
 
 /* The product for output matrix number bi (row-major over the batch dims). */
 static void mm_one(const mm_job *j, int64_t bi) {
@@ -75,12 +51,8 @@ static void mm_one(const mm_job *j, int64_t bi) {
   const void *a = j->a + (size_t)ai * j->a_mat;
   const void *b = j->b + (size_t)bj * j->b_mat;
   void *c = j->c + (size_t)bi * j->c_mat;
-  if (j->f64)
-    cblas_dgemm(CblasRowMajor, j->ta, j->tb, j->m, j->n, j->k, 1.0, a, j->lda, b, j->ldb, 0.0, c,
-                j->ldc);
-  else
-    cblas_sgemm(CblasRowMajor, j->ta, j->tb, j->m, j->n, j->k, 1.0f, a, j->lda, b, j->ldb, 0.0f,
-                c, j->ldc);
+  tfg_cpu_gemm(j->pool, j->f64, j->ta, j->tb, j->m, j->n, j->k, a, j->lda, b, j->ldb, 0.0, c,
+               j->ldc);
 }
 
 static void mm_chunk(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
@@ -135,8 +107,8 @@ TFG_CPU_KERNEL(tfg_cpu_matmul) {
 
   mm_job j = {
       .f64 = dt == TFG_DTYPE_F64,
-      .ta = ta ? CblasTrans : CblasNoTrans,
-      .tb = tb ? CblasTrans : CblasNoTrans,
+      .ta = ta,
+      .tb = tb,
       .a = a->data, .b = b->data, .c = out->data,
       .a_mat = (size_t)(m * k) * es, .b_mat = (size_t)(k * n) * es, .c_mat = (size_t)(m * n) * es,
       .nbatch = ro - 2,
@@ -150,29 +122,30 @@ TFG_CPU_KERNEL(tfg_cpu_matmul) {
   /* One tall product when b is shared and a's batch rows are contiguous
    * in output order (a not transposed and not broadcast). */
   int64_t rows = m;
-  if (bmats == 1 && amats == nmat && !ta && fits_blasint(nmat * m)) {
+  if (bmats == 1 && amats == nmat && !ta && tfg_cpu_fits_blasint(nmat * m)) {
     rows = nmat * m;
     nmat = 1;
     j.nbatch = 0;
   }
-  if (!fits_blasint(rows) || !fits_blasint(n) || !fits_blasint(k) || !fits_blasint(lda) ||
-      !fits_blasint(ldb))
+  if (!tfg_cpu_fits_blasint(rows) || !tfg_cpu_fits_blasint(n) || !tfg_cpu_fits_blasint(k) || !tfg_cpu_fits_blasint(lda) ||
+      !tfg_cpu_fits_blasint(ldb))
     return tfg_kernel_fail(ctx, TFG_ERR_LIMIT,
                            "matmul dimensions (M %lld, N %lld, K %lld) exceed the BLAS "
                            "integer range",
                            (long long)rows, (long long)n, (long long)k);
-  j.m = (blasint)rows;
-  j.n = (blasint)n;
-  j.k = (blasint)k;
-  j.lda = (blasint)lda;
-  j.ldb = (blasint)ldb;
-  j.ldc = (blasint)n;
+  j.m = rows;
+  j.n = n;
+  j.k = k;
+  j.lda = lda;
+  j.ldb = ldb;
+  j.ldc = n;
 
-  double macs = (double)m * (double)n * (double)k;
-  if (nmat > 1 && ctx->pool && macs < SMALL_GEMM_MACS) {
-    int64_t grain = (int64_t)(SMALL_GEMM_MACS / macs);
-    tfg_parallel_for(ctx->pool, nmat, grain < 1 ? 1 : grain, mm_chunk, &j);
+  if (nmat > 1 && nmat >= tfg_pool_threads(ctx->pool)) {
+    double macs = (double)m * (double)n * (double)k;
+    int64_t grain = macs >= CHUNK_MACS ? 1 : (int64_t)(CHUNK_MACS / macs);
+    tfg_parallel_for(ctx->pool, nmat, grain, mm_chunk, &j);
   } else {
+    j.pool = ctx->pool;
     mm_chunk(&j, 0, nmat, 0);
   }
   return TFG_OK;
