@@ -71,12 +71,14 @@ void tfg_exec_free(tfg_exec *x);
  * synchronously; the node must be on a device this executor runs. */
 void tfg_exec_write(tfg_exec *x, tfg_node_id id, const void *host);
 void tfg_exec_read(tfg_exec *x, tfg_node_id id, void *host);
-/* Fills a persistent node this executor holds (a PARAM) per initializer
- * a (the node's own, with the seed its caller chose) and copies the
- * values to its device, synchronously: the INIT kernel of a host backend
- * of the executor's own (made on the first call, not one of the plan's
- * devices) runs into host memory, then tfg_exec_write copies, so the
- * values are the CPU's whatever the device (kernels/init_math.h). Returns
+/* Fills a persistent node this executor holds (a PARAM, or a STATE with
+ * zeros) per initializer a (the node's own, with the seed its caller
+ * chose), synchronously: the INIT kernel of a host backend of the
+ * executor's own (made on the first call, not one of the plan's devices),
+ * split over the kernel pool, so the values are the CPU's whatever the
+ * device (kernels/init_math.h). A device whose memory is host memory
+ * (a host device) is filled in place; any other gets the values through
+ * host memory and tfg_exec_write's copy. Returns
  * TFG_OK, or the kernel's failure (an initializer the dtype does not take)
  * with its message appended to *err (which may be NULL). */
 tfg_status tfg_exec_init(tfg_exec *x, tfg_node_id id, const tfg_attrs *a, tfg_strbuf *err);

@@ -140,10 +140,9 @@ tfg_session *tfg_session_new(const tfg_program *p, tfg_diag *d, const tfg_sessio
       if (!param_init(s, i, o->seed)) goto fail;
       continue;
     }
-    void *v = calloc(1, node_bytes(nd) + 1);
-    if (!v) goto fail;
-    tfg_exec_write(s->x, i, v);
-    free(v);
+    tfg_attrs zeros = {.init = TFG_INIT_ZEROS};
+    tfg_status st = tfg_exec_init(s->x, i, &zeros, NULL);
+    TFG_ASSERT(st == TFG_OK); /* zeros() fills every dtype */
   }
   /* Values a column holds but its input's dtype cannot (an i64 label of
    * 2^40 for an i32 input) are refused before the first step, rather than
