@@ -219,6 +219,7 @@ typedef struct compile_ctx {
   tfg_status (*devices)(void *ctx, const tfg_program *p, tfg_diag *d, tfg_devices **out); /* NULL: cli_devices_for */
   void *devices_ctx;
   bool verbose_front;
+  bool no_passes; /* tfg_compile_opts.no_passes */
 } compile_ctx;
 
 /* The driver's stage 2: the caller's devices, else cli_devices_for (a
@@ -263,6 +264,7 @@ static int compile(compile_ctx *k, tfg_program *p, const tfg_node_id *extra, int
   const cli_opts *o = k->o;
   const char *env = getenv("TFG_FUSE");
   tfg_compile_opts co = {.devices = compile_devices,
+                         .no_passes = k->no_passes,
                          .fit = true,
                          .bucket_bytes = o->bucket_bytes,
                          .fuse = !o->check_numerics && !(env && strcmp(env, "0") == 0),
@@ -289,7 +291,7 @@ int cli_compile(const cli_opts *o, tfg_program *p, tfg_diag *d, cli_compiled *c)
 int cli_compile_for(const cli_opts *o, tfg_program *p,
                     tfg_status (*devices)(void *ctx, const tfg_program *p, tfg_diag *d, tfg_devices **out), void *ctx,
                     const tfg_node_id *extra, int nextra, tfg_diag *d, tfg_compiled *c) {
-  compile_ctx k = {.o = o, .p = p, .devices = devices, .devices_ctx = ctx};
+  compile_ctx k = {.o = o, .p = p, .devices = devices, .devices_ctx = ctx, .no_passes = true};
   return compile(&k, p, extra, nextra, d, c);
 }
 

@@ -108,7 +108,9 @@ void cli_compiled_free(cli_compiled *c);
 
 /* cli_compile for the REPL: devices(ctx, ...) picks the devices (the
  * caller's: c->ds is not freed), extra[0..nextra) are more nodes the
- * caller will fetch, and --verbose says nothing of the steps and devices.
+ * caller will fetch, --verbose says nothing of the steps and devices, and
+ * no graph pass runs (every REPL value is a constant: each op runs where
+ * it is placed, as the user asked, rather than being folded).
  * Returns 0 or the exit code; c->failed names the stage that failed. c is
  * the caller's to free with tfg_compiled_free. */
 int cli_compile_for(const cli_opts *o, tfg_program *p,

@@ -28,7 +28,7 @@ static int64_t bytes_of(const tfg_node *n) {
  * reports the shortage, or the placer its own error when params alone do
  * not fit). */
 static tfg_status place_fit(const tfg_graph *g, const tfg_devices *ds, const tfg_train_step *steps, int nsteps,
-                            tfg_diag *d, tfg_placement **out) {
+                            const uint8_t *removed, tfg_diag *d, tfg_placement **out) {
   int ndev = tfg_devices_count(ds);
   int64_t *reserve = calloc((size_t)ndev, sizeof *reserve);
   TFG_ASSERT(reserve != NULL);
@@ -36,11 +36,13 @@ static tfg_status place_fit(const tfg_graph *g, const tfg_devices *ds, const tfg
   for (int attempt = 0; attempt < 8; attempt++) {
     tfg_diag *quiet = tfg_diag_new(); /* the attempts' own complaints are not the user's */
     tfg_placement *pl = NULL;
-    st = tfg_place(g, ds, steps, nsteps, reserve, quiet, &pl);
+    st = tfg_place(g, ds, steps, nsteps, reserve, removed, quiet, &pl);
     tfg_diag_free(quiet);
     if (st != TFG_OK) break;
+    /* planned as the real plan will be: without what the passes removed */
     tfg_plan *plan = NULL;
-    tfg_plan_build(g, pl, ds, NULL, &plan);
+    tfg_plan_opts po = {.folded = removed};
+    tfg_plan_build_with(g, pl, ds, &po, NULL, &plan);
     /* Where a device went over, keep what its activations took this time
      * (and a little more) free of params next time: its peak less the
      * params, state and gradients the placer counts already. */
@@ -67,7 +69,7 @@ static tfg_status place_fit(const tfg_graph *g, const tfg_devices *ds, const tfg
     }
     tfg_placement_free(pl);
   }
-  st = tfg_place(g, ds, steps, nsteps, reserve, d, out);
+  st = tfg_place(g, ds, steps, nsteps, reserve, removed, d, out);
   free(reserve);
   return st;
 }
@@ -115,7 +117,8 @@ static tfg_status stage_failed(tfg_compiled *c, tfg_compile_stage stage, tfg_sta
 static tfg_status place_plan_validate(const tfg_graph *g, const tfg_devices *ds, const tfg_train_step *steps,
                                       int nsteps, const tfg_compile_opts *o, const uint8_t *keep, tfg_diag *d,
                                       tfg_compiled *c) {
-  tfg_status st = o->fit ? place_fit(g, ds, steps, nsteps, d, &c->pl) : tfg_place(g, ds, steps, nsteps, NULL, d, &c->pl);
+  tfg_status st = o->fit ? place_fit(g, ds, steps, nsteps, c->folded, d, &c->pl)
+                         : tfg_place(g, ds, steps, nsteps, NULL, c->folded, d, &c->pl);
   if (st != TFG_OK) return stage_failed(c, TFG_COMPILE_PLACE, st);
   stage_done(o, TFG_COMPILE_PLACE, c);
 
@@ -170,7 +173,7 @@ tfg_status tfg_compile(tfg_program *p, const tfg_compile_opts *o, tfg_diag *d, t
    * one array of marks. The training steps' node ids stay valid: a pass
    * never removes a root. */
   long long opt;
-  if (!(tfg_env_int("TFG_OPT", &opt) && opt == 0)) {
+  if (!o->no_passes && !(tfg_env_int("TFG_OPT", &opt) && opt == 0)) {
     c->folded = calloc((size_t)p->graph->nnodes + 1, 1);
     TFG_ASSERT(c->folded != NULL);
     c->nfolded = tfg_fold_constants(p->graph, keep, c->folded);

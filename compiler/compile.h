@@ -73,6 +73,10 @@ typedef struct tfg_compile_opts {
    * which must outlive the result, or reports to d and returns the
    * error. */
   tfg_status (*devices)(void *ctx, const tfg_program *p, tfg_diag *d, tfg_devices **out);
+  /* Stage 1: run no optimization pass over the graph, as TFG_OPT=0 does
+   * (the REPL: its values are all constants, which folding would compute
+   * at compile time on the CPU instead of where the user placed them). */
+  bool no_passes;
   /* Stage 3: count activations (the fit loop, compiler/compile.c); else
    * placed once, params alone counted. */
   bool fit;

@@ -50,6 +50,7 @@
 #include "base/assert.h"
 #include "base/utf8.h"
 #include "base/json.h"
+#include "compiler/fold.h"
 #include "ir/ops.h"
 
 struct tfg_placement {
@@ -231,6 +232,7 @@ static tfg_status pass1_pins(placer *P) {
   for (int32_t i = 0; i < P->n; i++) {
     const tfg_node *nd = &g->nodes[i];
     if (nd->pin.kind != TFG_DEV_CPU && nd->pin.kind != TFG_DEV_GPU) continue;
+    if (pl->rec[i].cause == TFG_CAUSE_REMOVED) continue;
     int dev = pin_device(P->ds, nd, P->d, &reported);
     if (dev < 0) {
       st = TFG_ERR_PLACE;
@@ -406,6 +408,7 @@ static tfg_status sweep(placer *P) {
   for (int32_t i = 0; i < P->n; i++) {
     const tfg_node *nd = &g->nodes[i];
     tfg_place_record *r = &pl->rec[i];
+    if (r->cause == TFG_CAUSE_REMOVED) continue; /* never runs: no time, no sources to follow it */
     if (r->device < 0 && !pass2_colocate(P, i)) {
       if (nd->ninputs == 0) continue; /* pass 2: waits for the op that reads it */
       weighing w = weigh(P, nd);
@@ -446,10 +449,12 @@ static void count_totals(tfg_placement *pl) {
   TFG_ASSERT(last && sent && live);
   for (int32_t i = 0; i < n; i++) last[i] = i;
   for (int32_t i = 0; i < n; i++)
-    for (int k = 0; k < g->nodes[i].ninputs; k++) last[g->nodes[i].inputs[k]] = i;
+    for (int k = 0; pl->rec[i].cause != TFG_CAUSE_REMOVED && k < g->nodes[i].ninputs; k++)
+      last[g->nodes[i].inputs[k]] = i;
   for (int32_t i = 0; i < n; i++) {
     const tfg_node *nd = &g->nodes[i];
     int dv = pl->rec[i].device;
+    if (pl->rec[i].cause == TFG_CAUSE_REMOVED) continue; /* never runs, holds nothing */
     tfg_place_totals *t = &pl->totals[dv];
     t->ops++;
     t->flops += tfg_op_get(nd->op)->flops(g, nd);
@@ -478,8 +483,16 @@ static void count_totals(tfg_placement *pl) {
 
 /* ---- the passes in order ------------------------------------------------------------ */
 
+/* Records the nodes the graph passes removed (marks: compiler/fold.h)
+ * before any pass runs, so that no pass weighs them and the sweep skips
+ * them: on the CPU, where folding computed them. */
+static void pass0_removed(placer *P, const uint8_t *marks) {
+  for (int32_t i = 0; marks && i < P->n; i++)
+    if (tfg_fold_removed(marks[i])) decide(P->pl, i, 0, TFG_CAUSE_REMOVED)->merged = marks[i] == TFG_FOLD_SIMPLIFIED;
+}
+
 tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_step *steps, int nsteps,
-                     const int64_t *reserve, tfg_diag *d, tfg_placement **out) {
+                     const int64_t *reserve, const uint8_t *removed, tfg_diag *d, tfg_placement **out) {
   placer P = {.pl = placement_new(g, ds), .g = g, .ds = ds, .reserve = reserve, .d = d, .n = g->nnodes};
   P.ndev = P.pl->ndev;
   P.gpus = tfg_devices_gpus(ds);
@@ -494,6 +507,7 @@ tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_
   for (int i = 0; i < P.ndev; i++)
     if (tfg_devices_at(ds, i)->link_bw < P.link) P.link = tfg_devices_at(ds, i)->link_bw;
 
+  pass0_removed(&P, removed);
   pass0_groups(&P, steps, nsteps);
   tfg_status st = pass1_pins(&P);
   if (st == TFG_OK) st = sweep(&P); /* passes 2 to 4 */
@@ -615,6 +629,10 @@ static void reason(const tfg_placement *pl, const tfg_place_record *const *rs, i
     tfg_strbuf_putc(out, ')');
     break;
   case TFG_CAUSE_FALLBACK: tfg_strbuf_puts(out, "pass 5: read by no op; the default device"); break;
+  case TFG_CAUSE_REMOVED:
+    tfg_strbuf_puts(out, r->merged ? "removed before placement: merged into an equal op (simplify); never runs"
+                                   : "removed before placement: computed at compile time (constant folding); never runs");
+    break;
   }
 }
 
@@ -627,6 +645,7 @@ static bool same_reason(const tfg_place_record *a, const tfg_place_record *b) {
   case TFG_CAUSE_MEMORY: return a->refused == b->refused;
   case TFG_CAUSE_COST: return a->runner_up == b->runner_up && a->full == b->full;
   case TFG_CAUSE_FALLBACK: return true;
+  case TFG_CAUSE_REMOVED: return a->merged == b->merged;
   }
   return false;
 }
@@ -834,7 +853,7 @@ void tfg_place_explain(const tfg_placement *pl, tfg_strbuf *out) {
     for (int j = 0; j < k; j++) {
       const xline *f = &lines[i + j], *l = &lines[i + (r - 1) * k + j];
       xrow *w = &rows[nr++];
-      w->dev = tfg_devices_at(pl->ds, pl->rec[f->lo].device)->name;
+      w->dev = pl->rec[f->lo].cause == TFG_CAUSE_REMOVED ? "-" : tfg_devices_at(pl->ds, pl->rec[f->lo].device)->name;
       char prefix[32] = "";
       if (r > 1) snprintf(prefix, sizeof prefix, k > 1 ? "| " : "%d x ", r);
       ops_cell(g, prefix, f->lo, l->lo, f->hi - f->lo, &w->ops);
@@ -893,6 +912,7 @@ static const char *cause_name(tfg_place_cause c) {
   case TFG_CAUSE_MEMORY: return "memory";
   case TFG_CAUSE_COST: return "cost";
   case TFG_CAUSE_FALLBACK: return "fallback";
+  case TFG_CAUSE_REMOVED: return "removed";
   }
   return "?";
 }
@@ -921,8 +941,13 @@ void tfg_place_json(const tfg_placement *pl, tfg_strbuf *out) {
       json_string(out, n->name);
       tfg_strbuf_puts(out, ", ");
     }
-    tfg_strbuf_printf(out, "\"device\": \"%s\", \"pass\": %d, \"cause\": \"%s\"", tfg_devices_at(pl->ds, r->device)->name,
-                      (int)r->cause, cause_name(r->cause));
+    /* what a graph pass removed runs nowhere: device null, pass 0 */
+    if (r->cause == TFG_CAUSE_REMOVED)
+      tfg_strbuf_printf(out, "\"device\": null, \"pass\": 0, \"cause\": \"removed\", \"by\": \"%s\"",
+                        r->merged ? "simplify" : "fold");
+    else
+      tfg_strbuf_printf(out, "\"device\": \"%s\", \"pass\": %d, \"cause\": \"%s\"",
+                        tfg_devices_at(pl->ds, r->device)->name, (int)r->cause, cause_name(r->cause));
     if (n->loc.src) {
       tfg_strbuf_puts(out, ", \"loc\": ");
       tfg_strbuf b = {0};
@@ -961,17 +986,20 @@ void tfg_place_json(const tfg_placement *pl, tfg_strbuf *out) {
   tfg_strbuf_puts(out, "]}\n");
 }
 
+/* What a graph pass removed is not drawn: it runs nowhere. */
+static bool drawn(const tfg_placement *pl, tfg_node_id i) { return pl->rec[i].cause != TFG_CAUSE_REMOVED; }
+
 void tfg_place_dot(const tfg_placement *pl, tfg_strbuf *out) {
   const tfg_graph *g = pl->g;
   tfg_strbuf_puts(out, "digraph tfg {\n  rankdir=TB;\n  node [shape=box, fontsize=10];\n");
   for (int dv = 0; dv < pl->ndev; dv++) {
     bool any = false;
-    for (int32_t i = 0; i < pl->n && !any; i++) any = pl->rec[i].device == dv;
+    for (int32_t i = 0; i < pl->n && !any; i++) any = pl->rec[i].device == dv && drawn(pl, i);
     if (!any) continue;
     const tfg_device *d = tfg_devices_at(pl->ds, dv);
     tfg_strbuf_printf(out, "  subgraph cluster_%d {\n    label=\"%s\";\n", dv, d->name);
     for (int32_t i = 0; i < pl->n; i++) {
-      if (pl->rec[i].device != dv) continue;
+      if (pl->rec[i].device != dv || !drawn(pl, i)) continue;
       tfg_strbuf label = {0};
       node_label(g, i, &label);
       tfg_strbuf_printf(out, "    n%d [label=", i);
@@ -982,7 +1010,7 @@ void tfg_place_dot(const tfg_placement *pl, tfg_strbuf *out) {
     tfg_strbuf_puts(out, "  }\n");
   }
   for (int32_t i = 0; i < pl->n; i++)
-    for (int k = 0; k < g->nodes[i].ninputs; k++) {
+    for (int k = 0; drawn(pl, i) && k < g->nodes[i].ninputs; k++) {
       tfg_node_id x = g->nodes[i].inputs[k];
       tfg_strbuf_printf(out, "  n%d -> n%d%s;\n", x, i, pl->rec[x].device != pl->rec[i].device ? " [color=red]" : "");
     }

@@ -1,7 +1,7 @@
 /* compiler/place.h: the placer: which device runs each op, and why.
  *
  *   tfg_placement *pl;
- *   if (tfg_place(graph, devices, steps, nsteps, NULL, diag, &pl) == TFG_OK) {
+ *   if (tfg_place(graph, devices, steps, nsteps, NULL, NULL, diag, &pl) == TFG_OK) {
  *     int dev = tfg_placement_device(pl, node_id);
  *     const tfg_place_record *why = tfg_placement_record(pl, node_id);
  *     tfg_place_explain(pl, &text);        // `tfg place --explain`
@@ -31,6 +31,9 @@ typedef enum tfg_place_cause {
   TFG_CAUSE_MEMORY,    /* pass 3: the device it would finish first on had no room */
   TFG_CAUSE_COST,      /* pass 4: it finishes first there */
   TFG_CAUSE_FALLBACK,  /* pass 5: nothing else decided it (and tfg_place_on) */
+  TFG_CAUSE_REMOVED,   /* no pass: a graph pass removed it before placement (constant folding
+                        * computed it at compile time, or simplification merged it into an
+                        * equal op); it never runs. Its device is the CPU, where folding ran */
 } tfg_place_cause;
 
 /* Why one op is where it is. */
@@ -45,6 +48,7 @@ typedef struct tfg_place_record {
   int refused;           /* MEMORY: the preferred device that had no room */
   int64_t need, avail;   /* MEMORY: bytes the group needs, bytes free there */
   int64_t reserved;      /* MEMORY: bytes kept there for activations */
+  bool merged;           /* REMOVED: by simplification (else by constant folding) */
 } tfg_place_record;
 
 typedef struct tfg_placement tfg_placement;
@@ -53,11 +57,14 @@ typedef struct tfg_placement tfg_placement;
  * program's training steps, whose params, updates and state are kept
  * together. reserve (may be NULL) keeps that many bytes of each device
  * free of params for activations (the compile driver's fit loop sets it).
+ * removed (may be NULL) is the graph passes' marks (compiler/fold.h): the
+ * nodes they removed are recorded as such (cause REMOVED), weigh on no
+ * device and count in no total.
  * Returns TFG_OK with *out the caller's to free, or TFG_ERR_PLACE with a
  * located error and *out NULL (a pin to a device that does not exist;
  * pinned params that do not fit; params no device has room for). */
 tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_step *steps, int nsteps,
-                     const int64_t *reserve, tfg_diag *d, tfg_placement **out);
+                     const int64_t *reserve, const uint8_t *removed, tfg_diag *d, tfg_placement **out);
 
 /* Every node on one device, pins ignored (cause FALLBACK): how a graph
  * runs when nothing asks for devices (unit tests, benchmarks). Totals

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "compiler/fold.h"
+#include "compiler/place.h"
 #include "runtime/session.h"
 #include "runtime/train.h"
 #include "tests/unit/programs.h"
@@ -63,7 +64,21 @@ START_TEST(subgraph_becomes_const) {
   /* The plan: y persistent, no step for the removed ops, nor a buffer */
   ck_assert_int_eq(tfg_devices_parse(b.d, "host", &b.ds), TFG_OK);
   tfg_placement *pl = NULL;
-  ck_assert_int_eq(tfg_place(g, b.ds, NULL, 0, NULL, b.d, &pl), TFG_OK);
+  ck_assert_int_eq(tfg_place(g, b.ds, NULL, 0, NULL, mark, b.d, &pl), TFG_OK);
+  /* the placer records what folding removed as such, and counts it nowhere:
+   * the product and the const y and the param are the 3 ops that remain */
+  for (tfg_node_id i = 0; i < n; i++)
+    ck_assert_int_eq(tfg_placement_record(pl, i)->cause == TFG_CAUSE_REMOVED, mark[i] == TFG_FOLD_REMOVED);
+  ck_assert_int_eq(tfg_placement_totals(pl, tfg_placement_device(pl, z)).ops, 3);
+  tfg_strbuf why = {0};
+  tfg_place_explain(pl, &why);
+  ck_assert_msg(strstr(why.data, "removed before placement: computed at compile time (constant folding)"), "%s",
+                why.data);
+  tfg_strbuf_clear(&why);
+  tfg_place_json(pl, &why);
+  ck_assert_msg(strstr(why.data, "\"device\": null, \"pass\": 0, \"cause\": \"removed\", \"by\": \"fold\""), "%s",
+                why.data);
+  tfg_strbuf_free(&why);
   tfg_plan *p = NULL;
   ck_assert_int_eq(tfg_plan_build_with(g, pl, b.ds, &(tfg_plan_opts){.folded = mark}, b.d, &p), TFG_OK);
   plan_expect_valid(p);
