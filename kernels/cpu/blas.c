@@ -4,6 +4,8 @@
 
 #include <pthread.h>
 
+#include "base/env.h"
+
 /* OpenBLAS's own controls (declared by its cblas.h in most builds; here
  * so the build does not depend on which). */
 extern void openblas_set_num_threads(int n);
@@ -18,11 +20,19 @@ extern int openblas_get_num_threads(void);
 #define MIN_BLOCK 64
 
 static int blas_default = 1;
+static bool pooled = true; /* TFG_GEMM_SPLIT=0: false */
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 
 static void blas_init(void) {
   blas_default = openblas_get_num_threads();
   if (blas_default < 1) blas_default = 1;
+  long long on;
+  pooled = !(tfg_env_int("TFG_GEMM_SPLIT", &on) && on == 0);
+}
+
+bool tfg_cpu_gemm_pooled(void) {
+  pthread_once(&blas_once, blas_init);
+  return pooled;
 }
 
 int tfg_cpu_blas_default_threads(void) {
@@ -34,7 +44,7 @@ int tfg_cpu_blas_default_threads(void) {
  * a program that links tfg may set OpenBLAS's threads itself between
  * runs (bench/matmul.c does, to time OpenBLAS alone). */
 static void blas_on_caller(void) {
-  pthread_once(&blas_once, blas_init);
+  if (!tfg_cpu_gemm_pooled()) return; /* OpenBLAS threads each product itself */
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
 }
 
@@ -92,7 +102,7 @@ void tfg_cpu_gemm(tfg_pool *pool, bool f64, bool ta, bool tb, int64_t m, int64_t
    * whole, so that operand should be the smaller one. */
   bool by_rows = m >= n;
   int64_t total = by_rows ? m : n;
-  if (threads < 2 || macs < SPLIT_MACS || total < 2 * MIN_BLOCK) {
+  if (!tfg_cpu_gemm_pooled() || threads < 2 || macs < SPLIT_MACS || total < 2 * MIN_BLOCK) {
     tfg_cpu_gemm_here(f64, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
     return;
   }

@@ -140,8 +140,9 @@ TFG_CPU_KERNEL(tfg_cpu_matmul) {
   j.ldb = ldb;
   j.ldc = n;
 
-  if (nmat > 1 && nmat >= tfg_pool_threads(ctx->pool)) {
-    double macs = (double)m * (double)n * (double)k;
+  double macs = (double)m * (double)n * (double)k;
+  bool spread = tfg_cpu_gemm_pooled() ? nmat >= tfg_pool_threads(ctx->pool) : macs < CHUNK_MACS;
+  if (nmat > 1 && spread) {
     int64_t grain = macs >= CHUNK_MACS ? 1 : (int64_t)(CHUNK_MACS / macs);
     tfg_parallel_for(ctx->pool, nmat, grain, mm_chunk, &j);
   } else {
