@@ -18,7 +18,8 @@
 # runs (the first step's page faults and the final evaluation of the test
 # split, which both runs have, cancel out); one untimed run per size
 # warms up first. PyTorch's is the median of its per-step times after
-# warm-up steps (bench/pytorch_gpt.py). The environment reaches tfg
+# warm-up steps (bench/pytorch_gpt.py). SIZES="default large" runs only
+# the sizes named. The environment reaches tfg
 # (TFG_FUSE=0 and the like). A benchmark, not a test: numbers depend on the
 # machine and its load.
 set -eu
@@ -51,6 +52,7 @@ for size in "small 128 2 4 64 8 10" "default 256 4 4 128 8 6" "large 384 6 6 128
   # shellcheck disable=SC2086 # the size's fields, split on purpose
   set -- $size
   name=$1 d=$2 layers=$3 heads=$4 T=$5 batch=$6 S=$7
+  case " ${SIZES:-small default large} " in *" $name "*) ;; *) continue ;; esac
   opts="--set d=$d --set layers=$layers --set heads=$heads --set T=$T --set batch=$batch"
   # shellcheck disable=SC2086
   trained_s "$S" $opts >/dev/null # warm-up: page cache, OpenBLAS's threads

@@ -378,8 +378,11 @@ static void make_buckets(builder *b, int64_t cap) {
 /* ---- pass 0b: chains ------------------------------------------------------------ */
 
 /* Whether node i may be a member of a chain: an elementwise op of arity
- * 1 or 2 on f32 or f64, each input of its dtype and of its shape or a
- * scalar. (Where it sits and who reads it is the caller's question.) */
+ * 1 or 2 (or a BROADCAST, which a chain reads through) on f32 or f64,
+ * each input of its dtype and of its shape, a scalar, or broadcast along
+ * one run of axes (tfg_fused_bcast: a bias [n] over [..., n], a row
+ * statistic [..., m, 1] over [..., m, n]). (Where it sits and who reads
+ * it is the caller's question.) */
 bool tfg_plan_fusable(const tfg_graph *g, tfg_node_id i) {
   const tfg_node *nd = &g->nodes[i];
   int arity = tfg_fused_arity(nd->op);
@@ -387,7 +390,8 @@ bool tfg_plan_fusable(const tfg_graph *g, tfg_node_id i) {
   if (nd->dtype != TFG_DTYPE_F32 && nd->dtype != TFG_DTYPE_F64) return false;
   for (int k = 0; k < arity; k++) {
     const tfg_node *x = &g->nodes[nd->inputs[k]];
-    if (x->dtype != nd->dtype || (x->shape.rank != 0 && !tfg_shape_eq(&x->shape, &nd->shape))) return false;
+    int64_t len, div;
+    if (x->dtype != nd->dtype || !tfg_fused_bcast(&x->shape, &nd->shape, &len, &div)) return false;
   }
   return true;
 }

@@ -248,7 +248,7 @@ static bool check_chains(checker *ck) {
       const tfg_node *nd = &g->nodes[x];
       char *t = ntext(ck, x);
       if (!tfg_plan_fusable(g, x))
-        ok = fail(ck, "chain %d: %s is not an elementwise f32/f64 op of inputs of its shape or scalars", c, t);
+        ok = fail(ck, "chain %d: %s is not an elementwise f32/f64 op of inputs of its shape, scalars or broadcast", c, t);
       else if (nd->dtype != ln->dtype || !tfg_shape_eq(&nd->shape, &ln->shape))
         ok = fail(ck, "chain %d: %s differs from its last member in dtype or shape", c, t);
       else if (tfg_placement_device(p->pl, x) != dev)

@@ -10,7 +10,9 @@ bool tfg_fused_build(const tfg_graph *g, const tfg_node_id *members, int n, cons
   if (n < 1 || n > TFG_FUSED_MAX_OPS || ninputs < 0 || ninputs > TFG_FUSED_MAX_INPUTS) return false;
   out->nops = n;
   out->ninputs = ninputs;
-  for (int k = 0; k < ninputs; k++) out->scalar[k] = g->nodes[inputs[k]].shape.rank == 0;
+  const tfg_shape *shape = &g->nodes[members[n - 1]].shape;
+  for (int k = 0; k < ninputs; k++)
+    if (!tfg_fused_bcast(&g->nodes[inputs[k]].shape, shape, &out->len[k], &out->div[k])) return false;
   for (int s = 0; s < n; s++) {
     const tfg_node *nd = &g->nodes[members[s]];
     int arity = tfg_fused_arity(nd->op);

@@ -127,6 +127,7 @@ TFG_HD double tfg_em_minimum_f64(double x, double y) { return (x < y || x != x) 
     case TFG_OP_GELU: return tfg_em_gelu_##S(x);                            \
     case TFG_OP_TANH: return tfg_em_tanh_##S(x);                            \
     case TFG_OP_SIGMOID: return tfg_em_sigmoid_##S(x);                      \
+    case TFG_OP_BROADCAST: return x; /* a fused chain's pass-through */     \
     default: return (T)NAN;                                                 \
     }                                                                       \
   }

@@ -15,10 +15,13 @@ tfg_status tfg_fused_check_tensors(tfg_kernel_ctx *ctx, const tfg_node *node, co
     if (in[k].dtype != dt)
       return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "fused: input %d is %s, the output %s", k, tfg_dtype_name(in[k].dtype),
                              tfg_dtype_name(dt));
-    int64_t want = p->scalar[k] ? 1 : n;
+    int64_t want = p->len[k];
     if (tfg_shape_numel(&in[k].shape) != want)
       return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "fused: input %d has %lld elements, not %lld", k,
                              (long long)tfg_shape_numel(&in[k].shape), (long long)want);
+    if (n > 0 && (want > n || p->div[k] > n / want || n % (want * p->div[k]) != 0))
+      return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "fused: input %d (%lld elements, every %lld) does not tile %lld", k,
+                             (long long)want, (long long)p->div[k], (long long)n);
   }
   return TFG_OK;
 }

@@ -15,8 +15,9 @@ extern "C" {
  * tfg_fused_prog) on in[0..node->ninputs) into out, with the same
  * messages ("... is not supported on the WHERE": "CPU", "GPU"): the
  * program (tfg_fused_check); out f32 or f64; each input of out's dtype,
- * with one element if the program reads it as a scalar, else out's
- * element count. TFG_OK, or the failure recorded in ctx and returned. */
+ * with the program's len[k] elements, which repeated every div[k] tile
+ * out's element count. TFG_OK, or the failure recorded in ctx and
+ * returned. */
 tfg_status tfg_fused_check_tensors(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
                                    const tfg_tensor *out, const char *where);
 

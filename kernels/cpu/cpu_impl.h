@@ -76,21 +76,74 @@ void tfg_cpu_register_optim(tfg_kernel_fn *table);       /* optim.c: sgd_update,
 void tfg_cpu_register_fused(tfg_kernel_fn *table);       /* fused.c: fused, a chain of elementwise ops */
 /* half.c, common.c and parallel.c have no op of their own. */
 
+/* ---- sums over a row, in lanes ------------------------------------------
+ * A sum kept in one accumulator is a chain of dependent adds: one element
+ * per add latency (about 4 cycles), however wide the vector unit. These
+ * keep TFG_CPU_LANES partial sums instead (element i of the row goes to
+ * lane i mod TFG_CPU_LANES, and the compiler makes vector adds of them),
+ * joined in a fixed tree, then the last n mod TFG_CPU_LANES terms in
+ * order. The result depends only on the row's values, never on where the
+ * row sits or how a kernel split its rows; it differs from the
+ * one-accumulator sum only in the rounding of double additions (a few
+ * units in the last place of a double: nothing, once an f32 result is
+ * rounded). */
+enum { TFG_CPU_LANES = 8 };
+
+static inline double tfg_cpu_lanes_total(const double *acc) {
+  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+/* Defines static inline double NAME PARAMS, the lane sum of TERM (a
+ * double expression of the element index i) over i in [0, n); PARAMS
+ * must declare n. */
+#define TFG_CPU_DEFINE_LANE_SUM(NAME, PARAMS, TERM)                        \
+  static inline double NAME PARAMS {                                       \
+    double acc[TFG_CPU_LANES] = {0};                                       \
+    int64_t k0 = 0;                                                         \
+    for (; k0 + TFG_CPU_LANES <= n; k0 += TFG_CPU_LANES)                     \
+      for (int l = 0; l < TFG_CPU_LANES; l++) {                            \
+        const int64_t i = k0 + l;                                           \
+        acc[l] += (TERM);                                                  \
+      }                                                                    \
+    double s = tfg_cpu_lanes_total(acc);                                   \
+    for (int64_t i = k0; i < n; i++) s += (TERM);                           \
+    return s;                                                              \
+  }
+
+/* sum x[i]; sum (x[i] - mu)^2; sum a[i] b[i]; sum a[i] b[i] (c[i] - mu). */
+#define TFG_CPU_DEFINE_ROW_SUMS(T, SFX)                                                          \
+  TFG_CPU_DEFINE_LANE_SUM(tfg_cpu_row_sum_##SFX, (const T *x, int64_t n), (double)x[i])          \
+  TFG_CPU_DEFINE_LANE_SUM(tfg_cpu_row_sumsq_##SFX, (const T *x, int64_t n, double mu),           \
+                          ((double)x[i] - mu) * ((double)x[i] - mu))                            \
+  TFG_CPU_DEFINE_LANE_SUM(tfg_cpu_row_dot_##SFX, (const T *a, const T *b, int64_t n),            \
+                          (double)a[i] * (double)b[i])                                          \
+  TFG_CPU_DEFINE_LANE_SUM(tfg_cpu_row_dot_dev_##SFX,                                             \
+                          (const T *a, const T *b, const T *c, int64_t n, double mu),           \
+                          (double)a[i] * (double)b[i] * ((double)c[i] - mu))
+TFG_CPU_DEFINE_ROW_SUMS(float, f32)
+TFG_CPU_DEFINE_ROW_SUMS(double, f64)
+#undef TFG_CPU_DEFINE_ROW_SUMS
+
+/* sum over t < len of exp(x[t s] - m): x - m formed in the dtype, the
+ * exps taken in double, EXP_BLOCK at a time, by tfg_vm_exp
+ * (kernels/cpu/vmath.h: libmvec's lanes, within 2 ulp of a double, so an
+ * f32 exp is as the correctly rounded expf almost always) and summed in
+ * lanes; when y is not NULL, y[t s] = each exp rounded to the dtype.
+ * The shifted exps of softmax, log_softmax, cross_entropy and its
+ * gradient (kernels/cpu/nn.c, grad.c), so all four take the same values.
+ * y may be x. */
+double tfg_cpu_exp_line_f32(const float *x, int64_t s, float m, float *y, int64_t len);
+double tfg_cpu_exp_line_f64(const double *x, int64_t s, double m, double *y, int64_t len);
+
 /* Layer norm's statistics of the row x[0..d), in double: stores the mean
  * in *mean and returns rstd = 1 / sqrt(var + eps), var being the biased
  * variance formed in a second pass over the deviations (no cancellation
- * when the mean is large). */
+ * when the mean is large). Both sums in lanes. */
 #define TFG_CPU_DEFINE_LN_STATS(T, SFX)                                                   \
   static inline double tfg_cpu_ln_stats_##SFX(const T *x, int64_t d, double eps,          \
                                               double *mean) {                             \
-    double mu = 0, var = 0;                                                               \
-    for (int64_t t = 0; t < d; t++) mu += x[t];                                           \
-    mu /= (double)d;                                                                      \
-    for (int64_t t = 0; t < d; t++) {                                                     \
-      double dev = (double)x[t] - mu;                                                     \
-      var += dev * dev;                                                                   \
-    }                                                                                     \
-    var /= (double)d;                                                                     \
+    double mu = tfg_cpu_row_sum_##SFX(x, d) / (double)d;                                  \
+    double var = tfg_cpu_row_sumsq_##SFX(x, d, mu) / (double)d;                           \
     *mean = mu;                                                                           \
     return 1.0 / sqrt(var + eps);                                                         \
   }

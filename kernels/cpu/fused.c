@@ -32,6 +32,7 @@ enum { BLOCK = 256, GRAIN = 8192 };
 typedef struct fused_job {
   const tfg_fused_prog *p;
   tfg_dtype dt;
+  int64_t n; /* output elements */
   const char *in[TFG_FUSED_MAX_INPUTS];
   char *out;
 } fused_job;
@@ -87,6 +88,7 @@ typedef struct fused_job {
   case TFG_OP_GELU: GELU(T, S); break;                                        \
   case TFG_OP_TANH: MAP1(T, tfg_em_tanh_##S); break;                          \
   case TFG_OP_SIGMOID: MAP1(T, tfg_em_sigmoid_##S); break;                    \
+  case TFG_OP_BROADCAST: MAP1(T, ); break;                                    \
   case TFG_OP_ADD: MAP2(T, tfg_em_add_##S); break;                            \
   case TFG_OP_SUB: MAP2(T, tfg_em_sub_##S); break;                            \
   case TFG_OP_MUL: MAP2(T, tfg_em_mul_##S); break;                            \
@@ -97,28 +99,43 @@ typedef struct fused_job {
   default: break;                                                             \
   }
 
-/* Where operand x of the block at output element base is: an input (its
- * element base, or element 0 at stride 0 for a scalar) or an earlier
- * op's scratch row. */
-static const char *operand(const fused_job *j, char *scratch, size_t esz, int x, int64_t base, int *stride) {
-  if (x >= TFG_FUSED_MAX_INPUTS) {
-    *stride = 1;
-    return scratch + (size_t)(x - TFG_FUSED_MAX_INPUTS) * BLOCK * esz;
+/* The row of input k for the n outputs from element base: the input
+ * itself where the block reads consecutive elements of it (an input of
+ * the output's shape; a broadcast one whose block stays within one
+ * repeat), else its elements gathered into row. */
+static const char *input_row(const fused_job *j, int k, int64_t base, int64_t n, char *row, size_t esz) {
+  const tfg_fused_prog *p = j->p;
+  int64_t first = tfg_fused_at(p, k, base, j->n);
+  if (p->len[k] == j->n || (p->div[k] == 1 && first + n <= p->len[k])) return j->in[k] + first * (int64_t)esz;
+  for (int64_t t = 0; t < n; t++)
+    memcpy(row + t * (int64_t)esz, j->in[k] + tfg_fused_at(p, k, base + t, j->n) * (int64_t)esz, esz);
+  return row;
+}
+
+/* Where operand x of the block of n outputs at element base is: an input
+ * (input_row, or element 0 at stride 0 for a scalar) or an earlier op's
+ * scratch row. */
+static const char *operand(const fused_job *j, char *scratch, char *rows, size_t esz, int x, int64_t base, int64_t n,
+                           int *stride) {
+  *stride = 1;
+  if (x >= TFG_FUSED_MAX_INPUTS) return scratch + (size_t)(x - TFG_FUSED_MAX_INPUTS) * BLOCK * esz;
+  if (j->p->len[x] == 1) {
+    *stride = 0;
+    return j->in[x];
   }
-  *stride = j->p->scalar[x] ? 0 : 1;
-  return j->in[x] + (j->p->scalar[x] ? 0 : base * (int64_t)esz);
+  return input_row(j, x, base, n, rows + (size_t)x * BLOCK * esz, esz);
 }
 
 /* Runs every op over the n (<= BLOCK) outputs from element base. */
-static void run_block(const fused_job *j, char *scratch, int64_t base, int64_t n) {
+static void run_block(const fused_job *j, char *scratch, char *rows, int64_t base, int64_t n) {
   const tfg_fused_prog *p = j->p;
   size_t esz = tfg_dtype_size(j->dt);
   for (int s = 0; s < p->nops; s++) {
     const tfg_fused_op *o = &p->ops[s];
     char *y = s == p->nops - 1 ? j->out + base * (int64_t)esz : scratch + (size_t)s * BLOCK * esz;
     int sa = 1, sb = 1;
-    const char *xa = operand(j, scratch, esz, o->a, base, &sa);
-    const char *xb = o->b >= 0 ? operand(j, scratch, esz, o->b, base, &sb) : NULL;
+    const char *xa = operand(j, scratch, rows, esz, o->a, base, n, &sa);
+    const char *xb = o->b >= 0 ? operand(j, scratch, rows, esz, o->b, base, n, &sb) : NULL;
     if (j->dt == TFG_DTYPE_F32) {
       OPS(float, f32);
     } else {
@@ -131,18 +148,20 @@ static void fused_chunk(void *arg, int64_t lo, int64_t hi, int64_t k) {
   (void)k;
   const fused_job *j = arg;
   _Alignas(64) char scratch[TFG_FUSED_MAX_OPS * BLOCK * sizeof(double)];
-  for (int64_t base = lo; base < hi; base += BLOCK) run_block(j, scratch, base, hi - base < BLOCK ? hi - base : BLOCK);
+  _Alignas(64) char rows[TFG_FUSED_MAX_INPUTS * BLOCK * sizeof(double)]; /* gathered broadcast inputs */
+  for (int64_t base = lo; base < hi; base += BLOCK)
+    run_block(j, scratch, rows, base, hi - base < BLOCK ? hi - base : BLOCK);
 }
 
 /* FUSED: node->attrs.data is a tfg_fused_prog over node->ninputs inputs,
- * f32 or f64 like the output; a scalar input has one element, every
- * other input the output's element count (tfg_fused_check_tensors). */
+ * f32 or f64 like the output, each of the output's element count, one
+ * element (a scalar) or broadcast (tfg_fused_check_tensors). */
 TFG_CPU_KERNEL(tfg_cpu_fused) {
   tfg_status st = tfg_fused_check_tensors(ctx, node, in, out, "CPU");
   if (st != TFG_OK) return st;
   const tfg_fused_prog *p = node->attrs.data;
   int64_t n = tfg_shape_numel(&out->shape);
-  fused_job j = {.p = p, .dt = out->dtype, .out = out->data};
+  fused_job j = {.p = p, .dt = out->dtype, .n = n, .out = out->data};
   for (int k = 0; k < p->ninputs; k++) j.in[k] = in[k].data;
   if (n == 0) return TFG_OK;
   tfg_parallel_for(ctx->pool, n, GRAIN, fused_chunk, &j);

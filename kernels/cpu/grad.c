@@ -35,6 +35,13 @@
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vmath.h"
 
+/* GCC's -O2 cost model vectorizes none of the row loops here (their trip
+ * counts are not known multiples of the width; kernels/cpu/elementwise.c
+ * says more): the dynamic model does, with a scalar epilogue. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("vect-cost-model=dynamic")
+#endif
+
 /* About this many elements of work per chunk (as in nn.c and conv.c). */
 #define GRAIN_ELEMS (1 << 14)
 
@@ -130,10 +137,10 @@ typedef struct ce_grad_job {
 
 /* Row r: dx = (softmax(x) - onehot(label)) * dy / N, the softmax in the
  * max-shifted form (exp of x - max <= 0 never overflows, so logits of
- * +-1000 give exact finite gradients), exp as the forward kernels take
- * it (expf for f32) and parked in dx until the denominator, summed in
+ * +-1000 give exact finite gradients), the exps the forward kernels take
+ * (tfg_cpu_exp_line), parked in dx until the denominator, summed in
  * double, is known. */
-#define DEFINE_CE_GRAD(T, SFX, EXPT)                                                 \
+#define DEFINE_CE_GRAD(T, SFX)                                                 \
   static void ce_grad_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {     \
     const ce_grad_job *j = arg;                                                      \
     (void)chunk;                                                                     \
@@ -143,12 +150,7 @@ typedef struct ce_grad_job {
       T m = x[0];                                                                    \
       for (int64_t t = 1; t < j->c; t++)                                             \
         if (x[t] > m) m = x[t];                                                      \
-      double sum = 0;                                                                \
-      for (int64_t t = 0; t < j->c; t++) {                                           \
-        T e = EXPT(x[t] - m);                                                        \
-        dx[t] = e;                                                                   \
-        sum += e;                                                                    \
-      }                                                                              \
+      double sum = tfg_cpu_exp_line_##SFX(x, 1, m, dx, j->c);                         \
       double inv = 1.0 / sum;                                                        \
       int64_t label = tfg_cpu_id_at(j->labels, r);                                           \
       for (int64_t t = 0; t < j->c; t++) {                                           \
@@ -157,8 +159,8 @@ typedef struct ce_grad_job {
       }                                                                              \
     }                                                                                \
   }
-DEFINE_CE_GRAD(float, f32, expf)
-DEFINE_CE_GRAD(double, f64, exp)
+DEFINE_CE_GRAD(float, f32)
+DEFINE_CE_GRAD(double, f64)
 
 /* CROSS_ENTROPY_GRAD: (logits [N, C] f32/f64, labels i32/i64 [N], dy a
  * one-element tensor of the logits' dtype) -> [N, C] = (softmax(logits) -
@@ -202,7 +204,7 @@ typedef struct ln_grad_job {
  *     dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
  * the gradient of y = xhat * gamma + beta through both mu and rstd
  * (the two means project g off the directions the normalization removes:
- * constants and xhat itself). */
+ * constants and xhat itself); the sums in lanes (kernels/cpu/cpu_impl.h). */
 #define DEFINE_LN_GRAD(T, SFX)                                                       \
   static void ln_grad_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {     \
     const ln_grad_job *j = arg;                                                      \
@@ -214,14 +216,8 @@ typedef struct ln_grad_job {
       T *dx = (T *)j->dx + r * d;                                                    \
       double mean;                                                                   \
       double rstd = tfg_cpu_ln_stats_##SFX(x, d, j->eps, &mean);                     \
-      double mg = 0, mgx = 0;                                                        \
-      for (int64_t t = 0; t < d; t++) {                                              \
-        double g = (double)dy[t] * (double)gm[t];                                    \
-        mg += g;                                                                     \
-        mgx += g * (((double)x[t] - mean) * rstd);                                   \
-      }                                                                              \
-      mg /= (double)d;                                                               \
-      mgx /= (double)d;                                                              \
+      double mg = tfg_cpu_row_dot_##SFX(dy, gm, d) / (double)d;                      \
+      double mgx = tfg_cpu_row_dot_dev_##SFX(dy, gm, x, d, mean) * rstd / (double)d;  \
       for (int64_t t = 0; t < d; t++) {                                              \
         double g = (double)dy[t] * (double)gm[t];                                    \
         double xhat = ((double)x[t] - mean) * rstd;                                  \

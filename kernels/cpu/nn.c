@@ -22,10 +22,21 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/vmath.h"
+
+/* GCC's -O2 cost model vectorizes none of the row loops here (their trip
+ * counts are not known multiples of the width; kernels/cpu/elementwise.c
+ * says more): the dynamic model does, with a scalar epilogue. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("vect-cost-model=dynamic")
+#endif
 
 /* About this many elements of work per chunk: big enough that handing a
  * chunk to a thread costs little next to running it. */
 #define GRAIN_ELEMS (1 << 14)
+/* Elements whose exp is taken together (kernels/cpu/vmath.h): 2 KiB of
+ * doubles, in L1. */
+#define EXP_BLOCK 256
 
 /* The grain, in rows, for loops whose unit of work is a row of len. */
 static int64_t rows_grain(int64_t len) { return tfg_parallel_grain(GRAIN_ELEMS, len); }
@@ -79,24 +90,31 @@ static int64_t line_base(const softmax_job *j, int64_t l) { return l / j->inner 
  *   softmax     = exp(x - m) / sum exp(x - m)
  *   log_softmax = (x - m) - log(sum exp(x - m))
  * (x - m is formed before subtracting the log so that large logits do
- * not cost the result its low digits). One line of len elements s
- * apart; y may be x. */
-#define DEFINE_SOFTMAX(T, SFX, EXPT)                                                    \
+ * not cost the result its low digits). The exps and their sum are
+ * tfg_cpu_exp_line's (kernels/cpu/cpu_impl.h). One line of len elements
+ * s apart; y may be x. */
+#define DEFINE_SOFTMAX(T, SFX)                                                          \
+  double tfg_cpu_exp_line_##SFX(const T *x, int64_t s, T m, T *y, int64_t len) {        \
+    double z[EXP_BLOCK], sum = 0;                                                       \
+    for (int64_t b = 0; b < len; b += EXP_BLOCK) {                                      \
+      int64_t n = len - b < EXP_BLOCK ? len - b : EXP_BLOCK;                            \
+      for (int64_t i = 0; i < n; i++) z[i] = (double)(x[(b + i) * s] - m);              \
+      tfg_vm_exp(z, z, n);                                                              \
+      sum += tfg_cpu_row_sum_f64(z, n);                                                 \
+      if (y)                                                                            \
+        for (int64_t i = 0; i < n; i++) y[(b + i) * s] = (T)z[i];                       \
+    }                                                                                   \
+    return sum;                                                                         \
+  }                                                                                     \
   static void softmax_line_##SFX(const T *x, T *y, int64_t len, int64_t s, bool lg) {  \
     T m = x[0];                                                                         \
     for (int64_t t = 1; t < len; t++)                                                   \
       if (x[t * s] > m) m = x[t * s];                                                   \
-    double sum = 0;                                                                     \
+    double sum = tfg_cpu_exp_line_##SFX(x, s, m, lg ? NULL : y, len);                   \
     if (lg) {                                                                           \
-      for (int64_t t = 0; t < len; t++) sum += EXPT(x[t * s] - m);                      \
       double ls = log(sum);                                                             \
       for (int64_t t = 0; t < len; t++) y[t * s] = (T)((double)(x[t * s] - m) - ls);    \
     } else {                                                                            \
-      for (int64_t t = 0; t < len; t++) {                                               \
-        T e = EXPT(x[t * s] - m);                                                       \
-        y[t * s] = e;                                                                   \
-        sum += e;                                                                       \
-      }                                                                                 \
       double inv = 1.0 / sum;                                                           \
       for (int64_t t = 0; t < len; t++) y[t * s] = (T)(y[t * s] * inv);                 \
     }                                                                                   \
@@ -110,8 +128,8 @@ static int64_t line_base(const softmax_job *j, int64_t l) { return l / j->inner 
                          j->log);                                                       \
     }                                                                                   \
   }
-DEFINE_SOFTMAX(float, f32, expf)
-DEFINE_SOFTMAX(double, f64, exp)
+DEFINE_SOFTMAX(float, f32)
+DEFINE_SOFTMAX(double, f64)
 
 /* f16/bf16: each line widened into the chunk's scratch, the f32 line in
  * place there, and rounded back (kernels/cpu/half.c). */
@@ -163,7 +181,7 @@ typedef struct ce_job {
 
 /* Row loss = logsumexp(x) - x[label] = log(sum exp(x - m)) + (m - x[label]),
  * the max-shifted form, so logits of +-1000 give exact finite losses. */
-#define DEFINE_CE(T, SFX, EXPT)                                                \
+#define DEFINE_CE(T, SFX)                                                      \
   static void ce_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {    \
     ce_job *j = arg;                                                           \
     double acc = 0;                                                            \
@@ -172,14 +190,13 @@ typedef struct ce_job {
       T m = x[0];                                                              \
       for (int64_t t = 1; t < j->c; t++)                                       \
         if (x[t] > m) m = x[t];                                                \
-      double sum = 0;                                                          \
-      for (int64_t t = 0; t < j->c; t++) sum += EXPT(x[t] - m);                \
-      acc += log(sum) + ((double)m - (double)x[tfg_cpu_id_at(j->labels, r)]);          \
+      double sum = tfg_cpu_exp_line_##SFX(x, 1, m, NULL, j->c);                \
+      acc += log(sum) + ((double)m - (double)x[tfg_cpu_id_at(j->labels, r)]);  \
     }                                                                          \
     j->partial[chunk] = acc;                                                   \
   }
-DEFINE_CE(float, f32, expf)
-DEFINE_CE(double, f64, exp)
+DEFINE_CE(float, f32)
+DEFINE_CE(double, f64)
 
 /* CROSS_ENTROPY: logits [N, C] f32/f64, labels i32/i64 [N] -> scalar mean
  * over the rows of -log_softmax(logits)[n, label[n]]. A label outside

@@ -3,7 +3,8 @@
  * kernels/cpu/fused.c.
  *
  * One grid-stride loop over the output: each thread loads the chain's
- * inputs at its element (element 0 of a scalar input), runs the ops in
+ * inputs at its element (element 0 of a scalar input, the repeating
+ * element of a broadcast one), runs the ops in
  * order and stores the last result, so a chain of k ops reads its inputs
  * and writes its output once where k separate kernels would write and
  * read k - 1 intermediates through global memory. The program travels by
@@ -34,7 +35,7 @@ static __global__ void fused_kernel(tfg_fused_prog p, fused_inputs in, T *out, i
     T v[TFG_FUSED_MAX_INPUTS + TFG_FUSED_MAX_OPS];
 #pragma unroll
     for (int k = 0; k < TFG_FUSED_MAX_INPUTS; k++)
-      if (k < p.ninputs) v[k] = ((const T *)in.p[k])[p.scalar[k] ? 0 : i];
+      if (k < p.ninputs) v[k] = ((const T *)in.p[k])[p.len[k] == n ? i : p.len[k] == 1 ? 0 : i / p.div[k] % p.len[k]];
     for (int s = 0; s < p.nops; s++) {
       const tfg_fused_op o = p.ops[s];
       /* binary when it has a second operand (b >= 0) */
@@ -45,8 +46,8 @@ static __global__ void fused_kernel(tfg_fused_prog p, fused_inputs in, T *out, i
 }
 
 /* FUSED: node->attrs.data is a tfg_fused_prog over node->ninputs inputs,
- * f32 or f64 like the output; a scalar input has one element, every other
- * input the output's element count. The CPU kernel's checks and messages
+ * f32 or f64 like the output, each of its element count, one element or
+ * broadcast (tfg_fused_at's index). The CPU kernel's checks and messages
  * (tfg_fused_check_tensors, "on the GPU" for "on the CPU"). */
 static tfg_status fused(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
   tfg_status st = tfg_fused_check_tensors(ctx, node, in, out, "GPU");

@@ -152,7 +152,8 @@ START_TEST(chain_fuses) {
   ck_assert_int_eq(prog.ops[2].op, TFG_OP_RELU);
   ck_assert_int_eq(prog.ops[2].a, TFG_FUSED_RESULT(1));
   ck_assert_int_eq(prog.ops[2].b, -1);
-  ck_assert(!prog.scalar[0] && prog.scalar[1] && prog.scalar[2]);
+  ck_assert(prog.len[0] == 64 * 32 && prog.div[0] == 1); /* of the output's shape */
+  ck_assert(prog.len[1] == 1 && prog.len[2] == 1);       /* scalars */
   /* `tfg plan`: one fused launch with its members */
   char *text = plan_text(p), want[128];
   ck_assert_msg(strstr(text, "1 fused chain (3 ops)"), "%s", text);
@@ -237,12 +238,24 @@ START_TEST(devices_split) {
 }
 END_TEST
 
-/* Broadcasting a non-scalar does not fuse; a scalar input does, but a
- * scalar member of a larger chain does not (every member has the last's
- * shape). */
+/* A broadcast input fuses when its axes of size > 1 are one run (a row
+ * [4] or a column [8, 1] over [8, 4]: tfg_fused_bcast), not otherwise
+ * ([2, 1, 4] over [2, 3, 4]); a scalar input does, but a scalar member
+ * of a larger chain does not (every member has the last's shape). */
 START_TEST(shapes_and_scalars) {
   const char *vec = "x = normal([8, 4], seed = 1)\nv = normal([4], seed = 2)\ny = x * 2\nz = y + v\nprint relu(z)\n";
-  ck_assert_int_eq(count_chains(vec, "host*1"), 0);
+  ck_assert_int_eq(count_chains(vec, "host*1"), 1);
+  const char *col = "x = normal([8, 4], seed = 1)\nv = normal([8, 1], seed = 2)\ny = x * 2\nz = y - v\nprint relu(z)\n";
+  ck_assert_int_eq(count_chains(col, "host*1"), 1);
+  const char *two = "x = normal([2, 3, 4], seed = 1)\nv = normal([2, 1, 4], seed = 2)\ny = x * 2\nz = y + v\n"
+                    "print relu(z)\n";
+  ck_assert_int_eq(count_chains(two, "host*1"), 0); /* z can join neither y * 2 nor relu */
+  built bb;
+  build(&bb, two, "host*1");
+  tfg_plan *pb = fused_plan(&bb, NULL);
+  ck_assert_int_eq(tfg_plan_chain_of(pb, graph_last_op(bb.p->graph, TFG_OP_ADD)), -1);
+  tfg_plan_free(pb);
+  program_free(&bb);
 
   built b;
   build(&b, "x = normal([8, 4], seed = 1)\ns = sum(x)\nt = s * 2\nz = x + t\nprint relu(z)\n", "host*1");
@@ -464,23 +477,38 @@ static const tfg_op_id UNARY[] = {TFG_OP_NEG, TFG_OP_EXP, TFG_OP_LOG,  TFG_OP_SQ
 static const tfg_op_id BINARY[] = {TFG_OP_ADD, TFG_OP_SUB, TFG_OP_MUL, TFG_OP_DIV,
                                    TFG_OP_POW, TFG_OP_MAXIMUM, TFG_OP_MINIMUM};
 
-/* A random program of nops ops over ninputs inputs (input 0 never
- * scalar): each op reads a non-scalar operand (an input or an earlier
- * result) and, when binary, any other operand, as a chain's members do. */
-static tfg_fused_prog random_prog(uint64_t *s, int nops, int ninputs) {
+/* How a random program's input is shaped against its [rows, cols]
+ * output: the same, a scalar, a row [cols] repeated down (a bias), a
+ * column [rows, 1] repeated across (a row statistic). */
+enum { FULL, SCALAR, ROW, COL };
+
+/* A random program of nops ops over ninputs inputs (input 0 of the
+ * output's shape, the others of any kind[k]): each op reads an operand
+ * of the output's shape (a FULL input or an earlier result) and, when
+ * binary, any other operand, as a chain's members do; now and then the
+ * op is a BROADCAST of a broadcast input. */
+static tfg_fused_prog random_prog(uint64_t *s, int nops, int ninputs, int64_t rows, int64_t cols, int *kind) {
   tfg_fused_prog p = {.nops = nops, .ninputs = ninputs};
-  for (int k = 1; k < ninputs; k++) p.scalar[k] = rng_next(s) % 3 == 0;
+  for (int k = 0; k < ninputs; k++) {
+    kind[k] = k == 0 ? FULL : (int)(rng_next(s) % 4);
+    p.len[k] = kind[k] == FULL ? rows * cols : kind[k] == SCALAR ? 1 : kind[k] == ROW ? cols : rows;
+    p.div[k] = kind[k] == COL ? cols : 1;
+  }
   for (int i = 0; i < nops; i++) {
     bool bin = rng_next(s) % 2;
-    int a, b = -1;
+    int a, b = -1, bc = (int)(rng_next(s) % (uint64_t)ninputs);
+    if (!bin && kind[bc] != FULL && rng_next(s) % 3 == 0) {
+      p.ops[i] = (tfg_fused_op){.op = TFG_OP_BROADCAST, .a = (int8_t)TFG_FUSED_INPUT(bc), .b = -1};
+      continue;
+    }
     do {
       int r = (int)(rng_next(s) % (uint64_t)(ninputs + i));
       a = r < ninputs ? TFG_FUSED_INPUT(r) : TFG_FUSED_RESULT(r - ninputs);
-    } while (a < TFG_FUSED_MAX_INPUTS && p.scalar[a]);
+    } while (a < TFG_FUSED_MAX_INPUTS && kind[a] != FULL);
     if (bin) {
       int r = (int)(rng_next(s) % (uint64_t)(ninputs + i));
       b = r < ninputs ? TFG_FUSED_INPUT(r) : TFG_FUSED_RESULT(r - ninputs);
-      if (rng_next(s) % 2) { /* the non-scalar on either side */
+      if (rng_next(s) % 2) { /* the full operand on either side */
         int t = a;
         a = b;
         b = t;
@@ -523,16 +551,23 @@ static bool same(const void *a, const void *b, tfg_dtype dt) {
   return memcmp(&x, &y, 8) == 0 || (isnan(x) && isnan(y));
 }
 
-/* Runs prog over n elements both ways, fused (tfg_cpu_fused) and one op
- * at a time (tfg_cpu_unary, tfg_cpu_binary: a scalar operand broadcast
- * by the binary kernel), and compares every element. */
-static void compare(const tfg_fused_prog *prog, tfg_dtype dt, int64_t n, tfg_pool *pool, uint64_t *s) {
+/* Runs prog over a [rows, cols] output both ways, fused (tfg_cpu_fused)
+ * and one op at a time (tfg_cpu_unary, tfg_cpu_binary and
+ * tfg_cpu_broadcast, which broadcast the scalar, row and column inputs
+ * by NumPy's rule), and compares every element. */
+static void compare(const tfg_fused_prog *prog, const int *kind, tfg_dtype dt, int64_t rows, int64_t cols,
+                    tfg_pool *pool, uint64_t *s) {
   size_t esz = tfg_dtype_size(dt);
+  int64_t n = rows * cols;
+  tfg_shape full = {2, {rows, cols}};
   tfg_tensor in[TFG_FUSED_MAX_INPUTS], res[TFG_FUSED_MAX_OPS];
   for (int k = 0; k < prog->ninputs; k++) {
-    in[k] = (tfg_tensor){malloc((size_t)n * esz), dt, prog->scalar[k] ? (tfg_shape){0, {0}} : (tfg_shape){1, {n}}};
-    int64_t m = prog->scalar[k] ? 1 : n;
-    for (int64_t i = 0; i < m; i++) {
+    tfg_shape sh = kind[k] == FULL     ? full
+                   : kind[k] == SCALAR ? (tfg_shape){0, {0}}
+                   : kind[k] == ROW    ? (tfg_shape){1, {cols}}
+                                       : (tfg_shape){2, {rows, 1}};
+    in[k] = (tfg_tensor){.data = malloc((size_t)n * esz), .dtype = dt, .shape = sh};
+    for (int64_t i = 0; i < prog->len[k]; i++) {
       double v = random_value(s);
       if (dt == TFG_DTYPE_F32) ((float *)in[k].data)[i] = (float)v;
       else ((double *)in[k].data)[i] = v;
@@ -541,16 +576,17 @@ static void compare(const tfg_fused_prog *prog, tfg_dtype dt, int64_t n, tfg_poo
   tfg_kernel_ctx k = {.pool = pool};
   for (int i = 0; i < prog->nops; i++) {
     const tfg_fused_op *o = &prog->ops[i];
-    res[i] = (tfg_tensor){malloc((size_t)n * esz + 1), dt, {1, {n}}};
+    res[i] = (tfg_tensor){.data = malloc((size_t)n * esz + 1), .dtype = dt, .shape = full};
     tfg_tensor args[2];
     int opnd[2] = {o->a, o->b};
     for (int j = 0; j < 2 && opnd[j] >= 0; j++)
       args[j] = opnd[j] < TFG_FUSED_MAX_INPUTS ? in[opnd[j]] : res[opnd[j] - TFG_FUSED_MAX_INPUTS];
     tfg_node node = {.op = (tfg_op_id)o->op, .ninputs = o->b >= 0 ? 2 : 1};
-    tfg_status st = o->b >= 0 ? tfg_cpu_binary(&k, &node, args, &res[i]) : tfg_cpu_unary(&k, &node, args, &res[i]);
+    tfg_kernel_fn fn = o->b >= 0 ? tfg_cpu_binary : o->op == TFG_OP_BROADCAST ? tfg_cpu_kernel(o->op) : tfg_cpu_unary;
+    tfg_status st = fn(&k, &node, args, &res[i]);
     ck_assert_msg(st == TFG_OK, "%s", k.err.data ? k.err.data : "");
   }
-  tfg_tensor out = {malloc((size_t)n * esz + 1), dt, {1, {n}}};
+  tfg_tensor out = {.data = malloc((size_t)n * esz + 1), .dtype = dt, .shape = full};
   tfg_node fnode = {.op = TFG_OP_FUSED, .dtype = dt, .shape = out.shape, .ninputs = prog->ninputs};
   fnode.attrs.data = prog;
   ck_assert_int_eq(tfg_cpu_fused(&k, &fnode, in, &out), TFG_OK);
@@ -576,12 +612,14 @@ START_TEST(kernel_bit_exact) {
   for (int trial = 0; trial < 300; trial++) {
     int nops = 1 + (int)(rng_next(&s) % TFG_FUSED_MAX_OPS);
     int ninputs = 1 + (int)(rng_next(&s) % TFG_FUSED_MAX_INPUTS);
-    tfg_fused_prog p = random_prog(&s, nops, ninputs);
+    /* outputs around the block (256) and the chunk grain (8192), rows
+     * within a block and across blocks, pooled or not */
+    static const int64_t shapes[][2] = {{1, 1}, {1, 7}, {3, 85}, {1, 256}, {257, 1}, {8, 125}, {3, 6667}, {40, 300}};
+    const int64_t *sh = shapes[rng_next(&s) % 8];
+    int kind[TFG_FUSED_MAX_INPUTS];
+    tfg_fused_prog p = random_prog(&s, nops, ninputs, sh[0], sh[1], kind);
     ck_assert_ptr_null(tfg_fused_check(&p, ninputs));
-    /* sizes around the block (256) and the chunk grain (8192), pooled or not */
-    static const int64_t sizes[] = {1, 7, 255, 256, 257, 1000, 20001};
-    int64_t n = sizes[rng_next(&s) % 7];
-    compare(&p, trial % 2 ? TFG_DTYPE_F64 : TFG_DTYPE_F32, n, trial % 3 ? pool : NULL, &s);
+    compare(&p, kind, trial % 2 ? TFG_DTYPE_F64 : TFG_DTYPE_F32, sh[0], sh[1], trial % 3 ? pool : NULL, &s);
   }
   tfg_pool_free(pool);
 }
@@ -591,7 +629,8 @@ END_TEST
 START_TEST(kernel_refuses) {
   float a[4] = {1, 2, 3, 4}, o[4];
   tfg_tensor in[2] = {{a, TFG_DTYPE_F32, {1, {4}}}, {a, TFG_DTYPE_F64, {1, {4}}}}, out = {o, TFG_DTYPE_F32, {1, {4}}};
-  tfg_fused_prog p = {.nops = 1, .ninputs = 1, .ops = {{.op = TFG_OP_EXP, .a = TFG_FUSED_INPUT(0), .b = -1}}};
+  tfg_fused_prog p = {.nops = 1, .ninputs = 1, .ops = {{.op = TFG_OP_EXP, .a = TFG_FUSED_INPUT(0), .b = -1}},
+                      .len = {4, 4}, .div = {1, 1}};
   tfg_node node = {.op = TFG_OP_FUSED, .ninputs = 1};
   node.attrs.data = &p;
   tfg_kernel_ctx k = {0};
@@ -605,10 +644,23 @@ START_TEST(kernel_refuses) {
   ck_assert_int_eq(tfg_cpu_fused(&k, &node, in, &out), TFG_ERR_DEVICE);
   ck_assert_ptr_nonnull(strstr(k.err.data, "not a fusable"));
   tfg_strbuf_clear(&k.err);
-  p = (tfg_fused_prog){.nops = 1, .ninputs = 2, .ops = {{.op = TFG_OP_ADD, .a = 0, .b = 1}}};
+  p = (tfg_fused_prog){.nops = 1, .ninputs = 2, .ops = {{.op = TFG_OP_ADD, .a = 0, .b = 1}}, .len = {4, 4}, .div = {1, 1}};
   node.ninputs = 2;
   ck_assert_int_eq(tfg_cpu_fused(&k, &node, in, &out), TFG_ERR_SHAPE);
   ck_assert_ptr_nonnull(strstr(k.err.data, "input 1 is f64"));
+  tfg_strbuf_clear(&k.err);
+  in[1].dtype = TFG_DTYPE_F32;
+  p.len[1] = 3; /* 4 elements given */
+  ck_assert_int_eq(tfg_cpu_fused(&k, &node, in, &out), TFG_ERR_SHAPE);
+  ck_assert_ptr_nonnull(strstr(k.err.data, "input 1 has 4 elements, not 3"));
+  tfg_strbuf_clear(&k.err);
+  in[1].shape = (tfg_shape){1, {3}};
+  ck_assert_int_eq(tfg_cpu_fused(&k, &node, in, &out), TFG_ERR_SHAPE);
+  ck_assert_ptr_nonnull(strstr(k.err.data, "does not tile 4"));
+  tfg_strbuf_clear(&k.err);
+  p.len[1] = 0;
+  ck_assert_int_eq(tfg_cpu_fused(&k, &node, in, &out), TFG_ERR_DEVICE);
+  ck_assert_ptr_nonnull(strstr(k.err.data, "broadcast is out of range"));
   tfg_strbuf_free(&k.err);
 }
 END_TEST
@@ -682,6 +734,24 @@ static const char MANY[] = "x = normal([300, 7], seed = 1)\n"
                            "zd = pow(abs(xd) + 1, rsqrt(abs(xd) + 0.5)) - log(abs(xd) + 1)\n"
                            "print z, zd\n";
 
+/* Runs b's first two printed tensors through a session on b's plan and
+ * one on the fused plan p, and checks they have the same bytes; leaves
+ * the sessions in *plain and *fused (the caller frees them) and the fused
+ * run's values in o2. */
+static void run_both(built *b, tfg_plan *p, tfg_session **plain, tfg_session **fused, tfg_tensor *o2) {
+  *plain = tfg_session_new(b->p, b->d, &(tfg_session_opts){.threads = 2, .plan = b->plan});
+  *fused = tfg_session_new(b->p, b->d, &(tfg_session_opts){.threads = 2, .plan = p});
+  ck_assert(*plain && *fused);
+  tfg_node_id fetch[2] = {printed(b, 0), printed(b, 1)};
+  tfg_tensor o1[2];
+  ck_assert_int_eq(tfg_session_run(*plain, fetch, 2, o1), TFG_OK);
+  ck_assert_int_eq(tfg_session_run(*fused, fetch, 2, o2), TFG_OK);
+  for (int i = 0; i < 2; i++) {
+    size_t bytes = (size_t)tfg_shape_numel(&o1[i].shape) * tfg_dtype_size(o1[i].dtype);
+    ck_assert_msg(memcmp(o1[i].data, o2[i].data, bytes) == 0, "fetch %d differs fused", i);
+  }
+}
+
 /* Sessions on the fused and the unfused plan give the same bits; a fused
  * intermediate cannot be fetched. */
 START_TEST(exec_same_bits) {
@@ -689,17 +759,9 @@ START_TEST(exec_same_bits) {
   build(&b, MANY, "host*1");
   tfg_plan *p = fused_plan(&b, NULL);
   ck_assert_int_eq(p->nchains, 2);
-  tfg_session *plain = tfg_session_new(b.p, b.d, &(tfg_session_opts){.threads = 2, .plan = b.plan});
-  tfg_session *fused = tfg_session_new(b.p, b.d, &(tfg_session_opts){.threads = 2, .plan = p});
-  ck_assert(plain && fused);
-  tfg_node_id fetch[2] = {printed(&b, 0), printed(&b, 1)};
-  tfg_tensor o1[2], o2[2];
-  ck_assert_int_eq(tfg_session_run(plain, fetch, 2, o1), TFG_OK);
-  ck_assert_int_eq(tfg_session_run(fused, fetch, 2, o2), TFG_OK);
-  for (int i = 0; i < 2; i++) {
-    size_t bytes = (size_t)tfg_shape_numel(&o1[i].shape) * tfg_dtype_size(o1[i].dtype);
-    ck_assert_msg(memcmp(o1[i].data, o2[i].data, bytes) == 0, "fetch %d differs fused", i);
-  }
+  tfg_session *plain, *fused;
+  tfg_tensor o2[2];
+  run_both(&b, p, &plain, &fused, o2);
   ck_assert_int_eq(o2[1].dtype, TFG_DTYPE_F64);
   /* y is inside z's chain: it has no value */
   tfg_node_id y = graph_last_op(b.p->graph, TFG_OP_GELU);
@@ -709,6 +771,46 @@ START_TEST(exec_same_bits) {
   char *e = test_render(b.d, false);
   ck_assert_msg(strstr(e, "t.tfg:4:") && strstr(e, "was fused into a chain"), "%s", e);
   free(e);
+  tfg_session_free(plain);
+  tfg_session_free(fused);
+  tfg_plan_free(p);
+  program_free(&b);
+}
+END_TEST
+
+/* Broadcast inputs in chains: a bias [24] added to [16, 24] then relu
+ * (the bias read as a row, len 24, div 1), and a softmax-gradient shape
+ * y * (g - broadcast(c)) with c [16, 1] (the BROADCAST a member, its
+ * input read as a column: len 16, div 24); the fused run gives the
+ * unfused run's bits. */
+START_TEST(broadcast_inputs_same_bits) {
+  static const char text[] = "x = normal([16, 24], seed = 1)\n"
+                             "b = normal([24], seed = 2)\n"
+                             "c = normal([16, 1], seed = 3)\n"
+                             "y = relu(x * 0.5 + b)\n"
+                             "z = x * (y - broadcast(c, [16, 24]))\n"
+                             "print y, z\n";
+  built b;
+  build(&b, text, "host*1");
+  const tfg_graph *g = b.p->graph;
+  tfg_plan *p = fused_plan(&b, NULL);
+  ck_assert_int_eq(p->nchains, 2);
+  tfg_node_id bc = graph_last_op(g, TFG_OP_BROADCAST);
+  int cb = tfg_plan_chain_of(p, bc);
+  ck_assert_int_ge(cb, 0);
+  const tfg_plan_chain *ch = &p->chains[cb];
+  tfg_fused_prog prog;
+  ck_assert(tfg_fused_build(g, ch->nodes, ch->nnodes, ch->inputs, ch->ninputs, &prog));
+  int seen = 0;
+  for (int k = 0; k < ch->ninputs; k++)
+    if (g->nodes[ch->inputs[k]].shape.rank == 2 && g->nodes[ch->inputs[k]].shape.dim[1] == 1) {
+      ck_assert(prog.len[k] == 16 && prog.div[k] == 24);
+      seen++;
+    }
+  ck_assert_int_eq(seen, 1);
+  tfg_session *plain, *fused;
+  tfg_tensor o2[2];
+  run_both(&b, p, &plain, &fused, o2);
   tfg_session_free(plain);
   tfg_session_free(fused);
   tfg_plan_free(p);
@@ -855,6 +957,7 @@ Suite *suite_fuse(void) {
   tcase_add_test(tc, long_chain_lower_peak);
   tcase_add_test(tc, fused_too_big_falls_back);
   tcase_add_test(tc, exec_same_bits);
+  tcase_add_test(tc, broadcast_inputs_same_bits);
   tcase_add_test(tc, random_graphs_run_same);
   suite_add_tcase(s, tc);
   return s;
