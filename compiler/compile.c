@@ -9,6 +9,7 @@
 #include "base/assert.h"
 #include "base/env.h"
 #include "compiler/fold.h"
+#include "compiler/layout.h"
 #include "compiler/simplify.h"
 #include "compiler/strategy.h"
 
@@ -169,8 +170,9 @@ tfg_status tfg_compile(tfg_program *p, const tfg_compile_opts *o, tfg_diag *d, t
 
   /* The optimization passes over the whole graph (TFG_OPT=0: none, to
    * compare): constant folding, then CSE and exact simplification (which
-   * merge the constants folding made and see them as 1 or -0.0), sharing
-   * one array of marks. The training steps' node ids stay valid: a pass
+   * merge the constants folding made and see them as 1 or -0.0), then
+   * transposes folded into matmuls (after simplify, so a transpose pair
+   * it cancels is gone first), sharing one array of marks. The training steps' node ids stay valid: a pass
    * never removes a root. */
   long long opt;
   if (!o->no_passes && !(tfg_env_int("TFG_OPT", &opt) && opt == 0)) {
@@ -178,6 +180,9 @@ tfg_status tfg_compile(tfg_program *p, const tfg_compile_opts *o, tfg_diag *d, t
     TFG_ASSERT(c->folded != NULL);
     c->nfolded = tfg_fold_constants(p->graph, keep, c->folded);
     c->nsimplified = tfg_simplify(p->graph, keep, c->folded);
+    long long layout;
+    if (!(tfg_env_int("TFG_LAYOUT", &layout) && layout == 0)) /* TFG_LAYOUT=0: that pass alone off */
+      c->nstrided = tfg_fold_transposes(p->graph, keep, c->folded);
   }
   stage_done(o, TFG_COMPILE_PASSES, c);
 

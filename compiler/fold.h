@@ -25,12 +25,16 @@ enum {
   TFG_FOLD_REMOVED = 1, /* computed at compile time and read only by folded ops: no step, no buffer */
   TFG_FOLD_CONST = 2,   /* computed at compile time, now a CONST holding its value */
   TFG_FOLD_SIMPLIFIED = 3, /* removed by simplify (compiler/simplify.h): its readers read an equal node */
+  TFG_FOLD_LAYOUT = 4,  /* a transpose the layout pass folded into matmuls (compiler/layout.h) */
 };
 
-/* Whether a pass removed the node of mark m (folding or simplify): it
- * gets no step and no buffer, and nothing that runs reads it. The marks
- * array is shared by the passes (tfg_plan_opts.folded). */
-static inline bool tfg_fold_removed(uint8_t m) { return m == TFG_FOLD_REMOVED || m == TFG_FOLD_SIMPLIFIED; }
+/* Whether a pass removed the node of mark m (folding, simplify or the
+ * layout pass): it gets no step and no buffer, and nothing that runs
+ * reads it. The marks array is shared by the passes
+ * (tfg_plan_opts.folded). */
+static inline bool tfg_fold_removed(uint8_t m) {
+  return m == TFG_FOLD_REMOVED || m == TFG_FOLD_SIMPLIFIED || m == TFG_FOLD_LAYOUT;
+}
 
 /* The largest value folding computes (each op's output): a bigger one
  * runs as before, so a constant never grows the persistent region (or

@@ -488,7 +488,7 @@ static void count_totals(tfg_placement *pl) {
  * them: on the CPU, where folding computed them. */
 static void pass0_removed(placer *P, const uint8_t *marks) {
   for (int32_t i = 0; marks && i < P->n; i++)
-    if (tfg_fold_removed(marks[i])) decide(P->pl, i, 0, TFG_CAUSE_REMOVED)->merged = marks[i] == TFG_FOLD_SIMPLIFIED;
+    if (tfg_fold_removed(marks[i])) decide(P->pl, i, 0, TFG_CAUSE_REMOVED)->by = marks[i];
 }
 
 tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_step *steps, int nsteps,
@@ -630,8 +630,10 @@ static void reason(const tfg_placement *pl, const tfg_place_record *const *rs, i
     break;
   case TFG_CAUSE_FALLBACK: tfg_strbuf_puts(out, "pass 5: read by no op; the default device"); break;
   case TFG_CAUSE_REMOVED:
-    tfg_strbuf_puts(out, r->merged ? "removed before placement: merged into an equal op (simplify); never runs"
-                                   : "removed before placement: computed at compile time (constant folding); never runs");
+    tfg_strbuf_puts(out, r->by == TFG_FOLD_SIMPLIFIED ? "removed before placement: merged into an equal op (simplify); never runs"
+                         : r->by == TFG_FOLD_LAYOUT
+                             ? "removed before placement: its matmuls read its input through strides (layout); never runs"
+                             : "removed before placement: computed at compile time (constant folding); never runs");
     break;
   }
 }
@@ -645,7 +647,7 @@ static bool same_reason(const tfg_place_record *a, const tfg_place_record *b) {
   case TFG_CAUSE_MEMORY: return a->refused == b->refused;
   case TFG_CAUSE_COST: return a->runner_up == b->runner_up && a->full == b->full;
   case TFG_CAUSE_FALLBACK: return true;
-  case TFG_CAUSE_REMOVED: return a->merged == b->merged;
+  case TFG_CAUSE_REMOVED: return a->by == b->by;
   }
   return false;
 }
@@ -944,7 +946,7 @@ void tfg_place_json(const tfg_placement *pl, tfg_strbuf *out) {
     /* what a graph pass removed runs nowhere: device null, pass 0 */
     if (r->cause == TFG_CAUSE_REMOVED)
       tfg_strbuf_printf(out, "\"device\": null, \"pass\": 0, \"cause\": \"removed\", \"by\": \"%s\"",
-                        r->merged ? "simplify" : "fold");
+                        r->by == TFG_FOLD_SIMPLIFIED ? "simplify" : r->by == TFG_FOLD_LAYOUT ? "layout" : "fold");
     else
       tfg_strbuf_printf(out, "\"device\": \"%s\", \"pass\": %d, \"cause\": \"%s\"",
                         tfg_devices_at(pl->ds, r->device)->name, (int)r->cause, cause_name(r->cause));

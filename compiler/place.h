@@ -32,8 +32,9 @@ typedef enum tfg_place_cause {
   TFG_CAUSE_COST,      /* pass 4: it finishes first there */
   TFG_CAUSE_FALLBACK,  /* pass 5: nothing else decided it (and tfg_place_on) */
   TFG_CAUSE_REMOVED,   /* no pass: a graph pass removed it before placement (constant folding
-                        * computed it at compile time, or simplification merged it into an
-                        * equal op); it never runs. Its device is the CPU, where folding ran */
+                        * computed it at compile time, simplification merged it into an
+                        * equal op, or the layout pass folded a transpose into the matmuls
+                        * that read it); it never runs. Its device is the CPU, where folding ran */
 } tfg_place_cause;
 
 /* Why one op is where it is. */
@@ -48,7 +49,8 @@ typedef struct tfg_place_record {
   int refused;           /* MEMORY: the preferred device that had no room */
   int64_t need, avail;   /* MEMORY: bytes the group needs, bytes free there */
   int64_t reserved;      /* MEMORY: bytes kept there for activations */
-  bool merged;           /* REMOVED: by simplification (else by constant folding) */
+  uint8_t by;            /* REMOVED: the pass's mark (TFG_FOLD_REMOVED/_CONST: constant folding,
+                          * _SIMPLIFIED: simplification, _LAYOUT: the layout pass; compiler/fold.h) */
 } tfg_place_record;
 
 typedef struct tfg_placement tfg_placement;

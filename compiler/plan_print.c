@@ -190,17 +190,20 @@ void tfg_plan_print(const tfg_plan *p, tfg_strbuf *out) {
     tfg_strbuf_printf(out, ", %d fused chain%s (%d ops)", p->nchains, p->nchains == 1 ? "" : "s", fused);
   }
   if (p->folded) {
-    int removed = 0, consts = 0, simplified = 0;
+    int removed = 0, consts = 0, simplified = 0, strided = 0;
     for (tfg_node_id i = 0; i < g->nnodes; i++) {
       removed += p->folded[i] == TFG_FOLD_REMOVED;
       consts += p->folded[i] == TFG_FOLD_CONST;
       simplified += p->folded[i] == TFG_FOLD_SIMPLIFIED;
+      strided += p->folded[i] == TFG_FOLD_LAYOUT;
     }
     if (removed + consts > 0)
       tfg_strbuf_printf(out, ", %d op%s folded into %d constant%s", removed + consts, removed + consts == 1 ? "" : "s",
                         consts, consts == 1 ? "" : "s");
     if (simplified > 0) /* merged with an equal node, an identity, or dead once those were */
       tfg_strbuf_printf(out, ", %d op%s simplified away", simplified, simplified == 1 ? "" : "s");
+    if (strided > 0) /* read through strides by the matmuls (compiler/layout.h) */
+      tfg_strbuf_printf(out, ", %d transpose%s folded into matmuls", strided, strided == 1 ? "" : "s");
   }
   /* Views (docs/plan.md, Views), threaded per base for the memory plan. */
   int nviews = 0;

@@ -121,6 +121,13 @@ typedef struct tfg_attrs {
   int niv;
   bool iv_none;
   int pad_mode;            /* TFG_PAD_* */
+  /* MATMUL, set by the layout pass only (compiler/layout.h): with bit k
+   * (0 a, 1 b) of mm_permuted set, operand k is read as
+   * transpose(inputs[k], perm = mm_perm[k]); with bit 2, the product is
+   * stored as transpose(product, perm = mm_perm[2]), which is then the
+   * node's shape (ir/matmul_view.h). */
+  uint8_t mm_permuted;
+  int8_t mm_perm[3][TFG_MAX_RANK];
   struct {                 /* SGD_UPDATE, ADAM_UPDATE: torch.optim's arguments */
     double lr, momentum, dampening, beta1, beta2, eps, weight_decay;
     bool nesterov, decoupled; /* decoupled: AdamW's weight decay */

@@ -17,6 +17,7 @@
 #include "base/strbuf.h"
 #include "ir/graph.h"
 #include "ir/fused.h"
+#include "ir/matmul_view.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -670,8 +671,10 @@ static double flops_in5(const tfg_graph *g, const tfg_node *n) {
 }
 
 static double flops_matmul(const tfg_graph *g, const tfg_node *n) {
-  const tfg_node *a = input(g, n, 0);
-  int64_t k = a->shape.dim[a->shape.rank - (n->attrs.transpose_a ? 2 : 1)];
+  tfg_shape la; /* a as the product reads it (a folded transpose permutes its axes) */
+  int64_t st[TFG_MAX_RANK];
+  tfg_matmul_view(n, 0, &input(g, n, 0)->shape, &la, st);
+  int64_t k = la.dim[la.rank - (n->attrs.transpose_a ? 2 : 1)];
   return 2.0 * numel(n) * (double)k;
 }
 

@@ -40,7 +40,12 @@
  *     only for mixed broadcasting like [B, 1] x [1, C], loops on the
  *     host, one batched call per outer index.
  *
- * Each product goes to cuBLASLt first (f32, f16, bf16), with ctx's
+ * A product the layout pass folded transposes into (attrs.mm_permuted:
+ * its operands and product strided views, ir/matmul_view.h) goes to
+ * cuBLAS alone (permuted_matmul): strided-batched over the longest run of
+ * batch dims with uniform element steps, a host loop over the rest.
+ *
+ * Each other product goes to cuBLASLt first (f32, f16, bf16), with ctx's
  * workspace and the heuristic's best algorithm for the shapes, the
  * pointers' real alignments and the workspace size (cached per device
  * and shape, since the heuristic query costs host time on every step).
@@ -82,6 +87,7 @@
 #include <string.h>
 
 #include "kernels/cuda/common.cuh" /* with tfg's C headers, in C linkage */
+#include "ir/matmul_view.h"
 
 namespace {
 
@@ -336,6 +342,90 @@ bool batch_steps(const tfg_shape *s, int nbatch, const int64_t *outdim, int64_t 
   return true;
 }
 
+/* MATMUL with transposes folded in (attrs.mm_permuted, ir/matmul_view.h):
+ * each operand and the product a strided view of its tensor. Every
+ * product through cuBLAS (not Lt, whose layouts this path does not
+ * describe): strided-batched over the longest suffix of batch dims over
+ * which a, b and the product each advance by a fixed element step, a
+ * host loop over the rest. */
+tfg_status permuted_matmul(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *a, const tfg_tensor *b,
+                           tfg_tensor *out) {
+  tfg_cuda_ctx *cx = tfg_cuda_of(ctx);
+  tfg_matmul_geom mg;
+  const char *bad = tfg_matmul_geometry(node, &a->shape, &b->shape, &out->shape, &mg);
+  if (bad) return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "matmul: %s", bad);
+  size_t es = tfg_dtype_size(out->dtype);
+  int64_t total = tfg_shape_numel(&out->shape);
+  if (total == 0) return TFG_OK;
+  if (mg.k == 0) {
+    TFG_CUDA_CHECK(ctx, cudaMemsetAsync(out->data, 0, (size_t)total * es, cx->stream));
+    return TFG_OK;
+  }
+  int nb = 0;
+  int64_t dim[TFG_MAX_RANK], astep[TFG_MAX_RANK], bstep[TFG_MAX_RANK], cstep[TFG_MAX_RANK];
+  for (int d = 0; d < mg.nbatch; d++) { /* the dims of size 1 index nothing */
+    if (mg.dim[d] == 1) continue;
+    dim[nb] = mg.dim[d];
+    astep[nb] = mg.astep[d];
+    bstep[nb] = mg.bstep[d];
+    cstep[nb] = mg.cstep[d];
+    nb++;
+  }
+  /* cuBLAS's view (see the top of the file): A' = b, B' = a. */
+  gemm_call g;
+  memset(&g, 0, sizeof g);
+  g.dt = out->dtype;
+  g.op_a = mg.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  g.op_b = mg.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  g.m = mg.n;
+  g.n = mg.m;
+  g.k = mg.k;
+  g.lda = mg.ldb;
+  g.ldb = mg.lda;
+  g.ldc = mg.ldc;
+  int split = nb;
+  int64_t inner = 1;
+  while (split > 0) { /* the uniform suffix */
+    int d = split - 1;
+    if (split < nb && (astep[d] != g.stride_b * inner || bstep[d] != g.stride_a * inner || cstep[d] != g.stride_c * inner))
+      break;
+    if (split == nb) {
+      g.stride_b = astep[d];
+      g.stride_a = bstep[d];
+      g.stride_c = cstep[d];
+    }
+    inner *= dim[d];
+    split--;
+  }
+  g.batch = inner;
+  int64_t outer = 1;
+  for (int d = 0; d < split; d++) outer *= dim[d];
+  for (int d = 0; d < split; d++) {
+    g.vary_a |= (uint64_t)bstep[d] * es;
+    g.vary_b |= (uint64_t)astep[d] * es;
+    g.vary_c |= (uint64_t)cstep[d] * es;
+  }
+  cublas_modes modes(cx->cublas);
+  tfg_status st = modes.set(ctx);
+  if (st != TFG_OK) return st;
+  for (int64_t o = 0; o < outer; o++) {
+    int64_t ai = 0, bi = 0, ci = 0, rest = o;
+    for (int d = split - 1; d >= 0; d--) {
+      int64_t idx = rest % dim[d];
+      rest /= dim[d];
+      ai += idx * astep[d];
+      bi += idx * bstep[d];
+      ci += idx * cstep[d];
+    }
+    g.a = (const char *)b->data + (size_t)bi * es;
+    g.b = (const char *)a->data + (size_t)ai * es;
+    g.c = (char *)out->data + (size_t)ci * es;
+    st = blas_gemm(ctx, g);
+    if (st != TFG_OK) return st;
+  }
+  return modes.restore(ctx);
+}
+
 /* MATMUL: see the top of the file. a, b and out share one float dtype;
  * any other combination is TFG_ERR_DEVICE (the shape rule prevents it).
  * Queues its work on ctx's stream and returns. */
@@ -347,6 +437,7 @@ tfg_status cuda_matmul(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tens
     return tfg_kernel_fail(ctx, TFG_ERR_DEVICE,
                            "matmul of %s and %s into %s is not supported on CUDA (f32, f64, f16 and bf16 are)",
                            tfg_dtype_name(a->dtype), tfg_dtype_name(b->dtype), tfg_dtype_name(dt));
+  if (node->attrs.mm_permuted) return permuted_matmul(ctx, node, a, b, out);
   int ra = a->shape.rank, rb = b->shape.rank, ro = out->shape.rank;
   if (ra < 2 || rb < 2 || ro != (ra > rb ? ra : rb))
     return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "matmul: operand ranks %d and %d do not give rank %d", ra, rb, ro);

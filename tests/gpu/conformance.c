@@ -990,6 +990,48 @@ static void fam_matmul(tfg_op_id op) {
       tc_op(&c, op, &at, 2, a, b);
       tc_check(&c, T_GEMM);
     }
+  /* Transposes the layout pass folded in (attrs.mm_perm, ir/matmul_view.h:
+   * on CUDA, kernels/cuda/linalg.cu's permuted_matmul): the attention
+   * heads' q k^T and a v read [B,T,H,hd] through [0,2,1,3], the product
+   * stored back in that layout, an operand stored column-major, a shared
+   * 2-D operand beside a strided one. The node's shape is the stored
+   * product's (the shape rule knows no views, so it is set here). */
+  static const struct {
+    int64_t a[4], b[4], o[4];
+    int r;
+    bool tb;
+    uint8_t bits;
+    int8_t pa[4], pb[4], po[4];
+  } views[] = {
+      {{2, 5, 3, 4}, {2, 5, 3, 4}, {2, 3, 5, 5}, 4, true, 3, {0, 2, 1, 3}, {0, 2, 1, 3}, {0, 1, 2, 3}},
+      {{2, 3, 5, 5}, {2, 5, 3, 4}, {2, 5, 3, 4}, 4, false, 6, {0, 1, 2, 3}, {0, 2, 1, 3}, {0, 2, 1, 3}},
+      {{2, 4, 5}, {2, 4, 6}, {2, 5, 6}, 3, false, 1, {0, 2, 1}, {0, 1, 2}, {0, 1, 2}},
+      {{3, 7, 2, 5}, {5, 4}, {3, 7, 2, 4}, 4, false, 5, {0, 2, 1, 3}, {0, 1}, {0, 2, 1, 3}},
+      {{4, 17, 3, 33}, {4, 17, 3, 33}, {4, 3, 17, 17}, 4, true, 3, {0, 2, 1, 3}, {0, 2, 1, 3}, {0, 1, 2, 3}},
+  };
+  for (int d = 0; d < COUNT(FLOATS); d++)
+    for (int k = 0; k < COUNT(views); k++) {
+      tfg_dtype dt = FLOATS[d];
+      tcase c = tc_new(dt);
+      int rb = views[k].b[2] ? views[k].r : 2;
+      tfg_node_id ins[2] = {tc_in(&c, dt, shape_of(views[k].r, views[k].a), UNI(-1, 1)),
+                            tc_in(&c, dt, shape_of(rb, views[k].b), UNI(-1, 1))};
+      tfg_loc loc = {0};
+      tfg_node_id id = tfg_graph_add(c.g, op, ins, 2, &loc);
+      tfg_node *nd = tfg_graph_node(c.g, id);
+      nd->dtype = dt;
+      nd->shape = shape_of(views[k].r, views[k].o);
+      nd->attrs.transpose_b = views[k].tb;
+      nd->attrs.mm_permuted = views[k].bits;
+      for (int i = 0; i < 4; i++) {
+        nd->attrs.mm_perm[0][i] = views[k].pa[i];
+        nd->attrs.mm_perm[1][i] = views[k].pb[i];
+        nd->attrs.mm_perm[2][i] = views[k].po[i];
+      }
+      c.node = id;
+      tc_desc(&c, "strided views");
+      tc_check(&c, T_GEMM);
+    }
   if (!on_gpu()) return; /* the host backend has no TF32 */
   for (int k = 1; k < COUNT(cases); k += 2) {
       tcase c = tc_new(F32);

@@ -112,13 +112,13 @@ typedef struct trained {
   int n;
   void *data[TRAINED_MAX_FETCH];
   size_t bytes[TRAINED_MAX_FETCH];
-  int nfolded, nsimplified, nviews;
+  int nfolded, nsimplified, nstrided, nviews;
 } trained;
 
 /* Compiles text with the driver on host devices, with TFG_OPT set to opt
  * ("0": the passes off) or unset (NULL: the default), trains its first
- * train action on one thread and fetches its first n printed tensors
- * (exactly n must exist, n <= TRAINED_MAX_FETCH). */
+ * train action (if it has one) on one thread and fetches its first n
+ * printed tensors (exactly n must exist, n <= TRAINED_MAX_FETCH). */
 void program_train_fetch(const char *text, const char *opt, int n, trained *out);
 /* Asserts a and b fetched the same bytes (bit for bit), then frees both. */
 void trained_expect_same(trained *a, trained *b);

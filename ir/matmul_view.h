@@ -1,0 +1,64 @@
+/* ir/matmul_view.h: how a MATMUL reads its operands and writes its
+ * product when the layout pass (compiler/layout.h) folded transposes
+ * into it: each as a strided view of a contiguous tensor, the logical
+ * axes a permutation of the stored ones.
+ *
+ *   tfg_shape la; int64_t sa[TFG_MAX_RANK];
+ *   tfg_matmul_view(node, 0, &in[0].shape, &la, sa);  // a as the product reads it
+ *   // element idx of the logical a is at sum_i idx[i] * sa[i] in in[0]
+ *
+ * Without the node's mm_permuted bit k the view is the tensor itself
+ * (contiguous strides). Both matmul kernels (kernels/cpu/linalg.c,
+ * kernels/cuda/linalg.cu) and the cost model read their shapes through
+ * these, so a folded transpose costs no launch and no copy: the gemm
+ * reads the rows where they lie, its leading dimension the stored
+ * tensor's. */
+#ifndef TFG_IR_MATMUL_VIEW_H
+#define TFG_IR_MATMUL_VIEW_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ir/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The contiguous (row-major) strides of s, in elements. */
+void tfg_contiguous_strides(const tfg_shape *s, int64_t *stride);
+
+/* Matmul view k of node n: k 0 or 1, operand a or b as the product reads
+ * it (before transpose_a/_b) from a tensor of stored shape `stored` (the
+ * input's); k 2, the product [..., M, N] as written into the output,
+ * of stored shape `stored` (the node's). Fills the logical shape and
+ * each logical axis's stride in elements of the stored tensor. */
+void tfg_matmul_view(const tfg_node *n, int k, const tfg_shape *stored, tfg_shape *logical, int64_t *stride);
+
+/* A matmul as row-major gemm calls: out [..., M, N] = op(a) @ op(b) per
+ * output matrix, where the gemm flags ta, tb are the node's transposes,
+ * each flipped for an operand its view stores column-major, and lda,
+ * ldb, ldc are the stored leading dimensions; the batch dims are the
+ * output's, with each one's step in elements of a, b and out (0 where
+ * an operand has the dim as 1 or not at all). */
+typedef struct tfg_matmul_geom {
+  int64_t m, n, k;
+  bool ta, tb;
+  int64_t lda, ldb, ldc;
+  int nbatch;
+  int64_t dim[TFG_MAX_RANK], astep[TFG_MAX_RANK], bstep[TFG_MAX_RANK], cstep[TFG_MAX_RANK];
+} tfg_matmul_geom;
+
+/* Fills *g for node n (attrs: transposes and views) over tensors of
+ * stored shapes a, b and out. NULL, or why the shapes are not such a
+ * product (ranks, dims that do not match or broadcast, a view with no
+ * unit stride in its matrix: the shape rule and the layout pass make
+ * none of these, so a kernel reports it as a device error). */
+const char *tfg_matmul_geometry(const tfg_node *n, const tfg_shape *a, const tfg_shape *b, const tfg_shape *out,
+                                tfg_matmul_geom *g);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
