@@ -99,16 +99,40 @@ typedef struct fused_job {
   default: break;                                                             \
   }
 
-/* The row of input k for the n outputs from element base: the input
- * itself where the block reads consecutive elements of it (an input of
- * the output's shape; a broadcast one whose block stays within one
- * repeat), else its elements gathered into row. */
-static const char *input_row(const fused_job *j, int k, int64_t base, int64_t n, char *row, size_t esz) {
+/* The row of input k for the n outputs from element base, and its
+ * stride: the input itself where the block reads consecutive elements of
+ * it (an input of the output's shape; a row broadcast whose block stays
+ * within one repeat), or one element at stride 0 (a column broadcast
+ * whose block stays within one run); else its elements copied into row,
+ * a run or a repeat at a time. */
+static const char *input_row(const fused_job *j, int k, int64_t base, int64_t n, char *row, size_t esz, int *stride) {
   const tfg_fused_prog *p = j->p;
-  int64_t first = tfg_fused_at(p, k, base, j->n);
-  if (p->len[k] == j->n || (p->div[k] == 1 && first + n <= p->len[k])) return j->in[k] + first * (int64_t)esz;
-  for (int64_t t = 0; t < n; t++)
-    memcpy(row + t * (int64_t)esz, j->in[k] + tfg_fused_at(p, k, base + t, j->n) * (int64_t)esz, esz);
+  int64_t len = p->len[k], div = p->div[k], first = tfg_fused_at(p, k, base, j->n);
+  *stride = 1;
+  if (len == j->n || (div == 1 && first + n <= len)) return j->in[k] + first * (int64_t)esz;
+  if (div > 1 && base % div + n <= div) {
+    *stride = 0;
+    return j->in[k] + first * (int64_t)esz;
+  }
+  for (int64_t t = 0; t < n;) {
+    int64_t at = tfg_fused_at(p, k, base + t, j->n);
+    if (div == 1) { /* the rest of this repeat */
+      int64_t run = len - at < n - t ? len - at : n - t;
+      memcpy(row + t * (int64_t)esz, j->in[k] + at * (int64_t)esz, (size_t)run * esz);
+      t += run;
+    } else { /* the rest of this run of one element */
+      int64_t run = div - (base + t) % div;
+      if (run > n - t) run = n - t;
+      if (esz == sizeof(float)) {
+        float v = ((const float *)j->in[k])[at], *r = (float *)row + t;
+        for (int64_t q = 0; q < run; q++) r[q] = v;
+      } else {
+        double v = ((const double *)j->in[k])[at], *r = (double *)row + t;
+        for (int64_t q = 0; q < run; q++) r[q] = v;
+      }
+      t += run;
+    }
+  }
   return row;
 }
 
@@ -123,7 +147,7 @@ static const char *operand(const fused_job *j, char *scratch, char *rows, size_t
     *stride = 0;
     return j->in[x];
   }
-  return input_row(j, x, base, n, rows + (size_t)x * BLOCK * esz, esz);
+  return input_row(j, x, base, n, rows + (size_t)x * BLOCK * esz, esz, stride);
 }
 
 /* Runs every op over the n (<= BLOCK) outputs from element base. */
