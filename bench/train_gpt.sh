@@ -14,7 +14,9 @@
 # then tfg again, and so on, so that a change in the machine's load hits
 # both; each side's best round is reported and the ratio is of the bests.
 # tfg's step time in a round is the difference of two runs of its `train`
-# loop, of S and 2S steps, divided by S: what a step costs once the loop
+# loop, of S and 2S steps (S: 40, 12 and 6 for the three sizes, about
+# a second of steps, so a noisy second does not make the difference of
+# the two runs meaningless), divided by S: what a step costs once the loop
 # runs (the first step's page faults and the final evaluation of the test
 # split, which both runs have, cancel out); one untimed run per size
 # warms up first. PyTorch's is the median of its per-step times after
@@ -48,7 +50,7 @@ best() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b + 0 < a + 0) print b;
 
 status=0
 # name d layers heads T batch S (tfg's short run; the long one is 2S)
-for size in "small 128 2 4 64 8 10" "default 256 4 4 128 8 6" "large 384 6 6 128 8 3"; do
+for size in "small 128 2 4 64 8 40" "default 256 4 4 128 8 12" "large 384 6 6 128 8 6"; do
   # shellcheck disable=SC2086 # the size's fields, split on purpose
   set -- $size
   name=$1 d=$2 layers=$3 heads=$4 T=$5 batch=$6 S=$7
