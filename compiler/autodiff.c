@@ -306,6 +306,23 @@ static tfg_node_id rule(ad *c, tfg_node_id yid, int k, tfg_node_id dy) {
     tfg_node_id s = broadcast(c, sum_keep(c, op2(c, TFG_OP_MUL, dy, yid), 1u << y.attrs.axis), &y.shape);
     return op2(c, TFG_OP_MUL, yid, op2(c, TFG_OP_SUB, dy, s));
   }
+  case TFG_OP_ATTENTION: {
+    /* o = P v, P = softmax(S), S = q k^T scale (masked): P again from
+     * ATTENTION_PROBS (the forward kept no T x T tensor), then
+     *   dv = P^T do,  dP = do v^T,  dS = P (dP - sum(dP P)) (softmax's rule),
+     *   dq = dS k scale,  dk = dS^T q scale.
+     * Each input's rule builds the shared nodes anew; CSE merges them. */
+    tfg_node_id qk[2] = {y.inputs[0], y.inputs[1]};
+    tfg_node_id p = add(c, TFG_OP_ATTENTION_PROBS, qk, 2, &y.attrs);
+    if (k == 2) return matmul(c, p, dy, true, false);
+    const tfg_node *pn = node(c, p);
+    int r = pn->shape.rank;
+    tfg_node_id dp = matmul(c, dy, y.inputs[2], false, true);
+    tfg_node_id sp = broadcast(c, sum_keep(c, op2(c, TFG_OP_MUL, dp, p), 1u << (r - 1)), &pn->shape);
+    tfg_node_id ds = op2(c, TFG_OP_MUL, p, op2(c, TFG_OP_SUB, dp, sp));
+    tfg_node_id g = k == 0 ? matmul(c, ds, y.inputs[1], false, false) : matmul(c, ds, y.inputs[0], true, false);
+    return op2(c, TFG_OP_MUL, g, scalar(c, y.attrs.value, dt));
+  }
   case TFG_OP_LOG_SOFTMAX: { /* dy - exp(y) sum(dy) */
     tfg_node_id s = broadcast(c, sum_keep(c, dy, 1u << y.attrs.axis), &y.shape);
     return op2(c, TFG_OP_SUB, dy, op2(c, TFG_OP_MUL, op1(c, TFG_OP_EXP, yid), s));

@@ -102,6 +102,7 @@ typedef struct tfg_attrs {
   uint32_t axes;           /* reductions: bit i set = input axis i reduced */
   bool keepdims;
   bool transpose_a, transpose_b;
+  bool causal;             /* attention: key j > query i masked out */
   int64_t stride[2];       /* conv2d, pools: rows, cols */
   int64_t pad[4];          /* conv2d: top, bottom, left, right */
   int64_t size[2];         /* pools: window rows, cols */

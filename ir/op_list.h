@@ -67,6 +67,10 @@
   /* x [N, C, H, W]; attrs.size, stride; no padding (windows inside the input) */       \
   X(LAYER_NORM, "layer_norm", "x, gamma, beta, eps = 1e-5")                            \
   /* over the last axis; gamma, beta [D]; attrs.value = eps; biased variance */         \
+  X(ATTENTION, "attention", "q, k, v, causal = false, scale = none")                   \
+  /* q [..., Tq, hd], k [..., Tk, hd], v [..., Tk, hdv] -> [..., Tq, hdv]:              \
+   * softmax(q k^T scale (+ causal mask: key j > query i)) v; attrs.causal, value =     \
+   * scale (the shape rule puts 1 / sqrt(hd) for none) */                               \
   X(DROPOUT, "dropout", "x, rate, seed = none")                                           \
   /* attrs.value = rate, seed, start (the mask's first element index); identity unless training; kept values scaled 1/(1-rate) */ \
   X(EMBEDDING, "embedding", "table, ids") /* table [V, D], ids int [...] -> [..., D] */ \
@@ -88,6 +92,9 @@
   /* (x, dy) -> dx: each window's dy goes to its first maximum; pool attrs */           \
   X(AVG_POOL_GRAD, "avg_pool_grad", "")                                                 \
   /* (dy) -> dx, the node's shape: dy / window size spread over each window */         \
+  X(ATTENTION_PROBS, "attention_probs", "")                                             \
+  /* (q, k) -> [..., Tq, Tk]: attention's softmax(q k^T scale + mask), for its gradient; \
+   * attention's attrs */                                                               \
   X(EMBEDDING_GRAD, "embedding_grad", "")                                               \
   /* (ids [...], dy [..., D]) -> dtable [attrs.n, D]: rows scatter-added */             \
   /* optimizer updates: in place on param and state; the output is an empty marker */   \

@@ -9,6 +9,7 @@
  * the kernels read. */
 #include "ir/ops.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <string.h>
@@ -556,6 +557,35 @@ static tfg_status infer_layer_norm(const tfg_graph *g, tfg_node *n, tfg_diag *d)
   return TFG_OK;
 }
 
+/* ATTENTION (q, k, v) and ATTENTION_PROBS (q, k): one float dtype, the
+ * same leading dims, q and k of one head size; scale none (NaN) becomes
+ * 1 / sqrt(hd) here, so every kernel reads attrs.value. */
+static tfg_status infer_attention(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  const tfg_node *q = input(g, n, 0), *k = input(g, n, 1), *v = n->ninputs > 2 ? input(g, n, 2) : k;
+  const char *nm[3] = {"q", "k", "v"};
+  const tfg_node *t[3] = {q, k, v};
+  for (int i = 0; i < n->ninputs; i++) {
+    tfg_status s = need_float(d, n, t[i]);
+    if (s != TFG_OK) return s;
+    if (t[i]->shape.rank < 2) return fail(d, n, "%s must be [..., T, head size], got %s", nm[i], ty(t[i]));
+    if (t[i]->dtype != q->dtype || t[i]->shape.rank != q->shape.rank)
+      return fail(d, n, "q, k and v must have one dtype and rank: %s, %s and %s", ty(q), ty(k), ty(v));
+    for (int a = 0; a < q->shape.rank - 2; a++)
+      if (t[i]->shape.dim[a] != q->shape.dim[a])
+        return fail(d, n, "q, k and v must have the same leading dims: %s, %s and %s", ty(q), ty(k), ty(v));
+  }
+  int r = q->shape.rank;
+  int64_t hd = q->shape.dim[r - 1], tk = k->shape.dim[r - 2];
+  if (k->shape.dim[r - 1] != hd) return fail(d, n, "q and k must have one head size: %s and %s", ty(q), ty(k));
+  if (v->shape.dim[r - 2] != tk) return fail(d, n, "k and v must have one length: %s and %s", ty(k), ty(v));
+  if (isnan(n->attrs.value)) n->attrs.value = hd > 0 ? 1.0 / sqrt((double)hd) : 1.0;
+  if (!isfinite(n->attrs.value)) return fail(d, n, "scale must be finite");
+  n->dtype = q->dtype;
+  n->shape = q->shape;
+  n->shape.dim[r - 1] = n->op == TFG_OP_ATTENTION ? v->shape.dim[r - 1] : tk;
+  return TFG_OK;
+}
+
 static tfg_status infer_dropout(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
   const tfg_node *x = input(g, n, 0);
   tfg_status s = need_float(d, n, x);
@@ -678,6 +708,18 @@ static double flops_matmul(const tfg_graph *g, const tfg_node *n) {
   return 2.0 * numel(n) * (double)k;
 }
 
+/* attention: the two products, 2 Tq Tk (hd + hdv) per batch matrix (a
+ * causal mask skips about half: counted whole, as the unfused ops are);
+ * its probabilities: the first product and the softmax. */
+static double flops_attention(const tfg_graph *g, const tfg_node *n) {
+  const tfg_node *q = input(g, n, 0), *k = input(g, n, 1);
+  int r = q->shape.rank;
+  double rows = (double)tfg_shape_numel(&q->shape) / (double)q->shape.dim[r - 1]; /* batch * Tq */
+  double tk = (double)k->shape.dim[r - 2], hd = (double)q->shape.dim[r - 1];
+  double hdv = n->op == TFG_OP_ATTENTION ? (double)n->shape.dim[r - 1] : 0;
+  return rows * tk * (2 * hd + 2 * hdv + 5);
+}
+
 static double flops_conv2d(const tfg_graph *g, const tfg_node *n) {
   const tfg_node *w = input(g, n, 1);
   return 2.0 * numel(n) * (double)(w->shape.dim[1] * w->shape.dim[2] * w->shape.dim[3]);
@@ -758,6 +800,8 @@ static const tfg_op_def ops[TFG_OP_COUNT] = {
     ROW(MAX_POOL, infer_pool, flops_pool),
     ROW(AVG_POOL, infer_pool, flops_pool),
     ROW(LAYER_NORM, infer_layer_norm, flops_in5),
+    ROW(ATTENTION, infer_attention, flops_attention),
+    ROW(ATTENTION_PROBS, infer_attention, flops_attention),
     ROW(DROPOUT, infer_dropout, flops_out),
     ROW(EMBEDDING, infer_embedding, flops_none),
     ROW(ONE_HOT, infer_one_hot, flops_none),

@@ -186,7 +186,8 @@ static tfg_dtype arg_dtype(tfg_interp *I, tfg_args *a, int i) {
 }
 
 static bool is_tensor_param(const char *n) {
-  static const char *const names[] = {"x", "a", "b", "c", "p", "w", "logits", "labels", "gamma", "beta", "table", "ids"};
+  static const char *const names[] = {"x",     "a",    "b",     "c",   "p", "w", "logits", "labels",
+                                      "gamma", "beta", "table", "ids", "q", "k", "v"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (strcmp(n, names[i]) == 0) return true;
   return false;
@@ -223,6 +224,8 @@ static tfg_value bi_op(tfg_interp *I, const tfg_builtin *b, tfg_args *a, const t
     } else if (strcmp(n, "keepdims") == 0) at.keepdims = arg_bool(I, a, i);
     else if (strcmp(n, "transpose_a") == 0) at.transpose_a = arg_bool(I, a, i);
     else if (strcmp(n, "transpose_b") == 0) at.transpose_b = arg_bool(I, a, i);
+    else if (strcmp(n, "causal") == 0) at.causal = arg_bool(I, a, i);
+    else if (strcmp(n, "scale") == 0) at.value = v->kind == TFG_V_NONE ? NAN : arg_num(I, a, i);
     else if (strcmp(n, "stride") == 0) {
       if (v->kind != TFG_V_NONE) arg_pair(I, a, i, at.stride);
     } else if (strcmp(n, "size") == 0) arg_pair(I, a, i, at.size);

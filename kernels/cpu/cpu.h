@@ -72,6 +72,9 @@ TFG_CPU_KERNEL(tfg_cpu_embedding);
 TFG_CPU_KERNEL(tfg_cpu_one_hot);
 TFG_CPU_KERNEL(tfg_cpu_accuracy);
 
+/* kernels/cpu/attention.c */
+TFG_CPU_KERNEL(tfg_cpu_attention); /* ATTENTION ATTENTION_PROBS */
+
 /* kernels/cpu/conv.c */
 TFG_CPU_KERNEL(tfg_cpu_conv2d);  /* im2col + gemm */
 TFG_CPU_KERNEL(tfg_cpu_pool);    /* MAX_POOL AVG_POOL */

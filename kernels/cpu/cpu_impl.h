@@ -74,6 +74,7 @@ void tfg_cpu_register_conv(tfg_kernel_fn *table);        /* conv.c: conv2d, max_
 void tfg_cpu_register_grad(tfg_kernel_fn *table);        /* grad.c: the gradients that are not compositions */
 void tfg_cpu_register_optim(tfg_kernel_fn *table);       /* optim.c: sgd_update, adam_update, allreduce (a copy) */
 void tfg_cpu_register_fused(tfg_kernel_fn *table);       /* fused.c: fused, a chain of elementwise ops */
+void tfg_cpu_register_attention(tfg_kernel_fn *table);   /* attention.c: attention, attention_probs */
 /* half.c, common.c and parallel.c have no op of their own. */
 
 /* ---- sums over a row, in lanes ------------------------------------------

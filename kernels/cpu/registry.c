@@ -22,6 +22,7 @@ static void build(void) {
   tfg_cpu_register_reduce(table);
   tfg_cpu_register_shape(table);
   tfg_cpu_register_nn(table);
+  tfg_cpu_register_attention(table);
   tfg_cpu_register_conv(table);
   tfg_cpu_register_grad(table);
   tfg_cpu_register_optim(table);

@@ -138,6 +138,7 @@ void tfg_cuda_register_nn(tfg_kernel_fn *table);          /* nn.cu: softmax, log
 void tfg_cuda_register_linalg(tfg_kernel_fn *table);      /* linalg.cu: matmul (cuBLAS / cuBLASLt) */
 void tfg_cuda_register_conv(tfg_kernel_fn *table);        /* conv.cu: conv2d, max_pool, avg_pool and their gradients (cuDNN) */
 void tfg_cuda_register_fused(tfg_kernel_fn *table);       /* fused.cu: fused, a chain of elementwise ops (kernels/fused.h) */
+void tfg_cuda_register_attention(tfg_kernel_fn *table);   /* attention.cu: attention, attention_probs */
 /* half.cu has no op of its own: tfg_cuda_staged. */
 
 #ifdef __cplusplus

@@ -37,6 +37,7 @@ static void build(void) {
   tfg_cuda_register_linalg(table);
   tfg_cuda_register_conv(table);
   tfg_cuda_register_fused(table);
+  tfg_cuda_register_attention(table);
   static const int native[] = {TFG_OP_CAST,      TFG_OP_MATMUL,    TFG_OP_INIT,      TFG_OP_WHERE,
                                TFG_OP_EMBEDDING, TFG_OP_ALLREDUCE, TFG_OP_RESHAPE,   TFG_OP_FLATTEN,
                                TFG_OP_TRANSPOSE, TFG_OP_CONCAT,    TFG_OP_SLICE,     TFG_OP_BROADCAST,

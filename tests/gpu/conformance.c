@@ -1251,6 +1251,39 @@ static void fam_softmax(tfg_op_id op) {
     }
 }
 
+/* ATTENTION and ATTENTION_PROBS: heads [B, H, T, hd] as GPT's, causal or
+ * not, Tq above and below Tk, a head size above one warp's pass of 256
+ * (the GPU kernel's second pass), the default and a given scale; f32,
+ * f64 and f16 (staged in f32). Softmax and a weighted sum of its rows: the
+ * NN tolerance. */
+static void fam_attention(tfg_op_id op) {
+  static const struct {
+    int64_t q[4], k[4], v[4];
+    bool causal;
+    double scale; /* NAN: none */
+  } cases[] = {
+      {{2, 4, 16, 8}, {2, 4, 16, 8}, {2, 4, 16, 8}, true, NAN},
+      {{3, 40, 32}, {3, 70, 32}, {3, 70, 12}, false, 0.3},
+      {{1, 70, 5}, {1, 40, 5}, {1, 40, 300}, true, NAN},
+      {{2, 2, 128, 64}, {2, 2, 128, 64}, {2, 2, 128, 64}, true, NAN},
+      {{1, 1, 1}, {1, 1, 1}, {1, 1, 1}, false, NAN},
+  };
+  static const tfg_dtype dts[] = {F32, F64, F16};
+  for (int d = 0; d < COUNT(dts); d++)
+    for (int k = 0; k < COUNT(cases); k++) {
+      tfg_dtype dt = dts[d];
+      int r = cases[k].q[3] ? 4 : 3;
+      tcase c = tc_new(dt);
+      tfg_node_id qn = tc_in(&c, dt, shape_of(r, cases[k].q), UNI(-1, 1));
+      tfg_node_id kn = tc_in(&c, dt, shape_of(r, cases[k].k), UNI(-1, 1));
+      tfg_attrs a = {.causal = cases[k].causal, .value = cases[k].scale};
+      tc_desc(&c, "%s scale=%g", a.causal ? "causal" : "full", a.value);
+      if (op == TFG_OP_ATTENTION) tc_op(&c, op, &a, 3, qn, kn, tc_in(&c, dt, shape_of(r, cases[k].v), UNI(-1, 1)));
+      else tc_op(&c, op, &a, 2, qn, kn);
+      tc_check(&c, T_NN);
+    }
+}
+
 static const struct {
   int64_t n, c;
 } LOGITS[] = {{32, 10}, {7, 1000}, {5, 50257}, {1024, 1031}};
@@ -1832,6 +1865,7 @@ static const family_fn families[TFG_OP_COUNT] = {
     [TFG_OP_MAX_POOL] = fam_pool, [TFG_OP_AVG_POOL] = fam_pool, [TFG_OP_MAX_POOL_GRAD] = fam_pool,
     [TFG_OP_AVG_POOL_GRAD] = fam_pool,
     [TFG_OP_LAYER_NORM] = fam_layer_norm, [TFG_OP_LAYER_NORM_GRAD] = fam_layer_norm,
+    [TFG_OP_ATTENTION] = fam_attention, [TFG_OP_ATTENTION_PROBS] = fam_attention,
     [TFG_OP_DROPOUT] = fam_dropout,
     [TFG_OP_EMBEDDING] = fam_embedding, [TFG_OP_ONE_HOT] = fam_one_hot,
     [TFG_OP_RELU_GRAD] = fam_act_grad, [TFG_OP_GELU_GRAD] = fam_act_grad,

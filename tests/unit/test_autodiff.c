@@ -98,6 +98,15 @@ static const gcase cases[] = {
     {"avg_pool", "param p0: f64[2, 1, 4, 6] = normal()\ny = avg_pool(p0, [2, 3])"},
     {"layer_norm",
      "param p0: f64[3, 5] = normal()\nparam p1: f64[5] = normal()\nparam p2: f64[5] = normal()\ny = layer_norm(p0, p1, p2)"},
+    {"attention",
+     "param p0: f64[2, 3, 4] = normal()\nparam p1: f64[2, 5, 4] = normal()\nparam p2: f64[2, 5, 3] = normal()\n"
+     "y = attention(p0, p1, p2)"},
+    {"attention causal scaled",
+     "param p0: f64[2, 2, 5, 3] = normal()\nparam p1: f64[2, 2, 5, 3] = normal()\nparam p2: f64[2, 2, 5, 4] = normal()\n"
+     "y = attention(p0, p1, p2, causal = true, scale = 0.7)"},
+    {"attention causal Tq < Tk",
+     "param p0: f64[1, 3, 2] = normal()\nparam p1: f64[1, 6, 2] = normal()\nparam p2: f64[1, 6, 2] = normal()\n"
+     "y = attention(p0, p1, p2, causal = true)"},
     {"dropout", "param p0: f64[4, 5] = normal()\ny = dropout(p0, 0.3)", true},
     {"embedding", "param p0: f64[5, 3] = normal()\ny = embedding(p0, tensor([[1, 4], [1, 0]], dtype = i32))"},
     {"reuse", "param p0: f64[3] = normal()\ny = p0 * p0 + exp(p0) * p0"},

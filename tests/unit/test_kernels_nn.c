@@ -392,6 +392,108 @@ START_TEST(softmax_bad_dtype) {
 }
 END_TEST
 
+/* ---- attention --------------------------------------------------------- */
+
+/* attention and attention_probs against a long double reference over
+ * [B, Tq, hd] x [B, Tk, hd] x [B, Tk, hdv], causal or not, across the
+ * kernel's 32-row query blocks, Tq below and above Tk. Error: a score
+ * q.k carries the gemm's bound (2 hd u sum |q k|) and the scale's
+ * rounding, which exp turns into that relative error of its term (and of
+ * the denominator: twice); the output is a gemm over the probabilities
+ * (2 Tk u sum p |v|) and p's own rounding. The bound: (2 (2 hd u sum|qk|
+ * scale + 2u) + 4u) sum p |v| + 2 Tk u sum p |v|, per element. */
+static const struct att_case {
+  int64_t b, tq, tk, hd, hdv;
+  bool causal;
+  double scale; /* 0: the default 1 / sqrt(hd) */
+} ATT[] = {
+    {2, 5, 5, 4, 6, true, 0},     {3, 40, 70, 8, 3, false, 0.3}, {1, 70, 40, 5, 5, true, 0},
+    {2, 33, 33, 16, 8, true, 0},  {1, 1, 1, 1, 1, true, 0},      {2, 3, 9, 2, 4, true, 1.5},
+};
+#define NATT (int)(sizeof ATT / sizeof ATT[0])
+
+START_TEST(attention_random_vs_reference) {
+  const struct att_case *c = &ATT[_i / 2];
+  tfg_dtype dt = FLOATS[_i % 2];
+  double u = unit_roundoff(dt), scale = c->scale > 0 ? c->scale : 1.0 / sqrt((double)c->hd);
+  tfg_tensor in[3] = {tnew(dt, shp(3, (int)c->b, (int)c->tq, (int)c->hd)),
+                      tnew(dt, shp(3, (int)c->b, (int)c->tk, (int)c->hd)),
+                      tnew(dt, shp(3, (int)c->b, (int)c->tk, (int)c->hdv))};
+  for (int k = 0; k < 3; k++) fill(&in[k], 40 + (uint64_t)k, -1, 1);
+  tfg_tensor o = tnew(dt, shp(3, (int)c->b, (int)c->tq, (int)c->hdv));
+  tfg_tensor pr = tnew(dt, shp(3, (int)c->b, (int)c->tq, (int)c->tk));
+  tfg_node n = mknode(TFG_OP_ATTENTION, &o, 3), np = mknode(TFG_OP_ATTENTION_PROBS, &pr, 2);
+  n.attrs.causal = np.attrs.causal = c->causal;
+  n.attrs.value = np.attrs.value = scale;
+  ck_ok(run(tfg_cpu_kernel(TFG_OP_ATTENTION), &n, in, &o, test_pool, false));
+  ck_ok(run(tfg_cpu_kernel(TFG_OP_ATTENTION_PROBS), &np, in, &pr, test_pool, false));
+  int64_t no = numel(&o), np_ = numel(&pr);
+  double *want = malloc(sizeof *want * (size_t)no), *tol = malloc(sizeof *tol * (size_t)no);
+  double *pwant = malloc(sizeof *pwant * (size_t)np_), *ptol = malloc(sizeof *ptol * (size_t)np_);
+  long double *p = malloc(sizeof *p * (size_t)c->tk);
+  for (int64_t b = 0; b < c->b; b++)
+    for (int64_t i = 0; i < c->tq; i++) {
+      int64_t vis = c->causal ? (i + 1 < c->tk ? i + 1 : c->tk) : c->tk;
+      long double m = -INFINITY, sum = 0, sqk = 0;
+      for (int64_t j = 0; j < vis; j++) {
+        long double s = 0, a = 0;
+        for (int64_t t = 0; t < c->hd; t++) {
+          long double x = get(&in[0], (b * c->tq + i) * c->hd + t) * (long double)get(&in[1], (b * c->tk + j) * c->hd + t);
+          s += x;
+          a += fabsl(x);
+        }
+        p[j] = s * scale;
+        if (p[j] > m) m = p[j];
+        if (a > sqk) sqk = a;
+      }
+      for (int64_t j = 0; j < vis; j++) sum += p[j] = expl(p[j] - m);
+      double rel = 2 * (2 * c->hd * u * (double)sqk * scale + 2 * u) + 4 * u;
+      for (int64_t j = 0; j < c->tk; j++) {
+        int64_t at = (b * c->tq + i) * c->tk + j;
+        pwant[at] = j < vis ? (double)(p[j] / sum) : 0;
+        ptol[at] = rel * pwant[at] + 1e-300;
+      }
+      for (int64_t e = 0; e < c->hdv; e++) {
+        long double acc = 0, mag = 0;
+        for (int64_t j = 0; j < vis; j++) {
+          long double vj = get(&in[2], (b * c->tk + j) * c->hdv + e);
+          acc += p[j] / sum * vj;
+          mag += p[j] / sum * fabsl(vj);
+        }
+        int64_t at = (b * c->tq + i) * c->hdv + e;
+        want[at] = (double)acc;
+        tol[at] = (rel + 2 * (double)c->tk * u) * (double)mag + 1e-300;
+      }
+    }
+  ck_close(&o, want, tol, "attention");
+  ck_close(&pr, pwant, ptol, "attention_probs");
+  free_all(in, 3);
+  free(o.data);
+  free(pr.data);
+  free(want);
+  free(tol);
+  free(pwant);
+  free(ptol);
+  free(p);
+}
+END_TEST
+
+/* No keys: the output is zeros (an empty sum), not NaN. */
+START_TEST(attention_no_keys) {
+  tfg_tensor in[3] = {tnew(TFG_DTYPE_F32, shp(3, 2, 3, 4)), tnew(TFG_DTYPE_F32, shp(3, 2, 0, 4)),
+                      tnew(TFG_DTYPE_F32, shp(3, 2, 0, 5))};
+  fill(&in[0], 1, -1, 1);
+  tfg_tensor o = tnew(TFG_DTYPE_F32, shp(3, 2, 3, 5));
+  set(&o, 0, 7.0);
+  tfg_node n = mknode(TFG_OP_ATTENTION, &o, 3);
+  n.attrs.value = 0.5;
+  ck_ok(run(tfg_cpu_kernel(TFG_OP_ATTENTION), &n, in, &o, test_pool, false));
+  for (int64_t i = 0; i < numel(&o); i++) ck_assert(get(&o, i) == 0);
+  free_all(in, 3);
+  free(o.data);
+}
+END_TEST
+
 /* ---- cross_entropy ---------------------------------------------------- */
 
 START_TEST(cross_entropy_hand) {
@@ -881,6 +983,8 @@ Suite *suite_kernels_nn(void) {
   tcase_add_loop_test(tc, embedding_gathers_rows, 0, 2);
   tcase_add_test(tc, embedding_large_on_pool);
   tcase_add_test(tc, accuracy_on_pool);
+  tcase_add_loop_test(tc, attention_random_vs_reference, 0, 2 * NATT);
+  tcase_add_test(tc, attention_no_keys);
   tcase_add_loop_test(tc, conv2d_random_stride_and_asymmetric_padding, 0, 2 * NCONV_RANDOM);
   tcase_add_test(tc, conv2d_grouped_batch);
   tcase_add_loop_test(tc, pool_nan_wins_max, 0, 2);

@@ -1,0 +1,132 @@
+/* kernels/cpu/attention.c: ATTENTION and ATTENTION_PROBS on the CPU.
+ *
+ * The work is cut into tasks of QB query rows of one batch matrix, run on
+ * the pool. A task forms its rows' scores against the keys they may see,
+ * S = q_rows k^T (one gemm on its thread, kernels/cpu/blas.h), scales
+ * them in the dtype (as a mul by the scale would), takes each row's
+ * softmax as the softmax kernel does (max-shifted, tfg_cpu_exp_line's
+ * exps and lane sums), and multiplies by v (a second gemm). A causal row
+ * i sees keys 0..i (PyTorch's is_causal: the mask's lower triangle, from
+ * the top left), so a task of rows r0..r1-1 computes only keys 0..r1-1:
+ * about half the products' and the exps' work when Tq = Tk. The scores
+ * live in the task's scratch of QB x Tk: no Tq x Tk tensor is made.
+ * ATTENTION_PROBS writes the probabilities themselves (zeros where
+ * masked), which attention's gradient (compiler/autodiff.c) multiplies
+ * back through.
+ *
+ * The unfused ops (matmul, mul, where, softmax, matmul) compute the same
+ * scores; the sums over the visible keys only (not over masked zeros)
+ * may differ from theirs in the last bits. f16 and bf16 run in f32
+ * (kernels/cpu/half.c). */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/assert.h"
+#include "kernels/cpu/blas.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/cpu_impl.h"
+#include "kernels/cpu/parallel.h"
+
+/* Query rows per task: small enough that a causal task skips most of
+ * the keys its rows cannot see, big enough for a gemm worth calling. */
+enum { QB = 32 };
+
+typedef struct att_job {
+  bool f64, causal, probs;
+  int64_t tq, tk, hd, hdv, nblk; /* nblk: tasks per batch matrix */
+  double scale;
+  const char *q, *k, *v;
+  char *out;
+  char *scratch; /* QB * tk elements per chunk (attention only) */
+  size_t es;
+} att_job;
+
+/* The softmax of a row of scores s[0..n) (the visible keys) in place,
+ * zeros after it up to len, in T. */
+#define DEFINE_ROW(T, SFX)                                                          \
+  static void att_row_##SFX(T *s, int64_t n, int64_t len, T scale) {               \
+    for (int64_t j = 0; j < n; j++) s[j] = s[j] * scale;                           \
+    T m = s[0];                                                                     \
+    for (int64_t j = 1; j < n; j++)                                                 \
+      if (s[j] > m) m = s[j];                                                       \
+    double inv = 1.0 / tfg_cpu_exp_line_##SFX(s, 1, m, s, n);                       \
+    for (int64_t j = 0; j < n; j++) s[j] = (T)(s[j] * inv);                         \
+    for (int64_t j = n; j < len; j++) s[j] = 0;                                     \
+  }
+DEFINE_ROW(float, f32)
+DEFINE_ROW(double, f64)
+
+static void att_chunk(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
+  const att_job *j = arg;
+  for (int64_t t = lo; t < hi; t++) {
+    int64_t bm = t / j->nblk, r0 = t % j->nblk * QB;
+    int64_t rows = j->tq - r0 < QB ? j->tq - r0 : QB;
+    int64_t nk = j->causal ? (r0 + rows < j->tk ? r0 + rows : j->tk) : j->tk; /* keys the block sees */
+    const char *q = j->q + (size_t)((bm * j->tq + r0) * j->hd) * j->es;
+    const char *k = j->k + (size_t)(bm * j->tk * j->hd) * j->es;
+    /* probabilities: straight into the output rows (ld tk); else the scratch (ld nk) */
+    char *s = j->probs ? j->out + (size_t)((bm * j->tq + r0) * j->tk) * j->es : j->scratch + (size_t)(chunk * QB * j->tk) * j->es;
+    int64_t lds = j->probs ? j->tk : (nk > 0 ? nk : 1);
+    if (nk > 0) tfg_cpu_gemm_here(j->f64, false, true, rows, nk, j->hd, q, j->hd, k, j->hd, 0.0, s, lds);
+    for (int64_t i = 0; i < rows; i++) {
+      int64_t vis = j->causal ? (r0 + i + 1 < nk ? r0 + i + 1 : nk) : nk;
+      int64_t len = j->probs ? j->tk : nk;
+      char *row = s + (size_t)(i * lds) * j->es;
+      if (vis == 0) {
+        memset(row, 0, (size_t)len * j->es);
+        continue;
+      }
+      if (j->f64) att_row_f64((double *)row, vis, len, j->scale);
+      else att_row_f32((float *)row, vis, len, (float)j->scale);
+    }
+    if (j->probs) continue;
+    char *o = j->out + (size_t)((bm * j->tq + r0) * j->hdv) * j->es;
+    if (nk == 0) {
+      memset(o, 0, (size_t)(rows * j->hdv) * j->es);
+      continue;
+    }
+    const char *v = j->v + (size_t)(bm * j->tk * j->hdv) * j->es;
+    tfg_cpu_gemm_here(j->f64, false, false, rows, j->hdv, nk, s, lds, v, j->hdv, 0.0, o, j->hdv);
+  }
+}
+
+/* ATTENTION: (q [..., Tq, hd], k [..., Tk, hd], v [..., Tk, hdv]) ->
+ * [..., Tq, hdv]; ATTENTION_PROBS: (q, k) -> [..., Tq, Tk]. One float
+ * dtype (f16/bf16 in f32); attrs.value the scale, attrs.causal the mask.
+ * With no keys (Tk = 0) the output is zeros. */
+TFG_CPU_KERNEL(tfg_cpu_attention) {
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_attention, 0);
+  const tfg_tensor *q = &in[0], *k = &in[1];
+  bool probs = node->op == TFG_OP_ATTENTION_PROBS;
+  const tfg_tensor *v = probs ? k : &in[2];
+  if (!tfg_cpu_is_float(q->dtype)) return tfg_cpu_unsupported(ctx, "attention", q->dtype);
+  int r = q->shape.rank;
+  TFG_ASSERT(r >= 2 && k->dtype == q->dtype && v->dtype == q->dtype && out->dtype == q->dtype);
+  att_job j = {.f64 = q->dtype == TFG_DTYPE_F64, .causal = node->attrs.causal, .probs = probs,
+               .tq = q->shape.dim[r - 2], .tk = k->shape.dim[r - 2], .hd = q->shape.dim[r - 1],
+               .hdv = probs ? 0 : v->shape.dim[r - 1], .scale = node->attrs.value,
+               .q = q->data, .k = k->data, .v = v->data, .out = out->data, .es = tfg_dtype_size(q->dtype)};
+  int64_t total = tfg_shape_numel(&out->shape);
+  if (total == 0) return TFG_OK;
+  int64_t nbm = total / (j.tq * (probs ? j.tk : j.hdv)); /* batch matrices */
+  if (!tfg_cpu_fits_blasint(j.tq) || !tfg_cpu_fits_blasint(j.tk) || !tfg_cpu_fits_blasint(j.hd) ||
+      !tfg_cpu_fits_blasint(j.hdv))
+    return tfg_kernel_fail(ctx, TFG_ERR_LIMIT, "attention dimensions exceed the BLAS integer range");
+  j.nblk = (j.tq + QB - 1) / QB;
+  int64_t tasks = nbm * j.nblk;
+  if (!probs) {
+    int64_t chunks = tfg_parallel_chunks(ctx->pool, tasks, 1);
+    j.scratch = malloc((size_t)(chunks * QB * (j.tk > 0 ? j.tk : 1)) * j.es);
+    if (!j.scratch) return tfg_kernel_fail(ctx, TFG_ERR_NOMEM, "out of host memory");
+  }
+  tfg_parallel_for(ctx->pool, tasks, 1, att_chunk, &j);
+  free(j.scratch);
+  return TFG_OK;
+}
+
+void tfg_cpu_register_attention(tfg_kernel_fn *table) {
+  table[TFG_OP_ATTENTION] = tfg_cpu_attention;
+  table[TFG_OP_ATTENTION_PROBS] = tfg_cpu_attention;
+}
