@@ -211,6 +211,13 @@ static bool build(hcase *c, tfg_op_id op) {
     else OP(c, op, a, x, gm, h_in(c, 'f', SH(4, 33), 0));
     return true;
   }
+  case TFG_OP_ATTENTION: case TFG_OP_ATTENTION_PROBS: {
+    tfg_attrs a = {.causal = true, .value = 0.5};
+    tfg_node_id q = h_in(c, 'f', SH(2, 5, 4), 0), k = h_in(c, 'f', SH(2, 7, 4), 0);
+    if (op == TFG_OP_ATTENTION) OP(c, op, a, q, k, h_in(c, 'f', SH(2, 7, 3), 0));
+    else OP(c, op, a, q, k);
+    return true;
+  }
   case TFG_OP_DROPOUT: {
     tfg_attrs a = {.value = 0.25, .seed = 11};
     c->elementwise = true;
