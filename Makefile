@@ -164,12 +164,12 @@ LIB_SRC := $(wildcard base/*.c ir/*.c io/*.c lang/*.c compiler/*.c runtime/*.c k
 ifneq ($(CUDA_ON),1)
   LIB_SRC := $(filter-out $(CUDA_C_SRC),$(LIB_SRC))
 endif
-GEN_SRC := $(BUILD)/gen/parser.tab.c $(BUILD)/gen/lexer.c
+GEN_SRC := $(BUILD)/gen/parser.tab.c $(BUILD)/gen/lexer.c $(BUILD)/gen/fused_headers.c
 CLI_SRC := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/unit/*.c)
 
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) \
-            $(BUILD)/obj/gen/parser.tab.o $(BUILD)/obj/gen/lexer.o $(CU_OBJ)
+            $(BUILD)/obj/gen/parser.tab.o $(BUILD)/obj/gen/lexer.o $(BUILD)/obj/gen/fused_headers.o $(CU_OBJ)
 CLI_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(CLI_SRC))
 TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRC))
 
@@ -195,6 +195,15 @@ $(BUILD)/gen/lexer.c: lang/lexer.re
 	@mkdir -p $(dir $@)
 	@echo "  RE2C    $<"
 	$(Q)re2c -W -Werror --no-generation-date -o $@ $<
+
+# The headers a generated fused kernel includes, as C strings
+# (kernels/fused_codegen.h): NVRTC compiles with the formulas tfg was built with.
+$(BUILD)/gen/fused_headers.c: kernels/hostdev.h kernels/elementwise_math.h kernels/embed.awk
+	@mkdir -p $(dir $@)
+	@echo "  GEN     $@"
+	$(Q){ echo '/* generated from kernels/hostdev.h and kernels/elementwise_math.h by kernels/embed.awk */'; \
+	  awk -v name=tfg_hostdev_h_text -f kernels/embed.awk kernels/hostdev.h; \
+	  awk -v name=tfg_elementwise_math_h_text -f kernels/embed.awk kernels/elementwise_math.h; } >$@.tmp && mv $@.tmp $@
 
 $(BUILD)/obj/%.o: %.c $(BUILD)/gen/parser.tab.h
 	@mkdir -p $(dir $@)
