@@ -309,8 +309,8 @@ static tfg_node_id rule(ad *c, tfg_node_id yid, int k, tfg_node_id dy) {
   case TFG_OP_ATTENTION: {
     /* o = P v, P = softmax(S), S = q k^T scale (masked): P again from
      * ATTENTION_PROBS (the forward kept no T x T tensor), then
-     *   dv = P^T do,  dP = do v^T,  dS = P (dP - sum(dP P)) (softmax's rule),
-     *   dq = dS k scale,  dk = dS^T q scale.
+     *   dv = P^T do,  dP = do v^T,  dS = P (dP - sum(dP P)) scale (softmax's rule),
+     *   dq = dS k,  dk = dS^T q.
      * Each input's rule builds the shared nodes anew; CSE merges them. */
     tfg_node_id qk[2] = {y.inputs[0], y.inputs[1]};
     tfg_node_id p = add(c, TFG_OP_ATTENTION_PROBS, qk, 2, &y.attrs);
@@ -319,9 +319,10 @@ static tfg_node_id rule(ad *c, tfg_node_id yid, int k, tfg_node_id dy) {
     int r = pn->shape.rank;
     tfg_node_id dp = matmul(c, dy, y.inputs[2], false, true);
     tfg_node_id sp = broadcast(c, sum_keep(c, op2(c, TFG_OP_MUL, dp, p), 1u << (r - 1)), &pn->shape);
-    tfg_node_id ds = op2(c, TFG_OP_MUL, p, op2(c, TFG_OP_SUB, dp, sp));
-    tfg_node_id g = k == 0 ? matmul(c, ds, y.inputs[1], false, false) : matmul(c, ds, y.inputs[0], true, false);
-    return op2(c, TFG_OP_MUL, g, scalar(c, y.attrs.value, dt));
+    /* the scale on dS (it joins dS's fused chain), so that dq and dk are
+     * matmuls whose output transposes the layout pass can fold */
+    tfg_node_id ds = op2(c, TFG_OP_MUL, op2(c, TFG_OP_MUL, p, op2(c, TFG_OP_SUB, dp, sp)), scalar(c, y.attrs.value, dt));
+    return k == 0 ? matmul(c, ds, y.inputs[1], false, false) : matmul(c, ds, y.inputs[0], true, false);
   }
   case TFG_OP_LOG_SOFTMAX: { /* dy - exp(y) sum(dy) */
     tfg_node_id s = broadcast(c, sum_keep(c, dy, 1u << y.attrs.axis), &y.shape);

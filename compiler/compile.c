@@ -171,7 +171,7 @@ tfg_status tfg_compile(tfg_program *p, const tfg_compile_opts *o, tfg_diag *d, t
   /* The optimization passes over the whole graph (TFG_OPT=0: none, to
    * compare): constant folding, then CSE and exact simplification (which
    * merge the constants folding made and see them as 1 or -0.0), then
-   * transposes folded into matmuls (after simplify, so a transpose pair
+   * transposes folded into matmuls and attentions (after simplify, so a transpose pair
    * it cancels is gone first), sharing one array of marks. The training steps' node ids stay valid: a pass
    * never removes a root. */
   long long opt;

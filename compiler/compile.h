@@ -64,7 +64,7 @@ typedef struct tfg_compiled {
   uint8_t *folded;          /* tfg_compile: per node, the passes' TFG_FOLD_* mark (folding, simplify); NULL: no pass ran (TFG_OPT=0) */
   int nfolded;              /* the ops folding computed at compile time */
   int nsimplified;          /* the nodes CSE and simplification replaced or removed (compiler/simplify.h) */
-  int nstrided;             /* the transposes folded into matmuls (compiler/layout.h) */
+  int nstrided;             /* the transposes folded into matmuls and attentions (compiler/layout.h) */
   tfg_compile_stage failed; /* the stage that failed, or 0 */
   tfg_strbuf why;           /* failed at VALIDATE: the first violation */
 } tfg_compiled;

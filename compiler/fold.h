@@ -25,7 +25,7 @@ enum {
   TFG_FOLD_REMOVED = 1, /* computed at compile time and read only by folded ops: no step, no buffer */
   TFG_FOLD_CONST = 2,   /* computed at compile time, now a CONST holding its value */
   TFG_FOLD_SIMPLIFIED = 3, /* removed by simplify (compiler/simplify.h): its readers read an equal node */
-  TFG_FOLD_LAYOUT = 4,  /* a transpose the layout pass folded into matmuls (compiler/layout.h) */
+  TFG_FOLD_LAYOUT = 4,  /* a transpose the layout pass folded into its readers (compiler/layout.h) */
 };
 
 /* Whether a pass removed the node of mark m (folding, simplify or the

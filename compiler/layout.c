@@ -1,8 +1,8 @@
-/* compiler/layout.c: transposes folded into matmuls (layout.h). One sweep
- * in graph order: each node first reads the representatives of its
- * inputs (a folded output transpose is represented by its matmul), then
- * a matmul takes in its operand transposes and, when its product's only
- * reader is a transpose, that one. */
+/* compiler/layout.c: transposes folded into matmuls and attentions
+ * (layout.h). One sweep in graph order: each node first reads the
+ * representatives of its inputs (a folded output transpose is represented
+ * by its matmul), then a matmul or attention takes in its operand
+ * transposes and, when its result's only reader is a transpose, that one. */
 #include "compiler/layout.h"
 
 #include <stdbool.h>
@@ -20,31 +20,37 @@ static bool pins_agree(const tfg_devspec *a, const tfg_devspec *b) {
 
 /* The perm of matmul view k of nd (the identity when not set). */
 static void view_perm(const tfg_node *nd, int k, int r, int *perm) {
-  for (int i = 0; i < r; i++) perm[i] = nd->attrs.mm_permuted & (1u << k) ? nd->attrs.mm_perm[k][i] : i;
+  for (int i = 0; i < r; i++) perm[i] = nd->attrs.views & (1u << k) ? nd->attrs.view_perm[k][i] : i;
 }
 
 static void set_view(tfg_node *nd, int k, int r, const int *perm) {
-  nd->attrs.mm_permuted |= (uint8_t)(1u << k);
-  for (int i = 0; i < TFG_MAX_RANK; i++) nd->attrs.mm_perm[k][i] = (int8_t)(i < r ? perm[i] : 0);
+  nd->attrs.views |= (uint8_t)(1u << k);
+  for (int i = 0; i < TFG_MAX_RANK; i++) nd->attrs.view_perm[k][i] = (int8_t)(i < r ? perm[i] : 0);
 }
 
-/* Operand k of matmul nd reads transpose t: the view of t's input that
- * gives what nd read, if one of its matrix axes is the input's last
- * (contiguous) axis. */
+/* Whether op reads views: a matmul (its matrices row- or column-major:
+ * a gemm flag), an attention (rows kept contiguous). */
+static bool reads_views(tfg_op_id op) {
+  return op == TFG_OP_MATMUL || op == TFG_OP_ATTENTION || op == TFG_OP_ATTENTION_PROBS;
+}
+
+/* Input k of nd reads transpose t: the view of t's input that gives what
+ * nd read, if its last axis stays the input's last (contiguous) one, or
+ * for a matmul its second last (a column-major matrix). */
 static bool fold_operand(tfg_node *nd, int k, const tfg_node *t, int *perm) {
   int r = t->shape.rank, old[TFG_MAX_RANK];
   if (r < 2) return false;
   view_perm(nd, k, r, old);
   /* logical axis i = t's axis old[i] = its input's axis t.perm[old[i]] */
   for (int i = 0; i < r; i++) perm[i] = t->attrs.perm[old[i]];
-  return perm[r - 1] == r - 1 || perm[r - 2] == r - 1;
+  return perm[r - 1] == r - 1 || (nd->op == TFG_OP_MATMUL && perm[r - 2] == r - 1);
 }
 
 /* nd's product is read only by transpose r: the store view that writes
  * r's value, if the product's rows stay contiguous. */
 static bool fold_output(const tfg_node *nd, const tfg_node *r, int *perm) {
   int rank = r->shape.rank, old[TFG_MAX_RANK];
-  view_perm(nd, 2, rank, old);
+  view_perm(nd, TFG_VIEW_OUT, rank, old);
   /* r's axis j = nd's stored axis r.perm[j] = product axis old[r.perm[j]] */
   for (int j = 0; j < rank; j++) perm[j] = old[r->attrs.perm[j]];
   return perm[rank - 1] == rank - 1;
@@ -71,14 +77,14 @@ int tfg_fold_transposes(tfg_graph *g, const uint8_t *roots, uint8_t *mark) {
     tfg_node *nd = &g->nodes[i];
     bool changed = false;
     for (int k = 0; k < nd->ninputs; k++) changed = changed || rep[nd->inputs[k]] != nd->inputs[k];
-    for (int k = 0; nd->op == TFG_OP_MATMUL && k < nd->ninputs; k++) /* an operand may fold below */
+    for (int k = 0; reads_views(nd->op) && k < nd->ninputs; k++) /* an operand may fold below */
       changed = changed || g->nodes[rep[nd->inputs[k]]].op == TFG_OP_TRANSPOSE;
     if (changed) { /* a fresh inputs array: the old one may be shared */
       tfg_node_id *ins = tfg_arena_alloc(&g->arena, sizeof *ins * (size_t)nd->ninputs);
       for (int k = 0; k < nd->ninputs; k++) ins[k] = rep[nd->inputs[k]];
       nd->inputs = ins;
     }
-    if (nd->op != TFG_OP_MATMUL) continue;
+    if (!reads_views(nd->op)) continue;
     tfg_node_id *ins = (tfg_node_id *)nd->inputs;
     for (int k = 0; k < nd->ninputs; k++) {
       tfg_node_id t = ins[k];
@@ -98,7 +104,7 @@ int tfg_fold_transposes(tfg_graph *g, const uint8_t *roots, uint8_t *mark) {
     if (rn->op != TFG_OP_TRANSPOSE || (roots && roots[r]) || !pins_agree(&rn->pin, &nd->pin) ||
         !fold_output(nd, rn, perm))
       continue;
-    set_view(nd, 2, rn->shape.rank, perm);
+    set_view(nd, TFG_VIEW_OUT, rn->shape.rank, perm);
     nd->shape = rn->shape;
     rep[r] = i;
     readers[i] = readers[r];

@@ -6,12 +6,15 @@
  * a byte when its reader or writer is a matmul: gemm reads rows at any
  * distance (its leading dimension) and each matrix of a batch at any
  * offset. So
- *   matmul(transpose(x, p), y)  -> matmul reading x through p (mm_perm[0]),
+ *   matmul(transpose(x, p), y)  -> matmul reading x through p (view_perm[0]),
  *   transpose(matmul(a, b), q)  -> matmul writing its product through q
- *                                  (mm_perm[2]), in the transpose's shape,
+ *                                  (view_perm[TFG_VIEW_OUT]), in the
+ *                                  transpose's shape,
  * when the view keeps one of the matrix's two axes contiguous (row- or
- * column-major: a gemm flag); the kernels read the views through
- * ir/matmul_view.h. Exact: the gemm calls see the same matrices.
+ * column-major: a gemm flag); and the same for attention and its
+ * probabilities (q, k, v, the output), whose views keep each row
+ * contiguous. The kernels read the views through ir/matmul_view.h.
+ * Exact: the gemm calls see the same matrices.
  *
  *   int n = tfg_fold_transposes(g, roots, mark);  // removed: TFG_FOLD_LAYOUT
  *

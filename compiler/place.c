@@ -632,7 +632,7 @@ static void reason(const tfg_placement *pl, const tfg_place_record *const *rs, i
   case TFG_CAUSE_REMOVED:
     tfg_strbuf_puts(out, r->by == TFG_FOLD_SIMPLIFIED ? "removed before placement: merged into an equal op (simplify); never runs"
                          : r->by == TFG_FOLD_LAYOUT
-                             ? "removed before placement: its matmuls read its input through strides (layout); never runs"
+                             ? "removed before placement: its readers read its input through strides (layout); never runs"
                              : "removed before placement: computed at compile time (constant folding); never runs");
     break;
   }

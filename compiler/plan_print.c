@@ -202,8 +202,8 @@ void tfg_plan_print(const tfg_plan *p, tfg_strbuf *out) {
                         consts, consts == 1 ? "" : "s");
     if (simplified > 0) /* merged with an equal node, an identity, or dead once those were */
       tfg_strbuf_printf(out, ", %d op%s simplified away", simplified, simplified == 1 ? "" : "s");
-    if (strided > 0) /* read through strides by the matmuls (compiler/layout.h) */
-      tfg_strbuf_printf(out, ", %d transpose%s folded into matmuls", strided, strided == 1 ? "" : "s");
+    if (strided > 0) /* read through strides by matmuls and attentions (compiler/layout.h) */
+      tfg_strbuf_printf(out, ", %d transpose%s read through strides", strided, strided == 1 ? "" : "s");
   }
   /* Views (docs/plan.md, Views), threaded per base for the memory plan. */
   int nviews = 0;

@@ -46,13 +46,13 @@ static bool same_attrs(const tfg_node *na, const tfg_node *nb) {
   const tfg_attrs *a = &na->attrs, *b = &nb->attrs;
   if (a->axis != b->axis || a->start != b->start || a->end != b->end || a->axes != b->axes ||
       a->keepdims != b->keepdims || a->transpose_a != b->transpose_a || a->transpose_b != b->transpose_b ||
-      a->causal != b->causal || a->mm_permuted != b->mm_permuted ||
+      a->causal != b->causal || a->views != b->views ||
       a->dtype != b->dtype || a->init != b->init || a->seed != b->seed || a->seeded != b->seeded || a->n != b->n ||
       a->niv != b->niv || a->iv_none != b->iv_none || a->pad_mode != b->pad_mode)
     return false;
   if (memcmp(a->stride, b->stride, sizeof a->stride) || memcmp(a->pad, b->pad, sizeof a->pad) ||
       memcmp(a->size, b->size, sizeof a->size) || memcmp(a->perm, b->perm, sizeof a->perm) ||
-      memcmp(a->iv, b->iv, sizeof a->iv) || memcmp(a->mm_perm, b->mm_perm, sizeof a->mm_perm))
+      memcmp(a->iv, b->iv, sizeof a->iv) || memcmp(a->view_perm, b->view_perm, sizeof a->view_perm))
     return false;
   if (!same_bits(&a->value, &b->value, 1) || !same_bits(&a->a, &b->a, 1) || !same_bits(&a->b, &b->b, 1)) return false;
   if (a->opt.nesterov != b->opt.nesterov || a->opt.decoupled != b->opt.decoupled) return false;

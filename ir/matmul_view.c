@@ -13,12 +13,12 @@ void tfg_matmul_view(const tfg_node *n, int k, const tfg_shape *stored, tfg_shap
   int64_t st[TFG_MAX_RANK];
   tfg_contiguous_strides(stored, st);
   *logical = *stored;
-  if (!(n->attrs.mm_permuted & (1u << k))) {
+  if (!(n->attrs.views & (1u << k))) {
     for (int i = 0; i < stored->rank; i++) stride[i] = st[i];
     return;
   }
-  const int8_t *perm = n->attrs.mm_perm[k];
-  if (k < 2) { /* logical axis i is stored axis perm[i] */
+  const int8_t *perm = n->attrs.view_perm[k];
+  if (k < TFG_VIEW_OUT) { /* logical axis i is stored axis perm[i] */
     for (int i = 0; i < stored->rank; i++) {
       logical->dim[i] = stored->dim[perm[i]];
       stride[i] = st[perm[i]];
@@ -30,6 +30,21 @@ void tfg_matmul_view(const tfg_node *n, int k, const tfg_shape *stored, tfg_shap
     logical->dim[perm[i]] = stored->dim[i];
     stride[perm[i]] = st[i];
   }
+}
+
+bool tfg_rows_view_of(const tfg_node *n, int k, const tfg_shape *stored, tfg_rows_view *v) {
+  tfg_shape l;
+  int64_t st[TFG_MAX_RANK];
+  tfg_matmul_view(n, k, stored, &l, st);
+  int r = l.rank;
+  if (r < 2 || (st[r - 1] != 1 && l.dim[r - 1] > 1)) return false;
+  v->nbatch = r - 2;
+  for (int d = 0; d < r - 2; d++) {
+    v->dim[d] = l.dim[d];
+    v->step[d] = st[d];
+  }
+  v->ld = st[r - 2];
+  return true;
 }
 
 /* How a row-major gemm reads a rows x cols matrix whose rows are sr
@@ -69,7 +84,7 @@ const char *tfg_matmul_geometry(const tfg_node *n, const tfg_shape *a, const tfg
   int64_t ast[TFG_MAX_RANK], bst[TFG_MAX_RANK], ost[TFG_MAX_RANK];
   tfg_matmul_view(n, 0, a, &as, ast);
   tfg_matmul_view(n, 1, b, &bs, bst);
-  tfg_matmul_view(n, 2, out, &os, ost);
+  tfg_matmul_view(n, TFG_VIEW_OUT, out, &os, ost);
   int ra = as.rank, rb = bs.rank, ro = os.rank;
   if (ra < 2 || rb < 2 || ro != (ra > rb ? ra : rb)) return "operand ranks do not give the output's";
   bool ta = n->attrs.transpose_a, tb = n->attrs.transpose_b, tc = false;

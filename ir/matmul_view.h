@@ -1,13 +1,13 @@
-/* ir/matmul_view.h: how a MATMUL reads its operands and writes its
- * product when the layout pass (compiler/layout.h) folded transposes
- * into it: each as a strided view of a contiguous tensor, the logical
- * axes a permutation of the stored ones.
+/* ir/matmul_view.h: how a MATMUL (or an ATTENTION) reads its operands
+ * and writes its result when the layout pass (compiler/layout.h) folded
+ * transposes into it: each as a strided view of a contiguous tensor, the
+ * logical axes a permutation of the stored ones.
  *
  *   tfg_shape la; int64_t sa[TFG_MAX_RANK];
  *   tfg_matmul_view(node, 0, &in[0].shape, &la, sa);  // a as the product reads it
  *   // element idx of the logical a is at sum_i idx[i] * sa[i] in in[0]
  *
- * Without the node's mm_permuted bit k the view is the tensor itself
+ * Without the node's views bit k the view is the tensor itself
  * (contiguous strides). Both matmul kernels (kernels/cpu/linalg.c,
  * kernels/cuda/linalg.cu) and the cost model read their shapes through
  * these, so a folded transpose costs no launch and no copy: the gemm
@@ -28,12 +28,36 @@ extern "C" {
 /* The contiguous (row-major) strides of s, in elements. */
 void tfg_contiguous_strides(const tfg_shape *s, int64_t *stride);
 
-/* Matmul view k of node n: k 0 or 1, operand a or b as the product reads
- * it (before transpose_a/_b) from a tensor of stored shape `stored` (the
- * input's); k 2, the product [..., M, N] as written into the output,
+/* View k of node n: k < TFG_VIEW_OUT, input k as the op reads it (a
+ * matmul's before transpose_a/_b) from a tensor of stored shape `stored`
+ * (the input's); k TFG_VIEW_OUT, the result as written into the output,
  * of stored shape `stored` (the node's). Fills the logical shape and
  * each logical axis's stride in elements of the stored tensor. */
 void tfg_matmul_view(const tfg_node *n, int k, const tfg_shape *stored, tfg_shape *logical, int64_t *stride);
+
+/* A view read a row at a time (attention's q, k, v and output: matrices
+ * [..., T, d] whose rows are contiguous): the batch dims (the logical
+ * ones before the last two), each one's step, and the rows' stride. */
+typedef struct tfg_rows_view {
+  int nbatch;
+  int64_t dim[TFG_MAX_RANK], step[TFG_MAX_RANK];
+  int64_t ld;
+} tfg_rows_view;
+
+/* Fills *v for view k of n over a tensor of stored shape `stored`; false
+ * when the view's last axis is not contiguous (the layout pass folds no
+ * such transpose into an attention). */
+bool tfg_rows_view_of(const tfg_node *n, int k, const tfg_shape *stored, tfg_rows_view *v);
+
+/* The element offset of batch matrix bm (row-major over the batch dims). */
+static inline int64_t tfg_rows_offset(const tfg_rows_view *v, int64_t bm) {
+  int64_t off = 0;
+  for (int d = v->nbatch - 1; d >= 0; d--) {
+    off += bm % v->dim[d] * v->step[d];
+    bm /= v->dim[d];
+  }
+  return off;
+}
 
 /* A matmul as row-major gemm calls: out [..., M, N] = op(a) @ op(b) per
  * output matrix, where the gemm flags ta, tb are the node's transposes,

@@ -12,7 +12,9 @@
  * live in the task's scratch of QB x Tk: no Tq x Tk tensor is made.
  * ATTENTION_PROBS writes the probabilities themselves (zeros where
  * masked), which attention's gradient (compiler/autodiff.c) multiplies
- * back through.
+ * back through. Each operand and the output may be a strided view
+ * (ir/matmul_view.h: the layout pass folds the heads' transposes in):
+ * the gemms read and write rows at the stored stride.
  *
  * The unfused ops (matmul, mul, where, softmax, matmul) compute the same
  * scores; the sums over the visible keys only (not over masked zeros)
@@ -24,6 +26,7 @@
 #include <string.h>
 
 #include "base/assert.h"
+#include "ir/matmul_view.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/cpu_impl.h"
@@ -39,6 +42,7 @@ typedef struct att_job {
   double scale;
   const char *q, *k, *v;
   char *out;
+  tfg_rows_view vq, vk, vv, vo; /* where each batch matrix's rows lie (ir/matmul_view.h) */
   char *scratch; /* QB * tk elements per chunk (attention only) */
   size_t es;
 } att_job;
@@ -64,12 +68,13 @@ static void att_chunk(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
     int64_t bm = t / j->nblk, r0 = t % j->nblk * QB;
     int64_t rows = j->tq - r0 < QB ? j->tq - r0 : QB;
     int64_t nk = j->causal ? (r0 + rows < j->tk ? r0 + rows : j->tk) : j->tk; /* keys the block sees */
-    const char *q = j->q + (size_t)((bm * j->tq + r0) * j->hd) * j->es;
-    const char *k = j->k + (size_t)(bm * j->tk * j->hd) * j->es;
-    /* probabilities: straight into the output rows (ld tk); else the scratch (ld nk) */
-    char *s = j->probs ? j->out + (size_t)((bm * j->tq + r0) * j->tk) * j->es : j->scratch + (size_t)(chunk * QB * j->tk) * j->es;
-    int64_t lds = j->probs ? j->tk : (nk > 0 ? nk : 1);
-    if (nk > 0) tfg_cpu_gemm_here(j->f64, false, true, rows, nk, j->hd, q, j->hd, k, j->hd, 0.0, s, lds);
+    const char *q = j->q + (size_t)(tfg_rows_offset(&j->vq, bm) + r0 * j->vq.ld) * j->es;
+    const char *k = j->k + (size_t)tfg_rows_offset(&j->vk, bm) * j->es;
+    char *o = j->out + (size_t)(tfg_rows_offset(&j->vo, bm) + r0 * j->vo.ld) * j->es;
+    /* probabilities: straight into the output rows; else the scratch (ld nk) */
+    char *s = j->probs ? o : j->scratch + (size_t)(chunk * QB * j->tk) * j->es;
+    int64_t lds = j->probs ? j->vo.ld : (nk > 0 ? nk : 1);
+    if (nk > 0) tfg_cpu_gemm_here(j->f64, false, true, rows, nk, j->hd, q, j->vq.ld, k, j->vk.ld, 0.0, s, lds);
     for (int64_t i = 0; i < rows; i++) {
       int64_t vis = j->causal ? (r0 + i + 1 < nk ? r0 + i + 1 : nk) : nk;
       int64_t len = j->probs ? j->tk : nk;
@@ -82,13 +87,12 @@ static void att_chunk(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
       else att_row_f32((float *)row, vis, len, (float)j->scale);
     }
     if (j->probs) continue;
-    char *o = j->out + (size_t)((bm * j->tq + r0) * j->hdv) * j->es;
     if (nk == 0) {
-      memset(o, 0, (size_t)(rows * j->hdv) * j->es);
+      for (int64_t i = 0; i < rows; i++) memset(o + (size_t)(i * j->vo.ld) * j->es, 0, (size_t)j->hdv * j->es);
       continue;
     }
-    const char *v = j->v + (size_t)(bm * j->tk * j->hdv) * j->es;
-    tfg_cpu_gemm_here(j->f64, false, false, rows, j->hdv, nk, s, lds, v, j->hdv, 0.0, o, j->hdv);
+    const char *v = j->v + (size_t)tfg_rows_offset(&j->vv, bm) * j->es;
+    tfg_cpu_gemm_here(j->f64, false, false, rows, j->hdv, nk, s, lds, v, j->vv.ld, 0.0, o, j->vo.ld);
   }
 }
 
@@ -102,17 +106,33 @@ TFG_CPU_KERNEL(tfg_cpu_attention) {
   bool probs = node->op == TFG_OP_ATTENTION_PROBS;
   const tfg_tensor *v = probs ? k : &in[2];
   if (!tfg_cpu_is_float(q->dtype)) return tfg_cpu_unsupported(ctx, "attention", q->dtype);
-  int r = q->shape.rank;
-  TFG_ASSERT(r >= 2 && k->dtype == q->dtype && v->dtype == q->dtype && out->dtype == q->dtype);
+  TFG_ASSERT(k->dtype == q->dtype && v->dtype == q->dtype && out->dtype == q->dtype);
   att_job j = {.f64 = q->dtype == TFG_DTYPE_F64, .causal = node->attrs.causal, .probs = probs,
-               .tq = q->shape.dim[r - 2], .tk = k->shape.dim[r - 2], .hd = q->shape.dim[r - 1],
-               .hdv = probs ? 0 : v->shape.dim[r - 1], .scale = node->attrs.value,
-               .q = q->data, .k = k->data, .v = v->data, .out = out->data, .es = tfg_dtype_size(q->dtype)};
+               .scale = node->attrs.value, .q = q->data, .k = k->data, .v = v->data, .out = out->data,
+               .es = tfg_dtype_size(q->dtype)};
+  /* q, k, v and the output as their views (the layout pass may have
+   * folded the heads' transposes in: rows at a stride) */
+  if (!tfg_rows_view_of(node, 0, &q->shape, &j.vq) || !tfg_rows_view_of(node, 1, &k->shape, &j.vk) ||
+      !tfg_rows_view_of(node, probs ? 1 : 2, &v->shape, &j.vv) ||
+      !tfg_rows_view_of(node, TFG_VIEW_OUT, &out->shape, &j.vo))
+    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "attention: a view's rows are not contiguous");
+  tfg_shape lq, lk, lv;
+  int64_t st[TFG_MAX_RANK];
+  tfg_matmul_view(node, 0, &q->shape, &lq, st);
+  tfg_matmul_view(node, 1, &k->shape, &lk, st);
+  tfg_matmul_view(node, probs ? 1 : 2, &v->shape, &lv, st);
+  int r = lq.rank;
+  TFG_ASSERT(r >= 2);
+  j.tq = lq.dim[r - 2];
+  j.tk = lk.dim[r - 2];
+  j.hd = lq.dim[r - 1];
+  j.hdv = probs ? 0 : lv.dim[r - 1];
   int64_t total = tfg_shape_numel(&out->shape);
   if (total == 0) return TFG_OK;
   int64_t nbm = total / (j.tq * (probs ? j.tk : j.hdv)); /* batch matrices */
   if (!tfg_cpu_fits_blasint(j.tq) || !tfg_cpu_fits_blasint(j.tk) || !tfg_cpu_fits_blasint(j.hd) ||
-      !tfg_cpu_fits_blasint(j.hdv))
+      !tfg_cpu_fits_blasint(j.hdv) || !tfg_cpu_fits_blasint(j.vq.ld) || !tfg_cpu_fits_blasint(j.vk.ld) ||
+      !tfg_cpu_fits_blasint(j.vv.ld) || !tfg_cpu_fits_blasint(j.vo.ld))
     return tfg_kernel_fail(ctx, TFG_ERR_LIMIT, "attention dimensions exceed the BLAS integer range");
   j.nblk = (j.tq + QB - 1) / QB;
   int64_t tasks = nbm * j.nblk;

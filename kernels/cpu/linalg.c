@@ -91,7 +91,7 @@ TFG_CPU_KERNEL(tfg_cpu_matmul) {
 
   /* One tall product when b is shared and a's batch rows are contiguous
    * in output order (a not transposed, not broadcast, nothing folded). */
-  if (node->attrs.mm_permuted == 0 && b_shared && a_whole && !g.ta && tfg_cpu_fits_blasint(nmat * g.m)) {
+  if (node->attrs.views == 0 && b_shared && a_whole && !g.ta && tfg_cpu_fits_blasint(nmat * g.m)) {
     j.g.m = nmat * g.m;
     nmat = 1;
     j.g.nbatch = 0;

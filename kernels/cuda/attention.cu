@@ -14,17 +14,37 @@
  * another order than the CPU gemm's, so the last bits may differ). A
  * causal row i sees keys 0..i (the top-left triangle, as the CPU).
  * ATTENTION_PROBS takes two passes over the keys: the running max and
- * sum, then each probability (zeros where masked).
+ * sum, then each probability (zeros where masked). Operands and output
+ * may be strided views (the layout pass's folded transposes): rows are
+ * found through their batch steps and row stride (ir/matmul_view.h).
  *
  * Correct, not fast: this is the reference the GPU side is checked
  * against (tests/gpu/conformance.c) until a tiled flash kernel (shared
  * memory tiles of K and V, tensor cores) replaces it. f16/bf16 are
  * staged in f32 by the registry. */
 #include "kernels/cuda/common.cuh"
+extern "C" {
+#include "ir/matmul_view.h"
+}
 
 namespace {
 
 constexpr int WARP = 32, SLICE = 8;
+
+/* Where each operand's batch matrices and rows lie (ir/matmul_view.h: the
+ * layout pass may fold the heads' transposes in), by value. */
+struct views {
+  tfg_rows_view q, k, v, o;
+};
+
+__device__ __forceinline__ long long rows_offset(const tfg_rows_view &v, long long bm) {
+  long long off = 0;
+  for (int d = v.nbatch - 1; d >= 0; d--) {
+    off += bm % v.dim[d] * v.step[d];
+    bm /= v.dim[d];
+  }
+  return off;
+}
 
 /* The dot product of q and k over hd, summed across the warp. */
 template <typename T>
@@ -37,7 +57,7 @@ __device__ __forceinline__ T warp_dot(const T *q, const T *k, long long hd, int 
 
 template <typename T>
 __global__ void attention_rows(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
-                               T *__restrict__ out, long long rows, long long tq, long long tk, long long hd,
+                               T *__restrict__ out, views w, long long rows, long long tq, long long tk, long long hd,
                                long long hdv, T scale, bool causal) {
   int lane = threadIdx.x % WARP;
   long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
@@ -45,19 +65,20 @@ __global__ void attention_rows(const T *__restrict__ q, const T *__restrict__ k,
   for (long long r = warp; r < rows; r += nwarps) {
     long long bm = r / tq, i = r % tq;
     long long vis = causal ? (i + 1 < tk ? i + 1 : tk) : tk;
-    const T *qr = q + r * hd, *kb = k + bm * tk * hd, *vb = v + bm * tk * hdv;
-    T *o = out + r * hdv;
+    const T *qr = q + rows_offset(w.q, bm) + i * w.q.ld, *kb = k + rows_offset(w.k, bm);
+    const T *vb = v + rows_offset(w.v, bm);
+    T *o = out + rows_offset(w.o, bm) + i * w.o.ld;
     for (long long e0 = 0; e0 < hdv; e0 += WARP * SLICE) {
       double m = -INFINITY, l = 0, acc[SLICE];
       for (int t = 0; t < SLICE; t++) acc[t] = 0;
       for (long long j = 0; j < vis; j++) {
-        T s = warp_dot(qr, kb + j * hd, hd, lane) * scale;
+        T s = warp_dot(qr, kb + j * w.k.ld, hd, lane) * scale;
         double sd = (double)s, mn = sd > m ? sd : m;
         double c = exp(m - mn), p = exp(sd - mn); /* c = 0 the first time (m = -inf) */
         l = l * c + p;
         for (int t = 0; t < SLICE; t++) {
           long long e = e0 + lane + (long long)t * WARP;
-          acc[t] = acc[t] * c + (e < hdv ? p * (double)vb[j * hdv + e] : 0.0);
+          acc[t] = acc[t] * c + (e < hdv ? p * (double)vb[j * w.v.ld + e] : 0.0);
         }
         m = mn;
       }
@@ -70,7 +91,7 @@ __global__ void attention_rows(const T *__restrict__ q, const T *__restrict__ k,
 }
 
 template <typename T>
-__global__ void attention_probs_rows(const T *__restrict__ q, const T *__restrict__ k, T *__restrict__ out,
+__global__ void attention_probs_rows(const T *__restrict__ q, const T *__restrict__ k, T *__restrict__ out, views w,
                                      long long rows, long long tq, long long tk, long long hd, T scale, bool causal) {
   int lane = threadIdx.x % WARP;
   long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
@@ -78,17 +99,17 @@ __global__ void attention_probs_rows(const T *__restrict__ q, const T *__restric
   for (long long r = warp; r < rows; r += nwarps) {
     long long bm = r / tq, i = r % tq;
     long long vis = causal ? (i + 1 < tk ? i + 1 : tk) : tk;
-    const T *qr = q + r * hd, *kb = k + bm * tk * hd;
-    T *pr = out + r * tk;
+    const T *qr = q + rows_offset(w.q, bm) + i * w.q.ld, *kb = k + rows_offset(w.k, bm);
+    T *pr = out + rows_offset(w.o, bm) + i * w.o.ld;
     double m = -INFINITY, l = 0;
     for (long long j = 0; j < vis; j++) {
-      double sd = (double)(warp_dot(qr, kb + j * hd, hd, lane) * scale), mn = sd > m ? sd : m;
+      double sd = (double)(warp_dot(qr, kb + j * w.k.ld, hd, lane) * scale), mn = sd > m ? sd : m;
       l = l * exp(m - mn) + exp(sd - mn);
       m = mn;
     }
     for (long long j = 0; j < tk; j++) {
       double p = 0;
-      if (j < vis) p = exp((double)(warp_dot(qr, kb + j * hd, hd, lane) * scale) - m) / l;
+      if (j < vis) p = exp((double)(warp_dot(qr, kb + j * w.k.ld, hd, lane) * scale) - m) / l;
       if (lane == 0) pr[j] = (T)p;
     }
   }
@@ -104,11 +125,20 @@ tfg_status cuda_attention(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_t
   tfg_dtype dt = q->dtype;
   if ((dt != TFG_DTYPE_F32 && dt != TFG_DTYPE_F64) || k->dtype != dt || v->dtype != dt || out->dtype != dt)
     return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "attention of %s is not supported on CUDA", tfg_dtype_name(dt));
-  int r = q->shape.rank;
-  if (r < 2 || k->shape.rank != r || v->shape.rank != r || out->shape.rank != r)
-    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "attention: q, k, v and the output must share a rank");
-  long long tq = q->shape.dim[r - 2], tk = k->shape.dim[r - 2], hd = q->shape.dim[r - 1];
-  long long hdv = probs ? 0 : v->shape.dim[r - 1];
+  views w;
+  if (!tfg_rows_view_of(node, 0, &q->shape, &w.q) || !tfg_rows_view_of(node, 1, &k->shape, &w.k) ||
+      !tfg_rows_view_of(node, probs ? 1 : 2, &v->shape, &w.v) ||
+      !tfg_rows_view_of(node, TFG_VIEW_OUT, &out->shape, &w.o))
+    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "attention: a view's rows are not contiguous");
+  tfg_shape lq, lk, lv;
+  int64_t strides[TFG_MAX_RANK];
+  tfg_matmul_view(node, 0, &q->shape, &lq, strides);
+  tfg_matmul_view(node, 1, &k->shape, &lk, strides);
+  tfg_matmul_view(node, probs ? 1 : 2, &v->shape, &lv, strides);
+  int r = lq.rank;
+  if (r < 2) return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "attention: q must be [..., T, hd]");
+  long long tq = lq.dim[r - 2], tk = lk.dim[r - 2], hd = lq.dim[r - 1];
+  long long hdv = probs ? 0 : lv.dim[r - 1];
   long long total = tfg_shape_numel(&out->shape);
   if (total == 0) return TFG_OK;
   long long rows = total / (probs ? tk : hdv);
@@ -119,20 +149,20 @@ tfg_status cuda_attention(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_t
     float sc = (float)node->attrs.value;
     if (probs)
       attention_probs_rows<float><<<blocks, TFG_CUDA_THREADS, 0, st>>>(
-          (const float *)q->data, (const float *)k->data, (float *)out->data, rows, tq, tk, hd, sc, causal);
+          (const float *)q->data, (const float *)k->data, (float *)out->data, w, rows, tq, tk, hd, sc, causal);
     else
       attention_rows<float><<<blocks, TFG_CUDA_THREADS, 0, st>>>((const float *)q->data, (const float *)k->data,
-                                                                 (const float *)v->data, (float *)out->data, rows, tq,
-                                                                 tk, hd, hdv, sc, causal);
+                                                                 (const float *)v->data, (float *)out->data, w, rows,
+                                                                 tq, tk, hd, hdv, sc, causal);
   } else {
     double sc = node->attrs.value;
     if (probs)
       attention_probs_rows<double><<<blocks, TFG_CUDA_THREADS, 0, st>>>(
-          (const double *)q->data, (const double *)k->data, (double *)out->data, rows, tq, tk, hd, sc, causal);
+          (const double *)q->data, (const double *)k->data, (double *)out->data, w, rows, tq, tk, hd, sc, causal);
     else
       attention_rows<double><<<blocks, TFG_CUDA_THREADS, 0, st>>>((const double *)q->data, (const double *)k->data,
-                                                                  (const double *)v->data, (double *)out->data, rows,
-                                                                  tq, tk, hd, hdv, sc, causal);
+                                                                  (const double *)v->data, (double *)out->data, w,
+                                                                  rows, tq, tk, hd, hdv, sc, causal);
   }
   TFG_CUDA_LAUNCHED(ctx);
   return TFG_OK;

@@ -40,7 +40,7 @@
  *     only for mixed broadcasting like [B, 1] x [1, C], loops on the
  *     host, one batched call per outer index.
  *
- * A product the layout pass folded transposes into (attrs.mm_permuted:
+ * A product the layout pass folded transposes into (attrs.views:
  * its operands and product strided views, ir/matmul_view.h) goes to
  * cuBLAS alone (permuted_matmul): strided-batched over the longest run of
  * batch dims with uniform element steps, a host loop over the rest.
@@ -342,7 +342,7 @@ bool batch_steps(const tfg_shape *s, int nbatch, const int64_t *outdim, int64_t 
   return true;
 }
 
-/* MATMUL with transposes folded in (attrs.mm_permuted, ir/matmul_view.h):
+/* MATMUL with transposes folded in (attrs.views, ir/matmul_view.h):
  * each operand and the product a strided view of its tensor. Every
  * product through cuBLAS (not Lt, whose layouts this path does not
  * describe): strided-batched over the longest suffix of batch dims over
@@ -437,7 +437,7 @@ tfg_status cuda_matmul(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tens
     return tfg_kernel_fail(ctx, TFG_ERR_DEVICE,
                            "matmul of %s and %s into %s is not supported on CUDA (f32, f64, f16 and bf16 are)",
                            tfg_dtype_name(a->dtype), tfg_dtype_name(b->dtype), tfg_dtype_name(dt));
-  if (node->attrs.mm_permuted) return permuted_matmul(ctx, node, a, b, out);
+  if (node->attrs.views) return permuted_matmul(ctx, node, a, b, out);
   int ra = a->shape.rank, rb = b->shape.rank, ro = out->shape.rank;
   if (ra < 2 || rb < 2 || ro != (ra > rb ? ra : rb))
     return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "matmul: operand ranks %d and %d do not give rank %d", ra, rb, ro);

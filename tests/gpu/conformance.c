@@ -990,7 +990,7 @@ static void fam_matmul(tfg_op_id op) {
       tc_op(&c, op, &at, 2, a, b);
       tc_check(&c, T_GEMM);
     }
-  /* Transposes the layout pass folded in (attrs.mm_perm, ir/matmul_view.h:
+  /* Transposes the layout pass folded in (attrs.view_perm, ir/matmul_view.h:
    * on CUDA, kernels/cuda/linalg.cu's permuted_matmul): the attention
    * heads' q k^T and a v read [B,T,H,hd] through [0,2,1,3], the product
    * stored back in that layout, an operand stored column-major, a shared
@@ -1000,13 +1000,13 @@ static void fam_matmul(tfg_op_id op) {
     int64_t a[4], b[4], o[4];
     int r;
     bool tb;
-    uint8_t bits;
+    uint8_t bits; /* views: bit 0 a, 1 b, TFG_VIEW_OUT (8) the product */
     int8_t pa[4], pb[4], po[4];
   } views[] = {
       {{2, 5, 3, 4}, {2, 5, 3, 4}, {2, 3, 5, 5}, 4, true, 3, {0, 2, 1, 3}, {0, 2, 1, 3}, {0, 1, 2, 3}},
-      {{2, 3, 5, 5}, {2, 5, 3, 4}, {2, 5, 3, 4}, 4, false, 6, {0, 1, 2, 3}, {0, 2, 1, 3}, {0, 2, 1, 3}},
+      {{2, 3, 5, 5}, {2, 5, 3, 4}, {2, 5, 3, 4}, 4, false, 2 | 8, {0, 1, 2, 3}, {0, 2, 1, 3}, {0, 2, 1, 3}},
       {{2, 4, 5}, {2, 4, 6}, {2, 5, 6}, 3, false, 1, {0, 2, 1}, {0, 1, 2}, {0, 1, 2}},
-      {{3, 7, 2, 5}, {5, 4}, {3, 7, 2, 4}, 4, false, 5, {0, 2, 1, 3}, {0, 1}, {0, 2, 1, 3}},
+      {{3, 7, 2, 5}, {5, 4}, {3, 7, 2, 4}, 4, false, 1 | 8, {0, 2, 1, 3}, {0, 1}, {0, 2, 1, 3}},
       {{4, 17, 3, 33}, {4, 17, 3, 33}, {4, 3, 17, 17}, 4, true, 3, {0, 2, 1, 3}, {0, 2, 1, 3}, {0, 1, 2, 3}},
   };
   for (int d = 0; d < COUNT(FLOATS); d++)
@@ -1022,11 +1022,11 @@ static void fam_matmul(tfg_op_id op) {
       nd->dtype = dt;
       nd->shape = shape_of(views[k].r, views[k].o);
       nd->attrs.transpose_b = views[k].tb;
-      nd->attrs.mm_permuted = views[k].bits;
+      nd->attrs.views = views[k].bits;
       for (int i = 0; i < 4; i++) {
-        nd->attrs.mm_perm[0][i] = views[k].pa[i];
-        nd->attrs.mm_perm[1][i] = views[k].pb[i];
-        nd->attrs.mm_perm[2][i] = views[k].po[i];
+        nd->attrs.view_perm[0][i] = views[k].pa[i];
+        nd->attrs.view_perm[1][i] = views[k].pb[i];
+        nd->attrs.view_perm[TFG_VIEW_OUT][i] = views[k].po[i];
       }
       c.node = id;
       tc_desc(&c, "strided views");
@@ -1282,6 +1282,30 @@ static void fam_attention(tfg_op_id op) {
       else tc_op(&c, op, &a, 2, qn, kn);
       tc_check(&c, T_NN);
     }
+  /* The heads read as the layout pass folds them: q, k, v stored [B, T,
+   * H, hd] and read through [0, 2, 1, 3], the output stored back so (its
+   * shape set here: the shape rule knows no views). */
+  for (int d = 0; d < COUNT(dts); d++) {
+    tfg_dtype dt = dts[d];
+    tcase c = tc_new(dt);
+    int nin = op == TFG_OP_ATTENTION ? 3 : 2;
+    tfg_node_id ins[3];
+    for (int i = 0; i < nin; i++) ins[i] = tc_in(&c, dt, SH(2, 9, 3, 8), UNI(-1, 1));
+    tfg_loc loc = {0};
+    tfg_node_id id = tfg_graph_add(c.g, op, ins, nin, &loc);
+    tfg_node *nd = tfg_graph_node(c.g, id);
+    nd->dtype = dt;
+    nd->shape = op == TFG_OP_ATTENTION ? SH(2, 9, 3, 8) : SH(2, 3, 9, 9);
+    nd->attrs.causal = true;
+    nd->attrs.value = 0.35;
+    nd->attrs.views = (uint8_t)((1u << nin) - 1) | (op == TFG_OP_ATTENTION ? 1u << TFG_VIEW_OUT : 0);
+    static const int8_t heads[4] = {0, 2, 1, 3};
+    for (int s = 0; s < 4; s++)
+      for (int i = 0; i < 4; i++) nd->attrs.view_perm[s][i] = heads[i];
+    c.node = id;
+    tc_desc(&c, "strided views");
+    tc_check(&c, T_NN);
+  }
 }
 
 static const struct {

@@ -1,4 +1,4 @@
-/* tests/unit/test_layout.c: transposes folded into matmuls
+/* tests/unit/test_layout.c: transposes folded into matmuls and attentions
  * (compiler/layout.h, ir/matmul_view.h).
  *
  * The CPU kernel through views: random operand and product permutations
@@ -103,11 +103,11 @@ START_TEST(kernel_views_match_reference) {
   tfg_node nd = {.op = TFG_OP_MATMUL, .dtype = dt, .shape = sc, .ninputs = 2};
   nd.attrs.transpose_a = ta;
   nd.attrs.transpose_b = tb;
-  nd.attrs.mm_permuted = 7;
+  nd.attrs.views = 1 | 2 | 1 << TFG_VIEW_OUT;
   for (int i = 0; i < r; i++) {
-    nd.attrs.mm_perm[0][i] = (int8_t)pa[i];
-    nd.attrs.mm_perm[1][i] = (int8_t)pb[i];
-    nd.attrs.mm_perm[2][i] = (int8_t)pc[i];
+    nd.attrs.view_perm[0][i] = (int8_t)pa[i];
+    nd.attrs.view_perm[1][i] = (int8_t)pb[i];
+    nd.attrs.view_perm[TFG_VIEW_OUT][i] = (int8_t)pc[i];
   }
   tfg_kernel_ctx ctx = {.pool = test_pool};
   ck_assert_int_eq(tfg_cpu_matmul(&ctx, &nd, in, &out), TFG_OK);
@@ -116,7 +116,7 @@ START_TEST(kernel_views_match_reference) {
   int64_t vst[TFG_MAX_RANK];
   tfg_matmul_view(&nd, 0, &sa, &v, vst);
   ck_assert(tfg_shape_eq(&v, &la));
-  tfg_matmul_view(&nd, 2, &sc, &v, vst);
+  tfg_matmul_view(&nd, TFG_VIEW_OUT, &sc, &v, vst);
   ck_assert(tfg_shape_eq(&v, &lp));
   double u = dt == TFG_DTYPE_F32 ? 0x1p-24 : 0x1p-53;
   int64_t idx[TFG_MAX_RANK] = {0};
@@ -199,10 +199,10 @@ START_TEST(pass_rules) {
   uint8_t *mark = passes(&b, RULES, &count);
   const tfg_graph *g = b.p->graph;
   const tfg_node *m0 = printed_matmul(&b, 0), *m1 = printed_matmul(&b, 1), *m2 = printed_matmul(&b, 2);
-  ck_assert_uint_eq(m0->attrs.mm_permuted, 1);
+  ck_assert_uint_eq(m0->attrs.views, 1);
   ck_assert_int_eq(g->nodes[m0->inputs[0]].op, TFG_OP_INIT); /* reads x itself */
-  ck_assert_uint_eq(m1->attrs.mm_permuted, 1);
-  ck_assert_uint_eq(m2->attrs.mm_permuted, 0);
+  ck_assert_uint_eq(m1->attrs.views, 1);
+  ck_assert_uint_eq(m2->attrs.views, 0);
   ck_assert_int_eq(g->nodes[m2->inputs[0]].op, TFG_OP_TRANSPOSE);
   /* print 3 is a root: its transpose keeps running, its matmul stays plain */
   tfg_node_id t3 = program_printed(b.p, 3);
@@ -237,7 +237,7 @@ START_TEST(pass_output_folds) {
   ck_assert_int_eq(rs->op, TFG_OP_RESHAPE);
   const tfg_node *m = &g->nodes[rs->inputs[0]];
   ck_assert_int_eq(m->op, TFG_OP_MATMUL);
-  ck_assert_uint_eq(m->attrs.mm_permuted, 4);
+  ck_assert_uint_eq(m->attrs.views, 1u << TFG_VIEW_OUT);
   ck_assert(tfg_shape_eq(&m->shape, &(tfg_shape){4, {2, 5, 3, 6}}));
   ck_assert_int_eq(count, 1);
   free(mark);
@@ -260,8 +260,8 @@ START_TEST(pass_pins_and_other_readers) {
                          &count);
   const tfg_graph *g = b.p->graph;
   const tfg_node *m = printed_matmul(&b, 0), *m2 = printed_matmul(&b, 1);
-  ck_assert_uint_eq(m->attrs.mm_permuted, 0); /* pinned apart */
-  ck_assert_uint_eq(m2->attrs.mm_permuted, 1);
+  ck_assert_uint_eq(m->attrs.views, 0); /* pinned apart */
+  ck_assert_uint_eq(m2->attrs.views, 1);
   /* the unpinned transpose (simplify made the two one) still runs for relu */
   int kept = 0;
   for (tfg_node_id i = 0; i < g->nnodes; i++)
@@ -313,6 +313,34 @@ START_TEST(attention_trains_same_bits) {
 }
 END_TEST
 
+/* The same heads through the attention builtin: its q, k, v and output
+ * read through the heads' transposes (rows at a stride), and the
+ * gradient's matmuls through theirs; all 8 fold, the same bits. */
+static const char ATTENTION_BUILTIN[] =
+    "import nn\n"
+    "x = normal([2, 6, 8], seed = 1)\n"
+    "param wq: f32[8, 8] = glorot(seed = 2)\n"
+    "param wk: f32[8, 8] = glorot(seed = 3)\n"
+    "param wv: f32[8, 8] = glorot(seed = 4)\n"
+    "q = nn.split_heads(matmul(x, wq), 2)\n"
+    "k = nn.split_heads(matmul(x, wk), 2)\n"
+    "v = nn.split_heads(matmul(x, wv), 2)\n"
+    "o = reshape(transpose(attention(q, k, v, causal = true), perm = [0, 2, 1, 3]), [2, 6, 8])\n"
+    "loss = mean(o * o)\n"
+    "train loss { optimizer = adamw(lr = 0.01, weight_decay = 0.01); steps = 3 }\n"
+    "print loss, wq, wk, wv\n";
+
+START_TEST(attention_builtin_same_bits) {
+  trained on, off;
+  program_train_fetch(ATTENTION_BUILTIN, NULL, 4, &on);
+  setenv("TFG_LAYOUT", "0", 1);
+  program_train_fetch(ATTENTION_BUILTIN, NULL, 4, &off);
+  unsetenv("TFG_LAYOUT");
+  ck_assert_int_eq(on.nstrided, 8);
+  trained_expect_same(&on, &off);
+}
+END_TEST
+
 Suite *suite_layout(void) {
   Suite *s = suite_create("layout");
   TCase *tc = tcase_create("layout");
@@ -324,6 +352,7 @@ Suite *suite_layout(void) {
   tcase_add_test(tc, pass_pins_and_other_readers);
   tcase_add_test(tc, pass_same_bits);
   tcase_add_test(tc, attention_trains_same_bits);
+  tcase_add_test(tc, attention_builtin_same_bits);
   suite_add_tcase(s, tc);
   return s;
 }
