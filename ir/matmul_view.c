@@ -47,6 +47,26 @@ bool tfg_rows_view_of(const tfg_node *n, int k, const tfg_shape *stored, tfg_row
   return true;
 }
 
+const char *tfg_attention_geometry(const tfg_node *n, const tfg_shape *q, const tfg_shape *k, const tfg_shape *v,
+                                   const tfg_shape *out, tfg_attention_geom *g) {
+  bool probs = v == NULL;
+  if (!tfg_rows_view_of(n, 0, q, &g->q) || !tfg_rows_view_of(n, 1, k, &g->k) ||
+      !tfg_rows_view_of(n, probs ? 1 : 2, probs ? k : v, &g->v) || !tfg_rows_view_of(n, TFG_VIEW_OUT, out, &g->out))
+    return "a view's rows are not contiguous";
+  tfg_shape lq, lk, lv;
+  int64_t st[TFG_MAX_RANK];
+  tfg_matmul_view(n, 0, q, &lq, st);
+  tfg_matmul_view(n, 1, k, &lk, st);
+  tfg_matmul_view(n, probs ? 1 : 2, probs ? k : v, &lv, st);
+  int r = lq.rank;
+  if (r < 2 || lk.rank != r || lv.rank != r) return "q, k and v must be [..., T, head size] of one rank";
+  g->tq = lq.dim[r - 2];
+  g->tk = lk.dim[r - 2];
+  g->hd = lq.dim[r - 1];
+  g->hdv = probs ? 0 : lv.dim[r - 1];
+  return NULL;
+}
+
 /* How a row-major gemm reads a rows x cols matrix whose rows are sr
  * elements apart and columns sc: row-major (sc 1: *ld = sr, *trans as it
  * was) or column-major (sr 1: *ld = sc, *trans flipped); a unit dimension

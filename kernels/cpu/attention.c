@@ -112,21 +112,11 @@ TFG_CPU_KERNEL(tfg_cpu_attention) {
                .es = tfg_dtype_size(q->dtype)};
   /* q, k, v and the output as their views (the layout pass may have
    * folded the heads' transposes in: rows at a stride) */
-  if (!tfg_rows_view_of(node, 0, &q->shape, &j.vq) || !tfg_rows_view_of(node, 1, &k->shape, &j.vk) ||
-      !tfg_rows_view_of(node, probs ? 1 : 2, &v->shape, &j.vv) ||
-      !tfg_rows_view_of(node, TFG_VIEW_OUT, &out->shape, &j.vo))
-    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "attention: a view's rows are not contiguous");
-  tfg_shape lq, lk, lv;
-  int64_t st[TFG_MAX_RANK];
-  tfg_matmul_view(node, 0, &q->shape, &lq, st);
-  tfg_matmul_view(node, 1, &k->shape, &lk, st);
-  tfg_matmul_view(node, probs ? 1 : 2, &v->shape, &lv, st);
-  int r = lq.rank;
-  TFG_ASSERT(r >= 2);
-  j.tq = lq.dim[r - 2];
-  j.tk = lk.dim[r - 2];
-  j.hd = lq.dim[r - 1];
-  j.hdv = probs ? 0 : lv.dim[r - 1];
+  tfg_attention_geom g;
+  const char *bad = tfg_attention_geometry(node, &q->shape, &k->shape, probs ? NULL : &v->shape, &out->shape, &g);
+  if (bad) return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "attention: %s", bad);
+  j.tq = g.tq, j.tk = g.tk, j.hd = g.hd, j.hdv = g.hdv;
+  j.vq = g.q, j.vk = g.k, j.vv = g.v, j.vo = g.out;
   int64_t total = tfg_shape_numel(&out->shape);
   if (total == 0) return TFG_OK;
   int64_t nbm = total / (j.tq * (probs ? j.tk : j.hdv)); /* batch matrices */

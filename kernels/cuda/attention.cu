@@ -125,20 +125,11 @@ tfg_status cuda_attention(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_t
   tfg_dtype dt = q->dtype;
   if ((dt != TFG_DTYPE_F32 && dt != TFG_DTYPE_F64) || k->dtype != dt || v->dtype != dt || out->dtype != dt)
     return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "attention of %s is not supported on CUDA", tfg_dtype_name(dt));
-  views w;
-  if (!tfg_rows_view_of(node, 0, &q->shape, &w.q) || !tfg_rows_view_of(node, 1, &k->shape, &w.k) ||
-      !tfg_rows_view_of(node, probs ? 1 : 2, &v->shape, &w.v) ||
-      !tfg_rows_view_of(node, TFG_VIEW_OUT, &out->shape, &w.o))
-    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "attention: a view's rows are not contiguous");
-  tfg_shape lq, lk, lv;
-  int64_t strides[TFG_MAX_RANK];
-  tfg_matmul_view(node, 0, &q->shape, &lq, strides);
-  tfg_matmul_view(node, 1, &k->shape, &lk, strides);
-  tfg_matmul_view(node, probs ? 1 : 2, &v->shape, &lv, strides);
-  int r = lq.rank;
-  if (r < 2) return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "attention: q must be [..., T, hd]");
-  long long tq = lq.dim[r - 2], tk = lk.dim[r - 2], hd = lq.dim[r - 1];
-  long long hdv = probs ? 0 : lv.dim[r - 1];
+  tfg_attention_geom g;
+  const char *bad = tfg_attention_geometry(node, &q->shape, &k->shape, probs ? NULL : &v->shape, &out->shape, &g);
+  if (bad) return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "attention: %s", bad);
+  views w = {g.q, g.k, g.v, g.out};
+  long long tq = g.tq, tk = g.tk, hd = g.hd, hdv = g.hdv;
   long long total = tfg_shape_numel(&out->shape);
   if (total == 0) return TFG_OK;
   long long rows = total / (probs ? tk : hdv);

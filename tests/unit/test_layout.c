@@ -301,16 +301,22 @@ static const char ATTENTION[] =
     "train loss { optimizer = adamw(lr = 0.01, weight_decay = 0.01); steps = 3 }\n"
     "print loss, wq, wk, wv\n";
 
-START_TEST(attention_trains_same_bits) {
+/* Trains text (4 printed tensors) with the layout pass and without it
+ * (TFG_LAYOUT=0; the other passes on both times: they change the weight
+ * gradients' sums), expecting nstrided transposes folded and the same
+ * bits. */
+static void layout_same_bits(const char *text, int nstrided) {
   trained on, off;
-  program_train_fetch(ATTENTION, NULL, 4, &on);
-  setenv("TFG_LAYOUT", "0", 1); /* the other passes on: they change the weight gradients' sums */
-  program_train_fetch(ATTENTION, NULL, 4, &off);
+  program_train_fetch(text, NULL, 4, &on);
+  setenv("TFG_LAYOUT", "0", 1);
+  program_train_fetch(text, NULL, 4, &off);
   unsetenv("TFG_LAYOUT");
-  ck_assert_int_eq(on.nstrided, 8);
+  ck_assert_int_eq(on.nstrided, nstrided);
   ck_assert_int_eq(off.nstrided, 0);
   trained_expect_same(&on, &off);
 }
+
+START_TEST(attention_trains_same_bits) { layout_same_bits(ATTENTION, 8); }
 END_TEST
 
 /* The same heads through the attention builtin: its q, k, v and output
@@ -330,15 +336,7 @@ static const char ATTENTION_BUILTIN[] =
     "train loss { optimizer = adamw(lr = 0.01, weight_decay = 0.01); steps = 3 }\n"
     "print loss, wq, wk, wv\n";
 
-START_TEST(attention_builtin_same_bits) {
-  trained on, off;
-  program_train_fetch(ATTENTION_BUILTIN, NULL, 4, &on);
-  setenv("TFG_LAYOUT", "0", 1);
-  program_train_fetch(ATTENTION_BUILTIN, NULL, 4, &off);
-  unsetenv("TFG_LAYOUT");
-  ck_assert_int_eq(on.nstrided, 8);
-  trained_expect_same(&on, &off);
-}
+START_TEST(attention_builtin_same_bits) { layout_same_bits(ATTENTION_BUILTIN, 8); }
 END_TEST
 
 Suite *suite_layout(void) {
