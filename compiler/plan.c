@@ -407,7 +407,7 @@ static bool member_of(const tfg_node_id *m, int n, tfg_node_id x) {
   return false;
 }
 
-void tfg_plan_count_readers(const tfg_graph *g, int *readers, tfg_node_id *last, int *updates) {
+void tfg_plan_count_readers(const tfg_plan *p, const tfg_graph *g, int *readers, tfg_node_id *last, int *updates) {
   int32_t n = g->nnodes;
   updates[0] = 0;
   for (int32_t i = 0; i < n; i++) {
@@ -416,6 +416,7 @@ void tfg_plan_count_readers(const tfg_graph *g, int *readers, tfg_node_id *last,
   }
   for (int32_t i = 0; i < n; i++) {
     updates[i + 1] = updates[i] + tfg_plan_in_place(g->nodes[i].op);
+    if (tfg_plan_removed(p, i)) continue; /* a node a pass removed reads nothing: it never runs */
     for (int k = 0; k < g->nodes[i].ninputs; k++) {
       tfg_node_id x = g->nodes[i].inputs[k];
       if (last[x] != i) readers[x]++;
@@ -466,7 +467,7 @@ static void make_chains(builder *b, const uint8_t *keep) {
   int *group_of = malloc(sizeof *group_of * ((size_t)n + 1)); /* per fusable node: its group */
   b->chain_of = malloc(sizeof *b->chain_of * ((size_t)n + 1));
   TFG_ASSERT(readers && last && updates && group_of && b->chain_of);
-  tfg_plan_count_readers(g, readers, last, updates);
+  tfg_plan_count_readers(p, g, readers, last, updates);
   fuse_group *groups = NULL;
   int ngroups = 0, cap = 0;
   for (int32_t i = 0; i < n; i++) {

@@ -50,10 +50,12 @@ bool tfg_plan_in_place(tfg_op_id op);
 bool tfg_plan_fusable(const tfg_graph *g, tfg_node_id i);
 
 /* Per node i of g (n nodes): readers[i] the distinct ops that read it,
- * last[i] the last of them (-1: none); updates[i] the optimizer updates
- * before node i (n + 1 entries: updates[n] counts them all). The arrays
- * are the caller's, every entry written. */
-void tfg_plan_count_readers(const tfg_graph *g, int *readers, tfg_node_id *last, int *updates);
+ * last[i] the last of them (-1: none), counting no op a graph pass
+ * removed (p's marks: it never runs, though its inputs still name what
+ * it read); updates[i] the optimizer updates before node i (n + 1
+ * entries: updates[n] counts them all). The arrays are the caller's,
+ * every entry written. */
+void tfg_plan_count_readers(const tfg_plan *p, const tfg_graph *g, int *readers, tfg_node_id *last, int *updates);
 
 /* The values the members m[0..n) (ascending) read that are not members,
  * each once, in first-read order, into in[0..cap); returns their count,

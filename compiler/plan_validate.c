@@ -236,7 +236,7 @@ static bool check_chains(checker *ck) {
   tfg_node_id *reader = malloc(sizeof *reader * ((size_t)n + 1));
   int *updates = malloc(sizeof *updates * ((size_t)n + 1));
   TFG_ASSERT(readers && reader && updates);
-  tfg_plan_count_readers(g, readers, reader, updates);
+  tfg_plan_count_readers(p, g, readers, reader, updates);
   bool ok = true;
   for (int c = 0; c < p->nchains && ok; c++) {
     const tfg_plan_chain *ch = &p->chains[c];

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compiler/simplify.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/fused.h"
@@ -224,6 +225,28 @@ START_TEST(kept_stays) {
   ck_assert_int_eq(tfg_plan_chain_of(p, printed(&b, 0)), 0);
   free(keep);
   tfg_plan_free(p);
+  program_free(&b);
+}
+END_TEST
+
+/* A reader simplify removed reads nothing: y * 2 read by relu twice (the
+ * second merged into the first) is an intermediate of one reader, and
+ * fuses. */
+START_TEST(removed_reader_does_not_count) {
+  built b;
+  build(&b, "x = normal([8, 4], seed = 1)\ny = x * 2\nprint relu(y) + relu(y)\n", "host*1");
+  tfg_graph *g = b.p->graph;
+  uint8_t *roots = keep_printed(&b), *mark = calloc((size_t)g->nnodes + 1, 1);
+  ck_assert_int_eq(tfg_simplify(g, roots, mark), 1);
+  tfg_plan_opts o = {.fuse = true, .keep = roots, .folded = mark};
+  tfg_plan *p = NULL;
+  ck_assert_int_eq(tfg_plan_build_with(g, b.pl, b.ds, &o, b.d, &p), TFG_OK);
+  plan_expect_valid(p);
+  ck_assert_int_eq(p->nchains, 1);
+  ck_assert_int_eq(p->chains[0].nnodes, 3); /* y, relu, the add */
+  tfg_plan_free(p);
+  free(roots);
+  free(mark);
   program_free(&b);
 }
 END_TEST
@@ -947,6 +970,7 @@ Suite *suite_fuse(void) {
   tcase_add_test(tc, two_readers_stay);
   tcase_add_test(tc, kept_stays);
   tcase_add_test(tc, devices_split);
+  tcase_add_test(tc, removed_reader_does_not_count);
   tcase_add_test(tc, shapes_and_scalars);
   tcase_add_test(tc, param_input);
   tcase_add_test(tc, caps);
