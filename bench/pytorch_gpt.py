@@ -25,7 +25,8 @@ steps, then --steps timed steps, each timed on its own
 (time.perf_counter; on CUDA with torch.cuda.synchronize() after the step);
 the median is reported, one line on stdout:
 
-  pytorch gpt device=<cpu|cuda> threads=<T> d=<d> layers=<L> heads=<H> T=<T> batch=<B> step_ms=<median> steps_per_s=<1000/median>
+  pytorch gpt device=<cpu|cuda> mode=<eager|compiled>-<math|sdpa>[-tf32] threads=<T> d=<d> layers=<L> heads=<H>
+      T=<T> batch=<B> step_ms=<median> steps_per_s=<1000/median> tokens_per_s=<batch T / step>
 
 --threads is passed to torch.set_num_threads and set as OMP_NUM_THREADS,
 OPENBLAS_NUM_THREADS and MKL_NUM_THREADS before torch is imported, and
@@ -37,6 +38,7 @@ asked for and missing, or on a usage error).
 Standard library + torch only. Usage:
   python3 bench/pytorch_gpt.py [--threads N] [--steps N] [--warmup W]
       [--d 256] [--layers 4] [--heads 4] [--T 128] [--batch 8] [--device cpu|cuda]
+      [--attention math|sdpa] [--compile] [--tf32]
 """
 
 import argparse
@@ -72,6 +74,11 @@ def parse_args(argv):
     p.add_argument("--batch", type=int, default=8, help="sequences per step (default 8)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where to run (default cpu)")
     p.add_argument("--seed", type=int, default=0, help="torch.manual_seed value (default 0)")
+    p.add_argument("--attention", choices=["math", "sdpa"], default="math",
+                   help="math: matmul, masked_fill, softmax, matmul (as tfg's fused=false); sdpa: "
+                   "F.scaled_dot_product_attention(is_causal=True), PyTorch 2.0 and later (default math)")
+    p.add_argument("--compile", action="store_true", help="time torch.compile(model) (PyTorch 2.0 and later)")
+    p.add_argument("--tf32", action="store_true", help="let CUDA matmuls use TF32 tensor cores")
     a = p.parse_args(argv)
     if a.threads < 1 or a.steps < 1 or a.warmup < 0:
         p.error("--threads and --steps must be >= 1, --warmup >= 0")
@@ -104,9 +111,12 @@ def build(torch, a, dev):
                 return t.view(B, T, H, d // H).transpose(1, 2)
 
             q, k, v = split(self.q(h)), split(self.k(h)), split(self.v(h))
-            s = torch.matmul(q, k.transpose(-2, -1)) * self.scale
-            s = s.masked_fill(self.future, -1e9)
-            o = torch.matmul(F.softmax(s, dim=-1), v)
+            if a.attention == "sdpa":
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                s = torch.matmul(q, k.transpose(-2, -1)) * self.scale
+                s = s.masked_fill(self.future, -1e9)
+                o = torch.matmul(F.softmax(s, dim=-1), v)
             return self.o(o.transpose(1, 2).reshape(B, T, d))
 
     class Block(nn.Module):
@@ -160,6 +170,15 @@ def main(argv):
     if a.device == "cuda" and not torch.cuda.is_available():
         print("pytorch_gpt.py: torch %s sees no CUDA device" % torch.__version__, file=sys.stderr)
         return 2
+    if a.attention == "sdpa" and not hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+        print("pytorch_gpt.py: torch %s has no scaled_dot_product_attention" % torch.__version__, file=sys.stderr)
+        return 2
+    if a.compile and not hasattr(torch, "compile"):
+        print("pytorch_gpt.py: torch %s has no torch.compile" % torch.__version__, file=sys.stderr)
+        return 2
+    if a.device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = a.tf32
+        torch.backends.cudnn.allow_tf32 = a.tf32
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     dev = torch.device(a.device)
@@ -178,10 +197,12 @@ def main(argv):
           (torch.__version__, a.device, a.threads, torch.get_num_threads(), os.environ["OMP_WAIT_POLICY"],
            a.warmup, a.steps, a.d, a.layers, a.heads, a.T, a.batch, nparams, load), file=sys.stderr)
 
+    run = torch.compile(model) if a.compile else model
+
     def step(k):
         w = batches[k % NBATCHES]
         opt.zero_grad(set_to_none=True)
-        logits = model(w[:, :-1])
+        logits = run(w[:, :-1])
         loss = ce(logits.reshape(-1, 256), w[:, 1:].reshape(-1))
         loss.backward()
         opt.step()
@@ -198,8 +219,10 @@ def main(argv):
         sync()
         times.append(clock() - t0)
     ms = statistics.median(times) * 1e3
-    print("pytorch gpt device=%s threads=%d d=%d layers=%d heads=%d T=%d batch=%d step_ms=%.4f steps_per_s=%.2f" %
-          (a.device, a.threads, a.d, a.layers, a.heads, a.T, a.batch, ms, 1000.0 / ms), flush=True)
+    mode = ("compiled" if a.compile else "eager") + "-" + a.attention + ("-tf32" if a.tf32 else "")
+    print("pytorch gpt device=%s mode=%s threads=%d d=%d layers=%d heads=%d T=%d batch=%d step_ms=%.4f steps_per_s=%.2f "
+          "tokens_per_s=%.0f" % (a.device, mode, a.threads, a.d, a.layers, a.heads, a.T, a.batch, ms, 1000.0 / ms,
+                                 a.batch * a.T * 1000.0 / ms), flush=True)
     return 0
 
 

@@ -20,9 +20,12 @@
 #      a device-to-device copy of the same bytes
 #   5. a training step (AdamW) of the byte-level GPT of examples/gpt.tfg at
 #      12 layers, d 768, 12 heads, T 256, batch 16 (85M params) with
-#      --devices cuda:0, against the same model in PyTorch eager on the GPU
-#      (bench/pytorch_gpt.py --device cuda), with the graph passes off
-#      (TFG_OPT=0) and on; about two minutes of GPU time
+#      --devices cuda:0 (graph passes off with TFG_OPT=0, on, and on with
+#      --tf32), against the same model in PyTorch on the GPU
+#      (bench/pytorch_gpt.py --device cuda): eager with tfg's unfused
+#      attention math, eager and torch.compile'd with
+#      scaled_dot_product_attention, in f32 and in TF32; about five minutes
+#      of GPU time
 #
 # Output goes to the terminal and to bench/results/gpu-DEVICE-DATE.txt
 # (DEVICE: nvidia-smi's name with dashes for spaces). Timings are medians
@@ -158,23 +161,38 @@ gpt_step() {
   # shellcheck disable=SC2089
   gopts="--devices cuda:0 --set windows=\"$tmp/w257.npy\" --set window=257 --set d=768 --set layers=12 --set heads=12 --set T=256 --set batch=16"
   S=20
-  # shellcheck disable=SC2086,SC2090 # $gopts is an option list, its quotes tfg's
-  gpt_s() { "$TFG" run $gopts --set steps="$1" --set log_every="$1" examples/gpt.tfg 2>&1 >/dev/null | awk '/^trained/ { print $5; exit }'; }
-  # the graph passes off (TFG_OPT=0) first, then on (the default): the gain side by side
-  for opt in 0 1; do
-    export TFG_OPT=$opt
+  extra=""
+  # shellcheck disable=SC2086,SC2090 # $gopts and $extra are option lists, their quotes tfg's
+  gpt_s() { "$TFG" run $gopts $extra --set steps="$1" --set log_every="$1" examples/gpt.tfg 2>&1 >/dev/null | awk '/^trained/ { print $5; exit }'; }
+  # the graph passes off (TFG_OPT=0) first, then on (the default): the gain
+  # side by side; then the default with TF32 tensor cores (--tf32)
+  for mode in opt0 f32 tf32; do
+    extra=""
+    case $mode in opt0) export TFG_OPT=0 ;; tf32) extra="--tf32" ;; esac
     gpt_s "$S" >/dev/null
     t1=$(gpt_s "$S")
     t2=$(gpt_s $((2 * S)))
     g=$(awk -v a="$t1" -v b="$t2" -v s="$S" 'BEGIN { if (a != "" && b != "") printf "%.4f", 1000 * (b - a) / s; else printf "n/a" }')
-    echo "tfg gpt mode=graphs opt=$opt d=768 layers=12 heads=12 T=256 batch=16 step_ms=$g (runs of $S and $((2 * S)) steps: $t1 s, $t2 s)"
+    echo "tfg gpt mode=graphs-$mode d=768 layers=12 heads=12 T=256 batch=16 step_ms=$g tokens_per_s=$(awk -v g="$g" 'BEGIN { if (g + 0 > 0) printf "%.0f", 16 * 256 * 1000 / g; else printf "n/a" }') (runs of $S and $((2 * S)) steps: $t1 s, $t2 s)"
+    unset TFG_OPT
+    case $mode in f32) g32=$g ;; tf32) g_tf32=$g ;; esac
   done
-  unset TFG_OPT
-  if [ "$have_torch" = 1 ]; then
-    line=$($PY bench/pytorch_gpt.py --device cuda --d 768 --layers 12 --heads 12 --T 256 --batch 16 --steps 30 --warmup 5 2>&1 | grep '^pytorch')
-    echo "${line:-pytorch gpt: failed}"
-    [ -n "$line" ] && ratio "gpt tfg/torch-eager" "$g" "$(val "$line" step_ms)"
-  fi
+  [ "$have_torch" = 1 ] || return
+  # PyTorch: eager with tfg's unfused math, eager and compiled with
+  # scaled_dot_product_attention; f32, then TF32
+  for prec in f32 tf32; do
+    for how in "--attention math" "--attention sdpa" "--attention sdpa --compile"; do
+      flag=""
+      [ "$prec" = tf32 ] && flag="--tf32"
+      # shellcheck disable=SC2086 # $how and $flag are option lists
+      line=$($PY bench/pytorch_gpt.py --device cuda --d 768 --layers 12 --heads 12 --T 256 --batch 16 --steps 30 --warmup 5 $how $flag 2>&1 | grep '^pytorch')
+      echo "${line:-pytorch gpt $how $flag: failed}"
+      [ -n "$line" ] || continue
+      mine=$g32
+      [ "$prec" = tf32 ] && mine=$g_tf32
+      ratio "gpt $prec tfg/torch-$(val "$line" mode)" "$mine" "$(val "$line" step_ms)"
+    done
+  done
 }
 
 main 2>&1 | tee "$out"
