@@ -315,10 +315,10 @@ static tfg_node_id rule(ad *c, tfg_node_id yid, int k, tfg_node_id dy) {
     tfg_node_id qk[2] = {y.inputs[0], y.inputs[1]};
     tfg_node_id p = add(c, TFG_OP_ATTENTION_PROBS, qk, 2, &y.attrs);
     if (k == 2) return matmul(c, p, dy, true, false);
-    const tfg_node *pn = node(c, p);
-    int r = pn->shape.rank;
+    tfg_shape ps = node(c, p)->shape; /* a copy: adding nodes may move the node array */
+    int r = ps.rank;
     tfg_node_id dp = matmul(c, dy, y.inputs[2], false, true);
-    tfg_node_id sp = broadcast(c, sum_keep(c, op2(c, TFG_OP_MUL, dp, p), 1u << (r - 1)), &pn->shape);
+    tfg_node_id sp = broadcast(c, sum_keep(c, op2(c, TFG_OP_MUL, dp, p), 1u << (r - 1)), &ps);
     /* the scale on dS (it joins dS's fused chain), so that dq and dk are
      * matmuls whose output transposes the layout pass can fold */
     tfg_node_id ds = op2(c, TFG_OP_MUL, op2(c, TFG_OP_MUL, p, op2(c, TFG_OP_SUB, dp, sp)), scalar(c, y.attrs.value, dt));
