@@ -3,6 +3,7 @@
 #include "kernels/fused_codegen.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -26,9 +27,9 @@ static const char stdint_h[] = "#pragma once\n"
 
 /* ir/ops.h as the generated code needs it: the op ids, from the op list. */
 static char ops_h[8192];
+static pthread_once_t ops_once = PTHREAD_ONCE_INIT;
 
 static void make_ops_h(void) {
-  if (ops_h[0]) return;
   size_t at = (size_t)snprintf(ops_h, sizeof ops_h, "#pragma once\n");
 #define X(ID, name, sig) \
   at += (size_t)snprintf(ops_h + at, sizeof ops_h - at, "#define TFG_OP_%s %d\n", #ID, (int)TFG_OP_##ID);
@@ -36,17 +37,12 @@ static void make_ops_h(void) {
 #undef X
 }
 
+/* Thread-safe: the texts are made once. */
 void tfg_fused_headers(const char *const **names, const char *const **texts, int *count) {
   static const char *const n[] = {"kernels/elementwise_math.h", "kernels/hostdev.h", "ir/ops.h", "math.h",
                                   "stdbool.h", "stdint.h"};
-  static const char *t[6];
-  make_ops_h();
-  t[0] = tfg_elementwise_math_h_text;
-  t[1] = tfg_hostdev_h_text;
-  t[2] = ops_h;
-  t[3] = math_h;
-  t[4] = stdbool_h;
-  t[5] = stdint_h;
+  static const char *const t[] = {tfg_elementwise_math_h_text, tfg_hostdev_h_text, ops_h, math_h, stdbool_h, stdint_h};
+  pthread_once(&ops_once, make_ops_h);
   *names = n;
   *texts = t;
   *count = 6;
