@@ -510,11 +510,17 @@ static tfg_node_id add_state(ad *c, const tfg_node *param, const char *slot) {
   return id;
 }
 
-/* The update attrs of optimizer o (its arguments were checked where
- * the call is written). */
-static void update_attrs(const tfg_optimizer_config *o, tfg_attrs *ua) {
+/* The update attrs of optimizer o and schedule s (their arguments were
+ * checked where the calls are written). */
+static void update_attrs(const tfg_optimizer_config *o, const tfg_lr_schedule *s, tfg_attrs *ua) {
   memset(ua, 0, sizeof *ua);
   ua->opt.lr = o->lr;
+  ua->opt.lr_kind = (int)s->kind;
+  ua->opt.warmup = s->warmup;
+  ua->opt.total = s->total;
+  ua->opt.min = s->min;
+  ua->opt.every = s->every;
+  ua->opt.gamma = s->gamma;
   ua->opt.weight_decay = o->weight_decay;
   if (o->kind == TFG_OPTIMIZER_SGD) {
     ua->opt.momentum = o->momentum;
@@ -530,7 +536,7 @@ static void update_attrs(const tfg_optimizer_config *o, tfg_attrs *ua) {
 tfg_status tfg_autodiff_updates(tfg_graph *g, const tfg_action *a, const tfg_node_id *params, const tfg_node_id *grads,
                                 int n, tfg_node_id *updates, tfg_node_id *states, int *nstates, tfg_diag *d) {
   tfg_attrs ua;
-  update_attrs(&a->config.optimizer, &ua);
+  update_attrs(&a->config.optimizer, &a->config.lr_schedule, &ua);
   bool sgd = a->config.optimizer.kind == TFG_OPTIMIZER_SGD;
   for (int i = 0; i < n; i++) {
     ad c = {.g = g, .diag = d};

@@ -136,6 +136,8 @@ typedef struct tfg_attrs {
   struct {                 /* SGD_UPDATE, ADAM_UPDATE: torch.optim's arguments */
     double lr, momentum, dampening, beta1, beta2, eps, weight_decay;
     bool nesterov, decoupled; /* decoupled: AdamW's weight decay */
+    int lr_kind;              /* the lr's schedule (ir/program.h tfg_lr_kind; 0: constant) */
+    double warmup, total, min, every, gamma;
   } opt;
 } tfg_attrs;
 

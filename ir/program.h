@@ -68,6 +68,18 @@ typedef struct tfg_optimizer_config {
   double b1, b2, eps;  /* adam, adamw */
 } tfg_optimizer_config;
 
+/* ---- train: the learning-rate schedule ------------------------------------------- */
+
+/* lr_schedule = ...: the lr at step s (0-based) is lr x factor(s), as
+ * LANGUAGE.md section 6 defines (kernels/optim_math.h computes it). */
+typedef enum tfg_lr_kind { TFG_LR_CONSTANT, TFG_LR_LINEAR, TFG_LR_COSINE, TFG_LR_STEP } tfg_lr_kind;
+
+typedef struct tfg_lr_schedule {
+  tfg_lr_kind kind;
+  double warmup, total, min; /* linear, cosine */
+  double every, gamma;       /* step */
+} tfg_lr_schedule;
+
 /* ---- train: the strategy ------------------------------------------------------ */
 
 typedef enum tfg_strategy_kind {
@@ -113,6 +125,7 @@ typedef struct tfg_strategy_config {
  * given. */
 typedef struct tfg_train_config {
   tfg_optimizer_config optimizer;
+  tfg_lr_schedule lr_schedule; /* constant unless given */
   tfg_strategy_config strategy;
   int64_t steps;            /* 0: given as epochs */
   int64_t epochs;           /* 0: given as steps */

@@ -34,6 +34,48 @@ TFG_C_BEGIN
 #include "ir/graph.h"
 TFG_C_END
 
+/* The learning-rate schedule (tfg_attrs.opt: lr_kind and its arguments;
+ * ir/program.h tfg_lr_kind): the factor of the lr at optimizer step
+ * `step` (from 1; s = step - 1 is LANGUAGE.md section 6's 0-based step,
+ * the first optimizer step's factor being factor(0), as a LambdaLR
+ * stepped after each optimizer step), in double:
+ *   constant  1
+ *   linear    s < warmup: (s + 1) / warmup; s >= total: min;
+ *             else min + (1 - min) (total - s) / (total - warmup)
+ *   cosine    the same warm-up and floor; else
+ *             min + (1 - min) (1 + cos(pi (s - warmup) / (total - warmup))) / 2
+ *   step      gamma ^ floor(s / every)      (torch.optim.lr_scheduler.StepLR)
+ * The kinds' numbers are tfg_lr_kind's: 0 constant, 1 linear, 2 cosine, 3 step. */
+TFG_HD double tfg_lr_factor(int kind, int64_t step, double warmup, double total, double min, double every,
+                            double gamma) {
+  double s = (double)(step - 1);
+  if (kind == 0) return 1.0;
+  if (kind == 3) return pow(gamma, floor(s / every));
+  if (s < warmup) return (s + 1.0) / warmup;
+  if (s >= total) return min;
+  double span = total - warmup;
+  if (kind == 1) return min + (1.0 - min) * (total - s) / span;
+  return min + (1.0 - min) * (1.0 + cos(3.14159265358979323846 * (s - warmup) / span)) / 2.0;
+}
+
+/* An update's lr and its schedule, by value (a CUDA kernel forms the
+ * step's lr on the device from the step in device memory). */
+typedef struct tfg_lr_sched {
+  double lr, warmup, total, min, every, gamma;
+  int kind;
+} tfg_lr_sched;
+
+static inline tfg_lr_sched tfg_lr_sched_of(const tfg_attrs *a) {
+  tfg_lr_sched l = {a->opt.lr, a->opt.warmup, a->opt.total, a->opt.min, a->opt.every, a->opt.gamma, a->opt.lr_kind};
+  return l;
+}
+
+/* The lr at optimizer step `step` (from 1), in double: exactly lr for
+ * the constant schedule (a factor of 1.0). */
+TFG_HD double tfg_lr_at(tfg_lr_sched l, int64_t step) {
+  return l.lr * tfg_lr_factor(l.kind, step, l.warmup, l.total, l.min, l.every, l.gamma);
+}
+
 /* S the suffix, T the dtype, B its width for TFG_RN_* (32, 64). */
 #define TFG_OPTIM_DEFINE(S, T, B)                                                                   \
   /* One SGD step's scalars: wd, mu = momentum, keep = 1 - dampening,                            \
@@ -42,6 +84,7 @@ TFG_C_END
   typedef struct tfg_sgd_##S {                                                                    \
     T wd, mu, keep, neg_lr;                                                                       \
     bool decay, mom, first, nesterov;                                                             \
+    tfg_lr_sched lr; /* what neg_lr is formed from at each step */                                \
   } tfg_sgd_##S;                                                                                  \
                                                                                                   \
   /* The part that changes with the step (a CUDA kernel forms it on the                          \
@@ -49,6 +92,7 @@ TFG_C_END
    * its kernels' arguments, kernels/cuda/cuda.h). */                                            \
   TFG_HD tfg_sgd_##S tfg_sgd_at_##S(tfg_sgd_##S s, int64_t step) {                                \
     s.first = step == 1;                                                                          \
+    s.neg_lr = (T)(-tfg_lr_at(s.lr, step));                                                       \
     return s;                                                                                     \
   }                                                                                               \
                                                                                                   \
@@ -57,7 +101,7 @@ TFG_C_END
     s.wd = (T)a->opt.weight_decay;                                                                \
     s.mu = (T)a->opt.momentum;                                                                    \
     s.keep = (T)(1.0 - a->opt.dampening);                                                         \
-    s.neg_lr = (T)(-a->opt.lr);                                                                   \
+    s.lr = tfg_lr_sched_of(a);                                                                    \
     s.decay = a->opt.weight_decay != 0;                                                           \
     s.mom = a->opt.momentum != 0;                                                                 \
     s.nesterov = a->opt.nesterov;                                                                 \
@@ -97,7 +141,8 @@ TFG_C_END
   typedef struct tfg_adam_##S {                                                                   \
     T wd, shrink, w1, b2, w2, bc2s, eps, neg_step;                                                \
     bool decay, decoupled, small;                                                                 \
-    double beta1, beta2, lr; /* what bc2s and neg_step are formed from at each step */            \
+    double beta1, beta2, wd_d; /* what bc2s, neg_step and shrink are formed from at each step */  \
+    tfg_lr_sched lr;                                                                              \
   } tfg_adam_##S;                                                                                 \
                                                                                                   \
   /* The scalars that change with the step, bc2s and neg_step (a CUDA                            \
@@ -105,18 +150,19 @@ TFG_C_END
    * PyTorch's capturable Adam does: a replayed CUDA Graph keeps its                             \
    * kernels' arguments; there pow is CUDA's, within 2 ulp of glibc's). */                       \
   TFG_HD tfg_adam_##S tfg_adam_at_##S(tfg_adam_##S s, int64_t step) {                             \
-    double t = (double)step;                                                                      \
+    double t = (double)step, lr = tfg_lr_at(s.lr, step);                                          \
     double bc1 = 1.0 - pow(s.beta1, t), bc2 = 1.0 - pow(s.beta2, t);                              \
-    double step_size = s.lr / bc1;                                                                \
+    double step_size = lr / bc1;                                                                  \
     s.bc2s = (T)pow(bc2, 0.5);                                                                    \
     s.neg_step = (T)(step_size * -1.0);                                                           \
+    s.shrink = (T)(1.0 - lr * s.wd_d);                                                            \
     return s;                                                                                     \
   }                                                                                               \
                                                                                                   \
   static inline tfg_adam_##S tfg_adam_setup_##S(const tfg_attrs *a, int64_t step) {              \
     tfg_adam_##S s;                                                                               \
     s.wd = (T)a->opt.weight_decay;                                                                \
-    s.shrink = (T)(1.0 - a->opt.lr * a->opt.weight_decay);                                        \
+    s.wd_d = a->opt.weight_decay;                                                                 \
     s.w1 = (T)(1.0 - a->opt.beta1);                                                               \
     s.b2 = (T)a->opt.beta2;                                                                       \
     s.w2 = (T)(1.0 - a->opt.beta2);                                                               \
@@ -126,7 +172,7 @@ TFG_C_END
     s.small = (s.w1 < 0 ? -s.w1 : s.w1) < (T)0.5;                                                 \
     s.beta1 = a->opt.beta1;                                                                       \
     s.beta2 = a->opt.beta2;                                                                       \
-    s.lr = a->opt.lr;                                                                             \
+    s.lr = tfg_lr_sched_of(a);                                                                    \
     return tfg_adam_at_##S(s, step);                                                              \
   }                                                                                               \
                                                                                                   \

@@ -60,6 +60,11 @@ static const struct {
     {"single", "", bi_record, 0},
     {"mirrored", "devices", bi_record, 0},
     {"parameter_server", "workers, ps = cpu", bi_record, 0},
+    /* lr_schedule = ...: LANGUAGE.md section 6's factors of the lr */
+    {"constant", "", bi_record, 2},
+    {"linear", "warmup = 0, total = none, min = 0", bi_record, 2},
+    {"cosine", "warmup = 0, total = none, min = 0", bi_record, 2},
+    {"step", "every, gamma = 0.1", bi_record, 2},
 };
 
 /* Parses "fn NAME(SIG) {}" with the tfg parser: the FN node's parameter
@@ -585,11 +590,49 @@ static void check_optimizer(tfg_interp *I, tfg_args *a) {
   }
 }
 
+/* A learning-rate schedule's arguments, where they are written: warmup a
+ * count from 0, total (required by linear and cosine) a count above
+ * warmup, min in [0, 1], every a count from 1, gamma above 0. The counts
+ * are stored as floats, like an optimizer's arguments. */
+static void check_schedule(tfg_interp *I, tfg_args *a, const tfg_loc *call) {
+  int64_t warmup = 0;
+  int total = -1;
+  for (int i = 0; i < a->n; i++) {
+    const char *n = a->names[i];
+    if (strcmp(n, "total") == 0 && a->v[i].kind == TFG_V_NONE) continue;
+    if (strcmp(n, "warmup") == 0 || strcmp(n, "total") == 0 || strcmp(n, "every") == 0) {
+      int64_t v = arg_int(I, a, i);
+      if (v < (strcmp(n, "every") == 0 ? 1 : 0))
+        tfg_interp_fail(I, TFG_ERR_NAME, &a->loc[i], "'%s' must be at least %d, got %" PRId64, n,
+                        strcmp(n, "every") == 0 ? 1 : 0, v);
+      if (strcmp(n, "warmup") == 0) warmup = v;
+      if (strcmp(n, "total") == 0) total = i;
+      a->v[i] = (tfg_value){.kind = TFG_V_FLOAT, .u.f = (double)v};
+    } else {
+      double x = arg_num(I, a, i);
+      if (strcmp(n, "min") == 0 && !(x >= 0 && x <= 1))
+        tfg_interp_fail(I, TFG_ERR_NAME, &a->loc[i], "'min' is a fraction of the lr, in [0, 1]: got %g", x);
+      if (strcmp(n, "gamma") == 0 && !(x > 0 && isfinite(x)))
+        tfg_interp_fail(I, TFG_ERR_NAME, &a->loc[i], "'gamma' must be above 0, got %g", x);
+      a->v[i] = (tfg_value){.kind = TFG_V_FLOAT, .u.f = x};
+    }
+  }
+  bool needs_total = false;
+  for (int i = 0; i < a->n; i++) needs_total |= strcmp(a->names[i], "total") == 0;
+  if (needs_total && total < 0)
+    tfg_interp_fail(I, TFG_ERR_NAME, call, "this schedule needs 'total', the step it reaches min at");
+  if (total >= 0 && a->v[total].u.f <= (double)warmup)
+    tfg_interp_fail(I, TFG_ERR_NAME, &a->loc[total], "'total' (%g) must be above 'warmup' (%" PRId64 ")",
+                    a->v[total].u.f, warmup);
+}
+
 /* A configuration call: an optimizer (kind 1, its arguments checked
- * here) or a strategy (kind 0, its devices checked by
- * compiler/strategy.c, which knows what each must be). */
+ * here), a learning-rate schedule (kind 2, likewise) or a strategy (kind
+ * 0, its devices checked by compiler/strategy.c, which knows what each
+ * must be). */
 static tfg_value bi_record(tfg_interp *I, const tfg_builtin *b, tfg_args *a, const tfg_loc *call) {
   if (b->kind == 1) check_optimizer(I, a);
+  if (b->kind == 2) check_schedule(I, a, call);
   tfg_record *r = tfg_arena_alloc(&I->arena, sizeof *r);
   r->name = b->name;
   r->nargs = a->n;

@@ -155,6 +155,30 @@ static void decode_optimizer(tfg_interp *I, const train_setting *ts, tfg_train_c
   o->eps = opt_arg(r, "eps");
 }
 
+/* lr_schedule = constant() | linear(...) | cosine(...) | step(...): the
+ * arguments were checked where the call is written (lang/builtins.c). */
+static void decode_lr_schedule(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v,
+                               const tfg_ast *k) {
+  (void)ts;
+  static const char *const names[] = {"constant", "linear", "cosine", "step"};
+  const char *got = v.kind == TFG_V_RECORD ? v.u.record->name : v.kind == TFG_V_BUILTIN ? v.u.builtin->name : NULL;
+  int kind = -1;
+  for (int i = 0; got && i < 4; i++)
+    if (strcmp(got, names[i]) == 0) kind = i;
+  if (kind < 0)
+    tfg_interp_fail(I, TFG_ERR_NAME, &k->a->loc, "lr_schedule must be constant(), linear(...), cosine(...) or step(...), got %s",
+                    got ? got : tfg_vkind_name(v.kind));
+  if (v.kind == TFG_V_BUILTIN) v = tfg_builtin_call(I, v.u.builtin, k->a, NULL, NULL, 0, NULL, NULL, NULL, 0);
+  const tfg_record *r = v.u.record;
+  tfg_lr_schedule *s = &c->lr_schedule;
+  s->kind = (tfg_lr_kind)kind;
+  s->warmup = opt_arg(r, "warmup");
+  s->total = opt_arg(r, "total");
+  s->min = opt_arg(r, "min");
+  s->every = opt_arg(r, "every");
+  s->gamma = opt_arg(r, "gamma");
+}
+
 /* The devices are checked by compiler/strategy.c, which knows what each
  * strategy needs of them. */
 static void decode_strategy(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v,
@@ -327,6 +351,7 @@ static void decode_checkpoint(tfg_interp *I, const train_setting *ts, tfg_train_
  * the "did you mean" suggestion tries them. */
 static const train_setting train_settings[] = {
     {"optimizer", decode_optimizer, 0},
+    {"lr_schedule", decode_lr_schedule, 0},
     {"steps", decode_count, offsetof(tfg_train_config, steps)},
     {"epochs", decode_count, offsetof(tfg_train_config, epochs)},
     {"strategy", decode_strategy, 0},

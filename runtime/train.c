@@ -22,6 +22,7 @@
 #include "io/data.h"
 #include "ir/ops.h"
 #include "kernels/cast_math.h"
+#include "kernels/optim_math.h"
 #include "runtime/ckpt.h"
 
 /* A job's settings as its run uses them (a->config, ir/program.h): the
@@ -339,6 +340,11 @@ static tfg_status job_account(job *j, const tfg_program *p, int64_t k, const tfg
     fprintf(o->log, "%sstep %" PRId64 "/%" PRId64 "  loss %.4f", j->who, step, j->c.steps, j->sum[0] / (double)j->since);
     for (int i = 0; i < st->nmetrics; i++)
       fprintf(o->log, "  %s %.4f", metric_name(p, st->metrics[i]), j->sum[1 + i] / (double)j->since);
+    const tfg_lr_schedule *ls = &j->a->config.lr_schedule;
+    if (ls->kind != TFG_LR_CONSTANT) { /* the lr this step's update used */
+      tfg_lr_sched l = {j->a->config.optimizer.lr, ls->warmup, ls->total, ls->min, ls->every, ls->gamma, (int)ls->kind};
+      fprintf(o->log, "  lr %.4g", tfg_lr_at(l, step));
+    }
     fprintf(o->log, "  %.1f steps/s", (double)j->since / (t - j->tlog > 1e-9 ? t - j->tlog : 1e-9));
     if (st->worker_grads)
       fprintf(o->log, "  staleness mean %.2f max %" PRId64, (double)j->stale_sum / (double)j->since, j->stale_max);

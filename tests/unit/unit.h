@@ -36,6 +36,7 @@ Suite *suite_fold(void);
 Suite *suite_simplify(void);
 Suite *suite_layout(void);
 Suite *suite_codegen(void);
+Suite *suite_schedule(void);
 Suite *suite_views(void);
 
 /* Renders d's diagnostics without colour (and the error count when
