@@ -533,8 +533,50 @@ static void update_attrs(const tfg_optimizer_config *o, const tfg_lr_schedule *s
   }
 }
 
+/* clip_grad_norm: grads[0..n) scaled as torch.nn.utils.clip_grad_norm_
+ * does, by min(1, max / (norm + 1e-6)), norm the 2-norm of all of them
+ * together, into out. The squares are summed per gradient in its dtype,
+ * the sums and the coefficient in f64 (a model of f32 and f64 params
+ * has one norm), the coefficient cast back to each gradient's dtype. */
+static void clip_grads(tfg_graph *g, tfg_diag *d, double max, const tfg_node_id *grads, int n, tfg_node_id *out) {
+  ad c = {.g = g, .diag = d};
+  at(&c, grads[0]);
+  tfg_node_id total = -1;
+  for (int i = 0; i < n; i++) {
+    tfg_attrs all = {.iv_none = true};
+    tfg_node_id sq = op2(&c, TFG_OP_MUL, grads[i], grads[i]);
+    tfg_node_id s = add(&c, TFG_OP_SUM, &sq, 1, &all);
+    if (node(&c, s)->dtype != TFG_DTYPE_F64) {
+      tfg_attrs to = {.dtype = TFG_DTYPE_F64};
+      s = add(&c, TFG_OP_CAST, &s, 1, &to);
+    }
+    total = total < 0 ? s : op2(&c, TFG_OP_ADD, total, s);
+  }
+  tfg_node_id norm = op1(&c, TFG_OP_SQRT, total);
+  tfg_node_id coef = op2(&c, TFG_OP_DIV, scalar(&c, max, TFG_DTYPE_F64),
+                         op2(&c, TFG_OP_ADD, norm, scalar(&c, 1e-6, TFG_DTYPE_F64)));
+  coef = op2(&c, TFG_OP_MINIMUM, coef, scalar(&c, 1.0, TFG_DTYPE_F64));
+  for (int i = 0; i < n; i++) {
+    at(&c, grads[i]); /* each scaled gradient where its gradient is */
+    tfg_dtype dt = node(&c, grads[i])->dtype;
+    tfg_node_id k = coef;
+    if (dt != TFG_DTYPE_F64) {
+      tfg_attrs to = {.dtype = dt};
+      k = add(&c, TFG_OP_CAST, &coef, 1, &to);
+    }
+    out[i] = op2(&c, TFG_OP_MUL, grads[i], k);
+  }
+}
+
 tfg_status tfg_autodiff_updates(tfg_graph *g, const tfg_action *a, const tfg_node_id *params, const tfg_node_id *grads,
                                 int n, tfg_node_id *updates, tfg_node_id *states, int *nstates, tfg_diag *d) {
+  tfg_node_id *clipped = NULL;
+  if (a->config.clip_grad_norm > 0 && n > 0) {
+    clipped = malloc(sizeof *clipped * (size_t)n);
+    TFG_ASSERT(clipped != NULL);
+    clip_grads(g, d, a->config.clip_grad_norm, grads, n, clipped);
+    grads = clipped;
+  }
   tfg_attrs ua;
   update_attrs(&a->config.optimizer, &a->config.lr_schedule, &ua);
   bool sgd = a->config.optimizer.kind == TFG_OPTIMIZER_SGD;
@@ -562,6 +604,7 @@ tfg_status tfg_autodiff_updates(tfg_graph *g, const tfg_action *a, const tfg_nod
       updates[i] = add(&c, TFG_OP_ADAM_UPDATE, in, 4, &ua);
     }
   }
+  free(clipped);
   return TFG_OK;
 }
 

@@ -126,6 +126,7 @@ typedef struct tfg_strategy_config {
 typedef struct tfg_train_config {
   tfg_optimizer_config optimizer;
   tfg_lr_schedule lr_schedule; /* constant unless given */
+  double clip_grad_norm;       /* 0: no clipping; else the largest global gradient norm */
   tfg_strategy_config strategy;
   int64_t steps;            /* 0: given as epochs */
   int64_t epochs;           /* 0: given as steps */

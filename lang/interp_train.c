@@ -248,6 +248,15 @@ static void decode_count(tfg_interp *I, const train_setting *ts, tfg_train_confi
   *(int64_t *)(void *)((char *)c + ts->field) = count_of(I, ts->name, v, &k->a->loc);
 }
 
+/* clip_grad_norm = x: a positive finite number. */
+static void decode_clip(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v, const tfg_ast *k) {
+  (void)ts;
+  double x = v.kind == TFG_V_INT ? (double)v.u.i : v.kind == TFG_V_FLOAT ? v.u.f : NAN;
+  if (!(x > 0 && isfinite(x)))
+    tfg_interp_fail(I, TFG_ERR_NAME, &k->a->loc, "clip_grad_norm must be a number above 0, the largest gradient norm");
+  c->clip_grad_norm = x;
+}
+
 static void decode_metrics(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v,
                            const tfg_ast *k) {
   (void)ts;
@@ -352,6 +361,7 @@ static void decode_checkpoint(tfg_interp *I, const train_setting *ts, tfg_train_
 static const train_setting train_settings[] = {
     {"optimizer", decode_optimizer, 0},
     {"lr_schedule", decode_lr_schedule, 0},
+    {"clip_grad_norm", decode_clip, 0},
     {"steps", decode_count, offsetof(tfg_train_config, steps)},
     {"epochs", decode_count, offsetof(tfg_train_config, epochs)},
     {"strategy", decode_strategy, 0},

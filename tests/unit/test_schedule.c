@@ -1,14 +1,17 @@
 /* tests/unit/test_schedule.c: learning-rate schedules (train's
- * lr_schedule, kernels/optim_math.h tfg_lr_factor): each schedule's
- * factors at hand-computed steps (LANGUAGE.md section 6's formulas;
- * step(every, gamma) as torch.optim.lr_scheduler.StepLR), and SGD trained
- * with a schedule against the closed form of its updates: on loss =
- * sum(w^2) / 2 the gradient is w, so w after T steps is w0 times the
- * product over s < T of (1 - lr factor(s)), the first step's factor
- * being factor(0). */
+ * lr_schedule, kernels/optim_math.h tfg_lr_factor) and gradient clipping
+ * (clip_grad_norm): each schedule's factors at hand-computed steps
+ * (LANGUAGE.md section 6's formulas; step(every, gamma) as
+ * torch.optim.lr_scheduler.StepLR), and SGD trained with a schedule, or
+ * with clipping, against the closed form of its updates: on loss =
+ * sum(w^2) / 2 the gradient is w, so a step is w - lr factor(s) w (the
+ * first step's factor being factor(0)), or with clipping w - lr c w with
+ * c = min(1, max / (|w| + 1e-6)) (torch.nn.utils.clip_grad_norm_), the
+ * norm over both params together. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/optim_math.h"
 #include "tests/unit/programs.h"
@@ -68,12 +71,49 @@ START_TEST(sgd_follows_the_schedule) {
 }
 END_TEST
 
+START_TEST(sgd_clips_the_global_norm) {
+  trained w0;
+  program_train_fetch("param a: f64[3] = normal(seed = 1)\nparam b: f64[2] = normal(seed = 2)\nprint a, b\n", NULL, 2,
+                      &w0);
+  for (int big = 0; big < 2; big++) { /* a norm above max (clipped) and one below (untouched) */
+    double max = big ? 100.0 : 0.5;
+    char text[512];
+    snprintf(text, sizeof text,
+             "param a: f64[3] = normal(seed = 1)\nparam b: f64[2] = normal(seed = 2)\n"
+             "loss = (sum(a * a) + sum(b * b)) * 0.5\n"
+             "train loss { optimizer = sgd(lr = 0.2); clip_grad_norm = %g; steps = 4 }\nprint a, b\n",
+             max);
+    trained t;
+    program_train_fetch(text, NULL, 2, &t);
+    double w[5];
+    memcpy(w, w0.data[0], 3 * sizeof(double));
+    memcpy(w + 3, w0.data[1], 2 * sizeof(double));
+    for (int s = 0; s < 4; s++) {
+      double sq = 0;
+      for (int i = 0; i < 5; i++) sq += w[i] * w[i];
+      double c = fmin(1.0, max / (sqrt(sq) + 1e-6));
+      for (int i = 0; i < 5; i++) w[i] -= 0.2 * (w[i] * c);
+    }
+    const double *a = t.data[0], *b = t.data[1];
+    for (int i = 0; i < 5; i++) {
+      double got = i < 3 ? a[i] : b[i - 3];
+      ck_assert_msg(fabs(got - w[i]) <= 1e-14 * fabs(w[i]), "max %g: w[%d] = %.17g, want %.17g", max, i, got, w[i]);
+    }
+    free(t.data[0]);
+    free(t.data[1]);
+  }
+  free(w0.data[0]);
+  free(w0.data[1]);
+}
+END_TEST
+
 Suite *suite_schedule(void) {
   Suite *s = suite_create("schedule");
   TCase *tc = tcase_create("schedule");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, factors_by_hand);
   tcase_add_test(tc, sgd_follows_the_schedule);
+  tcase_add_test(tc, sgd_clips_the_global_norm);
   suite_add_tcase(s, tc);
   return s;
 }
