@@ -8,6 +8,7 @@
  * (relu, cross_entropy, layer_norm, conv2d, pooling, embedding). */
 #include "compiler/autodiff.h"
 
+#include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -580,11 +581,16 @@ tfg_status tfg_autodiff_updates(tfg_graph *g, const tfg_action *a, const tfg_nod
   tfg_attrs ua;
   update_attrs(&a->config.optimizer, &a->config.lr_schedule, &ua);
   bool sgd = a->config.optimizer.kind == TFG_OPTIMIZER_SGD;
+  double wd = ua.opt.weight_decay;
   for (int i = 0; i < n; i++) {
     ad c = {.g = g, .diag = d};
     tfg_node_id pid = params[i];
     at(&c, pid);
     const tfg_node param = g->nodes[pid];
+    /* no_decay: a param whose name matches a pattern gets weight_decay 0 */
+    ua.opt.weight_decay = wd;
+    for (int k = 0; k < a->config.nno_decay && param.name; k++)
+      if (fnmatch(a->config.no_decay[k], param.name, 0) == 0) ua.opt.weight_decay = 0;
     if (sgd) {
       /* The momentum buffer exists only with momentum, as in PyTorch;
        * without, the kernel never reads its third input. */

@@ -9,6 +9,7 @@
  * config only; the language values of a setting end here. */
 #include <errno.h>
 #include <inttypes.h>
+#include <fnmatch.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -248,6 +249,31 @@ static void decode_count(tfg_interp *I, const train_setting *ts, tfg_train_confi
   *(int64_t *)(void *)((char *)c + ts->field) = count_of(I, ts->name, v, &k->a->loc);
 }
 
+/* no_decay = ["*.b", ...]: a list of name patterns (fnmatch: * ? [...]);
+ * one that matches no param of the program is a warning (a typo would
+ * otherwise decay what it meant to spare, silently). */
+static void decode_no_decay(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v,
+                            const tfg_ast *k) {
+  (void)ts;
+  bool ok = v.kind == TFG_V_LIST;
+  for (int32_t i = 0; ok && i < v.u.list.n; i++) ok = v.u.list.items[i].kind == TFG_V_STRING;
+  if (!ok)
+    tfg_interp_fail(I, TFG_ERR_NAME, &k->a->loc, "no_decay must be a list of param-name patterns, like [\"*.b\"]");
+  const char **pats = tfg_arena_alloc(&I->arena, sizeof *pats * (size_t)(v.u.list.n ? v.u.list.n : 1));
+  for (int32_t i = 0; i < v.u.list.n; i++) {
+    const tfg_value *s = &v.u.list.items[i];
+    pats[i] = tfg_interp_strdup(I, s->u.str.s, s->u.str.len);
+    bool hit = false;
+    for (int p = 0; p < I->prog.nparams && !hit; p++) {
+      const char *name = I->prog.graph->nodes[I->prog.params[p]].name;
+      hit = name && fnmatch(pats[i], name, 0) == 0;
+    }
+    if (!hit) tfg_diag_warning(I->diag, &k->a->loc, "no_decay pattern \"%s\" matches no param", pats[i]);
+  }
+  c->nno_decay = (int)v.u.list.n;
+  c->no_decay = pats;
+}
+
 /* clip_grad_norm = x: a positive finite number. */
 static void decode_clip(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v, const tfg_ast *k) {
   (void)ts;
@@ -362,6 +388,7 @@ static const train_setting train_settings[] = {
     {"optimizer", decode_optimizer, 0},
     {"lr_schedule", decode_lr_schedule, 0},
     {"clip_grad_norm", decode_clip, 0},
+    {"no_decay", decode_no_decay, 0},
     {"steps", decode_count, offsetof(tfg_train_config, steps)},
     {"epochs", decode_count, offsetof(tfg_train_config, epochs)},
     {"strategy", decode_strategy, 0},

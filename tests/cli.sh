@@ -168,6 +168,12 @@ expect place-dot 0 "$TFG" place --dot "$tmp/pin2.tfg" && contains place-dot "$tm
 expect devices 0 "$TFG" devices --devices "cuda:0*2:30G,host*2,sim:h100" && contains devices "$tmp/out" "gpu:4"
 expect devices-bad 2 "$TFG" devices --devices "tpu*2"
 
+# no_decay: a pattern that matches no param is a warning, located, and the
+# program still builds (a typo would otherwise decay what it meant to spare).
+printf 'param w: f32[3] = normal(seed = 1)\nloss = sum(w * w)\ntrain loss { optimizer = adamw(lr = 0.1); no_decay = ["*.bias"]; steps = 2 }\n' >"$tmp/nodecay.tfg"
+expect no-decay-unmatched 0 "$TFG" check --color=never "$tmp/nodecay.tfg" &&
+  contains no-decay-unmatched "$tmp/err" 'nodecay.tfg:3:54: warning: no_decay pattern "*.bias" matches no param'
+
 # ---- plans ----------------------------------------------------------------------
 # Every example and every placement golden plans, and its plan passes the
 # validator (tfg plan checks each plan it prints).

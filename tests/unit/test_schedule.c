@@ -7,7 +7,8 @@
  * sum(w^2) / 2 the gradient is w, so a step is w - lr factor(s) w (the
  * first step's factor being factor(0)), or with clipping w - lr c w with
  * c = min(1, max / (|w| + 1e-6)) (torch.nn.utils.clip_grad_norm_), the
- * norm over both params together. */
+ * norm over both params together; and no_decay, which leaves a matched
+ * param out of SGD's weight decay. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +108,30 @@ START_TEST(sgd_clips_the_global_norm) {
 }
 END_TEST
 
+/* no_decay: SGD with weight_decay 0.1 on loss = (sum(a^2) + sum(b^2)) / 2:
+ * a decays (g = a + 0.1 a), b matched by the pattern does not (g = b). */
+START_TEST(no_decay_spares_matching_params) {
+  trained w0, t;
+  program_train_fetch("param a: f64[3] = normal(seed = 1)\nparam b: f64[2] = normal(seed = 2)\nprint a, b\n", NULL, 2,
+                      &w0);
+  program_train_fetch("param a: f64[3] = normal(seed = 1)\nparam b: f64[2] = normal(seed = 2)\n"
+                      "loss = (sum(a * a) + sum(b * b)) * 0.5\n"
+                      "train loss { optimizer = sgd(lr = 0.2, weight_decay = 0.1); no_decay = [\"b*\"]; steps = 3 }\n"
+                      "print a, b\n",
+                      NULL, 2, &t);
+  for (int i = 0; i < 5; i++) {
+    double w = i < 3 ? ((double *)w0.data[0])[i] : ((double *)w0.data[1])[i - 3];
+    double got = i < 3 ? ((double *)t.data[0])[i] : ((double *)t.data[1])[i - 3];
+    for (int s = 0; s < 3; s++) w -= 0.2 * (i < 3 ? w + 0.1 * w : w);
+    ck_assert_msg(fabs(got - w) <= 1e-14 * fabs(w), "%s[%d] = %.17g, want %.17g", i < 3 ? "a" : "b", i % 3, got, w);
+  }
+  for (int k = 0; k < 2; k++) {
+    free(w0.data[k]);
+    free(t.data[k]);
+  }
+}
+END_TEST
+
 Suite *suite_schedule(void) {
   Suite *s = suite_create("schedule");
   TCase *tc = tcase_create("schedule");
@@ -114,6 +139,7 @@ Suite *suite_schedule(void) {
   tcase_add_test(tc, factors_by_hand);
   tcase_add_test(tc, sgd_follows_the_schedule);
   tcase_add_test(tc, sgd_clips_the_global_norm);
+  tcase_add_test(tc, no_decay_spares_matching_params);
   suite_add_tcase(s, tc);
   return s;
 }
