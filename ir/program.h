@@ -137,6 +137,8 @@ typedef struct tfg_train_config {
   int64_t checkpoint_every; /* 0: save at the end only */
   int64_t seed;
   const char *checkpoint;   /* NULL: none; else a file path from the working directory */
+  const char *log;          /* NULL: none; else the CSV file of the logged steps (a path likewise) */
+  tfg_loc log_at;           /* the setting `log = ...` */
   tfg_loc checkpoint_at;    /* the setting `checkpoint = ...` */
   int nmetrics;
   const tfg_node_id *metrics; /* float scalars, reported with the loss */

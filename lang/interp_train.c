@@ -327,6 +327,37 @@ static char *file_key(const char *path) {
  * PATH must be a file we can read (a run resumes from it). A missing
  * folder is refused, not created, as torch.save refuses it: a typo in
  * the folder should not scatter new folders. */
+/* A file a run will write (what: "log"): its folder exists and can be
+ * written, and it is not a folder itself. */
+static void check_out_path(tfg_interp *I, const char *what, const char *path, const tfg_loc *at) {
+  struct stat sb;
+  if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+    tfg_interp_fail(I, TFG_ERR_DATA, at, "%s '%s' is not a regular file", what, path);
+  char *dir = folder_of(path);
+  int err = stat(dir, &sb) != 0 ? errno : !S_ISDIR(sb.st_mode) ? ENOTDIR : access(dir, W_OK | X_OK) != 0 ? errno : 0;
+  if (err == ENOENT) {
+    tfg_diag_error(I->diag, at, "the folder '%s' of %s '%s' does not exist", dir, what, path);
+    tfg_diag_help(I->diag, "create it first (mkdir -p %s)", dir);
+  } else if (err) {
+    tfg_diag_error(I->diag, at, "%s '%s' cannot be written in folder '%s': %s", what, path, dir, strerror(err));
+  }
+  free(dir);
+  if (err) tfg_interp_unwind(I, TFG_ERR_DATA);
+}
+
+/* log = "run.csv": a file from the program's folder, written anew by the
+ * run (runtime/train.c), checked here, before anything runs. */
+static void decode_log(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v, const tfg_ast *k) {
+  (void)ts;
+  const tfg_loc *at = &k->a->loc;
+  if (v.kind != TFG_V_STRING || v.u.str.len == 0)
+    tfg_interp_fail(I, TFG_ERR_NAME, at, "log must be a file name (a non-empty string), like \"run.csv\"");
+  const char *path = tfg_interp_path(I, tfg_interp_strdup(I, v.u.str.s, v.u.str.len));
+  check_out_path(I, "log", path, at);
+  c->log = path;
+  c->log_at = *at;
+}
+
 static void check_ckpt_path(tfg_interp *I, const char *path, const tfg_loc *at) {
   struct stat sb;
   if (stat(path, &sb) == 0) {
@@ -396,6 +427,7 @@ static const train_setting train_settings[] = {
     {"metrics", decode_metrics, 0},
     {"eval_every", decode_count, offsetof(tfg_train_config, eval_every)},
     {"checkpoint", decode_checkpoint, 0},
+    {"log", decode_log, 0},
     {"checkpoint_every", decode_count, offsetof(tfg_train_config, checkpoint_every)},
     {"seed", decode_count, offsetof(tfg_train_config, seed)},
 };

@@ -154,7 +154,8 @@ static tfg_status restore(tfg_session *s, const tfg_program *p, const tfg_train_
     restored++;
   }
   if (r == TFG_OK)
-    fprintf(log, "restored %s: %d tensors%s, step %" PRId64 "\n", c->checkpoint, restored,
+    if (log) /* NULL: --quiet */
+      fprintf(log, "restored %s: %d tensors%s, step %" PRId64 "\n", c->checkpoint, restored,
             restored < n ? ", optimizer state fresh" : "", *step);
   free(at);
   ckpt_entries_free(e, n);
@@ -234,7 +235,7 @@ static tfg_status evaluate(tfg_session *s, const tfg_program *p, const tfg_train
     r = tfg_session_run_with(s, rp.fetch, rp.n, rp.out, &ro);
     for (int i = 0; r == TFG_OK && i < nv; i++) each[i] += replica_mean(st, rp.out, i);
   }
-  if (r == TFG_OK) {
+  if (r == TFG_OK && log) { /* log NULL: --quiet */
     for (int i = 0; i < nv; i++)
       sum[i] = !exact ? sum[i] / (double)batches
                       : ((double)B * sum[i] + (by_copies ? each[i] : -each[i])) / (double)rows;
@@ -264,7 +265,8 @@ typedef struct job {
   report rp;
   double *sum;      /* per value since the last log line */
   int64_t since;
-  double tlog;
+  double tlog, t0;  /* the last log line; the start */
+  FILE *csv;        /* log = "...": a row per logged step */
   /* parameter_server */
   int64_t stale_sum, stale_max;
 } job;
@@ -295,6 +297,25 @@ static tfg_status job_open(job *j, tfg_session *s, const tfg_program *p, const t
   j->rp = report_of(st);
   j->sum = calloc((size_t)(1 + st->nmetrics), sizeof *j->sum);
   TFG_ASSERT(j->sum != NULL);
+  j->t0 = now();
+  if (a->config.log) { /* checked writable by tfg check; it may have changed since */
+    j->csv = fopen(a->config.log, "w");
+    if (!j->csv) {
+      tfg_diag_error(d, &a->config.log_at, "cannot write log '%s': %s", a->config.log, strerror(errno));
+      return TFG_ERR_IO;
+    }
+    fputs("step,loss", j->csv);
+    for (int i = 0; i < st->nmetrics; i++) { /* a metric's source text, quoted: it may hold commas */
+      fputs(",\"", j->csv);
+      for (const char *m = metric_name(p, st->metrics[i]); *m; m++) {
+        if (*m == '"') fputc('"', j->csv);
+        fputc(*m, j->csv);
+      }
+      fputc('"', j->csv);
+    }
+    fputs(",lr,rows_per_s,seconds\n", j->csv);
+    fflush(j->csv);
+  }
   tfg_status r = TFG_OK;
   if (s) {
     sync_mirrors(s, p, st);
@@ -308,6 +329,7 @@ static tfg_status job_open(job *j, tfg_session *s, const tfg_program *p, const t
 static void job_close(job *j) {
   report_free(&j->rp);
   free(j->sum);
+  if (j->csv) fclose(j->csv);
 }
 
 /* The run options of step k (from 0) of job j. */
@@ -335,21 +357,30 @@ static tfg_status job_account(job *j, const tfg_program *p, int64_t k, const tfg
   j->since++;
   int64_t step = k + 1;
   bool last = step == j->c.steps;
-  if (!o->quiet && (step % j->c.log_every == 0 || last)) {
-    double t = now();
-    fprintf(o->log, "%sstep %" PRId64 "/%" PRId64 "  loss %.4f", j->who, step, j->c.steps, j->sum[0] / (double)j->since);
-    for (int i = 0; i < st->nmetrics; i++)
-      fprintf(o->log, "  %s %.4f", metric_name(p, st->metrics[i]), j->sum[1 + i] / (double)j->since);
+  if ((!o->quiet || j->csv) && (step % j->c.log_every == 0 || last)) {
+    double t = now(), rate = (double)j->since / (t - j->tlog > 1e-9 ? t - j->tlog : 1e-9);
     const tfg_lr_schedule *ls = &j->a->config.lr_schedule;
-    if (ls->kind != TFG_LR_CONSTANT) { /* the lr this step's update used */
-      tfg_lr_sched l = {j->a->config.optimizer.lr, ls->warmup, ls->total, ls->min, ls->every, ls->gamma, (int)ls->kind};
-      fprintf(o->log, "  lr %.4g", tfg_lr_at(l, step));
+    tfg_lr_sched l = {j->a->config.optimizer.lr, ls->warmup, ls->total, ls->min, ls->every, ls->gamma, (int)ls->kind};
+    double lr = tfg_lr_at(l, step); /* the lr this step's update used */
+    if (!o->quiet) {
+      fprintf(o->log, "%sstep %" PRId64 "/%" PRId64 "  loss %.4f", j->who, step, j->c.steps, j->sum[0] / (double)j->since);
+      for (int i = 0; i < st->nmetrics; i++)
+        fprintf(o->log, "  %s %.4f", metric_name(p, st->metrics[i]), j->sum[1 + i] / (double)j->since);
+      if (ls->kind != TFG_LR_CONSTANT) fprintf(o->log, "  lr %.4g", lr);
+      fprintf(o->log, "  %.1f steps/s", rate);
+      if (st->worker_grads)
+        fprintf(o->log, "  staleness mean %.2f max %" PRId64, (double)j->stale_sum / (double)j->since, j->stale_max);
+      fputc('\n', o->log);
+      fflush(o->log);
     }
-    fprintf(o->log, "  %.1f steps/s", (double)j->since / (t - j->tlog > 1e-9 ? t - j->tlog : 1e-9));
-    if (st->worker_grads)
-      fprintf(o->log, "  staleness mean %.2f max %" PRId64, (double)j->stale_sum / (double)j->since, j->stale_max);
-    fputc('\n', o->log);
-    fflush(o->log);
+    if (j->csv) { /* rows/s: the batch's rows per step, when a dataset feeds them */
+      fprintf(j->csv, "%" PRId64 ",%.9g", step, j->sum[0] / (double)j->since);
+      for (int i = 0; i < st->nmetrics; i++) fprintf(j->csv, ",%.9g", j->sum[1 + i] / (double)j->since);
+      fprintf(j->csv, ",%.9g,", lr);
+      if (j->b.batch > 0) fprintf(j->csv, "%.1f", rate * (double)j->b.batch);
+      fprintf(j->csv, ",%.3f\n", t - j->t0);
+      fflush(j->csv);
+    }
     memset(j->sum, 0, sizeof *j->sum * (size_t)(1 + st->nmetrics));
     j->since = 0;
     j->stale_sum = j->stale_max = 0;
@@ -367,7 +398,7 @@ static tfg_status job_after(job *j, tfg_session *s, const tfg_program *p, int64_
   bool last = step == j->c.steps;
   tfg_status r = TFG_OK;
   if (j->b.feed && j->c.eval_every && step % j->c.eval_every == 0 && !last)
-    r = evaluate(s, p, j->st, &j->b, step, j->who, o->log);
+    r = evaluate(s, p, j->st, &j->b, step, j->who, o->quiet ? NULL : o->log);
   if (r == TFG_OK && j->c.checkpoint && ((j->c.checkpoint_every && step % j->c.checkpoint_every == 0) || last))
     r = save(s, p, j->st, &j->c, step, d);
   return r;
@@ -419,7 +450,7 @@ tfg_status tfg_train_group(tfg_session *s, const tfg_program *p, const tfg_actio
   tfg_status r = TFG_OK;
   int opened = 0;
   for (; opened < njobs && r == TFG_OK; opened++)
-    r = job_open(&jobs[opened], s, p, a[opened], &st[opened], njobs > 1, o->log, d);
+    r = job_open(&jobs[opened], s, p, a[opened], &st[opened], njobs > 1, o->quiet ? NULL : o->log, d);
   /* One run per step for the whole group: the jobs' ops run at once, each
    * job on its own devices. Jobs whose batches differ (another batch size
    * or dataset) cannot share a run's batch position: they take turns. */
@@ -480,7 +511,7 @@ tfg_status tfg_train_group(tfg_session *s, const tfg_program *p, const tfg_actio
   train_end();
   int64_t replayed = tfg_session_replays(s) - replays0; /* steps replayed from CUDA Graphs (exec.h) */
   for (int i = 0; i < njobs && r == TFG_OK; i++)
-    if (jobs[i].b.feed) r = evaluate(s, p, &st[i], &jobs[i].b, jobs[i].c.steps, jobs[i].who, o->log);
+    if (jobs[i].b.feed) r = evaluate(s, p, &st[i], &jobs[i].b, jobs[i].c.steps, jobs[i].who, o->quiet ? NULL : o->log);
   if (r == TFG_OK && !o->quiet && njobs == 1 && jobs[0].c.steps > jobs[0].start) {
     fprintf(o->log, "trained %" PRId64 " steps in %.3f s", jobs[0].c.steps - jobs[0].start, now() - t0);
     if (replayed > 0) fprintf(o->log, " (%" PRId64 " replayed from a captured graph)", replayed);
@@ -631,7 +662,7 @@ tfg_status tfg_train_ps(const tfg_program *p, const tfg_action *a, const tfg_tra
    * from (worker 0's model for evaluation: losses[0] is its loss). */
   tfg_train_step one = *st;
   one.nreplicas = 1;
-  tfg_status r = R.server ? job_open(&j, R.server, p, a, &one, false, o->log, d) : TFG_ERR_DEVICE;
+  tfg_status r = R.server ? job_open(&j, R.server, p, a, &one, false, o->quiet ? NULL : o->log, d) : TFG_ERR_DEVICE;
   R.j = &j;
   R.next = R.applied = r == TFG_OK ? j.start : 0;
   ps_worker *wk = calloc((size_t)W, sizeof *wk);
@@ -685,7 +716,7 @@ tfg_status tfg_train_ps(const tfg_program *p, const tfg_action *a, const tfg_tra
       tfg_session_write(wk[0].s, st->worker_params[i], v);
       free(v);
     }
-    r = evaluate(wk[0].s, p, &one, &j.b, j.c.steps, "", o->log);
+    r = evaluate(wk[0].s, p, &one, &j.b, j.c.steps, "", o->quiet ? NULL : o->log);
   }
   if (r == TFG_OK) hand_over(R.server, main, p, st);
   if (r == TFG_OK && !o->quiet && j.c.steps > j.start)

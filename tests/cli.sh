@@ -174,6 +174,31 @@ printf 'param w: f32[3] = normal(seed = 1)\nloss = sum(w * w)\ntrain loss { opti
 expect no-decay-unmatched 0 "$TFG" check --color=never "$tmp/nodecay.tfg" &&
   contains no-decay-unmatched "$tmp/err" 'nodecay.tfg:3:54: warning: no_decay pattern "*.bias" matches no param'
 
+# log = "FILE": a CSV row per logged step (header step, loss, metrics, lr,
+# rows/s, seconds), written under --quiet too, which prints nothing at all
+# (no step, eval or restored line).
+mkdir -p "$tmp/logrun"
+cat >"$tmp/logrun/m.tfg" <<EOF
+import nn
+data d = csv("$ROOT/examples/data/digits.csv.gz", label = -1, test = 0.2, shuffle = true, seed = 7)
+input x: f32[32, 64] from d.x
+input y: i32[32] from d.y
+logits = nn.mlp(x / 16.0, [32, 10])
+train cross_entropy(logits, y) {
+  optimizer = adam(lr = 1e-2)
+  lr_schedule = cosine(warmup = 2, total = 40)
+  metrics = [accuracy(logits, y)]
+  steps = 40
+  log_every = 10
+  log = "run.csv"
+}
+EOF
+expect log-csv 0 "$TFG" run --quiet "$tmp/logrun/m.tfg" &&
+  if [ -s "$tmp/out" ] || [ -s "$tmp/err" ]; then ko "log-csv: --quiet printed"; head -3 "$tmp/out" "$tmp/err"; else ok; fi
+contains log-csv-header "$tmp/logrun/run.csv" 'step,loss,"accuracy",lr,rows_per_s,seconds'
+if [ "$(grep -c '^[0-9]' "$tmp/logrun/run.csv")" = 4 ] && grep -q '^40,' "$tmp/logrun/run.csv"; then ok
+else ko "log-csv: expected rows for steps 10, 20, 30, 40"; cat "$tmp/logrun/run.csv"; fi
+
 # ---- plans ----------------------------------------------------------------------
 # Every example and every placement golden plans, and its plan passes the
 # validator (tfg plan checks each plan it prints).
