@@ -19,6 +19,7 @@
 #include "base/strbuf.h"
 #include "cli/cli.h"
 #include "cli/pipeline.h"
+#include "cli/plot.h"
 #include "compiler/place.h"
 #include "compiler/plan.h"
 #include "compiler/strategy.h"
@@ -482,6 +483,9 @@ static int cmd_version(const cli_cmd *cmd, int argc, char **argv) {
   return 0;
 }
 
+/* `tfg plot FILE.csv [-o OUT.svg]` (cli/plot.c). */
+static int cmd_plot(const struct cli_cmd *cmd, int argc, char **argv);
+
 #define COMMON_HELP                                                                  \
   "  --set NAME=VALUE  override a top-level `let NAME` (repeatable)\n"               \
   "  --verbose         say what each phase made and its time (devices, placement, plan)\n" \
@@ -567,6 +571,12 @@ static const cli_cmd commands[] = {
      cmd_repl},
     {"version", "version, build options and library versions",
      "tfg version\n\nPrint the version, build options and library versions.\n", cmd_version},
+    {"plot", "the loss and metric curves of a train's log CSV as SVG",
+     "tfg plot FILE.csv [-o OUT.svg]\n\nDraw the loss and metric curves of a train's log (train { log = \"FILE.csv\" })\n"
+     "as an SVG picture: one panel per series, the step on the x axis.\n\n"
+     "options:\n  -o OUT.svg        where to write it (default: FILE with .svg for .csv)\n"
+     "  -h, --help        show this help\n",
+     cmd_plot},
 };
 
 static void main_help(FILE *out) {
@@ -588,6 +598,35 @@ static int finish(int rc) {
     return EXIT_RUNTIME;
   }
   return rc;
+}
+
+static int cmd_plot(const cli_cmd *cmd, int argc, char **argv) {
+  const char *csv = NULL, *out = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+      printf("usage: %s", cmd->help);
+      return 0;
+    }
+    if (strcmp(argv[i], "-o") == 0) {
+      if (++i == argc) return usage_error(cmd, "%s", "-o needs a file name");
+      out = argv[i];
+    } else if (argv[i][0] == '-' && argv[i][1]) {
+      return usage_error(cmd, "unknown option '%s'", argv[i]);
+    } else if (csv) {
+      return usage_error(cmd, "%s", "one log file at a time");
+    } else {
+      csv = argv[i];
+    }
+  }
+  if (!csv) return usage_error(cmd, "%s", "no log file given");
+  char def[4096];
+  if (!out) { /* run.csv -> run.svg */
+    size_t n = strlen(csv);
+    bool dotcsv = n > 4 && strcmp(csv + n - 4, ".csv") == 0;
+    snprintf(def, sizeof def, "%.*s.svg", (int)(dotcsv ? n - 4 : n), csv);
+    out = def;
+  }
+  return cli_plot(csv, out);
 }
 
 int main(int argc, char **argv) {

@@ -199,6 +199,24 @@ contains log-csv-header "$tmp/logrun/run.csv" 'step,loss,"accuracy",lr,rows_per_
 if [ "$(grep -c '^[0-9]' "$tmp/logrun/run.csv")" = 4 ] && grep -q '^40,' "$tmp/logrun/run.csv"; then ok
 else ko "log-csv: expected rows for steps 10, 20, 30, 40"; cat "$tmp/logrun/run.csv"; fi
 
+# tfg plot: the log as SVG, valid XML, one panel per series (loss,
+# accuracy), each polyline a point per logged step; bad input located.
+expect plot 0 "$TFG" plot "$tmp/logrun/run.csv" -o "$tmp/logrun/loss.svg" &&
+  if python3 - "$tmp/logrun/loss.svg" <<'PY'
+import sys, xml.etree.ElementTree as E
+t = E.parse(sys.argv[1])
+ns = "{http://www.w3.org/2000/svg}"
+lines = [p.get("points").split() for p in t.iter(ns + "polyline")]
+titles = [x.text for x in t.iter(ns + "text") if x.get("font-weight") == "bold"]
+sys.exit(0 if [len(l) for l in lines] == [4, 4] and titles == ["loss", "accuracy"] else 1)
+PY
+  then ok; else ko "plot: not two polylines of 4 points titled loss and accuracy"; head -c 400 "$tmp/logrun/loss.svg"; fi
+expect plot-default-name 0 "$TFG" plot "$tmp/logrun/run.csv" && [ -s "$tmp/logrun/run.svg" ] && ok
+printf 'a,b\n1,2\n' >"$tmp/notlog.csv"
+expect plot-not-a-log 1 "$TFG" plot "$tmp/notlog.csv" && contains plot-not-a-log "$tmp/err" "notlog.csv:1: error: not a train log"
+expect plot-missing 1 "$TFG" plot "$tmp/no-such.csv" && contains plot-missing "$tmp/err" "cannot read"
+expect plot-no-file 2 "$TFG" plot
+
 # ---- plans ----------------------------------------------------------------------
 # Every example and every placement golden plans, and its plan passes the
 # validator (tfg plan checks each plan it prints).
