@@ -1252,4 +1252,18 @@ tfg_status tfg_exec_run(tfg_exec *x, const tfg_node_id *fetch, int nfetch, void 
   return first;
 }
 
+int tfg_exec_ndev(const tfg_exec *x) { return x->ndev; }
+
+void tfg_exec_memory(const tfg_exec *x, int d, const char **name, int64_t *planned, int64_t *measured) {
+  const exec_dev *dv = &x->dev[d];
+  *name = dv->device->name;
+  *planned = x->p->dev[d].peak;
+  *measured = -1;
+  if (!dv->b) return;
+  tfg_mem_stats ms;
+  int64_t free_bytes = 0;
+  dv->b->i.mem_stats(dv->b, &ms, &free_bytes);
+  *measured = ms.peak;
+}
+
 int64_t tfg_exec_replays(const tfg_exec *x) { return x->replays; }

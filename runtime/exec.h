@@ -110,4 +110,11 @@ tfg_status tfg_exec_run(tfg_exec *x, const tfg_node_id *fetch, int nfetch, void 
 /* How many runs so far replayed a captured run (CUDA Graphs). */
 int64_t tfg_exec_replays(const tfg_exec *x);
 
+/* Device d (0 .. tfg_exec_ndev) of the plan: its name, the peak its plan
+ * gave (known before anything ran), and the peak its memory pool has
+ * measured so far (the plan's region and what else the backend took:
+ * staging, scratch; runtime/mem.h), or -1 when it is not used. */
+int tfg_exec_ndev(const tfg_exec *x);
+void tfg_exec_memory(const tfg_exec *x, int d, const char **name, int64_t *planned, int64_t *measured);
+
 #endif

@@ -11,6 +11,7 @@
 #include "base/assert.h"
 #include "compiler/plan.h"
 #include "io/data.h"
+#include "ir/device.h"
 #include "ir/ops.h"
 #include "runtime/device.h"
 #include "runtime/exec.h"
@@ -260,6 +261,21 @@ tfg_status tfg_session_run_with(tfg_session *s, const tfg_node_id *fetch, int nf
   if (st != TFG_OK && ro->step) tfg_diag_note(s->diag, NULL, "in training step %lld", (long long)ro->step);
   s->ro = NULL;
   return st;
+}
+
+void tfg_session_memory_report(const tfg_session *s, FILE *out) {
+  for (int d = 0; d < tfg_exec_ndev(s->x); d++) {
+    const char *name;
+    int64_t planned, measured;
+    tfg_exec_memory(s->x, d, &name, &planned, &measured);
+    if (measured < 0) continue; /* a device the plan does not use */
+    tfg_strbuf a = {0}, b = {0};
+    tfg_size_format(&a, planned);
+    tfg_size_format(&b, measured);
+    fprintf(out, "memory %s: planned peak %s, measured peak %s\n", name, a.data, b.data);
+    tfg_strbuf_free(&a);
+    tfg_strbuf_free(&b);
+  }
 }
 
 int64_t tfg_session_replays(const tfg_session *s) { return tfg_exec_replays(s->x); }

@@ -20,6 +20,7 @@
 #define TFG_SESSION_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "ir/program.h"
 #include "kernels/kernel.h"
@@ -78,5 +79,9 @@ bool tfg_session_holds(const tfg_session *s, tfg_node_id id);
 /* How many of the session's runs replayed a captured run (CUDA Graphs,
  * runtime/exec.h). */
 int64_t tfg_session_replays(const tfg_session *s);
+
+/* Writes a line per device the session's plan uses to out: "memory
+ * NAME: planned peak SIZE, measured peak SIZE" (tfg_exec_memory). */
+void tfg_session_memory_report(const tfg_session *s, FILE *out);
 
 #endif

@@ -518,6 +518,7 @@ tfg_status tfg_train_group(tfg_session *s, const tfg_program *p, const tfg_actio
     fputc('\n', o->log);
   }
   if (r == TFG_OK && !o->quiet && njobs > 1) fprintf(o->log, "trained %d models together in %.3f s\n", njobs, now() - t0);
+  if (r == TFG_OK && !o->quiet) tfg_session_memory_report(s, o->log);
   for (int i = 0; i < opened; i++) job_close(&jobs[i]);
   free(jobs);
   free(fetch);

@@ -217,6 +217,16 @@ expect plot-not-a-log 1 "$TFG" plot "$tmp/notlog.csv" && contains plot-not-a-log
 expect plot-missing 1 "$TFG" plot "$tmp/no-such.csv" && contains plot-missing "$tmp/err" "cannot read"
 expect plot-no-file 2 "$TFG" plot
 
+# After training, each device's planned peak and what its pool measured:
+# the plan's region is taken from the pool, so the measured peak is at
+# least the planned one.
+expect train-memory 0 "$TFG" run --devices host*2 "$ROOT/examples/data_parallel.tfg" &&
+  contains train-memory "$tmp/err" "memory gpu:1: planned peak"
+if grep '^memory ' "$tmp/err" | sed 's/.*planned peak \([0-9.]*\) \([KMG]*i*B\), measured peak \([0-9.]*\) \([KMG]*i*B\)/\1 \2 \3 \4/' |
+  awk 'function b(v, u) { return v * (u == "KiB" ? 1024 : u == "MiB" ? 1048576 : u == "GiB" ? 1073741824 : 1) }
+       { n++; if (b($3, $4) < b($1, $2)) bad++ } END { exit !(n >= 2 && !bad) }'; then ok
+else ko "train-memory: a measured peak below its planned one"; grep '^memory ' "$tmp/err"; fi
+
 # ---- plans ----------------------------------------------------------------------
 # Every example and every placement golden plans, and its plan passes the
 # validator (tfg plan checks each plan it prints).
