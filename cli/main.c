@@ -55,7 +55,7 @@ enum { ALLOW_AST = 1, ALLOW_RUN = 2, ALLOW_PLACE = 4, ALLOW_EXPLAIN = 8, ALLOW_T
 
 enum { OPT_COLOR = 256, OPT_AST, OPT_SET, OPT_FEED, OPT_SEED, OPT_PRINT_ALL, OPT_THREADS, OPT_CHECK_NUMERICS,
        OPT_QUIET, OPT_DEVICES, OPT_MEMORY_LIMIT, OPT_EXPLAIN, OPT_JSON, OPT_DOT, OPT_TRACE, OPT_BUCKET_SIZE,
-       OPT_MEMORY, OPT_TF32, OPT_VERBOSE };
+       OPT_MEMORY, OPT_TF32, OPT_VERBOSE, OPT_PROFILE };
 
 /* The ALLOW_* bit a command needs to take each option; 0: every command
  * takes it. Another command's option is an unknown option. */
@@ -77,6 +77,7 @@ static const int opt_allow[] = {
     [OPT_MEMORY - OPT_COLOR] = ALLOW_PLACE,
     [OPT_TF32 - OPT_COLOR] = ALLOW_RUN,
     [OPT_VERBOSE - OPT_COLOR] = ALLOW_VERBOSE,
+    [OPT_PROFILE - OPT_COLOR] = ALLOW_TRACE,
 };
 
 /* Splits "NAME=VALUE"; false when there is no '=' or no name. */
@@ -109,6 +110,7 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
       {"json", no_argument, NULL, OPT_JSON},
       {"dot", no_argument, NULL, OPT_DOT},
       {"trace", required_argument, NULL, OPT_TRACE},
+      {"profile", no_argument, NULL, OPT_PROFILE},
       {"bucket-size", required_argument, NULL, OPT_BUCKET_SIZE},
       {"memory", required_argument, NULL, OPT_MEMORY},
       {"tf32", no_argument, NULL, OPT_TF32},
@@ -189,6 +191,9 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
     case OPT_TRACE:
       o->trace = optarg;
       break;
+    case OPT_PROFILE:
+      o->profile = true;
+      break;
     case OPT_MEMORY:
       if (strcmp(optarg, "growth") && strcmp(optarg, "preallocate"))
         return usage_error(cmd, "--memory takes growth or preallocate, not '%s'", optarg);
@@ -260,7 +265,7 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
   int rc = cli_compile(o, p, d, &c);
   const tfg_train_step *steps = c.steps;
   const tfg_plan *plan = c.plan;
-  tfg_trace *trace = rc == 0 && o->trace ? tfg_trace_new() : NULL;
+  tfg_trace *trace = rc == 0 && (o->trace || o->profile) ? tfg_trace_new() : NULL;
   tfg_session_opts so = {.threads = o->threads, .feeds = o->feeds, .nfeeds = o->nfeeds, .seed = o->seed,
                          .check_numerics = o->check_numerics, .plan = plan, .trace = trace,
                          .preallocate = o->preallocate, .tf32 = o->tf32};
@@ -296,15 +301,21 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
   }
   cli_catch_interrupts(false);
   tfg_session_free(s);
-  if (trace) {
+  if (trace && o->profile) { /* the same events as --trace, by op (stderr, beside the progress) */
+    tfg_strbuf tab = {0};
+    tfg_trace_profile(trace, &tab);
+    fputs(tab.data ? tab.data : "", stderr);
+    tfg_strbuf_free(&tab);
+  }
+  if (trace && o->trace) {
     tfg_strbuf err = {0};
     if (tfg_trace_write(trace, o->trace, &err) != TFG_OK) {
       fprintf(stderr, "tfg run: --trace %s: %s\n", o->trace, err.data ? err.data : "cannot write");
       if (rc == 0) rc = EXIT_RUNTIME;
     }
     tfg_strbuf_free(&err);
-    tfg_trace_free(trace);
   }
+  tfg_trace_free(trace);
   cli_compiled_free(&c);
   free(group);
   free(gsteps);
@@ -508,7 +519,8 @@ static const cli_cmd commands[] = {
      "  --bucket-size SIZE  close an all-reduce bucket at SIZE bytes of gradients (default 25M)\n"
      "  --tf32            let f32 matrix products on GPUs use TF32 tensor cores\n"
      "  --trace FILE.json write a Chrome/Perfetto trace of the run (a path that cannot be\n"
-     "                    written is bad usage, found before the run)\n" COMMON_HELP,
+     "                    written is bad usage, found before the run)\n"
+     "  --profile         after the run, a table of ops by total time, calls and mean (stderr)\n" COMMON_HELP,
      cmd_program},
     {"check", "build and shape-check only; prints nothing on success",
      "tfg check [OPTIONS] FILE\n\nBuild and check FILE ('-' reads standard input): syntax, names,\n"

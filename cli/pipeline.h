@@ -54,6 +54,7 @@ typedef struct cli_opts {
   int64_t memory_limit;   /* --memory-limit SIZE, 0 for none */
   bool explain, json, dot;
   const char *trace;      /* --trace FILE.json */
+  bool profile;           /* --profile: a table of ops by time after the run */
   int64_t bucket_bytes;   /* --bucket-size SIZE, 0 for the default */
   bool preallocate;       /* --memory preallocate (default: growth) */
   bool tf32;              /* --tf32 */

@@ -384,3 +384,44 @@ tfg_status tfg_trace_write(const tfg_trace *t, const char *path, tfg_strbuf *err
   tfg_strbuf_free(&doc);
   return st;
 }
+
+typedef struct prof_row {
+  uint32_t name, cat;
+  int64_t calls;
+  double total;
+} prof_row;
+
+static int prof_cmp(const void *a, const void *b) {
+  const prof_row *x = a, *y = b;
+  return (x->total < y->total) - (x->total > y->total);
+}
+
+void tfg_trace_profile(tfg_trace *t, tfg_strbuf *out) {
+  pthread_mutex_lock(&t->mu);
+  /* one row per (name, category): the string table indexes both */
+  prof_row *rows = NULL;
+  size_t nrows = 0, cap = 0;
+  for (size_t i = 0; i < t->nslices; i++) {
+    const trace_slice *sl = &t->slices[i];
+    size_t r = 0;
+    while (r < nrows && (rows[r].name != sl->name || rows[r].cat != sl->cat)) r++;
+    if (r == nrows) {
+      TFG_GROW(rows, nrows, cap, 64);
+      rows[nrows++] = (prof_row){.name = sl->name, .cat = sl->cat};
+    }
+    rows[r].calls++;
+    rows[r].total += sl->t1 - sl->t0;
+  }
+  if (nrows > 1) qsort(rows, nrows, sizeof *rows, prof_cmp);
+  tfg_strbuf_printf(out, "%-24s %-10s %8s %12s %12s %7s\n", "name", "category", "calls", "total ms", "mean us", "share");
+  for (size_t r = 0; r < nrows; r++) {
+    double cat_total = 0;
+    for (size_t q = 0; q < nrows; q++)
+      if (rows[q].cat == rows[r].cat) cat_total += rows[q].total;
+    tfg_strbuf_printf(out, "%-24s %-10s %8lld %12.3f %12.1f %6.1f%%\n", t->strs[rows[r].name], t->strs[rows[r].cat],
+                      (long long)rows[r].calls, 1e3 * rows[r].total, 1e6 * rows[r].total / (double)rows[r].calls,
+                      cat_total > 0 ? 100 * rows[r].total / cat_total : 0.0);
+  }
+  free(rows);
+  pthread_mutex_unlock(&t->mu);
+}

@@ -35,5 +35,10 @@ void tfg_trace_add(tfg_trace *t, int pid, int tid, const char *name, const char 
 /* Writes the trace to path through a temporary file and a rename.
  * Returns TFG_OK or TFG_ERR_IO with the reason in *err. */
 tfg_status tfg_trace_write(const tfg_trace *t, const char *path, tfg_strbuf *err);
+/* tfg run --profile: the slices grouped by name, all devices together,
+ * as a table into out (torch.profiler's key_averages().table()): per
+ * name its category, calls, total and mean time and share of the total
+ * of its category, by total time, longest first. */
+void tfg_trace_profile(tfg_trace *t, tfg_strbuf *out);
 
 #endif

@@ -227,6 +227,15 @@ if grep '^memory ' "$tmp/err" | sed 's/.*planned peak \([0-9.]*\) \([KMG]*i*B\),
        { n++; if (b($3, $4) < b($1, $2)) bad++ } END { exit !(n >= 2 && !bad) }'; then ok
 else ko "train-memory: a measured peak below its planned one"; grep '^memory ' "$tmp/err"; fi
 
+# --profile: a table by op from the same events as --trace: matmul's calls
+# in the table equal the trace's matmul slices (one run with both).
+expect profile 0 "$TFG" run --profile --trace "$tmp/prof.json" "$ROOT/examples/xor.tfg" &&
+  contains profile "$tmp/err" "name                     category      calls     total ms      mean us   share"
+calls=$(awk '$1 == "matmul" && $2 == "op" { print $3 }' "$tmp/err")
+slices=$(python3 -c 'import json,sys; print(sum(1 for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X" and e.get("name") == "matmul"))' "$tmp/prof.json")
+if [ -n "$calls" ] && [ "$calls" = "$slices" ] && [ "$calls" -gt 0 ]; then ok
+else ko "profile: matmul calls '$calls' in the table, $slices in the trace"; fi
+
 # ---- plans ----------------------------------------------------------------------
 # Every example and every placement golden plans, and its plan passes the
 # validator (tfg plan checks each plan it prints).
