@@ -569,6 +569,34 @@ static void clip_grads(tfg_graph *g, tfg_diag *d, double max, const tfg_node_id 
   }
 }
 
+void tfg_autodiff_accumulate(tfg_graph *g, int k, const tfg_node_id *params, tfg_node_id *grads, int n,
+                             tfg_node_id *accs, tfg_node_id *first, tfg_node_id *add_to, tfg_diag *d) {
+  for (int i = 0; i < n; i++) {
+    ad c = {.g = g, .diag = d};
+    at(&c, params[i]); /* where the param and its update are */
+    const tfg_node param = g->nodes[params[i]];
+    accs[i] = add_state(&c, &param, "grad_acc");
+    tfg_node_id in[2] = {accs[i], grads[i]};
+    tfg_attrs set = {.value = 0}, sum = {.value = 1};
+    first[i] = add(&c, TFG_OP_GRAD_ACCUMULATE, in, 2, &set);
+    add_to[i] = add(&c, TFG_OP_GRAD_ACCUMULATE, in, 2, &sum);
+    /* the mean as (sum) / k, as a loss averaged over the k x batch has it */
+    grads[i] = op2(&c, TFG_OP_DIV, op2(&c, TFG_OP_ADD, accs[i], grads[i]), scalar(&c, (double)k, param.dtype));
+  }
+}
+
+/* The accumulation of a single step's gradients (accumulate = k > 1) into
+ * st's arrays (tfg_autodiff_accumulate). */
+static void accumulate_step(tfg_graph *g, int k, tfg_train_step *st, tfg_node_id *grads, int n, tfg_diag *d) {
+  st->accumulate = k > 1 ? k : 1;
+  if (k <= 1) return;
+  st->accs = malloc(sizeof *st->accs * (size_t)(n + 1));
+  st->acc_first = malloc(sizeof *st->acc_first * (size_t)(n + 1));
+  st->acc_add = malloc(sizeof *st->acc_add * (size_t)(n + 1));
+  TFG_ASSERT(st->accs && st->acc_first && st->acc_add);
+  tfg_autodiff_accumulate(g, k, st->params, grads, n, st->accs, st->acc_first, st->acc_add, d);
+}
+
 tfg_status tfg_autodiff_updates(tfg_graph *g, const tfg_action *a, const tfg_node_id *params, const tfg_node_id *grads,
                                 int n, tfg_node_id *updates, tfg_node_id *states, int *nstates, tfg_diag *d) {
   tfg_node_id *clipped = NULL;
@@ -649,6 +677,7 @@ tfg_status tfg_autodiff_train_step(tfg_graph *g, const tfg_action *a, const tfg_
     }
   out->nparams = out->nupdates = n;
   if (n == 0) warn_untrained(g, a, &cut, d);
+  accumulate_step(g, c->accumulate, out, grads, n, d);
   tfg_status st = tfg_autodiff_updates(g, a, out->params, grads, n, out->updates, out->states, &out->nstates, d);
   TFG_ASSERT(st == TFG_OK);
   free(grads);
@@ -667,5 +696,8 @@ void tfg_train_step_free(tfg_train_step *st) {
   free(st->worker_grads);
   free(st->worker_params);
   free(st->grad_inputs);
+  free(st->accs);
+  free(st->acc_first);
+  free(st->acc_add);
   memset(st, 0, sizeof *st);
 }

@@ -56,6 +56,15 @@ typedef struct tfg_train_step {
    * gradient from grad_inputs[i], an INPUT node fed with a worker's
    * gradient (updates[i] is params[i]'s update). */
   tfg_node_id *worker_grads, *worker_params, *grad_inputs;
+  /* accumulate = k: each optimizer step runs k micro-batches, each a run
+   * of the session. With k > 1 the first fetches acc_first, the next
+   * k - 2 acc_add, the last the updates, whose gradients are (acc +
+   * grad) / k (tfg_autodiff_accumulate). accs[i] is updates[i]'s
+   * accumulator, a STATE node colocated with its param and never in a
+   * checkpoint (a step leaves it spent); all three are [nupdates], NULL
+   * when k is 1. */
+  int accumulate;
+  tfg_node_id *accs, *acc_first, *acc_add;
 } tfg_train_step;
 
 /* Adds the optimizer update of each params[i] with gradient grads[i]
@@ -67,6 +76,16 @@ typedef struct tfg_train_step {
  * interpreter's sgd/adam/adamw), so this returns TFG_OK. */
 tfg_status tfg_autodiff_updates(tfg_graph *g, const tfg_action *a, const tfg_node_id *params, const tfg_node_id *grads,
                                 int n, tfg_node_id *updates, tfg_node_id *states, int *nstates, tfg_diag *d);
+
+/* accumulate = k > 1: each grads[i] (the gradient of params[i] on one
+ * micro-batch) is replaced by (acc_i + grads[i]) / k, the mean over the
+ * step's k micro-batches, where acc_i is a new STATE node "PARAM:grad_acc"
+ * colocated with params[i] into accs[i], which the step's earlier
+ * micro-batches fill: first[i] writes grads[i] into it, add[i] adds
+ * grads[i] to it (GRAD_ACCUMULATE). A strategy calls this before its
+ * all-reduce, so that a step has one all-reduce, not one per micro-batch. */
+void tfg_autodiff_accumulate(tfg_graph *g, int k, const tfg_node_id *params, tfg_node_id *grads, int n,
+                             tfg_node_id *accs, tfg_node_id *first, tfg_node_id *add, tfg_diag *d);
 
 /* The params train action a's loss reaches with a gradient, in program
  * order, into params (room for p->nparams); returns their count. The

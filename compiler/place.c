@@ -162,8 +162,8 @@ static void claim(placer *P, tfg_node_id id, int dev) {
 
 /* ---- pass 0: groups -------------------------------------------------------------- */
 
-/* A param with its update and every state the update uses; the bytes of
- * each group. */
+/* A param with its update, every state the update uses and its gradient
+ * accumulator; the bytes of each group. */
 static void pass0_groups(placer *P, const tfg_train_step *steps, int nsteps) {
   const tfg_graph *g = P->g;
   int32_t *parent = P->pl->parent;
@@ -173,6 +173,11 @@ static void pass0_groups(placer *P, const tfg_train_step *steps, int nsteps) {
       unite(parent, steps[k].updates[i], u->inputs[0]);
       for (int j = 2; j < u->ninputs; j++)
         if (g->nodes[u->inputs[j]].op == TFG_OP_STATE) unite(parent, u->inputs[0], u->inputs[j]);
+      if (steps[k].accs) { /* accumulate: the accumulator and what writes it */
+        unite(parent, u->inputs[0], steps[k].accs[i]);
+        unite(parent, steps[k].accs[i], steps[k].acc_first[i]);
+        unite(parent, steps[k].accs[i], steps[k].acc_add[i]);
+      }
     }
   for (int32_t i = 0; i < P->n; i++)
     if (persistent(&g->nodes[i])) P->group_bytes[find(parent, i)] += bytes_of(&g->nodes[i]);

@@ -396,10 +396,13 @@ bool tfg_plan_fusable(const tfg_graph *g, tfg_node_id i) {
   return true;
 }
 
-/* Optimizer updates write their param and state in place. */
 bool tfg_plan_view_op(tfg_op_id op) { return op == TFG_OP_RESHAPE || op == TFG_OP_FLATTEN; }
 
-bool tfg_plan_in_place(tfg_op_id op) { return op == TFG_OP_SGD_UPDATE || op == TFG_OP_ADAM_UPDATE; }
+/* Optimizer updates write their param and state in place, an
+ * accumulation its accumulator; input 1, the gradient, is only read. */
+bool tfg_plan_in_place(tfg_op_id op) {
+  return op == TFG_OP_SGD_UPDATE || op == TFG_OP_ADAM_UPDATE || op == TFG_OP_GRAD_ACCUMULATE;
+}
 
 static bool member_of(const tfg_node_id *m, int n, tfg_node_id x) {
   for (int e = 0; e < n; e++)

@@ -483,6 +483,20 @@ static tfg_status replicated_step(rewrite *c, const tfg_program *p, tfg_train_st
     for (int k = 0; k < nm; k++) out->metrics[k] = out->replica_metrics[k];
   }
 
+  out->accumulate = 1;
+  if (st == TFG_OK && !ps && a->config.accumulate > 1) {
+    /* Each replica sums its micro-batches' gradients where it keeps its
+     * params; the step's last micro-batch goes on to the all-reduce. */
+    int k = a->config.accumulate;
+    out->accumulate = k;
+    out->accs = malloc(sizeof *out->accs * (size_t)(R * n + 1));
+    out->acc_first = malloc(sizeof *out->acc_first * (size_t)(R * n + 1));
+    out->acc_add = malloc(sizeof *out->acc_add * (size_t)(R * n + 1));
+    TFG_ASSERT(out->accs && out->acc_first && out->acc_add);
+    for (int r = 0; r < R; r++)
+      tfg_autodiff_accumulate(g, k, &rparams[r * n], &grads[r * n], n, &out->accs[r * n], &out->acc_first[r * n],
+                              &out->acc_add[r * n], c->d);
+  }
   if (st == TFG_OK && !ps) {
     /* The mean of each gradient over the replicas, where it was computed.
      * The key is replica 0's all-reduce node id: the same in every

@@ -27,7 +27,10 @@
  *   The global batch must divide evenly by the replica count (a scalar
  *   input has no batch: every replica reads it whole). The mean of the
  *   replicas' gradients is the global batch's gradient when the loss is
- *   a mean over the batch (cross_entropy, mse, mean).
+ *   a mean over the batch (cross_entropy, mse, mean). With accumulate = k,
+ *   each replica sums its micro-batches' gradients where it keeps its
+ *   params (tfg_autodiff_accumulate) and only the step's last micro-batch
+ *   reaches the all-reduce: one all-reduce per optimizer step.
  * parameter_server(ps = D, workers = [W0, W1, ...]): asynchronous. Worker
  *   w gets a clone of the forward cone reading the program's inputs
  *   (each worker step takes its own whole batch), with its own param

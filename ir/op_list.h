@@ -102,6 +102,9 @@
   /* (param, grad, momentum_buf): torch.optim.SGD; attrs.opt */                         \
   X(ADAM_UPDATE, "adam_update", "")                                                     \
   /* (param, grad, m, v): torch.optim.Adam, or AdamW when attrs.opt.decoupled; step from ctx */ \
+  X(GRAD_ACCUMULATE, "grad_accumulate", "")                                             \
+  /* (acc, grad): acc <- grad when attrs.value is 0, acc + grad when 1, in place: the \
+   * micro-batches of `accumulate = k` (compiler/autodiff.h) */                         \
   /* collectives (compiler/strategy.c adds them; the planner groups them into buckets) */ \
   X(ALLREDUCE, "allreduce", "")                                                         \
   /* (grad) -> the mean of grad over the attrs.n nodes of its group, which share the \

@@ -733,7 +733,7 @@ static double flops_conv2d_grad(const tfg_graph *g, const tfg_node *n) {
   return 2.0 * numel(dy) * (double)(w->dim[1] * w->dim[2] * w->dim[3]);
 }
 
-/* Per element: Adam is about a dozen flops, SGD a few. */
+/* Per element: Adam is about a dozen flops, SGD (and an accumulation) a few. */
 static double flops_update(const tfg_graph *g, const tfg_node *n) {
   return (n->op == TFG_OP_ADAM_UPDATE ? 12.0 : 4.0) * numel(input(g, n, 0));
 }
@@ -817,6 +817,7 @@ static const tfg_op_def ops[TFG_OP_COUNT] = {
     ROW(EMBEDDING_GRAD, infer_embedding_grad, flops_in),
     ROW(SGD_UPDATE, infer_update, flops_update),
     ROW(ADAM_UPDATE, infer_update, flops_update),
+    ROW(GRAD_ACCUMULATE, infer_update, flops_update),
     ROW(ALLREDUCE, infer_like_input, flops_out),
     ROW(FUSED, infer_fused, flops_fused),
 #undef ROW

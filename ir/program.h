@@ -127,6 +127,8 @@ typedef struct tfg_train_config {
   tfg_optimizer_config optimizer;
   tfg_lr_schedule lr_schedule; /* constant unless given */
   double clip_grad_norm;       /* 0: no clipping; else the largest global gradient norm */
+  int accumulate;              /* micro-batches per optimizer step (0 or 1: one) */
+  tfg_loc accumulate_at;       /* the setting `accumulate = ...`; {0} without one */
   int nno_decay;               /* no_decay = [...]: params whose names match one of these */
   const char *const *no_decay; /* fnmatch patterns ("*.b") get no weight decay */
   tfg_strategy_config strategy;

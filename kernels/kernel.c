@@ -112,7 +112,8 @@ tfg_status tfg_kernel_check_where(tfg_kernel_ctx *ctx, const tfg_tensor *in, con
   return TFG_OK;
 }
 
-tfg_status tfg_kernel_check_update(tfg_kernel_ctx *ctx, const char *what, const tfg_tensor *in, int n,
+/* in[0..n) all f32 or all f64, with in[0]'s element count. */
+static tfg_status check_like_param(tfg_kernel_ctx *ctx, const char *what, const tfg_tensor *in, int n,
                                    const char *where) {
   tfg_dtype dt = in[0].dtype;
   if (dt != TFG_DTYPE_F32 && dt != TFG_DTYPE_F64)
@@ -127,9 +128,19 @@ tfg_status tfg_kernel_check_update(tfg_kernel_ctx *ctx, const char *what, const 
       return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "%s: input %d has %lld elements, the parameter %lld", what, i,
                              (long long)tfg_shape_numel(&in[i].shape), (long long)numel);
   }
-  if (ctx->step < 1)
-    return tfg_kernel_fail(ctx, TFG_ERR_NUMERIC, "%s at step %lld (steps count from 1)", what, (long long)ctx->step);
   return TFG_OK;
+}
+
+tfg_status tfg_kernel_check_update(tfg_kernel_ctx *ctx, const char *what, const tfg_tensor *in, int n,
+                                   const char *where) {
+  tfg_status st = check_like_param(ctx, what, in, n, where);
+  if (st == TFG_OK && ctx->step < 1)
+    return tfg_kernel_fail(ctx, TFG_ERR_NUMERIC, "%s at step %lld (steps count from 1)", what, (long long)ctx->step);
+  return st;
+}
+
+tfg_status tfg_kernel_check_accumulate(tfg_kernel_ctx *ctx, const tfg_tensor *in, const char *where) {
+  return check_like_param(ctx, "grad_accumulate", in, 2, where);
 }
 
 tfg_status tfg_kernel_transpose_strides(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,

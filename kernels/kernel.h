@@ -90,6 +90,8 @@ tfg_status tfg_kernel_check_binary_on(tfg_kernel_ctx *ctx, const tfg_node *node,
  * or the failure recorded in ctx and returned. */
 tfg_status tfg_kernel_check_update(tfg_kernel_ctx *ctx, const char *what, const tfg_tensor *in, int n,
                                    const char *where);
+/* The same check for GRAD_ACCUMULATE's (acc, grad), which has no step. */
+tfg_status tfg_kernel_check_accumulate(tfg_kernel_ctx *ctx, const tfg_tensor *in, const char *where);
 
 /* The checks every backend's shape kernels make, with the same messages,
  * and the reads they then do (kernels/index_math.h). TFG_OK, or the

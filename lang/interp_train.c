@@ -201,10 +201,25 @@ static void decode_strategy(tfg_interp *I, const train_setting *ts, tfg_train_co
  * and the whole batches of an epoch (as runtime/train.c batches), so the
  * steps n epochs make are known where they are written. (The loss was
  * evaluated before its settings: the inputs it reads exist by now.) */
+/* The input that decides a train's batches: the first fed from a dataset
+ * (NULL: none). */
+static const tfg_feed *batch_feed(const tfg_interp *I) {
+  for (int i = 0; i < I->prog.nfeeds; i++)
+    if (I->prog.feeds[i].ds) return &I->prog.feeds[i];
+  return NULL;
+}
+
+/* The whole batches of an epoch (0 without a dataset input). */
+static int64_t epoch_batches(const tfg_interp *I) {
+  const tfg_feed *f = batch_feed(I);
+  if (!f) return 0;
+  const tfg_node *in = &I->prog.graph->nodes[f->node];
+  int64_t batch = in->shape.rank ? in->shape.dim[0] : 0;
+  return batch > 0 ? tfg_data_rows(f->ds, f->split) / batch : 0;
+}
+
 static void check_epochs(tfg_interp *I, int64_t n, const tfg_loc *at) {
-  const tfg_feed *f = NULL;
-  for (int i = 0; i < I->prog.nfeeds && !f; i++)
-    if (I->prog.feeds[i].ds) f = &I->prog.feeds[i];
+  const tfg_feed *f = batch_feed(I);
   if (!f) {
     tfg_diag_error(I->diag, at, "epochs need an input fed from a dataset");
     tfg_diag_help(I->diag, "give steps = N instead");
@@ -212,7 +227,7 @@ static void check_epochs(tfg_interp *I, int64_t n, const tfg_loc *at) {
   }
   const tfg_node *in = &I->prog.graph->nodes[f->node];
   int64_t rows = tfg_data_rows(f->ds, f->split), batch = in->shape.rank ? in->shape.dim[0] : 0;
-  int64_t per = batch > 0 ? rows / batch : 0;
+  int64_t per = epoch_batches(I);
   if (per == 0)
     tfg_interp_fail(I, TFG_ERR_DATA, at, "an epoch of input %s has no whole batch: %" PRId64 " rows, a batch of %" PRId64,
                     in->name, rows, batch);
@@ -281,6 +296,19 @@ static void decode_clip(tfg_interp *I, const train_setting *ts, tfg_train_config
   if (!(x > 0 && isfinite(x)))
     tfg_interp_fail(I, TFG_ERR_NAME, &k->a->loc, "clip_grad_norm must be a number above 0, the largest gradient norm");
   c->clip_grad_norm = x;
+}
+
+/* accumulate = k: an integer from 1 to 2^20 (a step of more micro-batches
+ * than that is a typo, not a plan). */
+static void decode_accumulate(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v,
+                              const tfg_ast *k) {
+  (void)ts;
+  if (v.kind == TFG_V_FLOAT && v.u.f == floor(v.u.f) && fabs(v.u.f) < 9e18) v = tfg_val_int((int64_t)v.u.f);
+  if (v.kind != TFG_V_INT || v.u.i < 1 || v.u.i > (1 << 20))
+    tfg_interp_fail(I, TFG_ERR_NAME, &k->a->loc,
+                    "accumulate must be an integer from 1 to 1048576, the micro-batches of an optimizer step");
+  c->accumulate = (int)v.u.i;
+  c->accumulate_at = k->loc;
 }
 
 static void decode_metrics(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v,
@@ -419,6 +447,7 @@ static const train_setting train_settings[] = {
     {"optimizer", decode_optimizer, 0},
     {"lr_schedule", decode_lr_schedule, 0},
     {"clip_grad_norm", decode_clip, 0},
+    {"accumulate", decode_accumulate, 0},
     {"no_decay", decode_no_decay, 0},
     {"steps", decode_count, offsetof(tfg_train_config, steps)},
     {"epochs", decode_count, offsetof(tfg_train_config, epochs)},
@@ -448,8 +477,13 @@ static const train_setting *setting_row(tfg_interp *I, const tfg_ast *k) {
     if (d < bestd) { bestd = d; best = train_settings[i].name; }
   }
   if (best) tfg_diag_help(I->diag, "did you mean '%s'?", best);
-  else tfg_diag_help(I->diag, "the settings are optimizer, steps, epochs, strategy, log_every, metrics, "
-                              "eval_every, checkpoint, checkpoint_every and seed");
+  else {
+    tfg_strbuf all = {0};
+    for (size_t i = 0; i < NSETTINGS; i++)
+      tfg_strbuf_printf(&all, "%s%s", i == 0 ? "" : i + 1 == NSETTINGS ? " and " : ", ", train_settings[i].name);
+    tfg_diag_help(I->diag, "the settings are %s", all.data);
+    tfg_strbuf_free(&all);
+  }
   tfg_interp_unwind(I, TFG_ERR_NAME);
 }
 
@@ -524,6 +558,16 @@ void tfg_interp_exec_train(tfg_interp *I, tfg_env *env, const tfg_ast *s) {
     tfg_diag_help(I->diag, "for example: train loss { optimizer = adam(lr = 1e-3); steps = 500 }");
     tfg_interp_unwind(I, TFG_ERR_NAME);
   }
+  if (c->accumulate > 1 && c->strategy.kind == TFG_STRATEGY_PS) {
+    tfg_diag_error(I->diag, &c->accumulate_at, "accumulate needs a synchronous strategy");
+    tfg_diag_note(I->diag, &c->strategy.loc, "parameter_server workers push every batch's gradients as they come");
+    tfg_diag_help(I->diag, "use mirrored(...) or single(), or give each worker a larger batch");
+    tfg_interp_unwind(I, TFG_ERR_NAME);
+  }
+  if (c->accumulate > 1 && c->epochs && c->epochs * epoch_batches(I) < c->accumulate)
+    tfg_interp_fail(I, TFG_ERR_DATA, &c->accumulate_at,
+                    "epochs = %" PRId64 " gives %" PRId64 " batches, fewer than the %d micro-batches of one step",
+                    c->epochs, c->epochs * epoch_batches(I), c->accumulate);
   check_group(I, &a);
   tfg_interp_push_action(I, a);
 }

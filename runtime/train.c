@@ -29,6 +29,7 @@
  * steps epochs make, the cadence of its log lines resolved. */
 typedef struct cfg {
   int64_t steps, epochs, log_every, eval_every, checkpoint_every;
+  int accumulate; /* micro-batches per step, at least 1 */
   uint64_t seed;
   const char *checkpoint;
   tfg_loc loc;
@@ -263,6 +264,7 @@ typedef struct job {
   int64_t start;    /* the step restored from the checkpoint */
   int64_t done;     /* steps done */
   report rp;
+  double *vals;     /* the step's loss and metrics: the mean over replicas and micro-batches */
   double *sum;      /* per value since the last log line */
   int64_t since;
   double tlog, t0;  /* the last log line; the start */
@@ -285,18 +287,20 @@ static tfg_status job_open(job *j, tfg_session *s, const tfg_program *p, const t
   c->checkpoint_every = a->config.checkpoint_every;
   c->seed = (uint64_t)a->config.seed;
   c->checkpoint = a->config.checkpoint;
+  c->accumulate = a->config.accumulate > 1 ? a->config.accumulate : 1;
   if (grouped) snprintf(j->who, sizeof j->who, "train (line %u): ", a->loc.line);
   j->b = batching_of(p);
   if (c->epochs) {
     /* The interpreter checked where epochs is written that an epoch has
      * whole batches and that the steps they make are at most 2^53. */
     TFG_ASSERT(j->b.feed && j->b.per_epoch > 0 && c->epochs <= INT64_MAX / j->b.per_epoch);
-    c->steps = c->epochs * j->b.per_epoch;
+    c->steps = c->epochs * j->b.per_epoch / c->accumulate; /* and at least one: checked there too */
   }
   c->log_every = tfg_train_config_log_every(&a->config, c->steps);
   j->rp = report_of(st);
   j->sum = calloc((size_t)(1 + st->nmetrics), sizeof *j->sum);
-  TFG_ASSERT(j->sum != NULL);
+  j->vals = calloc((size_t)(1 + st->nmetrics), sizeof *j->vals);
+  TFG_ASSERT(j->sum && j->vals);
   j->t0 = now();
   if (a->config.log) { /* checked writable by tfg check; it may have changed since */
     j->csv = fopen(a->config.log, "w");
@@ -329,31 +333,46 @@ static tfg_status job_open(job *j, tfg_session *s, const tfg_program *p, const t
 static void job_close(job *j) {
   report_free(&j->rp);
   free(j->sum);
+  free(j->vals);
   if (j->csv) fclose(j->csv);
 }
 
-/* The run options of step k (from 0) of job j. */
-static tfg_run_opts step_opts(const job *j, int64_t k) {
+/* The run options of micro-batch m of step k (both from 0) of job j: the
+ * batches follow one another over the epochs, accumulate of them a step.
+ * A micro-batch past the first draws its dropout masks from the seed
+ * mixed with m (the step's own seed keeps the masks of a run without
+ * accumulation). */
+static tfg_run_opts step_opts(const job *j, int64_t k, int m) {
   tfg_run_opts ro = {.training = true, .step = k + 1, .seed = j->c.seed, .any_split = true};
+  if (m > 0) ro.seed ^= 0x9E3779B97F4A7C15ull * (uint64_t)m;
   if (j->b.feed) {
-    ro.epoch = k / j->b.per_epoch;
-    ro.first = (k % j->b.per_epoch) * j->b.batch;
+    int64_t b = k * j->c.accumulate + m;
+    ro.epoch = b / j->b.per_epoch;
+    ro.first = (b % j->b.per_epoch) * j->b.batch;
   }
   return ro;
 }
 
-/* Takes step k's losses and metrics (in j->rp.out): checks the loss,
+/* Adds one micro-batch's losses and metrics (in j->rp.out, each the mean
+ * over the replicas) to the step's j->vals, as their mean over the step's
+ * micro-batches; the step's first (m == 0) starts them afresh. */
+static void job_take(job *j, int m) {
+  for (int v = 0; v <= j->st->nmetrics; v++)
+    j->vals[v] = (m == 0 ? 0 : j->vals[v]) + replica_mean(j->st, j->rp.out, v) / (double)j->c.accumulate;
+}
+
+/* Takes step k's losses and metrics (in j->vals): checks the loss,
  * accumulates, logs. */
 static tfg_status job_account(job *j, const tfg_program *p, int64_t k, const tfg_train_opts *o, tfg_diag *d) {
   const tfg_train_step *st = j->st;
-  double loss = replica_mean(st, j->rp.out, 0);
+  double loss = j->vals[0];
   if (!isfinite(loss)) {
     tfg_diag_error(d, &j->a->loc, "step %" PRId64 ": the loss is %s", k + 1, isnan(loss) ? "NaN" : "infinite");
     tfg_diag_help(d, "run with --check-numerics to find the op that first produced it");
     return TFG_ERR_NUMERIC;
   }
   j->sum[0] += loss;
-  for (int i = 0; i < st->nmetrics; i++) j->sum[1 + i] += replica_mean(st, j->rp.out, 1 + i);
+  for (int i = 0; i < st->nmetrics; i++) j->sum[1 + i] += j->vals[1 + i];
   j->since++;
   int64_t step = k + 1;
   bool last = step == j->c.steps;
@@ -377,7 +396,7 @@ static tfg_status job_account(job *j, const tfg_program *p, int64_t k, const tfg
       fprintf(j->csv, "%" PRId64 ",%.9g", step, j->sum[0] / (double)j->since);
       for (int i = 0; i < st->nmetrics; i++) fprintf(j->csv, ",%.9g", j->sum[1 + i] / (double)j->since);
       fprintf(j->csv, ",%.9g,", lr);
-      if (j->b.batch > 0) fprintf(j->csv, "%.1f", rate * (double)j->b.batch);
+      if (j->b.batch > 0) fprintf(j->csv, "%.1f", rate * (double)(j->b.batch * j->c.accumulate));
       fprintf(j->csv, ",%.3f\n", t - j->t0);
       fflush(j->csv);
     }
@@ -474,18 +493,33 @@ tfg_status tfg_train_group(tfg_session *s, const tfg_program *p, const tfg_actio
       for (int i = first; i < njobs && nin < 64; i++) {
         job *j = &jobs[i];
         if (k < j->done || k >= j->c.steps) continue;
-        if (nin && (j->b.feed != jobs[in_run[0]].b.feed || j->b.batch != jobs[in_run[0]].b.batch)) continue;
+        const job *j0 = nin ? &jobs[in_run[0]] : j;
+        if (j->b.feed != j0->b.feed || j->b.batch != j0->b.batch || j->c.accumulate != j0->c.accumulate) continue;
         in_run[nin++] = i;
-        for (int q = 0; q < j->rp.n; q++) fetch[n++] = j->rp.fetch[q];
-        for (int q = 0; q < j->st->nupdates; q++) fetch[n++] = j->st->updates[q];
       }
       if (nin == 0) break;
-      tfg_run_opts ro = step_opts(&jobs[in_run[0]], k);
-      r = tfg_session_run_with(s, fetch, n, out, &ro);
-      for (int q = 0, at = 0; q < nin && r == TFG_OK; q++) {
+      /* accumulate = A: A runs, each on the next batch; the last applies
+       * the updates, the others sum the gradients (compiler/autodiff.h) */
+      int A = jobs[in_run[0]].c.accumulate;
+      for (int m = 0; m < A && r == TFG_OK; m++) {
+        n = 0;
+        for (int q = 0; q < nin; q++) {
+          const job *j = &jobs[in_run[q]];
+          const tfg_node_id *w = m == A - 1 ? j->st->updates : m == 0 ? j->st->acc_first : j->st->acc_add;
+          for (int e = 0; e < j->rp.n; e++) fetch[n++] = j->rp.fetch[e];
+          for (int e = 0; e < j->st->nupdates; e++) fetch[n++] = w[e];
+        }
+        tfg_run_opts ro = step_opts(&jobs[in_run[0]], k, m);
+        r = tfg_session_run_with(s, fetch, n, out, &ro);
+        for (int q = 0, at = 0; q < nin && r == TFG_OK; q++) {
+          job *j = &jobs[in_run[q]];
+          memcpy(j->rp.out, out + at, sizeof *out * (size_t)j->rp.n);
+          at += j->rp.n + j->st->nupdates;
+          job_take(j, m);
+        }
+      }
+      for (int q = 0; q < nin && r == TFG_OK; q++) {
         job *j = &jobs[in_run[q]];
-        memcpy(j->rp.out, out + at, sizeof *out * (size_t)j->rp.n);
-        at += j->rp.n + j->st->nupdates;
         r = job_account(j, p, k, o, d);
         if (r == TFG_OK) r = job_after(j, s, p, k, o, d);
         jobs[in_run[q]].done = jobs[in_run[q]].done > k + 1 ? jobs[in_run[q]].done : k + 1;
@@ -587,7 +621,7 @@ static void *ps_work(void *arg) {
     for (int i = 0; i < n; i++) tfg_session_read(R->server, st->params[i], vals[i]);
     pthread_mutex_unlock(&R->mu);
     for (int i = 0; i < n; i++) tfg_session_write(wk->s, st->worker_params[wk->w * n + i], vals[i]);
-    tfg_run_opts ro = step_opts(R->j, k);
+    tfg_run_opts ro = step_opts(R->j, k, 0); /* the interpreter refuses accumulate here */
     tfg_status r = tfg_session_run_with(wk->s, fetch, 1 + nm + n, out, &ro);
     pthread_mutex_lock(&R->mu);
     if (r == TFG_OK && R->failed == TFG_OK) {
@@ -611,6 +645,7 @@ static void *ps_work(void *arg) {
         if (stale > j->stale_max) j->stale_max = stale;
         /* the log averages what arrived: each update's worker's loss */
         for (int q = 0; q <= nm; q++) j->rp.out[q] = out[q];
+        job_take(j, 0);
         r = job_account(j, R->p, R->applied - 1, R->o, R->d);
         if (r == TFG_OK && j->c.checkpoint &&
             ((j->c.checkpoint_every && R->applied % j->c.checkpoint_every == 0) || R->applied == j->c.steps))

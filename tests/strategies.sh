@@ -30,6 +30,42 @@ for opt in "sgd(lr = 0.1, momentum = 0.9)" "adam(lr = 1e-2)"; do
   done
 done
 
+# accumulate = K: K micro-batches of 16/K rows per step equal one step over
+# 16 rows (the same rows: batches follow one another), alone and mirrored
+# over two replicas, within the same 2e-5 (the micro-batches' gradients
+# are summed, then divided by K: another summation order). Against it, 20
+# plain steps of 8 rows are off by far more.
+acc_program() { # NAME OPT STRATEGY K: mlp_program's model with batches of 16/K rows
+  mlp_program "$1" "$2" "$3"
+  b=$((16 / $4))
+  sed -i "s/f32\[16, 64\]/f32[$b, 64]/; s/i32\[16\]/i32[$b]/; s/^  steps = 20\$/  steps = 20\n  accumulate = $4/" "$1.tfg"
+}
+for opt in "sgd(lr = 0.1, momentum = 0.9)" "adam(lr = 1e-2)"; do
+  tag=$(echo "$opt" | cut -c1-3)
+  for k in 2 4; do
+    acc_program "$tmp/acc${k}_$tag" "$opt" "" $k
+    expect "accumulate$k-$tag" 0 "$TFG" run --devices host*2 "$tmp/acc${k}_$tag.tfg" &&
+      same "accumulate$k-$tag" "$tmp/acc${k}_$tag" "$tmp/single_$tag"
+    acc_program "$tmp/accm${k}_$tag" "$opt" "mirrored([gpu:0, gpu:1])" $k
+    expect "accumulate$k-mirrored-$tag" 0 "$TFG" run --devices host*2 --profile "$tmp/accm${k}_$tag.tfg" &&
+      same "accumulate$k-mirrored-$tag" "$tmp/accm${k}_$tag" "$tmp/single_$tag"
+    # one all-reduce per optimizer step: as many as mirrored without accumulation
+    grep '^reduce  *collective' "$tmp/err" | awk '{ print $3 }' >"$tmp/acc_reduces_$k"
+  done
+  grep -q 'accumulate = 4' "$tmp/acc4_$tag.tfg" && grep -q 'f32\[4, 64\]' "$tmp/acc4_$tag.tfg" && ok ||
+    ko "strategies accumulate-$tag: the program does not accumulate"
+  acc_program "$tmp/acc_plain_$tag" "$opt" "" 2
+  sed -i '/accumulate = 2/d' "$tmp/acc_plain_$tag.tfg"
+  expect "accumulate-plain-$tag" 0 "$TFG" run --devices host*2 "$tmp/acc_plain_$tag.tfg" &&
+    if python3 "$ROOT/tests/ckpt_compare.py" "$tmp/acc_plain_$tag.safetensors" "$tmp/single_$tag.safetensors" 2e-5 \
+      >"$tmp/cmp" 2>&1; then ko "strategies accumulate-plain-$tag: 8-row steps equal 16-row ones"; else ok; fi
+done
+mlp_program "$tmp/m2_reduces" "adam(lr = 1e-2)" "mirrored([gpu:0, gpu:1])"
+expect accumulate-reduces 0 "$TFG" run --devices host*2 --profile "$tmp/m2_reduces.tfg" &&
+  want=$(grep '^reduce  *collective' "$tmp/err" | awk '{ print $3 }') &&
+  if [ -n "$want" ] && [ "$want" = "$(cat "$tmp/acc_reduces_2")" ] && [ "$want" = "$(cat "$tmp/acc_reduces_4")" ]; then ok
+  else ko "strategies accumulate-reduces: $want all-reduces without accumulation, $(cat "$tmp/acc_reduces_2") and $(cat "$tmp/acc_reduces_4") with"; fi
+
 # dropout under mirrored: each replica draws its rows' part of the whole
 # batch's mask, so the result is still the single-device one
 mlp_program "$tmp/drop1" "adam(lr = 1e-2)" "" dropout

@@ -92,6 +92,7 @@ TFG_CPU_KERNEL(tfg_cpu_embedding_grad);
 /* kernels/cpu/optim.c: in-place updates of in[0] (param) and its state */
 TFG_CPU_KERNEL(tfg_cpu_sgd_update);
 TFG_CPU_KERNEL(tfg_cpu_adam_update);
+TFG_CPU_KERNEL(tfg_cpu_grad_accumulate);
 /* ALLREDUCE over a group of one (the mean of one gradient): a copy. The
  * executor runs real groups through runtime/collective. */
 TFG_CPU_KERNEL(tfg_cpu_allreduce_local);

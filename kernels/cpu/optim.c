@@ -1,5 +1,6 @@
 /* kernels/cpu/optim.c: the optimizer updates SGD_UPDATE and ADAM_UPDATE,
- * torch.optim.SGD, Adam and AdamW for one parameter tensor.
+ * torch.optim.SGD, Adam and AdamW for one parameter tensor, and
+ * GRAD_ACCUMULATE, the sum of a step's micro-batch gradients.
  *
  * These kernels write in place: in[0] is the parameter and in[2] (and
  * in[3]) its optimizer state, the runtime's own storage rather than
@@ -133,6 +134,43 @@ TFG_CPU_KERNEL(tfg_cpu_adam_update) {
   return TFG_OK;
 }
 
+/* ---- gradient accumulation ------------------------------------------------ */
+
+typedef struct acc_job {
+  void *acc;
+  const void *g;
+  bool add;
+} acc_job;
+
+#define DEFINE_ACC(T, S)                                                             \
+  static void acc_##S(void *arg, int64_t lo, int64_t hi, int64_t chunk) {           \
+    const acc_job *j = arg;                                                          \
+    T *acc = j->acc;                                                                 \
+    const T *g = j->g;                                                               \
+    (void)chunk;                                                                     \
+    if (j->add)                                                                      \
+      for (int64_t i = lo; i < hi; i++) acc[i] += g[i];                              \
+    else                                                                             \
+      memcpy(acc + lo, g + lo, sizeof *acc * (size_t)(hi - lo));                     \
+  }
+DEFINE_ACC(float, f32)
+DEFINE_ACC(double, f64)
+
+/* GRAD_ACCUMULATE: (acc, grad) -> acc <- grad (attrs.value 0: a step's
+ * first micro-batch) or acc + grad (1), in place. One float dtype, one
+ * element count (tfg_kernel_check_accumulate). out is not touched. */
+TFG_CPU_KERNEL(tfg_cpu_grad_accumulate) {
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_grad_accumulate, 0x1 /* the accumulator */);
+  (void)out;
+  tfg_status st = tfg_kernel_check_accumulate(ctx, in, "CPU");
+  if (st != TFG_OK) return st;
+  int64_t n = tfg_shape_numel(&in[0].shape);
+  if (n == 0) return TFG_OK;
+  acc_job j = {.acc = in[0].data, .g = in[1].data, .add = node->attrs.value != 0};
+  tfg_parallel_for(ctx->pool, n, GRAIN_ELEMS, in[0].dtype == TFG_DTYPE_F32 ? acc_f32 : acc_f64, &j);
+  return TFG_OK;
+}
+
 TFG_CPU_KERNEL(tfg_cpu_allreduce_local) {
   (void)ctx;
   (void)node;
@@ -144,5 +182,6 @@ TFG_CPU_KERNEL(tfg_cpu_allreduce_local) {
 void tfg_cpu_register_optim(tfg_kernel_fn *table) {
   table[TFG_OP_SGD_UPDATE] = tfg_cpu_sgd_update;
   table[TFG_OP_ADAM_UPDATE] = tfg_cpu_adam_update;
+  table[TFG_OP_GRAD_ACCUMULATE] = tfg_cpu_grad_accumulate;
   table[TFG_OP_ALLREDUCE] = tfg_cpu_allreduce_local;
 }

@@ -1,4 +1,4 @@
-/* kernels/cuda/optim.cu: SGD_UPDATE, ADAM_UPDATE and the local ALLREDUCE
+/* kernels/cuda/optim.cu: SGD_UPDATE, ADAM_UPDATE, GRAD_ACCUMULATE and the local ALLREDUCE
  * on a CUDA device: the GPU twins of kernels/cpu/optim.c.
  *
  * The updates write in place: in[0] is the parameter, in[2] (and in[3])
@@ -101,6 +101,31 @@ static tfg_status cuda_adam_update(tfg_kernel_ctx *ctx, const tfg_node *node, co
                          (double *)in[3].data, n, tfg_adam_setup_f64(a, ctx->step), tfg_cuda_of(ctx)->step);
 }
 
+/* ---- gradient accumulation ------------------------------------------------ */
+
+template <typename T> static __global__ void accumulate_kernel(T *acc, const T *g, int64_t n, bool add) {
+  if (add) {
+    TFG_CUDA_LOOP(i, n) acc[i] += g[i];
+  } else {
+    TFG_CUDA_LOOP(i, n) acc[i] = g[i];
+  }
+}
+
+/* GRAD_ACCUMULATE: (acc, grad) -> acc <- grad (attrs.value 0) or acc +
+ * grad (1), in place, the CPU's arithmetic (one IEEE add per element). */
+static tfg_status cuda_grad_accumulate(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
+                                       tfg_tensor *out) {
+  (void)out;
+  tfg_status st = tfg_kernel_check_accumulate(ctx, in, "GPU");
+  if (st != TFG_OK) return st;
+  int64_t n = tfg_shape_numel(&in[0].shape);
+  bool add = node->attrs.value != 0;
+  if (n == 0) return TFG_OK;
+  if (in[0].dtype == TFG_DTYPE_F32)
+    return TFG_CUDA_LAUNCH(ctx, n, accumulate_kernel<float>, (float *)in[0].data, (const float *)in[1].data, n, add);
+  return TFG_CUDA_LAUNCH(ctx, n, accumulate_kernel<double>, (double *)in[0].data, (const double *)in[1].data, n, add);
+}
+
 /* ---- ALLREDUCE (a group of one) ------------------------------------------- */
 
 /* The mean of one gradient: a device copy of in[0] (nothing when out is
@@ -122,5 +147,6 @@ static tfg_status cuda_allreduce_local(tfg_kernel_ctx *ctx, const tfg_node *node
 extern "C" void tfg_cuda_register_optim(tfg_kernel_fn *table) {
   table[TFG_OP_SGD_UPDATE] = cuda_sgd_update;
   table[TFG_OP_ADAM_UPDATE] = cuda_adam_update;
+  table[TFG_OP_GRAD_ACCUMULATE] = cuda_grad_accumulate;
   table[TFG_OP_ALLREDUCE] = cuda_allreduce_local;
 }

@@ -45,6 +45,7 @@ static void build(void) {
   for (int op : native) native_half[op] = true;
   updates[TFG_OP_SGD_UPDATE] = 1u << 0 | 1u << 2;             /* the param and its momentum buffer */
   updates[TFG_OP_ADAM_UPDATE] = 1u << 0 | 1u << 2 | 1u << 3; /* the param, m and v */
+  updates[TFG_OP_GRAD_ACCUMULATE] = 1u << 0;                  /* the accumulator */
 }
 
 /* The kernel of every op that is not native for f16/bf16 (the op's own

@@ -1644,6 +1644,27 @@ static void fam_sgd(tfg_op_id op) {
       }
 }
 
+/* GRAD_ACCUMULATE: acc <- grad (value 0) and acc <- acc + grad (1), in
+ * place, three launches (so the sum runs on its own result). */
+static void fam_accumulate(tfg_op_id op) {
+  const tfg_shape shapes[] = {SH(7), SH(33, 65), SH(1048583)};
+  static const tfg_dtype dts[] = {F32, F64, F16};
+  for (int d = 0; d < COUNT(dts); d++)
+    for (int add = 0; add < 2; add++)
+      for (int k = 0; k < COUNT(shapes); k++) {
+        tfg_dtype dt = dts[d];
+        tcase c = tc_new(dt);
+        c.launches = 3;
+        tfg_node_id acc = tc_in(&c, dt, shapes[k], UNI(-1, 1));
+        tfg_node_id g = tc_in(&c, dt, shapes[k], UNI(-1, 1));
+        tfg_attrs a = {.value = add};
+        tc_desc(&c, "%s launches=3", add ? "acc + grad" : "grad");
+        c.inplace = 1u;
+        tc_op(&c, op, &a, 2, acc, g);
+        tc_check(&c, T_OPTIM);
+      }
+}
+
 /* ADAM_UPDATE: torch.optim.Adam and AdamW in place on (param, grad, m, v),
  * three steps (bias corrections), with L2 and decoupled weight decay, and
  * beta1 = 0.3 (PyTorch's lerp takes its other branch when 1 - beta1 >=
@@ -1894,7 +1915,7 @@ static const family_fn families[TFG_OP_COUNT] = {
     [TFG_OP_EMBEDDING] = fam_embedding, [TFG_OP_ONE_HOT] = fam_one_hot,
     [TFG_OP_RELU_GRAD] = fam_act_grad, [TFG_OP_GELU_GRAD] = fam_act_grad,
     [TFG_OP_EMBEDDING_GRAD] = fam_embedding_grad,
-    [TFG_OP_SGD_UPDATE] = fam_sgd, [TFG_OP_ADAM_UPDATE] = fam_adam,
+    [TFG_OP_SGD_UPDATE] = fam_sgd, [TFG_OP_ADAM_UPDATE] = fam_adam, [TFG_OP_GRAD_ACCUMULATE] = fam_accumulate,
     [TFG_OP_ALLREDUCE] = fam_allreduce,
     [TFG_OP_FUSED] = fam_fused,
 };

@@ -1027,6 +1027,45 @@ START_TEST(sgd_three_steps) {
 }
 END_TEST
 
+/* GRAD_ACCUMULATE over three micro-batches G[0..2]: the first sets the
+ * accumulator (the 7s it held are garbage), the others add, exactly:
+ * 0.1, 0.1 - 0.4 = -0.3, -0.3 + 0.05 = -0.25 for element 0 (each sum
+ * one rounding of the dtype, as the reference below rounds it). The
+ * gradient is read only and the marker never written; a mismatched
+ * gradient is refused. */
+static void run_accumulate(tfg_dtype dt, tfg_pool *pool) {
+  tfg_tensor in[2];
+  unsigned char mark[8];
+  tfg_tensor out = opt_tensors(dt, 2, in, mark);
+  set_all(&in[0], (double[]){7, 7, 7});
+  tfg_node nd = mknode(TFG_OP_GRAD_ACCUMULATE, &out.shape, dt, 2);
+  double want[3] = {0};
+  for (int t = 0; t < 3; t++) {
+    nd.attrs.value = t > 0;
+    set_all(&in[1], G[t]);
+    ck_ok(run_step(tfg_cpu_grad_accumulate, &nd, in, &out, pool, 1));
+    for (int i = 0; i < 3; i++) {
+      want[i] = dt == TFG_DTYPE_F32 ? (double)((float)(t ? (float)want[i] : 0.0f) + (float)G[t][i]) : (t ? want[i] : 0) + G[t][i];
+      ck_assert_msg(get(&in[0], i) == want[i], "micro-batch %d element %d: %.17g, want %.17g", t, i, get(&in[0], i),
+                    want[i]);
+      ck_assert(get(&in[1], i) == (dt == TFG_DTYPE_F32 ? (float)G[t][i] : G[t][i]));
+    }
+  }
+  ck_assert_int_eq(memcmp(mark, MARK, 8), 0);
+  in[1].shape = shp(1, 2);
+  ck_assert_int_eq(run_step(tfg_cpu_grad_accumulate, &nd, in, &out, pool, 1), TFG_ERR_SHAPE);
+  ck_assert(strstr(last_err, "grad_accumulate: input 1 has 2 elements") != NULL);
+  in[1].shape = shp(1, 3);
+  free_all(in, 2);
+}
+
+START_TEST(accumulate_micro_batches) {
+  run_accumulate(TFG_DTYPE_F64, NULL);
+  run_accumulate(TFG_DTYPE_F64, test_pool);
+  run_accumulate(TFG_DTYPE_F32, NULL);
+}
+END_TEST
+
 typedef struct adam_case {
   const char *what;
   double lr, beta1, beta2, eps, weight_decay;
@@ -1249,6 +1288,7 @@ Suite *suite_kernels_grad(void) {
   tcase_add_loop_test(tc, embedding_grad_deterministic, 0, 2);
   tcase_add_test(tc, grad_bad_dtypes);
   tcase_add_loop_test(tc, sgd_three_steps, 0, N_OF(SGD_F64));
+  tcase_add_test(tc, accumulate_micro_batches);
   tcase_add_loop_test(tc, adam_three_steps, 0, N_OF(ADAM_F64));
   tcase_add_test(tc, optim_edges);
 #undef N_OF

@@ -244,6 +244,12 @@ static bool build(hcase *c, tfg_op_id op) {
     c->inplace = 0x5;
     return true;
   }
+  case TFG_OP_GRAD_ACCUMULATE: {
+    tfg_attrs a = {.value = 1};
+    OP(c, op, a, h_in(c, 'f', s23, 0), h_in(c, 'f', s23, 0));
+    c->inplace = 0x1;
+    return true;
+  }
   case TFG_OP_ADAM_UPDATE: {
     tfg_attrs a = {.opt = {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01, .decoupled = true}};
     OP(c, op, a, h_in(c, 'f', s23, 0), h_in(c, 'f', s23, 0), h_in(c, 'f', s23, 0), h_in(c, 'p', s23, 0));
