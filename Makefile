@@ -269,7 +269,7 @@ test-gpu: all $(GPU_TEST_BIN)
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 # ---- packages -------------------------------------------------------------
-DEB_PKGS  := re2c bison check libsubunit-dev pkg-config libopenblas-dev zlib1g-dev libedit-dev python3
+DEB_PKGS  := re2c bison check libsubunit-dev pkg-config libopenblas-dev zlib1g-dev libedit-dev python3 python3-torch
 FUZZ_PKGS := clang libclang-rt-14-dev
 
 deps:

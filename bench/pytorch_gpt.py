@@ -15,17 +15,23 @@ initialisation scheme:
     - layer norms: eps 1e-5, weight ones, bias zeros
   - a final layer norm, then logits = ln(h) @ wte^T (tied embeddings)
   - loss: softmax cross-entropy over the B*T next bytes
-  - AdamW(lr 3e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01) on
-    every parameter (as tfg's adamw: no exclusions)
+  - AdamW(lr 3e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01), no
+    decay on wpe, the biases and the layer norms (gpt.tfg's no_decay: a
+    second param group), the lr warmed up over a tenth of --total-steps
+    and cosine-decayed to a tenth (LambdaLR with gpt.tfg's formula),
+    gradients clipped to norm --clip (clip_grad_norm_; 0: none)
+  - --precision bf16: forward and loss under torch.autocast(bfloat16)
+    (the logits cast to f32 for the loss), gpt.tfg's precision = bf16;
+    f32 (the default) without autocast
 
-One step is zero_grad(set_to_none=True), forward, loss, backward,
-opt.step(), on batches of random bytes made beforehand (NBATCHES of them,
+One step is zero_grad(set_to_none=True), forward, loss, backward, clip,
+opt.step(), the schedule's step, on batches of random bytes made beforehand (NBATCHES of them,
 cycled; the step time does not depend on the values). --warmup untimed
 steps, then --steps timed steps, each timed on its own
 (time.perf_counter; on CUDA with torch.cuda.synchronize() after the step);
 the median is reported, one line on stdout:
 
-  pytorch gpt device=<cpu|cuda> mode=<eager|compiled>-<math|sdpa>[-tf32] threads=<T> d=<d> layers=<L> heads=<H>
+  pytorch gpt device=<cpu|cuda> mode=<eager|compiled>-<math|sdpa>[-tf32][-bf16] threads=<T> d=<d> layers=<L> heads=<H>
       T=<T> batch=<B> step_ms=<median> steps_per_s=<1000/median> tokens_per_s=<batch T / step>
 
 --threads is passed to torch.set_num_threads and set as OMP_NUM_THREADS,
@@ -38,7 +44,7 @@ asked for and missing, or on a usage error).
 Standard library + torch only. Usage:
   python3 bench/pytorch_gpt.py [--threads N] [--steps N] [--warmup W]
       [--d 256] [--layers 4] [--heads 4] [--T 128] [--batch 8] [--device cpu|cuda]
-      [--attention math|sdpa] [--compile] [--tf32]
+      [--attention math|sdpa] [--compile] [--tf32] [--precision f32|bf16] [--clip 1.0]
 """
 
 import argparse
@@ -79,6 +85,10 @@ def parse_args(argv):
                    "F.scaled_dot_product_attention(is_causal=True), PyTorch 2.0 and later (default math)")
     p.add_argument("--compile", action="store_true", help="time torch.compile(model) (PyTorch 2.0 and later)")
     p.add_argument("--tf32", action="store_true", help="let CUDA matmuls use TF32 tensor cores")
+    p.add_argument("--precision", choices=["f32", "bf16"], default="f32",
+                   help="autocast dtype of the forward pass (gpt.tfg's precision; default f32)")
+    p.add_argument("--clip", type=float, default=1.0, help="clip_grad_norm_ max norm (gpt.tfg's clip; 0: none)")
+    p.add_argument("--total-steps", type=int, default=200, help="the schedule's total steps (gpt.tfg's steps)")
     a = p.parse_args(argv)
     if a.threads < 1 or a.steps < 1 or a.warmup < 0:
         p.error("--threads and --steps must be >= 1, --warmup >= 0")
@@ -184,7 +194,22 @@ def main(argv):
     dev = torch.device(a.device)
     model = build(torch, a, dev)
     nparams = sum(p.numel() for p in model.parameters())
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
+    # gpt.tfg's no_decay = ["wpe", "*.b", "*.gamma", "*.beta"]: wpe, biases, layer norms
+    spared = [p for n, p in model.named_parameters() if n == "wpe" or n.endswith(".bias") or ".ln" in n or n.startswith("ln.")]
+    ids = {id(p) for p in spared}
+    decayed = [p for p in model.parameters() if id(p) not in ids]
+    opt = torch.optim.AdamW([{"params": decayed}, {"params": spared, "weight_decay": 0.0}], lr=LR,
+                            weight_decay=WEIGHT_DECAY)
+    warmup, total = a.total_steps / 10, a.total_steps  # gpt.tfg's cosine(warmup = steps / 10, total = steps, min = 0.1)
+
+    def factor(s):
+        if s < warmup:
+            return (s + 1) / warmup
+        if s >= total:
+            return 0.1
+        return 0.1 + 0.9 * (1 + math.cos(math.pi * (s - warmup) / (total - warmup))) / 2
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
     batches = [torch.randint(0, 256, (a.batch, a.T + 1), device=dev) for _ in range(NBATCHES)]
     ce = torch.nn.functional.cross_entropy
     sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
@@ -202,10 +227,14 @@ def main(argv):
     def step(k):
         w = batches[k % NBATCHES]
         opt.zero_grad(set_to_none=True)
-        logits = run(w[:, :-1])
-        loss = ce(logits.reshape(-1, 256), w[:, 1:].reshape(-1))
+        with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            logits = run(w[:, :-1])
+            loss = ce(logits.float().reshape(-1, 256), w[:, 1:].reshape(-1))
         loss.backward()
+        if a.clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
         opt.step()
+        sched.step()
         return loss
 
     for k in range(a.warmup):
@@ -219,7 +248,8 @@ def main(argv):
         sync()
         times.append(clock() - t0)
     ms = statistics.median(times) * 1e3
-    mode = ("compiled" if a.compile else "eager") + "-" + a.attention + ("-tf32" if a.tf32 else "")
+    mode = ("compiled" if a.compile else "eager") + "-" + a.attention + ("-tf32" if a.tf32 else "") + \
+        ("-bf16" if a.precision == "bf16" else "")
     print("pytorch gpt device=%s mode=%s threads=%d d=%d layers=%d heads=%d T=%d batch=%d step_ms=%.4f steps_per_s=%.2f "
           "tokens_per_s=%.0f" % (a.device, mode, a.threads, a.d, a.layers, a.heads, a.T, a.batch, ms, 1000.0 / ms,
                                  a.batch * a.T * 1000.0 / ms), flush=True)

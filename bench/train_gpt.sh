@@ -1,9 +1,11 @@
 #!/bin/sh
 # bench/train_gpt.sh [THREADS] [ROUNDS]: one training step (forward, loss,
-# backward, AdamW) of the byte-level GPT of examples/gpt.tfg in tfg and of
-# the same model in PyTorch eager on the CPU (bench/pytorch_gpt.py, Debian's
-# python3-torch), same threads, at three sizes; prints each step time and
-# the ratio tfg / PyTorch.
+# backward, clipping, AdamW with its cosine schedule) of the byte-level GPT
+# of examples/gpt.tfg in tfg and of the same model in PyTorch eager on the
+# CPU (bench/pytorch_gpt.py, Debian's python3-torch), same threads, at three
+# sizes, both with f32 products (--set precision=f32: a CPU has no bf16
+# matrix units here, and both sides would only emulate them); prints each
+# step time and the ratio tfg / PyTorch.
 #
 #   make && sh bench/train_gpt.sh 2
 #
@@ -55,7 +57,7 @@ for size in "small 128 2 4 64 8 40" "default 256 4 4 128 8 12" "large 384 6 6 12
   set -- $size
   name=$1 d=$2 layers=$3 heads=$4 T=$5 batch=$6 S=$7
   case " ${SIZES:-small default large} " in *" $name "*) ;; *) continue ;; esac
-  opts="--set d=$d --set layers=$layers --set heads=$heads --set T=$T --set batch=$batch"
+  opts="--set d=$d --set layers=$layers --set heads=$heads --set T=$T --set batch=$batch --set precision=f32"
   # shellcheck disable=SC2086
   trained_s "$S" $opts >/dev/null # warm-up: page cache, OpenBLAS's threads
   tbest="" pbest=""

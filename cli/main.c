@@ -272,6 +272,11 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
   tfg_session *s = rc == 0 ? tfg_session_new(p, d, &so) : NULL;
   if (!s && rc == 0) rc = EXIT_RUNTIME;
   if (s) cli_verbose(o, "started the devices: memory, streams, params initialized");
+  if (s && p->nloads) { /* before the first action, whatever the loads' places in the program */
+    tfg_status ls = tfg_session_load_params(s);
+    if (ls != TFG_OK) rc = tfg_status_exit_code(ls) == 1 ? EXIT_PROGRAM : EXIT_RUNTIME;
+    else cli_verbose(o, "set the params from %d load%s", p->nloads, p->nloads == 1 ? "" : "s");
+  }
   tfg_train_opts to = {.log = stderr, .tty = isatty(STDERR_FILENO), .quiet = o->quiet};
   cli_catch_interrupts(true);
   for (int i = 0; s && i < p->nactions && rc == 0;) {

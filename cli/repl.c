@@ -36,9 +36,11 @@
  * pins, none of which the session's graph keeps). Params keep their
  * values from input to input: a param is initialized deterministically
  * from its name and the seed, so the same value comes back in every new
- * session, and once a train has changed it its trained value is kept on
- * the host (a param store, by node id) and written into each new session
- * (tfg_session_write). A train starts fresh optimizer state, as each train
+ * session, and once a train has changed it (or a load has set it) its
+ * value is kept on the host (a param store, by node id) and written into
+ * each new session (tfg_session_write). A load statement sets the params
+ * of the session so far before its input's actions run, as a file's loads
+ * run before its actions. A train starts fresh optimizer state, as each train
  * statement of a file does. For the small graphs of a session the cost
  * of a fresh plan and session per input is small; in exchange an input
  * always runs exactly what `tfg run` would run for the same program.
@@ -68,6 +70,7 @@
 #include "cli/pipeline.h"
 #include "ir/ops.h"
 #include "lang/parse.h"
+#include "runtime/ckpt.h"
 #include "runtime/train.h"
 
 /* What an input line after its meta command asks for. */
@@ -144,6 +147,14 @@ static void store_trim(repl *r) {
 static void store_clear(repl *r) {
   for (int i = 0; i < r->nvals; i++) free(r->vals[i].data);
   r->nvals = 0;
+}
+
+/* Appends a param's value (data malloc'ed, taken over) to the values an
+ * input leaves, committed to the store once the whole input succeeded. */
+static void pending_add(stored_value **pending, int *npending, tfg_node_id id, void *data, size_t bytes) {
+  *pending = realloc(*pending, sizeof **pending * (size_t)(*npending + 1));
+  if (!*pending) abort();
+  (*pending)[(*npending)++] = (stored_value){id, data, bytes};
 }
 
 /* ---- the session ---------------------------------------------------------------- */
@@ -294,10 +305,13 @@ static tfg_status run_items(repl *r, const run_item *items, int nitems, int firs
     s = tfg_session_new(&ep, r->d, &so);
     if (!s) st = TFG_ERR_DEVICE;
   }
-  /* Params start from their trained values. */
+  /* Params start from their trained (or loaded) values, then from what
+   * this input's loads set (in *pending until the input succeeds). */
   for (int i = 0; s && i < r->nvals; i++)
     if (r->vals[i].id < ep.graph->nnodes && tfg_session_holds(s, r->vals[i].id))
       tfg_session_write(s, r->vals[i].id, r->vals[i].data);
+  for (int i = 0; s && i < *npending; i++)
+    if (tfg_session_holds(s, (*pending)[i].id)) tfg_session_write(s, (*pending)[i].id, (*pending)[i].data);
 
   tfg_train_opts to = {.log = stderr, .tty = isatty(STDERR_FILENO), .quiet = o->quiet};
   for (int i = 0; st == TFG_OK && i < nitems;) {
@@ -347,9 +361,7 @@ static tfg_status run_items(repl *r, const run_item *items, int nitems, int firs
         void *data = malloc(bytes ? bytes : 1);
         if (!data) abort();
         tfg_session_read(s, id, data);
-        *pending = realloc(*pending, sizeof **pending * (size_t)(*npending + 1));
-        if (!*pending) abort();
-        (*pending)[(*npending)++] = (stored_value){id, data, bytes};
+        pending_add(pending, npending, id, data, bytes);
       }
   }
   tfg_session_free(s);
@@ -358,6 +370,36 @@ static tfg_status run_items(repl *r, const run_item *items, int nitems, int firs
   free(group);
   free(extra);
   tfg_graph_free(ep.graph);
+  return st;
+}
+
+/* Reads the files of the input's loads (the program's loads from first
+ * on), in program order, as `tfg run` does before the first action
+ * (tfg_ckpt_read_load: matched against every param of the session so
+ * far), appending each value set to *pending: a later load's come after
+ * an earlier's, so they win when committed. Returns TFG_OK or the first
+ * failure's status (reported at its load). */
+static tfg_status read_loads(repl *r, int first, stored_value **pending, int *npending) {
+  const tfg_program *p = tfg_interp_program(r->I);
+  int *at = malloc(sizeof *at * ((size_t)p->nparams + 1));
+  if (!at) abort();
+  tfg_status st = TFG_OK;
+  for (int i = first; i < p->nloads && st == TFG_OK; i++) {
+    tfg_ckpt *c;
+    st = tfg_ckpt_read_load(r->d, &p->loads[i], p->graph, p->params, p->nparams, &c, at);
+    if (st != TFG_OK) break;
+    for (int k = 0; k < p->nparams; k++) {
+      if (at[k] < 0) continue;
+      const tfg_ckpt_entry *e = tfg_ckpt_entry_at(c, at[k]);
+      size_t bytes = (size_t)tfg_safetensors_nbytes(e->dtype, &e->shape);
+      void *data = malloc(bytes ? bytes : 1);
+      if (!data) abort();
+      memcpy(data, e->data, bytes);
+      pending_add(pending, npending, p->params[k], data, bytes);
+    }
+    tfg_ckpt_free(c);
+  }
+  free(at);
   return st;
 }
 
@@ -396,12 +438,15 @@ static tfg_status eval_program(repl *r, const tfg_source *src, const tfg_ast *pr
   }
   stored_value *pending = NULL;
   int npending = 0;
+  if (st == TFG_OK) st = read_loads(r, start.loads, &pending, &npending);
   if (st == TFG_OK) st = run_items(r, items, nitems, start.actions, &pending, &npending);
   if (st == TFG_OK) {
     for (int i = 0; i < npending; i++) store_put(r, pending[i].id, pending[i].data, pending[i].bytes);
-    /* The bare expressions' nodes go; the actions ran and are done. */
+    /* The bare expressions' nodes go; the actions ran and the loads are
+     * in the store: both are done. */
     tfg_interp_rollback(r->I, &keep);
     p->nactions = start.actions;
+    p->nloads = start.loads;
   } else {
     for (int i = 0; i < npending; i++) free(pending[i].data);
     tfg_interp_rollback(r->I, &start);
@@ -860,7 +905,7 @@ static int read_key(FILE *f) {
 
 static const char *const keywords[] = {
     "import", "as", "let", "fn", "return", "param", "input", "from", "data", "with", "scope",
-    "for", "in", "if", "else", "train", "print", "true", "false", "none", "cpu", "gpu",
+    "for", "in", "if", "else", "train", "print", "load", "true", "false", "none", "cpu", "gpu",
 };
 
 /* Completion candidates for the word being completed. */

@@ -15,12 +15,15 @@
  * nothing behind for the placer to trip on. */
 #include "compiler/strategy.h"
 
+#include "compiler/autocast.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/assert.h"
+#include "compiler/autocast.h"
 #include "ir/ops.h"
 
 /* ---- reading the setting ------------------------------------------------------ */
@@ -567,11 +570,18 @@ tfg_status tfg_strategy_train_step(tfg_graph *g, const tfg_action *a, const tfg_
   tfg_strategy s;
   tfg_status st = tfg_strategy_of(a, &s, d);
   if (st != TFG_OK) return st;
+  /* precision: the strategy trains the autocast clone of the forward pass */
+  int32_t n0 = g->nnodes;
+  tfg_action cast;
+  tfg_node_id *cast_metrics = tfg_autocast(g, a, &cast, d);
+  a = &cast;
   if (s.kind == TFG_STRATEGY_SINGLE) {
     tfg_strategy_free(&s);
-    return tfg_autodiff_train_step(g, a, p, out, d);
+    st = tfg_autodiff_train_step(g, a, p, out, d);
+    free(cast_metrics);
+    return st;
   }
-  rewrite c = {.g = g, .a = a, .s = &s, .d = d, .n0 = g->nnodes};
+  rewrite c = {.g = g, .a = a, .s = &s, .d = d, .n0 = n0};
   st = replicated_step(&c, p, out);
   if (st != TFG_OK) { /* leave the graph as it was */
     tfg_graph_truncate(g, c.n0);
@@ -585,6 +595,7 @@ tfg_status tfg_strategy_train_step(tfg_graph *g, const tfg_action *a, const tfg_
   free(c.saved);
   free(c.slices);
   free(c.ins);
+  free(cast_metrics);
   tfg_strategy_free(&s);
   return st;
 }

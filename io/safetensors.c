@@ -224,9 +224,10 @@ static tfg_status read_error(tfg_diag *d, const tfg_loc *loc, const char *what, 
   return TFG_ERR_IO;
 }
 
-/* Reads the open file fd of size bytes into c (empty). */
+/* Reads the open file fd of size bytes into c (empty): the header, then,
+ * unless header_only, every tensor's data. */
 static tfg_status load_fd(tfg_diag *d, const tfg_loc *loc, const char *what, const char *path,
-                          int fd, uint64_t size, tfg_safetensors *c) {
+                          int fd, uint64_t size, bool header_only, tfg_safetensors *c) {
   if (size < 8) {
     tfg_diag_error(d, loc,
                    "'%s' is not a safetensors file: it has %llu bytes, too few for the 8-byte "
@@ -269,6 +270,10 @@ static tfg_status load_fd(tfg_diag *d, const tfg_loc *loc, const char *what, con
   bool ok = tfg_safetensors_parse_header(d, loc, path, text, (size_t)hlen, size - 8 - hlen, c, &order);
   free(text);
   if (!ok) return TFG_ERR_DATA;
+  if (header_only) {
+    free(order);
+    return TFG_OK;
+  }
 
   /* The spans tile the data, so reading them in offset order reads the
    * rest of the file front to back. Each tensor gets its own block:
@@ -294,8 +299,9 @@ static tfg_status load_fd(tfg_diag *d, const tfg_loc *loc, const char *what, con
   return st;
 }
 
-tfg_status tfg_safetensors_load(tfg_diag *d, const tfg_loc *loc, const char *what, const char *path,
-                                tfg_safetensors **out) {
+/* tfg_safetensors_load and tfg_safetensors_load_header. */
+static tfg_status load_path(tfg_diag *d, const tfg_loc *loc, const char *what, const char *path, bool header_only,
+                            tfg_safetensors **out) {
   TFG_ASSERT(what != NULL && path != NULL && out != NULL);
   *out = NULL;
   struct stat st;
@@ -307,7 +313,7 @@ tfg_status tfg_safetensors_load(tfg_diag *d, const tfg_loc *loc, const char *wha
   }
   tfg_safetensors *c = calloc(1, sizeof *c);
   TFG_ASSERT(c != NULL);
-  tfg_status s = load_fd(d, loc, what, path, fd, (uint64_t)st.st_size, c);
+  tfg_status s = load_fd(d, loc, what, path, fd, (uint64_t)st.st_size, header_only, c);
   close(fd);
   if (s != TFG_OK) {
     tfg_safetensors_free(c);
@@ -315,6 +321,16 @@ tfg_status tfg_safetensors_load(tfg_diag *d, const tfg_loc *loc, const char *wha
   }
   *out = c;
   return TFG_OK;
+}
+
+tfg_status tfg_safetensors_load(tfg_diag *d, const tfg_loc *loc, const char *what, const char *path,
+                                tfg_safetensors **out) {
+  return load_path(d, loc, what, path, false, out);
+}
+
+tfg_status tfg_safetensors_load_header(tfg_diag *d, const tfg_loc *loc, const char *what, const char *path,
+                                       tfg_safetensors **out) {
+  return load_path(d, loc, what, path, true, out);
 }
 
 /* ---- lookups ------------------------------------------------------------ */

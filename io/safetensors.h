@@ -76,6 +76,11 @@ typedef struct tfg_safetensors tfg_safetensors;
  * (and the key, for a bad entry). */
 tfg_status tfg_safetensors_load(tfg_diag *d, const tfg_loc *loc, const char *what, const char *path,
                                 tfg_safetensors **out);
+/* The same checks, reading the header only: every tensor's data is NULL.
+ * The offsets are still checked against the file's size, so a truncated
+ * file is refused without reading its tensors (what `tfg check` does). */
+tfg_status tfg_safetensors_load_header(tfg_diag *d, const tfg_loc *loc, const char *what, const char *path,
+                                       tfg_safetensors **out);
 void tfg_safetensors_free(tfg_safetensors *f);
 
 /* The tensors in header order. */
@@ -85,6 +90,27 @@ int tfg_safetensors_find(const tfg_safetensors *f, const char *name);
 const tfg_safetensors_tensor *tfg_safetensors_tensor_at(const tfg_safetensors *f, int i);
 /* The metadata value for key, or NULL. */
 const char *tfg_safetensors_meta_get(const tfg_safetensors *f, const char *key);
+/* When tensor i is named "PARAM:SLOT" and f has a tensor PARAM: that
+ * tensor's index (i is PARAM's optimizer state, as tfg's checkpoints
+ * name it); else -1. */
+int tfg_safetensors_state_owner(const tfg_safetensors *f, int i);
+
+/* Matches f, read from path, against the params ids[0..n) of graph g
+ * (names, dtypes and shapes) for a `load` statement at loc (LANGUAGE.md
+ * section 6; docs/language-notes.md, "load"):
+ *   - a param f has no tensor for: an error when strict, else skipped;
+ *   - a tensor of a param's name with another dtype or shape: always an
+ *     error;
+ *   - a tensor that is no param's: an error when strict, else skipped;
+ *     the optimizer state a train's checkpoint keeps beside its params
+ *     ("PARAM:SLOT" with PARAM in f, tfg_safetensors_state_owner) is
+ *     skipped either way, so a checkpoint loads as it is.
+ * Each kind of error is reported once at loc, naming the first param or
+ * tensor and counting the others. at[i] is set to the index in f of
+ * ids[i]'s tensor, or -1 when it is skipped. Returns TFG_OK or
+ * TFG_ERR_DATA. */
+tfg_status tfg_safetensors_match(tfg_diag *d, const tfg_loc *loc, const char *path, const tfg_safetensors *f,
+                                 const tfg_graph *g, const tfg_node_id *ids, int n, bool strict, int *at);
 
 /* A string from a file (a name, a metadata value) as messages show it:
  * at most 64 code points, then "..."; controls and invisible characters

@@ -1,6 +1,7 @@
 /* ir/program.h: the program the interpreter (lang/interp.h) produces and
  * every later stage reads: the graph, its params and inputs, and the
- * actions to run afterwards (print, train), in program order.
+ * actions to run afterwards (print, train), in program order, and the
+ * files its load statements set params from before them.
  *
  * A train action carries its settings decoded once, where they are
  * written, into a typed tfg_train_config: the optimizer with every
@@ -44,6 +45,20 @@ typedef struct tfg_print_item {
   tfg_node_id node; /* is_tensor: the tensor to fetch */
   const char *value; /* otherwise: the build-time value, rendered */
 } tfg_print_item;
+
+/* ---- load ---------------------------------------------------------------------- */
+
+/* A `load "file.safetensors"` statement (LANGUAGE.md section 6): the
+ * params it sets are read from the file once, after the program is built
+ * and before its first action; loads apply in program order, a later one
+ * overriding an earlier. The interpreter checks the file against the
+ * params (header only) before anything runs; the run reads it in full and
+ * checks it again (io/safetensors.h, tfg_safetensors_match). */
+typedef struct tfg_load {
+  const char *path; /* a file path from the working directory (the program's folder applied) */
+  tfg_loc loc;      /* the statement, where its errors point */
+  bool strict;      /* every param in the file and every tensor a param (default); else both skipped */
+} tfg_load;
 
 /* ---- train: the optimizer ----------------------------------------------------- */
 
@@ -127,6 +142,8 @@ typedef struct tfg_train_config {
   tfg_optimizer_config optimizer;
   tfg_lr_schedule lr_schedule; /* constant unless given */
   double clip_grad_norm;       /* 0: no clipping; else the largest global gradient norm */
+  tfg_dtype precision;         /* precision = ...: F32 (the default), BF16 or F16 (compiler/autocast.h) */
+  tfg_loc precision_at;        /* the setting; {0} without one */
   int accumulate;              /* micro-batches per optimizer step (0 or 1: one) */
   tfg_loc accumulate_at;       /* the setting `accumulate = ...`; {0} without one */
   int nno_decay;               /* no_decay = [...]: params whose names match one of these */
@@ -180,6 +197,8 @@ typedef struct tfg_program {
   int nparams;
   tfg_feed *feeds;     /* every INPUT node, in creation order */
   int nfeeds;
+  tfg_load *loads;     /* every load statement, in program order */
+  int nloads;
 } tfg_program;
 
 #endif

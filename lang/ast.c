@@ -76,7 +76,8 @@ const char *tfg_ast_kind_name(tfg_ast_kind k) {
       [TFG_AST_DATA] = "data",       [TFG_AST_FN] = "fn",         [TFG_AST_RETURN] = "return",
       [TFG_AST_AT] = "@",            [TFG_AST_WITH] = "with",     [TFG_AST_SCOPE] = "scope",
       [TFG_AST_FOR] = "for",         [TFG_AST_IF] = "if",         [TFG_AST_PRINT] = "print",
-      [TFG_AST_TRAIN] = "train",     [TFG_AST_EXPR_STMT] = "expr", [TFG_AST_INT] = "int",
+      [TFG_AST_TRAIN] = "train",     [TFG_AST_LOAD] = "load",     [TFG_AST_EXPR_STMT] = "expr",
+      [TFG_AST_INT] = "int",
       [TFG_AST_FLOAT] = "float",     [TFG_AST_STRING] = "string", [TFG_AST_BOOL] = "bool",
       [TFG_AST_NONE] = "none",       [TFG_AST_NAME] = "name",     [TFG_AST_DEVICE] = "device",
       [TFG_AST_LIST] = "list",       [TFG_AST_CALL] = "call",     [TFG_AST_MEMBER] = "member",
@@ -319,7 +320,8 @@ static void dump_stmt_body(const tfg_ast *n, int indent, tfg_strbuf *out) {
     tfg_strbuf_putc(out, ')');
     break;
   case TFG_AST_TRAIN:
-    tfg_strbuf_puts(out, "(train ");
+  case TFG_AST_LOAD:
+    tfg_strbuf_printf(out, "(%s ", tfg_ast_kind_name(n->kind));
     dump_expr(n->a, out);
     for (const tfg_ast *s = n->list.head; s; s = s->next) {
       tfg_strbuf_putc(out, '\n');

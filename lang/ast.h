@@ -50,6 +50,7 @@ typedef enum tfg_ast_kind {
   TFG_AST_IF,        /* if a: b (BLOCK) else c (BLOCK, IF or NULL) */
   TFG_AST_PRINT,     /* list: expressions */
   TFG_AST_TRAIN,     /* train a (loss); list: KWARG settings */
+  TFG_AST_LOAD,      /* load a (STRING: the file); list: KWARG settings */
   TFG_AST_EXPR_STMT, /* a: an expression evaluated for its effect (or shown, in the REPL) */
   /* expressions */
   TFG_AST_INT,       /* ival */

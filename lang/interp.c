@@ -507,6 +507,7 @@ static flow exec_stmt(tfg_interp *I, tfg_env *env, const tfg_ast *s) {
   case TFG_AST_IMPORT: exec_import(I, env, s); return f;
   case TFG_AST_PRINT: exec_print(I, env, s); return f;
   case TFG_AST_TRAIN: tfg_interp_exec_train(I, env, s); return f;
+  case TFG_AST_LOAD: tfg_interp_exec_load(I, env, s); return f;
   case TFG_AST_EXPR_STMT: tfg_interp_expr(I, env, s->a); return f;
   case TFG_AST_BLOCK: return exec_block(I, env, s);
   default: break;

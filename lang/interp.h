@@ -5,7 +5,8 @@
  * lists, devices, functions, datasets) exist only here; tensors are graph
  * nodes. The result is a tfg_program (ir/program.h): the graph, its
  * params and inputs, and the actions (print, train) to run afterwards, in
- * program order, each train's settings decoded into a tfg_train_config.
+ * program order, each train's settings decoded into a tfg_train_config,
+ * with the files its load statements set params from before them.
  *
  *   tfg_interp_opts o = {.sets = sets, .nsets = n};
  *   tfg_interp *in = tfg_interp_new(diag, &o);
@@ -132,12 +133,12 @@ tfg_status tfg_interp_eval_stmt(tfg_interp *in, const tfg_source *src, const tfg
  * statement of it failed, or it failed at run time), and after a bare
  * expression has been shown, so that neither leaves anything behind. */
 typedef struct tfg_interp_mark {
-  int32_t nodes, params, feeds, actions, taken, binds, modules, datasets;
+  int32_t nodes, params, feeds, actions, loads, taken, binds, modules, datasets;
 } tfg_interp_mark;
 
 tfg_interp_mark tfg_interp_mark_now(const tfg_interp *in);
 /* Undoes everything evaluated since m was taken: graph nodes, params,
- * inputs, actions, global bindings, param names, and the modules and
+ * inputs, actions, loads, global bindings, param names, and the modules and
  * datasets loaded since (freed). m must be from this session, and no
  * rollback to an earlier mark may have happened since. */
 void tfg_interp_rollback(tfg_interp *in, const tfg_interp_mark *m);
@@ -149,7 +150,9 @@ void tfg_interp_rollback(tfg_interp *in, const tfg_interp_mark *m);
 typedef void (*tfg_interp_name_fn)(void *ctx, const char *name, const tfg_value *v);
 void tfg_interp_names(tfg_interp *in, const char *module, tfg_interp_name_fn fn, void *ctx);
 /* Checks what can only be checked once the whole program is built: every
- * --set named a top-level let. */
+ * --set named a top-level let (else TFG_ERR_USAGE), and every load's file
+ * holds the program's params as its strictness asks, read from the file's
+ * header only (else TFG_ERR_DATA, reported at the load). */
 tfg_status tfg_interp_finish(tfg_interp *in);
 /* The program built so far; later stages (autodiff) add nodes to its graph. */
 tfg_program *tfg_interp_program(tfg_interp *in);

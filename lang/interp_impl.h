@@ -5,6 +5,8 @@
  *   lang/interp_names.c    scopes and the dotted paths that name params
  *   lang/interp_train.c    train statements: settings checked and decoded
  *                          into the action's tfg_train_config
+ *   lang/interp_load.c     load statements: checked where written, their
+ *                          files matched against the params once built
  *   lang/interp_session.c  modules, and the session's life (new, eval,
  *                          marks and rollback, free)
  *   lang/builtins.c        the functions a program can call without
@@ -92,7 +94,7 @@ struct tfg_interp {
   tfg_diag *diag;
   tfg_arena arena; /* values, names, modules: the session's lifetime */
   tfg_program prog;
-  int32_t cap_actions, cap_params, cap_feeds;
+  int32_t cap_actions, cap_params, cap_feeds, cap_loads;
   tfg_module main;
   const tfg_source *main_src; /* the source main's statements come from now */
   tfg_module **modules; /* imported, by path */
@@ -213,6 +215,16 @@ void tfg_interp_traceback_flush(struct tfg_interp *I);
  * appends the action; a job that would share a param with another job of
  * its group is refused. */
 void tfg_interp_exec_train(struct tfg_interp *I, tfg_env *env, const tfg_ast *s);
+
+/* Load statements (lang/interp_load.c) */
+/* Runs load statement s: checks its settings, that it comes before every
+ * action and that its file can be opened, and appends it to the
+ * program's loads. */
+void tfg_interp_exec_load(struct tfg_interp *I, tfg_env *env, const tfg_ast *s);
+/* Matches the header of every load's file against the program's params
+ * (tfg_safetensors_match), reporting at each load. Returns TFG_OK or
+ * TFG_ERR_DATA. */
+tfg_status tfg_interp_check_loads(struct tfg_interp *I);
 
 /* Modules (lang/interp_session.c) */
 /* Loads a module (a stdlib name or a file path) once and returns it. */

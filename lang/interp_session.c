@@ -199,6 +199,7 @@ void tfg_interp_free(tfg_interp *I) {
   free(I->prog.actions);
   free(I->prog.params);
   free(I->prog.feeds);
+  free(I->prog.loads);
   free(I->taken);
   free(I->taken_index);
   free(I->suffix_key);
@@ -237,7 +238,8 @@ static void enter_source(tfg_interp *I, const tfg_source *src) {
 
 tfg_interp_mark tfg_interp_mark_now(const tfg_interp *I) {
   return (tfg_interp_mark){.nodes = I->prog.graph->nnodes, .params = I->prog.nparams, .feeds = I->prog.nfeeds,
-                           .actions = I->prog.nactions, .taken = I->ntaken, .binds = I->main.env.n,
+                           .actions = I->prog.nactions, .loads = I->prog.nloads, .taken = I->ntaken,
+                           .binds = I->main.env.n,
                            .modules = I->nmodules, .datasets = I->ndatasets};
 }
 
@@ -247,6 +249,7 @@ void tfg_interp_rollback(tfg_interp *I, const tfg_interp_mark *m) {
   I->prog.nparams = m->params < I->prog.nparams ? m->params : I->prog.nparams;
   I->prog.nactions = m->actions < I->prog.nactions ? m->actions : I->prog.nactions;
   I->prog.nfeeds = m->feeds < I->prog.nfeeds ? m->feeds : I->prog.nfeeds;
+  I->prog.nloads = m->loads < I->prog.nloads ? m->loads : I->prog.nloads;
   tfg_interp_untake(I, m->taken);
   tfg_env_truncate(&I->main.env, m->binds);
   /* A module imported since the mark may hold values that point at the
@@ -330,6 +333,7 @@ tfg_status tfg_interp_finish(tfg_interp *I) {
                      I->opts->sets[i].name);
       st = TFG_ERR_USAGE;
     }
+  if (st == TFG_OK) st = tfg_interp_check_loads(I);
   return st;
 }
 

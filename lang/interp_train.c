@@ -298,6 +298,23 @@ static void decode_clip(tfg_interp *I, const train_setting *ts, tfg_train_config
   c->clip_grad_norm = x;
 }
 
+/* precision = f32 | bf16 | f16: a dtype name. */
+static void decode_precision(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v,
+                             const tfg_ast *k) {
+  (void)ts;
+  if (v.kind != TFG_V_DTYPE ||
+      (v.u.dtype != TFG_DTYPE_F32 && v.u.dtype != TFG_DTYPE_BF16 && v.u.dtype != TFG_DTYPE_F16))
+    tfg_interp_fail(I, TFG_ERR_NAME, &k->a->loc, "precision must be f32, bf16 or f16, the dtype of the matrix products");
+  if (v.u.dtype == TFG_DTYPE_F16) {
+    tfg_diag_error(I->diag, &k->a->loc, "precision = f16 is not supported yet");
+    tfg_diag_note(I->diag, NULL, "f16 training needs dynamic loss scaling (torch.cuda.amp.GradScaler), which tfg does not have");
+    tfg_diag_help(I->diag, "use precision = bf16: the same tensor-core speed, the range of f32, no scaling");
+    tfg_interp_unwind(I, TFG_ERR_NAME);
+  }
+  c->precision = v.u.dtype;
+  c->precision_at = k->loc;
+}
+
 /* accumulate = k: an integer from 1 to 2^20 (a step of more micro-batches
  * than that is a typo, not a plan). */
 static void decode_accumulate(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v,
@@ -448,6 +465,7 @@ static const train_setting train_settings[] = {
     {"lr_schedule", decode_lr_schedule, 0},
     {"clip_grad_norm", decode_clip, 0},
     {"accumulate", decode_accumulate, 0},
+    {"precision", decode_precision, 0},
     {"no_decay", decode_no_decay, 0},
     {"steps", decode_count, offsetof(tfg_train_config, steps)},
     {"epochs", decode_count, offsetof(tfg_train_config, epochs)},

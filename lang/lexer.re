@@ -368,6 +368,7 @@ const char *tfg_token_kind_str(int kind) {
   case TFG_TOK_NONE: return "keyword 'none'";
   case TFG_TOK_CPU: return "keyword 'cpu'";
   case TFG_TOK_GPU: return "keyword 'gpu'";
+  case TFG_TOK_LOAD: return "keyword 'load'";
   case TFG_TOK_PLUS: return "'+'";
   case TFG_TOK_MINUS: return "'-'";
   case TFG_TOK_STAR: return "'*'";
@@ -397,6 +398,21 @@ const char *tfg_token_kind_str(int kind) {
   case TFG_TOK_SEMI: return "';'";
   }
   return "a token";
+}
+
+/* The name just scanned. */
+static int lex_ident(tfg_lexer *lx, tfg_token *t) {
+  t->s = tfg_arena_strndup(lx->arena, (const char *)lx->tok, (size_t)(lx->cur - lx->tok));
+  t->len = (uint32_t)(lx->cur - lx->tok);
+  return TFG_TOK_IDENT;
+}
+
+/* Whether a string starts at p, after blanks on the same line. `load` is
+ * a keyword only there (a load statement), so a program may still name a
+ * value `load`: a name followed by a string is never valid otherwise. */
+static bool next_is_string(const unsigned char *p) {
+  while (*p == ' ' || *p == '\t') p++;
+  return *p == '"';
 }
 
 /* The scanner proper: one token per call, skipping whitespace, comments
@@ -471,12 +487,9 @@ static int lex_scan(tfg_lexer *lx, tfg_token *t) {
       "none"   { return TFG_TOK_NONE; }
       "cpu"    { return TFG_TOK_CPU; }
       "gpu"    { return TFG_TOK_GPU; }
+      "load" { return next_is_string(lx->cur) ? TFG_TOK_LOAD : lex_ident(lx, t); }
 
-      [A-Za-z_] idch* {
-        t->s = tfg_arena_strndup(lx->arena, (const char *)lx->tok, (size_t)(lx->cur - lx->tok));
-        t->len = (uint32_t)(lx->cur - lx->tok);
-        return TFG_TOK_IDENT;
-      }
+      [A-Za-z_] idch* { return lex_ident(lx, t); }
 
       dig+ { lex_int(lx, t); return TFG_TOK_INT; }
       dig+ "." dig+ exp? | dig+ exp { lex_float(lx, t); return TFG_TOK_FLOAT; }

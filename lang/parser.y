@@ -97,6 +97,7 @@ static tfg_ast *adopt(tfg_ast *n, tfg_ast *list) {
        INPUT "input" FROM "from" DATA "data" WITH "with" SCOPE "scope" FOR "for"
        IN "in" IF "if" ELSE "else" TRAIN "train" PRINT "print" TRUE "true"
        FALSE "false" NONE "none" CPU "cpu" GPU "gpu"
+%token LOAD "load" /* a keyword only before a string (lang/lexer.re): not reserved */
 %token PLUS "+" MINUS "-" STAR "*" SLASH "/" PERCENT "%" EQEQ "==" NE "!="
        LT "<" LE "<=" GT ">" GE ">=" ANDAND "&&" OROR "||" BANG "!" ASSIGN "="
        DOT "." DOTDOT ".." COMMA "," COLON ":" AT "@" LPAREN "(" RPAREN ")"
@@ -105,7 +106,7 @@ static tfg_ast *adopt(tfg_ast *n, tfg_ast *list) {
 %type <node> body stmts stmt simple_stmt compound_stmt if_stmt block annot_dev
 %type <node> params param_list param type dims dim_list settings train_body setting
 %type <node> expr range_expr or_expr and_expr cmp_expr add_expr mul_expr unary postfix
-%type <node> primary device dev_index args arg_list arg items item_list print_list
+%type <node> primary device dev_index args arg_list arg items item_list print_list string
 %type <op> cmp_op mul_op add_op
 
 %initial-action { @$ = tfg_source_loc(P->src, 0, 0); }
@@ -162,6 +163,7 @@ simple_stmt:
   | "return"                   { $$ = NODE(RETURN, @$, NULL, NULL, NULL); CHECK($$); }
   | "return" expr              { $$ = NODE(RETURN, @$, $2, NULL, NULL); CHECK($$); }
   | "print" print_list         { $$ = $2; $$->kind = TFG_AST_PRINT; $$->loc = @$; }
+  | "load" string              { $$ = NODE(LOAD, @$, $2, NULL, NULL); CHECK($$); }
   | expr                       { $$ = NODE(EXPR_STMT, @$, $1, NULL, NULL); CHECK($$); }
   ;
 
@@ -180,6 +182,8 @@ compound_stmt:
   | if_stmt
   | "train" expr "{" train_body "}"
                           { $$ = adopt(NODE(TRAIN, @$, $2, NULL, NULL), $4); CHECK($$); }
+  | "load" string "{" train_body "}"
+                          { $$ = adopt(NODE(LOAD, @$, $2, NULL, NULL), $4); CHECK($$); }
   ;
 
 if_stmt:
@@ -298,7 +302,7 @@ postfix:
 primary:
     INT      { $$ = NODE(INT, @$, NULL, NULL, NULL); CHECK($$); $$->ival = $1.i; }
   | FLOAT    { $$ = NODE(FLOAT, @$, NULL, NULL, NULL); CHECK($$); $$->fval = $1.f; }
-  | STRING   { $$ = NODE(STRING, @$, NULL, NULL, NULL); CHECK($$); $$->str = $1.s; $$->len = $1.len; }
+  | string
   | "true"   { $$ = NODE(BOOL, @$, NULL, NULL, NULL); CHECK($$); $$->ival = 1; }
   | "false"  { $$ = NODE(BOOL, @$, NULL, NULL, NULL); CHECK($$); }
   | "none"   { $$ = NODE(NONE, @$, NULL, NULL, NULL); CHECK($$); }
@@ -307,6 +311,8 @@ primary:
   | "[" items "]"  { $$ = $2; $$->loc = @$; }
   | "(" expr ")"   { $$ = $2; }
   ;
+
+string: STRING { $$ = NODE(STRING, @$, NULL, NULL, NULL); CHECK($$); $$->str = $1.s; $$->len = $1.len; } ;
 
 device:
     "cpu"                { $$ = NODE(DEVICE, @$, NULL, NULL, NULL); CHECK($$); $$->op = TFG_AST_DEVICE_CPU; }
@@ -549,9 +555,12 @@ static void tfg_parse_report(tfg_parser *P, const yypcontext_t *ctx) {
     help = "a train block holds settings only, such as: steps = 100";
   } else if (s.has[YYSYMBOL_NEWLINE] && la->kind != TFG_TOK_NEWLINE) {
     tfg_strbuf_printf(&msg, "expected end of statement, found %s", found.data);
-    help = la->kind == TFG_TOK_ASSIGN
-               ? "only a name can be assigned: name = expression"
-               : "put each statement on its own line, or separate them with ';'";
+    /* `load path`: `load` before anything but a string is a name. */
+    bool after_load = P->prev.kind == TFG_TOK_IDENT && P->prev.bol && P->prev.len == 4 &&
+                      !memcmp(P->prev.s, "load", 4);
+    help = la->kind == TFG_TOK_ASSIGN ? "only a name can be assigned: name = expression"
+           : after_load ? "a load statement names its file with a string: load \"model.safetensors\""
+                        : "put each statement on its own line, or separate them with ';'";
   } else if (want_expr) {
     tfg_strbuf_puts(&msg, "expected an expression");
     after_prev(P, &msg);

@@ -1,7 +1,7 @@
 /* runtime/ckpt.c: checkpoints: saving a run's tensors atomically, loading
  * them back, and matching a loaded file against the run it resumes
- * (runtime/ckpt.h). The format, its writer's bytes and its strict reader
- * are io/safetensors.c's.
+ * (runtime/ckpt.h); reading the file of a load statement. The format, its
+ * writer's bytes and its strict reader are io/safetensors.c's.
  *
  * Saving is atomic (write a temporary file beside the target, fsync,
  * rename, fsync the folder): a crash or kill -9 leaves the old file or the
@@ -152,6 +152,21 @@ tfg_status tfg_ckpt_load(tfg_diag *d, const tfg_loc *loc, const char *path, tfg_
   return tfg_safetensors_load(d, loc, "checkpoint", path, out);
 }
 
+tfg_status tfg_ckpt_read_load(tfg_diag *d, const tfg_load *l, const tfg_graph *g, const tfg_node_id *ids, int n,
+                              tfg_ckpt **out, int *at) {
+  *out = NULL;
+  tfg_ckpt *c;
+  tfg_status st = tfg_safetensors_load(d, &l->loc, "params file", l->path, &c);
+  if (st != TFG_OK) return st;
+  st = tfg_safetensors_match(d, &l->loc, l->path, c, g, ids, n, l->strict, at);
+  if (st != TFG_OK) {
+    tfg_ckpt_free(c);
+    return st;
+  }
+  *out = c;
+  return TFG_OK;
+}
+
 /* ---- resuming a run ----------------------------------------------------- */
 
 /* The "step" metadata sv as the step to resume at: decimal digits, at
@@ -187,12 +202,7 @@ enum { ROLE_NONE, ROLE_PARAM, ROLE_STATE };
 /* Whether tensor j of c, which restores nothing, is named "PARAM:SLOT"
  * for a param the run restored from c: optimizer state, if not the run's. */
 static bool is_param_state(const tfg_ckpt *c, const unsigned char *role, int j) {
-  const char *name = tfg_ckpt_entry_at(c, j)->name, *colon = strrchr(name, ':');
-  if (!colon) return false;
-  char *param = strndup(name, (size_t)(colon - name));
-  TFG_ASSERT(param != NULL);
-  int k = tfg_ckpt_find(c, param);
-  free(param);
+  int k = tfg_safetensors_state_owner(c, j);
   return k >= 0 && role[k] == ROLE_PARAM;
 }
 

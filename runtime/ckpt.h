@@ -15,6 +15,8 @@
  *     tfg_ckpt_free(c);
  *   }
  *
+ * A `load` statement's file is read the same way (tfg_ckpt_read_load).
+ *
  * Saving is atomic: the bytes go to a temporary file in the same folder,
  * which is fsync'ed and renamed over the target (then the folder is
  * fsync'ed), so a crash or a kill at any moment leaves either the old file
@@ -27,6 +29,7 @@
 #include "base/diag.h"
 #include "base/status.h"
 #include "ir/graph.h"
+#include "ir/program.h"
 #include "io/safetensors.h"
 
 /* A tensor and a metadata string of a checkpoint are the format's. */
@@ -86,6 +89,18 @@ static inline const char *tfg_ckpt_meta_get(const tfg_ckpt *c, const char *key) 
 tfg_status tfg_ckpt_match(tfg_diag *d, const tfg_loc *loc, const char *path, const tfg_ckpt *c,
                           const tfg_ckpt_entry *want, int n, int nparams, const char *optimizer,
                           int *at, int64_t *step);
+
+/* Reads the file of load statement l in full (what tfg_ckpt_load
+ * refuses, it refuses, calling it a "params file") and matches it
+ * against the params ids[0..n) of g as tfg_safetensors_match does, with
+ * l's strictness: the same errors the interpreter's check reports from
+ * the header, now for the file as it is when the run reads it. On
+ * success *out is the file (the caller frees it: tfg_ckpt_free) and at[i]
+ * the index in it of ids[i]'s tensor, or -1 for a param it does not set.
+ * Returns TFG_OK, TFG_ERR_IO (unreadable), TFG_ERR_DATA (malformed, or
+ * not the params' file) or TFG_ERR_NOMEM, after reporting at l->loc. */
+tfg_status tfg_ckpt_read_load(tfg_diag *d, const tfg_load *l, const tfg_graph *g, const tfg_node_id *ids, int n,
+                              tfg_ckpt **out, int *at);
 
 /* "F32" for TFG_DTYPE_F32, ... */
 static inline const char *tfg_ckpt_dtype_name(tfg_dtype t) { return tfg_safetensors_dtype_name(t); }

@@ -1,8 +1,9 @@
 /* runtime/session.c: a program's values on an executor.
  *
  * The session owns what the executor does not know about: params'
- * initial values, the datasets and --feed files behind the inputs, and
- * the host copies of fetched values (kept until the next run). */
+ * initial values (and the values load statements set), the datasets and
+ * --feed files behind the inputs, and the host copies of fetched values
+ * (kept until the next run). */
 #include "runtime/session.h"
 
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "io/data.h"
 #include "ir/device.h"
 #include "ir/ops.h"
+#include "runtime/ckpt.h"
 #include "runtime/device.h"
 #include "runtime/exec.h"
 
@@ -187,6 +189,24 @@ void tfg_session_free(tfg_session *s) {
   tfg_placement_free(s->own_pl);
   tfg_devices_free(s->own_ds);
   free(s);
+}
+
+tfg_status tfg_session_load_params(tfg_session *s) {
+  const tfg_program *p = s->prog;
+  int *at = malloc(sizeof *at * ((size_t)p->nparams + 1));
+  TFG_ASSERT(at != NULL);
+  tfg_status st = TFG_OK;
+  for (int i = 0; i < p->nloads && st == TFG_OK; i++) {
+    tfg_ckpt *c;
+    st = tfg_ckpt_read_load(s->diag, &p->loads[i], p->graph, p->params, p->nparams, &c, at);
+    if (st != TFG_OK) break;
+    for (int k = 0; k < p->nparams; k++)
+      if (at[k] >= 0 && tfg_session_holds(s, p->params[k]))
+        tfg_session_write(s, p->params[k], tfg_ckpt_entry_at(c, at[k])->data);
+    tfg_ckpt_free(c);
+  }
+  free(at);
+  return st;
 }
 
 void tfg_session_read(tfg_session *s, tfg_node_id id, void *host) { tfg_exec_read(s->x, id, host); }

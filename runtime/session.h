@@ -70,6 +70,13 @@ tfg_status tfg_session_run(tfg_session *s, const tfg_node_id *fetch, int nfetch,
 /* The same with the batch and mode of ro. */
 tfg_status tfg_session_run_with(tfg_session *s, const tfg_node_id *fetch, int nfetch, tfg_tensor *out,
                                 const tfg_run_opts *ro);
+/* Sets the params from the program's load statements, in program order
+ * (a later load overrides an earlier one): each file read in full and
+ * matched again (tfg_ckpt_read_load), as it may have changed since the
+ * program was checked. Called once, after tfg_session_new and before the
+ * first action. Returns TFG_OK or the failing load's status (reported
+ * at the load); the params set before it keep their new values. */
+tfg_status tfg_session_load_params(tfg_session *s);
 /* Copies a PARAM or STATE node's value out of or into the session
  * (the node must be on a device the session runs). */
 void tfg_session_read(tfg_session *s, tfg_node_id id, void *host);

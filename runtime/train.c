@@ -268,6 +268,8 @@ typedef struct job {
   double *sum;      /* per value since the last log line */
   int64_t since;
   double tlog, t0;  /* the last log line; the start */
+  double tbar;      /* the progress bar's last drawing (0: none yet) */
+  bool bar_on;      /* the bar is on the screen */
   FILE *csv;        /* log = "...": a row per logged step */
   /* parameter_server */
   int64_t stale_sum, stale_max;
@@ -324,6 +326,10 @@ static tfg_status job_open(job *j, tfg_session *s, const tfg_program *p, const t
   if (s) {
     sync_mirrors(s, p, st);
     if (c->checkpoint) r = restore(s, p, st, c, &j->start, d, log);
+    if (r == TFG_OK && j->start > c->steps) /* a run of more steps wrote it: this one trains none */
+      tfg_diag_warning(d, &a->config.checkpoint_at,
+                       "%s holds step %" PRId64 ", past this train's %" PRId64 " steps: nothing is trained",
+                       c->checkpoint, j->start, c->steps);
     if (r == TFG_OK) sync_mirrors(s, p, st);
     j->done = j->start;
   }
@@ -361,6 +367,48 @@ static void job_take(job *j, int m) {
     j->vals[v] = (m == 0 ? 0 : j->vals[v]) + replica_mean(j->st, j->rp.out, v) / (double)j->c.accumulate;
 }
 
+/* "H:MM:SS" or "M:SS" of t seconds into buf. */
+static const char *clock_text(double t, char buf[32]) {
+  long long s = t > 0 && t < 1e9 ? (long long)(t + 0.5) : 0;
+  if (s >= 3600) snprintf(buf, 32, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+  else snprintf(buf, 32, "%lld:%02lld", s / 60, s % 60);
+  return buf;
+}
+
+/* Terminal control: to the line's start, and the line cleared after it. */
+#define BAR_CLEAR "\r\033[K"
+
+/* The progress bar of a terminal, after step `step` (from 1) with this
+ * loss: done and to do, the step, the loss, the rate and the time left
+ * at that rate since the run (re)started. Drawn at most 10 times a
+ * second, log lines or not (a fast loop would otherwise spend its time
+ * on the terminal); a drawing stays until the next, a log line or the
+ * end clears it. */
+static void job_bar(job *j, int64_t step, double loss, FILE *log) {
+  double t = now();
+  if (j->tbar > 0 && t - j->tbar < 0.1) return;
+  j->tbar = t;
+  j->bar_on = true;
+  enum { WIDTH = 24 };
+  int64_t total = j->c.steps, done = step - j->start;
+  int fill = total > 0 ? (int)((double)WIDTH * (double)step / (double)total) : WIDTH;
+  double rate = t > j->t0 ? (double)done / (t - j->t0) : 0;
+  char bar[WIDTH + 1], eta[32];
+  for (int i = 0; i < WIDTH; i++) bar[i] = i < fill ? '#' : '.';
+  bar[WIDTH] = '\0';
+  fprintf(log, BAR_CLEAR "%s[%s] %" PRId64 "/%" PRId64 "  loss %.4f  %.1f steps/s  ETA %s", j->who, bar, step, total,
+          loss, rate, rate > 0 ? clock_text((double)(total - step) / rate, eta) : "?");
+  fflush(log);
+}
+
+/* Clears job j's progress bar from the terminal, when it is drawn. */
+static void job_bar_clear(job *j, FILE *log) {
+  if (!j->bar_on) return;
+  fputs(BAR_CLEAR, log);
+  fflush(log);
+  j->bar_on = false;
+}
+
 /* Takes step k's losses and metrics (in j->vals): checks the loss,
  * accumulates, logs. */
 static tfg_status job_account(job *j, const tfg_program *p, int64_t k, const tfg_train_opts *o, tfg_diag *d) {
@@ -382,6 +430,7 @@ static tfg_status job_account(job *j, const tfg_program *p, int64_t k, const tfg
     tfg_lr_sched l = {j->a->config.optimizer.lr, ls->warmup, ls->total, ls->min, ls->every, ls->gamma, (int)ls->kind};
     double lr = tfg_lr_at(l, step); /* the lr this step's update used */
     if (!o->quiet) {
+      job_bar_clear(j, o->log);
       fprintf(o->log, "%sstep %" PRId64 "/%" PRId64 "  loss %.4f", j->who, step, j->c.steps, j->sum[0] / (double)j->since);
       for (int i = 0; i < st->nmetrics; i++)
         fprintf(o->log, "  %s %.4f", metric_name(p, st->metrics[i]), j->sum[1 + i] / (double)j->since);
@@ -405,7 +454,7 @@ static tfg_status job_account(job *j, const tfg_program *p, int64_t k, const tfg
     j->stale_sum = j->stale_max = 0;
     j->tlog = t;
   } else if (o->tty && !o->quiet) {
-    fprintf(o->log, "\r%sstep %" PRId64 "/%" PRId64 "  loss %.4f\r", j->who, step, j->c.steps, loss);
+    job_bar(j, step, loss, o->log);
   }
   return TFG_OK;
 }
@@ -416,8 +465,10 @@ static tfg_status job_after(job *j, tfg_session *s, const tfg_program *p, int64_
   int64_t step = k + 1;
   bool last = step == j->c.steps;
   tfg_status r = TFG_OK;
-  if (j->b.feed && j->c.eval_every && step % j->c.eval_every == 0 && !last)
+  if (j->b.feed && j->c.eval_every && step % j->c.eval_every == 0 && !last) {
+    if (!o->quiet) job_bar_clear(j, o->log);
     r = evaluate(s, p, j->st, &j->b, step, j->who, o->quiet ? NULL : o->log);
+  }
   if (r == TFG_OK && j->c.checkpoint && ((j->c.checkpoint_every && step % j->c.checkpoint_every == 0) || last))
     r = save(s, p, j->st, &j->c, step, d);
   return r;
@@ -538,6 +589,7 @@ tfg_status tfg_train_group(tfg_session *s, const tfg_program *p, const tfg_actio
       first = next;
     }
   }
+  for (int i = 0; i < opened; i++) job_bar_clear(&jobs[i], o->log);
   /* Stopped (between steps, or during the last: the stop still ends the
    * run, before the final evaluation): every job reports where it is. */
   if (r == TFG_OK && atomic_load(&train_stop))

@@ -101,6 +101,13 @@ expect train-half 0 "$TFG" run --threads 2 --set steps=50 --set 'ckpt="b.safeten
 expect train-resume 0 "$TFG" run --threads 2 --set 'ckpt="b.safetensors"' "$tmp/train/fit.tfg" &&
   contains train-resume "$tmp/err" "restored"
 if cmp -s "$tmp/train/a.safetensors" "$tmp/train/b.safetensors"; then ok; else ko "cli train-resume: 50 + 50 steps differ from 100"; fi
+# A checkpoint past the train's steps (a.safetensors holds step 100): a
+# warning at the setting, nothing trained, the file left as it was.
+cp "$tmp/train/a.safetensors" "$tmp/train/past.safetensors"
+expect train-past 0 "$TFG" run --color=never --set steps=60 --set 'ckpt="past.safetensors"' "$tmp/train/fit.tfg" &&
+  contains train-past "$tmp/err" "past.safetensors holds step 100, past this train's 60 steps: nothing is trained" &&
+  if grep -q '^step ' "$tmp/err" || ! cmp -s "$tmp/train/a.safetensors" "$tmp/train/past.safetensors"; then
+    ko "cli train-past: it trained, or changed the checkpoint"; else ok; fi
 # The loss fell.
 expect train-loss-falls 0 "$TFG" run --set steps=200 --set 'ckpt="c.safetensors"' "$tmp/train/fit.tfg"
 first=$(grep -m1 '^step 50/' "$tmp/err" | sed -E 's/.*loss ([0-9.]+).*/\1/')
@@ -137,6 +144,108 @@ contains ckpt-params-only-b "$tmp/out" "[ 0.5  -1.5   2.25]"
 sed 's/f32\[2, 3\]/f32[3, 2]/' "$tmp/train/init.tfg" >"$tmp/train/bad.tfg"
 python3 tests/ckpt_writer.py "$tmp/train/init.safetensors"
 expect ckpt-mismatch 1 "$TFG" run "$tmp/train/bad.tfg" && contains ckpt-mismatch "$tmp/err" "'h.w' is f32[2,3] but the program's is f32[3,2]"
+# ---- load ------------------------------------------------------------------
+# A model trained with a checkpoint; a second program that loads the
+# checkpoint (strict: its Adam state beside the params is no error) prints
+# exactly what a print after the training printed.
+mkdir -p "$tmp/load"
+cat >"$tmp/load/model.tfg" <<'TFG'
+x = reshape(cast(arange(0, 24), f32) / 24.0, [6, 4])
+t = sum(x * tensor([1.0, -2.0, 3.0, 0.5]), axis = 1, keepdims = true)
+scope fit {
+  param w: f32[4, 1] = normal(seed = 3)
+  param b: f32[1]
+}
+y = matmul(x, w) + b
+TFG
+{ cat "$tmp/load/model.tfg"; echo 'train mse(y, t) { optimizer = adam(lr = 0.05); steps = 30; checkpoint = "m.safetensors"; log_every = 30 }'
+  echo 'print w, b, y'; } >"$tmp/load/train.tfg"
+{ echo 'load "m.safetensors"'; cat "$tmp/load/model.tfg"; echo 'print w, b, y'; } >"$tmp/load/use.tfg"
+expect load-train 0 "$TFG" run "$tmp/load/train.tfg" && cp "$tmp/out" "$tmp/load/trained.out"
+expect load-check 0 "$TFG" check "$tmp/load/use.tfg"
+expect load-run 0 "$TFG" run "$tmp/load/use.tfg" &&
+  if cmp -s "$tmp/out" "$tmp/load/trained.out" && grep -q '^b: f32\[1\]' "$tmp/out"; then ok
+  else ko "cli load-run: the loaded model prints otherwise than the trained one"; diff "$tmp/load/trained.out" "$tmp/out" | head -10; fi
+# ... and not as the untrained model does (the load did something).
+{ cat "$tmp/load/model.tfg"; echo 'print w, b, y'; } >"$tmp/load/init.tfg"
+expect load-init 0 "$TFG" run "$tmp/load/init.tfg" &&
+  if cmp -s "$tmp/out" "$tmp/load/trained.out"; then ko "cli load-init: the untrained model prints as the trained one"; else ok; fi
+# The path starts in the program's folder, as a train's checkpoint does: run from elsewhere.
+expect load-folder 0 sh -c "cd / && \"$TFG\" run \"$tmp/load/use.tfg\"" &&
+  if cmp -s "$tmp/out" "$tmp/load/trained.out"; then ok; else ko "cli load-folder: run from / prints otherwise"; fi
+# A train after the load starts from the loaded values: one SGD step on
+# sum(w * w) multiplies w by 1 - 2 lr = 0.8 (the file's h.w is 0 1 2 / 3 4 5).
+cp tests/golden/data/load-params.safetensors "$tmp/load/p.safetensors"
+cat >"$tmp/load/finetune.tfg" <<'TFG'
+load "p.safetensors" { strict = false }
+scope h { param w: f32[2, 3] }
+train sum(w * w) { optimizer = sgd(lr = 0.1); steps = 1 }
+print w
+TFG
+expect load-train-after 0 "$TFG" run --quiet "$tmp/load/finetune.tfg" &&
+  contains load-train-after "$tmp/out" "[[0.  0.8 1.6]" && contains load-train-after "$tmp/out" " [2.4 3.2 4. ]]"
+# Loads apply in program order, each setting the params its file has: the
+# trained fit.b from the second file, h.b from the first.
+cat >"$tmp/load/two.tfg" <<'TFG'
+load "p.safetensors" { strict = false }
+load "m.safetensors" { strict = false }
+scope fit { param b: f32[1] }
+fit_b = b
+scope h { param b: f32[3] }
+print fit_b, b
+TFG
+expect load-order 0 "$TFG" run "$tmp/load/two.tfg" &&
+  if [ "$(sed -n 2p "$tmp/out")" = "$(sed -n '/^b: /{n;p;}' "$tmp/load/trained.out")" ]; then ok
+  else ko "cli load-order: fit.b is not the trained one"; head -4 "$tmp/out"; fi
+contains load-order-first "$tmp/out" "[ 0.5  -1.5   2.25]"
+# Strict by default: a param the file lacks, a tensor that is no param; a
+# dtype or shape that differs is an error even with strict = false. All are
+# found by tfg check, before anything runs: exit 1, located, naming the param.
+cat >"$tmp/load/missing.tfg" <<'TFG'
+load "p.safetensors"
+scope h {
+  param w: f32[2, 3]
+  param b: f32[3]
+  param c: f32[3]
+  param d: f32[3]
+}
+print w
+TFG
+expect load-missing 1 "$TFG" run "$tmp/load/missing.tfg" &&
+  contains load-missing "$tmp/err" "missing.tfg:1:6: error: '$tmp/load/p.safetensors' has no tensor for param 'h.c', nor for 1 more param" &&
+  if [ -s "$tmp/out" ]; then ko "cli load-missing: printed before the error"; else ok; fi
+printf 'load "p.safetensors"\nscope h { param w: f32[2, 3] }\n' >"$tmp/load/extra.tfg"
+expect load-extra 1 "$TFG" check "$tmp/load/extra.tfg" &&
+  contains load-extra "$tmp/err" "p.safetensors' has tensor 'h.b', which is no param of this program"
+printf 'load "p.safetensors" { strict = false }\nscope h { param w: f32[3, 2] }\n' >"$tmp/load/shape.tfg"
+expect load-shape 1 "$TFG" check "$tmp/load/shape.tfg" &&
+  contains load-shape "$tmp/err" "p.safetensors' holds 'h.w' as f32[2,3], but the param is f32[3,2]"
+# strict = false: a param the file lacks keeps its initializer, a tensor that is no param is skipped.
+printf 'load "p.safetensors" { strict = false }\nscope h { param b: f32[3] }\nparam z: f32[2] = full(7.0)\nprint b, z\n' >"$tmp/load/loose.tfg"
+expect load-loose 0 "$TFG" run "$tmp/load/loose.tfg" &&
+  contains load-loose "$tmp/out" "[ 0.5  -1.5   2.25]" && contains load-loose "$tmp/out" "[7. 7.]"
+# Strict and whole: every param from the file.
+printf 'load "p.safetensors"\nscope h {\n  param w: f32[2, 3]\n  param b: f32[3]\n}\nprint w\n' >"$tmp/load/all.tfg"
+expect load-all 0 "$TFG" run "$tmp/load/all.tfg" && contains load-all "$tmp/out" "[[0. 1. 2.]"
+# A truncated or corrupt file is a located error, never a crash.
+head -c 300 "$tmp/load/p.safetensors" >"$tmp/load/cut.safetensors"
+printf 'load "cut.safetensors" { strict = false }\nscope h { param b: f32[3] }\nprint b\n' >"$tmp/load/cut.tfg"
+expect load-truncated 1 "$TFG" run "$tmp/load/cut.tfg" &&
+  contains load-truncated "$tmp/err" "cut.safetensors': tensor 'h.w': data_offsets [0, 24] run past the end of the file"
+head -c 4096 /dev/urandom >"$tmp/load/noise.safetensors"
+printf '\040\000\000\000\000\000\000\000{"h.b": {"dtype": "F32", "shape": [3], "data_offsets": [0, 1' >"$tmp/load/json.safetensors"
+for f in noise json; do
+  sed "s/cut/$f/" "$tmp/load/cut.tfg" >"$tmp/load/$f.tfg"
+  expect "load-corrupt-$f" 1 "$TFG" run "$tmp/load/$f.tfg" &&
+    contains "load-corrupt-$f" "$tmp/err" "$f.tfg:1:6: error: '$tmp/load/$f.safetensors': "
+done
+# The REPL loads too, before the input's actions, and keeps the values; a
+# bad file there is an error of its input only.
+printf 'scope h { param w: f32[2, 3]; param b: f32[3] }\nload "p.safetensors"\nw\nload "cut.safetensors"\nb\n' >"$tmp/load/repl.in"
+expect load-repl 1 sh -c "cd \"$tmp/load\" && \"$TFG\" repl --color=never <repl.in" &&
+  contains load-repl "$tmp/out" "[[0. 1. 2.]" && contains load-repl "$tmp/out" "[ 0.5  -1.5   2.25]" &&
+  contains load-repl "$tmp/err" "<stdin>:4:6: error: 'cut.safetensors': tensor 'h.w'"
+
 # A strategy over devices the program names runs on host devices when there is no GPU.
 printf 'param w: f32[] = ones()\ntrain w * w { optimizer = sgd(lr = 0.1); steps = 1; strategy = mirrored([gpu:0, gpu:1]) }\nprint w\n' >"$tmp/train/mirrored.tfg"
 expect train-strategy 0 "$TFG" run "$tmp/train/mirrored.tfg" && contains train-strategy "$tmp/out" "0.8"
@@ -254,12 +363,38 @@ expect digits 0 timeout 30 "$TFG" run examples/digits.tfg
 acc=$(grep '^eval  step 2200' "$tmp/err" | sed -E 's/.*accuracy ([0-9.]+).*/\1/')
 if awk -v a="$acc" 'BEGIN { exit !(a >= 0.96) }'; then ok; else ko "digits: test accuracy '$acc' below 0.96"; fi
 
+# precision = bf16: the product reads its inputs rounded to bf16 (8 bits of
+# mantissa). x = 1 + 2^-9 and w = 1 + 2^-10 are both 1 in bf16, so the
+# loss's gradient for w is 1 (x rounded), not x, and one SGD step of lr
+# 0.5 moves the f32 master weight by exactly 0.5: 1.0009765625 - 0.5 =
+# 0.5009765625. The same step in f32 leaves 1.0009765625 - 0.5009765625 =
+# 0.5 (the second print). A print outside the train computes in f32: the
+# third product is x w, 1.001953125 x 0.5009765625 = 0.50195503 in f32.
+cat >"$tmp/bf16.tfg" <<'TFG'
+x = tensor([[1.001953125]])
+param w: f32[1, 1] = full(1.0009765625)
+param v: f32[1, 1] = full(1.0009765625)
+train mean(matmul(x, w)) { optimizer = sgd(lr = 0.5); steps = 1; precision = bf16 }
+train mean(matmul(x, v)) { optimizer = sgd(lr = 0.5); steps = 1 }
+print w, v, matmul(x, w)
+TFG
+cat >"$tmp/bf16.want" <<'OUT'
+w: f32[1,1] @cpu:0
+[[0.50097656]]
+v: f32[1,1] @cpu:0
+[[0.5]]
+matmul(x, w): f32[1,1] @cpu:0
+[[0.50195503]]
+OUT
+expect precision-bf16 0 "$TFG" run --quiet "$tmp/bf16.tfg" &&
+  if cmp -s "$tmp/out" "$tmp/bf16.want"; then ok; else ko "precision-bf16: printed $(cat "$tmp/out")"; fi
+
 # ---- the GPT example -------------------------------------------------------------
 # A tiny configuration of examples/gpt.tfg (causal mask, tied embeddings,
 # AdamW on byte windows): the logged loss falls from near log(256) = 5.5 by
 # more than a nat in 40 steps, the run is deterministic (the same log twice,
 # less the speed), and the test split is evaluated.
-gpt_tiny="--set d=32 --set layers=1 --set T=16 --set batch=8 --set steps=40 --set log_every=4"
+gpt_tiny="--set d=32 --set layers=1 --set T=16 --set batch=8 --set steps=40 --set log_every=4 --set log_file=\"$tmp/gpt-run.csv\""
 # shellcheck disable=SC2086 # $gpt_tiny is an option list
 expect gpt-tiny 0 timeout 60 "$TFG" run $gpt_tiny examples/gpt.tfg &&
   sed 's/  [0-9.]* steps\/s//' "$tmp/err" | grep -E '^(step|eval)' >"$tmp/gpt1.log"

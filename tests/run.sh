@@ -14,9 +14,12 @@
 #      when a program runs; the exit code is the file's "# exit: N" line,
 #      default 1, and stdout must be empty unless the program prints)
 #   3. command-line behaviour (tests/cli.sh), the multi-device
-#      runtime end to end (tests/strategies.sh), the REPL, scripted and
-#      on a pseudo-terminal (tests/repl.sh), and Ctrl-C during training
-#      (tests/interrupt.py)
+#      runtime end to end (tests/strategies.sh), training against
+#      PyTorch on the CPU (tests/oracle.sh: lr schedules, clip_grad_norm,
+#      no_decay, accumulate, precision = bf16, plain optimizers; needs
+#      python3-torch), the REPL, scripted and on a pseudo-terminal
+#      (tests/repl.sh), Ctrl-C during training (tests/interrupt.py) and
+#      the progress bar on a pseudo-terminal (tests/progress_pty.py)
 #   4. fuzz regressions: every file in tests/fuzz/regress must be checked
 #      without a crash or hang (exit 0 or 1)
 #
@@ -55,7 +58,7 @@ progress() {
 # ---- 1. unit suites ---------------------------------------------------------
 unit="$ROOT/$BUILD/unit"
 [ -x "$unit" ] || unit="$BUILD/unit"
-echo "tests: the unit suites ($unit), then the golden files, cli, strategies, repl, interrupt, reliability, fuzz regressions"
+echo "tests: the unit suites ($unit), then the golden files, cli, strategies, oracle, repl, interrupt, progress, reliability, fuzz regressions"
 if "$unit" >"$tmp/unit.out" 2>&1; then :; fi
 # the failures and anything unexpected (not Check's list of suites, passes and total)
 grep -v -e '^Running suite' -e ':P:' -e '^ [A-Za-z0-9_]*$' -e '^[0-9]*%: Checks: ' "$tmp/unit.out" || true
@@ -137,10 +140,15 @@ progress golden
 progress cli
 . "$ROOT/tests/strategies.sh"
 progress strategies
+. "$ROOT/tests/oracle.sh"
+progress oracle
 . "$ROOT/tests/repl.sh"
 progress repl
 py_checks interrupt "$ROOT/tests/interrupt.py" "$TFG" # Ctrl-C during training (tests/interrupt.py)
 progress interrupt
+mkdir -p "$tmp/progress"
+py_checks progress "$ROOT/tests/progress_pty.py" "$TFG" "$tmp/progress" # the progress bar on a terminal
+progress progress
 # bad input by area (tests/reliability/*.sh): each a regression test per
 # problem found by trying tfg as a careless or hostile user would
 for f in "$ROOT"/tests/reliability/*.sh; do

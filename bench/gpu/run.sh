@@ -18,14 +18,14 @@
 #      captured in a CUDA graph (bench/gpu/torch_bench.py)
 #   4. the all-reduce of two logical devices on one GPU (cuda:0*2) against
 #      a device-to-device copy of the same bytes
-#   5. a training step (AdamW) of the byte-level GPT of examples/gpt.tfg at
-#      12 layers, d 768, 12 heads, T 256, batch 16 (85M params) with
-#      --devices cuda:0 (graph passes off with TFG_OPT=0, on, and on with
-#      --tf32), against the same model in PyTorch on the GPU
-#      (bench/pytorch_gpt.py --device cuda): eager with tfg's unfused
-#      attention math, eager and torch.compile'd with
-#      scaled_dot_product_attention, in f32 and in TF32; about five minutes
-#      of GPU time
+#   5. a training step (AdamW, cosine lr, clipping) of the byte-level GPT
+#      of examples/gpt.tfg at 12 layers, d 768, 12 heads, T 256, batch 16
+#      (85M params) with --devices cuda:0 (f32 with the graph passes off
+#      with TFG_OPT=0, on, and on with --tf32; then precision = bf16),
+#      against the same model in PyTorch on the GPU (bench/pytorch_gpt.py
+#      --device cuda): eager with tfg's unfused attention math, eager and
+#      torch.compile'd with scaled_dot_product_attention, in f32, in TF32
+#      and under bf16 autocast; about six minutes of GPU time
 #
 # Output goes to the terminal and to bench/results/gpu-DEVICE-DATE.txt
 # (DEVICE: nvidia-smi's name with dashes for spaces). Timings are medians
@@ -165,31 +165,34 @@ gpt_step() {
   # shellcheck disable=SC2086,SC2090 # $gopts and $extra are option lists, their quotes tfg's
   gpt_s() { "$TFG" run $gopts $extra --set steps="$1" --set log_every="$1" examples/gpt.tfg 2>&1 >/dev/null | awk '/^trained/ { print $5; exit }'; }
   # the graph passes off (TFG_OPT=0) first, then on (the default): the gain
-  # side by side; then the default with TF32 tensor cores (--tf32)
-  for mode in opt0 f32 tf32; do
-    extra=""
-    case $mode in opt0) export TFG_OPT=0 ;; tf32) extra="--tf32" ;; esac
+  # side by side; then with TF32 tensor cores (--tf32); all with f32
+  # products; then gpt.tfg's own precision, bf16
+  for mode in opt0 f32 tf32 bf16; do
+    extra="--set precision=f32"
+    case $mode in opt0) export TFG_OPT=0 ;; tf32) extra="$extra --tf32" ;; bf16) extra="--set precision=bf16" ;; esac
     gpt_s "$S" >/dev/null
     t1=$(gpt_s "$S")
     t2=$(gpt_s $((2 * S)))
     g=$(awk -v a="$t1" -v b="$t2" -v s="$S" 'BEGIN { if (a != "" && b != "") printf "%.4f", 1000 * (b - a) / s; else printf "n/a" }')
     echo "tfg gpt mode=graphs-$mode d=768 layers=12 heads=12 T=256 batch=16 step_ms=$g tokens_per_s=$(awk -v g="$g" 'BEGIN { if (g + 0 > 0) printf "%.0f", 16 * 256 * 1000 / g; else printf "n/a" }') (runs of $S and $((2 * S)) steps: $t1 s, $t2 s)"
     unset TFG_OPT
-    case $mode in f32) g32=$g ;; tf32) g_tf32=$g ;; esac
+    case $mode in f32) g32=$g ;; tf32) g_tf32=$g ;; bf16) g_bf16=$g ;; esac
   done
   [ "$have_torch" = 1 ] || return
   # PyTorch: eager with tfg's unfused math, eager and compiled with
-  # scaled_dot_product_attention; f32, then TF32
-  for prec in f32 tf32; do
+  # scaled_dot_product_attention; f32, then TF32, then bf16 autocast
+  for prec in f32 tf32 bf16; do
     for how in "--attention math" "--attention sdpa" "--attention sdpa --compile"; do
       flag=""
       [ "$prec" = tf32 ] && flag="--tf32"
+      [ "$prec" = bf16 ] && flag="--precision bf16"
       # shellcheck disable=SC2086 # $how and $flag are option lists
       line=$($PY bench/pytorch_gpt.py --device cuda --d 768 --layers 12 --heads 12 --T 256 --batch 16 --steps 30 --warmup 5 $how $flag 2>&1 | grep '^pytorch')
       echo "${line:-pytorch gpt $how $flag: failed}"
       [ -n "$line" ] || continue
       mine=$g32
       [ "$prec" = tf32 ] && mine=$g_tf32
+      [ "$prec" = bf16 ] && mine=$g_bf16
       ratio "gpt $prec tfg/torch-$(val "$line" mode)" "$mine" "$(val "$line" step_ms)"
     done
   done

@@ -234,6 +234,68 @@ START_TEST(single_is_autodiff) {
 }
 END_TEST
 
+/* precision = bf16 (compiler/autocast.h): the step trains a clone whose
+ * products read their inputs cast to bf16 (a param read twice cast once)
+ * and whose results are cast back to f32; the program's own product and
+ * loss are untouched; the gradients the updates read are f32. */
+START_TEST(autocast_clone) {
+  built b;
+  build_ok(&b, "param w: f32[4, 4] = glorot()\n"
+               "x = normal([2, 4], seed = 1)\n"
+               "h = matmul(matmul(x, w), w)\n"
+               "train mean(h * h) { optimizer = sgd(lr = 0.1); steps = 1; precision = bf16 }\n");
+  const tfg_train_step *st = &b.steps[0];
+  ck_assert_int_ne(st->loss, b.act->loss);
+  ck_assert_int_ge(st->loss, b.n0);
+  tfg_node_id w = named(&b, "w");
+  int casts_of_w = 0, low = 0, back = 0;
+  for (int32_t i = b.n0; i < b.p->graph->nnodes; i++) {
+    const tfg_node *n = N(&b, i);
+    if (n->op == TFG_OP_CAST && n->inputs[0] == w) casts_of_w++;
+    if (n->op == TFG_OP_MATMUL && i <= st->loss) { /* the clone's (not the gradient's) */
+      low++;
+      ck_assert_int_eq(n->dtype, TFG_DTYPE_BF16);
+      for (int k = 0; k < 2; k++) ck_assert_int_eq(N(&b, n->inputs[k])->dtype, TFG_DTYPE_BF16);
+    }
+    if (n->op == TFG_OP_CAST && n->dtype == TFG_DTYPE_F32 && N(&b, n->inputs[0])->op == TFG_OP_MATMUL) back++;
+  }
+  ck_assert_int_eq(casts_of_w, 1);
+  ck_assert_int_eq(low, 2);
+  ck_assert_int_ge(back, 2);
+  for (int32_t i = 0; i < b.n0; i++)
+    if (N(&b, i)->op == TFG_OP_MATMUL) ck_assert_int_eq(N(&b, i)->dtype, TFG_DTYPE_F32);
+  ck_assert_int_eq(N(&b, st->updates[0])->op, TFG_OP_SGD_UPDATE);
+  ck_assert_int_eq(N(&b, N(&b, st->updates[0])->inputs[1])->dtype, TFG_DTYPE_F32);
+  program_free(&b);
+}
+END_TEST
+
+/* accumulate = 3: an accumulator per param beside it, written first by a
+ * set and then by adds, and the update reading (acc + grad) / 3. */
+START_TEST(accumulate_structure) {
+  built b;
+  build_mlp(&b, "single(); accumulate = 3");
+  const tfg_train_step *st = &b.steps[0];
+  ck_assert_int_eq(st->accumulate, 3);
+  ck_assert_ptr_nonnull(st->accs);
+  for (int i = 0; i < st->nupdates; i++) {
+    const tfg_node *acc = N(&b, st->accs[i]), *f = N(&b, st->acc_first[i]), *a = N(&b, st->acc_add[i]);
+    ck_assert_int_eq(acc->op, TFG_OP_STATE);
+    ck_assert_str_eq(strchr(acc->name, ':'), ":grad_acc");
+    ck_assert_int_eq(f->op, TFG_OP_GRAD_ACCUMULATE);
+    ck_assert_int_eq(a->op, TFG_OP_GRAD_ACCUMULATE);
+    ck_assert(f->attrs.value == 0 && a->attrs.value == 1);
+    ck_assert_int_eq(f->inputs[0], st->accs[i]);
+    ck_assert_int_eq(f->inputs[1], a->inputs[1]); /* the same gradient */
+    const tfg_node *div = N(&b, N(&b, st->updates[i])->inputs[1]);
+    ck_assert_int_eq(div->op, TFG_OP_DIV);
+    ck_assert_int_eq(N(&b, div->inputs[0])->op, TFG_OP_ADD);
+    ck_assert_int_eq(N(&b, div->inputs[0])->inputs[0], st->accs[i]);
+  }
+  program_free(&b);
+}
+END_TEST
+
 /* ---- mirrored ----------------------------------------------------------------------- */
 
 START_TEST(mirrored_structure) {
@@ -799,6 +861,8 @@ Suite *suite_strategy(void) {
   suite_add_tcase(s, tc);
   tc = tcase_create("rewrite");
   tcase_add_test(tc, single_is_autodiff);
+  tcase_add_test(tc, autocast_clone);
+  tcase_add_test(tc, accumulate_structure);
   tcase_add_test(tc, mirrored_structure);
   tcase_add_test(tc, mirrored_slices_first);
   tcase_add_test(tc, mirrored_groups_map_pins);
