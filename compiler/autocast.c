@@ -17,10 +17,6 @@ typedef struct cast_run {
   tfg_graph *g;
   tfg_diag *d;
   tfg_dtype low;
-  tfg_node_id *map;  /* [top + 1]: the clone's node for each cone node (itself where nothing changed) */
-  tfg_node_id *low_of; /* [nnodes at the start]: the CAST of a value to low, once made; -1 before */
-  tfg_node_id *ins;
-  int cap;
 } cast_run;
 
 /* Adds node src (by value: adding moves the array) with inputs ins, at
@@ -43,6 +39,15 @@ static tfg_node_id cast_to(cast_run *c, tfg_node_id x, tfg_dtype dt, const tfg_n
   return add_like(c, &cast, &x);
 }
 
+/* A transpose or reshape: exact in any dtype, so a product's operand
+ * that is one is taken in the low dtype below it (the layout pass can
+ * then read it through strides, as in f32). */
+static bool view_op(const tfg_node *n) {
+  return (n->op == TFG_OP_TRANSPOSE || n->op == TFG_OP_RESHAPE) && n->ninputs == 1;
+}
+
+enum { NEED_F32 = 1, NEED_LOW = 2 };
+
 tfg_node_id *tfg_autocast(tfg_graph *g, const tfg_action *a, tfg_action *out, tfg_diag *d) {
   *out = *a;
   const tfg_train_config *cfg = &a->config;
@@ -54,62 +59,84 @@ tfg_node_id *tfg_autocast(tfg_graph *g, const tfg_action *a, tfg_action *out, tf
     memcpy(metrics, cfg->metrics, sizeof *metrics * (size_t)nm);
     out->config.metrics = metrics;
   }
-  if (cfg->precision == TFG_DTYPE_F32 || cfg->precision == 0) return metrics;
+  if (cfg->precision != TFG_DTYPE_BF16 && cfg->precision != TFG_DTYPE_F16) return metrics;
 
-  /* The cone of the loss and metrics. */
   int32_t top = a->loss;
   for (int k = 0; k < nm; k++)
     if (metrics[k] > top) top = metrics[k];
   size_t span = (size_t)top + 1;
-  uint8_t *cone = calloc(span, 1);
   cast_run c = {.g = g, .d = d, .low = cfg->precision};
-  c.map = calloc(span, sizeof *c.map);
-  c.low_of = calloc(span, sizeof *c.low_of);
-  TFG_ASSERT(cone && c.map && c.low_of);
-  for (size_t i = 0; i < span; i++) {
-    c.map[i] = (tfg_node_id)i;
-    c.low_of[i] = -1;
-  }
-  cone[a->loss] = 1;
-  for (int k = 0; k < nm; k++) cone[metrics[k]] = 1;
-  for (int32_t i = top; i >= 0; i--)
-    if (cone[i])
-      for (int k = 0; k < g->nodes[i].ninputs; k++) cone[g->nodes[i].inputs[k]] = 1;
+  uint8_t *need = calloc(span, 1);
+  tfg_node_id *f32v = calloc(span, sizeof *f32v), *lowv = calloc(span, sizeof *lowv);
+  tfg_node_id *ins = NULL;
+  int cap = 0;
+  TFG_ASSERT(need && f32v && lowv);
 
-  /* In id order (inputs first): a product on f32 reads its float inputs
-   * cast to low and is cast back; any other node is cloned when one of
-   * its inputs was, else kept. */
+  /* What each node of the cone is needed as, from the roots back: its
+   * value (f32), its value in the low dtype (a product's operand), or
+   * both. A product computes low from low operands; a view of a low value
+   * is a low view; anything else is cast from its f32 value. */
+  need[a->loss] |= NEED_F32;
+  for (int k = 0; k < nm; k++) need[metrics[k]] |= NEED_F32;
+  for (int32_t i = top; i >= 0; i--) {
+    const tfg_node *n = &g->nodes[i];
+    bool product = low_op(n->op) && n->dtype == TFG_DTYPE_F32;
+    if (!need[i]) continue;
+    if (product || ((need[i] & NEED_LOW) && view_op(n))) {
+      if (product) need[i] |= NEED_LOW; /* its f32 value is its low one cast */
+      for (int k = 0; k < n->ninputs; k++)
+        need[n->inputs[k]] |= g->nodes[n->inputs[k]].dtype == TFG_DTYPE_F32 ? NEED_LOW : NEED_F32;
+      if (!product && (need[i] & NEED_F32))
+        for (int k = 0; k < n->ninputs; k++) need[n->inputs[k]] |= NEED_F32;
+      continue;
+    }
+    need[i] |= NEED_F32; /* a low value of it is its f32 one cast */
+    for (int k = 0; k < n->ninputs; k++) need[n->inputs[k]] |= NEED_F32;
+  }
+
+  /* In id order (inputs first), each node as it is needed; a node whose
+   * f32 value reads only unchanged inputs is itself. */
   for (int32_t i = 0; i <= top; i++) {
-    if (!cone[i]) continue;
+    f32v[i] = lowv[i] = i;
+    if (!need[i]) continue;
     const tfg_node nd = g->nodes[i];
-    if (nd.ninputs > c.cap) {
-      c.cap = nd.ninputs * 2;
-      c.ins = realloc(c.ins, sizeof *c.ins * (size_t)c.cap);
-      TFG_ASSERT(c.ins != NULL);
+    bool product = low_op(nd.op) && nd.dtype == TFG_DTYPE_F32;
+    if (nd.ninputs > cap) {
+      cap = nd.ninputs * 2;
+      ins = realloc(ins, sizeof *ins * (size_t)cap);
+      TFG_ASSERT(ins != NULL);
     }
-    bool changed = false;
-    for (int k = 0; k < nd.ninputs; k++) {
-      c.ins[k] = c.map[nd.inputs[k]];
-      changed |= c.ins[k] != nd.inputs[k];
-    }
-    if (low_op(nd.op) && nd.dtype == TFG_DTYPE_F32) {
+    if (product || ((need[i] & NEED_LOW) && view_op(&nd))) {
       for (int k = 0; k < nd.ninputs; k++) {
         tfg_node_id x = nd.inputs[k];
-        if (g->nodes[c.ins[k]].dtype != TFG_DTYPE_F32) continue;
-        if (c.low_of[x] < 0) c.low_of[x] = cast_to(&c, c.ins[k], c.low, &g->nodes[x]);
-        c.ins[k] = c.low_of[x];
+        ins[k] = g->nodes[x].dtype == TFG_DTYPE_F32 ? lowv[x] : f32v[x];
       }
-      tfg_node_id prod = add_like(&c, &nd, c.ins);
-      c.map[i] = cast_to(&c, prod, TFG_DTYPE_F32, &nd);
-    } else if (changed) {
-      c.map[i] = add_like(&c, &nd, c.ins);
+      lowv[i] = add_like(&c, &nd, ins);
+      if (product) {
+        if (need[i] & NEED_F32) f32v[i] = cast_to(&c, lowv[i], TFG_DTYPE_F32, &nd);
+        continue;
+      }
+    }
+    if (need[i] & NEED_F32) {
+      bool changed = false;
+      for (int k = 0; k < nd.ninputs; k++) {
+        ins[k] = f32v[nd.inputs[k]];
+        changed |= ins[k] != nd.inputs[k];
+      }
+      if (changed) f32v[i] = add_like(&c, &nd, ins);
+    }
+    if ((need[i] & NEED_LOW) && !view_op(&nd)) {
+      const tfg_node *v = &g->nodes[f32v[i]];
+      /* a value cast up from the low dtype is that value: no round trip */
+      if (v->op == TFG_OP_CAST && g->nodes[v->inputs[0]].dtype == c.low) lowv[i] = v->inputs[0];
+      else lowv[i] = cast_to(&c, f32v[i], c.low, &nd);
     }
   }
-  out->loss = c.map[a->loss];
-  for (int k = 0; k < nm; k++) metrics[k] = c.map[metrics[k]];
-  free(cone);
-  free(c.map);
-  free(c.low_of);
-  free(c.ins);
+  out->loss = f32v[a->loss];
+  for (int k = 0; k < nm; k++) metrics[k] = f32v[metrics[k]];
+  free(need);
+  free(f32v);
+  free(lowv);
+  free(ins);
   return metrics;
 }

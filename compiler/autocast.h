@@ -15,7 +15,12 @@
  * does), computes there (the CPU widens the rounded values to f32 and
  * accumulates in f32; a GPU uses its 16-bit tensor cores with f32
  * accumulation), and its result is cast back to f32 for the ops after
- * it. Those ops (elementwise ops, reductions, softmax, norms, losses)
+ * it that are not products. A product's operand that is a transpose or
+ * reshape (exact in any dtype) is taken in the low dtype below it, and
+ * a low value cast up and back is that value: the products of attention
+ * heads read each other in the low dtype with no round trip, and the
+ * layout pass still reads their transposes through strides. Only what
+ * the loss and metrics need is made: no clone is left unread. Those ops (elementwise ops, reductions, softmax, norms, losses)
  * therefore run in f32, where torch.autocast runs the ones outside its
  * f32 list in the low dtype: tfg rounds only the products' results,
  * which is at least as accurate. Params, their gradients (cast back by
