@@ -15,6 +15,7 @@
 #include "base/assert.h"
 #include "base/env.h"
 #include "ir/ops.h"
+#include "kernels/optim_math.h"
 #include "kernels/kernel.h"
 
 typedef struct ad {
@@ -597,9 +598,78 @@ static void accumulate_step(tfg_graph *g, int k, tfg_train_step *st, tfg_node_id
   tfg_autodiff_accumulate(g, k, st->params, grads, n, st->accs, st->acc_first, st->acc_add, d);
 }
 
+/* An f32 scalar STATE named name, filled with v at the start. */
+static tfg_node_id scalar_state(ad *c, const char *name, double v) {
+  tfg_attrs init = {.init = v == 0 ? TFG_INIT_ZEROS : TFG_INIT_FULL, .value = v};
+  tfg_node_id id = add(c, TFG_OP_STATE, NULL, 0, &init);
+  tfg_node *s = tfg_graph_node(c->g, id);
+  s->name = name;
+  s->dtype = TFG_DTYPE_F32;
+  s->shape.rank = 0;
+  return id;
+}
+
+tfg_node_id tfg_autodiff_scale_loss(tfg_graph *g, tfg_node_id loss, tfg_amp *amp) {
+  ad c = {.g = g};
+  at(&c, loss);
+  amp->scale = scalar_state(&c, "grad_scaler:scale", TFG_AMP_INIT_SCALE);
+  amp->tracker = scalar_state(&c, "grad_scaler:growth_tracker", 0);
+  amp->skipped = scalar_state(&c, "grad_scaler:skipped", 0);
+  amp->update = -1;
+  tfg_node_id k = amp->scale;
+  tfg_dtype dt = node(&c, loss)->dtype;
+  if (dt != TFG_DTYPE_F32) {
+    tfg_attrs to = {.dtype = dt};
+    k = add(&c, TFG_OP_CAST, &k, 1, &to);
+  }
+  return op2(&c, TFG_OP_MUL, loss, k);
+}
+
+/* The scaler's part of a step (tfg_amp): grads[0..n) times 1 / scale into
+ * out, the flag that they are all finite (a bool scalar: the sum of each
+ * times 0 is 0 unless one is Inf or NaN), and the AMP_UPDATE that moves
+ * the scale by it, beside the scale. Returns the flag. */
+static tfg_node_id unscale(tfg_graph *g, tfg_diag *d, tfg_amp *amp, const tfg_node_id *grads, int n, tfg_node_id *out) {
+  ad c = {.g = g, .diag = d};
+  at(&c, amp->scale);
+  tfg_attrs f64 = {.dtype = TFG_DTYPE_F64}, f32 = {.dtype = TFG_DTYPE_F32};
+  tfg_node_id s64 = add(&c, TFG_OP_CAST, &amp->scale, 1, &f64);
+  tfg_node_id inv64 = op2(&c, TFG_OP_DIV, scalar(&c, 1.0, TFG_DTYPE_F64), s64);
+  tfg_node_id inv = add(&c, TFG_OP_CAST, &inv64, 1, &f32); /* PyTorch: scale.double().reciprocal().float() */
+  tfg_node_id total = -1;
+  for (int i = 0; i < n; i++) {
+    at(&c, grads[i]);
+    tfg_dtype dt = node(&c, grads[i])->dtype;
+    tfg_node_id k = inv;
+    if (dt != TFG_DTYPE_F32) {
+      tfg_attrs to = {.dtype = dt};
+      k = add(&c, TFG_OP_CAST, &inv, 1, &to);
+    }
+    out[i] = op2(&c, TFG_OP_MUL, grads[i], k);
+    tfg_attrs all = {.iv_none = true};
+    tfg_node_id z = op2(&c, TFG_OP_MUL, out[i], scalar(&c, 0.0, dt));
+    z = add(&c, TFG_OP_SUM, &z, 1, &all);
+    if (dt != TFG_DTYPE_F64) z = add(&c, TFG_OP_CAST, &z, 1, &f64);
+    total = total < 0 ? z : op2(&c, TFG_OP_ADD, total, z);
+  }
+  at(&c, amp->scale);
+  tfg_node_id finite = total < 0 ? add(&c, TFG_OP_EQUAL, (tfg_node_id[]){s64, s64}, 2, NULL)
+                                 : op2(&c, TFG_OP_EQUAL, total, total); /* NaN != NaN */
+  tfg_node_id in[4] = {amp->scale, finite, amp->tracker, amp->skipped};
+  amp->update = add(&c, TFG_OP_AMP_UPDATE, in, 4, NULL);
+  return finite;
+}
+
 tfg_status tfg_autodiff_updates(tfg_graph *g, const tfg_action *a, const tfg_node_id *params, const tfg_node_id *grads,
-                                int n, tfg_node_id *updates, tfg_node_id *states, int *nstates, tfg_diag *d) {
-  tfg_node_id *clipped = NULL;
+                                int n, tfg_amp *amp, tfg_node_id *updates, tfg_node_id *states, int *nstates,
+                                tfg_diag *d) {
+  tfg_node_id *clipped = NULL, *unscaled = NULL, finite = -1;
+  if (amp) {
+    unscaled = malloc(sizeof *unscaled * (size_t)(n + 1));
+    TFG_ASSERT(unscaled != NULL);
+    finite = unscale(g, d, amp, grads, n, unscaled);
+    grads = unscaled;
+  }
   if (a->config.clip_grad_norm > 0 && n > 0) {
     clipped = malloc(sizeof *clipped * (size_t)n);
     TFG_ASSERT(clipped != NULL);
@@ -627,18 +697,19 @@ tfg_status tfg_autodiff_updates(tfg_graph *g, const tfg_action *a, const tfg_nod
         buf = add_state(&c, &param, "momentum_buffer");
         states[(*nstates)++] = buf;
       }
-      tfg_node_id in[3] = {pid, grads[i], buf};
-      updates[i] = add(&c, TFG_OP_SGD_UPDATE, in, 3, &ua);
+      tfg_node_id in[5] = {pid, grads[i], buf, finite, amp ? amp->skipped : -1};
+      updates[i] = add(&c, TFG_OP_SGD_UPDATE, in, amp ? 5 : 3, &ua);
     } else {
       tfg_node_id m = add_state(&c, &param, "exp_avg");
       tfg_node_id v = add_state(&c, &param, "exp_avg_sq");
       states[(*nstates)++] = m;
       states[(*nstates)++] = v;
-      tfg_node_id in[4] = {pid, grads[i], m, v};
-      updates[i] = add(&c, TFG_OP_ADAM_UPDATE, in, 4, &ua);
+      tfg_node_id in[6] = {pid, grads[i], m, v, finite, amp ? amp->skipped : -1};
+      updates[i] = add(&c, TFG_OP_ADAM_UPDATE, in, amp ? 6 : 4, &ua);
     }
   }
   free(clipped);
+  free(unscaled);
   return TFG_OK;
 }
 
@@ -664,7 +735,9 @@ tfg_status tfg_autodiff_train_step(tfg_graph *g, const tfg_action *a, const tfg_
   tfg_node_id *grads = malloc(sizeof *grads * (size_t)(p->nparams + 1));
   TFG_ASSERT(grads != NULL);
   cuts cut = {0};
-  differentiate(g, a->loss, p->params, p->nparams, grads, &cut);
+  tfg_amp amp, *scaler = c->precision == TFG_DTYPE_F16 ? &amp : NULL;
+  tfg_node_id loss = scaler ? tfg_autodiff_scale_loss(g, a->loss, scaler) : a->loss;
+  differentiate(g, loss, p->params, p->nparams, grads, &cut);
   out->params = malloc(sizeof *out->params * (size_t)(p->nparams + 1));
   out->updates = malloc(sizeof *out->updates * (size_t)(p->nparams + 1));
   out->states = malloc(sizeof *out->states * (size_t)(2 * p->nparams + 1));
@@ -678,8 +751,15 @@ tfg_status tfg_autodiff_train_step(tfg_graph *g, const tfg_action *a, const tfg_
   out->nparams = out->nupdates = n;
   if (n == 0) warn_untrained(g, a, &cut, d);
   accumulate_step(g, c->accumulate, out, grads, n, d);
-  tfg_status st = tfg_autodiff_updates(g, a, out->params, grads, n, out->updates, out->states, &out->nstates, d);
+  tfg_status st =
+      tfg_autodiff_updates(g, a, out->params, grads, n, scaler, out->updates, out->states, &out->nstates, d);
   TFG_ASSERT(st == TFG_OK);
+  if (scaler) {
+    out->nscalers = 1;
+    out->scalers = malloc(sizeof *out->scalers);
+    TFG_ASSERT(out->scalers != NULL);
+    out->scalers[0] = amp.update;
+  }
   free(grads);
   return TFG_OK;
 }
@@ -699,5 +779,6 @@ void tfg_train_step_free(tfg_train_step *st) {
   free(st->accs);
   free(st->acc_first);
   free(st->acc_add);
+  free(st->scalers);
   memset(st, 0, sizeof *st);
 }

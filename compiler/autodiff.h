@@ -65,17 +65,46 @@ typedef struct tfg_train_step {
    * when k is 1. */
   int accumulate;
   tfg_node_id *accs, *acc_first, *acc_add;
+  /* precision = f16: each replica's grad scaler update (AMP_UPDATE,
+   * tfg_amp), run with the updates (in a step's last micro-batch); none
+   * without a scaler. */
+  int nscalers;
+  tfg_node_id *scalers;
 } tfg_train_step;
+
+/* precision = f16's dynamic loss scaling, torch.cuda.amp.GradScaler with
+ * its defaults (kernels/optim_math.h): the loss is multiplied by `scale`
+ * before the gradients are taken; they are multiplied back by 1 / scale
+ * (formed in f64 and rounded to f32, as PyTorch's unscale does) before
+ * clipping and the updates; a step where any of them is not finite skips
+ * every update and halves the scale, and 2000 good steps in a row double
+ * it. The scaler's state: f32 scalar STATE nodes beside the loss, not in
+ * a checkpoint (a resumed run starts a fresh scaler, as a PyTorch script
+ * that saves only the model and optimizer does). */
+typedef struct tfg_amp {
+  tfg_node_id scale;   /* "grad_scaler:scale", from 65536 */
+  tfg_node_id tracker; /* "grad_scaler:growth_tracker": good steps in a row */
+  tfg_node_id skipped; /* "grad_scaler:skipped": steps skipped so far (the updates' step is the step less these) */
+  tfg_node_id update;  /* the AMP_UPDATE that moves them after a step (tfg_autodiff_updates) */
+} tfg_amp;
+
+/* Creates amp's state beside loss (its location and pin) and returns the
+ * scaled loss, loss * scale, to differentiate instead of loss. */
+tfg_node_id tfg_autodiff_scale_loss(tfg_graph *g, tfg_node_id loss, tfg_amp *amp);
 
 /* Adds the optimizer update of each params[i] with gradient grads[i]
  * (the train action's optimizer, a->config.optimizer), creating its state (SGD's
  * momentum_buffer, Adam's exp_avg and exp_avg_sq; STATE nodes named
  * PARAM:SLOT, colocated with the param). updates[i] gets the update;
  * the state nodes are appended to states[*nstates...] (room for 2 * n).
+ * With amp (else NULL), grads are scaled gradients: they are unscaled and
+ * checked, each update skips a step whose gradients are not all finite,
+ * and amp->update gets the scaler's update (tfg_amp).
  * The optimizer's arguments were checked where they were written (the
  * interpreter's sgd/adam/adamw), so this returns TFG_OK. */
 tfg_status tfg_autodiff_updates(tfg_graph *g, const tfg_action *a, const tfg_node_id *params, const tfg_node_id *grads,
-                                int n, tfg_node_id *updates, tfg_node_id *states, int *nstates, tfg_diag *d);
+                                int n, tfg_amp *amp, tfg_node_id *updates, tfg_node_id *states, int *nstates,
+                                tfg_diag *d);
 
 /* accumulate = k > 1: each grads[i] (the gradient of params[i] on one
  * micro-batch) is replaced by (acc_i + grads[i]) / k, the mean over the

@@ -29,6 +29,7 @@ static bool foldable_op(const tfg_node *n) {
   case TFG_OP_SGD_UPDATE:  /* writes its param and state */
   case TFG_OP_ADAM_UPDATE:
   case TFG_OP_GRAD_ACCUMULATE: /* writes its accumulator */
+  case TFG_OP_AMP_UPDATE:      /* writes the grad scaler's state */
   case TFG_OP_ALLREDUCE:   /* a rendezvous with the other replicas */
   case TFG_OP_FUSED:       /* made by the executor, never in a program's graph */
     return false;

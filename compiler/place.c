@@ -163,7 +163,8 @@ static void claim(placer *P, tfg_node_id id, int dev) {
 /* ---- pass 0: groups -------------------------------------------------------------- */
 
 /* A param with its update, every state the update uses and its gradient
- * accumulator; the bytes of each group. */
+ * accumulator; a grad scaler's state with its update; the bytes of each
+ * group. */
 static void pass0_groups(placer *P, const tfg_train_step *steps, int nsteps) {
   const tfg_graph *g = P->g;
   int32_t *parent = P->pl->parent;
@@ -178,6 +179,13 @@ static void pass0_groups(placer *P, const tfg_train_step *steps, int nsteps) {
         unite(parent, steps[k].accs[i], steps[k].acc_first[i]);
         unite(parent, steps[k].accs[i], steps[k].acc_add[i]);
       }
+    }
+  for (int k = 0; k < nsteps; k++) /* precision = f16: a grad scaler's update with the state it writes */
+    for (int i = 0; i < steps[k].nscalers; i++) {
+      const tfg_node *u = &g->nodes[steps[k].scalers[i]];
+      unite(parent, steps[k].scalers[i], u->inputs[0]);
+      unite(parent, u->inputs[0], u->inputs[2]);
+      unite(parent, u->inputs[0], u->inputs[3]);
     }
   for (int32_t i = 0; i < P->n; i++)
     if (persistent(&g->nodes[i])) P->group_bytes[find(parent, i)] += bytes_of(&g->nodes[i]);

@@ -467,6 +467,14 @@ static tfg_status replicated_step(rewrite *c, const tfg_program *p, tfg_train_st
   tfg_node_id *rparams = malloc(sizeof *rparams * (size_t)(R * n + 1));
   tfg_node_id *grads = malloc(sizeof *grads * (size_t)(R * n + 1));
   TFG_ASSERT(rparams && grads);
+  /* precision = f16: a grad scaler per replica (the interpreter refuses it
+   * with a parameter server); all replicas see the same all-reduced
+   * gradients, so their scalers move alike */
+  tfg_amp *amps = NULL;
+  if (!ps && a->config.precision == TFG_DTYPE_F16) {
+    amps = calloc((size_t)R, sizeof *amps);
+    TFG_ASSERT(amps != NULL);
+  }
 
   /* Each replica's forward cone and gradients. */
   if (!ps) st = check_batches(c);
@@ -477,7 +485,9 @@ static tfg_status replicated_step(rewrite *c, const tfg_program *p, tfg_train_st
     for (int k = 0; k < nm; k++) out->replica_metrics[r * nm + k] = c->map[metrics[k]];
     for (int i = 0; i < n; i++) rparams[r * n + i] = c->map[out->params[i]];
     int32_t from = g->nnodes;
-    tfg_autodiff(g, out->losses[r], &rparams[r * n], n, &grads[r * n]);
+    tfg_node_id loss = out->losses[r];
+    if (amps) loss = tfg_autodiff_scale_loss(g, loss, &amps[r]); /* precision = f16 */
+    tfg_autodiff(g, loss, &rparams[r * n], n, &grads[r * n]);
     for (int i = 0; i < n; i++) TFG_ASSERT(grads[r * n + i] >= 0); /* a clone differentiates like the original */
     pin_unpinned(c, from, r);
   }
@@ -527,7 +537,7 @@ static tfg_status replicated_step(rewrite *c, const tfg_program *p, tfg_train_st
     TFG_ASSERT(states != NULL);
     for (int r = 0; r < R && st == TFG_OK; r++) {
       int ns = 0;
-      st = tfg_autodiff_updates(g, a, &rparams[r * n], &grads[r * n], n, &out->updates[r * n],
+      st = tfg_autodiff_updates(g, a, &rparams[r * n], &grads[r * n], n, amps ? &amps[r] : NULL, &out->updates[r * n],
                                 r == 0 ? out->states : states, r == 0 ? &out->nstates : &ns, c->d);
       if (st != TFG_OK || r == 0) continue;
       TFG_ASSERT(ns == out->nstates);
@@ -538,6 +548,12 @@ static tfg_status replicated_step(rewrite *c, const tfg_program *p, tfg_train_st
     }
     free(states);
     out->nupdates = R * n;
+    if (amps && st == TFG_OK) {
+      out->nscalers = R;
+      out->scalers = malloc(sizeof *out->scalers * (size_t)R);
+      TFG_ASSERT(out->scalers != NULL);
+      for (int r = 0; r < R; r++) out->scalers[r] = amps[r].update;
+    }
   } else if (st == TFG_OK) {
     /* The server: each update reads its gradient from a placeholder the
      * runtime fills with whichever worker's gradient arrives. */
@@ -556,11 +572,13 @@ static tfg_status replicated_step(rewrite *c, const tfg_program *p, tfg_train_st
       tfg_status ok = add_clone(c, &in, NULL, &pin, &out->grad_inputs[i]);
       TFG_ASSERT(ok == TFG_OK);
     }
-    st = tfg_autodiff_updates(g, a, out->params, out->grad_inputs, n, out->updates, out->states, &out->nstates, c->d);
+    st = tfg_autodiff_updates(g, a, out->params, out->grad_inputs, n, NULL, out->updates, out->states, &out->nstates,
+                              c->d);
     out->nupdates = n;
   }
   free(rparams);
   free(grads);
+  free(amps);
   return st;
 }
 

@@ -105,6 +105,9 @@
   X(GRAD_ACCUMULATE, "grad_accumulate", "")                                             \
   /* (acc, grad): acc <- grad when attrs.value is 0, acc + grad when 1, in place: the \
    * micro-batches of `accumulate = k` (compiler/autodiff.h) */                         \
+  X(AMP_UPDATE, "amp_update", "")                                                       \
+  /* (scale, finite, growth_tracker, skipped): GradScaler.update() in place on the \
+   * f32 scalars 0, 2 and 3, finite a bool scalar (precision = f16) */                \
   /* collectives (compiler/strategy.c adds them; the planner groups them into buckets) */ \
   X(ALLREDUCE, "allreduce", "")                                                         \
   /* (grad) -> the mean of grad over the attrs.n nodes of its group, which share the \

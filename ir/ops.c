@@ -661,6 +661,19 @@ static tfg_status infer_update(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
   return TFG_OK;
 }
 
+/* AMP_UPDATE: scalars, f32 but for the bool finite (input 1). */
+static tfg_status infer_amp_update(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  (void)d;
+  for (int k = 0; k < n->ninputs; k++) {
+    const tfg_node *x = &g->nodes[n->inputs[k]];
+    if (n->ninputs != 4 || x->shape.rank != 0 || x->dtype != (k == 1 ? TFG_DTYPE_BOOL : TFG_DTYPE_F32))
+      return TFG_ERR_SHAPE;
+  }
+  n->dtype = TFG_DTYPE_BOOL;
+  n->shape = (tfg_shape){1, {0}};
+  return TFG_OK;
+}
+
 /* A FUSED node is built by the executor from a chain of the plan, with
  * the dtype and shape of the chain's last op: never by a program, so
  * there is nothing to infer. */
@@ -818,6 +831,7 @@ static const tfg_op_def ops[TFG_OP_COUNT] = {
     ROW(SGD_UPDATE, infer_update, flops_update),
     ROW(ADAM_UPDATE, infer_update, flops_update),
     ROW(GRAD_ACCUMULATE, infer_update, flops_update),
+    ROW(AMP_UPDATE, infer_amp_update, flops_none),
     ROW(ALLREDUCE, infer_like_input, flops_out),
     ROW(FUSED, infer_fused, flops_fused),
 #undef ROW

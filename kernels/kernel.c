@@ -143,6 +143,26 @@ tfg_status tfg_kernel_check_accumulate(tfg_kernel_ctx *ctx, const tfg_tensor *in
   return check_like_param(ctx, "grad_accumulate", in, 2, where);
 }
 
+tfg_status tfg_kernel_check_scaler(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, int at,
+                                   const char *what, bool *present) {
+  *present = node->ninputs >= at + 2;
+  if (!*present) return TFG_OK;
+  if (in[at].dtype != TFG_DTYPE_BOOL || tfg_shape_numel(&in[at].shape) != 1 || in[at + 1].dtype != TFG_DTYPE_F32 ||
+      tfg_shape_numel(&in[at + 1].shape) != 1)
+    return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "%s: the grad scaler's inputs are not a bool and an f32 scalar", what);
+  return TFG_OK;
+}
+
+tfg_status tfg_kernel_check_amp(tfg_kernel_ctx *ctx, const tfg_tensor *in, const char *where) {
+  for (int k = 0; k < 4; k++) {
+    tfg_dtype want = k == 1 ? TFG_DTYPE_BOOL : TFG_DTYPE_F32;
+    if (in[k].dtype != want || tfg_shape_numel(&in[k].shape) != 1)
+      return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "amp_update on the %s: input %d is not a%s scalar", where, k,
+                             k == 1 ? " bool" : "n f32");
+  }
+  return TFG_OK;
+}
+
 tfg_status tfg_kernel_transpose_strides(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
                                         const tfg_tensor *out, int64_t *st) {
   if (out->shape.rank != in[0].shape.rank || in[0].dtype != out->dtype)

@@ -92,6 +92,18 @@ tfg_status tfg_kernel_check_update(tfg_kernel_ctx *ctx, const char *what, const 
                                    const char *where);
 /* The same check for GRAD_ACCUMULATE's (acc, grad), which has no step. */
 tfg_status tfg_kernel_check_accumulate(tfg_kernel_ctx *ctx, const tfg_tensor *in, const char *where);
+/* An optimizer update of a step with a grad scaler (precision = f16) has
+ * two more inputs from `at` on: whether the step's gradients are all
+ * finite (a bool scalar; when false the update leaves everything as it
+ * was) and the steps the scaler skipped before (an f32 scalar: the
+ * update is the step's less those, kernels/optim_math.h). *present: it
+ * has them. TFG_OK, or TFG_ERR_SHAPE recorded in ctx for inputs of other
+ * dtypes or sizes. */
+tfg_status tfg_kernel_check_scaler(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, int at,
+                                   const char *what, bool *present);
+/* AMP_UPDATE's (scale, finite, growth_tracker, skipped): f32 scalars but
+ * for the bool finite. */
+tfg_status tfg_kernel_check_amp(tfg_kernel_ctx *ctx, const tfg_tensor *in, const char *where);
 
 /* The checks every backend's shape kernels make, with the same messages,
  * and the reads they then do (kernels/index_math.h). TFG_OK, or the

@@ -4,10 +4,17 @@
  * (kernels/cpu/optim.c) and the CUDA ones (kernels/cuda/optim.cu), so
  * both update a parameter to the same bits.
  *
- *   tfg_adam_f32 s = tfg_adam_setup_f32(&node->attrs, ctx->step);  // host
- *   for (int64_t i = 0; i < n; i++)                                // or a kernel
+ *   tfg_adam_f32 s = tfg_adam_setup_f32(&node->attrs, step, applied);  // host
+ *   for (int64_t i = 0; i < n; i++)                                    // or a kernel
  *     tfg_adam_step_f32(s, p, grad, m, v, i);
- *   s = tfg_adam_at_f32(s, step);   // the step's part, on the host or the device
+ *   s = tfg_adam_at_f32(s, step, applied); // the step's part, on the host or the device
+ *
+ * step is the training step (from 1), which the lr schedule follows;
+ * applied counts the updates applied, this one included: the step less
+ * the steps a grad scaler skipped (precision = f16; PyTorch's
+ * optimizer.step() is not called for those, so its state's step, which
+ * Adam's bias corrections and SGD's first buffer follow, does not count
+ * them, while the lr scheduler does). Without a scaler applied = step.
  *
  * The arithmetic follows PyTorch's operation for operation, in the
  * parameter's dtype (f32 math for f32, never widened); every
@@ -90,13 +97,13 @@ TFG_HD double tfg_lr_at(tfg_lr_sched l, int64_t step) {
   /* The part that changes with the step (a CUDA kernel forms it on the                          \
    * device from the step in device memory: a replayed CUDA Graph keeps                          \
    * its kernels' arguments, kernels/cuda/cuda.h). */                                            \
-  TFG_HD tfg_sgd_##S tfg_sgd_at_##S(tfg_sgd_##S s, int64_t step) {                                \
-    s.first = step == 1;                                                                          \
+  TFG_HD tfg_sgd_##S tfg_sgd_at_##S(tfg_sgd_##S s, int64_t step, int64_t applied) {               \
+    s.first = applied == 1;                                                                       \
     s.neg_lr = (T)(-tfg_lr_at(s.lr, step));                                                       \
     return s;                                                                                     \
   }                                                                                               \
                                                                                                   \
-  static inline tfg_sgd_##S tfg_sgd_setup_##S(const tfg_attrs *a, int64_t step) {                 \
+  static inline tfg_sgd_##S tfg_sgd_setup_##S(const tfg_attrs *a, int64_t step, int64_t applied) { \
     tfg_sgd_##S s;                                                                                \
     s.wd = (T)a->opt.weight_decay;                                                                \
     s.mu = (T)a->opt.momentum;                                                                    \
@@ -105,7 +112,7 @@ TFG_HD double tfg_lr_at(tfg_lr_sched l, int64_t step) {
     s.decay = a->opt.weight_decay != 0;                                                           \
     s.mom = a->opt.momentum != 0;                                                                 \
     s.nesterov = a->opt.nesterov;                                                                 \
-    return tfg_sgd_at_##S(s, step);                                                               \
+    return tfg_sgd_at_##S(s, step, applied);                                                      \
   }                                                                                               \
                                                                                                   \
   /* torch.optim.SGD on element i (buf is not touched without momentum):                         \
@@ -149,8 +156,8 @@ TFG_HD double tfg_lr_at(tfg_lr_sched l, int64_t step) {
    * kernel forms them on the device from the step in device memory, as                         \
    * PyTorch's capturable Adam does: a replayed CUDA Graph keeps its                             \
    * kernels' arguments; there pow is CUDA's, within 2 ulp of glibc's). */                       \
-  TFG_HD tfg_adam_##S tfg_adam_at_##S(tfg_adam_##S s, int64_t step) {                             \
-    double t = (double)step, lr = tfg_lr_at(s.lr, step);                                          \
+  TFG_HD tfg_adam_##S tfg_adam_at_##S(tfg_adam_##S s, int64_t step, int64_t applied) {           \
+    double t = (double)applied, lr = tfg_lr_at(s.lr, step);                                       \
     double bc1 = 1.0 - pow(s.beta1, t), bc2 = 1.0 - pow(s.beta2, t);                              \
     double step_size = lr / bc1;                                                                  \
     s.bc2s = (T)pow(bc2, 0.5);                                                                    \
@@ -159,7 +166,7 @@ TFG_HD double tfg_lr_at(tfg_lr_sched l, int64_t step) {
     return s;                                                                                     \
   }                                                                                               \
                                                                                                   \
-  static inline tfg_adam_##S tfg_adam_setup_##S(const tfg_attrs *a, int64_t step) {              \
+  static inline tfg_adam_##S tfg_adam_setup_##S(const tfg_attrs *a, int64_t step, int64_t applied) { \
     tfg_adam_##S s;                                                                               \
     s.wd = (T)a->opt.weight_decay;                                                                \
     s.wd_d = a->opt.weight_decay;                                                                 \
@@ -173,7 +180,7 @@ TFG_HD double tfg_lr_at(tfg_lr_sched l, int64_t step) {
     s.beta1 = a->opt.beta1;                                                                       \
     s.beta2 = a->opt.beta2;                                                                       \
     s.lr = tfg_lr_sched_of(a);                                                                    \
-    return tfg_adam_at_##S(s, step);                                                              \
+    return tfg_adam_at_##S(s, step, applied);                                                     \
   }                                                                                               \
                                                                                                   \
   /* torch.optim.Adam / AdamW (amsgrad and maximize off) on element i:                           \
@@ -209,5 +216,35 @@ TFG_OPTIM_DEFINE(f32, float, 32)
 TFG_OPTIM_DEFINE(f64, double, 64)
 
 #undef TFG_OPTIM_DEFINE
+
+/* ---- the grad scaler (precision = f16) ------------------------------------- */
+
+/* torch.cuda.amp.GradScaler's defaults: the first scale, and how it moves. */
+#define TFG_AMP_INIT_SCALE 65536.0
+#define TFG_AMP_GROWTH 2.0f
+#define TFG_AMP_BACKOFF 0.5f
+#define TFG_AMP_INTERVAL 2000.0f
+
+/* GradScaler.update() after a step (PyTorch's _amp_update_scale_): a step
+ * whose gradients were not all finite halves the scale, restarts the
+ * count of good steps and counts one more skipped step; the
+ * TFG_AMP_INTERVAL-th good step in a row doubles the scale (unless that
+ * overflows) and restarts the count. The counts are f32, exact to 2^24. */
+TFG_HD void tfg_amp_update(float *scale, float *tracker, float *skipped, bool finite) {
+  if (!finite) {
+    *scale = *scale * TFG_AMP_BACKOFF;
+    *tracker = 0.0f;
+    *skipped = *skipped + 1.0f;
+    return;
+  }
+  float good = *tracker + 1.0f;
+  if (good == TFG_AMP_INTERVAL) {
+    float grown = *scale * TFG_AMP_GROWTH;
+    if (isfinite(grown)) *scale = grown;
+    *tracker = 0.0f;
+  } else {
+    *tracker = good;
+  }
+}
 
 #endif

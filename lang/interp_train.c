@@ -305,12 +305,6 @@ static void decode_precision(tfg_interp *I, const train_setting *ts, tfg_train_c
   if (v.kind != TFG_V_DTYPE ||
       (v.u.dtype != TFG_DTYPE_F32 && v.u.dtype != TFG_DTYPE_BF16 && v.u.dtype != TFG_DTYPE_F16))
     tfg_interp_fail(I, TFG_ERR_NAME, &k->a->loc, "precision must be f32, bf16 or f16, the dtype of the matrix products");
-  if (v.u.dtype == TFG_DTYPE_F16) {
-    tfg_diag_error(I->diag, &k->a->loc, "precision = f16 is not supported yet");
-    tfg_diag_note(I->diag, NULL, "f16 training needs dynamic loss scaling (torch.cuda.amp.GradScaler), which tfg does not have");
-    tfg_diag_help(I->diag, "use precision = bf16: the same tensor-core speed, the range of f32, no scaling");
-    tfg_interp_unwind(I, TFG_ERR_NAME);
-  }
   c->precision = v.u.dtype;
   c->precision_at = k->loc;
 }
@@ -574,6 +568,12 @@ void tfg_interp_exec_train(tfg_interp *I, tfg_env *env, const tfg_ast *s) {
     l.len = 5; /* the keyword */
     tfg_diag_error(I->diag, &l, "a train block needs %s", !has_opt ? "an optimizer" : "steps or epochs");
     tfg_diag_help(I->diag, "for example: train loss { optimizer = adam(lr = 1e-3); steps = 500 }");
+    tfg_interp_unwind(I, TFG_ERR_NAME);
+  }
+  if (c->precision == TFG_DTYPE_F16 && c->strategy.kind == TFG_STRATEGY_PS) {
+    tfg_diag_error(I->diag, &c->precision_at, "precision = f16 needs a synchronous strategy");
+    tfg_diag_note(I->diag, &c->strategy.loc, "parameter_server workers push gradients no grad scaler has checked");
+    tfg_diag_help(I->diag, "use precision = bf16, which needs no loss scaling, or mirrored(...)");
     tfg_interp_unwind(I, TFG_ERR_NAME);
   }
   if (c->accumulate > 1 && c->strategy.kind == TFG_STRATEGY_PS) {

@@ -135,7 +135,8 @@ tfg_session *tfg_session_new(const tfg_program *p, tfg_diag *d, const tfg_sessio
                       .preallocate = o->preallocate, .tf32 = o->tf32};
   if (tfg_exec_new(plan, &xo, d, &s->x) != TFG_OK) goto fail;
   /* Params start from their initializers, optimizer state at zero (as
-   * torch.optim's buffers do); every copy a strategy made included. */
+   * torch.optim's buffers do) unless it names a value (a grad scaler's
+   * first scale); every copy a strategy made included. */
   for (int32_t i = 0; i < n; i++) {
     const tfg_node *nd = &p->graph->nodes[i];
     if ((nd->op != TFG_OP_PARAM && nd->op != TFG_OP_STATE) || !tfg_exec_holds(s->x, i)) continue;
@@ -143,8 +144,9 @@ tfg_session *tfg_session_new(const tfg_program *p, tfg_diag *d, const tfg_sessio
       if (!param_init(s, i, o->seed)) goto fail;
       continue;
     }
-    tfg_attrs zeros = {.init = TFG_INIT_ZEROS};
-    tfg_status st = tfg_exec_init(s->x, i, &zeros, NULL);
+    tfg_attrs fill = {.init = TFG_INIT_ZEROS};
+    if (nd->attrs.init == TFG_INIT_FULL) fill = (tfg_attrs){.init = TFG_INIT_FULL, .value = nd->attrs.value};
+    tfg_status st = tfg_exec_init(s->x, i, &fill, NULL);
     TFG_ASSERT(st == TFG_OK); /* zeros() fills every dtype */
   }
   /* Values a column holds but its input's dtype cannot (an i64 label of

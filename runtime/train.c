@@ -528,7 +528,7 @@ tfg_status tfg_train_group(tfg_session *s, const tfg_program *p, const tfg_actio
   int nf = 0;
   for (int i = 0; i < njobs; i++) {
     if (jobs[i].c.steps > most) most = jobs[i].c.steps;
-    nf += jobs[i].rp.n + st[i].nupdates;
+    nf += jobs[i].rp.n + st[i].nupdates + st[i].nscalers;
   }
   tfg_node_id *fetch = malloc(sizeof *fetch * (size_t)(nf + 1));
   tfg_tensor *out = malloc(sizeof *out * (size_t)(nf + 1));
@@ -559,13 +559,14 @@ tfg_status tfg_train_group(tfg_session *s, const tfg_program *p, const tfg_actio
           const tfg_node_id *w = m == A - 1 ? j->st->updates : m == 0 ? j->st->acc_first : j->st->acc_add;
           for (int e = 0; e < j->rp.n; e++) fetch[n++] = j->rp.fetch[e];
           for (int e = 0; e < j->st->nupdates; e++) fetch[n++] = w[e];
+          for (int e = 0; m == A - 1 && e < j->st->nscalers; e++) fetch[n++] = j->st->scalers[e];
         }
         tfg_run_opts ro = step_opts(&jobs[in_run[0]], k, m);
         r = tfg_session_run_with(s, fetch, n, out, &ro);
         for (int q = 0, at = 0; q < nin && r == TFG_OK; q++) {
           job *j = &jobs[in_run[q]];
           memcpy(j->rp.out, out + at, sizeof *out * (size_t)j->rp.n);
-          at += j->rp.n + j->st->nupdates;
+          at += j->rp.n + j->st->nupdates + (m == A - 1 ? j->st->nscalers : 0);
           job_take(j, m);
         }
       }

@@ -10,8 +10,9 @@
 # AdamW, no_decay as PyTorch's two param groups, accumulate as PyTorch's
 # micro-batch loop, and plain SGD/Adam/AdamW as a baseline; and precision =
 # bf16 on an f32 MLP against PyTorch with the same casts written out and
-# against torch.autocast. Its docstring says why each tolerance is what it
-# is.
+# against torch.autocast, and precision = f16 with GradScaler's algorithm
+# written out (PyTorch 1.13 has it for CUDA only). Its docstring says why
+# each tolerance is what it is.
 #
 # PyTorch is Debian's python3-torch (in the Makefile's DEB_PKGS), importable
 # only from /usr/bin/python3: without it the suite fails, it does not skip.

@@ -93,6 +93,7 @@ TFG_CPU_KERNEL(tfg_cpu_embedding_grad);
 TFG_CPU_KERNEL(tfg_cpu_sgd_update);
 TFG_CPU_KERNEL(tfg_cpu_adam_update);
 TFG_CPU_KERNEL(tfg_cpu_grad_accumulate);
+TFG_CPU_KERNEL(tfg_cpu_amp_update);
 /* ALLREDUCE over a group of one (the mean of one gradient): a copy. The
  * executor runs real groups through runtime/collective. */
 TFG_CPU_KERNEL(tfg_cpu_allreduce_local);

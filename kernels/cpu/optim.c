@@ -43,6 +43,21 @@
  * contraction off (GCC never contracts in ISO C mode, -std=c11). The
  * checks before an update are every backend's (tfg_kernel_check_update). */
 
+/* ---- the grad scaler's inputs ---------------------------------------------- */
+
+/* The grad scaler's inputs from `at` on, when the node has them
+ * (tfg_kernel_check_scaler): whether to apply the update, and the updates
+ * applied, this one included; without them, true and ctx->step. */
+static tfg_status scaler_inputs(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, int at,
+                                const char *what, bool *apply, int64_t *applied) {
+  bool present;
+  tfg_status st = tfg_kernel_check_scaler(ctx, node, in, at, what, &present);
+  if (st != TFG_OK) return st;
+  *apply = !present || *(const bool *)in[at].data;
+  *applied = ctx->step - (present ? (int64_t)*(const float *)in[at + 1].data : 0);
+  return st;
+}
+
 /* ---- SGD ------------------------------------------------------------------ */
 
 typedef struct sgd_job {
@@ -80,10 +95,13 @@ TFG_CPU_KERNEL(tfg_cpu_sgd_update) {
   TFG_ASSERT(node->ninputs >= (mom ? 3 : 2));
   tfg_status st = tfg_kernel_check_update(ctx, "sgd_update", in, mom ? 3 : 2, "CPU");
   if (st != TFG_OK) return st;
+  bool apply;
+  int64_t applied;
+  if ((st = scaler_inputs(ctx, node, in, 3, "sgd_update", &apply, &applied)) != TFG_OK) return st;
   int64_t n = tfg_shape_numel(&in[0].shape);
-  if (n == 0) return TFG_OK;
+  if (n == 0 || !apply) return TFG_OK;
   sgd_job j = {.p = in[0].data, .g = in[1].data, .buf = mom ? in[2].data : NULL,
-               .sf32 = tfg_sgd_setup_f32(a, ctx->step), .sf64 = tfg_sgd_setup_f64(a, ctx->step)};
+               .sf32 = tfg_sgd_setup_f32(a, ctx->step, applied), .sf64 = tfg_sgd_setup_f64(a, ctx->step, applied)};
   tfg_parallel_for(ctx->pool, n, GRAIN_ELEMS, in[0].dtype == TFG_DTYPE_F32 ? sgd_f32 : sgd_f64,
                    &j);
   return TFG_OK;
@@ -125,10 +143,13 @@ TFG_CPU_KERNEL(tfg_cpu_adam_update) {
   TFG_ASSERT(node->ninputs >= 4);
   tfg_status st = tfg_kernel_check_update(ctx, "adam_update", in, 4, "CPU");
   if (st != TFG_OK) return st;
+  bool apply;
+  int64_t applied;
+  if ((st = scaler_inputs(ctx, node, in, 4, "adam_update", &apply, &applied)) != TFG_OK) return st;
   int64_t n = tfg_shape_numel(&in[0].shape);
-  if (n == 0) return TFG_OK;
+  if (n == 0 || !apply) return TFG_OK;
   adam_job j = {.p = in[0].data, .g = in[1].data, .m = in[2].data, .v = in[3].data,
-                .sf32 = tfg_adam_setup_f32(a, ctx->step), .sf64 = tfg_adam_setup_f64(a, ctx->step)};
+                .sf32 = tfg_adam_setup_f32(a, ctx->step, applied), .sf64 = tfg_adam_setup_f64(a, ctx->step, applied)};
   tfg_parallel_for(ctx->pool, n, GRAIN_ELEMS / 4,
                    in[0].dtype == TFG_DTYPE_F32 ? adam_f32 : adam_f64, &j);
   return TFG_OK;
@@ -171,6 +192,18 @@ TFG_CPU_KERNEL(tfg_cpu_grad_accumulate) {
   return TFG_OK;
 }
 
+/* AMP_UPDATE: (scale, finite, growth_tracker, skipped), f32 scalars but
+ * for the bool finite: GradScaler.update() in place
+ * (tfg_amp_update). out is not touched. */
+TFG_CPU_KERNEL(tfg_cpu_amp_update) {
+  (void)node;
+  (void)out;
+  tfg_status st = tfg_kernel_check_amp(ctx, in, "CPU");
+  if (st != TFG_OK) return st;
+  tfg_amp_update(in[0].data, in[2].data, in[3].data, *(const bool *)in[1].data);
+  return TFG_OK;
+}
+
 TFG_CPU_KERNEL(tfg_cpu_allreduce_local) {
   (void)ctx;
   (void)node;
@@ -183,5 +216,6 @@ void tfg_cpu_register_optim(tfg_kernel_fn *table) {
   table[TFG_OP_SGD_UPDATE] = tfg_cpu_sgd_update;
   table[TFG_OP_ADAM_UPDATE] = tfg_cpu_adam_update;
   table[TFG_OP_GRAD_ACCUMULATE] = tfg_cpu_grad_accumulate;
+  table[TFG_OP_AMP_UPDATE] = tfg_cpu_amp_update;
   table[TFG_OP_ALLREDUCE] = tfg_cpu_allreduce_local;
 }

@@ -31,18 +31,43 @@
 
 #include "kernels/optim_math.h"
 
+/* ---- the grad scaler's inputs ---------------------------------------------- */
+
+/* precision = f16: whether the step's gradients are all finite and the
+ * steps skipped before, in device memory (NULL: no scaler). Read on the
+ * device by every thread, so a replayed CUDA Graph sees each step's. */
+typedef struct scaler_in {
+  const bool *finite;
+  const float *skipped;
+} scaler_in;
+
+static tfg_status scaler_of(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, int at, const char *what,
+                            scaler_in *sc) {
+  bool present;
+  tfg_status st = tfg_kernel_check_scaler(ctx, node, in, at, what, &present);
+  *sc = present ? scaler_in{(const bool *)in[at].data, (const float *)in[at + 1].data} : scaler_in{NULL, NULL};
+  return st;
+}
+
+/* The updates applied, this one included (kernels/optim_math.h). */
+static __device__ int64_t applied_of(scaler_in sc, const tfg_cuda_step *st) {
+  return st->step - (sc.skipped ? (int64_t)*sc.skipped : 0);
+}
+
 /* ---- SGD ------------------------------------------------------------------ */
 
 /* torch.optim.SGD per element: kernels/optim_math.h's step, the CPU's. */
 static __global__ void sgd_f32(float *p, const float *grad, float *buf, int64_t n, tfg_sgd_f32 s,
-                               const tfg_cuda_step *st) {
-  s = tfg_sgd_at_f32(s, st->step);
+                               const tfg_cuda_step *st, scaler_in sc) {
+  if (sc.finite && !*sc.finite) return;
+  s = tfg_sgd_at_f32(s, st->step, applied_of(sc, st));
   TFG_CUDA_LOOP(i, n) tfg_sgd_step_f32(s, p, grad, buf, i);
 }
 
 static __global__ void sgd_f64(double *p, const double *grad, double *buf, int64_t n, tfg_sgd_f64 s,
-                               const tfg_cuda_step *st) {
-  s = tfg_sgd_at_f64(s, st->step);
+                               const tfg_cuda_step *st, scaler_in sc) {
+  if (sc.finite && !*sc.finite) return;
+  s = tfg_sgd_at_f64(s, st->step, applied_of(sc, st));
   TFG_CUDA_LOOP(i, n) tfg_sgd_step_f64(s, p, grad, buf, i);
 }
 
@@ -56,15 +81,17 @@ static tfg_status cuda_sgd_update(tfg_kernel_ctx *ctx, const tfg_node *node, con
   if (node->ninputs < (mom ? 3 : 2))
     return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "sgd_update: %d inputs, %d needed", node->ninputs, mom ? 3 : 2);
   tfg_status st = tfg_kernel_check_update(ctx, "sgd_update", in, mom ? 3 : 2, "GPU");
+  scaler_in sc;
+  if (st == TFG_OK) st = scaler_of(ctx, node, in, 3, "sgd_update", &sc);
   if (st != TFG_OK) return st;
   int64_t n = tfg_shape_numel(&in[0].shape);
   if (n == 0) return TFG_OK;
   void *buf = mom ? in[2].data : NULL;
   if (in[0].dtype == TFG_DTYPE_F32)
     return TFG_CUDA_LAUNCH(ctx, n, sgd_f32, (float *)in[0].data, (const float *)in[1].data, (float *)buf, n,
-                           tfg_sgd_setup_f32(a, ctx->step), tfg_cuda_of(ctx)->step);
+                           tfg_sgd_setup_f32(a, ctx->step, ctx->step), tfg_cuda_of(ctx)->step, sc);
   return TFG_CUDA_LAUNCH(ctx, n, sgd_f64, (double *)in[0].data, (const double *)in[1].data, (double *)buf, n,
-                         tfg_sgd_setup_f64(a, ctx->step), tfg_cuda_of(ctx)->step);
+                         tfg_sgd_setup_f64(a, ctx->step, ctx->step), tfg_cuda_of(ctx)->step, sc);
 }
 
 /* ---- Adam, AdamW ---------------------------------------------------------- */
@@ -72,14 +99,16 @@ static tfg_status cuda_sgd_update(tfg_kernel_ctx *ctx, const tfg_node *node, con
 /* torch.optim.Adam / AdamW per element: kernels/optim_math.h's step, the
  * CPU's. */
 static __global__ void adam_f32(float *p, const float *grad, float *m, float *v, int64_t n, tfg_adam_f32 s,
-                                const tfg_cuda_step *st) {
-  s = tfg_adam_at_f32(s, st->step);
+                                const tfg_cuda_step *st, scaler_in sc) {
+  if (sc.finite && !*sc.finite) return;
+  s = tfg_adam_at_f32(s, st->step, applied_of(sc, st));
   TFG_CUDA_LOOP(i, n) tfg_adam_step_f32(s, p, grad, m, v, i);
 }
 
 static __global__ void adam_f64(double *p, const double *grad, double *m, double *v, int64_t n, tfg_adam_f64 s,
-                                const tfg_cuda_step *st) {
-  s = tfg_adam_at_f64(s, st->step);
+                                const tfg_cuda_step *st, scaler_in sc) {
+  if (sc.finite && !*sc.finite) return;
+  s = tfg_adam_at_f64(s, st->step, applied_of(sc, st));
   TFG_CUDA_LOOP(i, n) tfg_adam_step_f64(s, p, grad, m, v, i);
 }
 
@@ -91,14 +120,18 @@ static tfg_status cuda_adam_update(tfg_kernel_ctx *ctx, const tfg_node *node, co
   if (node->ninputs < 4)
     return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "adam_update: %d inputs, 4 needed", node->ninputs);
   tfg_status st = tfg_kernel_check_update(ctx, "adam_update", in, 4, "GPU");
+  scaler_in sc;
+  if (st == TFG_OK) st = scaler_of(ctx, node, in, 4, "adam_update", &sc);
   if (st != TFG_OK) return st;
   int64_t n = tfg_shape_numel(&in[0].shape);
   if (n == 0) return TFG_OK;
   if (in[0].dtype == TFG_DTYPE_F32)
     return TFG_CUDA_LAUNCH(ctx, n, adam_f32, (float *)in[0].data, (const float *)in[1].data, (float *)in[2].data,
-                           (float *)in[3].data, n, tfg_adam_setup_f32(a, ctx->step), tfg_cuda_of(ctx)->step);
+                           (float *)in[3].data, n, tfg_adam_setup_f32(a, ctx->step, ctx->step), tfg_cuda_of(ctx)->step,
+                           sc);
   return TFG_CUDA_LAUNCH(ctx, n, adam_f64, (double *)in[0].data, (const double *)in[1].data, (double *)in[2].data,
-                         (double *)in[3].data, n, tfg_adam_setup_f64(a, ctx->step), tfg_cuda_of(ctx)->step);
+                         (double *)in[3].data, n, tfg_adam_setup_f64(a, ctx->step, ctx->step), tfg_cuda_of(ctx)->step,
+                         sc);
 }
 
 /* ---- gradient accumulation ------------------------------------------------ */
@@ -126,6 +159,23 @@ static tfg_status cuda_grad_accumulate(tfg_kernel_ctx *ctx, const tfg_node *node
   return TFG_CUDA_LAUNCH(ctx, n, accumulate_kernel<double>, (double *)in[0].data, (const double *)in[1].data, n, add);
 }
 
+/* ---- the grad scaler's update ---------------------------------------------- */
+
+static __global__ void amp_update_kernel(float *scale, const bool *finite, float *tracker, float *skipped) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) tfg_amp_update(scale, tracker, skipped, *finite);
+}
+
+/* AMP_UPDATE: (scale, finite, growth_tracker, skipped) in place, the CPU's
+ * tfg_amp_update on the device (one thread: four scalars). */
+static tfg_status cuda_amp_update(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
+  (void)node;
+  (void)out;
+  tfg_status st = tfg_kernel_check_amp(ctx, in, "GPU");
+  if (st != TFG_OK) return st;
+  return TFG_CUDA_LAUNCH(ctx, 1, amp_update_kernel, (float *)in[0].data, (const bool *)in[1].data,
+                         (float *)in[2].data, (float *)in[3].data);
+}
+
 /* ---- ALLREDUCE (a group of one) ------------------------------------------- */
 
 /* The mean of one gradient: a device copy of in[0] (nothing when out is
@@ -148,5 +198,6 @@ extern "C" void tfg_cuda_register_optim(tfg_kernel_fn *table) {
   table[TFG_OP_SGD_UPDATE] = cuda_sgd_update;
   table[TFG_OP_ADAM_UPDATE] = cuda_adam_update;
   table[TFG_OP_GRAD_ACCUMULATE] = cuda_grad_accumulate;
+  table[TFG_OP_AMP_UPDATE] = cuda_amp_update;
   table[TFG_OP_ALLREDUCE] = cuda_allreduce_local;
 }

@@ -46,6 +46,7 @@ static void build(void) {
   updates[TFG_OP_SGD_UPDATE] = 1u << 0 | 1u << 2;             /* the param and its momentum buffer */
   updates[TFG_OP_ADAM_UPDATE] = 1u << 0 | 1u << 2 | 1u << 3; /* the param, m and v */
   updates[TFG_OP_GRAD_ACCUMULATE] = 1u << 0;                  /* the accumulator */
+  updates[TFG_OP_AMP_UPDATE] = 1u << 0 | 1u << 2 | 1u << 3;   /* the scale and the two counts */
 }
 
 /* The kernel of every op that is not native for f16/bf16 (the op's own

@@ -1665,6 +1665,27 @@ static void fam_accumulate(tfg_op_id op) {
       }
 }
 
+/* AMP_UPDATE: GradScaler.update() in place on (scale, finite, tracker,
+ * skipped), f32 scalars but for finite: a skipped step (finite 0) and a
+ * good one, from trackers of 0, 1998 and 1999 (the last doubles the
+ * scale), three launches each (the state moves on its own result). */
+static void fam_amp_update(tfg_op_id op) {
+  static const double trackers[] = {0, 1998, 1999};
+  for (int f = 0; f < 2; f++)
+    for (int t = 0; t < COUNT(trackers); t++) {
+      tcase c = tc_new(F32);
+      c.launches = 3;
+      tfg_node_id scale = tc_in(&c, F32, SCALAR, INTS(1024, 1024));
+      tfg_node_id finite = tc_in(&c, BOOL, SCALAR, INTS(f, f));
+      tfg_node_id tracker = tc_in(&c, F32, SCALAR, INTS(trackers[t], trackers[t]));
+      tfg_node_id skipped = tc_in(&c, F32, SCALAR, INTS(3, 3));
+      tc_desc(&c, "finite=%d tracker=%g launches=3", f, trackers[t]);
+      c.inplace = 1u | 1u << 2 | 1u << 3;
+      tc_op(&c, op, NULL, 4, scale, finite, tracker, skipped);
+      tc_check(&c, T_EXACT);
+    }
+}
+
 /* ADAM_UPDATE: torch.optim.Adam and AdamW in place on (param, grad, m, v),
  * three steps (bias corrections), with L2 and decoupled weight decay, and
  * beta1 = 0.3 (PyTorch's lerp takes its other branch when 1 - beta1 >=
@@ -1916,6 +1937,7 @@ static const family_fn families[TFG_OP_COUNT] = {
     [TFG_OP_RELU_GRAD] = fam_act_grad, [TFG_OP_GELU_GRAD] = fam_act_grad,
     [TFG_OP_EMBEDDING_GRAD] = fam_embedding_grad,
     [TFG_OP_SGD_UPDATE] = fam_sgd, [TFG_OP_ADAM_UPDATE] = fam_adam, [TFG_OP_GRAD_ACCUMULATE] = fam_accumulate,
+    [TFG_OP_AMP_UPDATE] = fam_amp_update,
     [TFG_OP_ALLREDUCE] = fam_allreduce,
     [TFG_OP_FUSED] = fam_fused,
 };

@@ -398,11 +398,14 @@ def case(name, opt_kind, opt_args, steps=10, clip=None, sched=None, no_decay=Fal
 
 AC_N, AC_D, AC_H, AC_C, AC_STEPS, AC_LR = 16, 8, 32, 4, 10, 0.5
 AC_EXACT_TOL = 5e-4
+AC_ADAM_LR = 1e-3
+AC_F16_X = 8.0  # inputs this large overflow the first scaled gradients (4 skipped steps)
+AC_F16_LR = 0.1  # SGD's lr there: the steps after the skips all good, so the scale grows at 2004
 
 
-def autocast_data():
+def autocast_data(x_scale=1.0):
     g = torch.Generator().manual_seed(3)
-    x = torch.randn(AC_N, AC_D, generator=g, dtype=torch.float32)
+    x = torch.randn(AC_N, AC_D, generator=g, dtype=torch.float32) * x_scale
     y = torch.randint(0, AC_C, (AC_N,), generator=g)
     p = {"w1": torch.randn(AC_D, AC_H, generator=g, dtype=torch.float32) * 0.5,
          "b1": torch.randn(AC_H, generator=g, dtype=torch.float32) * 0.1,
@@ -417,42 +420,95 @@ def lit(t):
     return "[" + ", ".join(lit(r) for r in t) + "]"
 
 
-def bf16_mm(a, b):
-    """tfg's bf16 product: rounded inputs, an f32 product, rounded once."""
-    return (a.bfloat16().float() @ b.bfloat16().float()).bfloat16().float()
+def low_mm(a, b, low=torch.bfloat16):
+    """tfg's product in dtype low: rounded inputs, an f32 product, rounded
+    once (and through the same casts backward)."""
+    return (a.to(low).float() @ b.to(low).float()).to(low).float()
 
 
-def torch_autocast_run(mode):
-    """Losses and params of PyTorch's run: mode "exact" (explicit casts),
-    "autocast" (torch.autocast) or "f32"."""
-    x, y, init = autocast_data()
+class RefScaler:
+    """torch.cuda.amp.GradScaler with its defaults, written out for the CPU
+    (PyTorch 1.13 has it for CUDA only): its grad_scaler.py and the
+    kernels _amp_foreach_non_finite_check_and_unscale_ and
+    _amp_update_scale_. scale(loss) multiplies by the scale; step()
+    multiplies every gradient by 1 / scale (formed in double, rounded to
+    f32) and calls optimizer.step() only when all are finite; update()
+    halves the scale after a skipped step and doubles it after 2000 good
+    steps in a row."""
+
+    def __init__(self):
+        self.scale_ = torch.tensor(65536.0, dtype=torch.float32)
+        self.tracker = 0
+        self.skips = self.growths = 0
+
+    def scale(self, loss):
+        return loss * self.scale_
+
+    def step(self, opt, params):
+        inv = self.scale_.double().reciprocal().float()
+        found = False
+        for p in params:
+            p.grad.mul_(inv)
+            found |= not bool(torch.isfinite(p.grad).all())
+        if not found:
+            opt.step()
+        return found
+
+    def update(self, found):
+        if found:
+            self.scale_ = self.scale_ * 0.5
+            self.tracker = 0
+            self.skips += 1
+        else:
+            self.tracker += 1
+            if self.tracker == 2000:
+                grown = self.scale_ * 2.0
+                if bool(torch.isfinite(grown)):
+                    self.scale_ = grown
+                    self.growths += 1
+                self.tracker = 0
+
+
+def torch_autocast_run(mode, steps=AC_STEPS, opt_kind="sgd", x_scale=1.0, lr=AC_LR):
+    """Losses and params of PyTorch's run: mode "exact" (bf16 by explicit
+    casts), "autocast" (torch.autocast), "f32", or "f16" (f16 by explicit
+    casts, with RefScaler); also the scaler."""
+    x, y, init = autocast_data(x_scale)
     p = {k: v.clone().requires_grad_(True) for k, v in init.items()}
-    opt = torch.optim.SGD(list(p.values()), lr=AC_LR)
+    params = list(p.values())
+    opt = torch.optim.SGD(params, lr=lr) if opt_kind == "sgd" else torch.optim.Adam(params, lr=AC_ADAM_LR)
+    scaler = RefScaler() if mode == "f16" else None
     losses = []
-    for _ in range(AC_STEPS):
+    for _ in range(steps):
         opt.zero_grad()
-        if mode == "exact":
-            logits = bf16_mm(torch.relu(bf16_mm(x, p["w1"]) + p["b1"]), p["w2"])
+        if mode in ("exact", "f16"):
+            low = torch.float16 if mode == "f16" else torch.bfloat16
+            logits = low_mm(torch.relu(low_mm(x, p["w1"], low) + p["b1"]), p["w2"], low)
         else:
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "autocast"):
                 logits = torch.relu(x @ p["w1"] + p["b1"]) @ p["w2"]
         loss = torch.nn.functional.cross_entropy(logits.float(), y)
-        loss.backward()
-        opt.step()
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.update(scaler.step(opt, params))
+        else:
+            loss.backward()
+            opt.step()
         losses.append(float(loss))
-    return losses, {k: v.detach() for k, v in p.items()}
+    return losses, {k: v.detach() for k, v in p.items()}, scaler
 
 
-def tfg_autocast_run(precision):
-    x, y, init = autocast_data()
-    d = os.path.join(WORK, "autocast-" + precision)
+def tfg_autocast_run(precision, steps=AC_STEPS, opt_kind="sgd", x_scale=1.0, lr=AC_LR):
+    x, y, init = autocast_data(x_scale)
+    d = os.path.join(WORK, "autocast-%s-%d-%s" % (precision, steps, opt_kind))
     os.makedirs(d)
     prog = ("x = tensor(%s)\n" % lit(x) +
             "y = tensor([%s], dtype = i32)\n" % ", ".join(str(v) for v in y.tolist()) +
             "".join("param %s: f32[%s] = tensor(%s)\n" % (k, ", ".join(map(str, v.shape)), lit(v)) for k, v in init.items()) +
             "logits = matmul(relu(matmul(x, w1) + b1), w2)\n"
-            "train cross_entropy(logits, y) { optimizer = sgd(lr = %r); steps = %d; precision = %s; "
-            "log = \"run.csv\"; log_every = 1; checkpoint = \"out.safetensors\" }\n" % (AC_LR, AC_STEPS, precision))
+            "train cross_entropy(logits, y) { optimizer = %s; steps = %d; precision = %s; "
+            "log = \"run.csv\"; log_every = 1; checkpoint = \"out.safetensors\" }\n" %
+            ("sgd(lr = %r)" % lr if opt_kind == "sgd" else "adam(lr = %r)" % AC_ADAM_LR, steps, precision))
     with open(os.path.join(d, "m.tfg"), "w") as f:
         f.write(prog)
     r = subprocess.run([TFG, "run", "--threads", "1", "--color=never", "m.tfg"], cwd=d, capture_output=True, text=True,
@@ -474,7 +530,7 @@ def autocast_cases():
     tfg_bf, tfg_f32 = tfg_autocast_run("bf16"), tfg_autocast_run("f32")
     if not tfg_bf or not tfg_f32:
         return
-    exact, auto, f32 = torch_autocast_run("exact"), torch_autocast_run("autocast"), torch_autocast_run("f32")
+    exact, auto, f32 = torch_autocast_run("exact")[:2], torch_autocast_run("autocast")[:2], torch_autocast_run("f32")[:2]
     for name, (losses, params), ref, ltol, how in (
             ("autocast-bf16 exact", tfg_bf, exact, AC_EXACT_TOL, "rel"),
             ("autocast-f32", tfg_f32, f32, 1e-5, "rel"),
@@ -495,6 +551,39 @@ def autocast_cases():
         ok("autocast-bf16 differs from f32", "losses %.2g apart" % d)
     else:
         fail("autocast-bf16 differs from f32", "losses only %.2g apart: the products were not rounded" % d)
+
+
+# precision = f16: the same model with f16 products and the grad scaler,
+# against RefScaler over the same casts. At the first scale, 65536, the
+# scaled gradients of the first steps overflow f16 (65504), so steps are
+# skipped and the scale halves until they fit; after 2000 good steps in a
+# row it doubles. SGD for 2010 steps (both moves of the scale; the
+# reference asserts they happened) and Adam for 10 (its bias correction
+# counts applied steps only, as PyTorch's optimizer.step() is not called
+# for a skipped one). The losses per step (relative, at least to 0.01)
+# and the params must agree within 5e-4, as the bf16 run: the same casts,
+# f32 sums in another order.
+
+
+def scaler_cases():
+    for name, steps, kind in (("scaler-sgd", 2010, "sgd"), ("scaler-adam", 10, "adam")):
+        got = tfg_autocast_run("f16", steps, kind, AC_F16_X, AC_F16_LR)
+        if not got:
+            continue
+        losses, params, scaler = torch_autocast_run("f16", steps, kind, AC_F16_X, AC_F16_LR)
+        if scaler.skips == 0 or (steps > 2000 and scaler.growths == 0):
+            fail(name + " covers", "the reference skipped %d steps and grew the scale %d times" %
+                 (scaler.skips, scaler.growths))
+        else:
+            ok(name + " covers", "%d skipped, %d growths, scale %g" % (scaler.skips, scaler.growths, scaler.scale_))
+        # relative to the loss, but at least 0.01: late in the SGD run the
+        # loss is 1e-4, where one f16 rounding of a logit moves it by more
+        ld = max(abs(a - b) / max(abs(b), 0.01) for a, b in zip(got[0], losses))
+        pd = max(float(((got[1][k] - params[k]).abs() / (1 + params[k].abs())).max()) for k in params)
+        if ld <= AC_EXACT_TOL and pd <= AC_EXACT_TOL:
+            ok(name, "losses within %.2g, params within %.2g (tolerance %g)" % (ld, pd, AC_EXACT_TOL))
+        else:
+            fail(name, "losses differ by %.3g, params by %.3g (tolerance %g)" % (ld, pd, AC_EXACT_TOL))
 
 
 def pick_clip(opt_kind, opt_args, steps):
@@ -574,8 +663,9 @@ def main():
     clip = pick_clip("sgd", {"lr": 0.1, "momentum": 0.9}, 10)
     case("accumulate-2-clip-sgd", "sgd", {"lr": 0.1, "momentum": 0.9}, clip=clip, accumulate=2)
 
-    # 6. precision = bf16 against autocast
+    # 6. precision = bf16 against autocast; f16 with its grad scaler
     autocast_cases()
+    scaler_cases()
     return 1 if failures else 0
 
 

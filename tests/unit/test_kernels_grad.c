@@ -1066,6 +1066,70 @@ START_TEST(accumulate_micro_batches) {
 }
 END_TEST
 
+/* AMP_UPDATE, GradScaler.update() by hand: a skipped step halves the
+ * scale (65536 -> 32768), zeroes the good-step count and counts a skip;
+ * the 2000th good step in a row doubles the scale and restarts the count,
+ * the 1999th does not; a doubling that would overflow f32 keeps the
+ * scale (and still restarts the count). */
+START_TEST(amp_update_by_hand) {
+  float scale = 65536.0f, tracker = 7.0f, skipped = 0.0f;
+  bool finite = false;
+  tfg_tensor in[4] = {
+      {.data = &scale, .dtype = TFG_DTYPE_F32, .shape = {0, {0}}},
+      {.data = &finite, .dtype = TFG_DTYPE_BOOL, .shape = {0, {0}}},
+      {.data = &tracker, .dtype = TFG_DTYPE_F32, .shape = {0, {0}}},
+      {.data = &skipped, .dtype = TFG_DTYPE_F32, .shape = {0, {0}}},
+  };
+  unsigned char mark[8];
+  memcpy(mark, MARK, 8);
+  tfg_tensor out = {.data = mark, .dtype = TFG_DTYPE_BOOL, .shape = shp(1, 0)};
+  tfg_node nd = mknode(TFG_OP_AMP_UPDATE, &out.shape, TFG_DTYPE_BOOL, 4);
+  ck_ok(run_step(tfg_cpu_amp_update, &nd, in, &out, NULL, 1));
+  ck_assert(scale == 32768.0f && tracker == 0.0f && skipped == 1.0f);
+  finite = true;
+  for (int i = 0; i < 1999; i++) ck_ok(run_step(tfg_cpu_amp_update, &nd, in, &out, NULL, 2 + i));
+  ck_assert(scale == 32768.0f && tracker == 1999.0f && skipped == 1.0f);
+  ck_ok(run_step(tfg_cpu_amp_update, &nd, in, &out, NULL, 2001));
+  ck_assert(scale == 65536.0f && tracker == 0.0f && skipped == 1.0f);
+  scale = 3e38f;
+  tracker = 1999.0f;
+  ck_ok(run_step(tfg_cpu_amp_update, &nd, in, &out, NULL, 2002));
+  ck_assert(scale == 3e38f && tracker == 0.0f);
+  ck_assert_int_eq(memcmp(mark, MARK, 8), 0);
+  in[2].dtype = TFG_DTYPE_F64; /* a count of another dtype: refused */
+  ck_assert_int_eq(run_step(tfg_cpu_amp_update, &nd, in, &out, NULL, 1), TFG_ERR_SHAPE);
+}
+END_TEST
+
+/* An update with the grad scaler's inputs: with finite false it leaves
+ * param and state as they were; with true it updates as at step (step -
+ * skipped): SGD with momentum at step 3 with 2 skipped is its first
+ * update (the buffer set to the gradient, not blended). */
+START_TEST(update_with_scaler) {
+  tfg_tensor in[5];
+  unsigned char mark[8];
+  tfg_tensor out = opt_tensors(TFG_DTYPE_F64, 3, in, mark);
+  set_all(&in[2], (double[]){7, 7, 7});
+  bool finite = false;
+  float skipped = 2.0f;
+  in[3] = (tfg_tensor){.data = &finite, .dtype = TFG_DTYPE_BOOL, .shape = {0, {0}}};
+  in[4] = (tfg_tensor){.data = &skipped, .dtype = TFG_DTYPE_F32, .shape = {0, {0}}};
+  tfg_node nd = mknode(TFG_OP_SGD_UPDATE, &out.shape, TFG_DTYPE_F64, 5);
+  nd.attrs.opt.lr = 0.1;
+  nd.attrs.opt.momentum = 0.9;
+  set_all(&in[1], G[0]);
+  ck_ok(run_step(tfg_cpu_sgd_update, &nd, in, &out, NULL, 3));
+  for (int i = 0; i < 3; i++) ck_assert(get(&in[0], i) == P0[i] && get(&in[2], i) == 7);
+  finite = true;
+  ck_ok(run_step(tfg_cpu_sgd_update, &nd, in, &out, NULL, 3));
+  for (int i = 0; i < 3; i++) {
+    ck_assert(get(&in[2], i) == G[0][i]); /* the first applied update: the buffer is the gradient */
+    ck_assert(get(&in[0], i) == P0[i] - 0.1 * G[0][i]);
+  }
+  free_all(in, 3);
+}
+END_TEST
+
 typedef struct adam_case {
   const char *what;
   double lr, beta1, beta2, eps, weight_decay;
@@ -1289,6 +1353,8 @@ Suite *suite_kernels_grad(void) {
   tcase_add_test(tc, grad_bad_dtypes);
   tcase_add_loop_test(tc, sgd_three_steps, 0, N_OF(SGD_F64));
   tcase_add_test(tc, accumulate_micro_batches);
+  tcase_add_test(tc, amp_update_by_hand);
+  tcase_add_test(tc, update_with_scaler);
   tcase_add_loop_test(tc, adam_three_steps, 0, N_OF(ADAM_F64));
   tcase_add_test(tc, optim_edges);
 #undef N_OF
