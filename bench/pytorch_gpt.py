@@ -88,7 +88,7 @@ def parse_args(argv):
     p.add_argument("--precision", choices=["f32", "bf16"], default="f32",
                    help="autocast dtype of the forward pass (gpt.tfg's precision; default f32)")
     p.add_argument("--clip", type=float, default=1.0, help="clip_grad_norm_ max norm (gpt.tfg's clip; 0: none)")
-    p.add_argument("--total-steps", type=int, default=200, help="the schedule's total steps (gpt.tfg's steps)")
+    p.add_argument("--total-steps", type=int, default=200, help="the schedule's total steps (gpt.tfg's decay)")
     a = p.parse_args(argv)
     if a.threads < 1 or a.steps < 1 or a.warmup < 0:
         p.error("--threads and --steps must be >= 1, --warmup >= 0")
@@ -200,7 +200,7 @@ def main(argv):
     decayed = [p for p in model.parameters() if id(p) not in ids]
     opt = torch.optim.AdamW([{"params": decayed}, {"params": spared, "weight_decay": 0.0}], lr=LR,
                             weight_decay=WEIGHT_DECAY)
-    warmup, total = a.total_steps / 10, a.total_steps  # gpt.tfg's cosine(warmup = steps / 10, total = steps, min = 0.1)
+    warmup, total = a.total_steps / 10, a.total_steps  # gpt.tfg's cosine(warmup = 20, total = 200, min = 0.1)
 
     def factor(s):
         if s < warmup:
