@@ -78,9 +78,9 @@ typedef struct tfg_train_step {
  * (formed in f64 and rounded to f32, as PyTorch's unscale does) before
  * clipping and the updates; a step where any of them is not finite skips
  * every update and halves the scale, and 2000 good steps in a row double
- * it. The scaler's state: f32 scalar STATE nodes beside the loss, not in
- * a checkpoint (a resumed run starts a fresh scaler, as a PyTorch script
- * that saves only the model and optimizer does). */
+ * it. The scaler's state: f32 scalar STATE nodes beside the loss, kept in
+ * a checkpoint's metadata rather than its tensors (runtime/train.c), as
+ * PyTorch keeps GradScaler.state_dict() apart from the model's. */
 typedef struct tfg_amp {
   tfg_node_id scale;   /* "grad_scaler:scale", from 65536 */
   tfg_node_id tracker; /* "grad_scaler:growth_tracker": good steps in a row */

@@ -3,8 +3,10 @@
  *
  * Everything a step depends on is a function of the step number: its
  * batch (epoch and position from the step), dropout masks (the step is in
- * their seed) and Adam's bias correction. So a run resumed from the
- * checkpoint of step k continues exactly as if it had never stopped. */
+ * their seed) and Adam's bias correction; or it is in the checkpoint (the
+ * params, the optimizer state, an f16 grad scaler's state). So a run
+ * resumed from the checkpoint of step k continues exactly as if it had
+ * never stopped. */
 #include "runtime/train.h"
 
 #include <errno.h>
@@ -121,16 +123,63 @@ static void sync_mirrors(tfg_session *s, const tfg_program *p, const tfg_train_s
   }
 }
 
+/* precision = f16: a grad scaler's state in a checkpoint, as metadata
+ * beside the step (PyTorch keeps GradScaler.state_dict() apart from the
+ * model's and the optimizer's too): its scale, its count of good steps in
+ * a row and of skipped steps (compiler/autodiff.h tfg_amp), each f32
+ * written with 9 significant digits, which read back to the same bits. */
+static const char *const scaler_keys[3] = {"grad_scaler.scale", "grad_scaler.growth_tracker", "grad_scaler.skipped"};
+
+/* The scaler state node k (0: scale, 1: tracker, 2: skipped) of replica r. */
+static tfg_node_id scaler_state(const tfg_program *p, const tfg_train_step *st, int r, int k) {
+  const tfg_node *u = &p->graph->nodes[st->scalers[r]];
+  return u->inputs[k == 0 ? 0 : k + 1]; /* AMP_UPDATE (scale, finite, tracker, skipped) */
+}
+
 static tfg_status save(tfg_session *s, const tfg_program *p, const tfg_train_step *st, const cfg *c, int64_t step,
                        tfg_diag *d) {
   int n;
   tfg_ckpt_entry *e = ckpt_entries(s, p, st, &n, true);
-  char stepbuf[32];
+  char stepbuf[32], scaler[3][32];
   snprintf(stepbuf, sizeof stepbuf, "%" PRId64, step);
-  tfg_ckpt_meta meta[] = {{"step", stepbuf}, {"optimizer", st->optimizer}, {"format", "tfg " TFG_VERSION}};
-  tfg_status r = tfg_ckpt_save(d, &c->loc, c->checkpoint, e, n, meta, 3);
+  tfg_ckpt_meta meta[6] = {{"step", stepbuf}, {"optimizer", st->optimizer}, {"format", "tfg " TFG_VERSION}};
+  int nmeta = 3;
+  for (int k = 0; k < 3 && st->nscalers > 0; k++) { /* replica 0's: every replica's moves alike */
+    float v;
+    tfg_session_read(s, scaler_state(p, st, 0, k), &v);
+    snprintf(scaler[k], sizeof scaler[k], "%.9g", (double)v);
+    meta[nmeta++] = (tfg_ckpt_meta){scaler_keys[k], scaler[k]};
+  }
+  tfg_status r = tfg_ckpt_save(d, &c->loc, c->checkpoint, e, n, meta, nmeta);
   ckpt_entries_free(e, n);
   return r;
+}
+
+/* After a restore of checkpoint k at a step above 0: the grad scaler's
+ * state from its metadata into every replica's, when the run has a
+ * scaler and the file a state (a file without one, from an f32 run or
+ * PyTorch, leaves the scaler fresh). A value that is not a finite number
+ * (a count: a whole one from 0, the scale: above 0) is an error. */
+static tfg_status restore_scaler(tfg_session *s, const tfg_program *p, const tfg_train_step *st, const cfg *c,
+                                 const tfg_ckpt *k, tfg_diag *d) {
+  if (st->nscalers == 0 || !tfg_ckpt_meta_get(k, scaler_keys[0])) return TFG_OK;
+  float v[3];
+  for (int q = 0; q < 3; q++) {
+    const char *text = tfg_ckpt_meta_get(k, scaler_keys[q]);
+    char *end = NULL;
+    double x = text ? strtod(text, &end) : NAN;
+    bool ok = text && end != text && *end == '\0' && isfinite(x) && (float)x == x &&
+              (q == 0 ? x > 0 : x >= 0 && x == floor(x));
+    if (!ok) {
+      tfg_diag_error(d, &c->loc, "checkpoint %s: metadata %s is '%s', not %s", c->checkpoint, scaler_keys[q],
+                     text ? text : "(missing)", q == 0 ? "a positive number" : "a whole number from 0");
+      return TFG_ERR_DATA;
+    }
+    v[q] = (float)x;
+  }
+  for (int r = 0; r < st->nscalers; r++)
+    for (int q = 0; q < 3; q++) tfg_session_write(s, scaler_state(p, st, r, q), &v[q]);
+  return TFG_OK;
 }
 
 /* Restores params and optimizer state from c->checkpoint when it exists;
@@ -148,6 +197,7 @@ static tfg_status restore(tfg_session *s, const tfg_program *p, const tfg_train_
   int *at = malloc(sizeof *at * (size_t)(n + 1));
   TFG_ASSERT(at != NULL);
   r = tfg_ckpt_match(d, &c->loc, c->checkpoint, k, e, n, st->nparams, st->optimizer, at, step);
+  if (r == TFG_OK && *step > 0) r = restore_scaler(s, p, st, c, k, d);
   int restored = 0;
   for (int i = 0; i < n && r == TFG_OK; i++) {
     if (at[i] < 0) continue;

@@ -389,6 +389,31 @@ OUT
 expect precision-bf16 0 "$TFG" run --quiet "$tmp/bf16.tfg" &&
   if cmp -s "$tmp/out" "$tmp/bf16.want"; then ok; else ko "precision-bf16: printed $(cat "$tmp/out")"; fi
 
+# precision = f16 resumes exactly: its grad scaler's state (scale, good
+# steps in a row, skipped steps) is in the checkpoint's metadata, so 10 +
+# 10 steps equal 20 (the inputs times 4 overflow the first scaled
+# gradients: 5 steps are skipped and the scale is 2048 when the run is
+# cut, not the fresh 65536). A scale that is not a number is refused.
+mkdir -p "$tmp/f16"
+cat >"$tmp/f16/fit.tfg" <<TFG
+import nn
+let steps = 20
+let ckpt = "a.safetensors"
+data digits = csv("$ROOT/examples/data/digits.csv.gz", label = -1, test = 0.2, shuffle = true, seed = 7)
+input x: f32[16, 64] from digits.x
+input y: i32[16] from digits.y
+logits = nn.mlp(x * 4.0, [48, 10])
+train cross_entropy(logits, y) { optimizer = adam(lr = 1e-3); steps = steps; precision = f16; checkpoint = ckpt; log_every = 10 }
+TFG
+expect f16-straight 0 "$TFG" run "$tmp/f16/fit.tfg"
+expect f16-half 0 "$TFG" run --set steps=10 --set 'ckpt="b.safetensors"' "$tmp/f16/fit.tfg"
+expect f16-resume 0 "$TFG" run --set 'ckpt="b.safetensors"' "$tmp/f16/fit.tfg" &&
+  if cmp -s "$tmp/f16/a.safetensors" "$tmp/f16/b.safetensors" && grep -q '"grad_scaler.skipped":"5"' "$tmp/f16/a.safetensors"
+  then ok; else ko "cli f16-resume: 10 + 10 steps differ from 20, or no 5 skipped steps in the metadata"; fi
+python3 "$ROOT/tests/ckpt_edit.py" "$tmp/f16/b.safetensors" "$tmp/f16/c.safetensors" meta=grad_scaler.scale=abc
+expect f16-bad-scale 1 "$TFG" run --color=never --set 'ckpt="c.safetensors"' "$tmp/f16/fit.tfg" &&
+  contains f16-bad-scale "$tmp/err" "metadata grad_scaler.scale is 'abc', not a positive number"
+
 # ---- the GPT example -------------------------------------------------------------
 # A tiny configuration of examples/gpt.tfg (causal mask, tied embeddings,
 # AdamW on byte windows): the logged loss falls from near log(256) = 5.5 by
