@@ -12,6 +12,8 @@
 #   make CUDA=0     build without CUDA even where the toolkit exists
 #   make NCCL=0     build with CUDA but without NCCL (all-reduce across GPUs
 #                   then uses the built-in ring over peer access)
+#   make MPI=0      build without MPI even where Open MPI's mpicc is (a tfg
+#                   that mpirun starts then says it cannot join the job)
 #
 # CUDA is on when nvcc is found (on PATH, or CUDA_HOME/bin/nvcc): then
 # kernels/cuda/*.cu are compiled by nvcc and runtime/backend_cuda*.c by the C
@@ -110,9 +112,27 @@ else
   NCCL_ON := 0
 endif
 
+# MPI: auto = where Open MPI's mpicc is (make deps installs it); its compile
+# and link flags from mpicc itself. The sanitizer build leaves it out (Open
+# MPI's own allocations would read as leaks), as it leaves out CUDA.
+MPI     ?= auto
+ifneq ($(SAN),)
+  override MPI := 0
+endif
+ifeq ($(MPI),auto)
+  MPI_ON := $(if $(shell command -v mpicc 2>/dev/null),1,0)
+else
+  MPI_ON := $(MPI)
+endif
+ifeq ($(MPI_ON),1)
+  MPI_CFLAGS := $(patsubst -I%,-isystem %,$(shell mpicc --showme:compile 2>/dev/null))
+  LDLIBS     += $(shell mpicc --showme:link 2>/dev/null)
+  $(BUILD)/obj/runtime/mpi.o: CPPFLAGS += $(MPI_CFLAGS)
+endif
+
 VERSION := 0.1.0
 PREFIX  ?= /usr/local
-CPPFLAGS += -DTFG_VERSION='"$(VERSION)"' -DTFG_BUILD_CUDA=$(CUDA_ON) -DTFG_BUILD_NCCL=$(NCCL_ON) \
+CPPFLAGS += -DTFG_VERSION='"$(VERSION)"' -DTFG_BUILD_CUDA=$(CUDA_ON) -DTFG_BUILD_NCCL=$(NCCL_ON) -DTFG_BUILD_MPI=$(MPI_ON) \
             -DTFG_STDLIB_DIR='"$(PREFIX)/share/tfg/stdlib"' -DTFG_SOURCE_STDLIB='"$(CURDIR)/stdlib"' 
 
 # ---- CUDA: nvcc for the kernels, the libraries for the link ------------------
@@ -269,7 +289,8 @@ test-gpu: all $(GPU_TEST_BIN)
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 # ---- packages -------------------------------------------------------------
-DEB_PKGS  := re2c bison check libsubunit-dev pkg-config libopenblas-dev zlib1g-dev libedit-dev python3 python3-torch
+DEB_PKGS  := re2c bison check libsubunit-dev pkg-config libopenblas-dev zlib1g-dev libedit-dev python3 python3-torch \
+             openmpi-bin libopenmpi-dev
 FUZZ_PKGS := clang libclang-rt-14-dev
 
 deps:

@@ -29,6 +29,7 @@
 #include "runtime/backend.h"
 #include "runtime/device.h"
 #include "runtime/format.h"
+#include "runtime/mpi.h"
 #include "runtime/registry.h"
 #include "runtime/session.h"
 #include "runtime/trace.h"
@@ -227,6 +228,40 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
  * runs it. Consecutive train actions run as one group (concurrently); a
  * parameter_server job runs on sessions of its own and hands its params
  * back. */
+/* Under mpirun: every rank must mean the same job (runtime/mpi.h
+ * tfg_mpi_same) before any of them starts: the --set values, the
+ * devices, each train's strategy and steps, and every all-reduce (its
+ * key, replicas and tensor) in graph order. 0, or EXIT_USAGE on every
+ * rank after saying which differ. */
+static int same_job(const cli_opts *o, const tfg_program *p) {
+  if (tfg_mpi_size() < 2) return 0;
+  tfg_strbuf t = {0}, err = {0};
+  for (int i = 0; i < o->nsets; i++) tfg_strbuf_printf(&t, "--set %s=%s\n", o->sets[i].name, o->sets[i].value);
+  tfg_strbuf_printf(&t, "--devices %s\n", o->devices ? o->devices : "(default)");
+  for (int i = 0; i < p->nactions; i++)
+    if (p->actions[i].kind == TFG_ACTION_TRAIN)
+      tfg_strbuf_printf(&t, "train at line %u: strategy %d, %lld steps, %lld epochs, accumulate %d\n",
+                        p->actions[i].loc.line, (int)p->actions[i].config.strategy.kind,
+                        (long long)p->actions[i].config.steps, (long long)p->actions[i].config.epochs,
+                        p->actions[i].config.accumulate);
+  const tfg_graph *g = p->graph;
+  for (int32_t i = 0; i < g->nnodes; i++) {
+    const tfg_node *n = &g->nodes[i];
+    if (n->op != TFG_OP_ALLREDUCE) continue;
+    tfg_strbuf_printf(&t, "allreduce key %lld over %lld replicas: ", (long long)n->attrs.start, (long long)n->attrs.n);
+    tfg_shape_format(&t, n->dtype, &n->shape);
+    tfg_strbuf_puts(&t, "\n");
+  }
+  int rc = 0;
+  if (tfg_mpi_same("collective schedule", t.data ? t.data : "", &err) != TFG_OK) {
+    fprintf(stderr, "tfg run: rank %d: %s\n", tfg_mpi_rank(), err.data);
+    rc = EXIT_USAGE;
+  }
+  tfg_strbuf_free(&t);
+  tfg_strbuf_free(&err);
+  return rc;
+}
+
 static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool color) {
   /* --feed names an input without a source, or it is bad usage. */
   for (int i = 0; i < o->nfeeds; i++) {
@@ -263,6 +298,7 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
   if (!group || !gsteps) abort();
   cli_compiled c;
   int rc = cli_compile(o, p, d, &c);
+  if (rc == 0) rc = same_job(o, p);
   const tfg_train_step *steps = c.steps;
   const tfg_plan *plan = c.plan;
   tfg_trace *trace = rc == 0 && (o->trace || o->profile) ? tfg_trace_new() : NULL;
@@ -277,13 +313,14 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
     if (ls != TFG_OK) rc = tfg_status_exit_code(ls) == 1 ? EXIT_PROGRAM : EXIT_RUNTIME;
     else cli_verbose(o, "set the params from %d load%s", p->nloads, p->nloads == 1 ? "" : "s");
   }
-  tfg_train_opts to = {.log = stderr, .tty = isatty(STDERR_FILENO), .quiet = o->quiet};
+  /* under mpirun, rank 0 logs for the job (runtime/mpi.h) */
+  tfg_train_opts to = {.log = stderr, .tty = isatty(STDERR_FILENO), .quiet = o->quiet || tfg_mpi_rank() > 0};
   cli_catch_interrupts(true);
   for (int i = 0; s && i < p->nactions && rc == 0;) {
     const tfg_action *a = &p->actions[i];
     tfg_status st;
-    if (a->kind == TFG_ACTION_PRINT) {
-      st = cli_print_action(s, p, plan, a, o->print_all);
+    if (a->kind == TFG_ACTION_PRINT) { /* under mpirun, rank 0 prints for the job */
+      st = tfg_mpi_rank() == 0 ? cli_print_action(s, p, plan, a, o->print_all) : TFG_OK;
       i++;
     } else if (steps[i].worker_grads) {
       st = tfg_train_ps(p, a, &steps[i], plan, s, &so, &to, d);
@@ -495,7 +532,10 @@ static int cmd_version(const cli_cmd *cmd, int argc, char **argv) {
   tfg_backend_build_info(&b);
   fwrite(b.data, 1, b.len, stdout);
   tfg_strbuf_free(&b);
-  printf("mpi: off\n");
+  tfg_strbuf m = {0};
+  tfg_mpi_describe(&m);
+  printf("%s\n", m.data);
+  tfg_strbuf_free(&m);
   return 0;
 }
 
@@ -647,6 +687,16 @@ static int cmd_plot(const cli_cmd *cmd, int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+  /* A rank of an mpirun job joins it before anything else (runtime/mpi.h);
+   * outside a job nothing happens. */
+  tfg_strbuf why = {0};
+  if (tfg_mpi_start(&why) != TFG_OK) {
+    fprintf(stderr, "tfg: %s\n", why.data);
+    tfg_strbuf_free(&why);
+    return EXIT_RUNTIME;
+  }
+  tfg_strbuf_free(&why);
+  atexit(tfg_mpi_stop);
   if (argc < 2) {
     main_help(stderr);
     return EXIT_USAGE;

@@ -26,6 +26,7 @@
 #include "kernels/cast_math.h"
 #include "kernels/optim_math.h"
 #include "runtime/ckpt.h"
+#include "runtime/mpi.h"
 
 /* A job's settings as its run uses them (a->config, ir/program.h): the
  * steps epochs make, the cadence of its log lines resolved. */
@@ -138,6 +139,7 @@ static tfg_node_id scaler_state(const tfg_program *p, const tfg_train_step *st, 
 
 static tfg_status save(tfg_session *s, const tfg_program *p, const tfg_train_step *st, const cfg *c, int64_t step,
                        tfg_diag *d) {
+  if (tfg_mpi_rank() != 0) return TFG_OK; /* under mpirun, rank 0 writes for the job; every rank resumes from it */
   int n;
   tfg_ckpt_entry *e = ckpt_entries(s, p, st, &n, true);
   char stepbuf[32], scaler[3][32];
@@ -354,7 +356,7 @@ static tfg_status job_open(job *j, tfg_session *s, const tfg_program *p, const t
   j->vals = calloc((size_t)(1 + st->nmetrics), sizeof *j->vals);
   TFG_ASSERT(j->sum && j->vals);
   j->t0 = now();
-  if (a->config.log) { /* checked writable by tfg check; it may have changed since */
+  if (a->config.log && tfg_mpi_rank() == 0) { /* checked writable by tfg check; it may have changed since; rank 0's */
     j->csv = fopen(a->config.log, "w");
     if (!j->csv) {
       tfg_diag_error(d, &a->config.log_at, "cannot write log '%s': %s", a->config.log, strerror(errno));

@@ -19,7 +19,8 @@
 #      no_decay, accumulate, precision = bf16, plain optimizers; needs
 #      python3-torch), the REPL, scripted and on a pseudo-terminal
 #      (tests/repl.sh), Ctrl-C during training (tests/interrupt.py) and
-#      the progress bar on a pseudo-terminal (tests/progress_pty.py)
+#      the progress bar on a pseudo-terminal (tests/progress_pty.py), and
+#      tfg as the ranks of an mpirun job (tests/mpi.sh)
 #   4. fuzz regressions: every file in tests/fuzz/regress must be checked
 #      without a crash or hang (exit 0 or 1)
 #
@@ -58,7 +59,7 @@ progress() {
 # ---- 1. unit suites ---------------------------------------------------------
 unit="$ROOT/$BUILD/unit"
 [ -x "$unit" ] || unit="$BUILD/unit"
-echo "tests: the unit suites ($unit), then the golden files, cli, strategies, oracle, repl, interrupt, progress, reliability, fuzz regressions"
+echo "tests: the unit suites ($unit), then the golden files, cli, strategies, oracle, repl, interrupt, progress, mpi, reliability, fuzz regressions"
 if "$unit" >"$tmp/unit.out" 2>&1; then :; fi
 # the failures and anything unexpected (not Check's list of suites, passes and total)
 grep -v -e '^Running suite' -e ':P:' -e '^ [A-Za-z0-9_]*$' -e '^[0-9]*%: Checks: ' "$tmp/unit.out" || true
@@ -149,6 +150,8 @@ progress interrupt
 mkdir -p "$tmp/progress"
 py_checks progress "$ROOT/tests/progress_pty.py" "$TFG" "$tmp/progress" # the progress bar on a terminal
 progress progress
+. "$ROOT/tests/mpi.sh" # tfg under mpirun
+progress mpi
 # bad input by area (tests/reliability/*.sh): each a regression test per
 # problem found by trying tfg as a careless or hostile user would
 for f in "$ROOT"/tests/reliability/*.sh; do

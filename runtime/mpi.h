@@ -1,0 +1,60 @@
+/* runtime/mpi.h: the processes of one job started by mpirun (Open MPI;
+ * CLI.md "Many processes and machines"): each is a rank of the job, and
+ * this module is where tfg meets MPI.
+ *
+ *   tfg_strbuf why = {0};
+ *   if (tfg_mpi_start(&why) != TFG_OK) ... // why: MPI would not start
+ *   if (tfg_mpi_size() > 1 && tfg_mpi_same("collective schedule", text, &err) != TFG_OK) ...
+ *   tfg_mpi_stop();
+ *
+ * A tfg that mpirun did not start never calls MPI (it runs as one
+ * process, rank 0 of 1), so a build with MPI behaves as one without it
+ * outside mpirun. In a build without MPI (make MPI=0, or no mpicc), every
+ * function below answers as rank 0 of 1, and a process mpirun started is
+ * told, once, that this build cannot join the job. */
+#ifndef TFG_RUNTIME_MPI_H
+#define TFG_RUNTIME_MPI_H
+
+#include <stdbool.h>
+
+#include "base/status.h"
+#include "base/strbuf.h"
+
+/* Whether a launcher started this process as a rank of a job: Open MPI's
+ * mpirun sets OMPI_COMM_WORLD_SIZE, a PMIx launcher PMIX_RANK. */
+bool tfg_mpi_launched(void);
+
+/* Joins the job when launched (MPI_Init_thread with MPI_THREAD_SERIALIZED:
+ * only one thread at a time calls MPI), errors returned rather than
+ * aborting (MPI_ERRORS_RETURN); nothing otherwise. TFG_OK, or
+ * TFG_ERR_DEVICE with the reason in *why (MPI failed to start, or this
+ * build has no MPI). Once per process; tfg_mpi_stop leaves the job. */
+tfg_status tfg_mpi_start(tfg_strbuf *why);
+void tfg_mpi_stop(void);
+
+/* This process's rank in the job and the job's size (0 and 1 outside a
+ * job); its rank among the ranks of its machine (0 outside a job). */
+int tfg_mpi_rank(void);
+int tfg_mpi_size(void);
+int tfg_mpi_local_rank(void);
+
+/* `tfg version`'s line, without the newline: "mpi: on (Open MPI
+ * v4.1.4), rank R of N", "mpi: on (Open MPI v4.1.4), not started by
+ * mpirun", or "mpi: off (this build has no MPI)". */
+void tfg_mpi_describe(tfg_strbuf *out);
+
+/* The start-up check that every rank means the same job: what
+ * ("collective schedule") is text on every rank, compared through a
+ * 64-bit hash each rank gathers from all. TFG_OK when every rank's is
+ * rank 0's; otherwise, on every rank, TFG_ERR_USAGE with *err naming the
+ * ranks that differ and, on those ranks, the first line where theirs
+ * differs from rank 0's (both lines quoted). A collective: every rank
+ * must call it. Outside a job, TFG_OK. */
+tfg_status tfg_mpi_same(const char *what, const char *text, tfg_strbuf *err);
+
+/* The first line where a and b differ, 1-based, into *line, and the two
+ * lines (without their newlines) into *la and *lb; 0 when they are equal.
+ * What tfg_mpi_same reports, apart for its tests. */
+int tfg_mpi_first_difference(const char *a, const char *b, tfg_strbuf *la, tfg_strbuf *lb);
+
+#endif
