@@ -697,6 +697,7 @@ int main(int argc, char **argv) {
   }
   tfg_strbuf_free(&why);
   atexit(tfg_mpi_stop);
+  tfg_strategy_set_job(tfg_mpi_rank(), tfg_mpi_size());
   if (argc < 2) {
     main_help(stderr);
     return EXIT_USAGE;

@@ -267,9 +267,20 @@ static tfg_status add_clone(rewrite *c, const tfg_node *src, const tfg_node_id *
   return tfg_op_get(src->op)->infer(c->g, m, c->d);
 }
 
-/* Checks that every input the cone reads splits into R equal row blocks. */
+/* The job this process is a rank of (tfg_strategy_set_job): mirrored's
+ * replicas are global, this process's the ones from job_rank * R. */
+static int job_rank = 0, job_size = 1;
+
+void tfg_strategy_set_job(int rank, int nranks) {
+  TFG_ASSERT(nranks >= 1 && rank >= 0 && rank < nranks);
+  job_rank = rank;
+  job_size = nranks;
+}
+
+/* Checks that every input the cone reads splits into R equal row blocks
+ * per process of the job. */
 static tfg_status check_batches(rewrite *c) {
-  int R = c->s->nreplicas;
+  int R = c->s->nreplicas * job_size;
   for (int32_t i = 0; i <= c->top; i++) {
     const tfg_node *nd = &c->g->nodes[i];
     if (!c->cone[i] || nd->op != TFG_OP_INPUT || nd->shape.rank == 0) continue;
@@ -277,7 +288,11 @@ static tfg_status check_batches(rewrite *c) {
     if (b % R == 0) continue;
     tfg_diag_error(c->d, &nd->loc, "input %s: a global batch of %" PRId64 " rows does not split evenly over %d replicas",
                    nd->name, b, R);
-    tfg_diag_note(c->d, &c->s->loc, "mirrored makes %d replicas here", R);
+    if (job_size > 1)
+      tfg_diag_note(c->d, &c->s->loc, "mirrored makes %d replicas here on each of %d ranks: %d in all",
+                    c->s->nreplicas, job_size, R);
+    else
+      tfg_diag_note(c->d, &c->s->loc, "mirrored makes %d replicas here", R);
     int64_t lo = b / R * R, hi = lo + R;
     if (lo > 0) tfg_diag_help(c->d, "make the batch a multiple of %d, like %" PRId64 " or %" PRId64, R, lo, hi);
     else tfg_diag_help(c->d, "make the batch a multiple of %d, like %" PRId64, R, hi);
@@ -292,7 +307,7 @@ static tfg_status check_batches(rewrite *c) {
  * so a replica on another device starts while a replica on the cpu
  * itself (mirrored([cpu, gpu:0])) still computes. */
 static void add_slices(rewrite *c) {
-  int R = c->s->nreplicas;
+  int R = c->s->nreplicas, first = job_rank * R; /* this process's replicas among the job's */
   size_t span = (size_t)c->top + 1;
   c->slices = malloc(sizeof *c->slices * (size_t)R * span);
   TFG_ASSERT(c->slices != NULL);
@@ -301,15 +316,15 @@ static void add_slices(rewrite *c) {
       const tfg_node *nd = &c->g->nodes[i];
       c->slices[(size_t)r * span + (size_t)i] = -1;
       if (!c->cone[i] || nd->op != TFG_OP_INPUT || nd->shape.rank == 0) continue; /* a scalar has no batch */
-      int64_t rows = nd->shape.dim[0] / R;
+      int64_t rows = nd->shape.dim[0] / (R * job_size);
       tfg_node slice = *nd;
       slice.op = TFG_OP_SLICE;
       slice.ninputs = 1;
       slice.name = NULL;
       memset(&slice.attrs, 0, sizeof slice.attrs);
       slice.attrs.axis = 0;
-      slice.attrs.start = r * rows;
-      slice.attrs.end = (r + 1) * rows;
+      slice.attrs.start = (first + r) * rows;
+      slice.attrs.end = (first + r + 1) * rows;
       tfg_devspec pin = cpu_pin(c);
       tfg_node_id in = i;
       tfg_status st = add_clone(c, &slice, &in, &pin, &c->slices[(size_t)r * span + (size_t)i]);
@@ -378,7 +393,8 @@ static tfg_status clone_replica(rewrite *c, int r, tfg_train_step *out) {
      * (batch-major tensors: replica r's elements start at r times its
      * size), so mirrored trains as one device would. */
     if (st == TFG_OK && !ps && nd.op == TFG_OP_DROPOUT)
-      c->g->nodes[c->map[i]].attrs.start = r * tfg_shape_numel(&c->g->nodes[c->map[i]].shape);
+      c->g->nodes[c->map[i]].attrs.start =
+          (job_rank * R + r) * tfg_shape_numel(&c->g->nodes[c->map[i]].shape);
   }
   return st;
 }
@@ -593,6 +609,14 @@ tfg_status tfg_strategy_train_step(tfg_graph *g, const tfg_action *a, const tfg_
   tfg_action cast;
   tfg_node_id *cast_metrics = tfg_autocast(g, a, &cast, d);
   a = &cast;
+  if (s.kind == TFG_STRATEGY_PS && job_size > 1) {
+    tfg_diag_error(d, &s.loc, "parameter_server runs in one process, not across the %d ranks of an mpirun job", job_size);
+    tfg_diag_help(d, "run it without mpirun, or use mirrored(...), whose replicas span the ranks");
+    tfg_strategy_free(&s);
+    free(cast_metrics);
+    tfg_graph_truncate(g, n0);
+    return TFG_ERR_PLACE;
+  }
   if (s.kind == TFG_STRATEGY_SINGLE) {
     tfg_strategy_free(&s);
     st = tfg_autodiff_train_step(g, a, p, out, d);

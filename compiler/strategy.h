@@ -72,6 +72,13 @@ typedef struct tfg_strategy {
 tfg_status tfg_strategy_of(const tfg_action *a, tfg_strategy *out, tfg_diag *d);
 void tfg_strategy_free(tfg_strategy *s);
 
+/* The job this process is a rank of, under mpirun (runtime/mpi.h; 0 of 1
+ * otherwise, the default): mirrored's replicas are then the job's, R on
+ * each of nranks processes, the global batch split over all of them,
+ * this rank's replicas taking the rows of replicas rank * R + r; the
+ * all-reduce's mean is over all of them (runtime/collective.h). */
+void tfg_strategy_set_job(int rank, int nranks);
+
 /* Builds the step of train action a under its strategy (adding nodes to
  * g), as the comment atop this file describes; single() is
  * tfg_autodiff_train_step. Errors, located: what tfg_strategy_of

@@ -262,7 +262,7 @@ typedef struct hier {
   int *lead;          /* [nranks]: the leader of rank r's group (r itself for a leader) */
   int *leaders;       /* [ngroups]: the leaders, in rank order */
   bool *has_members;  /* [nranks]: rank r leads a group of more than one */
-  tfg_coll *inter;    /* among the leaders; NULL with one group */
+  tfg_coll *inter;    /* among the leaders; NULL with one group in one process */
   tfg_event **start;  /* [nranks]: members' */
   tfg_event **copied; /* [nranks]: members' */
   tfg_event **ready;  /* [nranks]: leaders' of groups with members */
@@ -282,7 +282,7 @@ static void hier_reduce_group(hier *h, int L, void *const *bufs, const size_t *c
   for (int m = L + 1; m <= last; m++) {
     if (h->lead[m] != L) continue;
     lb->i.event_wait(lb, h->s[L], h->start[m]);
-    double sc = h->ngroups == 1 && m == last ? scale : 1.0;
+    double sc = !h->inter && m == last ? scale : 1.0;
     for (int k = 0; k < nseg; k++)
       if (counts[k])
         lb->i.reduce_peer(lb, h->s[L], bufs[(size_t)L * (size_t)nseg + (size_t)k], h->b[m],
@@ -297,7 +297,7 @@ static void hier_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *
   TFG_ASSERT(nseg >= 0 && (nseg == 0 || (bufs && counts)));
   size_t n = 0;
   for (int k = 0; k < nseg; k++) n += counts[k];
-  if (R == 1) {
+  if (R == 1 && !h->inter) {
     TFG_ASSERT(scale == 1.0);
     return;
   }
@@ -342,7 +342,8 @@ static void hier_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *
 
 static void hier_allreduce(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
                            tfg_coll_op op) {
-  hier_allreduce_scaled(c, bufs, counts, nseg, dt, op == TFG_COLL_MEAN ? 1.0 / c->nranks : 1.0);
+  double all = (double)c->nranks * (c->processes > 1 ? c->processes : 1); /* every rank of every process */
+  hier_allreduce_scaled(c, bufs, counts, nseg, dt, op == TFG_COLL_MEAN ? 1.0 / all : 1.0);
 }
 
 /* Frees the leaders' collective and the events (queued work keeps what it
@@ -378,8 +379,10 @@ static const tfg_coll_i hier_i = {
     .free = hier_free,
 };
 
-tfg_coll *tfg_coll_hier_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, const int *group,
-                            tfg_coll_new_fn leaders, tfg_strbuf *why) {
+/* The hierarchical all-reduce; `outer`: its leaders' step spans
+ * processes, so it runs even with one group. */
+static tfg_coll *hier_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, const int *group,
+                          tfg_coll_new_fn leaders, bool outer, tfg_strbuf *why) {
   TFG_ASSERT(nranks >= 1 && b && s && group && leaders);
   hier *h = calloc(1, sizeof *h);
   TFG_ASSERT(h != NULL);
@@ -408,7 +411,7 @@ tfg_coll *tfg_coll_hier_new(int nranks, tfg_backend *const *b, tfg_stream *const
     else
       h->has_members[h->lead[r]] = true;
   }
-  if (h->ngroups > 1) {
+  if (h->ngroups > 1 || outer) {
     tfg_backend **lb = malloc((size_t)h->ngroups * sizeof *lb);
     tfg_stream **ls = malloc((size_t)h->ngroups * sizeof *ls);
     TFG_ASSERT(lb && ls);
@@ -438,8 +441,19 @@ tfg_coll *tfg_coll_hier_new(int nranks, tfg_backend *const *b, tfg_stream *const
   TFG_ASSERT(c != NULL);
   c->i = hier_i;
   c->nranks = nranks;
+  c->processes = h->inter ? h->inter->processes : 1;
   c->ctx = h;
   return c;
+}
+
+tfg_coll *tfg_coll_hier_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, const int *group,
+                            tfg_coll_new_fn leaders, tfg_strbuf *why) {
+  return hier_new(nranks, b, s, group, leaders, false, why);
+}
+
+tfg_coll *tfg_coll_hier_outer_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, const int *group,
+                                  tfg_coll_new_fn leaders, tfg_strbuf *why) {
+  return hier_new(nranks, b, s, group, leaders, true, why);
 }
 
 /* ---- the choice ------------------------------------------------------------------ */

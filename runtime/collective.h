@@ -2,7 +2,7 @@
  * interface that every implementation fills (modeled on the backend
  * vtable): the built-in ring over backends (host devices, logical devices
  * that share one GPU), NCCL across physical GPUs, the two combined
- * hierarchically, MPI across processes (later).
+ * hierarchically, MPI across the processes of an mpirun job.
  *
  *   tfg_backend *b[2] = {...}; tfg_stream *s[2] = {...};  // one stream per rank
  *   tfg_strbuf why = {0};
@@ -71,6 +71,7 @@ typedef struct tfg_coll_i {
 struct tfg_coll {
   tfg_coll_i i;
   int nranks;
+  int processes; /* the processes it spans, each with nranks ranks (0 or 1: this one) */
   void *ctx;
 };
 
@@ -113,6 +114,13 @@ typedef tfg_coll *(*tfg_coll_new_fn)(int nranks, tfg_backend *const *b, tfg_stre
  * NULL with *why when `leaders` fails. The arrays are copied. */
 tfg_coll *tfg_coll_hier_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, const int *group,
                             tfg_coll_new_fn leaders, tfg_strbuf *why);
+
+/* The same, for leaders that span processes (runtime/mpi.h
+ * tfg_mpi_job_coll_new: MPI among the processes of an mpirun job): the
+ * leaders' step runs even with one group, and a mean is over every rank
+ * of every process (the leaders' collective's `processes`). */
+tfg_coll *tfg_coll_hier_outer_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, const int *group,
+                                  tfg_coll_new_fn leaders, tfg_strbuf *why);
 
 /* ---- choosing one --------------------------------------------------------------- */
 

@@ -9,6 +9,9 @@
 #include <string.h>
 
 #include "base/assert.h"
+#include "kernels/kernel.h"
+#include "runtime/backend.h"
+#include "runtime/collective.h"
 
 #if TFG_BUILD_MPI
 #include <mpi.h>
@@ -41,7 +44,7 @@ static void mpi_error(tfg_strbuf *why, const char *call, int code) {
 
 tfg_status tfg_mpi_start(tfg_strbuf *why) {
   if (job.started || !tfg_mpi_launched()) return TFG_OK;
-  int provided = 0, rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+  int provided = 0, rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
   if (rc != MPI_SUCCESS) {
     mpi_error(why, "MPI_Init_thread", rc);
     return TFG_ERR_DEVICE;
@@ -56,8 +59,9 @@ tfg_status tfg_mpi_start(tfg_strbuf *why) {
     MPI_Comm_rank(local, &job.local_rank);
     MPI_Comm_free(&local);
   }
-  if (provided < MPI_THREAD_SERIALIZED) {
-    tfg_strbuf_printf(why, "this MPI library gives threads level %d, tfg needs MPI_THREAD_SERIALIZED", provided);
+  if (provided < MPI_THREAD_MULTIPLE) {
+    tfg_strbuf_printf(why, "this MPI library gives threads level %d, tfg needs MPI_THREAD_MULTIPLE (its collectives "
+                           "run on the devices' threads)", provided);
     return TFG_ERR_DEVICE;
   }
   return TFG_OK;
@@ -132,6 +136,170 @@ tfg_status tfg_mpi_same(const char *what, const char *text, tfg_strbuf *err) {
   return TFG_ERR_USAGE;
 }
 
+void tfg_mpi_mean(double *v, int n) {
+  if (!job.started || job.size < 2 || n <= 0) return;
+  int rc = MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  TFG_ASSERT(rc == MPI_SUCCESS); /* a failed rank ends the job under mpirun (runtime/mpi.h) */
+  for (int i = 0; i < n; i++) v[i] /= job.size;
+}
+
+/* ---- the leaders' step across processes ------------------------------------------ */
+
+/* The stream runs the calls one after another and reads a failing one's
+ * message from ctx as it returns: one ctx (and node, an ALLREDUCE for the
+ * trace) serves them all. */
+typedef struct mpi_coll {
+  MPI_Comm comm;
+  tfg_backend *b;
+  tfg_stream *s;
+  tfg_kernel_ctx ctx;
+  tfg_node node;
+} mpi_coll;
+
+/* One call's work, queued on the stream as a kernel's input (self.data is
+ * the job) and freed by it. */
+typedef struct mpi_job {
+  MPI_Comm comm;
+  int nseg;
+  tfg_dtype dt;
+  double scale;
+  void **bufs;
+  size_t *counts;
+  tfg_tensor self;
+} mpi_job;
+
+static void job_free(mpi_job *j) {
+  free(j->bufs);
+  free(j->counts);
+  free(j);
+}
+
+/* Runs on the rank's stream: each segment summed over the processes in
+ * place, then scaled. */
+static tfg_status mpi_allreduce_kernel(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
+                                       tfg_tensor *out) {
+  (void)node;
+  (void)out;
+  mpi_job *j = in[0].data;
+  MPI_Datatype type = j->dt == TFG_DTYPE_F64 ? MPI_DOUBLE : MPI_FLOAT;
+  tfg_status st = TFG_OK;
+  for (int k = 0; k < j->nseg && st == TFG_OK; k++) {
+    size_t done = 0;
+    while (done < j->counts[k] && st == TFG_OK) { /* MPI counts are ints */
+      size_t n = j->counts[k] - done < (size_t)INT32_MAX ? j->counts[k] - done : (size_t)INT32_MAX;
+      char *p = (char *)j->bufs[k] + done * tfg_dtype_size(j->dt);
+      int rc = MPI_Allreduce(MPI_IN_PLACE, p, (int)n, type, MPI_SUM, j->comm);
+      if (rc != MPI_SUCCESS) {
+        tfg_strbuf why = {0};
+        mpi_error(&why, "MPI_Allreduce", rc);
+        st = tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "allreduce across the job's processes: %s", why.data);
+        tfg_strbuf_free(&why);
+      }
+      done += n;
+    }
+    if (j->scale != 1.0 && st == TFG_OK) {
+      if (j->dt == TFG_DTYPE_F64)
+        for (size_t i = 0; i < j->counts[k]; i++) ((double *)j->bufs[k])[i] *= j->scale;
+      else
+        for (size_t i = 0; i < j->counts[k]; i++) ((float *)j->bufs[k])[i] *= (float)j->scale;
+    }
+  }
+  job_free(j);
+  return st;
+}
+
+static const char *mpi_name(tfg_coll *c) {
+  (void)c;
+  return "mpi";
+}
+
+static void mpi_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                                 double scale) {
+  mpi_coll *m = c->ctx;
+  TFG_ASSERT(dt == TFG_DTYPE_F32 || dt == TFG_DTYPE_F64);
+  mpi_job *j = calloc(1, sizeof *j);
+  TFG_ASSERT(j != NULL);
+  j->comm = m->comm;
+  j->nseg = nseg;
+  j->dt = dt;
+  j->scale = scale;
+  j->bufs = malloc(sizeof *j->bufs * (size_t)(nseg + 1));
+  j->counts = malloc(sizeof *j->counts * (size_t)(nseg + 1));
+  TFG_ASSERT(j->bufs && j->counts);
+  for (int k = 0; k < nseg; k++) {
+    j->bufs[k] = bufs[k];
+    j->counts[k] = counts[k];
+  }
+  j->self.data = j;
+  m->b->i.launch(m->b, m->s, mpi_allreduce_kernel, &m->ctx, &m->node, &j->self, NULL);
+}
+
+static void mpi_allreduce(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                          tfg_coll_op op) {
+  mpi_allreduce_scaled(c, bufs, counts, nseg, dt, op == TFG_COLL_MEAN ? 1.0 / job.size : 1.0);
+}
+
+static void mpi_free(tfg_coll *c) {
+  if (!c) return;
+  mpi_coll *m = c->ctx;
+  /* the executor frees its collectives once the streams are done; the
+   * communicator goes with MPI_Finalize */
+  tfg_strbuf_free(&m->ctx.err);
+  free(m);
+  free(c);
+}
+
+static const tfg_coll_i mpi_i = {
+    .name = mpi_name,
+    .allreduce = mpi_allreduce,
+    .allreduce_scaled = mpi_allreduce_scaled,
+    .free = mpi_free,
+};
+
+/* The leaders' step: one rank (this process's leader) among the job's
+ * processes. */
+static tfg_coll *mpi_coll_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why) {
+  TFG_ASSERT(nranks == 1);
+  if (!job.started) {
+    tfg_strbuf_puts(why, "an all-reduce across processes outside an mpirun job");
+    return NULL;
+  }
+  mpi_coll *m = calloc(1, sizeof *m);
+  TFG_ASSERT(m != NULL);
+  int rc = MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);
+  if (rc != MPI_SUCCESS) {
+    mpi_error(why, "MPI_Comm_dup", rc);
+    free(m);
+    return NULL;
+  }
+  MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+  m->b = b[0];
+  m->s = s[0];
+  m->node.op = TFG_OP_ALLREDUCE;
+  tfg_coll *c = calloc(1, sizeof *c);
+  TFG_ASSERT(c != NULL);
+  c->i = mpi_i;
+  c->nranks = 1;
+  c->processes = job.size;
+  c->ctx = m;
+  return c;
+}
+
+tfg_coll *tfg_mpi_job_coll_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why) {
+  for (int r = 0; r < nranks; r++)
+    if (b[r]->i.read_now != NULL) { /* not host memory */
+      tfg_strbuf_printf(why, "%s is not a host device: across the processes of an mpirun job, this version reduces "
+                             "host devices only (CUDA devices need NCCL's bootstrap over MPI)",
+                        b[r]->device->name);
+      return NULL;
+    }
+  int *group = calloc((size_t)nranks, sizeof *group); /* this process's ranks: one group */
+  TFG_ASSERT(group != NULL);
+  tfg_coll *c = tfg_coll_hier_outer_new(nranks, b, s, group, mpi_coll_new, why);
+  free(group);
+  return c;
+}
+
 #else /* a build without MPI */
 
 tfg_status tfg_mpi_start(tfg_strbuf *why) {
@@ -150,6 +318,20 @@ tfg_status tfg_mpi_same(const char *what, const char *text, tfg_strbuf *err) {
   (void)text;
   (void)err;
   return TFG_OK;
+}
+
+void tfg_mpi_mean(double *v, int n) {
+  (void)v;
+  (void)n;
+}
+
+struct tfg_coll *tfg_mpi_job_coll_new(int nranks, struct tfg_backend *const *b, struct tfg_stream *const *s,
+                                      tfg_strbuf *why) {
+  (void)nranks;
+  (void)b;
+  (void)s;
+  tfg_strbuf_puts(why, "this build has no MPI");
+  return NULL;
 }
 
 #endif

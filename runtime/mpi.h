@@ -24,8 +24,8 @@
  * mpirun sets OMPI_COMM_WORLD_SIZE, a PMIx launcher PMIX_RANK. */
 bool tfg_mpi_launched(void);
 
-/* Joins the job when launched (MPI_Init_thread with MPI_THREAD_SERIALIZED:
- * only one thread at a time calls MPI), errors returned rather than
+/* Joins the job when launched (MPI_Init_thread with MPI_THREAD_MULTIPLE:
+ * the collectives run on the devices' worker threads), errors returned rather than
  * aborting (MPI_ERRORS_RETURN); nothing otherwise. TFG_OK, or
  * TFG_ERR_DEVICE with the reason in *why (MPI failed to start, or this
  * build has no MPI). Once per process; tfg_mpi_stop leaves the job. */
@@ -51,6 +51,30 @@ void tfg_mpi_describe(tfg_strbuf *out);
  * differs from rank 0's (both lines quoted). A collective: every rank
  * must call it. Outside a job, TFG_OK. */
 tfg_status tfg_mpi_same(const char *what, const char *text, tfg_strbuf *err);
+
+/* v[0..n) replaced by its mean over the job's processes (each rank's
+ * value weighing alike: the mean of its replicas' means, all ranks having
+ * as many); nothing outside a job. A collective: every rank calls it, in
+ * the same order (the train loop's logged values and evaluations). */
+void tfg_mpi_mean(double *v, int n);
+
+/* The all-reduce of a group of this process's nranks devices in an
+ * mpirun job (runtime/collective.h): the hierarchical all-reduce, this
+ * process's ranks one group (tfg_coll_hier_outer_new), its leaders' step
+ * MPI_Allreduce (sum) among the job's processes, queued on the leader's
+ * stream, so that a mean is over every rank of every process. Every
+ * process makes its collectives in the same order (the executor makes
+ * them in plan order, and tfg_mpi_same checked the plans alike), and each
+ * gets a communicator of its own, so the all-reduces of two never meet.
+ * Host memory only, f32 or f64. NULL with *why when a device is not a
+ * host device (CUDA devices across processes need NCCL's bootstrap over
+ * MPI, which this version does not have), or MPI fails, or outside a
+ * job. */
+struct tfg_coll;
+struct tfg_backend;
+struct tfg_stream;
+struct tfg_coll *tfg_mpi_job_coll_new(int nranks, struct tfg_backend *const *b, struct tfg_stream *const *s,
+                                      tfg_strbuf *why);
 
 /* The first line where a and b differ, 1-based, into *line, and the two
  * lines (without their newlines) into *la and *lb; 0 when they are equal.

@@ -14,6 +14,7 @@
 #include "base/assert.h"
 
 #include "runtime/discover.h"
+#include "runtime/mpi.h"
 #if TFG_BUILD_CUDA
 #include "runtime/backend_cuda.h"
 #endif
@@ -102,6 +103,9 @@ static tfg_coll *ring_new(int nranks, tfg_backend *const *b, tfg_stream *const *
 
 tfg_coll *tfg_coll_new_for(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why) {
   TFG_ASSERT(nranks >= 1 && b && s);
+  /* under mpirun every all-reduce is the job's: mirrored spans the ranks
+   * (compiler/strategy.h tfg_strategy_set_job) */
+  if (tfg_mpi_size() > 1) return tfg_mpi_job_coll_new(nranks, b, s, why);
   const tfg_device **dev = malloc((size_t)nranks * sizeof *dev);
   int *group = malloc((size_t)nranks * sizeof *group);
   TFG_ASSERT(dev && group);

@@ -288,6 +288,10 @@ static tfg_status evaluate(tfg_session *s, const tfg_program *p, const tfg_train
     r = tfg_session_run_with(s, rp.fetch, rp.n, rp.out, &ro);
     for (int i = 0; r == TFG_OK && i < nv; i++) each[i] += replica_mean(st, rp.out, i);
   }
+  if (r == TFG_OK) { /* under mpirun, the job's replicas all count (every rank gets here) */
+    tfg_mpi_mean(sum, nv);
+    tfg_mpi_mean(each, nv);
+  }
   if (r == TFG_OK && log) { /* log NULL: --quiet */
     for (int i = 0; i < nv; i++)
       sum[i] = !exact ? sum[i] / (double)batches
@@ -412,11 +416,17 @@ static tfg_run_opts step_opts(const job *j, int64_t k, int m) {
 }
 
 /* Adds one micro-batch's losses and metrics (in j->rp.out, each the mean
- * over the replicas) to the step's j->vals, as their mean over the step's
- * micro-batches; the step's first (m == 0) starts them afresh. */
+ * over the replicas, under mpirun every rank's) to the step's j->vals, as
+ * their mean over the step's micro-batches; the step's first (m == 0)
+ * starts them afresh. Every rank calls it for every micro-batch. */
 static void job_take(job *j, int m) {
-  for (int v = 0; v <= j->st->nmetrics; v++)
-    j->vals[v] = (m == 0 ? 0 : j->vals[v]) + replica_mean(j->st, j->rp.out, v) / (double)j->c.accumulate;
+  int nv = 1 + j->st->nmetrics;
+  double *mean = malloc(sizeof *mean * (size_t)nv);
+  TFG_ASSERT(mean != NULL);
+  for (int v = 0; v < nv; v++) mean[v] = replica_mean(j->st, j->rp.out, v);
+  tfg_mpi_mean(mean, nv); /* under mpirun, over every rank's replicas */
+  for (int v = 0; v < nv; v++) j->vals[v] = (m == 0 ? 0 : j->vals[v]) + mean[v] / (double)j->c.accumulate;
+  free(mean);
 }
 
 /* "H:MM:SS" or "M:SS" of t seconds into buf. */

@@ -41,4 +41,54 @@ TFG
     if cmp -s "$tmp/out" "$tmp/mpi/alone.out" && [ "$(grep -c '^trained' "$tmp/err")" = 1 ] &&
       cmp -s "$tmp/mpi/w.safetensors" "$tmp/mpi/alone.safetensors"; then ok
     else ko "$suite mpi-job: not one print, one log and the checkpoint of one process"; fi
+
+  # mirrored under mpirun spans the ranks: R replicas on each of N ranks
+  # train as one process mirrored over N x R replicas (the digits MLP of
+  # mlp_program, 20 steps of Adam), within strategies.sh's 2e-5 (the
+  # all-reduce sums in another order), its loss and evaluation logged once
+  # for the job as the one process logs them
+  mlp_program "$tmp/mpi/one2" "adam(lr = 1e-2)" "mirrored([gpu:0, gpu:1])"
+  mlp_program "$tmp/mpi/one4" "adam(lr = 1e-2)" "mirrored([gpu:0, gpu:1, gpu:2, gpu:3])"
+  mlp_program "$tmp/mpi/job1" "adam(lr = 1e-2)" "mirrored([gpu:0])"
+  mlp_program "$tmp/mpi/job2" "adam(lr = 1e-2)" "mirrored([gpu:0, gpu:1])"
+  expect mpi-one2 0 "$TFG" run --devices host*2 "$tmp/mpi/one2.tfg" &&
+    grep -E '^(step|eval)' "$tmp/err" | sed 's/  [0-9.]* steps\/s//' >"$tmp/mpi/one2.log"
+  expect mpi-one4 0 "$TFG" run --devices host*4 "$tmp/mpi/one4.tfg"
+  for n in 2 4; do
+    sed "s|job1.safetensors|np$n.safetensors|" "$tmp/mpi/job1.tfg" >"$tmp/mpi/np$n.tfg"
+    expect "mpi-np$n" 0 mpi_run -np $n "$TFG" run --devices host "$tmp/mpi/np$n.tfg" &&
+      if python3 "$ROOT/tests/ckpt_compare.py" "$tmp/mpi/np$n.safetensors" "$tmp/mpi/one$n.safetensors" 2e-5 \
+        >"$tmp/cmp" 2>&1; then ok; else ko "$suite mpi-np$n: $(cat "$tmp/cmp")"; fi
+  done
+  expect mpi-np2-log 0 mpi_run -np 2 "$TFG" run --devices host "$tmp/mpi/job1.tfg" &&
+    grep -E '^(step|eval)' "$tmp/err" | sed 's/  [0-9.]* steps\/s//' >"$tmp/mpi/np2.log" &&
+    if [ -s "$tmp/mpi/one2.log" ] && cmp -s "$tmp/mpi/np2.log" "$tmp/mpi/one2.log"; then ok
+    else ko "$suite mpi-np2-log: the job logged $(cat "$tmp/mpi/np2.log"), one process $(cat "$tmp/mpi/one2.log")"; fi
+  expect mpi-np2x2 0 mpi_run -np 2 "$TFG" run --devices host*2 "$tmp/mpi/job2.tfg" &&
+    if python3 "$ROOT/tests/ckpt_compare.py" "$tmp/mpi/job2.safetensors" "$tmp/mpi/one4.safetensors" 2e-5 \
+      >"$tmp/cmp" 2>&1; then ok; else ko "$suite mpi-np2x2: $(cat "$tmp/cmp")"; fi
+  # the batch must split over every rank's replicas: 16 rows over 3 x 2
+  mlp_program "$tmp/mpi/odd" "adam(lr = 1e-2)" "mirrored([gpu:0, gpu:1])"
+  expect mpi-uneven 1 mpi_run -np 3 "$TFG" run --color=never --devices host*2 "$tmp/mpi/odd.tfg" &&
+    contains mpi-uneven "$tmp/err" "mirrored makes 2 replicas here on each of 3 ranks: 6 in all"
+
+  # a rank killed mid-run: mpirun ends the others at once (never a hang),
+  # names the rank, and the last checkpoint still loads
+  sed 's/steps = 20/steps = 1000000/; s/log_every = 20/log_every = 1000000; checkpoint_every = 200/; s/job1.safetensors/kill.safetensors/' \
+    "$tmp/mpi/job1.tfg" >"$tmp/mpi/kill.tfg"
+  start=$(date +%s)
+  mpi_run -np 2 "$TFG" run --devices host "$tmp/mpi/kill.tfg" >"$tmp/mpi/kill.out" 2>"$tmp/mpi/kill.err" &
+  mpi_pid=$!
+  for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
+    [ -e "$tmp/mpi/kill.safetensors" ] && break
+    sleep 0.5
+  done
+  victim=$(pgrep -f "tfg run --devices host $tmp/mpi/kill.tfg" | tail -1)
+  [ -n "$victim" ] && kill -9 "$victim"
+  wait "$mpi_pid"
+  mpi_rc=$?
+  took=$(($(date +%s) - start))
+  if [ -n "$victim" ] && [ "$mpi_rc" -ne 0 ] && [ "$took" -le 40 ] && grep -q 'rank 1' "$tmp/mpi/kill.err" &&
+    python3 "$ROOT/tests/ckpt_compare.py" "$tmp/mpi/kill.safetensors" "$tmp/mpi/kill.safetensors" 0 >/dev/null 2>&1
+  then ok; else ko "$suite mpi-kill: victim '$victim', exit $mpi_rc after $took s: $(tail -3 "$tmp/mpi/kill.err")"; fi
 fi
