@@ -6,6 +6,7 @@
  * The steps from a built program to its results are the pipeline's
  * (cli/pipeline.h), which the REPL uses too; `tfg repl` starts the REPL
  * through its one entry point (cli/cli.h). */
+#define _GNU_SOURCE /* fopencookie: --log-all-ranks */
 #include <errno.h>
 #include <getopt.h>
 #include <stdbool.h>
@@ -56,7 +57,7 @@ enum { ALLOW_AST = 1, ALLOW_RUN = 2, ALLOW_PLACE = 4, ALLOW_EXPLAIN = 8, ALLOW_T
 
 enum { OPT_COLOR = 256, OPT_AST, OPT_SET, OPT_FEED, OPT_SEED, OPT_PRINT_ALL, OPT_THREADS, OPT_CHECK_NUMERICS,
        OPT_QUIET, OPT_DEVICES, OPT_MEMORY_LIMIT, OPT_EXPLAIN, OPT_JSON, OPT_DOT, OPT_TRACE, OPT_BUCKET_SIZE,
-       OPT_MEMORY, OPT_TF32, OPT_VERBOSE, OPT_PROFILE };
+       OPT_MEMORY, OPT_TF32, OPT_VERBOSE, OPT_PROFILE, OPT_LOG_ALL_RANKS };
 
 /* The ALLOW_* bit a command needs to take each option; 0: every command
  * takes it. Another command's option is an unknown option. */
@@ -79,6 +80,7 @@ static const int opt_allow[] = {
     [OPT_TF32 - OPT_COLOR] = ALLOW_RUN,
     [OPT_VERBOSE - OPT_COLOR] = ALLOW_VERBOSE,
     [OPT_PROFILE - OPT_COLOR] = ALLOW_TRACE,
+    [OPT_LOG_ALL_RANKS - OPT_COLOR] = ALLOW_TRACE,
 };
 
 /* Splits "NAME=VALUE"; false when there is no '=' or no name. */
@@ -112,6 +114,7 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
       {"dot", no_argument, NULL, OPT_DOT},
       {"trace", required_argument, NULL, OPT_TRACE},
       {"profile", no_argument, NULL, OPT_PROFILE},
+      {"log-all-ranks", no_argument, NULL, OPT_LOG_ALL_RANKS},
       {"bucket-size", required_argument, NULL, OPT_BUCKET_SIZE},
       {"memory", required_argument, NULL, OPT_MEMORY},
       {"tf32", no_argument, NULL, OPT_TF32},
@@ -195,6 +198,9 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
     case OPT_PROFILE:
       o->profile = true;
       break;
+    case OPT_LOG_ALL_RANKS:
+      o->log_all_ranks = true;
+      break;
     case OPT_MEMORY:
       if (strcmp(optarg, "growth") && strcmp(optarg, "preallocate"))
         return usage_error(cmd, "--memory takes growth or preallocate, not '%s'", optarg);
@@ -228,6 +234,46 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
  * runs it. Consecutive train actions run as one group (concurrently); a
  * parameter_server job runs on sessions of its own and hands its params
  * back. */
+/* --log-all-ranks: a stream onto stderr that starts each line with
+ * "[rank K] " (a cookie stream, so that every log line of the train
+ * loop gets it, however it is printed). */
+typedef struct rank_log {
+  bool at_start; /* the next byte starts a line */
+  char tag[32];
+} rank_log;
+
+static ssize_t rank_log_write(void *cookie, const char *buf, size_t n) {
+  rank_log *r = cookie;
+  for (size_t i = 0; i < n; i++) {
+    if (r->at_start) fputs(r->tag, stderr);
+    fputc(buf[i], stderr);
+    r->at_start = buf[i] == '\n';
+  }
+  fflush(stderr);
+  return (ssize_t)n;
+}
+
+static int rank_log_close(void *cookie) {
+  free(cookie);
+  return 0;
+}
+
+/* The stream, line-buffered; NULL when it cannot be made (then the rank
+ * logs as without the option). */
+static FILE *rank_log_open(void) {
+  rank_log *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  r->at_start = true;
+  snprintf(r->tag, sizeof r->tag, "[rank %d] ", tfg_mpi_rank());
+  FILE *f = fopencookie(r, "w", (cookie_io_functions_t){.write = rank_log_write, .close = rank_log_close});
+  if (!f) {
+    free(r);
+    return NULL;
+  }
+  setvbuf(f, NULL, _IOLBF, 0);
+  return f;
+}
+
 /* Under mpirun: every rank must mean the same job (runtime/mpi.h
  * tfg_mpi_same) before any of them starts: the --set values, the
  * devices, each train's strategy and steps, and every all-reduce (its
@@ -313,8 +359,11 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
     if (ls != TFG_OK) rc = tfg_status_exit_code(ls) == 1 ? EXIT_PROGRAM : EXIT_RUNTIME;
     else cli_verbose(o, "set the params from %d load%s", p->nloads, p->nloads == 1 ? "" : "s");
   }
-  /* under mpirun, rank 0 logs for the job (runtime/mpi.h) */
-  tfg_train_opts to = {.log = stderr, .tty = isatty(STDERR_FILENO), .quiet = o->quiet || tfg_mpi_rank() > 0};
+  /* under mpirun, rank 0 logs for the job (runtime/mpi.h), or every rank
+   * with its tag on each line */
+  FILE *ranks_log = o->log_all_ranks && tfg_mpi_size() > 1 ? rank_log_open() : NULL;
+  tfg_train_opts to = {.log = ranks_log ? ranks_log : stderr, .tty = !ranks_log && isatty(STDERR_FILENO),
+                       .quiet = o->quiet || (tfg_mpi_rank() > 0 && !ranks_log)};
   cli_catch_interrupts(true);
   for (int i = 0; s && i < p->nactions && rc == 0;) {
     const tfg_action *a = &p->actions[i];
@@ -342,6 +391,7 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
       cli_verbose(o, "ran the %s at line %u", a->kind == TFG_ACTION_PRINT ? "print" : "train", a->loc.line);
   }
   cli_catch_interrupts(false);
+  if (ranks_log) fclose(ranks_log);
   tfg_session_free(s);
   if (trace && o->profile) { /* the same events as --trace, by op (stderr, beside the progress) */
     tfg_strbuf tab = {0};
@@ -565,7 +615,9 @@ static const cli_cmd commands[] = {
      "  --tf32            let f32 matrix products on GPUs use TF32 tensor cores\n"
      "  --trace FILE.json write a Chrome/Perfetto trace of the run (a path that cannot be\n"
      "                    written is bad usage, found before the run)\n"
-     "  --profile         after the run, a table of ops by total time, calls and mean (stderr)\n" COMMON_HELP,
+     "  --profile         after the run, a table of ops by total time, calls and mean (stderr)\n"
+     "  --log-all-ranks   under mpirun, every rank logs its training, each line after \"[rank K] \"\n"
+     "                    (else rank 0 logs for the job)\n" COMMON_HELP,
      cmd_program},
     {"check", "build and shape-check only; prints nothing on success",
      "tfg check [OPTIONS] FILE\n\nBuild and check FILE ('-' reads standard input): syntax, names,\n"

@@ -55,6 +55,7 @@ typedef struct cli_opts {
   bool explain, json, dot;
   const char *trace;      /* --trace FILE.json */
   bool profile;           /* --profile: a table of ops by time after the run */
+  bool log_all_ranks;     /* --log-all-ranks: under mpirun every rank logs, "[rank K] " first */
   int64_t bucket_bytes;   /* --bucket-size SIZE, 0 for the default */
   bool preallocate;       /* --memory preallocate (default: growth) */
   bool tf32;              /* --tf32 */

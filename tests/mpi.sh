@@ -64,6 +64,11 @@ TFG
     grep -E '^(step|eval)' "$tmp/err" | sed 's/  [0-9.]* steps\/s//' >"$tmp/mpi/np2.log" &&
     if [ -s "$tmp/mpi/one2.log" ] && cmp -s "$tmp/mpi/np2.log" "$tmp/mpi/one2.log"; then ok
     else ko "$suite mpi-np2-log: the job logged $(cat "$tmp/mpi/np2.log"), one process $(cat "$tmp/mpi/one2.log")"; fi
+  sed "s|job1.safetensors|tagged.safetensors|" "$tmp/mpi/job1.tfg" >"$tmp/mpi/tagged.tfg"
+  expect mpi-log-all-ranks 0 mpi_run -np 2 "$TFG" run --log-all-ranks --devices host "$tmp/mpi/tagged.tfg" &&
+    if [ "$(grep -c '^\[rank 0\] trained 20 steps' "$tmp/err")" = 1 ] &&
+      [ "$(grep -c '^\[rank 1\] trained 20 steps' "$tmp/err")" = 1 ] && ! grep -q '^trained' "$tmp/err"; then ok
+    else ko "$suite mpi-log-all-ranks: not one tagged line per rank: $(grep trained "$tmp/err")"; fi
   expect mpi-np2x2 0 mpi_run -np 2 "$TFG" run --devices host*2 "$tmp/mpi/job2.tfg" &&
     if python3 "$ROOT/tests/ckpt_compare.py" "$tmp/mpi/job2.safetensors" "$tmp/mpi/one4.safetensors" 2e-5 \
       >"$tmp/cmp" 2>&1; then ok; else ko "$suite mpi-np2x2: $(cat "$tmp/cmp")"; fi
