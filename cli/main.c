@@ -242,14 +242,19 @@ typedef struct rank_log {
   char tag[32];
 } rank_log;
 
+/* The stream is line-buffered, so a call brings whole lines: each goes
+ * out in one write with its tag, so that the ranks' lines, which mpirun
+ * merges, never interleave within a line. */
 static ssize_t rank_log_write(void *cookie, const char *buf, size_t n) {
   rank_log *r = cookie;
+  tfg_strbuf out = {0};
   for (size_t i = 0; i < n; i++) {
-    if (r->at_start) fputs(r->tag, stderr);
-    fputc(buf[i], stderr);
+    if (r->at_start) tfg_strbuf_puts(&out, r->tag);
+    tfg_strbuf_putn(&out, &buf[i], 1);
     r->at_start = buf[i] == '\n';
   }
-  fflush(stderr);
+  if (out.len) (void)!write(STDERR_FILENO, out.data, out.len);
+  tfg_strbuf_free(&out);
   return (ssize_t)n;
 }
 

@@ -26,6 +26,18 @@ int64_t tfg_backend_cuda_free_memory(int k);
  * (TFG_BUILD_NCCL=1; defined only there). */
 tfg_coll *tfg_backend_cuda_nccl_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why);
 
+/* Across the processes of an mpirun job (builds with NCCL only): a new
+ * NCCL unique id into id[0..TFG_NCCL_ID_BYTES) (rank 0 makes it, MPI
+ * carries it to the others: runtime/registry.c), and one process's part
+ * of the job's communicator, its nranks GPUs the ranks first..first +
+ * nranks - 1 of world (ncclCommInitRank in one group, a rank per GPU), so
+ * that an all-reduce's mean is over every rank of every process. false /
+ * NULL with *why. */
+#define TFG_NCCL_ID_BYTES 128
+bool tfg_backend_cuda_nccl_id(void *id, tfg_strbuf *why);
+tfg_coll *tfg_backend_cuda_nccl_join(int nranks, tfg_backend *const *b, tfg_stream *const *s, int world, int first,
+                                     const void *id, tfg_strbuf *why);
+
 /* "cuda: on (...)", "cudnn: ...", "nccl: ..." lines for `tfg version`. */
 void tfg_backend_cuda_build_info(tfg_strbuf *out);
 

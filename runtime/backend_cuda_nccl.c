@@ -5,7 +5,9 @@
  * NCCL (tfg_backend_cuda_nccl_new; builds with TFG_BUILD_NCCL only): the
  * collective of runtime/collective.h across CUDA devices on distinct
  * GPUs, one communicator per group (ncclCommInitAll over the ranks' GPUs:
- * a single process drives them all, so no unique id travels). A call is
+ * a single process drives them all, so no unique id travels); across the
+ * processes of an mpirun job, each process's part of one communicator
+ * (ncclCommInitRank, the unique id carried by MPI: runtime/registry.c). A call is
  * one NCCL group (ncclGroupStart, then one in-place ncclAllReduce per
  * rank and segment on the rank's stream, ncclGroupEnd): the segments are
  * separate buffers, and NCCL fuses the group's operations. MEAN is
@@ -19,6 +21,7 @@
  * around the ring. The communicators are finalized together (one NCCL
  * group: finalizing is collective) and then destroyed. */
 #include <stdlib.h>
+#include <string.h>
 
 #if TFG_BUILD_NCCL
 #include <nccl.h>
@@ -167,7 +170,19 @@ static const tfg_coll_i nccl_i = {
     .free = nccl_free,
 };
 
-tfg_coll *tfg_backend_cuda_nccl_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why) {
+bool tfg_backend_cuda_nccl_id(void *id, tfg_strbuf *why) {
+  _Static_assert(sizeof(ncclUniqueId) == TFG_NCCL_ID_BYTES, "NCCL's unique id is 128 bytes");
+  ncclUniqueId u;
+  if (!NCCL_OK(ncclGetUniqueId(&u), why)) return false;
+  memcpy(id, &u, sizeof u);
+  return true;
+}
+
+/* The communicator of nranks GPUs: in this process alone (id NULL:
+ * ncclCommInitAll), or this process's ranks first.. of world, from the
+ * job's unique id (ncclCommInitRank for each, in one group). */
+static tfg_coll *nccl_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, int world, int first,
+                          const void *id, tfg_strbuf *why) {
   TFG_ASSERT(nranks >= 1 && b && s);
   nccl_coll *g = calloc(1, sizeof *g);
   TFG_ASSERT(g != NULL);
@@ -197,7 +212,20 @@ tfg_coll *tfg_backend_cuda_nccl_new(int nranks, tfg_backend *const *b, tfg_strea
   if (ok) {
     g->comms = calloc((size_t)nranks, sizeof *g->comms);
     TFG_ASSERT(g->comms != NULL);
-    ok = NCCL_OK(ncclCommInitAll(g->comms, nranks, devs), why);
+    if (!id) {
+      ok = NCCL_OK(ncclCommInitAll(g->comms, nranks, devs), why);
+    } else {
+      ncclUniqueId u;
+      memcpy(&u, id, sizeof u);
+      ok = NCCL_OK(ncclGroupStart(), why);
+      for (int r = 0; r < nranks && ok; r++) {
+        ok = cudaSetDevice(devs[r]) == cudaSuccess;
+        if (!ok) tfg_strbuf_printf(why, "cudaSetDevice(%d) failed", devs[r]);
+        else ok = NCCL_OK(ncclCommInitRank(&g->comms[r], world, u, first + r), why);
+      }
+      bool ended = NCCL_OK(ncclGroupEnd(), why);
+      ok = ok && ended;
+    }
     if (!ok) { /* nothing to finalize: NCCL released what it made */
       free(g->comms);
       g->comms = NULL;
@@ -212,8 +240,19 @@ tfg_coll *tfg_backend_cuda_nccl_new(int nranks, tfg_backend *const *b, tfg_strea
   TFG_ASSERT(c != NULL);
   c->i = nccl_i;
   c->nranks = nranks;
+  c->processes = id ? world / nranks : 1;
   c->ctx = g;
   return c;
+}
+
+tfg_coll *tfg_backend_cuda_nccl_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why) {
+  return nccl_new(nranks, b, s, nranks, 0, NULL, why);
+}
+
+tfg_coll *tfg_backend_cuda_nccl_join(int nranks, tfg_backend *const *b, tfg_stream *const *s, int world, int first,
+                                     const void *id, tfg_strbuf *why) {
+  TFG_ASSERT(id != NULL && world >= nranks && first >= 0 && first + nranks <= world);
+  return nccl_new(nranks, b, s, world, first, id, why);
 }
 
 #endif /* TFG_BUILD_NCCL */

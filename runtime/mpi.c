@@ -143,6 +143,13 @@ void tfg_mpi_mean(double *v, int n) {
   for (int i = 0; i < n; i++) v[i] /= job.size;
 }
 
+bool tfg_mpi_bcast(void *buf, size_t n, bool ok) {
+  if (!job.started || job.size < 2) return ok;
+  int flag = ok;
+  if (MPI_Bcast(&flag, 1, MPI_INT, 0, MPI_COMM_WORLD) != MPI_SUCCESS || !flag) return false;
+  return MPI_Bcast(buf, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD) == MPI_SUCCESS;
+}
+
 /* ---- the leaders' step across processes ------------------------------------------ */
 
 /* The stream runs the calls one after another and reads a failing one's
@@ -323,6 +330,12 @@ tfg_status tfg_mpi_same(const char *what, const char *text, tfg_strbuf *err) {
 void tfg_mpi_mean(double *v, int n) {
   (void)v;
   (void)n;
+}
+
+bool tfg_mpi_bcast(void *buf, size_t n, bool ok) {
+  (void)buf;
+  (void)n;
+  return ok;
 }
 
 struct tfg_coll *tfg_mpi_job_coll_new(int nranks, struct tfg_backend *const *b, struct tfg_stream *const *s,

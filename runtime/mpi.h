@@ -16,6 +16,7 @@
 #define TFG_RUNTIME_MPI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "base/status.h"
 #include "base/strbuf.h"
@@ -57,6 +58,12 @@ tfg_status tfg_mpi_same(const char *what, const char *text, tfg_strbuf *err);
  * as many); nothing outside a job. A collective: every rank calls it, in
  * the same order (the train loop's logged values and evaluations). */
 void tfg_mpi_mean(double *v, int n);
+
+/* Rank 0's bytes buf[0..n) to every rank, when ok is true on rank 0; a
+ * rank 0 that could not make them passes ok false and every rank returns
+ * false (so no rank waits for a collective the others will not join).
+ * Outside a job: ok. A collective: every rank calls it. */
+bool tfg_mpi_bcast(void *buf, size_t n, bool ok);
 
 /* The all-reduce of a group of this process's nranks devices in an
  * mpirun job (runtime/collective.h): the hierarchical all-reduce, this

@@ -101,11 +101,38 @@ static tfg_coll *ring_new(int nranks, tfg_backend *const *b, tfg_stream *const *
   return tfg_coll_ring_new(nranks, b, s);
 }
 
+/* A group's all-reduce across the processes of an mpirun job: host
+ * devices over MPI (runtime/mpi.h); CUDA devices in one NCCL communicator
+ * of the whole job, each process's GPUs its ranks rank x nranks + r, the
+ * unique id made by rank 0 and carried by MPI (every process must have
+ * as many GPUs in the group, and one rank per GPU). */
+static tfg_coll *job_coll_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why) {
+  bool cuda = false;
+  for (int r = 0; r < nranks; r++) cuda |= b[r]->i.read_now != NULL;
+  if (!cuda) return tfg_mpi_job_coll_new(nranks, b, s, why);
+#if HAVE_NCCL
+  unsigned char id[TFG_NCCL_ID_BYTES] = {0};
+  tfg_strbuf mine = {0};
+  bool ok = tfg_mpi_rank() != 0 || tfg_backend_cuda_nccl_id(id, &mine);
+  if (!tfg_mpi_bcast(id, sizeof id, ok)) {
+    tfg_strbuf_printf(why, "rank 0 could not make NCCL's unique id for the job%s%s", mine.len ? ": " : "",
+                      mine.len ? mine.data : "");
+    tfg_strbuf_free(&mine);
+    return NULL;
+  }
+  tfg_strbuf_free(&mine);
+  return tfg_backend_cuda_nccl_join(nranks, b, s, nranks * tfg_mpi_size(), nranks * tfg_mpi_rank(), id, why);
+#else
+  tfg_strbuf_puts(why, "CUDA devices across the processes of an mpirun job need NCCL: " NO_NCCL_BUILD);
+  return NULL;
+#endif
+}
+
 tfg_coll *tfg_coll_new_for(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why) {
   TFG_ASSERT(nranks >= 1 && b && s);
   /* under mpirun every all-reduce is the job's: mirrored spans the ranks
    * (compiler/strategy.h tfg_strategy_set_job) */
-  if (tfg_mpi_size() > 1) return tfg_mpi_job_coll_new(nranks, b, s, why);
+  if (tfg_mpi_size() > 1) return job_coll_new(nranks, b, s, why);
   const tfg_device **dev = malloc((size_t)nranks * sizeof *dev);
   int *group = malloc((size_t)nranks * sizeof *group);
   TFG_ASSERT(dev && group);

@@ -18,6 +18,16 @@ else
     contains mpi-version "$tmp/out" "rank 0 of 2" && contains mpi-version "$tmp/out" "rank 1 of 2"
   expect mpi-version-alone 0 "$TFG" version && contains mpi-version-alone "$tmp/out" "not started by mpirun"
 
+  # the job's collectives one by one (tests/unit/test_mpi.c): the
+  # broadcast that carries NCCL's unique id for CUDA devices across
+  # processes (the NCCL side needs a GPU per rank: not run here), the
+  # schedule check, the mean of logged values
+  unit_bin="$ROOT/$BUILD/unit"
+  [ -x "$unit_bin" ] || unit_bin="$BUILD/unit"
+  expect mpi-unit 0 mpi_run -x CK_FORK=no -x CK_RUN_SUITE=mpi -np 2 "$unit_bin" &&
+    if [ "$(grep -c '100%: Checks: 2, Failures: 0, Errors: 0' "$tmp/out")" = 2 ]; then ok
+    else ko "$suite mpi-unit: $(grep -E 'Checks|:F:|:E:' "$tmp/out" | head -4)"; fi
+
   # ranks that would not build the same collectives are refused before
   # anything runs, each saying so, the one that differs where
   mkdir -p "$tmp/mpi"

@@ -38,6 +38,7 @@ Suite *suite_layout(void);
 Suite *suite_codegen(void);
 Suite *suite_schedule(void);
 Suite *suite_views(void);
+Suite *suite_mpi(void);
 
 /* Renders d's diagnostics without colour (and the error count when
  * summary is true) into a heap string. */

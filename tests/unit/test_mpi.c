@@ -1,0 +1,86 @@
+/* tests/unit/test_mpi.c: runtime/mpi.h. The first difference of two
+ * schedules is a pure function, checked always. The job's collectives
+ * (the broadcast that carries NCCL's unique id to every rank, the
+ * schedule check, the mean of logged values) need ranks: these cases run
+ * their checks when mpirun started the suite (tests/mpi.sh runs it so,
+ * `CK_FORK=no CK_RUN_SUITE=mpi mpirun -np 2 build/unit`: MPI must not be
+ * started in a forked child) and pass alone otherwise, saying so. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/mpi.h"
+#include "tests/unit/unit.h"
+
+static void diff_case(const char *a, const char *b, int line, const char *la, const char *lb) {
+  tfg_strbuf x = {0}, y = {0};
+  ck_assert_int_eq(tfg_mpi_first_difference(a, b, &x, &y), line);
+  if (line > 0) {
+    ck_assert_str_eq(x.data ? x.data : "", la);
+    ck_assert_str_eq(y.data ? y.data : "", lb);
+  }
+  tfg_strbuf_free(&x);
+  tfg_strbuf_free(&y);
+}
+
+START_TEST(first_difference) {
+  diff_case("a\nb\n", "a\nb\n", 0, NULL, NULL);
+  diff_case("a\nb\nc\n", "a\nB\nc\n", 2, "b", "B");
+  diff_case("--set w=8\n", "--set w=9\n", 1, "--set w=8", "--set w=9");
+  diff_case("a\n", "a\nmore\n", 2, "", "more"); /* one a prefix of the other */
+  diff_case("", "x", 1, "", "x");
+}
+END_TEST
+
+/* Whether this process is a rank of a job: starts it once. */
+static bool in_job(void) {
+  if (!tfg_mpi_launched()) return false;
+  static bool started;
+  if (!started) {
+    tfg_strbuf why = {0};
+    ck_assert_msg(tfg_mpi_start(&why) == TFG_OK, "%s", why.data);
+    tfg_strbuf_free(&why);
+    atexit(tfg_mpi_stop); /* a rank must leave the job before it exits */
+    started = true;
+  }
+  return tfg_mpi_size() > 1;
+}
+
+START_TEST(job_collectives) {
+  if (!in_job()) {
+    printf("mpi: not started by mpirun: the job's collectives are checked by tests/mpi.sh\n");
+    return;
+  }
+  int rank = tfg_mpi_rank(), size = tfg_mpi_size();
+  ck_assert(rank >= 0 && rank < size);
+  /* the 128 bytes of an NCCL unique id, from rank 0 to all */
+  unsigned char id[128];
+  for (int i = 0; i < 128; i++) id[i] = (unsigned char)(rank == 0 ? 255 - i : 0);
+  ck_assert(tfg_mpi_bcast(id, sizeof id, true));
+  for (int i = 0; i < 128; i++) ck_assert_int_eq(id[i], 255 - i);
+  /* rank 0 that could not make it: every rank hears so */
+  ck_assert(!tfg_mpi_bcast(id, sizeof id, rank != 0));
+  /* the schedule check: the same text passes, a rank's own text does not */
+  tfg_strbuf err = {0};
+  ck_assert_int_eq(tfg_mpi_same("schedule", "a\nb\n", &err), TFG_OK);
+  char mine[32];
+  snprintf(mine, sizeof mine, "a\nrank %d\n", rank);
+  ck_assert_int_eq(tfg_mpi_same("schedule", mine, &err), TFG_ERR_USAGE);
+  ck_assert(strstr(err.data, "the ranks do not build the same schedule") != NULL);
+  if (rank > 0) ck_assert(strstr(err.data, "line 2 of it is") != NULL);
+  tfg_strbuf_free(&err);
+  /* the mean of logged values: each rank's weighs alike */
+  double v[2] = {(double)rank, 1.0};
+  tfg_mpi_mean(v, 2);
+  ck_assert(v[0] == (size - 1) / 2.0 && v[1] == 1.0);
+}
+END_TEST
+
+Suite *suite_mpi(void) {
+  Suite *s = suite_create("mpi");
+  TCase *tc = tcase_create("mpi");
+  tcase_add_test(tc, first_difference);
+  tcase_add_test(tc, job_collectives);
+  suite_add_tcase(s, tc);
+  return s;
+}
