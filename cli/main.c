@@ -9,6 +9,7 @@
 #define _GNU_SOURCE /* fopencookie: --log-all-ranks */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -743,6 +744,32 @@ static int cmd_plot(const cli_cmd *cmd, int argc, char **argv) {
   return cli_plot(csv, out);
 }
 
+/* Under mpirun, the end of the job from outside: mpirun sends SIGTERM to
+ * every rank when one has failed (or it was interrupted). Async-signal-
+ * safe: write and _exit. The rank says so and ends with exit 3, the
+ * status of a runtime failure; the last checkpoint is as it was (written
+ * atomically). */
+static char job_ended_msg[96];
+static size_t job_ended_len;
+
+static void on_job_end(int sig) {
+  (void)sig;
+  (void)!write(STDERR_FILENO, job_ended_msg, job_ended_len);
+  _exit(EXIT_RUNTIME);
+}
+
+static void catch_job_end(void) {
+  if (tfg_mpi_size() < 2) return;
+  int n = snprintf(job_ended_msg, sizeof job_ended_msg,
+                   "tfg: rank %d: stopped: the job is ending (another rank failed, or mpirun was stopped)\n",
+                   tfg_mpi_rank());
+  job_ended_len = n > 0 && (size_t)n < sizeof job_ended_msg ? (size_t)n : 0;
+  struct sigaction sa = {0};
+  sa.sa_handler = on_job_end;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+}
+
 int main(int argc, char **argv) {
   /* A rank of an mpirun job joins it before anything else (runtime/mpi.h);
    * outside a job nothing happens. */
@@ -755,6 +782,7 @@ int main(int argc, char **argv) {
   tfg_strbuf_free(&why);
   atexit(tfg_mpi_stop);
   tfg_strategy_set_job(tfg_mpi_rank(), tfg_mpi_size());
+  catch_job_end();
   if (argc < 2) {
     main_help(stderr);
     return EXIT_USAGE;

@@ -87,8 +87,9 @@ TFG
   expect mpi-uneven 1 mpi_run -np 3 "$TFG" run --color=never --devices host*2 "$tmp/mpi/odd.tfg" &&
     contains mpi-uneven "$tmp/err" "mirrored makes 2 replicas here on each of 3 ranks: 6 in all"
 
-  # a rank killed mid-run: mpirun ends the others at once (never a hang),
-  # names the rank, and the last checkpoint still loads
+  # a rank killed mid-run: mpirun ends the others at once (never a hang)
+  # and names the rank, the survivor says why it stops (and exits 3), and
+  # the last checkpoint still loads
   sed 's/steps = 20/steps = 1000000/; s/log_every = 20/log_every = 1000000; checkpoint_every = 200/; s/job1.safetensors/kill.safetensors/' \
     "$tmp/mpi/job1.tfg" >"$tmp/mpi/kill.tfg"
   start=$(date +%s)
@@ -104,6 +105,7 @@ TFG
   mpi_rc=$?
   took=$(($(date +%s) - start))
   if [ -n "$victim" ] && [ "$mpi_rc" -ne 0 ] && [ "$took" -le 40 ] && grep -q 'rank 1' "$tmp/mpi/kill.err" &&
+    grep -q 'tfg: rank 0: stopped: the job is ending' "$tmp/mpi/kill.err" &&
     python3 "$ROOT/tests/ckpt_compare.py" "$tmp/mpi/kill.safetensors" "$tmp/mpi/kill.safetensors" 0 >/dev/null 2>&1
   then ok; else ko "$suite mpi-kill: victim '$victim', exit $mpi_rc after $took s: $(tail -3 "$tmp/mpi/kill.err")"; fi
 fi
