@@ -54,7 +54,8 @@ static int usage_error(const cli_cmd *cmd, const char *fmt, const char *arg) {
 }
 
 /* Which options a command takes (the REPL takes run's but --trace). */
-enum { ALLOW_AST = 1, ALLOW_RUN = 2, ALLOW_PLACE = 4, ALLOW_EXPLAIN = 8, ALLOW_TRACE = 16, ALLOW_VERBOSE = 32 };
+enum { ALLOW_AST = 1, ALLOW_RUN = 2, ALLOW_PLACE = 4, ALLOW_EXPLAIN = 8, ALLOW_TRACE = 16, ALLOW_VERBOSE = 32,
+       ALLOW_JSON = 64 };
 
 enum { OPT_COLOR = 256, OPT_AST, OPT_SET, OPT_FEED, OPT_SEED, OPT_PRINT_ALL, OPT_THREADS, OPT_CHECK_NUMERICS,
        OPT_QUIET, OPT_DEVICES, OPT_MEMORY_LIMIT, OPT_EXPLAIN, OPT_JSON, OPT_DOT, OPT_TRACE, OPT_BUCKET_SIZE,
@@ -73,7 +74,7 @@ static const int opt_allow[] = {
     [OPT_DEVICES - OPT_COLOR] = ALLOW_PLACE,
     [OPT_MEMORY_LIMIT - OPT_COLOR] = ALLOW_PLACE,
     [OPT_EXPLAIN - OPT_COLOR] = ALLOW_EXPLAIN,
-    [OPT_JSON - OPT_COLOR] = ALLOW_EXPLAIN,
+    [OPT_JSON - OPT_COLOR] = ALLOW_JSON,
     [OPT_DOT - OPT_COLOR] = ALLOW_EXPLAIN,
     [OPT_TRACE - OPT_COLOR] = ALLOW_TRACE,
     [OPT_BUCKET_SIZE - OPT_COLOR] = ALLOW_PLACE,
@@ -446,7 +447,8 @@ static int place_program(const cli_opts *o, tfg_program *p, tfg_diag *d, bool co
   int rc = cli_compile(o, p, d, &c);
   if (rc == 0) {
     tfg_strbuf out = {0};
-    if (want_plan) tfg_plan_print(c.plan, &out);
+    if (want_plan && o->json) tfg_plan_json(c.plan, &out);
+    else if (want_plan) tfg_plan_print(c.plan, &out);
     else if (o->json) tfg_place_json(c.pl, &out);
     else if (o->dot) tfg_place_dot(c.pl, &out);
     else tfg_place_explain(c.pl, &out);
@@ -494,7 +496,7 @@ static int cmd_program(const cli_cmd *cmd, int argc, char **argv) {
   int rc = parse_opts(cmd, argc, argv,
                       ALLOW_VERBOSE | (is_check ? ALLOW_AST : 0) | (is_run ? ALLOW_RUN | ALLOW_PLACE | ALLOW_TRACE : 0) |
                           (is_place || is_plan ? ALLOW_PLACE : 0) |
-                          (is_place ? ALLOW_EXPLAIN : 0),
+                          (is_place ? ALLOW_EXPLAIN | ALLOW_JSON : 0) | (is_plan ? ALLOW_JSON : 0),
                       o);
   if (rc >= 0) {
     free(o);
@@ -649,6 +651,7 @@ static const cli_cmd commands[] = {
      "order, copies and events, memory offsets and the planned peak. A plan that\n"
      "does not fit a device is an error naming the device, the op and the bytes.\n\n"
      "options:\n"
+     "  --json            the same plan as data (schema: README, \"--json schemas\")\n"
      "  --devices SPEC    the devices to plan for (default: every GPU; else as many host devices as gpu:N named)\n"
      "  --memory MODE     growth (default) or preallocate (accepted as for tfg run; no effect here)\n"
      "  --memory-limit SIZE  cap every device's memory\n"

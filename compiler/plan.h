@@ -6,6 +6,7 @@
  *   tfg_plan *p;
  *   if (tfg_plan_build(graph, placement, devices, diag, &p) == TFG_OK) {
  *     tfg_plan_print(p, &text);             // `tfg plan`
+ *     tfg_plan_json(p, &text);              // `tfg plan --json`
  *     tfg_plan_validate(p, &why);           // true, or why not
  *     tfg_plan_free(p);
  *   }
@@ -177,5 +178,15 @@ bool tfg_plan_capturable(const tfg_plan *p, const uint8_t *captured, tfg_strbuf 
  * its runs can be captured as CUDA graphs (tfg_plan_capturable over
  * them), and if not, why. */
 void tfg_plan_print(const tfg_plan *p, tfg_strbuf *out);
+/* `tfg plan --json`: the same plan as data, stable and diffable (README,
+ * "--json schemas"): {"plan": 1, "events", "bucket_cap", "devices": [{name,
+ * persistent_bytes, peak_bytes, steps: [{step, stream, kind, and for a
+ * launch or copy node, op, name, source (and fused: the chain's members;
+ * from: a copy's source device), for record/wait event, for allreduce
+ * bucket}], buffers: [{offset, bytes, live: [first, last] or null when
+ * persistent, node, op, name, source, persistent, copy_from, views}]}],
+ * "buckets": [{bucket, bytes, ranks: [{device, nodes}]}]}, a step or a
+ * buffer per line, in the text form's order. */
+void tfg_plan_json(const tfg_plan *p, tfg_strbuf *out);
 
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/assert.h"
+#include "base/json.h"
 #include "ir/ops.h"
 #include "compiler/plan_impl.h"
 
@@ -337,4 +338,105 @@ void tfg_plan_print(const tfg_plan *p, tfg_strbuf *out) {
   free(wnext);
   free(vhead);
   free(vnext);
+}
+
+/* ---- --json ------------------------------------------------------------------------------ */
+
+/* "node": N, "op": "...", "name": "..." or null, "source": "FILE:LINE" or null */
+static void json_node(const tfg_graph *g, tfg_node_id id, tfg_strbuf *out) {
+  tfg_strbuf_printf(out, "\"node\": %d", (int)id);
+  if (id < 0 || id >= g->nnodes) return;
+  const tfg_node *n = &g->nodes[id];
+  tfg_strbuf_puts(out, ", \"op\": ");
+  tfg_json_put_string(out, tfg_op_get(n->op)->name);
+  tfg_strbuf_puts(out, ", \"name\": ");
+  if (n->name) tfg_json_put_string(out, n->name);
+  else tfg_strbuf_puts(out, "null");
+  tfg_strbuf_puts(out, ", \"source\": ");
+  if (n->loc.src) {
+    tfg_strbuf src = {0};
+    tfg_strbuf_printf(&src, "%s:%u", base_name(n->loc.src->name), n->loc.line);
+    tfg_json_put_string(out, src.data);
+    tfg_strbuf_free(&src);
+  } else {
+    tfg_strbuf_puts(out, "null");
+  }
+}
+
+static void json_dev(const tfg_plan *p, int d, tfg_strbuf *out) {
+  if (d >= 0 && d < p->ndev) tfg_json_put_string(out, tfg_plan_dev_name(p, d));
+  else tfg_strbuf_puts(out, "null");
+}
+
+void tfg_plan_json(const tfg_plan *p, tfg_strbuf *out) {
+  const tfg_graph *g = p->g;
+  tfg_strbuf_printf(out, "{\"plan\": 1, \"events\": %d, \"bucket_cap\": %" PRId64 ",\n\"devices\": [", p->nevents,
+                    p->bucket_bytes);
+  for (int d = 0; d < p->ndev; d++) {
+    const tfg_plan_device *pd = &p->dev[d];
+    tfg_strbuf_puts(out, d ? ",\n{" : "\n{");
+    tfg_strbuf_puts(out, "\"name\": ");
+    json_dev(p, d, out);
+    tfg_strbuf_printf(out, ", \"persistent_bytes\": %" PRId64 ", \"peak_bytes\": %" PRId64 ",\n \"steps\": [",
+                      pd->persistent_bytes, pd->peak);
+    for (int s = 0; s < pd->nsteps; s++) {
+      const tfg_plan_step *st = &pd->steps[s];
+      bool known = st->kind >= TFG_PLAN_LAUNCH && st->kind <= TFG_PLAN_ALLREDUCE;
+      tfg_strbuf_printf(out, "%s\n  {\"step\": %d, \"stream\": \"%s\", \"kind\": \"%s\"", s ? "," : "", s,
+                        tfg_plan_stream_name(st->stream), known ? kind_names[st->kind] : "?");
+      switch (st->kind) {
+      case TFG_PLAN_LAUNCH:
+      case TFG_PLAN_COPY:
+        tfg_strbuf_puts(out, ", ");
+        json_node(g, st->node, out);
+        if (st->kind == TFG_PLAN_COPY) {
+          tfg_strbuf_puts(out, ", \"from\": ");
+          json_dev(p, st->src, out);
+        } else if (st->chain >= 0 && st->chain < p->nchains) { /* a fused chain: its members, in graph order */
+          const tfg_plan_chain *c = &p->chains[st->chain];
+          tfg_strbuf_puts(out, ", \"fused\": [");
+          for (int k = 0; k < c->nnodes; k++) tfg_strbuf_printf(out, "%s%d", k ? ", " : "", (int)c->nodes[k]);
+          tfg_strbuf_putc(out, ']');
+        }
+        break;
+      case TFG_PLAN_RECORD:
+      case TFG_PLAN_WAIT: tfg_strbuf_printf(out, ", \"event\": %d", st->event); break;
+      case TFG_PLAN_ALLREDUCE: tfg_strbuf_printf(out, ", \"bucket\": %d", st->bucket); break;
+      default: break;
+      }
+      tfg_strbuf_putc(out, '}');
+    }
+    tfg_strbuf_puts(out, "],\n \"buffers\": [");
+    for (int i = 0; i < pd->nbuffers; i++) {
+      const tfg_plan_buffer *bf = &pd->buffers[i];
+      tfg_strbuf_printf(out, "%s\n  {\"offset\": %" PRId64 ", \"bytes\": %" PRId64 ", ", i ? "," : "", bf->offset,
+                        bf->bytes);
+      if (bf->persistent) tfg_strbuf_puts(out, "\"live\": null, ");
+      else tfg_strbuf_printf(out, "\"live\": [%d, %d], ", bf->first, bf->last);
+      json_node(g, bf->node, out);
+      tfg_strbuf_printf(out, ", \"persistent\": %s, \"copy_from\": ", bf->persistent ? "true" : "false");
+      if (bf->copy && bf->first >= 0 && bf->first < pd->nsteps) json_dev(p, pd->steps[bf->first].src, out);
+      else tfg_strbuf_puts(out, "null");
+      tfg_strbuf_puts(out, ", \"views\": [");
+      int nv = 0;
+      for (tfg_node_id v = 0; p->view_of && !bf->copy && v < g->nnodes; v++)
+        if (p->view_of[v] == bf->node) tfg_strbuf_printf(out, "%s%d", nv++ ? ", " : "", (int)v);
+      tfg_strbuf_puts(out, "]}");
+    }
+    tfg_strbuf_puts(out, "]}");
+  }
+  tfg_strbuf_puts(out, "],\n\"buckets\": [");
+  for (int b = 0; b < p->nbuckets; b++) {
+    const tfg_plan_bucket *pb = &p->buckets[b];
+    tfg_strbuf_printf(out, "%s\n{\"bucket\": %d, \"bytes\": %" PRId64 ", \"ranks\": [", b ? "," : "", b, pb->bytes);
+    for (int r = 0; r < pb->nranks; r++) {
+      tfg_strbuf_puts(out, r ? ", {\"device\": " : "{\"device\": ");
+      json_dev(p, pb->devices[r], out);
+      tfg_strbuf_puts(out, ", \"nodes\": [");
+      for (int k = 0; k < pb->nnodes; k++) tfg_strbuf_printf(out, "%s%d", k ? ", " : "", (int)pb->nodes[r * pb->nnodes + k]);
+      tfg_strbuf_puts(out, "]}");
+    }
+    tfg_strbuf_puts(out, "]}");
+  }
+  tfg_strbuf_puts(out, "]}\n");
 }

@@ -414,6 +414,32 @@ python3 "$ROOT/tests/ckpt_edit.py" "$tmp/f16/b.safetensors" "$tmp/f16/c.safetens
 expect f16-bad-scale 1 "$TFG" run --color=never --set 'ckpt="c.safetensors"' "$tmp/f16/fit.tfg" &&
   contains f16-bad-scale "$tmp/err" "metadata grad_scaler.scale is 'abc', not a positive number"
 
+# tfg plan --json: the plan as data. It parses; each device has the steps
+# and buffers the text form counts, the same buckets; two runs give the
+# same bytes; and a small plan is exactly its golden file (the schema in
+# README's "--json schemas" and compiler/plan.h).
+expect plan-json 0 "$TFG" plan --json --devices host*2 "$ROOT/examples/data_parallel.tfg" &&
+  cp "$tmp/out" "$tmp/plan1.json" &&
+  expect plan-json-text 0 "$TFG" plan --devices host*2 "$ROOT/examples/data_parallel.tfg" &&
+  if python3 - "$tmp/plan1.json" "$tmp/out" <<'PY'
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+text = open(sys.argv[2]).read()
+want = {m.group(1): (int(m.group(2)), int(m.group(3)))
+        for m in re.finditer(r"^(\S+): .*?, (\d+) steps?, (\d+) buffers?", text, re.M)}
+got = {x["name"]: (len(x["steps"]), len(x["buffers"])) for x in d["devices"]}
+buckets = re.search(r"^buckets: (\d+)", text, re.M)
+ok = d["plan"] == 1 and got == want and len(d["buckets"]) == (int(buckets.group(1)) if buckets else 0) and \
+    any(s["kind"] == "allreduce" for x in d["devices"] for s in x["steps"])
+sys.exit(0 if ok else 1)
+PY
+  then ok; else ko "plan-json: the JSON plan does not match the text one"; fi
+expect plan-json-again 0 "$TFG" plan --json --devices host*2 "$ROOT/examples/data_parallel.tfg" &&
+  if cmp -s "$tmp/out" "$tmp/plan1.json"; then ok; else ko "plan-json-again: two runs gave different JSON"; fi
+expect plan-json-golden 0 "$TFG" plan --json --devices host*2:256M "$ROOT/tests/golden/place-pinned.tfg" &&
+  if cmp -s "$tmp/out" "$ROOT/tests/golden/place-pinned.plan.json"; then ok
+  else ko "plan-json-golden: differs from tests/golden/place-pinned.plan.json"; diff "$ROOT/tests/golden/place-pinned.plan.json" "$tmp/out" | head; fi
+
 # ---- the GPT example -------------------------------------------------------------
 # A tiny configuration of examples/gpt.tfg (causal mask, tied embeddings,
 # AdamW on byte windows): the logged loss falls from near log(256) = 5.5 by
