@@ -785,6 +785,7 @@ int main(int argc, char **argv) {
   tfg_strbuf_free(&why);
   atexit(tfg_mpi_stop);
   tfg_strategy_set_job(tfg_mpi_rank(), tfg_mpi_size());
+  tfg_devices_set_local(tfg_mpi_local_rank(), tfg_mpi_local_size());
   catch_job_end();
   if (argc < 2) {
     main_help(stderr);

@@ -110,6 +110,10 @@ static bool devarg_gpus(const tfg_devarg *x, int *n) {
     *n = (int)x->dev.index + 1;
     raised = true;
   }
+  if (x->kind == TFG_DEVARG_DEVICE && x->dev.kind == TFG_DEV_GPU_ANY && *n < 1) { /* gpu:*: one at least */
+    *n = 1;
+    raised = true;
+  }
   for (int32_t q = 0; x->kind == TFG_DEVARG_LIST && q < x->n; q++) raised |= devarg_gpus(&x->items[q], n);
   return raised;
 }
@@ -129,6 +133,7 @@ int cli_gpus_named(const tfg_program *p, tfg_loc *where) {
     if (p->actions[a].kind != TFG_ACTION_TRAIN) continue;
     /* devices, workers, ps: lists (possibly nested) of devices */
     if (devarg_gpus(&s->devices, &n) | devarg_gpus(&s->workers, &n) | devarg_gpus(&s->ps, &n)) at = s->at;
+    if (s->kind == TFG_STRATEGY_MIRRORED && s->devices.kind == TFG_DEVARG_NONE && n < 1) n = 1, at = s->at; /* mirrored() */
   }
   if (where) *where = at;
   return n;
@@ -222,7 +227,7 @@ typedef struct compile_ctx {
   bool no_passes; /* tfg_compile_opts.no_passes */
 } compile_ctx;
 
-/* The driver's stage 2: the caller's devices, else cli_devices_for (a
+/* The driver's stage 1: the caller's devices, else cli_devices_for (a
  * bad --devices is bad usage; the default fails only for a program
  * naming more GPUs than can be emulated, an error in the program). */
 static tfg_status compile_devices(void *ctx, const tfg_program *p, tfg_diag *d, tfg_devices **out) {

@@ -153,10 +153,17 @@ tfg_status tfg_compile(tfg_program *p, const tfg_compile_opts *o, tfg_diag *d, t
   c->packed = calloc((size_t)p->nactions + 1, sizeof *c->packed);
   TFG_ASSERT(c->steps && c->packed);
 
-  /* Stage 1: the passes, a train action at a time, in program order. */
+  /* Stage 1: the devices, chosen from the program as written (the
+   * gpu:N it names), which mirrored() needs to know its replicas. */
+  tfg_status st = o->devices(o->ctx, p, d, &c->ds);
+  if (st != TFG_OK) return stage_failed(c, TFG_COMPILE_DEVICES, st);
+  for (int i = 0; i < p->nactions; i++) p->actions[i].config.strategy.gpus = tfg_devices_gpus(c->ds);
+  stage_done(o, TFG_COMPILE_DEVICES, c);
+
+  /* Stage 2: the passes, a train action at a time, in program order. */
   for (int i = 0; i < p->nactions; i++) {
     if (p->actions[i].kind != TFG_ACTION_TRAIN) continue;
-    tfg_status st = tfg_strategy_train_step(p->graph, &p->actions[i], p, &c->steps[i], d);
+    st = tfg_strategy_train_step(p->graph, &p->actions[i], p, &c->steps[i], d);
     if (st != TFG_OK) return stage_failed(c, TFG_COMPILE_PASSES, st);
     c->packed[c->npacked++] = c->steps[i];
   }
@@ -185,14 +192,6 @@ tfg_status tfg_compile(tfg_program *p, const tfg_compile_opts *o, tfg_diag *d, t
       c->nstrided = tfg_fold_transposes(p->graph, keep, c->folded);
   }
   stage_done(o, TFG_COMPILE_PASSES, c);
-
-  /* Stage 2: the devices, chosen once the graph is whole. */
-  tfg_status st = o->devices(o->ctx, p, d, &c->ds);
-  if (st != TFG_OK) {
-    free(keep);
-    return stage_failed(c, TFG_COMPILE_DEVICES, st);
-  }
-  stage_done(o, TFG_COMPILE_DEVICES, c);
 
   st = place_plan_validate(p->graph, c->ds, c->packed, c->npacked, o, o->fuse ? keep : NULL, d, c);
   free(keep);

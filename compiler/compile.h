@@ -17,14 +17,15 @@
  *   tfg_compile_graph(graph, devices, steps, nsteps, &o, diag, &c);
  *
  * The stages, each run once the one before succeeded:
- *   1. passes: every train action's training step under its strategy
+ *   1. devices: the caller's hook picks them from the program as written
+ *      (the GPUs it names); every train action's strategy config learns
+ *      how many GPU entries there are (mirrored() spans them all);
+ *   2. passes: every train action's training step under its strategy
  *      (compiler/strategy.h: autodiff, replicas, collectives), which adds
  *      nodes to the program's graph; then the optimization passes over
  *      the whole graph, unless the environment sets TFG_OPT=0: constant
  *      folding (compiler/fold.h), which rewrites constant ops into
  *      CONST nodes in place and marks those only they read as removed;
- *   2. devices: the caller's hook picks them, seeing the graph the passes
- *      made;
  *   3. place (compiler/place.h); with fit, where a device's planned peak
  *      passes its memory, bytes are kept free of params there and the
  *      graph is placed again;
@@ -45,8 +46,8 @@
 #include "ir/program.h"
 
 typedef enum tfg_compile_stage {
-  TFG_COMPILE_PASSES = 1,
-  TFG_COMPILE_DEVICES,
+  TFG_COMPILE_DEVICES = 1,
+  TFG_COMPILE_PASSES,
   TFG_COMPILE_PLACE,
   TFG_COMPILE_PLAN,
   TFG_COMPILE_VALIDATE,
@@ -70,11 +71,11 @@ typedef struct tfg_compiled {
 } tfg_compiled;
 
 typedef struct tfg_compile_opts {
-  /* Stage 2 (tfg_compile; required): sets *out to the devices for p,
+  /* Stage 1 (tfg_compile; required): sets *out to the devices for p,
    * which must outlive the result, or reports to d and returns the
    * error. */
   tfg_status (*devices)(void *ctx, const tfg_program *p, tfg_diag *d, tfg_devices **out);
-  /* Stage 1: run no optimization pass over the graph, as TFG_OPT=0 does
+  /* Stage 2: run no optimization pass over the graph, as TFG_OPT=0 does
    * (the REPL: its values are all constants, which folding would compute
    * at compile time on the CPU instead of where the user placed them). */
   bool no_passes;

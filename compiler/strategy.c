@@ -81,9 +81,25 @@ static bool check_device(const tfg_strategy_config *s, const char *who, const ch
   return true;
 }
 
+/* mirrored() and mirrored(gpu:*): one replica on each of the run's GPU
+ * entries (s->gpus, at least one), as TensorFlow's MirroredStrategy()
+ * takes every visible GPU. */
+static tfg_status read_mirrored_all(const tfg_strategy_config *s, tfg_strategy *out) {
+  int n = s->gpus > 0 ? s->gpus : 1;
+  out->kind = TFG_STRATEGY_MIRRORED;
+  out->nreplicas = n;
+  out->group = 1;
+  out->devices = malloc(sizeof *out->devices * (size_t)n);
+  TFG_ASSERT(out->devices != NULL);
+  for (int k = 0; k < n; k++) out->devices[k] = (tfg_devspec){.kind = TFG_DEV_GPU, .index = k, .loc = s->loc};
+  return TFG_OK;
+}
+
 /* mirrored(devices): a list of devices, or a list of equal-sized groups. */
 static tfg_status read_mirrored(const tfg_strategy_config *s, tfg_strategy *out, tfg_diag *d) {
   const tfg_devarg *v = &s->devices;
+  if (v->kind == TFG_DEVARG_NONE || (v->kind == TFG_DEVARG_DEVICE && v->dev.kind == TFG_DEV_GPU_ANY))
+    return read_mirrored_all(s, out);
   if (v->kind != TFG_DEVARG_LIST) {
     tfg_diag_error(d, &s->loc, "mirrored takes a list of devices, got %s", arg_what(v));
     tfg_diag_help(d, "for example mirrored([gpu:0, gpu:1])");

@@ -130,6 +130,11 @@ typedef struct tfg_strategy_config {
   tfg_devarg devices; /* mirrored */
   tfg_devarg workers; /* parameter_server */
   tfg_devarg ps;      /* parameter_server (cpu unless given) */
+  /* mirrored() and mirrored(gpu:*) (devices not given, or gpu:*): every
+   * GPU entry of the run, which the compile driver counts once it has
+   * the devices (compiler/compile.h) and writes here; 0 before (tfg
+   * check): one replica. */
+  int gpus;
 } tfg_strategy_config;
 
 /* ---- train: the whole configuration ------------------------------------------- */

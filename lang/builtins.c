@@ -58,7 +58,7 @@ static const struct {
     {"adam", "lr = 0.001, b1 = 0.9, b2 = 0.999, eps = 1e-8, weight_decay = 0", bi_record, 1},
     {"adamw", "lr = 0.001, b1 = 0.9, b2 = 0.999, eps = 1e-8, weight_decay = 0.01", bi_record, 1},
     {"single", "", bi_record, 0},
-    {"mirrored", "devices", bi_record, 0},
+    {"mirrored", "devices = none", bi_record, 0},
     {"parameter_server", "workers, ps = cpu", bi_record, 0},
     /* lr_schedule = ...: LANGUAGE.md section 6's factors of the lr */
     {"constant", "", bi_record, 2},

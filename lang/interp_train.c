@@ -108,7 +108,7 @@ static const char *devarg_what(tfg_vkind k) {
  * wrong with any item and cli/ can count the GPUs it names. */
 static tfg_devarg devarg_of(tfg_interp *I, const tfg_value *v) {
   tfg_devarg d = {.kind = TFG_DEVARG_NONE};
-  if (!v) return d;
+  if (!v || v->kind == TFG_V_NONE) return d; /* not given, or its default none */
   if (v->kind == TFG_V_DEVICE) {
     d.kind = TFG_DEVARG_DEVICE;
     d.dev = v->u.dev;

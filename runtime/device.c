@@ -335,6 +335,26 @@ tfg_status tfg_devices_parse(tfg_diag *d, const char *spec, tfg_devices **out) {
   return TFG_OK;
 }
 
+void tfg_devices_local_share(int found, int rank, int size, int *first, int *end) {
+  TFG_ASSERT(found >= 1 && size >= 1 && rank >= 0 && rank < size);
+  if (found >= size) {
+    *first = (int)((int64_t)rank * found / size);
+    *end = (int)((int64_t)(rank + 1) * found / size);
+  } else {
+    *first = rank % found;
+    *end = *first + 1;
+  }
+}
+
+/* This process's place among the ranks of its machine (tfg_devices_set_local). */
+static int local_rank = 0, local_size = 1;
+
+void tfg_devices_set_local(int rank, int size) {
+  TFG_ASSERT(size >= 1 && rank >= 0 && rank < size);
+  local_rank = rank;
+  local_size = size;
+}
+
 tfg_status tfg_devices_default(tfg_diag *d, int gpus, const tfg_loc *where, tfg_devices **out, const char **notice) {
   TFG_ASSERT(d != NULL && out != NULL && gpus >= 0);
   *out = NULL;
@@ -347,7 +367,9 @@ tfg_status tfg_devices_default(tfg_diag *d, int gpus, const tfg_loc *where, tfg_
     /* Every physical GPU, one logical device each; a program that names
      * more gpu:N than there are gets the placer's error for the pin. */
     tfg_devices *ds = devices_new();
-    for (int k = 0; k < found; k++) add_cuda(ds, k, 1, 0);
+    int first, end; /* this rank's share of the machine's GPUs */
+    tfg_devices_local_share(found, local_rank, local_size, &first, &end);
+    for (int k = first; k < end; k++) add_cuda(ds, k, 1, 0);
     *out = ds;
     return TFG_OK;
   }

@@ -33,11 +33,21 @@
  * estimates. */
 tfg_status tfg_devices_parse(tfg_diag *d, const char *spec, tfg_devices **out);
 /* The default when --devices is not given: every physical GPU the runtime
- * finds (one logical device each); with none, `gpus` host devices (the
+ * finds (one logical device each; under mpirun this rank's share of them,
+ * tfg_devices_set_local); with none, `gpus` host devices (the
  * number of gpu:N a program names), and *notice set to a one-line notice
  * saying so and why, when gpus > 0. More gpu:N than can be emulated is an
  * error at `where` (the source naming the highest; NULL: none). */
 tfg_status tfg_devices_default(tfg_diag *d, int gpus, const tfg_loc *where, tfg_devices **out, const char **notice);
+/* Under mpirun, the ranks of one machine share its GPUs by default, as
+ * torchrun's LOCAL_RANK picks a rank's GPU: local rank l of L gets the
+ * GPUs [l G / L, (l + 1) G / L) of the G found (one each when G = L), or
+ * GPU l mod G when there are fewer GPUs than ranks. Set once, before any
+ * default list is made (0 of 1, the default: every GPU). */
+void tfg_devices_set_local(int local_rank, int local_size);
+/* That share: the GPUs [*first, *end) of `found` (>= 1) for local rank
+ * `rank` of `size`. */
+void tfg_devices_local_share(int found, int rank, int size, int *first, int *end);
 /* Why a default list (tfg_devices_default) has no GPU, in a few words
  * ("no CUDA driver", "this build of tfg has no CUDA backend"); NULL when
  * it has GPUs or ds was parsed from a spec. */

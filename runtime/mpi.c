@@ -25,12 +25,13 @@ bool tfg_mpi_launched(void) {
 /* The job as this process sees it. */
 static struct {
   bool started;
-  int rank, size, local_rank;
-} job = {.size = 1};
+  int rank, size, local_rank, local_size;
+} job = {.size = 1, .local_size = 1};
 
 int tfg_mpi_rank(void) { return job.rank; }
 int tfg_mpi_size(void) { return job.size; }
 int tfg_mpi_local_rank(void) { return job.local_rank; }
+int tfg_mpi_local_size(void) { return job.local_size; }
 
 #if TFG_BUILD_MPI
 
@@ -57,6 +58,7 @@ tfg_status tfg_mpi_start(tfg_strbuf *why) {
   MPI_Comm local;
   if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, job.rank, MPI_INFO_NULL, &local) == MPI_SUCCESS) {
     MPI_Comm_rank(local, &job.local_rank);
+    MPI_Comm_size(local, &job.local_size);
     MPI_Comm_free(&local);
   }
   if (provided < MPI_THREAD_MULTIPLE) {

@@ -34,10 +34,12 @@ tfg_status tfg_mpi_start(tfg_strbuf *why);
 void tfg_mpi_stop(void);
 
 /* This process's rank in the job and the job's size (0 and 1 outside a
- * job); its rank among the ranks of its machine (0 outside a job). */
+ * job); its rank among the ranks of its machine and their number (0 and
+ * 1 outside a job). */
 int tfg_mpi_rank(void);
 int tfg_mpi_size(void);
 int tfg_mpi_local_rank(void);
+int tfg_mpi_local_size(void);
 
 /* `tfg version`'s line, without the newline: "mpi: on (Open MPI
  * v4.1.4), rank R of N", "mpi: on (Open MPI v4.1.4), not started by

@@ -82,6 +82,13 @@ TFG
   expect mpi-np2x2 0 mpi_run -np 2 "$TFG" run --devices host*2 "$tmp/mpi/job2.tfg" &&
     if python3 "$ROOT/tests/ckpt_compare.py" "$tmp/mpi/job2.safetensors" "$tmp/mpi/one4.safetensors" 2e-5 \
       >"$tmp/cmp" 2>&1; then ok; else ko "$suite mpi-np2x2: $(cat "$tmp/cmp")"; fi
+  # mirrored() with no --devices under mpirun: each rank takes its share
+  # of the machine's GPUs, here none, so one host device each; 2 ranks
+  # train as one process of 2 replicas
+  mlp_program "$tmp/mpi/all" "adam(lr = 1e-2)" "mirrored()"
+  expect mpi-mirrored-all 0 mpi_run -np 2 "$TFG" run "$tmp/mpi/all.tfg" &&
+    if python3 "$ROOT/tests/ckpt_compare.py" "$tmp/mpi/all.safetensors" "$tmp/mpi/one2.safetensors" 2e-5 \
+      >"$tmp/cmp" 2>&1; then ok; else ko "$suite mpi-mirrored-all: $(cat "$tmp/cmp")"; fi
   # the batch must split over every rank's replicas: 16 rows over 3 x 2
   mlp_program "$tmp/mpi/odd" "adam(lr = 1e-2)" "mirrored([gpu:0, gpu:1])"
   expect mpi-uneven 1 mpi_run -np 3 "$TFG" run --color=never --devices host*2 "$tmp/mpi/odd.tfg" &&

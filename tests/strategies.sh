@@ -30,6 +30,29 @@ for opt in "sgd(lr = 0.1, momentum = 0.9)" "adam(lr = 1e-2)"; do
   done
 done
 
+# mirrored() and mirrored(gpu:*) take every GPU entry of the run: on
+# host*2 and host*4 they are exactly mirrored([gpu:0, gpu:1]) and
+# mirrored([gpu:0 .. gpu:3]) (the same replicas, the same sums, so the
+# same bytes); with no --devices and no GPU they ask for one, gpu:0 a
+# host device, one replica.
+for form in "mirrored()" "mirrored(gpu:*)"; do
+  tag=$(echo "$form" | tr -d '()*:')
+  mlp_program "$tmp/all_$tag" "adam(lr = 1e-2)" "$form"
+  for n in 2 4; do
+    rm -f "$tmp/all_$tag.safetensors" # a checkpoint there would be resumed
+    expect "mirrored-all-$tag-$n" 0 "$TFG" run --devices host*$n "$tmp/all_$tag.tfg" &&
+      if cmp -s "$tmp/all_$tag.safetensors" "$tmp/mirrored${n}_ada.safetensors"; then ok
+      else ko "strategies mirrored-all-$tag-$n: $form on host*$n differs from $n named replicas"; fi
+  done
+done
+rm -f "$tmp/all_mirrored.safetensors"
+expect mirrored-all-default 0 "$TFG" run "$tmp/all_mirrored.tfg" &&
+  contains mirrored-all-default "$tmp/err" "gpu:0 is a host device" &&
+  if cmp -s "$tmp/all_mirrored.safetensors" "$tmp/mirrored1_ada.safetensors"; then ok
+  else ko "strategies mirrored-all-default: mirrored() alone is not one replica"; fi
+expect mirrored-all-uneven 1 "$TFG" run --color=never --devices host*3 "$tmp/all_mirrored.tfg" &&
+  contains mirrored-all-uneven "$tmp/err" "mirrored makes 3 replicas here"
+
 # accumulate = K: K micro-batches of 16/K rows per step equal one step over
 # 16 rows (the same rows: batches follow one another), alone and mirrored
 # over two replicas, within the same 2e-5 (the micro-batches' gradients

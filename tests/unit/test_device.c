@@ -419,6 +419,23 @@ START_TEST(default_two_gpus) {
 }
 END_TEST
 
+/* Under mpirun the ranks of a machine share its GPUs: 8 GPUs over 4
+ * ranks are two each, in order; 4 over 4 one each; 3 over 2 split 1 and
+ * 2 (every GPU used once); 2 over 4 go round (ranks 0 and 2 on GPU 0). */
+START_TEST(local_share) {
+  static const struct { int found, rank, size, first, end; } cases[] = {
+      {8, 0, 4, 0, 2}, {8, 3, 4, 6, 8}, {4, 2, 4, 2, 3}, {3, 0, 2, 0, 1}, {3, 1, 2, 1, 3},
+      {2, 0, 4, 0, 1}, {2, 2, 4, 0, 1}, {2, 3, 4, 1, 2}, {5, 0, 1, 0, 5},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int first = -1, end = -1;
+    tfg_devices_local_share(cases[i].found, cases[i].rank, cases[i].size, &first, &end);
+    ck_assert_msg(first == cases[i].first && end == cases[i].end, "case %zu: [%d, %d), want [%d, %d)", i, first, end,
+                  cases[i].first, cases[i].end);
+  }
+}
+END_TEST
+
 /* ---- malformed specs ---------------------------------------------------- */
 
 /* Each spec has one bad entry at [off, off+len): exactly one error,
@@ -605,6 +622,7 @@ Suite *suite_device(void) {
   tcase_add_test(tc, describe_sim_only);
   tcase_add_test(tc, default_no_gpus);
   tcase_add_test(tc, default_two_gpus);
+  tcase_add_test(tc, local_share);
   tcase_add_test(tc, suggest_devices);
   tcase_add_loop_test(tc, malformed_spec, 0, (int)(sizeof BAD / sizeof BAD[0]));
   tcase_add_loop_test(tc, malformed_exact_text, 0, (int)(sizeof EXACT / sizeof EXACT[0]));
