@@ -68,3 +68,8 @@ int tfg_file_write_all(int fd, const void *buf, uint64_t len) {
   }
   return 0;
 }
+
+const char *tfg_path_base(const char *path) {
+  const char *s = strrchr(path, '/');
+  return s ? s + 1 : path;
+}

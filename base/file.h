@@ -23,6 +23,10 @@
  * end, are refused like FIFOs. */
 int tfg_file_open_regular(const char *path, struct stat *st, const char **why);
 
+/* The last part of path, after its last '/' ("nn.tfg" of
+ * "stdlib/nn.tfg"): how plans and explanations name a source. */
+const char *tfg_path_base(const char *path);
+
 /* Reads exactly len bytes from fd into buf, retrying short reads and
  * EINTR, in calls of at most 1 GiB (Linux moves at most ~2 GB per call).
  * Returns 0, an errno value, or -1 when the file ended first. */

@@ -21,6 +21,7 @@
 #include "base/strbuf.h"
 #include "cli/cli.h"
 #include "cli/pipeline.h"
+#include "cli/predict.h"
 #include "cli/plot.h"
 #include "compiler/place.h"
 #include "compiler/plan.h"
@@ -55,11 +56,11 @@ static int usage_error(const cli_cmd *cmd, const char *fmt, const char *arg) {
 
 /* Which options a command takes (the REPL takes run's but --trace). */
 enum { ALLOW_AST = 1, ALLOW_RUN = 2, ALLOW_PLACE = 4, ALLOW_EXPLAIN = 8, ALLOW_TRACE = 16, ALLOW_VERBOSE = 32,
-       ALLOW_JSON = 64 };
+       ALLOW_JSON = 64, ALLOW_PREDICT = 128 };
 
 enum { OPT_COLOR = 256, OPT_AST, OPT_SET, OPT_FEED, OPT_SEED, OPT_PRINT_ALL, OPT_THREADS, OPT_CHECK_NUMERICS,
        OPT_QUIET, OPT_DEVICES, OPT_MEMORY_LIMIT, OPT_EXPLAIN, OPT_JSON, OPT_DOT, OPT_TRACE, OPT_BUCKET_SIZE,
-       OPT_MEMORY, OPT_TF32, OPT_VERBOSE, OPT_PROFILE, OPT_LOG_ALL_RANKS };
+       OPT_MEMORY, OPT_TF32, OPT_VERBOSE, OPT_PROFILE, OPT_LOG_ALL_RANKS, OPT_PREDICT };
 
 /* The ALLOW_* bit a command needs to take each option; 0: every command
  * takes it. Another command's option is an unknown option. */
@@ -68,7 +69,7 @@ static const int opt_allow[] = {
     [OPT_FEED - OPT_COLOR] = ALLOW_RUN,
     [OPT_SEED - OPT_COLOR] = ALLOW_RUN,
     [OPT_PRINT_ALL - OPT_COLOR] = ALLOW_RUN,
-    [OPT_THREADS - OPT_COLOR] = ALLOW_RUN,
+    [OPT_THREADS - OPT_COLOR] = ALLOW_RUN | ALLOW_PREDICT,
     [OPT_CHECK_NUMERICS - OPT_COLOR] = ALLOW_RUN,
     [OPT_QUIET - OPT_COLOR] = ALLOW_RUN,
     [OPT_DEVICES - OPT_COLOR] = ALLOW_PLACE,
@@ -83,6 +84,7 @@ static const int opt_allow[] = {
     [OPT_VERBOSE - OPT_COLOR] = ALLOW_VERBOSE,
     [OPT_PROFILE - OPT_COLOR] = ALLOW_TRACE,
     [OPT_LOG_ALL_RANKS - OPT_COLOR] = ALLOW_TRACE,
+    [OPT_PREDICT - OPT_COLOR] = ALLOW_PREDICT,
 };
 
 /* Splits "NAME=VALUE"; false when there is no '=' or no name. */
@@ -121,6 +123,7 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
       {"memory", required_argument, NULL, OPT_MEMORY},
       {"tf32", no_argument, NULL, OPT_TF32},
       {"verbose", no_argument, NULL, OPT_VERBOSE},
+      {"predict", no_argument, NULL, OPT_PREDICT},
       {NULL, 0, NULL, 0},
   };
   memset(o, 0, sizeof *o);
@@ -196,6 +199,9 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
       break;
     case OPT_TRACE:
       o->trace = optarg;
+      break;
+    case OPT_PREDICT:
+      o->predict = true;
       break;
     case OPT_PROFILE:
       o->profile = true;
@@ -496,7 +502,7 @@ static int cmd_program(const cli_cmd *cmd, int argc, char **argv) {
   int rc = parse_opts(cmd, argc, argv,
                       ALLOW_VERBOSE | (is_check ? ALLOW_AST : 0) | (is_run ? ALLOW_RUN | ALLOW_PLACE | ALLOW_TRACE : 0) |
                           (is_place || is_plan ? ALLOW_PLACE : 0) |
-                          (is_place ? ALLOW_EXPLAIN | ALLOW_JSON : 0) | (is_plan ? ALLOW_JSON : 0),
+                          (is_place ? ALLOW_EXPLAIN | ALLOW_JSON : 0) | (is_plan ? ALLOW_JSON | ALLOW_PREDICT : 0),
                       o);
   if (rc >= 0) {
     free(o);
@@ -535,7 +541,12 @@ static int cmd_program(const cli_cmd *cmd, int argc, char **argv) {
         tfg_train_step_free(&ts);
       }
     }
-    if (st == TFG_OK && (is_place || is_plan)) rc = place_program(o, tfg_interp_program(I), d, color, is_plan);
+    if (st == TFG_OK && is_plan && o->predict) {
+      rc = cli_predict(o, tfg_interp_program(I), src, prog, &io, d);
+      tfg_diag_render(d, stderr, color);
+    } else if (st == TFG_OK && (is_place || is_plan)) {
+      rc = place_program(o, tfg_interp_program(I), d, color, is_plan);
+    }
     if (st == TFG_OK && is_run) {
       tfg_diag_render(d, stderr, color);
       rc = run_actions(o, tfg_interp_program(I), d, color);
@@ -652,6 +663,9 @@ static const cli_cmd commands[] = {
      "does not fit a device is an error naming the device, the op and the bytes.\n\n"
      "options:\n"
      "  --json            the same plan as data (schema: README, \"--json schemas\")\n"
+     "  --predict         each train's step time predicted from the plan and the devices'\n"
+     "                    costs (host devices measured first), and mirrored()'s scaling\n"
+     "  --threads N       with --predict: the kernel threads a run would use\n"
      "  --devices SPEC    the devices to plan for (default: every GPU; else as many host devices as gpu:N named)\n"
      "  --memory MODE     growth (default) or preallocate (accepted as for tfg run; no effect here)\n"
      "  --memory-limit SIZE  cap every device's memory\n"

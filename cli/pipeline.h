@@ -53,6 +53,7 @@ typedef struct cli_opts {
   const char *devices;    /* --devices SPEC */
   int64_t memory_limit;   /* --memory-limit SIZE, 0 for none */
   bool explain, json, dot;
+  bool predict;           /* plan --predict: each train's step time from the cost model */
   const char *trace;      /* --trace FILE.json */
   bool profile;           /* --profile: a table of ops by time after the run */
   bool log_all_ranks;     /* --log-all-ranks: under mpirun every rank logs, "[rank K] " first */

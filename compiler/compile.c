@@ -13,9 +13,6 @@
 #include "compiler/simplify.h"
 #include "compiler/strategy.h"
 
-static int64_t bytes_of(const tfg_node *n) {
-  return tfg_shape_numel(&n->shape) * (int64_t)tfg_dtype_size(n->dtype);
-}
 
 /* ---- stage 3: placing with activations counted --------------------------------- */
 
@@ -51,7 +48,7 @@ static tfg_status place_fit(const tfg_graph *g, const tfg_devices *ds, const tfg
     TFG_ASSERT(grads != NULL);
     for (int k = 0; k < nsteps; k++)
       for (int i = 0; i < steps[k].nparams; i++)
-        grads[tfg_placement_device(pl, steps[k].params[i])] += bytes_of(&g->nodes[steps[k].params[i]]);
+        grads[tfg_placement_device(pl, steps[k].params[i])] += tfg_node_bytes(&g->nodes[steps[k].params[i]]);
     bool over = false;
     for (int i = 0; i < ndev; i++) {
       if (plan->dev[i].peak <= tfg_devices_at(ds, i)->memory) continue;

@@ -13,9 +13,6 @@
 #include "base/assert.h"
 #include "kernels/cpu/cpu.h"
 
-static int64_t bytes_of(const tfg_node *n) {
-  return tfg_shape_numel(&n->shape) * (int64_t)tfg_dtype_size(n->dtype);
-}
 
 /* Whether op may be computed at compile time: its value is the same in
  * every run, given the same inputs. Sources of varying values, random
@@ -84,7 +81,7 @@ static void settle(folder *f, tfg_node_id i) {
   bool was_const = n->op == TFG_OP_CONST;
   bool keep = f->wanted[i] || (f->roots && f->roots[i]) || f->pending[i] == -1; /* -1: nothing reads it */
   if (keep && !was_const) {
-    size_t bytes = (size_t)bytes_of(n);
+    size_t bytes = (size_t)tfg_node_bytes(n);
     void *data = tfg_arena_alloc(&f->g->arena, bytes ? bytes : 1);
     if (bytes) memcpy(data, f->value[i], bytes);
     n->op = TFG_OP_CONST;
@@ -116,7 +113,7 @@ static bool compute(folder *f, tfg_node_id i) {
     f->value[i] = (void *)n->attrs.data;
     return true;
   }
-  int64_t bytes = bytes_of(n);
+  int64_t bytes = tfg_node_bytes(n);
   void *out = malloc(bytes ? (size_t)bytes : 1);
   tfg_tensor *in = malloc(sizeof *in * ((size_t)n->ninputs + 1));
   TFG_ASSERT(out && in);
@@ -150,7 +147,7 @@ int tfg_fold_constants(tfg_graph *g, const uint8_t *roots, uint8_t *mark) {
     for (int k = 0; k < g->nodes[i].ninputs; k++) f.pending[g->nodes[i].inputs[k]]++;
   for (int32_t i = 0; i < n; i++) {
     const tfg_node *nd = &g->nodes[i];
-    bool c = foldable_op(nd) && bytes_of(nd) <= TFG_FOLD_MAX_BYTES;
+    bool c = foldable_op(nd) && tfg_node_bytes(nd) <= TFG_FOLD_MAX_BYTES;
     for (int k = 0; c && k < nd->ninputs; k++) c = f.con[nd->inputs[k]];
     f.con[i] = c && compute(&f, i);
     /* Its inputs' reads are done: settle those that had their last. (A

@@ -40,6 +40,7 @@
  * peak passed a device's memory) needs a plan, so it is the compile
  * driver's loop (compiler/compile.c), not the placer's: this file never
  * calls the planner. */
+#include "base/file.h"
 #include "compiler/place.h"
 
 #include <inttypes.h>
@@ -77,9 +78,6 @@ static void unite(int32_t *parent, int32_t a, int32_t b) {
   if (a != b) parent[a < b ? b : a] = a < b ? a : b; /* the smallest id leads: the param */
 }
 
-static int64_t bytes_of(const tfg_node *n) {
-  return tfg_shape_numel(&n->shape) * (int64_t)tfg_dtype_size(n->dtype);
-}
 
 static bool persistent(const tfg_node *n) { return n->op == TFG_OP_PARAM || n->op == TFG_OP_STATE; }
 
@@ -188,12 +186,12 @@ static void pass0_groups(placer *P, const tfg_train_step *steps, int nsteps) {
       unite(parent, u->inputs[0], u->inputs[3]);
     }
   for (int32_t i = 0; i < P->n; i++)
-    if (persistent(&g->nodes[i])) P->group_bytes[find(parent, i)] += bytes_of(&g->nodes[i]);
+    if (persistent(&g->nodes[i])) P->group_bytes[find(parent, i)] += tfg_node_bytes(&g->nodes[i]);
   /* A trained param's gradient lives until its update, at the end of the
    * step: count it with the group, as the memory it will certainly take. */
   for (int k = 0; k < nsteps; k++)
     for (int i = 0; i < steps[k].nparams; i++)
-      P->group_bytes[find(parent, steps[k].params[i])] += bytes_of(&g->nodes[steps[k].params[i]]);
+      P->group_bytes[find(parent, steps[k].params[i])] += tfg_node_bytes(&g->nodes[steps[k].params[i]]);
 }
 
 /* ---- pass 1: pins ---------------------------------------------------------- */
@@ -316,11 +314,11 @@ static double finish_on(const placer *P, const tfg_node *n, int dv) {
     int xd = P->pl->rec[x].device;
     if (xd < 0) continue; /* an undecided source: it will follow this op */
     double arrive = P->finish[x];
-    if (xd != dv) arrive += (double)bytes_of(&P->g->nodes[x]) / (dev->link_bw < P->link ? dev->link_bw : P->link);
+    if (xd != dv) arrive += (double)tfg_node_bytes(&P->g->nodes[x]) / (dev->link_bw < P->link ? dev->link_bw : P->link);
     if (arrive > start) start = arrive;
   }
   double flops = tfg_op_get(n->op)->flops(P->g, n);
-  return start + flops / dev->flops + (double)bytes_of(n) / dev->mem_bw;
+  return start + flops / dev->flops + (double)tfg_node_bytes(n) / dev->mem_bw;
 }
 
 /* Persistent bytes of the undecided param groups node n reads: what its
@@ -471,20 +469,20 @@ static void count_totals(tfg_placement *pl) {
     tfg_place_totals *t = &pl->totals[dv];
     t->ops++;
     t->flops += tfg_op_get(nd->op)->flops(g, nd);
-    if (persistent(nd)) t->param_bytes += bytes_of(nd);
-    else live[dv] += bytes_of(nd);
+    if (persistent(nd)) t->param_bytes += tfg_node_bytes(nd);
+    else live[dv] += tfg_node_bytes(nd);
     if (t->param_bytes + live[dv] > t->peak_bytes) t->peak_bytes = t->param_bytes + live[dv];
     for (int k = 0; k < nd->ninputs; k++) {
       tfg_node_id x = nd->inputs[k];
       int xd = pl->rec[x].device;
       if (xd != dv && !sent[(size_t)x * (size_t)pl->ndev + (size_t)dv]) {
         sent[(size_t)x * (size_t)pl->ndev + (size_t)dv] = 1; /* one copy per tensor per destination */
-        pl->totals[xd].bytes_out += bytes_of(&g->nodes[x]);
-        t->bytes_in += bytes_of(&g->nodes[x]);
+        pl->totals[xd].bytes_out += tfg_node_bytes(&g->nodes[x]);
+        t->bytes_in += tfg_node_bytes(&g->nodes[x]);
       }
-      if (last[x] == i && !persistent(&g->nodes[x])) live[xd] -= bytes_of(&g->nodes[x]);
+      if (last[x] == i && !persistent(&g->nodes[x])) live[xd] -= tfg_node_bytes(&g->nodes[x]);
     }
-    if (last[i] == i && !persistent(nd)) live[dv] -= bytes_of(nd); /* read by nothing: gone at once */
+    if (last[i] == i && !persistent(nd)) live[dv] -= tfg_node_bytes(nd); /* read by nothing: gone at once */
   }
   /* The persistent bytes are there from the start. */
   for (int i = 0; i < pl->ndev; i++)
@@ -545,10 +543,6 @@ tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_
 
 /* ---- explain ------------------------------------------------------------------------ */
 
-static const char *base_name(const char *path) {
-  const char *s = strrchr(path, '/');
-  return s ? s + 1 : path;
-}
 
 /* "param h.w" for named nodes, the op's name otherwise. */
 static void node_label(const tfg_graph *g, tfg_node_id id, tfg_strbuf *out) {
@@ -565,7 +559,7 @@ static void format_time(tfg_strbuf *out, double s) {
 }
 
 static void format_loc(tfg_strbuf *out, const tfg_loc *l) {
-  if (l->src) tfg_strbuf_printf(out, "%s:%u:%u", base_name(l->src->name), l->line, tfg_loc_display_col(l));
+  if (l->src) tfg_strbuf_printf(out, "%s:%u:%u", tfg_path_base(l->src->name), l->line, tfg_loc_display_col(l));
   else tfg_strbuf_puts(out, "?");
 }
 
@@ -694,7 +688,7 @@ static char *source_cell(const tfg_graph *g, int32_t lo, int32_t hi) {
   for (int32_t k = lo; k < hi; k++) {
     const tfg_loc *l = &g->nodes[k].loc;
     if (!l->src) continue;
-    file = base_name(l->src->name);
+    file = tfg_path_base(l->src->name);
     if (l->line < first) first = l->line;
     if (l->line > last) last = l->line;
   }

@@ -923,3 +923,30 @@ tfg_status tfg_plan_build_with(const tfg_graph *g, const tfg_placement *pl, cons
   tfg_plan_free(p);
   return build(g, pl, ds, o, false, d, out);
 }
+
+/* The sweep repeats until the buckets add nothing. */
+void tfg_plan_mark_needed(const tfg_plan *p, const tfg_node_id *fetch, int nfetch, uint8_t *need) {
+  const tfg_graph *g = p->g;
+  int32_t n = g->nnodes;
+  memset(need, 0, (size_t)n);
+  for (int i = 0; i < nfetch; i++) need[fetch[i]] = 1;
+  for (bool again = true; again;) {
+    for (int32_t i = n - 1; i >= 0; i--) {
+      if (!need[i]) continue;
+      /* The compile driver keeps every value a run may fetch: what
+       * constant folding or simplify removed never runs, and nothing needs it. */
+      TFG_ASSERT(!p->folded || !tfg_fold_removed(p->folded[i]));
+      if (g->nodes[i].op != TFG_OP_INPUT)
+        for (int k = 0; k < g->nodes[i].ninputs; k++) need[g->nodes[i].inputs[k]] = 1;
+    }
+    again = false;
+    for (int b = 0; b < p->nbuckets; b++) {
+      const tfg_plan_bucket *pb = &p->buckets[b];
+      int total = pb->nranks * pb->nnodes, some = 0;
+      for (int k = 0; k < total; k++) some += need[pb->nodes[k]];
+      if (some == 0 || some == total) continue;
+      for (int k = 0; k < total; k++) need[pb->nodes[k]] = 1;
+      again = true;
+    }
+  }
+}

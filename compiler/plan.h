@@ -148,6 +148,13 @@ void tfg_plan_free(tfg_plan *p);
  * one, else its node's inputs; *n gets the count. */
 const tfg_node_id *tfg_plan_step_inputs(const tfg_plan *p, const tfg_plan_step *st, int *n);
 
+/* Sets need[id] (per node of the graph) to 1 for every node a run that
+ * fetches fetch[0..n) computes, 0 for the others: the dependency cone of
+ * the fetches, where a bucket with a needed node needs all of its nodes
+ * (a collective takes every rank). What the executor runs and the
+ * predictor times (compiler/predict.h). */
+void tfg_plan_mark_needed(const tfg_plan *p, const tfg_node_id *fetch, int n, uint8_t *need);
+
 /* The chain node id is a member of, or -1 (a scan of the chains). */
 int tfg_plan_chain_of(const tfg_plan *p, tfg_node_id id);
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/file.h"
 #include "base/assert.h"
 #include "base/json.h"
 #include "ir/ops.h"
@@ -14,17 +15,13 @@
 
 /* ---- text shared by errors, the validator and print ------------------------ */
 
-static const char *base_name(const char *path) {
-  const char *s = strrchr(path, '/');
-  return s ? s + 1 : path;
-}
 
 /* "n3 matmul (t.tfg:4)"; named nodes as "n0 param h.w (nn.tfg:18)". */
 void tfg_plan_node_text(const tfg_graph *g, tfg_node_id id, tfg_strbuf *out) {
   const tfg_node *n = &g->nodes[id];
   tfg_strbuf_printf(out, "n%d %s", (int)id, tfg_op_get(n->op)->name);
   if (n->name) tfg_strbuf_printf(out, " %s", n->name);
-  if (n->loc.src) tfg_strbuf_printf(out, " (%s:%u)", base_name(n->loc.src->name), n->loc.line);
+  if (n->loc.src) tfg_strbuf_printf(out, " (%s:%u)", tfg_path_base(n->loc.src->name), n->loc.line);
 }
 
 const char *tfg_plan_dev_name(const tfg_plan *p, int d) { return tfg_devices_at(p->ds, d)->name; }
@@ -73,7 +70,7 @@ static void chain_text(const tfg_plan *p, int ci, tfg_strbuf *out) {
   tfg_strbuf_puts(out, "fused ");
   chain_expr(p, c, c->nnodes - 1, out);
   tfg_strbuf_printf(out, " n%d", (int)c->nodes[c->nnodes - 1]);
-  if (last->loc.src) tfg_strbuf_printf(out, " (%s:%u)", base_name(last->loc.src->name), last->loc.line);
+  if (last->loc.src) tfg_strbuf_printf(out, " (%s:%u)", tfg_path_base(last->loc.src->name), last->loc.line);
   tfg_strbuf_puts(out, ", members");
   for (int e = 0; e < c->nnodes; e++) tfg_strbuf_printf(out, " n%d", (int)c->nodes[e]);
 }
@@ -355,7 +352,7 @@ static void json_node(const tfg_graph *g, tfg_node_id id, tfg_strbuf *out) {
   tfg_strbuf_puts(out, ", \"source\": ");
   if (n->loc.src) {
     tfg_strbuf src = {0};
-    tfg_strbuf_printf(&src, "%s:%u", base_name(n->loc.src->name), n->loc.line);
+    tfg_strbuf_printf(&src, "%s:%u", tfg_path_base(n->loc.src->name), n->loc.line);
     tfg_json_put_string(out, src.data);
     tfg_strbuf_free(&src);
   } else {

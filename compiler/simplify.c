@@ -14,9 +14,6 @@
 #include "compiler/fold.h"
 #include "kernels/kernel.h"
 
-static int64_t bytes_of(const tfg_node *n) {
-  return tfg_shape_numel(&n->shape) * (int64_t)tfg_dtype_size(n->dtype);
-}
 
 /* Whether n may be merged with an equal node: its value is a function
  * of its inputs and attrs alone, computed once per step. */
@@ -62,7 +59,7 @@ static bool same_attrs(const tfg_node *na, const tfg_node *nb) {
   double ob[7] = {b->opt.lr, b->opt.momentum, b->opt.dampening, b->opt.beta1, b->opt.beta2, b->opt.eps, b->opt.weight_decay};
   if (!same_bits(oa, ob, 7)) return false;
   if (na->op == TFG_OP_CONST) {
-    size_t bytes = (size_t)bytes_of(na);
+    size_t bytes = (size_t)tfg_node_bytes(na);
     return bytes == 0 || (a->data && b->data && memcmp(a->data, b->data, bytes) == 0);
   }
   return a->data == NULL && b->data == NULL; /* any other op's data: not compared, not merged */
@@ -91,7 +88,7 @@ static uint64_t node_hash(const tfg_node *n) {
   for (int k = 0; k < n->ninputs; k++) h = mix(h, (uint64_t)n->inputs[k]);
   h = mix(mix(h, (uint64_t)n->attrs.axis), (uint64_t)n->attrs.axes);
   if (n->op == TFG_OP_CONST && n->attrs.data) {
-    size_t bytes = (size_t)bytes_of(n);
+    size_t bytes = (size_t)tfg_node_bytes(n);
     const unsigned char *p = n->attrs.data;
     for (size_t i = 0; i < bytes && i < 64; i++) h = mix(h, p[i]);
   }

@@ -36,6 +36,8 @@ int tfg_dtype_from_name(const char *s) {
   return -1;
 }
 
+int64_t tfg_node_bytes(const tfg_node *n) { return tfg_shape_numel(&n->shape) * (int64_t)tfg_dtype_size(n->dtype); }
+
 int64_t tfg_shape_numel(const tfg_shape *s) {
   int64_t n = 1;
   for (int i = 0; i < s->rank; i++) n *= s->dim[i];

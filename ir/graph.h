@@ -157,6 +157,9 @@ typedef struct tfg_node {
   tfg_devspec pin;  /* the device annotation in force when it was built */
 } tfg_node;
 
+/* The bytes of node n's value (its shape times its dtype's size). */
+int64_t tfg_node_bytes(const tfg_node *n);
+
 typedef struct tfg_graph {
   tfg_arena arena; /* node inputs, names, constant payloads */
   tfg_node *nodes;

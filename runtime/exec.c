@@ -734,35 +734,6 @@ tfg_status tfg_exec_init(tfg_exec *x, tfg_node_id id, const tfg_attrs *a, tfg_st
 
 /* ---- a run ---------------------------------------------------------------------- */
 
-/* Marks the dependency cone of the fetches in x->need. A bucket with a
- * needed node needs all of its nodes (a collective takes every rank), so
- * the sweep repeats until the buckets add nothing. */
-static void mark_needed(tfg_exec *x, const tfg_node_id *fetch, int nfetch) {
-  const tfg_graph *g = x->g;
-  int32_t n = g->nnodes;
-  memset(x->need, 0, (size_t)n);
-  for (int i = 0; i < nfetch; i++) x->need[fetch[i]] = 1;
-  for (bool again = true; again;) {
-    for (int32_t i = n - 1; i >= 0; i--) {
-      if (!x->need[i]) continue;
-      /* The compile driver keeps every value a run may fetch: what
-       * constant folding or simplify removed never runs, and nothing needs it. */
-      TFG_ASSERT(!x->p->folded || !tfg_fold_removed(x->p->folded[i]));
-      if (g->nodes[i].op != TFG_OP_INPUT)
-        for (int k = 0; k < g->nodes[i].ninputs; k++) x->need[g->nodes[i].inputs[k]] = 1;
-    }
-    again = false;
-    for (int b = 0; b < x->p->nbuckets; b++) {
-      const tfg_plan_bucket *pb = &x->p->buckets[b];
-      int total = pb->nranks * pb->nnodes, some = 0;
-      for (int k = 0; k < total; k++) some += x->need[pb->nodes[k]];
-      if (some == 0 || some == total) continue;
-      for (int k = 0; k < total; k++) x->need[pb->nodes[k]] = 1;
-      again = true;
-    }
-  }
-}
-
 static bool bucket_needed(const tfg_exec *x, int b) { return x->need[x->p->buckets[b].nodes[0]] != 0; }
 
 /* ---- stages (captured runs) ------------------------------------------------------
@@ -1184,7 +1155,7 @@ tfg_status tfg_exec_run(tfg_exec *x, const tfg_node_id *fetch, int nfetch, void 
                      tfg_op_get(g->nodes[fetch[f]].op)->name, (int)fetch[f]);
       return TFG_ERR_DEVICE;
     }
-  mark_needed(x, fetch, nfetch);
+  tfg_plan_mark_needed(x->p, fetch, nfetch, x->need);
   /* Every needed node must be on a device this executor runs; inputs get
    * their values first, so a feed that fails stops the run before
    * anything is queued. */

@@ -440,6 +440,29 @@ expect plan-json-golden 0 "$TFG" plan --json --devices host*2:256M "$ROOT/tests/
   if cmp -s "$tmp/out" "$ROOT/tests/golden/place-pinned.plan.json"; then ok
   else ko "plan-json-golden: differs from tests/golden/place-pinned.plan.json"; diff "$ROOT/tests/golden/place-pinned.plan.json" "$tmp/out" | head; fi
 
+# tfg plan --predict: on sim devices the table's numbers alone, so the
+# same text on every machine (a golden file); on host devices the host is
+# measured first (its line), every device that runs has its row; with
+# mirrored() the scaling over 1..N replicas, a count the batch does not
+# split over said so; a program without a train has nothing to predict.
+expect predict-sim 0 "$TFG" plan --predict --devices sim:h100*2 "$ROOT/examples/data_parallel.tfg" &&
+  if cmp -s "$tmp/out" "$ROOT/tests/golden/data_parallel.predict"; then ok
+  else ko "predict-sim: differs from tests/golden/data_parallel.predict"; diff "$ROOT/tests/golden/data_parallel.predict" "$tmp/out" | head; fi
+expect predict-host 0 "$TFG" plan --predict --threads 2 --devices host*2 "$ROOT/examples/data_parallel.tfg" &&
+  contains predict-host "$tmp/out" "predicted step: " && contains predict-host "$tmp/out" "host measured: " &&
+  if grep -q '^gpu:0 ' "$tmp/out" && grep -q '^gpu:1 ' "$tmp/out"; then ok; else ko "predict-host: no row for gpu:0 and gpu:1"; fi
+sed 's/strategy = mirrored([^)]*)/strategy = mirrored()/' "$ROOT/examples/data_parallel.tfg" >"$ROOT/examples/.predict_all.tfg"
+expect predict-scaling 0 "$TFG" plan --predict --devices sim:h100*4 "$ROOT/examples/.predict_all.tfg" &&
+  contains predict-scaling "$tmp/out" "scaling: mirrored() over 1..4 replicas, the global batch fixed" &&
+  contains predict-scaling "$tmp/out" "(the batch does not split over 3)" &&
+  if grep -Eq '^ +1 +[0-9.]+ us +1\.00x +100%$' "$tmp/out" && grep -Eq '^ +4 +[0-9.]+ us ' "$tmp/out"; then ok
+  else ko "predict-scaling: no rows for 1 and 4 replicas"; fi
+rm -f "$ROOT/examples/.predict_all.tfg"
+printf 'print 1 + 2\n' >"$tmp/notrain.tfg"
+expect predict-none 0 "$TFG" plan --predict "$tmp/notrain.tfg" && contains predict-none "$tmp/out" "nothing to predict"
+expect predict-place 2 "$TFG" place --predict "$ROOT/examples/data_parallel.tfg" &&
+  contains predict-place "$tmp/err" "unknown option '--predict'"
+
 # ---- the GPT example -------------------------------------------------------------
 # A tiny configuration of examples/gpt.tfg (causal mask, tied embeddings,
 # AdamW on byte windows): the logged loss falls from near log(256) = 5.5 by

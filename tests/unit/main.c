@@ -89,6 +89,7 @@ int main(void) {
   srunner_add_suite(sr, suite_schedule());
   srunner_add_suite(sr, suite_views());
   srunner_add_suite(sr, suite_mpi());
+  srunner_add_suite(sr, suite_predict());
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);

@@ -39,6 +39,7 @@ Suite *suite_codegen(void);
 Suite *suite_schedule(void);
 Suite *suite_views(void);
 Suite *suite_mpi(void);
+Suite *suite_predict(void);
 
 /* Renders d's diagnostics without colour (and the error count when
  * summary is true) into a heap string. */
