@@ -448,10 +448,44 @@ static void verbose_program(const cli_opts *o, const tfg_program *p) {
 
 /* `tfg place` and `tfg plan`: the training steps are built first, so
  * updates and state are placed with their params. */
+/* One line of a rank's devices for the job's header: "gpu:0 host device
+ * 0, gpu:1 host device 1". */
+static void devices_line(const tfg_devices *ds, tfg_strbuf *out) {
+  for (int k = 0; ds && k < tfg_devices_gpus(ds); k++)
+    tfg_strbuf_printf(out, "%s%s %s", k ? ", " : "  ", tfg_devices_gpu(ds, k)->name, tfg_devices_gpu(ds, k)->hardware);
+  tfg_strbuf_puts(out, ds && tfg_devices_gpus(ds) ? "\n" : "  cpu:0 alone\n");
+}
+
+/* Under mpirun, `tfg place` and `tfg plan` show the whole job: rank 0
+ * prints, first (in text) the job and every rank's devices, gathered
+ * from all (every rank calls this, whether its compile succeeded, so no
+ * rank waits for one that will not come); the other ranks print nothing.
+ * Returns whether this rank prints. */
+static bool job_header(const cli_opts *o, const tfg_compiled *c, bool compiled, tfg_strbuf *out) {
+  if (tfg_mpi_size() < 2) return true;
+  tfg_strbuf mine = {0}, all = {0};
+  if (compiled) devices_line(c->ds, &mine);
+  else tfg_strbuf_puts(&mine, "  (its program did not compile)\n");
+  tfg_mpi_gather(mine.data, &all);
+  if (tfg_mpi_rank() == 0 && !o->json && !o->dot)
+    tfg_strbuf_printf(out,
+                      "job: %d ranks (mpirun), each placing and planning the program on its own devices; rank 0's "
+                      "below. mirrored's replicas span the ranks, each all-reduce summing within a rank, then across "
+                      "the ranks\n%s\n",
+                      tfg_mpi_size(), all.data ? all.data : "");
+  tfg_strbuf_free(&mine);
+  tfg_strbuf_free(&all);
+  return tfg_mpi_rank() == 0;
+}
+
 static int place_program(const cli_opts *o, tfg_program *p, tfg_diag *d, bool color, bool want_plan) {
   cli_compiled c;
   int rc = cli_compile(o, p, d, &c);
-  if (rc == 0) {
+  tfg_strbuf head = {0};
+  bool prints = job_header(o, &c, rc == 0, &head);
+  if (head.len) fwrite(head.data, 1, head.len, stdout);
+  tfg_strbuf_free(&head);
+  if (rc == 0 && prints) {
     tfg_strbuf out = {0};
     if (want_plan && o->json) tfg_plan_json(c.plan, &out);
     else if (want_plan) tfg_plan_print(c.plan, &out);
@@ -476,14 +510,21 @@ static int cmd_devices(const cli_cmd *cmd, int argc, char **argv) {
       tfg_devices *ds = cli_devices_for(o, NULL, d);
       rc = ds ? 0 : EXIT_USAGE;
       /* The default list says why it has no GPU (once: a program's run
-       * says it in the notice about host devices instead). */
-      if (ds && tfg_devices_no_gpu(ds)) fprintf(stderr, "tfg: no GPU found (%s)\n", tfg_devices_no_gpu(ds));
-      if (ds) {
-        tfg_strbuf out = {0};
-        tfg_devices_describe(ds, &out);
-        fwrite(out.data, 1, out.len, stdout);
+       * says it in the notice about host devices instead; under mpirun
+       * rank 0 says it). */
+      if (ds && tfg_devices_no_gpu(ds) && tfg_mpi_rank() == 0)
+        fprintf(stderr, "tfg: no GPU found (%s)\n", tfg_devices_no_gpu(ds));
+      tfg_strbuf out = {0};
+      if (ds) tfg_devices_describe(ds, &out);
+      if (tfg_mpi_size() > 1) { /* the whole job: every rank's list, gathered by rank 0 */
+        tfg_strbuf all = {0};
+        tfg_mpi_gather(ds ? out.data : "(its --devices is bad)\n", &all);
         tfg_strbuf_free(&out);
+        if (tfg_mpi_rank() == 0) tfg_strbuf_printf(&out, "job: %d ranks (mpirun), the devices of each\n\n%s", tfg_mpi_size(), all.data);
+        tfg_strbuf_free(&all);
       }
+      fwrite(out.data, 1, out.len, stdout);
+      tfg_strbuf_free(&out);
       tfg_diag_render(d, stderr, cli_color_mode(o->color));
       tfg_devices_free(ds);
       tfg_diag_free(d);

@@ -133,7 +133,7 @@ int cli_predict(const cli_opts *o, tfg_program *p, const tfg_source *src, const 
     if (all) scaling(o, &c, a, src, ast, io, measured ? &host : NULL, &out);
   }
   if (trains == 0) tfg_strbuf_puts(&out, "nothing to predict: the program has no train\n");
-  fwrite(out.data, 1, out.len, stdout);
+  if (tfg_mpi_rank() == 0) fwrite(out.data, 1, out.len, stdout); /* rank 0 for the job */
   tfg_strbuf_free(&out);
   cli_compiled_free(&c);
   return 0;

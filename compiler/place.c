@@ -314,7 +314,10 @@ static double finish_on(const placer *P, const tfg_node *n, int dv) {
     int xd = P->pl->rec[x].device;
     if (xd < 0) continue; /* an undecided source: it will follow this op */
     double arrive = P->finish[x];
-    if (xd != dv) arrive += (double)tfg_node_bytes(&P->g->nodes[x]) / (dev->link_bw < P->link ? dev->link_bw : P->link);
+    if (xd != dv) { /* over the link between them (the network between nodes), never faster than the slowest */
+      double bw = tfg_devices_bw(P->ds, xd, dv);
+      arrive += (double)tfg_node_bytes(&P->g->nodes[x]) / (bw < P->link ? bw : P->link);
+    }
     if (arrive > start) start = arrive;
   }
   double flops = tfg_op_get(n->op)->flops(P->g, n);

@@ -21,6 +21,7 @@
 
 #define GPU_LAUNCH_S 4e-6 /* a kernel launch from the host, as CUDA runs one eagerly */
 #define PCIE_BW 25e9      /* host to GPU: PCIe 4.0 x16 as copies see it */
+#define NET_LATENCY_S 5e-6 /* a message between nodes (InfiniBand, as a ring's step sees it) */
 
 /* ---- the table ---------------------------------------------------------------------- */
 
@@ -120,6 +121,10 @@ static double copy_time(const tfg_plan *p, const tfg_cost_table *t, int d, int s
   double bw = c->copy_bw;
   bool host_src = src < 0 || on_host(tfg_devices_at(p->ds, src));
   if (host_src && !on_host(tfg_devices_at(p->ds, d)) && bw > PCIE_BW) bw = PCIE_BW;
+  if (src >= 0 && tfg_devices_at(p->ds, src)->node != tfg_devices_at(p->ds, d)->node) { /* another node */
+    double net = tfg_devices_bw(p->ds, src, d);
+    if (net < bw) bw = net;
+  }
   return c->launch_s + bytes / bw;
 }
 
@@ -128,13 +133,22 @@ static double copy_time(const tfg_plan *p, const tfg_cost_table *t, int d, int s
  * Returns the work its device does; *lat gets the time it waits on the
  * others (a hand-over per ring step: each waits for its predecessor's;
  * the network's latency). */
-static double allreduce_time(const tfg_cost_table *t, const tfg_plan_bucket *pb, int r, double *lat) {
+static double allreduce_time(const tfg_plan *p, const tfg_cost_table *t, const tfg_plan_bucket *pb, int r, double *lat) {
   const tfg_cost_device *c = &t->dev[pb->devices[r]];
   double B = (double)pb->bytes, R = pb->nranks, time = c->launch_s + B / c->copy_bw;
+  /* the ring runs at its slowest hop: the network, when its ranks span nodes */
+  double ring = c->copy_bw;
+  bool across = false;
+  for (int q = 0; q < pb->nranks; q++) {
+    int a = pb->devices[q], b = pb->devices[(q + 1) % pb->nranks];
+    if (tfg_devices_at(p->ds, a)->node == tfg_devices_at(p->ds, b)->node) continue;
+    across = true;
+    if (tfg_devices_bw(p->ds, a, b) < ring) ring = tfg_devices_bw(p->ds, a, b);
+  }
   *lat = 0;
   if (R > 1) {
-    time += 2 * (R - 1) * c->launch_s + 2 * (R - 1) / R * B / c->copy_bw + (R - 1) / R * 3 * B / c->mem_bw;
-    *lat += 2 * (R - 1) * c->hop_s;
+    time += 2 * (R - 1) * c->launch_s + 2 * (R - 1) / R * B / ring + (R - 1) / R * 3 * B / c->mem_bw;
+    *lat += 2 * (R - 1) * (c->hop_s + (across ? NET_LATENCY_S : 0));
   }
   if (t->ranks > 1) {
     double N = t->ranks;
@@ -307,7 +321,7 @@ static bool try_start(replay *R, int d, int s) {
       if (lane_of(R, dr, TFG_PLAN_STREAM_COLLECTIVE)->stream >= 0 && dr != d) return false;
     }
     for (int r = 0; r < pb->nranks; r++) {
-      double lat, work = allreduce_time(t, pb, r, &lat);
+      double lat, work = allreduce_time(p, t, pb, r, &lat);
       start(R, pb->devices[r], TFG_PLAN_STREAM_COLLECTIVE, work, lat, true);
     }
     return true;

@@ -26,14 +26,15 @@
  * are decimal (3.35 TB/s is 3.35e12 bytes/s). "cpu" is not a product: a
  * generic 64 GiB server socket, for planning a CPU cluster. */
 static const tfg_sim_model SIM_MODELS[] = {
-    /* H100 SXM5: 80 GB HBM3, 3.35 TB/s, FP32 67 TFLOPS, NVLink 900 GB/s */
-    {"h100", 80 * GiB, 67e12, 3.35e12, 900e9},
-    /* H200 SXM: 141 GB HBM3e, 4.8 TB/s, FP32 67 TFLOPS, NVLink 900 GB/s */
-    {"h200", 141 * GiB, 67e12, 4.8e12, 900e9},
-    /* A100 80GB SXM4: 2,039 GB/s, FP32 19.5 TFLOPS, NVLink 600 GB/s */
-    {"a100", 80 * GiB, 19.5e12, 2.039e12, 600e9},
+    /* H100 SXM5: 80 GB HBM3, 3.35 TB/s, FP32 67 TFLOPS, NVLink 900 GB/s;
+     * between nodes a 400 Gb/s InfiniBand NDR port per GPU (DGX H100) */
+    {"h100", 80 * GiB, 67e12, 3.35e12, 900e9, 50e9},
+    /* H200 SXM: 141 GB HBM3e, 4.8 TB/s, FP32 67 TFLOPS, NVLink 900 GB/s; NDR 400 Gb/s */
+    {"h200", 141 * GiB, 67e12, 4.8e12, 900e9, 50e9},
+    /* A100 80GB SXM4: 2,039 GB/s, FP32 19.5 TFLOPS, NVLink 600 GB/s; HDR 200 Gb/s (DGX A100) */
+    {"a100", 80 * GiB, 19.5e12, 2.039e12, 600e9, 25e9},
     /* a generic host: ~1 TFLOP/s, 100 GB/s DRAM, 25 GB/s network link */
-    {"cpu", 64 * GiB, 1e12, 100e9, 25e9},
+    {"cpu", 64 * GiB, 1e12, 100e9, 25e9, 25e9},
 };
 enum { NSIM_MODELS = sizeof SIM_MODELS / sizeof SIM_MODELS[0] };
 
@@ -86,6 +87,7 @@ tfg_devices *tfg_devices_new(int64_t host_memory, long host_cores, tfg_devices_s
   c->flops = HOST_FLOPS;
   c->mem_bw = HOST_MEM_BW;
   c->link_bw = HOST_LINK_BW;
+  c->net_bw = HOST_LINK_BW;
   ds->n = 1;
   return ds;
 }
@@ -102,6 +104,7 @@ tfg_device *tfg_devices_push(tfg_devices *ds, tfg_device_kind kind, int physical
   g->flops = flops;
   g->mem_bw = mem_bw;
   g->link_bw = link_bw;
+  g->net_bw = link_bw;
   ds->n++;
   return g;
 }
@@ -123,13 +126,33 @@ void tfg_devices_add_host(tfg_devices *ds, int count, int64_t cap) {
   }
 }
 
-void tfg_devices_add_sim(tfg_devices *ds, const tfg_sim_model *m, int count, int64_t cap) {
+void tfg_devices_add_sim(tfg_devices *ds, const tfg_sim_model *m, int count, int nodes, int64_t cap) {
   int64_t memory = cap && cap < m->memory ? cap : m->memory;
   int k = count_kind(ds, TFG_DEVICE_SIM);
-  for (int i = 0; i < count; i++) {
+  /* the nodes of a multi-node entry are machines of their own, after
+   * those of the GPU entries before (cpu:0 is node 0's host) */
+  int first = 0;
+  for (int i = 1; nodes > 1 && i < ds->n; i++)
+    if (ds->dev[i].node + 1 > first) first = ds->dev[i].node + 1;
+  for (int i = 0; i < count * nodes; i++) {
     tfg_device *g = tfg_devices_push(ds, TFG_DEVICE_SIM, k + i, memory, m->flops, m->mem_bw, m->link_bw);
     snprintf(g->hardware, sizeof g->hardware, "sim:%s", m->name);
+    g->net_bw = m->net_bw;
+    g->node = nodes > 1 ? first + i / count : 0;
   }
+}
+
+double tfg_devices_bw(const tfg_devices *ds, int a, int b) {
+  const tfg_device *x = &ds->dev[a], *y = &ds->dev[b];
+  if (x->node != y->node) return x->net_bw < y->net_bw ? x->net_bw : y->net_bw;
+  return x->link_bw < y->link_bw ? x->link_bw : y->link_bw;
+}
+
+int tfg_devices_nodes(const tfg_devices *ds) {
+  int n = 0;
+  for (int i = 0; i < ds->n; i++)
+    if (ds->dev[i].node + 1 > n) n = ds->dev[i].node + 1;
+  return n;
 }
 
 void tfg_devices_free(tfg_devices *ds) {

@@ -18,7 +18,8 @@
  * TensorFlow's logical devices), a GPU-like device emulated on the CPU
  * (host*N: its own worker thread and memory pool), or a hypothetical device
  * for placement and planning only (sim:MODEL*N, capacities from the sim
- * table: h100, h200, a100, cpu).
+ * table: h100, h200, a100, cpu; sim:MODEL*NxM: M nodes of N each, linked
+ * by the table's network, for planning a cluster).
  *
  * Descriptions only: nothing here probes the machine or runs anything.
  * Lists are made by runtime/device.c, which finds the hardware
@@ -50,6 +51,8 @@ typedef struct tfg_device {
   double flops;         /* peak f32 FLOP/s the cost model assumes */
   double mem_bw;        /* device memory bandwidth, bytes/s */
   double link_bw;       /* bandwidth to another device, bytes/s */
+  double net_bw;        /* bandwidth to a device on another node (machine), bytes/s */
+  int node;             /* the node (machine) it is on: 0 but for sim:MODEL*NxM's */
 } tfg_device;
 
 /* A physical GPU as the CUDA runtime reports it. */
@@ -70,6 +73,11 @@ int tfg_devices_gpus(const tfg_devices *ds);    /* GPU entries */
 const tfg_device *tfg_devices_gpu(const tfg_devices *ds, int k);
 /* Caps every device's memory at limit bytes (--memory-limit). */
 void tfg_devices_limit(tfg_devices *ds, int64_t limit);
+/* The bandwidth between devices a and b (indices), bytes/s: the slower
+ * one's link on one node, the slower one's network between nodes. */
+double tfg_devices_bw(const tfg_devices *ds, int a, int b);
+/* How many nodes the list spans (1 unless sim:MODEL*NxM). */
+int tfg_devices_nodes(const tfg_devices *ds);
 
 /* The --devices to suggest to a run that needs `want` GPU entries and has
  * fewer, appended to *out as help text ("--devices cuda:0*2 (...), or
@@ -88,6 +96,7 @@ typedef struct tfg_sim_model {
   double flops;     /* dense f32 FLOP/s (no tensor cores, no sparsity) */
   double mem_bw;    /* bytes/s */
   double link_bw;   /* bytes/s to a peer (NVLink for the GPUs) */
+  double net_bw;    /* bytes/s per device to another node (InfiniBand for the GPUs) */
 } tfg_sim_model;
 
 /* The model named s[0..n) (case-insensitive), or NULL. */

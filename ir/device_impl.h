@@ -45,9 +45,12 @@ tfg_device *tfg_devices_push(tfg_devices *ds, tfg_device_kind kind, int physical
  * count (the rest stays with cpu:0, the data and the OS); a cap may raise
  * that up to the machine's memory divided by count. */
 void tfg_devices_add_host(tfg_devices *ds, int count, int64_t cap);
-/* Appends count separate hypothetical devices of model m, each with the
- * model's memory lowered to cap when cap is not 0; physical numbers them
- * among the list's sim devices, so none shares with another. */
-void tfg_devices_add_sim(tfg_devices *ds, const tfg_sim_model *m, int count, int64_t cap);
+/* Appends count x nodes separate hypothetical devices of model m, each
+ * with the model's memory lowered to cap when cap is not 0; physical
+ * numbers them among the list's sim devices, so none shares with
+ * another. With nodes > 1 they are nodes of count devices each (device i
+ * on the entry's node i / count, numbered after the list's nodes so far),
+ * linked by the model's network between nodes. */
+void tfg_devices_add_sim(tfg_devices *ds, const tfg_sim_model *m, int count, int nodes, int64_t cap);
 
 #endif

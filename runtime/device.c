@@ -225,20 +225,43 @@ static void parse_entry(spec_parser *p, tfg_devices *ds, size_t off, size_t end)
 
   /* [*COUNT] */
   int count = 1;
-  if (i < n && e[i] == '*') {
+  bool counted = i < n && e[i] == '*';
+  if (counted) {
     size_t c0 = ++i;
     long c = 0;
     for (; i < n && e[i] >= '0' && e[i] <= '9'; i++)
       if (c <= MAX_COUNT) c = c * 10 + (e[i] - '0');
-    if (i == c0 || (i < n && e[i] != ':') || c < 1 || c > MAX_COUNT) {
+    if (i == c0 || (i < n && e[i] != ':' && e[i] != 'x') || c < 1 || c > MAX_COUNT) {
       size_t ce = c0;
-      while (ce < n && e[ce] != ':') ce++;
+      while (ce < n && e[ce] != ':' && e[ce] != 'x') ce++;
       spec_error(p, off, n, "bad device count `*%.*s` in `%.*s`", (int)(ce - c0), e + c0,
                  (int)n, e);
       tfg_diag_help(p->d, "a count is a whole number from 1 to %d, e.g. host*4", MAX_COUNT);
       return;
     }
     count = (int)c;
+  }
+
+  /* [xNODES] after a count: sim devices only, for planning a cluster */
+  int nodes = 1;
+  if (counted && i < n && e[i] == 'x') {
+    size_t x0 = ++i;
+    long m = 0;
+    for (; i < n && e[i] >= '0' && e[i] <= '9'; i++)
+      if (m <= MAX_COUNT) m = m * 10 + (e[i] - '0');
+    if (kind != TFG_DEVICE_SIM) {
+      spec_error(p, off, n, "`x%.*s` in `%.*s`: only sim devices come in nodes", (int)(i - x0), e + x0, (int)n, e);
+      tfg_diag_help(p->d, "sim:MODEL*NxM plans M nodes of N devices, e.g. sim:h100*8x4");
+      return;
+    }
+    if (i == x0 || (i < n && e[i] != ':') || m < 1 || m > MAX_COUNT) {
+      size_t xe = x0;
+      while (xe < n && e[xe] != ':') xe++;
+      spec_error(p, off, n, "bad node count `x%.*s` in `%.*s`", (int)(xe - x0), e + x0, (int)n, e);
+      tfg_diag_help(p->d, "a node count is a whole number from 1 to %d, e.g. sim:h100*8x4", MAX_COUNT);
+      return;
+    }
+    nodes = (int)m;
   }
 
   /* [:SIZE] */
@@ -278,10 +301,10 @@ static void parse_entry(spec_parser *p, tfg_devices *ds, size_t off, size_t end)
     p->cuda_seen[cuda] = (int)off + 1;
   }
 
-  if (p->gpus + count > MAX_GPUS) {
+  if (p->gpus + count * nodes > MAX_GPUS) {
     if (!p->over_limit) {
       spec_error(p, off, n, "too many GPU devices: `%.*s` makes %d (the limit is %d)", (int)n,
-                 e, p->gpus + count, MAX_GPUS);
+                 e, p->gpus + count * nodes, MAX_GPUS);
       tfg_diag_help(p->d, "--devices lists at most %d GPU devices in all, %d per entry",
                     MAX_GPUS, MAX_COUNT);
     } else
@@ -289,12 +312,12 @@ static void parse_entry(spec_parser *p, tfg_devices *ds, size_t off, size_t end)
     p->over_limit = true;
     return;
   }
-  p->gpus += count;
+  p->gpus += count * nodes;
   if (p->errors) return; /* the list is dropped anyway */
   switch (kind) {
   case TFG_DEVICE_HOST: tfg_devices_add_host(ds, count, cap); break;
   case TFG_DEVICE_CUDA: add_cuda(ds, cuda, count, cap); break;
-  case TFG_DEVICE_SIM: tfg_devices_add_sim(ds, model, count, cap); break;
+  case TFG_DEVICE_SIM: tfg_devices_add_sim(ds, model, count, nodes, cap); break;
   case TFG_DEVICE_CPU: TFG_ASSERT(!"cpu is not an entry kind"); break;
   }
 }
@@ -459,15 +482,16 @@ static bool same_physical(const tfg_device *a, const tfg_device *b) {
   return a->kind == b->kind && a->physical == b->physical;
 }
 
-enum { NCOLS = 6, CELL = 72 };
+enum { NCOLS = 8, CELL = 72 }; /* the last two, node and net bw, only for a list of nodes */
 
 void tfg_devices_describe(const tfg_devices *ds, tfg_strbuf *out) {
   /* The table: cells first, so columns can be as wide as their widest. */
   int rows = ds->n + 1;
   char(*cell)[NCOLS][CELL] = calloc((size_t)rows, sizeof *cell);
   TFG_ASSERT(cell != NULL);
-  static const char *const head[NCOLS] = {"device", "hardware", "memory",
-                                          "f32 peak", "memory bw", "link bw"};
+  static const char *const head[NCOLS] = {"device", "hardware", "memory",  "f32 peak",
+                                          "memory bw", "link bw", "node", "net bw"};
+  int ncols = tfg_devices_nodes(ds) > 1 ? NCOLS : NCOLS - 2;
   for (int c = 0; c < NCOLS; c++) snprintf(cell[0][c], CELL, "%s", head[c]);
   for (int i = 0; i < ds->n; i++) {
     const tfg_device *v = &ds->dev[i];
@@ -478,18 +502,20 @@ void tfg_devices_describe(const tfg_devices *ds, tfg_strbuf *out) {
     rate_text(r[3], CELL, v->flops, "FLOP/s");
     rate_text(r[4], CELL, v->mem_bw, "B/s");
     rate_text(r[5], CELL, v->link_bw, "B/s");
+    snprintf(r[6], CELL, "%d", v->node);
+    rate_text(r[7], CELL, v->net_bw, "B/s");
   }
   /* Hardware and memory have minimum widths so the columns do not move
    * with the machine's core count or memory (and tests can match). */
-  int width[NCOLS] = {0, 24, 10, 0, 0, 0};
+  int width[NCOLS] = {0, 24, 10, 0, 0, 0, 0, 0};
   for (int r = 0; r < rows; r++)
     for (int c = 0; c < NCOLS; c++) {
       int w = (int)strlen(cell[r][c]);
       if (w > width[c]) width[c] = w;
     }
   for (int r = 0; r < rows; r++) {
-    for (int c = 0; c < NCOLS - 1; c++) tfg_strbuf_printf(out, "%-*s  ", width[c], cell[r][c]);
-    tfg_strbuf_printf(out, "%s\n", cell[r][NCOLS - 1]);
+    for (int c = 0; c < ncols - 1; c++) tfg_strbuf_printf(out, "%-*s  ", width[c], cell[r][c]);
+    tfg_strbuf_printf(out, "%s\n", cell[r][ncols - 1]);
   }
   free(cell);
 
@@ -524,7 +550,8 @@ void tfg_devices_describe(const tfg_devices *ds, tfg_strbuf *out) {
       break;
     }
     case TFG_DEVICE_SIM:
-      tfg_strbuf_printf(out, "  %s #%d (hypothetical):", v->hardware, v->physical);
+      if (tfg_devices_nodes(ds) > 1) tfg_strbuf_printf(out, "  %s #%d (hypothetical, node %d):", v->hardware, v->physical, v->node);
+      else tfg_strbuf_printf(out, "  %s #%d (hypothetical):", v->hardware, v->physical);
       break;
     }
     const char *sep = " ";

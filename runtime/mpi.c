@@ -145,6 +145,44 @@ void tfg_mpi_mean(double *v, int n) {
   for (int i = 0; i < n; i++) v[i] /= job.size;
 }
 
+void tfg_mpi_gather(const char *text, tfg_strbuf *all) {
+  if (!job.started || job.size < 2) {
+    tfg_strbuf_printf(all, "rank 0:\n%s", text);
+    return;
+  }
+  char host[MPI_MAX_PROCESSOR_NAME + 1] = "";
+  int hlen = 0;
+  if (MPI_Get_processor_name(host, &hlen) != MPI_SUCCESS) hlen = 0;
+  host[hlen] = '\0';
+  tfg_strbuf mine = {0};
+  tfg_strbuf_printf(&mine, "rank %d (%s):\n%s", job.rank, hlen ? host : "?", text);
+  int len = (int)mine.len, *lens = NULL, *offs = NULL;
+  char *buf = NULL;
+  if (job.rank == 0) {
+    lens = calloc((size_t)job.size, sizeof *lens);
+    offs = calloc((size_t)job.size, sizeof *offs);
+    TFG_ASSERT(lens && offs);
+  }
+  int rc = MPI_Gather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  TFG_ASSERT(rc == MPI_SUCCESS); /* a failed rank ends the job under mpirun */
+  int total = 0;
+  for (int r = 0; job.rank == 0 && r < job.size; r++) offs[r] = total, total += lens[r];
+  if (job.rank == 0) {
+    buf = malloc((size_t)total + 1);
+    TFG_ASSERT(buf != NULL);
+  }
+  rc = MPI_Gatherv(mine.data ? mine.data : "", len, MPI_CHAR, buf, lens, offs, MPI_CHAR, 0, MPI_COMM_WORLD);
+  TFG_ASSERT(rc == MPI_SUCCESS);
+  if (job.rank == 0) {
+    for (int r = 0; r < job.size; r++)
+      tfg_strbuf_printf(all, "%s%.*s", r ? "\n" : "", lens[r], buf + offs[r]);
+  }
+  free(buf);
+  free(lens);
+  free(offs);
+  tfg_strbuf_free(&mine);
+}
+
 bool tfg_mpi_bcast(void *buf, size_t n, bool ok) {
   if (!job.started || job.size < 2) return ok;
   int flag = ok;
@@ -339,6 +377,8 @@ bool tfg_mpi_bcast(void *buf, size_t n, bool ok) {
   (void)n;
   return ok;
 }
+
+void tfg_mpi_gather(const char *text, tfg_strbuf *all) { tfg_strbuf_printf(all, "rank 0:\n%s", text); }
 
 struct tfg_coll *tfg_mpi_job_coll_new(int nranks, struct tfg_backend *const *b, struct tfg_stream *const *s,
                                       tfg_strbuf *why) {

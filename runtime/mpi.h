@@ -61,6 +61,13 @@ tfg_status tfg_mpi_same(const char *what, const char *text, tfg_strbuf *err);
  * the same order (the train loop's logged values and evaluations). */
 void tfg_mpi_mean(double *v, int n);
 
+/* Every rank's text to rank 0, appended to *all there in rank order,
+ * each after a line "rank K (HOST):" (its machine's name), the ranks
+ * apart by an empty line; the other ranks get nothing. Outside a job,
+ * "rank 0:" and text. A collective: every rank calls it (`tfg devices`,
+ * `place` and `plan` showing the whole job). */
+void tfg_mpi_gather(const char *text, tfg_strbuf *all);
+
 /* Rank 0's bytes buf[0..n) to every rank, when ok is true on rank 0; a
  * rank 0 that could not make them passes ok false and every rank returns
  * false (so no rank waits for a collective the others will not join).

@@ -458,6 +458,20 @@ expect predict-scaling 0 "$TFG" plan --predict --devices sim:h100*4 "$ROOT/examp
   if grep -Eq '^ +1 +[0-9.]+ us +1\.00x +100%$' "$tmp/out" && grep -Eq '^ +4 +[0-9.]+ us ' "$tmp/out"; then ok
   else ko "predict-scaling: no rows for 1 and 4 replicas"; fi
 rm -f "$ROOT/examples/.predict_all.tfg"
+# sim:h100*8x4: 4 nodes of 8, the network between them in the table; the
+# same 32 replicas over 4 nodes spend longer in the all-reduce (its ring
+# crosses InfiniBand at 50 GB/s, not NVLink's 900) than on one node
+expect sim-nodes 0 "$TFG" devices --devices sim:h100*8x4 &&
+  if grep -q 'link bw   node  net bw$' "$tmp/out" && grep -Eq '^gpu:31 +sim:h100 .* 3 +50 GB/s$' "$tmp/out" &&
+    grep -q 'sim:h100 #8 (hypothetical, node 1): gpu:8$' "$tmp/out"; then ok
+  else ko "sim-nodes: no node column or gpu:31 not on node 3: $(grep gpu:31 "$tmp/out")"; fi
+ar_of() { awk '$1 == "gpu:0" { v = $6; u = $7; print (u == "us" ? v : u == "ms" ? v * 1e3 : v * 1e6) }' "$1"; }
+expect predict-one-node 0 "$TFG" plan --predict --devices sim:h100*32 --set 'strategy=mirrored()' "$ROOT/bench/mlp_wide.tfg" &&
+  one=$(ar_of "$tmp/out") &&
+  expect predict-nodes 0 "$TFG" plan --predict --devices sim:h100*8x4 --set 'strategy=mirrored()' "$ROOT/bench/mlp_wide.tfg" &&
+  four=$(ar_of "$tmp/out") &&
+  if [ -n "$one" ] && [ -n "$four" ] && awk -v a="$one" -v b="$four" 'BEGIN { exit !(b > 2 * a) }'; then ok
+  else ko "predict-nodes: the all-reduce over 4 nodes ($four us) is not well above one node's ($one us)"; fi
 printf 'print 1 + 2\n' >"$tmp/notrain.tfg"
 expect predict-none 0 "$TFG" plan --predict "$tmp/notrain.tfg" && contains predict-none "$tmp/out" "nothing to predict"
 expect predict-place 2 "$TFG" place --predict "$ROOT/examples/data_parallel.tfg" &&

@@ -94,6 +94,20 @@ TFG
   expect mpi-uneven 1 mpi_run -np 3 "$TFG" run --color=never --devices host*2 "$tmp/mpi/odd.tfg" &&
     contains mpi-uneven "$tmp/err" "mirrored makes 2 replicas here on each of 3 ranks: 6 in all"
 
+  # tfg devices, place and plan show the whole job: rank 0 prints once,
+  # every rank's devices gathered; --predict counts the ranks
+  expect mpi-devices 0 mpi_run -np 2 "$TFG" devices --devices host*2 &&
+    if [ "$(grep -c '^job: 2 ranks (mpirun)' "$tmp/out")" = 1 ] && grep -q '^rank 0 (' "$tmp/out" &&
+      grep -q '^rank 1 (' "$tmp/out" && [ "$(grep -c '^gpu:1 ' "$tmp/out")" = 2 ]; then ok
+    else ko "$suite mpi-devices: not one job with both ranks' devices: $(head -5 "$tmp/out")"; fi
+  expect mpi-plan 0 mpi_run -np 2 "$TFG" plan --devices host*2 "$ROOT/examples/data_parallel.tfg" &&
+    if [ "$(grep -c '^job: 2 ranks (mpirun)' "$tmp/out")" = 1 ] && [ "$(grep -c '^plan: ' "$tmp/out")" = 1 ] &&
+      grep -q '^rank 1 (.*):$' "$tmp/out" && grep -q '^  gpu:0 host device 0, gpu:1 host device 1$' "$tmp/out"; then ok
+    else ko "$suite mpi-plan: not the job and one plan: $(head -6 "$tmp/out")"; fi
+  expect mpi-predict 0 mpi_run -np 2 "$TFG" plan --predict --devices host*2 "$ROOT/examples/data_parallel.tfg" &&
+    if [ "$(grep -c '^predicted step: .*, each of 2 ranks$' "$tmp/out")" = 1 ]; then ok
+    else ko "$suite mpi-predict: not one prediction for 2 ranks: $(head -3 "$tmp/out")"; fi
+
   # a rank killed mid-run: mpirun ends the others at once (never a hang)
   # and names the rank, the survivor says why it stops (and exits 3), and
   # the last checkpoint still loads

@@ -134,6 +134,32 @@ START_TEST(sim_h100_times_8) {
 }
 END_TEST
 
+/* sim:h100*8x4: 4 nodes of 8, numbered in order; within a node the
+ * NVLink of the table, between nodes its InfiniBand (400 Gb/s per GPU);
+ * a later multi-node entry takes the next nodes. */
+START_TEST(sim_nodes) {
+  tfg_devices *ds = parse_ok("sim:h100*8x4");
+  ck_assert_int_eq(tfg_devices_gpus(ds), 32);
+  ck_assert_int_eq(tfg_devices_nodes(ds), 4);
+  for (int k = 0; k < 32; k++) ck_assert_int_eq(tfg_devices_gpu(ds, k)->node, k / 8);
+  ck_assert_int_eq(tfg_devices_gpu(ds, 31)->physical, 31);
+  ck_assert(tfg_devices_bw(ds, 1, 8) == 900e9);  /* gpu:0 and gpu:7: one node */
+  ck_assert(tfg_devices_bw(ds, 1, 9) == 50e9);   /* gpu:0 and gpu:8: two */
+  ck_assert(tfg_devices_bw(ds, 32, 25) == 900e9); /* gpu:31 and gpu:24: node 3 both */
+  ck_assert(tfg_devices_bw(ds, 32, 24) == 50e9);  /* gpu:31 and gpu:23: nodes 3 and 2 */
+  tfg_devices_free(ds);
+  ds = parse_ok("sim:a100*2x2,sim:h100*2x2");
+  ck_assert_int_eq(tfg_devices_nodes(ds), 4);
+  ck_assert_int_eq(tfg_devices_gpu(ds, 4)->node, 2);
+  ck_assert(tfg_devices_bw(ds, 1, 3) == 25e9); /* a100s on nodes 0 and 1: HDR 200 Gb/s */
+  ck_assert(tfg_devices_bw(ds, 3, 5) == 25e9); /* an a100 and an h100: the slower network */
+  tfg_devices_free(ds);
+  ds = parse_ok("sim:h100*8");
+  ck_assert_int_eq(tfg_devices_nodes(ds), 1);
+  tfg_devices_free(ds);
+}
+END_TEST
+
 START_TEST(mixed_entries) {
   tfg_devices *ds = parse_ok("cuda:0,cuda:1*2,host");
   ck_assert_int_eq(tfg_devices_count(ds), 5);
@@ -463,7 +489,11 @@ static const struct bad_spec {
     {"host*0", 0, 6, "bad device count `*0`"},
     {"host*65", 0, 7, "bad device count `*65`"},
     {"host*", 0, 5, "bad device count `*`"},
-    {"host*2x:1G", 0, 10, "bad device count `*2x`"},
+    {"host*2x:1G", 0, 10, "only sim devices come in nodes"},
+    {"host*2x2", 0, 8, "`x2` in `host*2x2`: only sim devices come in nodes"},
+    {"sim:h100*8x0", 0, 12, "bad node count `x0`"},
+    {"sim:h100*8x", 0, 11, "bad node count `x`"},
+    {"sim:h100*8x4y", 0, 13, "bad node count `x4y`"},
     {"host*99999999999999999999", 0, 25, "bad device count"},
     {"host:0", 0, 6, "bad memory size `0`"},
     {"host:-1G", 0, 8, "bad memory size `-1G`"},
@@ -623,6 +653,7 @@ Suite *suite_device(void) {
   tcase_add_test(tc, default_no_gpus);
   tcase_add_test(tc, default_two_gpus);
   tcase_add_test(tc, local_share);
+  tcase_add_test(tc, sim_nodes);
   tcase_add_test(tc, suggest_devices);
   tcase_add_loop_test(tc, malformed_spec, 0, (int)(sizeof BAD / sizeof BAD[0]));
   tcase_add_loop_test(tc, malformed_exact_text, 0, (int)(sizeof EXACT / sizeof EXACT[0]));
