@@ -287,6 +287,19 @@ static FILE *rank_log_open(void) {
   return f;
 }
 
+/* Where this rank writes --trace FILE: FILE on rank 0 (and outside a
+ * job); under mpirun rank K > 0 writes FILE with ".rankK" before its
+ * extension (t.json: t.rank1.json), so that every rank's trace is kept.
+ * Into buf (cap bytes). */
+static const char *trace_path(const char *file, char *buf, size_t cap) {
+  int rank = tfg_mpi_rank();
+  if (rank == 0) return file;
+  const char *dot = strrchr(file, '.'), *slash = strrchr(file, '/');
+  if (!dot || (slash && dot < slash)) snprintf(buf, cap, "%s.rank%d", file, rank);
+  else snprintf(buf, cap, "%.*s.rank%d%s", (int)(dot - file), file, rank, dot);
+  return buf;
+}
+
 /* Under mpirun: every rank must mean the same job (runtime/mpi.h
  * tfg_mpi_same) before any of them starts: the --set values, the
  * devices, each train's strategy and steps, and every all-reduce (its
@@ -340,13 +353,15 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
   /* A --trace file that cannot be written is found now, not after the
    * run: the same atomic write the end of the run makes (an empty trace
    * in its place until then). */
+  char trace_buf[4096];
+  const char *trace_file = o->trace ? trace_path(o->trace, trace_buf, sizeof trace_buf) : NULL;
   if (o->trace) {
     tfg_trace *probe = tfg_trace_new();
     tfg_strbuf err = {0};
-    tfg_status ts = tfg_trace_write(probe, o->trace, &err);
+    tfg_status ts = tfg_trace_write(probe, trace_file, &err);
     tfg_trace_free(probe);
     if (ts != TFG_OK) {
-      fprintf(stderr, "tfg run: --trace %s: %s\n", o->trace, err.data ? err.data : "cannot write");
+      fprintf(stderr, "tfg run: --trace %s: %s\n", trace_file, err.data ? err.data : "cannot write");
       tfg_strbuf_free(&err);
       return EXIT_USAGE;
     }
@@ -414,8 +429,8 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
   }
   if (trace && o->trace) {
     tfg_strbuf err = {0};
-    if (tfg_trace_write(trace, o->trace, &err) != TFG_OK) {
-      fprintf(stderr, "tfg run: --trace %s: %s\n", o->trace, err.data ? err.data : "cannot write");
+    if (tfg_trace_write(trace, trace_file, &err) != TFG_OK) {
+      fprintf(stderr, "tfg run: --trace %s: %s\n", trace_file, err.data ? err.data : "cannot write");
       if (rc == 0) rc = EXIT_RUNTIME;
     }
     tfg_strbuf_free(&err);

@@ -3,6 +3,7 @@
  * mpi.h, and only in a build with MPI (TFG_BUILD_MPI). */
 #include "runtime/mpi.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "kernels/kernel.h"
 #include "runtime/backend.h"
 #include "runtime/collective.h"
+#include "runtime/event.h"
 
 #if TFG_BUILD_MPI
 #include <mpi.h>
@@ -69,8 +71,11 @@ tfg_status tfg_mpi_start(tfg_strbuf *why) {
   return TFG_OK;
 }
 
+static void progress_stop(void);
+
 void tfg_mpi_stop(void) {
   if (!job.started) return;
+  progress_stop();
   MPI_Finalize();
   job.started = false;
 }
@@ -192,19 +197,28 @@ bool tfg_mpi_bcast(void *buf, size_t n, bool ok) {
 
 /* ---- the leaders' step across processes ------------------------------------------ */
 
-/* The stream runs the calls one after another and reads a failing one's
- * message from ctx as it returns: one ctx (and node, an ALLREDUCE for the
- * trace) serves them all. */
+/* Non-blocking, so that the backward pass goes on beside it (as DDP's
+ * buckets overlap it): a call queues on the leader's stream a kernel that
+ * posts MPI_Iallreduce for each segment and hands the requests to the
+ * progress thread, then a wait on the collective's event. The host
+ * worker never sleeps on a wait (runtime/event.h): it serves the
+ * device's other streams meanwhile. The progress thread waits for the
+ * requests (MPI_THREAD_MULTIPLE), scales the sums, and completes the
+ * event, which releases the stream. Jobs complete in the order they were
+ * posted; a post that fails completes the event at once with the
+ * failure, so no stream waits for a collective that never started.
+ * One ctx (and node, an ALLREDUCE for the trace) serves every call. */
 typedef struct mpi_coll {
   MPI_Comm comm;
   tfg_backend *b;
   tfg_stream *s;
+  tfg_event *done; /* completed by the progress thread, one generation per call */
   tfg_kernel_ctx ctx;
   tfg_node node;
 } mpi_coll;
 
 /* One call's work, queued on the stream as a kernel's input (self.data is
- * the job) and freed by it. */
+ * the job); the progress thread frees it. */
 typedef struct mpi_job {
   MPI_Comm comm;
   int nseg;
@@ -212,47 +226,129 @@ typedef struct mpi_job {
   double scale;
   void **bufs;
   size_t *counts;
+  tfg_event *done;
+  uint64_t gen;        /* the generation of done the stream waits for */
+  MPI_Request *reqs;   /* posted by the kernel */
+  int nreqs;
   tfg_tensor self;
+  struct mpi_job *next;
 } mpi_job;
 
 static void job_free(mpi_job *j) {
+  tfg_event_unref(j->done);
   free(j->bufs);
   free(j->counts);
+  free(j->reqs);
   free(j);
 }
 
-/* Runs on the rank's stream: each segment summed over the processes in
- * place, then scaled. */
-static tfg_status mpi_allreduce_kernel(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
-                                       tfg_tensor *out) {
+/* ---- the progress thread ---- */
+
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  mpi_job *head, *tail;
+  bool running, quit;
+  pthread_t thread;
+} progress = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+/* Waits for a job's requests, scales its sums, completes its event. */
+static void job_finish(mpi_job *j) {
+  tfg_status st = TFG_OK;
+  tfg_strbuf why = {0};
+  int rc = MPI_Waitall(j->nreqs, j->reqs, MPI_STATUSES_IGNORE);
+  if (rc != MPI_SUCCESS) {
+    tfg_strbuf_puts(&why, "allreduce across the job's processes: ");
+    mpi_error(&why, "MPI_Iallreduce", rc);
+    st = TFG_ERR_DEVICE;
+  }
+  for (int k = 0; k < j->nseg && st == TFG_OK && j->scale != 1.0; k++) {
+    if (j->dt == TFG_DTYPE_F64)
+      for (size_t i = 0; i < j->counts[k]; i++) ((double *)j->bufs[k])[i] *= j->scale;
+    else
+      for (size_t i = 0; i < j->counts[k]; i++) ((float *)j->bufs[k])[i] *= (float)j->scale;
+  }
+  tfg_event_complete(j->done, j->gen, st, why.data);
+  tfg_strbuf_free(&why);
+  job_free(j);
+}
+
+static void *progress_main(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&progress.mu);
+  for (;;) {
+    while (!progress.head && !progress.quit) pthread_cond_wait(&progress.cv, &progress.mu);
+    mpi_job *j = progress.head;
+    if (!j) break; /* quit, and nothing left */
+    progress.head = j->next;
+    if (!progress.head) progress.tail = NULL;
+    pthread_mutex_unlock(&progress.mu);
+    job_finish(j);
+    pthread_mutex_lock(&progress.mu);
+  }
+  pthread_mutex_unlock(&progress.mu);
+  return NULL;
+}
+
+static void progress_push(mpi_job *j) {
+  pthread_mutex_lock(&progress.mu);
+  if (!progress.running) {
+    TFG_ASSERT(pthread_create(&progress.thread, NULL, progress_main, NULL) == 0);
+    progress.running = true;
+  }
+  j->next = NULL;
+  if (progress.tail) progress.tail->next = j;
+  else progress.head = j;
+  progress.tail = j;
+  pthread_cond_signal(&progress.cv);
+  pthread_mutex_unlock(&progress.mu);
+}
+
+/* Ends the progress thread once its jobs are done (before MPI_Finalize). */
+static void progress_stop(void) {
+  pthread_mutex_lock(&progress.mu);
+  bool running = progress.running;
+  progress.quit = true;
+  pthread_cond_signal(&progress.cv);
+  pthread_mutex_unlock(&progress.mu);
+  if (running) pthread_join(progress.thread, NULL);
+  progress.running = false;
+}
+
+/* Runs on the leader's stream: posts each segment's sum over the
+ * processes in place (MPI counts are ints: a segment past 2^31 elements
+ * in pieces) and hands the job to the progress thread. */
+static tfg_status mpi_post_kernel(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
   (void)node;
   (void)out;
   mpi_job *j = in[0].data;
   MPI_Datatype type = j->dt == TFG_DTYPE_F64 ? MPI_DOUBLE : MPI_FLOAT;
-  tfg_status st = TFG_OK;
-  for (int k = 0; k < j->nseg && st == TFG_OK; k++) {
-    size_t done = 0;
-    while (done < j->counts[k] && st == TFG_OK) { /* MPI counts are ints */
+  int cap = 0;
+  for (int k = 0; k < j->nseg; k++) cap += (int)(j->counts[k] / (size_t)INT32_MAX) + 1;
+  j->reqs = malloc(sizeof *j->reqs * (size_t)(cap + 1));
+  TFG_ASSERT(j->reqs != NULL);
+  for (int k = 0; k < j->nseg; k++) {
+    for (size_t done = 0; done < j->counts[k];) {
       size_t n = j->counts[k] - done < (size_t)INT32_MAX ? j->counts[k] - done : (size_t)INT32_MAX;
       char *p = (char *)j->bufs[k] + done * tfg_dtype_size(j->dt);
-      int rc = MPI_Allreduce(MPI_IN_PLACE, p, (int)n, type, MPI_SUM, j->comm);
+      int rc = MPI_Iallreduce(MPI_IN_PLACE, p, (int)n, type, MPI_SUM, j->comm, &j->reqs[j->nreqs]);
       if (rc != MPI_SUCCESS) {
         tfg_strbuf why = {0};
-        mpi_error(&why, "MPI_Allreduce", rc);
-        st = tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "allreduce across the job's processes: %s", why.data);
+        mpi_error(&why, "MPI_Iallreduce", rc);
+        tfg_status st = tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "allreduce across the job's processes: %s", why.data);
+        /* the requests posted so far still run; their sums are not used */
+        MPI_Waitall(j->nreqs, j->reqs, MPI_STATUSES_IGNORE);
+        tfg_event_complete(j->done, j->gen, st, why.data);
         tfg_strbuf_free(&why);
+        job_free(j);
+        return st;
       }
+      j->nreqs++;
       done += n;
     }
-    if (j->scale != 1.0 && st == TFG_OK) {
-      if (j->dt == TFG_DTYPE_F64)
-        for (size_t i = 0; i < j->counts[k]; i++) ((double *)j->bufs[k])[i] *= j->scale;
-      else
-        for (size_t i = 0; i < j->counts[k]; i++) ((float *)j->bufs[k])[i] *= (float)j->scale;
-    }
   }
-  job_free(j);
-  return st;
+  progress_push(j);
+  return TFG_OK;
 }
 
 static const char *mpi_name(tfg_coll *c) {
@@ -277,8 +373,11 @@ static void mpi_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *c
     j->bufs[k] = bufs[k];
     j->counts[k] = counts[k];
   }
+  j->done = tfg_event_ref(m->done);
+  j->gen = tfg_event_issue(m->done, -1); /* the generation the wait below waits for */
   j->self.data = j;
-  m->b->i.launch(m->b, m->s, mpi_allreduce_kernel, &m->ctx, &m->node, &j->self, NULL);
+  m->b->i.launch(m->b, m->s, mpi_post_kernel, &m->ctx, &m->node, &j->self, NULL);
+  m->b->i.event_wait(m->b, m->s, m->done);
 }
 
 static void mpi_allreduce(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
@@ -292,6 +391,7 @@ static void mpi_free(tfg_coll *c) {
   /* the executor frees its collectives once the streams are done; the
    * communicator goes with MPI_Finalize */
   tfg_strbuf_free(&m->ctx.err);
+  tfg_event_unref(m->done);
   free(m);
   free(c);
 }
@@ -323,6 +423,7 @@ static tfg_coll *mpi_coll_new(int nranks, tfg_backend *const *b, tfg_stream *con
   m->b = b[0];
   m->s = s[0];
   m->node.op = TFG_OP_ALLREDUCE;
+  m->done = tfg_event_new();
   tfg_coll *c = calloc(1, sizeof *c);
   TFG_ASSERT(c != NULL);
   c->i = mpi_i;

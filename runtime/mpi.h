@@ -77,8 +77,11 @@ bool tfg_mpi_bcast(void *buf, size_t n, bool ok);
 /* The all-reduce of a group of this process's nranks devices in an
  * mpirun job (runtime/collective.h): the hierarchical all-reduce, this
  * process's ranks one group (tfg_coll_hier_outer_new), its leaders' step
- * MPI_Allreduce (sum) among the job's processes, queued on the leader's
- * stream, so that a mean is over every rank of every process. Every
+ * MPI_Iallreduce (sum) among the job's processes, posted on the leader's
+ * stream, which then waits for it as for an event (a progress thread
+ * waits for MPI and completes the event), so that the device's worker
+ * serves its other streams meanwhile; a mean is over every rank of every
+ * process. Every
  * process makes its collectives in the same order (the executor makes
  * them in plan order, and tfg_mpi_same checked the plans alike), and each
  * gets a communicator of its own, so the all-reduces of two never meet.

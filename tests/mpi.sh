@@ -25,7 +25,7 @@ else
   unit_bin="$ROOT/$BUILD/unit"
   [ -x "$unit_bin" ] || unit_bin="$BUILD/unit"
   expect mpi-unit 0 mpi_run -x CK_FORK=no -x CK_RUN_SUITE=mpi -np 2 "$unit_bin" &&
-    if [ "$(grep -c '100%: Checks: 2, Failures: 0, Errors: 0' "$tmp/out")" = 2 ]; then ok
+    if [ "$(grep -c '100%: Checks: 3, Failures: 0, Errors: 0' "$tmp/out")" = 2 ]; then ok
     else ko "$suite mpi-unit: $(grep -E 'Checks|:F:|:E:' "$tmp/out" | head -4)"; fi
 
   # ranks that would not build the same collectives are refused before
@@ -93,6 +93,25 @@ TFG
   mlp_program "$tmp/mpi/odd" "adam(lr = 1e-2)" "mirrored([gpu:0, gpu:1])"
   expect mpi-uneven 1 mpi_run -np 3 "$TFG" run --color=never --devices host*2 "$tmp/mpi/odd.tfg" &&
     contains mpi-uneven "$tmp/err" "mirrored makes 2 replicas here on each of 3 ranks: 6 in all"
+
+  # every rank writes its own trace (rank 1's as .rank1.json); in rank
+  # 0's, with small buckets posted while the backward pass still runs, the
+  # leader's compute stream launches ops while its collective stream
+  # waits after a bucket's post (that the worker is free meanwhile, not
+  # held by MPI, is test_mpi.c's job_allreduce_overlaps, run above)
+  sed 's/job1.safetensors/overlap.safetensors/' "$tmp/mpi/job1.tfg" >"$tmp/mpi/overlap.tfg"
+  expect mpi-overlap 0 mpi_run -np 2 "$TFG" run --devices host --bucket-size 2K --trace "$tmp/mpi/t.json" "$tmp/mpi/overlap.tfg" &&
+    if [ -s "$tmp/mpi/t.json" ] && [ -s "$tmp/mpi/t.rank1.json" ] && python3 - "$tmp/mpi/t.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+name = {e["pid"]: e["args"]["name"] for e in d["traceEvents"] if e.get("ph") == "M" and e.get("name") == "process_name"}
+ev = [e for e in d["traceEvents"] if e.get("ph") == "X" and name.get(e["pid"]) == "gpu:0"]
+coll = sorted((e for e in ev if e["tid"] == 2), key=lambda e: e["ts"])
+waits = [(w["ts"], w["ts"] + w["dur"]) for e, w in zip(coll, coll[1:]) if e["name"] == "allreduce" and w["cat"] == "wait"]
+ops = [e for e in ev if e["tid"] == 0 and e["cat"] == "op"]
+sys.exit(0 if waits and any(a < o["ts"] < b for o in ops for a, b in waits) else 1)
+PY
+    then ok; else ko "$suite mpi-overlap: no op ran while the all-reduce across the ranks was in flight"; fi
 
   # tfg devices, place and plan show the whole job: rank 0 prints once,
   # every rank's devices gathered; --predict counts the ranks

@@ -8,7 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "runtime/backend.h"
+#include "runtime/collective.h"
 #include "runtime/mpi.h"
 #include "tests/unit/unit.h"
 
@@ -76,11 +79,73 @@ START_TEST(job_collectives) {
 }
 END_TEST
 
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double stamped; /* when stamp ran */
+
+static tfg_status stamp(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
+  (void)ctx, (void)node, (void)in, (void)out;
+  stamped = now_s();
+  return TFG_OK;
+}
+
+/* The all-reduce across the processes leaves the device's worker free:
+ * rank 1 joins it 300 ms late, so rank 0's waits that long, and a kernel
+ * queued on another stream of the same host device runs meanwhile (a
+ * blocking MPI_Allreduce on the worker would hold it until the sum is
+ * done). The sum is right on every rank. */
+START_TEST(job_allreduce_overlaps) {
+  if (!in_job()) {
+    printf("mpi: not started by mpirun: the all-reduce across processes is checked by tests/mpi.sh\n");
+    return;
+  }
+  int rank = tfg_mpi_rank(), size = tfg_mpi_size();
+  tfg_device dev = {.index = 1, .kind = TFG_DEVICE_HOST, .name = "gpu:0", .memory = (int64_t)1 << 20};
+  tfg_backend *b = tfg_backend_host_new(&dev);
+  ck_assert(b != NULL);
+  tfg_stream *sa = b->i.stream_create(b), *sb = b->i.stream_create(b);
+  tfg_strbuf why = {0};
+  tfg_coll *c = tfg_mpi_job_coll_new(1, &b, &sa, &why);
+  ck_assert_msg(c != NULL, "%s", why.data);
+  float x[4];
+  for (int i = 0; i < 4; i++) x[i] = (float)(rank + 1) * (float)(i + 1);
+  void *bufs[1] = {x};
+  size_t counts[1] = {4};
+  if (rank == 1) nanosleep(&(struct timespec){.tv_nsec = 300000000}, NULL);
+  stamped = 0;
+  c->i.allreduce(c, bufs, counts, 1, TFG_DTYPE_F32, TFG_COLL_SUM);
+  tfg_kernel_ctx ctx = {.node = -1};
+  tfg_node node;
+  memset(&node, 0, sizeof node);
+  tfg_tensor out;
+  memset(&out, 0, sizeof out);
+  b->i.launch(b, sb, stamp, &ctx, &node, NULL, &out);
+  ck_assert_int_eq(b->i.synchronize(b, sb, NULL), TFG_OK);
+  ck_assert_int_eq(b->i.synchronize(b, sa, NULL), TFG_OK);
+  double done = now_s();
+  float ranks_sum = (float)size * (float)(size + 1) / 2;
+  for (int i = 0; i < 4; i++) ck_assert(x[i] == ranks_sum * (float)(i + 1));
+  if (rank == 0)
+    ck_assert_msg(stamped > 0 && stamped < done - 0.2, "the other stream's kernel ran %.3f s before the sum was done",
+                  done - stamped);
+  c->i.free(c);
+  b->i.stream_free(b, sa);
+  b->i.stream_free(b, sb);
+  b->i.destroy(b);
+  tfg_strbuf_free(&why);
+}
+END_TEST
+
 Suite *suite_mpi(void) {
   Suite *s = suite_create("mpi");
   TCase *tc = tcase_create("mpi");
   tcase_add_test(tc, first_difference);
   tcase_add_test(tc, job_collectives);
+  tcase_add_test(tc, job_allreduce_overlaps);
   suite_add_tcase(s, tc);
   return s;
 }
