@@ -54,6 +54,10 @@ static int usage_error(const cli_cmd *cmd, const char *fmt, const char *arg) {
   return EXIT_USAGE;
 }
 
+/* Under mpirun, every rank refused the job at its start (the collective
+ * schedule check, which all take part in): no rank waits for another. */
+static bool job_refused;
+
 /* Which options a command takes (the REPL takes run's but --trace). */
 enum { ALLOW_AST = 1, ALLOW_RUN = 2, ALLOW_PLACE = 4, ALLOW_EXPLAIN = 8, ALLOW_TRACE = 16, ALLOW_VERBOSE = 32,
        ALLOW_JSON = 64, ALLOW_PREDICT = 128 };
@@ -328,6 +332,7 @@ static int same_job(const cli_opts *o, const tfg_program *p) {
   if (tfg_mpi_same("collective schedule", t.data ? t.data : "", &err) != TFG_OK) {
     fprintf(stderr, "tfg run: rank %d: %s\n", tfg_mpi_rank(), err.data);
     rc = EXIT_USAGE;
+    job_refused = true; /* every rank knows: each ends alone */
   }
   tfg_strbuf_free(&t);
   tfg_strbuf_free(&err);
@@ -779,11 +784,19 @@ static void main_help(FILE *out) {
 }
 
 /* Output that could not be written (a full disk, a closed pipe) is a
- * runtime failure, not a success. */
+ * runtime failure, not a success. Under mpirun, a rank that fails ends
+ * the job (tfg_mpi_abort: the others would wait for it in their next
+ * collective forever), saying so; not when every rank refused the job
+ * together at its start (the schedule check), which each says itself. */
 static int finish(int rc) {
   if (fflush(stdout) != 0 || ferror(stdout)) {
     fprintf(stderr, "tfg: error: cannot write the output: %s\n", strerror(errno));
-    return EXIT_RUNTIME;
+    rc = EXIT_RUNTIME;
+  }
+  if (rc != 0 && tfg_mpi_size() > 1 && !job_refused) {
+    fprintf(stderr, "tfg: rank %d: failed (exit %d): ending the job\n", tfg_mpi_rank(), rc);
+    fflush(stderr);
+    tfg_mpi_abort(rc);
   }
   return rc;
 }

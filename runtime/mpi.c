@@ -150,6 +150,10 @@ void tfg_mpi_mean(double *v, int n) {
   for (int i = 0; i < n; i++) v[i] /= job.size;
 }
 
+void tfg_mpi_abort(int code) {
+  if (job.started && job.size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
 void tfg_mpi_gather(const char *text, tfg_strbuf *all) {
   if (!job.started || job.size < 2) {
     tfg_strbuf_printf(all, "rank 0:\n%s", text);
@@ -480,6 +484,8 @@ bool tfg_mpi_bcast(void *buf, size_t n, bool ok) {
 }
 
 void tfg_mpi_gather(const char *text, tfg_strbuf *all) { tfg_strbuf_printf(all, "rank 0:\n%s", text); }
+
+void tfg_mpi_abort(int code) { (void)code; }
 
 struct tfg_coll *tfg_mpi_job_coll_new(int nranks, struct tfg_backend *const *b, struct tfg_stream *const *s,
                                       tfg_strbuf *why) {

@@ -68,6 +68,12 @@ void tfg_mpi_mean(double *v, int n);
  * `place` and `plan` showing the whole job). */
 void tfg_mpi_gather(const char *text, tfg_strbuf *all);
 
+/* Ends the whole job with exit status code (MPI_Abort: mpirun stops
+ * every other rank and names this one): what a rank that fails alone
+ * does, so that no other rank waits forever for it in a collective. Does
+ * not return in a job of several ranks; nothing otherwise. */
+void tfg_mpi_abort(int code);
+
 /* Rank 0's bytes buf[0..n) to every rank, when ok is true on rank 0; a
  * rank 0 that could not make them passes ok false and every rank returns
  * false (so no rank waits for a collective the others will not join).

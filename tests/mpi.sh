@@ -127,6 +127,18 @@ PY
     if [ "$(grep -c '^predicted step: .*, each of 2 ranks$' "$tmp/out")" = 1 ]; then ok
     else ko "$suite mpi-predict: not one prediction for 2 ranks: $(head -3 "$tmp/out")"; fi
 
+  # a rank that fails alone (a device fault at its step 30, rank 1 only)
+  # ends the job at once, never leaving rank 0 waiting in a collective:
+  # it says so, MPI_Abort names it, the survivor stops with exit 3, and so
+  # does mpirun
+  sed 's/steps = 20/steps = 200/; s/job1.safetensors/fail.safetensors/' "$tmp/mpi/job1.tfg" >"$tmp/mpi/fail.tfg"
+  start=$(date +%s)
+  expect mpi-fail 3 mpi_run -np 1 "$TFG" run --devices host "$tmp/mpi/fail.tfg" : \
+    -np 1 env TFG_FAULT_DEVICE=1 TFG_FAULT_STEP=30 "$TFG" run --devices host "$tmp/mpi/fail.tfg" &&
+    if [ $(($(date +%s) - start)) -le 30 ] && grep -q 'tfg: rank 1: failed (exit 3): ending the job' "$tmp/err" &&
+      grep -q 'injected fault' "$tmp/err" && grep -q 'tfg: rank 0: stopped: the job is ending' "$tmp/err"; then ok
+    else ko "$suite mpi-fail: $(grep -E 'rank|fault' "$tmp/err" | head -4)"; fi
+
   # a rank killed mid-run: mpirun ends the others at once (never a hang)
   # and names the rank, the survivor says why it stops (and exits 3), and
   # the last checkpoint still loads
