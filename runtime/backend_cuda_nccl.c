@@ -19,9 +19,15 @@
  * queued and every rank's stream fails with that reason (failed_here on
  * the streams where it began), which is what the ring's events carry
  * around the ring. The communicators are finalized together (one NCCL
- * group: finalizing is collective) and then destroyed. */
+ * group: finalizing is collective) and then destroyed. A communicator
+ * across processes has a watchdog (below): a failed peer ends this
+ * process rather than hang it. */
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #if TFG_BUILD_NCCL
 #include <nccl.h>
@@ -31,6 +37,7 @@
 #endif
 
 #include "base/assert.h"
+#include "base/env.h"
 #include "runtime/backend_cuda_impl.h"
 #include "runtime/collective.h"
 
@@ -52,12 +59,130 @@ static bool nccl_ok(ncclResult_t e, const char *call, const char *file, int line
 }
 #define NCCL_OK(call, why) nccl_ok((call), #call, __FILE__, __LINE__, (why))
 
+/* The watchdog of a job's communicator (across processes): a peer
+ * process that fails makes NCCL's kernels wait for it forever, so a
+ * thread polls ncclCommGetAsyncError every 100 ms and checks that the
+ * latest all-reduce (an event after it on rank 0's stream) ends within
+ * TFG_NCCL_TIMEOUT seconds (default 600, as PyTorch's process groups);
+ * on either it says why, aborts the communicators and ends the process
+ * with exit 3, which mpirun turns into the end of the job. As PyTorch's
+ * NCCL watchdog does. */
+typedef struct watchdog {
+  bool on;
+  pthread_t thread;
+  pthread_mutex_t mu;
+  bool stop;
+  cudaEvent_t last;   /* after the latest all-reduce on rank 0's stream */
+  bool pending;       /* last not yet seen done */
+  double since;       /* when the latest was queued */
+  double timeout_s;
+  int gpu;            /* rank 0's */
+} watchdog;
+
 typedef struct nccl_coll {
   int nranks;
   tfg_backend **b;
   tfg_stream **s;
   ncclComm_t *comms; /* [nranks]: rank r's, on b[r]'s GPU */
+  watchdog dog;      /* for a job's communicator only */
 } nccl_coll;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void dog_bite(nccl_coll *g, const char *why) {
+  fprintf(stderr, "tfg: NCCL watchdog: %s; ending this process (and with it the job)\n", why);
+  fflush(stderr);
+  for (int r = 0; r < g->nranks; r++)
+    if (g->comms[r]) (void)ncclCommAbort(g->comms[r]);
+  _exit(3);
+}
+
+static void *dog_main(void *arg) {
+  nccl_coll *g = arg;
+  watchdog *w = &g->dog;
+  (void)cudaSetDevice(w->gpu);
+  for (;;) {
+    nanosleep(&(struct timespec){.tv_nsec = 100000000}, NULL);
+    pthread_mutex_lock(&w->mu);
+    bool stop = w->stop;
+    pthread_mutex_unlock(&w->mu);
+    if (stop) return NULL;
+    for (int r = 0; r < g->nranks; r++) {
+      ncclResult_t e = ncclSuccess;
+      if (ncclCommGetAsyncError(g->comms[r], &e) == ncclSuccess && e != ncclSuccess && e != ncclInProgress) {
+        char why[256];
+        snprintf(why, sizeof why, "rank %d's communicator failed: %s", r, ncclGetErrorString(e));
+        dog_bite(g, why);
+      }
+    }
+    pthread_mutex_lock(&w->mu);
+    if (w->pending) {
+      cudaError_t q = cudaEventQuery(w->last);
+      if (q == cudaSuccess) w->pending = false;
+      else if (q == cudaErrorNotReady && now_s() - w->since > w->timeout_s) {
+        char why[256];
+        snprintf(why, sizeof why, "an all-reduce across the processes has not ended in %.0f s (TFG_NCCL_TIMEOUT)",
+                 w->timeout_s);
+        pthread_mutex_unlock(&w->mu);
+        dog_bite(g, why);
+      } else if (q != cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        w->pending = false; /* the stream's own failure: the executor reports it */
+      }
+    }
+    pthread_mutex_unlock(&w->mu);
+  }
+}
+
+/* Starts the watchdog of a job's communicator g (false with *why). */
+static bool dog_start(nccl_coll *g, tfg_strbuf *why) {
+  watchdog *w = &g->dog;
+  long long t = 0;
+  w->timeout_s = tfg_env_int("TFG_NCCL_TIMEOUT", &t) && t > 0 ? (double)t : 600;
+  w->gpu = cuda_of(g->b[0])->gpu;
+  if (!CUDA_OK(cudaSetDevice(w->gpu), why) ||
+      !CUDA_OK(cudaEventCreateWithFlags(&w->last, cudaEventDisableTiming), why))
+    return false;
+  pthread_mutex_init(&w->mu, NULL);
+  if (pthread_create(&w->thread, NULL, dog_main, g) != 0) {
+    tfg_strbuf_puts(why, "cannot start the NCCL watchdog's thread");
+    pthread_mutex_destroy(&w->mu);
+    (void)cudaEventDestroy(w->last);
+    return false;
+  }
+  w->on = true;
+  return true;
+}
+
+/* Notes an all-reduce just queued (the watchdog times it). */
+static void dog_note(nccl_coll *g) {
+  watchdog *w = &g->dog;
+  if (!w->on) return;
+  pthread_mutex_lock(&w->mu);
+  if (cudaSetDevice(w->gpu) == cudaSuccess && cudaEventRecord(w->last, g->s[0]->s) == cudaSuccess) {
+    w->pending = true;
+    w->since = now_s();
+  } else {
+    (void)cudaGetLastError();
+  }
+  pthread_mutex_unlock(&w->mu);
+}
+
+static void dog_stop(nccl_coll *g) {
+  watchdog *w = &g->dog;
+  if (!w->on) return;
+  pthread_mutex_lock(&w->mu);
+  w->stop = true;
+  pthread_mutex_unlock(&w->mu);
+  pthread_join(w->thread, NULL);
+  pthread_mutex_destroy(&w->mu);
+  (void)cudaEventDestroy(w->last);
+  w->on = false;
+}
 
 static const char *nccl_name(tfg_coll *c) {
   (void)c;
@@ -95,6 +220,7 @@ static bool nccl_queue(nccl_coll *g, void *const *bufs, const size_t *counts, in
     for (int k = 0; k < nseg && ok; k++)
       ok = CUDA_OK(tfg_cuda_scale(bufs[(size_t)r * (size_t)nseg + (size_t)k], counts[k], f64, scale, g->s[r]->s), m);
   }
+  if (ok) dog_note(g);
   for (int r = 0; r < R; r++) {
     if (ok)
       tfg_backend_cuda_trace_end(cuda_of(g->b[r]), g->s[r], t0[r], "allreduce", "collective");
@@ -141,6 +267,7 @@ static void nccl_allreduce(tfg_coll *c, void *const *bufs, const size_t *counts,
  * at a time would wait for the others), which flushes what they have
  * queued, then destroys them. Failures can only be ignored here. */
 static void nccl_destroy(nccl_coll *g) {
+  dog_stop(g);
   if (g->comms) {
     if (ncclGroupStart() == ncclSuccess) {
       for (int r = 0; r < g->nranks; r++)
@@ -232,6 +359,7 @@ static tfg_coll *nccl_new(int nranks, tfg_backend *const *b, tfg_stream *const *
     }
   }
   free(devs);
+  if (ok && id) ok = dog_start(g, why); /* across processes: a failed peer must not hang this one */
   if (!ok) {
     nccl_destroy(g);
     return NULL;
