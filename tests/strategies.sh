@@ -53,6 +53,23 @@ expect mirrored-all-default 0 "$TFG" run "$tmp/all_mirrored.tfg" &&
 expect mirrored-all-uneven 1 "$TFG" run --color=never --devices host*3 "$tmp/all_mirrored.tfg" &&
   contains mirrored-all-uneven "$tmp/err" "mirrored makes 3 replicas here"
 
+# A transformer block (the standard library's: its heads reshape with
+# the batch as -1) trains alike alone and mirrored over 2 replicas, each
+# of which sees half the batch.
+mkdir -p "$tmp/tb"
+python3 "$ROOT/bench/make_batch.py" "$tmp/tb" normal 4x8x16
+for form in "single()" "mirrored([gpu:0, gpu:1])"; do
+  tag=$(echo "$form" | cut -c1-3)
+  cat >"$tmp/tb/$tag.tfg" <<EOF
+import nn
+input x: f32[4, 8, 16]
+h = nn.transformer_block(x, 2, 32)
+train mean(h * h) { optimizer = adam(lr = 1e-2); steps = 5; strategy = $form; checkpoint = "$tag.safetensors" }
+EOF
+  expect "transformer-$tag" 0 "$TFG" run --devices host*2 --feed "x=$tmp/tb/x.npy" "$tmp/tb/$tag.tfg"
+done
+same transformer-mirrored "$tmp/tb/sin" "$tmp/tb/mir"
+
 # accumulate = K: K micro-batches of 16/K rows per step equal one step over
 # 16 rows (the same rows: batches follow one another), alone and mirrored
 # over two replicas, within the same 2e-5 (the micro-batches' gradients
