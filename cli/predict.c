@@ -45,7 +45,9 @@ static double predict_action(const tfg_compiled *c, int a, const tfg_host_costs 
 }
 
 /* The --devices spec of k devices like the GPU entries of ds, when they
- * are all host devices or all one sim model; false otherwise. */
+ * are all host devices or all one sim model; false otherwise. Sim
+ * devices in nodes of c stay in nodes: k <= c on one node, a multiple of
+ * c as whole nodes (sim:h100*8x2 for 16 of 8x4), any other k false. */
 static bool spec_for(const tfg_devices *ds, int k, char *buf, size_t n) {
   const tfg_device *g0 = tfg_devices_gpu(ds, 0);
   if (!g0) return false;
@@ -55,8 +57,13 @@ static bool spec_for(const tfg_devices *ds, int k, char *buf, size_t n) {
       if (!(g->kind == TFG_DEVICE_HOST && g0->kind == TFG_DEVICE_HOST)) return false;
     }
   }
+  int per = 0; /* devices on the first node */
+  for (int i = 0; i < tfg_devices_gpus(ds); i++) per += tfg_devices_gpu(ds, i)->node == g0->node;
   if (g0->kind == TFG_DEVICE_HOST) snprintf(buf, n, "host*%d", k);
-  else if (g0->kind == TFG_DEVICE_SIM) snprintf(buf, n, "%.32s*%d", g0->hardware, k); /* "sim:h100" */
+  else if (g0->kind == TFG_DEVICE_SIM && (tfg_devices_nodes(ds) < 2 || k <= per))
+    snprintf(buf, n, "%.32s*%d", g0->hardware, k); /* "sim:h100" */
+  else if (g0->kind == TFG_DEVICE_SIM && k % per == 0)
+    snprintf(buf, n, "%.32s*%dx%d", g0->hardware, per, k / per);
   else return false;
   return true;
 }
@@ -68,11 +75,12 @@ static void scaling(const cli_opts *o, const tfg_compiled *c, int a, const tfg_s
   int N = tfg_devices_gpus(c->ds);
   char spec[64];
   if (N < 2 || !spec_for(c->ds, 1, spec, sizeof spec)) return;
-  tfg_strbuf_printf(out, "scaling: mirrored() over 1..%d replicas, the global batch fixed\n", N);
+  tfg_strbuf_printf(out, "scaling: mirrored() over 1..%d replicas, the global batch fixed%s\n", N,
+                    tfg_devices_nodes(c->ds) > 1 ? " (past one node, whole nodes)" : "");
   tfg_strbuf_printf(out, "%8s %11s %9s %11s\n", "replicas", "step", "speed-up", "efficiency");
   double one = 0;
   for (int k = 1; k <= N; k++) {
-    spec_for(c->ds, k, spec, sizeof spec);
+    if (!spec_for(c->ds, k, spec, sizeof spec)) continue; /* not whole nodes */
     cli_opts ok = *o;
     ok.devices = spec;
     tfg_diag *dk = tfg_diag_new(); /* a k the batch does not split over is left out, quietly */

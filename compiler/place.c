@@ -940,8 +940,10 @@ void tfg_place_json(const tfg_placement *pl, tfg_strbuf *out) {
     const tfg_device *dv = tfg_devices_at(pl->ds, i);
     tfg_strbuf_printf(out, "%s\n  {\"name\": \"%s\", \"hardware\": ", i ? "," : "", dv->name);
     json_string(out, dv->hardware);
-    tfg_strbuf_printf(out, ", \"memory\": %" PRId64 ", \"flops\": %.6g, \"mem_bw\": %.6g, \"link_bw\": %.6g}", dv->memory,
-                      dv->flops, dv->mem_bw, dv->link_bw);
+    tfg_strbuf_printf(out,
+                      ", \"memory\": %" PRId64
+                      ", \"flops\": %.6g, \"mem_bw\": %.6g, \"link_bw\": %.6g, \"node\": %d, \"net_bw\": %.6g}",
+                      dv->memory, dv->flops, dv->mem_bw, dv->link_bw, dv->node, dv->net_bw);
   }
   tfg_strbuf_puts(out, "],\n\"ops\": [");
   for (int32_t i = 0; i < pl->n; i++) {

@@ -465,6 +465,9 @@ expect sim-nodes 0 "$TFG" devices --devices sim:h100*8x4 &&
   if grep -q 'link bw   node  net bw$' "$tmp/out" && grep -Eq '^gpu:31 +sim:h100 .* 3 +50 GB/s$' "$tmp/out" &&
     grep -q 'sim:h100 #8 (hypothetical, node 1): gpu:8$' "$tmp/out"; then ok
   else ko "sim-nodes: no node column or gpu:31 not on node 3: $(grep gpu:31 "$tmp/out")"; fi
+expect sim-nodes-json 0 "$TFG" place --json --devices sim:h100*2x2 "$ROOT/examples/data_parallel.tfg" &&
+  if python3 -c 'import json, sys; d = {x["name"]: x for x in json.load(open(sys.argv[1]))["devices"]}; sys.exit(not (d["gpu:1"]["node"] == 0 and d["gpu:2"]["node"] == 1 and d["gpu:2"]["net_bw"] == 5e10))' "$tmp/out"
+  then ok; else ko "sim-nodes-json: gpu:2 is not on node 1 with 50 GB/s to the others"; fi
 ar_of() { awk '$1 == "gpu:0" { v = $6; u = $7; print (u == "us" ? v : u == "ms" ? v * 1e3 : v * 1e6) }' "$1"; }
 expect predict-one-node 0 "$TFG" plan --predict --devices sim:h100*32 --set 'strategy=mirrored()' "$ROOT/bench/mlp_wide.tfg" &&
   one=$(ar_of "$tmp/out") &&
@@ -472,6 +475,10 @@ expect predict-one-node 0 "$TFG" plan --predict --devices sim:h100*32 --set 'str
   four=$(ar_of "$tmp/out") &&
   if [ -n "$one" ] && [ -n "$four" ] && awk -v a="$one" -v b="$four" 'BEGIN { exit !(b > 2 * a) }'; then ok
   else ko "predict-nodes: the all-reduce over 4 nodes ($four us) is not well above one node's ($one us)"; fi
+# its scaling keeps to whole nodes past one: 1..8, then 16 and 32, never 9
+contains predict-nodes-scaling "$tmp/out" "scaling: mirrored() over 1..32 replicas, the global batch fixed (past one node, whole nodes)" &&
+  if grep -Eq '^ +16 +[0-9.]+ ms ' "$tmp/out" && grep -Eq '^ +32 +[0-9.]+ ms ' "$tmp/out" && ! grep -Eq '^ +9 ' "$tmp/out"; then ok
+  else ko "predict-nodes-scaling: not whole nodes past 8"; fi
 printf 'print 1 + 2\n' >"$tmp/notrain.tfg"
 expect predict-none 0 "$TFG" plan --predict "$tmp/notrain.tfg" && contains predict-none "$tmp/out" "nothing to predict"
 expect predict-place 2 "$TFG" place --predict "$ROOT/examples/data_parallel.tfg" &&
