@@ -30,10 +30,17 @@ static double predict_action(const tfg_compiled *c, int a, const tfg_host_costs 
   tfg_cost_table t;
   tfg_cost_table_init(&t, c->plan, host);
   if (host) tfg_calibrate_kernels(c->plan, &t);
-  if (tfg_mpi_size() > 1 && host) { /* the ranks of one machine: shared memory */
+  if (tfg_mpi_size() > 1) { /* the ring across the job's processes */
     t.ranks = tfg_mpi_size();
-    t.net_bw = host->copy_bw;
     t.net_s = 5e-6;
+    if (host) {
+      t.net_bw = host->copy_bw; /* host devices: the ranks of one machine, shared memory */
+    } else {                    /* GPUs: the slowest of their networks */
+      t.net_bw = 0;
+      for (int k = 0; k < tfg_devices_gpus(c->ds); k++)
+        if (t.net_bw == 0 || tfg_devices_gpu(c->ds, k)->net_bw < t.net_bw) t.net_bw = tfg_devices_gpu(c->ds, k)->net_bw;
+      if (t.net_bw <= 0) t.net_bw = 25e9;
+    }
   }
   tfg_prediction r;
   tfg_predict(c->plan, &t, &c->steps[a], &r);

@@ -48,15 +48,12 @@ void tfg_cost_table_init(tfg_cost_table *t, const tfg_plan *p, const tfg_host_co
   /* The host devices' share of the kernel threads, as the executor gives it. */
   int busy = 0;
   for (int d = 0; host && d < p->ndev; d++) busy += on_host(tfg_devices_at(p->ds, d)) && computes(p, d);
-  int share = 1, want = 0;
+  int share = 1;
   if (host) {
     share = busy > 1 ? host->threads / busy : host->threads;
     if (share < 1) share = 1;
-    want = (busy > 1 ? busy : 1) * share; /* the threads asked for at once */
   }
-  /* More threads than cores: each runs that much slower. */
-  double slow = host && want > host->cores ? (double)host->cores / want : 1.0;
-  /* A hand-over wakes a worker, which waits for a core when more
+  /* (The lanes' sharing of the cores is the replay's: host_rate.) A hand-over wakes a worker, which waits for a core when more
    * workers than cores have work (the measured hop had one each). */
   int workers = 0;
   for (int d = 0; host && d < p->ndev; d++) workers += on_host(tfg_devices_at(p->ds, d)) && p->dev[d].nsteps > 0;
@@ -68,15 +65,13 @@ void tfg_cost_table_init(tfg_cost_table *t, const tfg_plan *p, const tfg_host_co
     if (on_host(dv) && host) {
       c->one_worker = true;
       c->threads = share;
-      c->flops = host->flops * share * slow;
-      c->mem_bw = host->mem_bw * share * slow;
-      c->copy_bw = host->copy_bw * slow;
-      c->launch_s = host->launch_s / slow;
+      c->flops = host->flops * share;
+      c->mem_bw = host->mem_bw * share;
+      c->copy_bw = host->copy_bw;
+      c->launch_s = host->launch_s;
       c->hop_s = host->hop_s * crowd;
       c->run_s = host->run_s * crowd;
-      c->slower = 1 / slow;
     } else {
-      c->slower = 1;
       c->one_worker = on_host(dv);
       c->flops = dv->flops;
       c->mem_bw = dv->mem_bw;
@@ -167,6 +162,7 @@ typedef struct lane {
   int turn;    /* the stream served first next time (the worker's round robin) */
   double left; /* the running step's work left, in seconds at full speed */
   double lat;  /* before that, time it waits on others (at no speed: it uses no core) */
+  int threads; /* the host threads its work runs on: a kernel its device's share, a copy one */
   double from; /* when it started */
   bool cpu;    /* its work needs the host's cores (shared by every host lane running) */
 } lane;
@@ -224,6 +220,7 @@ static void start(replay *R, int d, int s, double work, double lat, bool cpu) {
   L->stream = s;
   L->left = work;
   L->lat = lat;
+  L->threads = 1;
   L->from = R->now;
   L->cpu = cpu && R->t->dev[d].one_worker;
 }
@@ -304,6 +301,7 @@ static bool try_start(replay *R, int d, int s) {
     else if (t->kernel_s && t->kernel_s[st->node] >= 0) work = t->dev[d].launch_s + t->kernel_s[st->node];
     else work = launch_time(p, &t->dev[d], st);
     start(R, d, s, work, 0, true);
+    if (n->op != TFG_OP_INPUT && t->dev[d].threads > 1) lane_of(R, d, s)->threads = t->dev[d].threads;
     return true;
   }
   case TFG_PLAN_COPY:
@@ -360,7 +358,7 @@ static double host_rate(const replay *R) {
   int want = 0;
   for (int d = 0; d < R->p->ndev; d++)
     if (R->t->dev[d].one_worker && R->lanes[d][0].stream >= 0 && R->lanes[d][0].cpu && R->lanes[d][0].lat <= 0)
-      want += R->t->dev[d].threads > 0 ? R->t->dev[d].threads : 1;
+      want += R->lanes[d][0].threads;
   return want > h->cores ? (double)h->cores / want : 1.0;
 }
 

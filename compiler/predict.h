@@ -62,7 +62,6 @@ typedef struct tfg_cost_device {
   double launch_s; /* fixed time of each launch, copy and collective step */
   double hop_s;    /* a wait released by another device's record, when the stream had nothing else to do */
   double run_s;    /* a run's start on it (the executor's fixed cost, its worker woken) */
-  double slower;   /* host: how much slower its roofline kernels run for the cores it shares; else 1 */
   bool computes;   /* it launches more than its inputs' arrival (the executor's rule for sharing cores) */
 } tfg_cost_device;
 

@@ -130,15 +130,20 @@ void tfg_devices_add_sim(tfg_devices *ds, const tfg_sim_model *m, int count, int
   int64_t memory = cap && cap < m->memory ? cap : m->memory;
   int k = count_kind(ds, TFG_DEVICE_SIM);
   /* the nodes of a multi-node entry are machines of their own, after
-   * those of the GPU entries before (cpu:0 is node 0's host) */
-  int first = 0;
-  for (int i = 1; nodes > 1 && i < ds->n; i++)
-    if (ds->dev[i].node + 1 > first) first = ds->dev[i].node + 1;
+   * those of the GPU entries before (cpu:0 is node 0's host); so is a
+   * plain entry after one (a list of nodes never puts it on node 0) */
+  int first = 0, last = 0;
+  for (int i = 1; i < ds->n; i++)
+    if (ds->dev[i].node > last) last = ds->dev[i].node;
+  bool in_nodes = false;
+  for (int i = 1; i < ds->n; i++) in_nodes |= ds->dev[i].kind == TFG_DEVICE_SIM && ds->dev[i].node != ds->dev[1].node;
+  if (nodes > 1 && ds->n > 1) first = last + 1;
+  if (nodes == 1 && (in_nodes || last > 0)) first = last + 1;
   for (int i = 0; i < count * nodes; i++) {
     tfg_device *g = tfg_devices_push(ds, TFG_DEVICE_SIM, k + i, memory, m->flops, m->mem_bw, m->link_bw);
     snprintf(g->hardware, sizeof g->hardware, "sim:%s", m->name);
     g->net_bw = m->net_bw;
-    g->node = nodes > 1 ? first + i / count : 0;
+    g->node = first + i / count;
   }
 }
 

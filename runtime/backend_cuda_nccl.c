@@ -267,13 +267,15 @@ static void nccl_allreduce(tfg_coll *c, void *const *bufs, const size_t *counts,
  * at a time would wait for the others), which flushes what they have
  * queued, then destroys them. Failures can only be ignored here. */
 static void nccl_destroy(nccl_coll *g) {
-  dog_stop(g);
   if (g->comms) {
+    /* the watchdog still watches the finalize: it waits for the peers,
+     * and one that failed must not hang this process there */
     if (ncclGroupStart() == ncclSuccess) {
       for (int r = 0; r < g->nranks; r++)
         if (g->comms[r]) (void)ncclCommFinalize(g->comms[r]);
       (void)ncclGroupEnd();
     }
+    dog_stop(g);
     for (int r = 0; r < g->nranks; r++)
       if (g->comms[r]) (void)ncclCommDestroy(g->comms[r]);
     (void)cudaGetLastError();

@@ -16,6 +16,7 @@
 #include "base/assert.h"
 #include "compiler/place.h"
 #include "compiler/plan.h"
+#include "ir/device_impl.h"
 #include "ir/fused.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu.h"
@@ -23,6 +24,7 @@
 #include "runtime/device.h"
 #include "runtime/discover.h"
 #include "runtime/exec.h"
+#include "runtime/mpi.h"
 
 #define TRIES 5
 
@@ -156,9 +158,11 @@ typedef struct empty_launch {
   tfg_tensor out;
 } empty_launch;
 
-/* A host device of its own for measuring (gpu:K, index K + 1). */
+/* A host device of its own for measuring (gpu:K), its index past every
+ * device a run can have, so that no fault hook (TFG_FAULT_DEVICE) or
+ * trace of a run's devices takes it for one of them. */
 static tfg_backend *host_backend(int k) {
-  tfg_device dev = {.index = k + 1, .kind = TFG_DEVICE_HOST, .memory = (int64_t)1 << 20};
+  tfg_device dev = {.index = 1 + TFG_DEVICES_MAX_GPUS + 1 + k, .kind = TFG_DEVICE_HOST, .memory = (int64_t)1 << 20};
   snprintf(dev.name, sizeof dev.name, "gpu:%d", k);
   tfg_backend *b = tfg_backend_host_new(&dev);
   TFG_ASSERT(b != NULL);
@@ -225,7 +229,8 @@ static double hop_time(void) {
 
 void tfg_calibrate_host(int threads, tfg_host_costs *out) {
   *out = (tfg_host_costs){0};
-  out->cores = (int)tfg_discover_host_cores();
+  /* under mpirun the ranks of this machine share its cores */
+  out->cores = (int)tfg_discover_host_cores() / tfg_mpi_local_size();
   if (out->cores < 1) out->cores = 1;
   out->threads = threads > 0 ? threads : tfg_cpu_blas_default_threads();
   out->flops = gemm_flops();
@@ -338,6 +343,7 @@ static void *runner_go(void *arg) {
 static double time_kernel(const tfg_graph *g, tfg_kernel_fn fn, const tfg_node *node, tfg_pool *const *pools,
                           int together) {
   runner rs[16];
+  if (together < 1) together = 1;
   if (together > 16) together = 16;
   bool ok = true;
   for (int k = 0; k < together; k++) ok &= runner_init(&rs[k], g, fn, node, pools[k]);

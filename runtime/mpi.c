@@ -396,6 +396,7 @@ static void mpi_free(tfg_coll *c) {
    * communicator goes with MPI_Finalize */
   tfg_strbuf_free(&m->ctx.err);
   tfg_event_unref(m->done);
+  if (job.started) MPI_Comm_free(&m->comm); /* its calls are done: the streams ran them */
   free(m);
   free(c);
 }

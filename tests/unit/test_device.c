@@ -154,6 +154,16 @@ START_TEST(sim_nodes) {
   ck_assert(tfg_devices_bw(ds, 1, 3) == 25e9); /* a100s on nodes 0 and 1: HDR 200 Gb/s */
   ck_assert(tfg_devices_bw(ds, 3, 5) == 25e9); /* an a100 and an h100: the slower network */
   tfg_devices_free(ds);
+  ds = parse_ok("sim:h100*2x2,sim:h100*3"); /* a plain entry after nodes: a node of its own */
+  ck_assert_int_eq(tfg_devices_nodes(ds), 3);
+  ck_assert_int_eq(tfg_devices_gpu(ds, 4)->node, 2);
+  ck_assert_int_eq(tfg_devices_gpu(ds, 6)->node, 2);
+  tfg_devices_free(ds);
+  ds = parse_ok("sim:h100*2,sim:h100*2x2"); /* nodes after a plain entry: after its node */
+  ck_assert_int_eq(tfg_devices_gpu(ds, 1)->node, 0);
+  ck_assert_int_eq(tfg_devices_gpu(ds, 2)->node, 1);
+  ck_assert_int_eq(tfg_devices_gpu(ds, 5)->node, 2);
+  tfg_devices_free(ds);
   ds = parse_ok("sim:h100*8");
   ck_assert_int_eq(tfg_devices_nodes(ds), 1);
   tfg_devices_free(ds);

@@ -27,7 +27,7 @@ static void launches_only(built *b, tfg_cost_table *t) {
   ck_assert_msg(b->st == TFG_OK, "%s", b->errs);
   tfg_cost_table_init(t, b->plan, NULL);
   for (int d = 0; d < t->ndev; d++)
-    t->dev[d] = (tfg_cost_device){.flops = 1e30, .mem_bw = 1e30, .copy_bw = 1e30, .launch_s = 1e-6, .slower = 1};
+    t->dev[d] = (tfg_cost_device){.flops = 1e30, .mem_bw = 1e30, .copy_bw = 1e30, .launch_s = 1e-6};
 }
 
 /* The launches of device d the step's run needs. */
