@@ -6,7 +6,7 @@
 # mirrored(...) on 1, 2 and 4 host devices (the MLPs as
 # bench/train_devices.sh runs them). For each: the predicted
 # step time (the least of 3 predictions), the measured one (the best of
-# 3 runs: the whole train loop over its steps, divided by them) and the
+# 5 runs: the whole train loop over its steps, divided by them) and the
 # prediction's error.
 #
 #   make && sh bench/predict.sh 2
@@ -23,10 +23,10 @@ export OPENBLAS_NUM_THREADS=$THREADS
 $(bench_python) bench/make_batch.py "$tmp"
 mkdir -p "$tmp/gpt"
 $(bench_python) bench/make_batch.py "$tmp/gpt" normal 8x128x256
-# step_s ARGS...: the best of 3 measured step times, in seconds
+# step_s ARGS...: the best of 5 measured step times, in seconds
 step_s() {
   best=""
-  for _ in 1 2 3; do
+  for _ in 1 2 3 4 5; do
     t=$(tfg_trained "$TFG" run --threads "$THREADS" "$@" | awk '{ printf "%.9f", $2 / $1 }')
     best=$(awk -v a="$t" -v b="${best:-$t}" 'BEGIN { print (a < b ? a : b) }')
   done
