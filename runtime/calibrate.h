@@ -7,8 +7,10 @@
  *   tfg_host_costs h;
  *   tfg_calibrate_host(threads, &h);   // threads: --threads, 0: the default
  *
- * Each number is the best of several tries (the least disturbed by
- * whatever else the machine runs), after a warm-up. */
+ * Each rate and overhead is the best of several tries (the least
+ * disturbed by whatever else the machine runs), after a warm-up; each of
+ * the plan's kernels the median of its runs (its usual time, as a step
+ * sees it). */
 #ifndef TFG_CALIBRATE_H
 #define TFG_CALIBRATE_H
 
@@ -19,11 +21,11 @@
 void tfg_calibrate_host(int threads, tfg_host_costs *out);
 
 /* Times the CPU kernel of every launch on the plan's host devices (and
- * cpu:0) on zeroed inputs of its shapes, on the threads t gives the
- * device, alone: t->kernel_s (allocated here, per node) gets the best of
+ * cpu:0) on filled inputs of its shapes (floats 1/64, integers 0), on
+ * the threads t gives the device, with as many copies at once as the
+ * cores hold: t->kernel_s (allocated here, per node) gets the median of
  * a few runs, -1 for what was not timed (inputs, other devices, a kernel
- * that refused zeros). Launches alike (op, shapes, attributes) are timed
- * once. */
+ * that failed). Launches alike (op, shapes, attributes) are timed once. */
 void tfg_calibrate_kernels(const tfg_plan *p, tfg_cost_table *t);
 
 #endif
