@@ -94,12 +94,10 @@ static void scaling(const cli_opts *o, const tfg_compiled *c, int a, const tfg_s
     tfg_interp *I = tfg_interp_new(dk, io);
     tfg_status st = tfg_interp_eval(I, src, ast);
     if (st == TFG_OK) st = tfg_interp_finish(I);
-    cli_compiled ck;
     double s = 0;
-    if (st == TFG_OK && cli_compile(&ok, tfg_interp_program(I), dk, &ck) == 0) {
-      s = predict_action(&ck, a, host, NULL);
-      cli_compiled_free(&ck);
-    } else if (st == TFG_OK) {
+    if (st == TFG_OK) {
+      cli_compiled ck;
+      if (cli_compile(&ok, tfg_interp_program(I), dk, &ck) == 0) s = predict_action(&ck, a, host, NULL);
       cli_compiled_free(&ck);
     }
     tfg_interp_free(I);

@@ -950,3 +950,14 @@ void tfg_plan_mark_needed(const tfg_plan *p, const tfg_node_id *fetch, int nfetc
     }
   }
 }
+
+bool tfg_plan_device_computes(const tfg_plan *p, int d) {
+  const tfg_plan_device *pd = &p->dev[d];
+  for (int k = 0; k < pd->nsteps; k++) {
+    const tfg_plan_step *st = &pd->steps[k];
+    if (st->kind != TFG_PLAN_LAUNCH) continue;
+    tfg_op_id op = p->g->nodes[st->node].op;
+    if (op != TFG_OP_INPUT && op != TFG_OP_SLICE) return true;
+  }
+  return false;
+}

@@ -155,6 +155,11 @@ const tfg_node_id *tfg_plan_step_inputs(const tfg_plan *p, const tfg_plan_step *
  * predictor times (compiler/predict.h). */
 void tfg_plan_mark_needed(const tfg_plan *p, const tfg_node_id *fetch, int n, uint8_t *need);
 
+/* Whether device d of p launches anything but its inputs' arrival
+ * (INPUT, SLICE): the host devices that share the cores when they run
+ * (the executor's share of threads, the predictor's). */
+bool tfg_plan_device_computes(const tfg_plan *p, int d);
+
 /* The chain node id is a member of, or -1 (a scan of the chains). */
 int tfg_plan_chain_of(const tfg_plan *p, tfg_node_id id);
 

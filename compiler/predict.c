@@ -25,20 +25,6 @@
 
 /* ---- the table ---------------------------------------------------------------------- */
 
-/* Whether device d launches anything but its inputs' arrival (INPUT,
- * SLICE): the executor's rule for which host devices share the cores
- * (runtime/exec.c, share_cores). */
-static bool computes(const tfg_plan *p, int d) {
-  const tfg_plan_device *pd = &p->dev[d];
-  for (int k = 0; k < pd->nsteps; k++) {
-    const tfg_plan_step *st = &pd->steps[k];
-    if (st->kind != TFG_PLAN_LAUNCH) continue;
-    tfg_op_id op = p->g->nodes[st->node].op;
-    if (op != TFG_OP_INPUT && op != TFG_OP_SLICE) return true;
-  }
-  return false;
-}
-
 static bool on_host(const tfg_device *dv) { return dv->kind == TFG_DEVICE_CPU || dv->kind == TFG_DEVICE_HOST; }
 
 void tfg_cost_table_init(tfg_cost_table *t, const tfg_plan *p, const tfg_host_costs *host) {
@@ -47,7 +33,7 @@ void tfg_cost_table_init(tfg_cost_table *t, const tfg_plan *p, const tfg_host_co
   TFG_ASSERT(t->dev != NULL);
   /* The host devices' share of the kernel threads, as the executor gives it. */
   int busy = 0;
-  for (int d = 0; host && d < p->ndev; d++) busy += on_host(tfg_devices_at(p->ds, d)) && computes(p, d);
+  for (int d = 0; host && d < p->ndev; d++) busy += on_host(tfg_devices_at(p->ds, d)) && tfg_plan_device_computes(p, d);
   int share = 1;
   if (host) {
     share = busy > 1 ? host->threads / busy : host->threads;
@@ -61,7 +47,7 @@ void tfg_cost_table_init(tfg_cost_table *t, const tfg_plan *p, const tfg_host_co
   for (int d = 0; d < p->ndev; d++) {
     const tfg_device *dv = tfg_devices_at(p->ds, d);
     tfg_cost_device *c = &t->dev[d];
-    c->computes = computes(p, d);
+    c->computes = tfg_plan_device_computes(p, d);
     if (on_host(dv) && host) {
       c->one_worker = true;
       c->threads = share;

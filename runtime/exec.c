@@ -392,14 +392,7 @@ static int share_cores(tfg_exec *x, const tfg_exec_opts *o) {
     tfg_backend *b = x->dev[dv].b;
     if (!b || !b->i.set_threads) continue; /* not used, or a GPU: it computes on itself */
     cpu = b;
-    const tfg_plan_device *pd = &p->dev[dv];
-    bool computes = false;
-    for (int k = 0; k < pd->nsteps && !computes; k++) {
-      const tfg_plan_step *st = &pd->steps[k];
-      tfg_op_id op = st->kind == TFG_PLAN_LAUNCH ? p->g->nodes[st->node].op : TFG_OP_INPUT;
-      computes = op != TFG_OP_INPUT && op != TFG_OP_SLICE;
-    }
-    busy += computes;
+    busy += tfg_plan_device_computes(p, dv);
   }
   int share = o->threads;
   if (busy > 1) {
