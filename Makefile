@@ -305,12 +305,13 @@ deps-fuzz: deps
 ASAN_BUILD := $(BUILD)/asan
 
 test: deps
-	@$(MAKE) --no-print-directory all $(BUILD)/unit
+	@$(MAKE) --no-print-directory all $(BUILD)/unit $(BUILD)/tests/gpu/conformance
 	@sh tests/run.sh $(BUILD)
 
 asan: deps
 	@echo "tfg: building $(ASAN_BUILD) with ASan+UBSan (CPU backend only), then every test under it"
-	@$(MAKE) --no-print-directory BUILD=$(ASAN_BUILD) SAN=1 OPT="-O1 -g" all $(ASAN_BUILD)/unit
+	@$(MAKE) --no-print-directory BUILD=$(ASAN_BUILD) SAN=1 OPT="-O1 -g" all $(ASAN_BUILD)/unit \
+	  $(ASAN_BUILD)/tests/gpu/conformance
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  sh tests/run.sh $(ASAN_BUILD)
 

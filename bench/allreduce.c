@@ -1,5 +1,6 @@
-/* bench/allreduce.c: the built-in ring all-reduce (runtime/collective.c)
- * over host devices, against a plain memcpy of the same bytes.
+/* bench/allreduce.c: the built-in all-reduces (runtime/collective.c), the
+ * ring and the shared one, over host devices, against a plain memcpy of
+ * the same bytes.
  *
  * For 2 and 4 host devices and buffers of 1, 16 and 64 MiB of f32 per
  * rank, times one MEAN all-reduce (queued on every rank's stream, then
@@ -55,8 +56,9 @@ static double time_memcpy(size_t bytes) {
   return bench_median(t, RUNS);
 }
 
-/* One case: R ranks, bytes per rank. Returns 0 or 1 on a failure. */
-static int run_case(const tfg_devices *ds, int R, size_t bytes) {
+/* One case: R ranks, bytes per rank, the ring or the shared all-reduce.
+ * Returns 0 or 1 on a failure. */
+static int run_case(const tfg_devices *ds, int R, size_t bytes, bool shared) {
   tfg_backend *b[MAXR];
   tfg_stream *s[MAXR];
   void *buf[MAXR];
@@ -75,7 +77,13 @@ static int run_case(const tfg_devices *ds, int R, size_t bytes) {
     b[r]->i.copy_from_host(b[r], s[r], buf[r], init, bytes);
     b[r]->i.synchronize(b[r], s[r], NULL); /* init is reused for the next rank */
   }
-  tfg_coll *c = tfg_coll_ring_new(R, b, s);
+  tfg_strbuf why = {0};
+  tfg_coll *c = shared ? tfg_coll_shared_new(R, b, s, &why) : tfg_coll_ring_new(R, b, s);
+  if (!c) {
+    fprintf(stderr, "allreduce: %s\n", why.data);
+    return 1;
+  }
+  tfg_strbuf_free(&why);
   double t[RUNS];
   int failed = 0;
   for (int i = 0; i < WARMUP + RUNS && !failed; i++) {
@@ -106,8 +114,8 @@ static int run_case(const tfg_devices *ds, int R, size_t bytes) {
 
   double tm = bench_median(t, RUNS), tc = time_memcpy(bytes);
   double algbw = (double)bytes / tm / 1e9, busbw = algbw * 2.0 * (R - 1) / R;
-  printf("  %5d  %6zu MiB  %9.3f  %8.2f  %8.2f  %9.3f  %8.2f  %8.2f\n", R, bytes >> 20, tm * 1e3, algbw, busbw,
-         tc * 1e3, (double)bytes / tc / 1e9, tm / tc);
+  printf("  %6s  %5d  %6zu MiB  %9.3f  %8.2f  %8.2f  %9.3f  %8.2f  %8.2f\n", shared ? "shared" : "ring", R,
+         bytes >> 20, tm * 1e3, algbw, busbw, tc * 1e3, (double)bytes / tc / 1e9, tm / tc);
   fflush(stdout);
   return 0;
 }
@@ -121,13 +129,15 @@ int main(void) {
     tfg_diag_render(d, stderr, false);
     return 1;
   }
-  printf("allreduce: ring over host devices, MEAN of f32, median of %d runs after %d warm-ups\n", RUNS, WARMUP);
-  printf("  %5s  %10s  %9s  %8s  %8s  %9s  %8s  %8s\n", "ranks", "per rank", "time ms", "algbw", "busbw",
+  printf("allreduce: ring and shared over host devices, MEAN of f32, median of %d runs after %d warm-ups\n", RUNS,
+         WARMUP);
+  printf("  %6s  %5s  %10s  %9s  %8s  %8s  %9s  %8s  %8s\n", "algo", "ranks", "per rank", "time ms", "algbw", "busbw",
          "memcpy ms", "memcpy", "ratio");
-  printf("  %5s  %10s  %9s  %8s  %8s  %9s  %8s  %8s\n", "", "", "", "GB/s", "GB/s", "", "GB/s", "x memcpy");
+  printf("  %6s  %5s  %10s  %9s  %8s  %8s  %9s  %8s  %8s\n", "", "", "", "", "GB/s", "GB/s", "", "GB/s", "x memcpy");
   int failed = 0;
   for (size_t i = 0; i < sizeof ranks / sizeof ranks[0]; i++)
-    for (size_t j = 0; j < sizeof sizes / sizeof sizes[0]; j++) failed |= run_case(ds, ranks[i], sizes[j]);
+    for (size_t j = 0; j < sizeof sizes / sizeof sizes[0]; j++)
+      for (int sh = 0; sh < 2; sh++) failed |= run_case(ds, ranks[i], sizes[j], sh);
   tfg_devices_free(ds);
   tfg_diag_free(d);
   return failed;

@@ -28,6 +28,9 @@ typedef struct ad {
   /* The rewrites that change a rule's shape but not its value (the flat
    * weight gradient of matmul_shared_grad); off with TFG_OPT=0. */
   bool opt;
+  /* attention's gradient as ATTENTION_GRAD ops; off with
+   * TFG_ATTENTION_GRAD=0 (then matmuls over the probabilities) */
+  bool fused_attention;
 } ad;
 
 /* Whether the optimizing rewrites are on: unless TFG_OPT is set to 0, the
@@ -309,7 +312,13 @@ static tfg_node_id rule(ad *c, tfg_node_id yid, int k, tfg_node_id dy) {
     return op2(c, TFG_OP_MUL, yid, op2(c, TFG_OP_SUB, dy, s));
   }
   case TFG_OP_ATTENTION: {
-    /* o = P v, P = softmax(S), S = q k^T scale (masked): P again from
+    if (c->fused_attention) { /* one fused op per input: no Tq x Tk tensor (kernels/cpu/attention.c) */
+      tfg_node_id in[4] = {y.inputs[0], y.inputs[1], y.inputs[2], dy};
+      tfg_attrs a = y.attrs;
+      a.axis = k;
+      return add(c, TFG_OP_ATTENTION_GRAD, in, 4, &a);
+    }
+    /* Unfused (TFG_ATTENTION_GRAD=0): o = P v, P = softmax(S), S = q k^T scale (masked): P again from
      * ATTENTION_PROBS (the forward kept no T x T tensor), then
      *   dv = P^T do,  dP = do v^T,  dS = P (dP - sum(dP P)) scale (softmax's rule),
      *   dq = dS k,  dk = dS^T q.
@@ -425,7 +434,8 @@ static void differentiate(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt
     if (to[i])
       for (int k = 0; k < g->nodes[i].ninputs; k++) to[g->nodes[i].inputs[k]] = 1;
 
-  ad c = {.g = g, .opt = opt_enabled()};
+  long long fa;
+  ad c = {.g = g, .opt = opt_enabled(), .fused_attention = !(tfg_env_int("TFG_ATTENTION_GRAD", &fa) && fa == 0)};
   at(&c, loss);
   adj[loss] = scalar(&c, 1.0, g->nodes[loss].dtype);
   for (int32_t i = loss; i >= 0; i--) {

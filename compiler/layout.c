@@ -29,9 +29,11 @@ static void set_view(tfg_node *nd, int k, int r, const int *perm) {
 }
 
 /* Whether op reads views: a matmul (its matrices row- or column-major:
- * a gemm flag), an attention (rows kept contiguous). */
+ * a gemm flag), an attention, its probabilities or its gradient (rows
+ * kept contiguous). */
 static bool reads_views(tfg_op_id op) {
-  return op == TFG_OP_MATMUL || op == TFG_OP_ATTENTION || op == TFG_OP_ATTENTION_PROBS;
+  return op == TFG_OP_MATMUL || op == TFG_OP_ATTENTION || op == TFG_OP_ATTENTION_PROBS ||
+         op == TFG_OP_ATTENTION_GRAD;
 }
 
 /* Input k of nd reads transpose t: the view of t's input that gives what

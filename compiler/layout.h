@@ -11,9 +11,9 @@
  *                                  (view_perm[TFG_VIEW_OUT]), in the
  *                                  transpose's shape,
  * when the view keeps one of the matrix's two axes contiguous (row- or
- * column-major: a gemm flag); and the same for attention and its
- * probabilities (q, k, v, the output), whose views keep each row
- * contiguous. The kernels read the views through ir/matmul_view.h.
+ * column-major: a gemm flag); and the same for attention, its
+ * probabilities and its gradient (q, k, v, the output and its gradient,
+ * the result), whose views keep each row contiguous. The kernels read the views through ir/matmul_view.h.
  * Exact: the gemm calls see the same matrices.
  *
  *   int n = tfg_fold_transposes(g, roots, mark);  // removed: TFG_FOLD_LAYOUT

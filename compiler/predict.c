@@ -109,6 +109,18 @@ static double copy_time(const tfg_plan *p, const tfg_cost_table *t, int d, int s
   return c->launch_s + bytes / bw;
 }
 
+/* Whether bucket pb's ranks run the shared all-reduce: logical devices
+ * of one GPU, at most 8 of them (runtime/collective.c's choice, up to
+ * runtime/backend.h's TFG_REDUCE_ALL_MAX). */
+static bool shared_allreduce(const tfg_plan *p, const tfg_plan_bucket *pb) {
+  if (pb->nranks > 8) return false;
+  for (int q = 0; q < pb->nranks; q++) {
+    const tfg_device *d = tfg_devices_at(p->ds, pb->devices[q]), *d0 = tfg_devices_at(p->ds, pb->devices[0]);
+    if (d->kind != TFG_DEVICE_CUDA || d->physical != d0->physical) return false;
+  }
+  return true;
+}
+
 /* Rank r's part of bucket b's all-reduce: its gradients copied in, the
  * ring over the bucket's R ranks, and the ring over the job's processes.
  * Returns the work its device does; *lat gets the time it waits on the
@@ -127,7 +139,10 @@ static double allreduce_time(const tfg_plan *p, const tfg_cost_table *t, const t
     if (tfg_devices_bw(p->ds, a, b) < ring) ring = tfg_devices_bw(p->ds, a, b);
   }
   *lat = 0;
-  if (R > 1) {
+  if (R > 1 && shared_allreduce(p, pb)) { /* one pass: its chunk read from and written to every rank */
+    time += c->launch_s + 2 * B / c->mem_bw;
+    *lat += c->hop_s;
+  } else if (R > 1) {
     time += 2 * (R - 1) * c->launch_s + 2 * (R - 1) / R * B / ring + (R - 1) / R * 3 * B / c->mem_bw;
     *lat += 2 * (R - 1) * (c->hop_s + (across ? NET_LATENCY_S : 0));
   }

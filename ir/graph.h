@@ -96,8 +96,8 @@ typedef enum tfg_init_kind {
 /* Op attributes: one bag for every op; the comment on each TFG_OP_* in
  * ir/ops.h says which fields it uses. Axes are already normalized
  * (non-negative, within rank) when a node is built. */
-/* The slot of tfg_attrs.views and view_perm that is the output (0..2: inputs). */
-enum { TFG_VIEW_OUT = 3 };
+/* The slot of tfg_attrs.views and view_perm that is the output (0..3: inputs). */
+enum { TFG_VIEW_OUT = 4 };
 
 typedef struct tfg_attrs {
   int64_t axis;
@@ -125,14 +125,14 @@ typedef struct tfg_attrs {
   int niv;
   bool iv_none;
   int pad_mode;            /* TFG_PAD_* */
-  /* MATMUL, ATTENTION, ATTENTION_PROBS, set by the layout pass only
+  /* MATMUL, ATTENTION, ATTENTION_PROBS, ATTENTION_GRAD, set by the layout pass only
    * (compiler/layout.h): with bit k (an input) of views set, input k is
    * read as transpose(inputs[k], perm = view_perm[k]); with bit
    * TFG_VIEW_OUT, the result is stored as transpose(result, perm =
    * view_perm[TFG_VIEW_OUT]), which is then the node's shape
    * (ir/matmul_view.h). */
   uint8_t views;
-  int8_t view_perm[4][TFG_MAX_RANK];
+  int8_t view_perm[TFG_VIEW_OUT + 1][TFG_MAX_RANK];
   struct {                 /* SGD_UPDATE, ADAM_UPDATE: torch.optim's arguments */
     double lr, momentum, dampening, beta1, beta2, eps, weight_decay;
     bool nesterov, decoupled; /* decoupled: AdamW's weight decay */

@@ -47,17 +47,20 @@ bool tfg_rows_view_of(const tfg_node *n, int k, const tfg_shape *stored, tfg_row
   return true;
 }
 
-const char *tfg_attention_geometry(const tfg_node *n, const tfg_shape *q, const tfg_shape *k, const tfg_shape *v,
-                                   const tfg_shape *out, tfg_attention_geom *g) {
-  bool probs = v == NULL;
-  if (!tfg_rows_view_of(n, 0, q, &g->q) || !tfg_rows_view_of(n, 1, k, &g->k) ||
-      !tfg_rows_view_of(n, probs ? 1 : 2, probs ? k : v, &g->v) || !tfg_rows_view_of(n, TFG_VIEW_OUT, out, &g->out))
+const char *tfg_attention_geometry(const tfg_node *n, const tfg_shape *const *in, const tfg_shape *out,
+                                   tfg_attention_geom *g) {
+  bool probs = n->op == TFG_OP_ATTENTION_PROBS, grad = n->op == TFG_OP_ATTENTION_GRAD;
+  int vk = probs ? 1 : 2; /* the probabilities have no v: k stands in */
+  if (!tfg_rows_view_of(n, 0, in[0], &g->q) || !tfg_rows_view_of(n, 1, in[1], &g->k) ||
+      !tfg_rows_view_of(n, vk, in[vk], &g->v) || (grad && !tfg_rows_view_of(n, 3, in[3], &g->dy)) ||
+      !tfg_rows_view_of(n, TFG_VIEW_OUT, out, &g->out))
     return "a view's rows are not contiguous";
+  if (!grad) g->dy = g->out;
   tfg_shape lq, lk, lv;
   int64_t st[TFG_MAX_RANK];
-  tfg_matmul_view(n, 0, q, &lq, st);
-  tfg_matmul_view(n, 1, k, &lk, st);
-  tfg_matmul_view(n, probs ? 1 : 2, probs ? k : v, &lv, st);
+  tfg_matmul_view(n, 0, in[0], &lq, st);
+  tfg_matmul_view(n, 1, in[1], &lk, st);
+  tfg_matmul_view(n, vk, in[vk], &lv, st);
   int r = lq.rank;
   if (r < 2 || lk.rank != r || lv.rank != r) return "q, k and v must be [..., T, head size] of one rank";
   g->tq = lq.dim[r - 2];

@@ -59,18 +59,19 @@ static inline int64_t tfg_rows_offset(const tfg_rows_view *v, int64_t bm) {
   return off;
 }
 
-/* An attention (or its probabilities: v is k) through its views: the
+/* An attention, its probabilities (v is k) or its gradient (dy, the
+ * output's gradient, read as the output is) through its views: the
  * lengths and each operand's rows. */
 typedef struct tfg_attention_geom {
   int64_t tq, tk, hd, hdv; /* hdv 0 for the probabilities */
-  tfg_rows_view q, k, v, out;
+  tfg_rows_view q, k, v, dy, out; /* dy: ATTENTION_GRAD's (out for the others) */
 } tfg_attention_geom;
 
-/* Fills *g for node n over tensors of stored shapes q, k, v (NULL for
- * ATTENTION_PROBS) and out; NULL, or why not (a view whose rows are not
- * contiguous, a rank below 2). */
-const char *tfg_attention_geometry(const tfg_node *n, const tfg_shape *q, const tfg_shape *k, const tfg_shape *v,
-                                   const tfg_shape *out, tfg_attention_geom *g);
+/* Fills *g for node n (ATTENTION, ATTENTION_PROBS or ATTENTION_GRAD)
+ * over its inputs' stored shapes in[0..ninputs) and its output's; NULL,
+ * or why not (a view whose rows are not contiguous, a rank below 2). */
+const char *tfg_attention_geometry(const tfg_node *n, const tfg_shape *const *in, const tfg_shape *out,
+                                   tfg_attention_geom *g);
 
 /* A matmul as row-major gemm calls: out [..., M, N] = op(a) @ op(b) per
  * output matrix, where the gemm flags ta, tb are the node's transposes,

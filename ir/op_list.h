@@ -95,6 +95,9 @@
   X(ATTENTION_PROBS, "attention_probs", "")                                             \
   /* (q, k) -> [..., Tq, Tk]: attention's softmax(q k^T scale + mask), for its gradient; \
    * attention's attrs */                                                               \
+  X(ATTENTION_GRAD, "attention_grad", "")                                               \
+  /* (q, k, v, dy [..., Tq, hdv]) -> attention's gradient for input attrs.axis (0 q, 1 k, \
+   * 2 v), its shape; the forward's causal and scale; fused: no Tq x Tk tensor */         \
   X(EMBEDDING_GRAD, "embedding_grad", "")                                               \
   /* (ids [...], dy [..., D]) -> dtable [attrs.n, D]: rows scatter-added */             \
   /* optimizer updates: in place on param and state; the output is an empty marker */   \

@@ -586,6 +586,25 @@ static tfg_status infer_attention(const tfg_graph *g, tfg_node *n, tfg_diag *d) 
   return TFG_OK;
 }
 
+/* ATTENTION_GRAD (q, k, v, dy): attention's shape rule on (q, k, v), dy
+ * its output's shape, the result input attrs.axis's (0 q, 1 k, 2 v). */
+static tfg_status infer_attention_grad(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  int which = (int)n->attrs.axis;
+  if (which < 0 || which > 2) return fail(d, n, "the input must be 0 (q), 1 (k) or 2 (v), got %d", which);
+  tfg_node fwd = *n;
+  fwd.op = TFG_OP_ATTENTION;
+  fwd.ninputs = 3;
+  tfg_status s = infer_attention(g, &fwd, d);
+  if (s != TFG_OK) return s;
+  const tfg_node *dy = input(g, n, 3);
+  if (dy->dtype != fwd.dtype || !tfg_shape_eq(&dy->shape, &fwd.shape))
+    return fail(d, n, "dy must be %s, the attention's output, got %s", ty(&fwd), ty(dy));
+  n->attrs.value = fwd.attrs.value;
+  n->dtype = fwd.dtype;
+  n->shape = input(g, n, which)->shape;
+  return TFG_OK;
+}
+
 static tfg_status infer_dropout(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
   const tfg_node *x = input(g, n, 0);
   tfg_status s = need_float(d, n, x);
@@ -733,6 +752,19 @@ static double flops_attention(const tfg_graph *g, const tfg_node *n) {
   return rows * tk * (2 * hd + 2 * hdv + 5);
 }
 
+/* attention's gradient for one input: the scores and probabilities
+ * again (2 Tq Tk hd + 5 Tq Tk), then for q and k dP = dy v^T, dS and the
+ * product (2 Tq Tk (hdv + hd) + 3 Tq Tk), for v the product P^T dy
+ * (2 Tq Tk hdv). */
+static double flops_attention_grad(const tfg_graph *g, const tfg_node *n) {
+  const tfg_node *q = input(g, n, 0), *k = input(g, n, 1), *v = input(g, n, 2);
+  int r = q->shape.rank;
+  double rows = (double)tfg_shape_numel(&q->shape) / (double)q->shape.dim[r - 1];
+  double tk = (double)k->shape.dim[r - 2], hd = (double)q->shape.dim[r - 1], hdv = (double)v->shape.dim[r - 1];
+  double probs = rows * tk * (2 * hd + 5);
+  return probs + (n->attrs.axis == 2 ? rows * tk * 2 * hdv : rows * tk * (2 * hdv + 2 * hd + 3));
+}
+
 static double flops_conv2d(const tfg_graph *g, const tfg_node *n) {
   const tfg_node *w = input(g, n, 1);
   return 2.0 * numel(n) * (double)(w->shape.dim[1] * w->shape.dim[2] * w->shape.dim[3]);
@@ -815,6 +847,7 @@ static const tfg_op_def ops[TFG_OP_COUNT] = {
     ROW(LAYER_NORM, infer_layer_norm, flops_in5),
     ROW(ATTENTION, infer_attention, flops_attention),
     ROW(ATTENTION_PROBS, infer_attention, flops_attention),
+    ROW(ATTENTION_GRAD, infer_attention_grad, flops_attention_grad),
     ROW(DROPOUT, infer_dropout, flops_out),
     ROW(EMBEDDING, infer_embedding, flops_none),
     ROW(ONE_HOT, infer_one_hot, flops_none),

@@ -58,6 +58,10 @@
 #include "runtime/mem.h"
 
 typedef struct tfg_backend tfg_backend;
+
+/* The most buffers one reduce_all adds (a node's GPUs; the shared
+ * all-reduce is chosen up to this many ranks). */
+enum { TFG_REDUCE_ALL_MAX = 8 };
 struct tfg_trace;
 typedef struct tfg_stream tfg_stream;
 typedef struct tfg_replay tfg_replay; /* captured work (capture_end) */
@@ -94,6 +98,15 @@ typedef struct tfg_backend_i {
    * ring all-reduce (runtime/collective.h) is built from it and copy_peer. */
   void (*reduce_peer)(tfg_backend *b, tfg_stream *s, void *dst, tfg_backend *src_b, const void *src, size_t count,
                       tfg_dtype dt, double scale);
+  /* Queued: for i < count, every bufs[r][i] (r < n, 2 <= n <=
+   * TFG_REDUCE_ALL_MAX) becomes (bufs[0][i] + bufs[1][i] + ... +
+   * bufs[n-1][i]) * scale, summed in that order in dt (f16/bf16 in f32,
+   * rounded once), scale 1 not multiplied: one pass over buffers that b
+   * addresses directly (the memory of one GPU, or of host devices), what
+   * the shared-memory all-reduce (runtime/collective.h) is built from.
+   * The pointers are copied. A failure as reduce_peer's. */
+  void (*reduce_all)(tfg_backend *b, tfg_stream *s, void *const *bufs, int n, size_t count, tfg_dtype dt,
+                     double scale);
 
   /* The kernel that runs node's op here (host: the op registry's CPU
    * kernel), or NULL when this backend has none. */

@@ -443,6 +443,28 @@ static void cuda_copy_peer(tfg_backend *b, tfg_stream *s, void *dst, tfg_backend
   tfg_strbuf_free(&why);
 }
 
+/* One kernel over every buffer (kernels/cuda/collective.cu): the
+ * buffers are the memory of this GPU (the shared all-reduce is chosen
+ * for logical devices of one GPU only, runtime/collective.c). */
+static void cuda_reduce_all(tfg_backend *b, tfg_stream *s, void *const *bufs, int n, size_t count, tfg_dtype dt,
+                            double scale) {
+  cuda_backend *cb = cuda_of(b);
+  if (s->status != TFG_OK) return;
+  tfg_strbuf m = {0};
+  if (dt != TFG_DTYPE_F32 && dt != TFG_DTYPE_F64 && dt != TFG_DTYPE_F16 && dt != TFG_DTYPE_BF16) {
+    tfg_strbuf_printf(&m, "reduce_all: cannot reduce %s elements (the cuda backend reduces float dtypes)",
+                      tfg_dtype_name(dt));
+  } else if (count > 0) {
+    cudaEvent_t t0 = tfg_backend_cuda_trace_begin(cb, s);
+    if (CUDA_OK(cudaSetDevice(cb->gpu), &m) && CUDA_OK(tfg_cuda_reduce_all(bufs, n, count, (int)dt, scale, s->s), &m))
+      tfg_backend_cuda_trace_end(cb, s, t0, "reduce", "collective");
+    else
+      tfg_backend_cuda_timing_event_put(cb, t0);
+  }
+  if (m.len) tfg_backend_cuda_stream_fail(s, TFG_ERR_DEVICE, true, m.data);
+  tfg_strbuf_free(&m);
+}
+
 static void cuda_reduce_peer(tfg_backend *b, tfg_stream *s, void *dst, tfg_backend *src_b, const void *src,
                              size_t count, tfg_dtype dt, double scale) {
   cuda_backend *cb = cuda_of(b);
@@ -690,6 +712,7 @@ static const tfg_backend_i cuda_i = {
     .copy_to_host = cuda_copy_to_host,
     .copy_peer = cuda_copy_peer,
     .reduce_peer = cuda_reduce_peer,
+    .reduce_all = cuda_reduce_all,
     .kernel = cuda_kernel,
     .set_trace = cuda_set_trace,
     .launch = cuda_launch,

@@ -106,6 +106,7 @@ typedef enum host_op_kind {
   HOST_OP_LAUNCH,
   HOST_OP_COPY,
   HOST_OP_REDUCE,
+  HOST_OP_REDUCE_ALL,
   HOST_OP_RECORD,
   HOST_OP_WAIT
 } host_op_kind;
@@ -145,6 +146,13 @@ typedef struct host_op {
       double scale;
       tfg_backend *src_b;
     } reduce;
+    struct {
+      void *bufs[TFG_REDUCE_ALL_MAX];
+      int n;
+      size_t count;
+      tfg_dtype dt;
+      double scale;
+    } reduce_all;
     struct {
       tfg_event *e; /* holds a reference until the operation has run */
       uint64_t gen;
@@ -348,6 +356,64 @@ static tfg_status run_reduce(const host_op *op, tfg_strbuf *msg) {
   return TFG_OK;
 }
 
+/* reduce_all's sums (backend.h) a tile at a time: the tile's sum over
+ * the buffers in order, in T, then one multiply when scale is not 1, then
+ * the tile written to every buffer. A tile is read from every buffer
+ * before any of it is written, so the buffers may be read and written in
+ * any order otherwise. */
+enum { REDUCE_ALL_TILE = 512 };
+
+#define DEFINE_REDUCE_ALL(T, SFX)                                                    \
+  static void reduce_all_##SFX(void *const *bufs, int n, size_t count, T scale) {    \
+    T acc[REDUCE_ALL_TILE];                                                          \
+    for (size_t i0 = 0; i0 < count; i0 += REDUCE_ALL_TILE) {                         \
+      size_t m = count - i0 < REDUCE_ALL_TILE ? count - i0 : REDUCE_ALL_TILE;        \
+      memcpy(acc, (const T *)bufs[0] + i0, m * sizeof(T));                           \
+      for (int r = 1; r < n; r++) {                                                  \
+        const T *x = (const T *)bufs[r] + i0;                                        \
+        for (size_t k = 0; k < m; k++) acc[k] = acc[k] + x[k];                       \
+      }                                                                              \
+      if (scale != (T)1)                                                             \
+        for (size_t k = 0; k < m; k++) acc[k] = acc[k] * scale;                      \
+      for (int r = 0; r < n; r++) memcpy((T *)bufs[r] + i0, acc, m * sizeof(T));     \
+    }                                                                                \
+  }
+DEFINE_REDUCE_ALL(float, f32)
+DEFINE_REDUCE_ALL(double, f64)
+
+/* f16 and bf16 as reduce_half: widened, summed and scaled in f32, each
+ * element rounded once. */
+static void reduce_all_half(tfg_dtype dt, void *const *bufs, int n, size_t count, float scale) {
+  bool bf = dt == TFG_DTYPE_BF16;
+  for (size_t i = 0; i < count; i++) {
+    float acc = 0;
+    for (int r = 0; r < n; r++) {
+      uint16_t h = ((const uint16_t *)bufs[r])[i];
+      float x = bf ? tfg_cast_bf16_to_f32(h) : tfg_cast_f16_to_f32(h);
+      acc = r ? acc + x : x;
+    }
+    if (scale != 1.0f) acc = acc * scale;
+    uint16_t out = bf ? tfg_cast_f32_to_bf16(acc) : tfg_cast_f32_to_f16(acc);
+    for (int r = 0; r < n; r++) ((uint16_t *)bufs[r])[i] = out;
+  }
+}
+
+static tfg_status run_reduce_all(const host_op *op, tfg_strbuf *msg) {
+  void *const *bufs = op->u.reduce_all.bufs;
+  int n = op->u.reduce_all.n;
+  size_t count = op->u.reduce_all.count;
+  switch (op->u.reduce_all.dt) {
+  case TFG_DTYPE_F32: reduce_all_f32(bufs, n, count, (float)op->u.reduce_all.scale); return TFG_OK;
+  case TFG_DTYPE_F64: reduce_all_f64(bufs, n, count, op->u.reduce_all.scale); return TFG_OK;
+  case TFG_DTYPE_F16:
+  case TFG_DTYPE_BF16: reduce_all_half(op->u.reduce_all.dt, bufs, n, count, (float)op->u.reduce_all.scale); return TFG_OK;
+  default:
+    tfg_strbuf_printf(msg, "reduce_all: cannot reduce %s elements (the host backend reduces float dtypes)",
+                      tfg_dtype_name(op->u.reduce_all.dt));
+    return TFG_ERR_DEVICE;
+  }
+}
+
 /* Runs op of stream s without the backend's lock. skip: s has failed.
  * Returns the failure the operation causes (its message in hb->scratch)
  * or TFG_OK. */
@@ -387,6 +453,9 @@ static tfg_status run_op(host_backend *hb, tfg_stream *s, host_op *op, bool skip
   case HOST_OP_REDUCE:
     if (!skip) st = run_reduce(op, &hb->scratch);
     break;
+  case HOST_OP_REDUCE_ALL:
+    if (!skip) st = run_reduce_all(op, &hb->scratch);
+    break;
   case HOST_OP_RECORD:
     /* Even when skipped: a wait elsewhere must not hang on a failed stream. */
     tfg_event_complete(op->u.ev.e, op->u.ev.gen, s->status, s->err.data);
@@ -420,7 +489,8 @@ static void trace_op(host_backend *hb, tfg_trace *tr, const tfg_stream *s, const
     tfg_trace_add(tr, pid, tid, names[op->u.copy.dir], "copy", t0, t1);
     return;
   }
-  case HOST_OP_REDUCE: tfg_trace_add(tr, pid, tid, "reduce", "collective", t0, t1); return;
+  case HOST_OP_REDUCE:
+  case HOST_OP_REDUCE_ALL: tfg_trace_add(tr, pid, tid, "reduce", "collective", t0, t1); return;
   case HOST_OP_WAIT:
     /* Blocked from the scan that found it so until released (now). */
     if (op->blocked_at > 0) tfg_trace_add(tr, pid, tid, "wait", "wait", op->blocked_at, t0);
@@ -669,6 +739,17 @@ static void host_reduce_peer(tfg_backend *b, tfg_stream *s, void *dst, tfg_backe
   enqueue(host_of(b), s, &op);
 }
 
+/* Queued on s like reduce_peer; the buffers are host memory (host
+ * devices share the process's: a GPU's buffers never reach it, as the
+ * shared all-reduce is chosen for one kind of device). */
+static void host_reduce_all(tfg_backend *b, tfg_stream *s, void *const *bufs, int n, size_t count, tfg_dtype dt,
+                            double scale) {
+  TFG_ASSERT(n >= 1 && n <= TFG_REDUCE_ALL_MAX);
+  host_op op = {.kind = HOST_OP_REDUCE_ALL, .u.reduce_all = {.n = n, .count = count, .dt = dt, .scale = scale}};
+  for (int r = 0; r < n; r++) op.u.reduce_all.bufs[r] = bufs[r];
+  enqueue(host_of(b), s, &op);
+}
+
 /* The CPU registry's kernel: host devices run the CPU kernels. */
 static tfg_kernel_fn host_kernel(tfg_backend *b, const tfg_node *node) {
   (void)b;
@@ -844,6 +925,7 @@ static const tfg_backend_i host_i = {
     .copy_to_host = host_copy_to_host,
     .copy_peer = host_copy_peer,
     .reduce_peer = host_reduce_peer,
+    .reduce_all = host_reduce_all,
     .kernel = host_kernel,
     .set_threads = host_set_threads,
     .set_trace = host_set_trace,

@@ -1,7 +1,9 @@
 /* runtime/collective.c: the built-in collectives of runtime/collective.h,
  * written only against the backend vtable (reduce_peer, copy_peer and
  * events), so the same code drives host devices and logical devices
- * sharing one GPU: the ring all-reduce, the hierarchical all-reduce that
+ * sharing one GPU: the ring all-reduce, the shared all-reduce (one pass
+ * over every rank's memory, for ranks one backend addresses), the
+ * hierarchical all-reduce that
  * combines a reduction within each GPU with a collective among the GPUs'
  * leaders (NCCL's, which lives with the CUDA backend), and the choice
  * between them (tfg_coll_choose; runtime/registry.c applies it).
@@ -136,6 +138,35 @@ static void queue_chunk(ring *g, const layout *L, int r, int c, bool reduce, tfg
   }
 }
 
+/* The offsets of a call's segments in their concatenation (off[nseg] =
+ * n, the total), malloc'd. */
+static size_t *seg_offsets(const size_t *counts, int nseg) {
+  size_t *off = malloc(((size_t)nseg + 1) * sizeof *off);
+  TFG_ASSERT(off != NULL);
+  off[0] = 0;
+  for (int k = 0; k < nseg; k++) off[k + 1] = off[k] + counts[k];
+  return off;
+}
+
+/* The all-reduce of op, through c's allreduce_scaled (the ring's and the
+ * shared one's: MEAN is the sum times 1 / nranks). */
+static void allreduce_of_op(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                            tfg_coll_op op) {
+  c->i.allreduce_scaled(c, bufs, counts, nseg, dt, op == TFG_COLL_MEAN ? 1.0 / c->nranks : 1.0);
+}
+
+/* The arrays of b and s copied (a collective keeps its own). */
+static void copy_ranks(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_backend ***gb,
+                       tfg_stream ***gs) {
+  *gb = malloc((size_t)nranks * sizeof **gb);
+  *gs = malloc((size_t)nranks * sizeof **gs);
+  TFG_ASSERT(*gb && *gs);
+  for (int r = 0; r < nranks; r++) {
+    (*gb)[r] = b[r];
+    (*gs)[r] = s[r];
+  }
+}
+
 /* See the top for the schedule and why it is queued step by step. The
  * last reduce-scatter step multiplies by last_scale. */
 static void ring_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
@@ -147,10 +178,7 @@ static void ring_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *
     TFG_ASSERT(last_scale == 1.0);
     return;
   }
-  size_t *off = malloc(((size_t)nseg + 1) * sizeof *off);
-  TFG_ASSERT(off != NULL);
-  off[0] = 0;
-  for (int k = 0; k < nseg; k++) off[k + 1] = off[k] + counts[k];
+  size_t *off = seg_offsets(counts, nseg);
   size_t n = off[nseg];
   if (n == 0) { /* nothing to reduce, so nothing to order either */
     free(off);
@@ -187,11 +215,6 @@ static void ring_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *
   free(off);
 }
 
-static void ring_allreduce(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
-                           tfg_coll_op op) {
-  ring_allreduce_scaled(c, bufs, counts, nseg, dt, op == TFG_COLL_MEAN ? 1.0 / c->nranks : 1.0);
-}
-
 /* Frees the events: operations still queued on them keep them alive on
  * backends that refcount them (host), and on CUDA freeing an event with
  * pending work is allowed too, so the streams need not be drained. */
@@ -212,7 +235,7 @@ static void ring_free(tfg_coll *c) {
 
 static const tfg_coll_i ring_i = {
     .name = ring_name,
-    .allreduce = ring_allreduce,
+    .allreduce = allreduce_of_op,
     .allreduce_scaled = ring_allreduce_scaled,
     .free = ring_free,
 };
@@ -224,13 +247,7 @@ tfg_coll *tfg_coll_ring_new(int nranks, tfg_backend *const *b, tfg_stream *const
   TFG_ASSERT(c && g);
   g->nranks = nranks;
   g->nsteps = 2 * (nranks - 1);
-  g->b = malloc((size_t)nranks * sizeof *g->b);
-  g->s = malloc((size_t)nranks * sizeof *g->s);
-  TFG_ASSERT(g->b && g->s);
-  for (int r = 0; r < nranks; r++) {
-    g->b[r] = b[r];
-    g->s[r] = s[r];
-  }
+  copy_ranks(nranks, b, s, &g->b, &g->s);
   if (nranks > 1) { /* one rank queues nothing, so it needs no events */
     g->start = malloc((size_t)nranks * sizeof *g->start);
     g->step = malloc((size_t)nranks * (size_t)g->nsteps * sizeof *g->step);
@@ -456,6 +473,127 @@ tfg_coll *tfg_coll_hier_outer_new(int nranks, tfg_backend *const *b, tfg_stream 
   return hier_new(nranks, b, s, group, leaders, true, why);
 }
 
+/* ---- the shared all-reduce ----------------------------------------------------- */
+
+/* Ranks whose buffers one backend addresses directly (logical devices of
+ * one GPU, host devices) need no ring of copies: the buffer (the
+ * concatenation of a rank's segments, as the ring's) is cut into R
+ * chunks, and rank r's stream runs one reduce_all over chunk r of every
+ * rank's buffer (one per piece inside a segment): it reads the chunk from
+ * each, sums in rank order, scales once and writes the result to each.
+ * Every element is read R times and written R times, once each, in one
+ * step; the ring moves it 2 (R - 1) times in as many dependent steps.
+ * Every rank ends with the same bits (the sum's order is the ranks',
+ * whichever rank computes the chunk); with two ranks they are the ring's.
+ *
+ * Ordering: every rank records "start", then rank r waits for every other
+ * rank's start (their buffers hold what their streams computed), runs its
+ * chunk and records "done"; at the end rank r waits for every other
+ * rank's done (they wrote into its buffer and read it): its buffers are
+ * its own again, as after the ring. */
+typedef struct shared {
+  int nranks;
+  tfg_backend **b;
+  tfg_stream **s;
+  tfg_event **start, **done;
+} shared;
+
+static const char *shared_name(tfg_coll *c) {
+  (void)c;
+  return "shared";
+}
+
+static void shared_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                                    double scale) {
+  shared *g = c->ctx;
+  int R = g->nranks;
+  TFG_ASSERT(nseg >= 0 && (nseg == 0 || (bufs && counts)));
+  if (R == 1) {
+    TFG_ASSERT(scale == 1.0);
+    return;
+  }
+  size_t *off = seg_offsets(counts, nseg);
+  size_t n = off[nseg];
+  if (n == 0) {
+    free(off);
+    return;
+  }
+  layout L = {bufs, off, nseg, tfg_dtype_size(dt)};
+  for (int r = 0; r < R; r++) g->b[r]->i.event_record(g->b[r], g->s[r], g->start[r]);
+  for (int r = 0; r < R; r++) {
+    tfg_backend *b = g->b[r];
+    for (int q = 0; q < R; q++)
+      if (q != r) b->i.event_wait(b, g->s[r], g->start[q]);
+    size_t lo = chunk_begin(n, R, r), hi = chunk_begin(n, R, r + 1);
+    for (size_t e = lo; e < hi;) {
+      int k = seg_of(&L, e);
+      size_t end = off[k + 1] < hi ? off[k + 1] : hi;
+      void *ptrs[TFG_REDUCE_ALL_MAX];
+      for (int q = 0; q < R; q++) ptrs[q] = elem_ptr(&L, q, k, e);
+      b->i.reduce_all(b, g->s[r], ptrs, R, end - e, dt, scale);
+      e = end;
+    }
+    b->i.event_record(b, g->s[r], g->done[r]);
+  }
+  for (int r = 0; r < R; r++)
+    for (int q = 0; q < R; q++)
+      if (q != r) g->b[r]->i.event_wait(g->b[r], g->s[r], g->done[q]);
+  free(off);
+}
+
+static void shared_free(tfg_coll *c) {
+  if (!c) return;
+  shared *g = c->ctx;
+  for (int r = 0; r < g->nranks; r++) {
+    if (g->start) g->b[r]->i.event_free(g->b[r], g->start[r]);
+    if (g->done) g->b[r]->i.event_free(g->b[r], g->done[r]);
+  }
+  free(g->start);
+  free(g->done);
+  free(g->b);
+  free(g->s);
+  free(g);
+  free(c);
+}
+
+static const tfg_coll_i shared_i = {
+    .name = shared_name,
+    .allreduce = allreduce_of_op,
+    .allreduce_scaled = shared_allreduce_scaled,
+    .free = shared_free,
+};
+
+tfg_coll *tfg_coll_shared_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why) {
+  TFG_ASSERT(nranks >= 1 && b && s);
+  if (nranks > TFG_REDUCE_ALL_MAX) {
+    tfg_strbuf_printf(why, "the shared all-reduce takes at most %d ranks, not %d", TFG_REDUCE_ALL_MAX, nranks);
+    return NULL;
+  }
+  for (int r = 0; r < nranks; r++)
+    if (!b[r]->i.reduce_all) {
+      tfg_strbuf_printf(why, "%s's backend has no reduce_all", b[r]->device->name);
+      return NULL;
+    }
+  tfg_coll *c = calloc(1, sizeof *c);
+  shared *g = calloc(1, sizeof *g);
+  TFG_ASSERT(c && g);
+  g->nranks = nranks;
+  copy_ranks(nranks, b, s, &g->b, &g->s);
+  if (nranks > 1) {
+    g->start = malloc((size_t)nranks * sizeof *g->start);
+    g->done = malloc((size_t)nranks * sizeof *g->done);
+    TFG_ASSERT(g->start && g->done);
+    for (int r = 0; r < nranks; r++) {
+      g->start[r] = b[r]->i.event_create(b[r]);
+      g->done[r] = b[r]->i.event_create(b[r]);
+    }
+  }
+  c->i = shared_i;
+  c->nranks = nranks;
+  c->ctx = g;
+  return c;
+}
+
 /* ---- the choice ------------------------------------------------------------------ */
 
 const char *tfg_coll_algo_name(tfg_coll_algo a) {
@@ -463,6 +601,7 @@ const char *tfg_coll_algo_name(tfg_coll_algo a) {
   case TFG_COLL_ALGO_RING: return "ring";
   case TFG_COLL_ALGO_NCCL: return "nccl";
   case TFG_COLL_ALGO_HIER: return "hier";
+  case TFG_COLL_ALGO_SHARED: return "shared";
   case TFG_COLL_ALGO_REFUSED: return "refused";
   }
   return "?";
@@ -501,8 +640,8 @@ tfg_coll_algo tfg_coll_choose(int nranks, const tfg_device *const *dev, bool ncc
     for (int q = 0; q < r && first; q++) first = dev[q]->physical != dev[r]->physical;
     gpus += first;
   }
-  if (gpus == 1) /* logical devices of one GPU: NCCL refuses two ranks on one GPU */
-    a = TFG_COLL_ALGO_RING;
+  if (gpus == 1) /* logical devices of one GPU (NCCL refuses two ranks on one GPU): one kernel over their memory */
+    a = nranks <= TFG_REDUCE_ALL_MAX ? TFG_COLL_ALGO_SHARED : TFG_COLL_ALGO_RING;
   else if (gpus == nranks) /* one rank per GPU; without NCCL the ring, over peer access */
     a = nccl ? TFG_COLL_ALGO_NCCL : TFG_COLL_ALGO_RING;
   else {

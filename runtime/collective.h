@@ -26,9 +26,10 @@
  *   - CUDA devices on distinct GPUs: NCCL, one communicator for the group
  *     (in a build without NCCL, the built-in ring, which needs peer access
  *     between the GPUs);
- *   - CUDA logical devices all on one GPU: the built-in ring (NCCL refuses
- *     two ranks on one GPU); its reduce_peer and copy_peer are plain device
- *     memory operations there;
+ *   - CUDA logical devices all on one GPU: the shared all-reduce (NCCL
+ *     refuses two ranks on one GPU; they share its memory, so one kernel
+ *     per rank's chunk reads every replica and writes the result back),
+ *     the ring past TFG_REDUCE_ALL_MAX ranks;
  *   - CUDA logical devices on several GPUs, several on one: hierarchical,
  *     the built-in reduction within each GPU to a leader, NCCL (or the
  *     ring, without NCCL) among the leaders, a copy back within each GPU;
@@ -49,7 +50,7 @@ typedef enum tfg_coll_op {
 typedef struct tfg_coll tfg_coll;
 
 typedef struct tfg_coll_i {
-  const char *(*name)(tfg_coll *c); /* "ring", "nccl", "hier+nccl", "hier+ring" */
+  const char *(*name)(tfg_coll *c); /* "ring", "shared", "nccl", "hier+nccl", "hier+ring" */
   /* All-reduce in place: afterwards every rank's segments hold the
    * elementwise op over the ranks, bit-identical on every rank. bufs
    * holds nranks * nseg device pointers (rank-major), counts nseg
@@ -85,6 +86,18 @@ struct tfg_coll {
  * predecessor's previous step (the data) and its successor's previous
  * step (which has read what this step overwrites). One rank: a no-op. */
 tfg_coll *tfg_coll_ring_new(int nranks, tfg_backend *const *b, tfg_stream *const *s);
+
+/* The shared all-reduce over nranks <= TFG_REDUCE_ALL_MAX backends that
+ * address each other's memory directly (logical devices of one GPU, host
+ * devices), rank r on b[r] with its collectives queued on s[r]: the
+ * buffer cut into nranks chunks, rank r's stream sums chunk r over every
+ * rank in rank order with one reduce_all (runtime/backend.h) that writes
+ * the result back to every rank; events order the ranks' starts and
+ * ends. One step where the ring takes 2 (nranks - 1); every element read
+ * and written nranks times. The same bits on every rank; with two ranks,
+ * the ring's bits. NULL with *why for more ranks or a backend without
+ * reduce_all. */
+tfg_coll *tfg_coll_shared_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why);
 
 /* A constructor of a collective over nranks backends and streams: NULL
  * with the reason appended to *why when it cannot be made. */
@@ -128,10 +141,11 @@ typedef enum tfg_coll_algo {
   TFG_COLL_ALGO_RING,    /* the built-in ring (tfg_coll_ring_new) */
   TFG_COLL_ALGO_NCCL,    /* one NCCL communicator (tfg_coll_nccl_new) */
   TFG_COLL_ALGO_HIER,    /* built-in within each GPU, then among the leaders (tfg_coll_hier_new) */
+  TFG_COLL_ALGO_SHARED,  /* one pass over every rank's memory (tfg_coll_shared_new) */
   TFG_COLL_ALGO_REFUSED, /* no collective for this group */
 } tfg_coll_algo;
 
-/* "ring", "nccl", "hier", "refused". */
+/* "ring", "shared", "nccl", "hier", "refused". */
 const char *tfg_coll_algo_name(tfg_coll_algo a);
 
 /* The collective for a group whose rank r runs on dev[r] (its kind and

@@ -144,6 +144,7 @@ tfg_coll *tfg_coll_new_for(int nranks, tfg_backend *const *b, tfg_stream *const 
   tfg_coll *c = NULL;
   switch (tfg_coll_choose(nranks, dev, HAVE_NCCL, &leaders, why)) {
   case TFG_COLL_ALGO_RING: c = tfg_coll_ring_new(nranks, b, s); break;
+  case TFG_COLL_ALGO_SHARED: c = tfg_coll_shared_new(nranks, b, s, why); break;
   case TFG_COLL_ALGO_NCCL: c = tfg_coll_nccl_new(nranks, b, s, why); break;
   case TFG_COLL_ALGO_HIER:
     c = tfg_coll_hier_new(nranks, b, s, group, leaders == TFG_COLL_ALGO_NCCL ? tfg_coll_nccl_new : ring_new, why);

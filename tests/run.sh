@@ -2,7 +2,8 @@
 # tests/run.sh BUILD: every test of tfg against the binaries in BUILD.
 #
 #   1. the Check unit suites (BUILD/unit)
-#   2. golden files: tests/golden/NAME.tfg with NAME.err (exact stderr of
+#   2. golden files (then the backend conformance suite against the host
+#      backend, tests/gpu/conformance --devices host): tests/golden/NAME.tfg with NAME.err (exact stderr of
 #      `tfg check`, exit 1), NAME.ast (exact stdout of `tfg check --ast`,
 #      exit 0), NAME.out (exact stdout of `tfg run`, exit 0) or NAME.explain
 #      (exact stdout of `tfg place --explain --memory-limit 1G`, with the
@@ -59,7 +60,7 @@ progress() {
 # ---- 1. unit suites ---------------------------------------------------------
 unit="$ROOT/$BUILD/unit"
 [ -x "$unit" ] || unit="$BUILD/unit"
-echo "tests: the unit suites ($unit), then the golden files, cli, strategies, oracle, repl, interrupt, progress, mpi, reliability, fuzz regressions"
+echo "tests: the unit suites ($unit), then the golden files, conformance (host self-test), cli, strategies, oracle, repl, interrupt, progress, mpi, reliability, fuzz regressions"
 if "$unit" >"$tmp/unit.out" 2>&1; then :; fi
 # the failures and anything unexpected (not Check's list of suites, passes and total)
 grep -v -e '^Running suite' -e ':P:' -e '^ [A-Za-z0-9_]*$' -e '^[0-9]*%: Checks: ' "$tmp/unit.out" || true
@@ -135,6 +136,20 @@ for src in *.tfg; do
 done
 cd "$ROOT" || exit 1
 progress golden
+
+# ---- the backend conformance suite, against the host backend ---------------------
+# tests/gpu/conformance on a host device: every op of the registry must
+# have cases (a new op without them fails here, not first on a GPU), and
+# the suite's references, tolerances and bad-data cases are exercised;
+# on a GPU machine tests/gpu/run.sh runs the same cases on cuda:0.
+conf="$ROOT/$BUILD/tests/gpu/conformance"
+[ -x "$conf" ] || conf="$BUILD/tests/gpu/conformance"
+if "$conf" --devices host -q >"$tmp/conf.out" 2>&1 && grep -q '(0 without a case): [0-9]* passed, 0 failed' "$tmp/conf.out"; then
+  ok
+else
+  ko "conformance --devices host: $(grep -v '^conformance: gpu:0 (host' "$tmp/conf.out" | tail -5)"
+fi
+progress "conformance (host self-test)"
 
 # ---- 3. command line ----------------------------------------------------------
 . "$ROOT/tests/cli.sh"

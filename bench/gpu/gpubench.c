@@ -318,18 +318,24 @@ static void queue_allreduce(void *arg) {
 }
 
 /* The MEAN all-reduce of f32 buffers of 1 to 256 MiB per rank over
- * cuda:0*2 (the collective the executor uses for mirrored replicas on one
- * GPU), against a device-to-device copy of the same bytes from one rank's
+ * cuda:0*2, the shared one (what the executor uses for mirrored replicas
+ * on one GPU) and the ring, against a device-to-device copy of the same bytes from one rank's
  * buffer to the other's. algbw = bytes / time; busbw = algbw * 2(R-1)/R,
  * as nccl-tests define them (R = 2: busbw = algbw). */
 static int cmd_allreduce(void) {
   static const size_t mib[] = {1, 16, 64, 256};
   bench B = {0};
   open_gpus(&B, "cuda:0*2", 2, false);
-  tfg_coll *c = tfg_coll_ring_new(2, B.b, B.s);
-  printf("# all-reduce (%s, MEAN of f32) over %s and %s (%s)\n", c->i.name(c), tfg_devices_gpu(B.ds, 0)->name,
-         tfg_devices_gpu(B.ds, 1)->name, tfg_devices_gpu(B.ds, 0)->hardware);
-  for (size_t i = 0; i < sizeof mib / sizeof mib[0]; i++) {
+  tfg_strbuf why = {0};
+  tfg_coll *shared = tfg_coll_shared_new(2, B.b, B.s, &why);
+  if (!shared) die(why.data);
+  tfg_coll *colls[2] = {shared, tfg_coll_ring_new(2, B.b, B.s)};
+  printf("# all-reduce (MEAN of f32) over %s and %s (%s): shared (what mirrored uses on one GPU), then ring\n",
+         tfg_devices_gpu(B.ds, 0)->name, tfg_devices_gpu(B.ds, 1)->name, tfg_devices_gpu(B.ds, 0)->hardware);
+  size_t nmib = sizeof mib / sizeof mib[0];
+  for (size_t x = 0; x < 2 * nmib; x++) {
+    tfg_coll *c = colls[x / nmib];
+    size_t i = x % nmib;
     size_t bytes = mib[i] << 20;
     ar_job j = {.c = c, .count = bytes / 4};
     float *h = host_random(TFG_DTYPE_F32, (int64_t)j.count, 3);
@@ -343,12 +349,15 @@ static int cmd_allreduce(void) {
     copy_job cp = {B.b[1], B.b[0], B.s[1], j.bufs[1], j.bufs[0], bytes};
     double tc = time_it(&B, 2, queue_copy, &cp);
     double algbw = (double)bytes / t * 1e-9;
-    printf("tfg allreduce ranks=2 mib=%zu ms=%.4f algbw=%.1f busbw=%.1f copy_ms=%.4f copy_gbps=%.1f ratio=%.2f\n",
-           mib[i], t * 1e3, algbw, algbw * 2.0 * (2 - 1) / 2, tc * 1e3, (double)bytes / tc * 1e-9, t / tc);
+    printf("tfg allreduce algo=%s ranks=2 mib=%zu ms=%.4f algbw=%.1f busbw=%.1f copy_ms=%.4f copy_gbps=%.1f "
+           "ratio=%.2f\n",
+           c->i.name(c), mib[i], t * 1e3, algbw, algbw * 2.0 * (2 - 1) / 2, tc * 1e3, (double)bytes / tc * 1e-9,
+           t / tc);
     fflush(stdout);
     for (int r = 0; r < 2; r++) B.b[r]->i.free(B.b[r], j.bufs[r]);
   }
-  c->i.free(c);
+  for (int k = 0; k < 2; k++) colls[k]->i.free(colls[k]);
+  tfg_strbuf_free(&why);
   close_gpus(&B, 2);
   return 0;
 }

@@ -16,8 +16,9 @@
 #      batch 128) with --devices cuda:0 (CUDA Graphs on, the default, and
 #      off: TFG_CUDA_GRAPHS=0), against PyTorch eager and the whole step
 #      captured in a CUDA graph (bench/gpu/torch_bench.py)
-#   4. the all-reduce of two logical devices on one GPU (cuda:0*2) against
-#      a device-to-device copy of the same bytes
+#   4. the all-reduce of two logical devices on one GPU (cuda:0*2), the
+#      shared one (what mirrored uses there) and the ring, against a
+#      device-to-device copy of the same bytes
 #   5. a training step (AdamW, cosine lr, clipping) of the byte-level GPT
 #      of examples/gpt.tfg at 12 layers, d 768, 12 heads, T 256, batch 16
 #      (85M params) with --devices cuda:0 (f32 with the graph passes off
@@ -114,6 +115,10 @@ main() {
   compiled=$(grep 'mode=compiled ms=' "$tmp/tchain")
   [ -n "$fused" ] && [ -n "$eager" ] && ratio "chain fused/eager" "$(val "$fused" ms)" "$(val "$eager" ms)"
   [ -n "$fused" ] && [ -n "$compiled" ] && ratio "chain fused/compiled" "$(val "$fused" ms)" "$(val "$compiled" ms)"
+  # the chain as a kernel of its own, generated and compiled by NVRTC (TFG_NVRTC=1)
+  nvrtc=$(TFG_NVRTC=1 TFG_CACHE_DIR="$tmp/cache" "$GB" chain 2>&1 | grep 'mode=fused ms=' | sed 's/mode=fused/mode=fused-nvrtc/')
+  echo "${nvrtc:-tfg chain mode=fused-nvrtc: no result}"
+  [ -n "$nvrtc" ] && [ -n "$compiled" ] && ratio "chain fused-nvrtc/compiled" "$(val "$nvrtc" ms)" "$(val "$compiled" ms)"
 
   echo
   echo "## 3. one training step (Adam), --devices cuda:0"

@@ -74,6 +74,7 @@ TFG_CPU_KERNEL(tfg_cpu_accuracy);
 
 /* kernels/cpu/attention.c */
 TFG_CPU_KERNEL(tfg_cpu_attention); /* ATTENTION ATTENTION_PROBS */
+TFG_CPU_KERNEL(tfg_cpu_attention_grad);
 
 /* kernels/cpu/conv.c */
 TFG_CPU_KERNEL(tfg_cpu_conv2d);  /* im2col + gemm */

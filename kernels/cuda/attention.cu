@@ -1,5 +1,6 @@
-/* kernels/cuda/attention.cu: ATTENTION and ATTENTION_PROBS on a CUDA
- * device, the GPU twin of kernels/cpu/attention.c.
+/* kernels/cuda/attention.cu: ATTENTION, ATTENTION_PROBS and
+ * ATTENTION_GRAD on a CUDA device, the GPU twin of
+ * kernels/cpu/attention.c.
  *
  * A warp per query row: the lanes split each score's dot product
  * (strided over the head size, then a butterfly of shuffles), and the
@@ -18,12 +19,16 @@
  * may be strided views (the layout pass's folded transposes): rows are
  * found through their batch steps and row stride (ir/matmul_view.h).
  *
- * Correct, not fast: this is the reference the GPU side is checked
- * against (tests/gpu/conformance.c) until a tiled flash kernel (shared
- * memory tiles of K and V, tensor cores) replaces it. f16/bf16 are
- * staged in f32 by the registry. */
+ * These warp-per-row kernels are the reference: f64, and head sizes
+ * above 128, run on them. f32 with head sizes up to 128 (f16/bf16 come
+ * staged in f32 by the registry) runs on the tiled kernels below, which
+ * share key and value tiles in shared memory between a block's rows and
+ * give each lane a column (see "tiled kernels"); TFG_ATTENTION_TILED=0
+ * selects the reference for them too, and the conformance suite runs
+ * both. Neither uses tensor cores. */
 #include "kernels/cuda/common.cuh"
 extern "C" {
+#include "base/env.h"
 #include "ir/matmul_view.h"
 }
 
@@ -46,6 +51,22 @@ __device__ __forceinline__ long long rows_offset(const tfg_rows_view &v, long lo
   return off;
 }
 
+/* for (r over [0, rows)): a warp per row r, spread over the whole grid. */
+#define WARP_ROWS(r, rows)                                                                          \
+  for (long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / WARP; r < (rows);   \
+       r += (long long)gridDim.x * blockDim.x / WARP)
+
+/* Query row r of the rows of every batch matrix (tq each): its batch
+ * matrix, its index i there, the keys it sees (vis: 0..i when causal). */
+struct qrow {
+  long long bm, i, vis;
+};
+
+__device__ __forceinline__ qrow qrow_of(long long r, long long tq, long long tk, bool causal) {
+  long long i = r % tq;
+  return {r / tq, i, causal ? (i + 1 < tk ? i + 1 : tk) : tk};
+}
+
 /* The dot product of q and k over hd, summed across the warp. */
 template <typename T>
 __device__ __forceinline__ T warp_dot(const T *q, const T *k, long long hd, int lane) {
@@ -60,11 +81,9 @@ __global__ void attention_rows(const T *__restrict__ q, const T *__restrict__ k,
                                T *__restrict__ out, views w, long long rows, long long tq, long long tk, long long hd,
                                long long hdv, T scale, bool causal) {
   int lane = threadIdx.x % WARP;
-  long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
-  long long nwarps = (long long)gridDim.x * blockDim.x / WARP;
-  for (long long r = warp; r < rows; r += nwarps) {
-    long long bm = r / tq, i = r % tq;
-    long long vis = causal ? (i + 1 < tk ? i + 1 : tk) : tk;
+  WARP_ROWS(r, rows) {
+    qrow x = qrow_of(r, tq, tk, causal);
+    long long bm = x.bm, i = x.i, vis = x.vis;
     const T *qr = q + rows_offset(w.q, bm) + i * w.q.ld, *kb = k + rows_offset(w.k, bm);
     const T *vb = v + rows_offset(w.v, bm);
     T *o = out + rows_offset(w.o, bm) + i * w.o.ld;
@@ -94,11 +113,9 @@ template <typename T>
 __global__ void attention_probs_rows(const T *__restrict__ q, const T *__restrict__ k, T *__restrict__ out, views w,
                                      long long rows, long long tq, long long tk, long long hd, T scale, bool causal) {
   int lane = threadIdx.x % WARP;
-  long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
-  long long nwarps = (long long)gridDim.x * blockDim.x / WARP;
-  for (long long r = warp; r < rows; r += nwarps) {
-    long long bm = r / tq, i = r % tq;
-    long long vis = causal ? (i + 1 < tk ? i + 1 : tk) : tk;
+  WARP_ROWS(r, rows) {
+    qrow x = qrow_of(r, tq, tk, causal);
+    long long bm = x.bm, i = x.i, vis = x.vis;
     const T *qr = q + rows_offset(w.q, bm) + i * w.q.ld, *kb = k + rows_offset(w.k, bm);
     T *pr = out + rows_offset(w.o, bm) + i * w.o.ld;
     double m = -INFINITY, l = 0;
@@ -115,6 +132,290 @@ __global__ void attention_probs_rows(const T *__restrict__ q, const T *__restric
   }
 }
 
+/* ---- tiled kernels (f32, head sizes up to 128) -------------------------------------
+ * The warp-per-row kernels above read every key (and value) row from
+ * global memory once per query row, and reduce each score across the
+ * warp with shuffles. These take a block of ROWS rows (a warp each) that
+ * share each tile of COLS columns, staged in shared memory, and give a
+ * column to each lane: lane j forms the whole dot product of its column
+ * with the warp's row (both in shared memory: the row broadcast, the
+ * tile padded to width + 1 so the 32 lanes read 32 banks), the tile's
+ * max and sum take one butterfly per tile, and the weighted sum over the
+ * tile's columns (P v, dS k, ...) has each lane own output dims lane,
+ * lane + 32, ... as before. So every lane does useful FMAs, and each
+ * tile crosses global memory once per ROWS rows. Sums run in f32 (the
+ * reference kernels' in double): the order differs from the CPU's, within
+ * the conformance suite's NN tolerance. TFG_ATTENTION_TILED=0 runs the
+ * reference kernels instead, to compare. */
+constexpr int ROWS = 8, COLS = 32, TMAX = 128;
+
+struct tiles {
+  tfg_rows_view q, k, v, dy, o;
+};
+
+__device__ __forceinline__ float warp_max(float x) {
+  for (int o = WARP / 2; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int o = WARP / 2; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+/* Rows c0 .. c0 + COLS - 1 of a matrix whose rows are ld apart from base
+ * (those from `limit` on as zeros) into tile[COLS][width + 1], by the
+ * whole block. */
+__device__ __forceinline__ void load_cols(float *tile, const float *base, long long ld, long long c0, long long limit,
+                                          int width) {
+  for (int x = threadIdx.x; x < COLS * width; x += blockDim.x) {
+    int r = x / width, d = x % width;
+    tile[r * (width + 1) + d] = c0 + r < limit ? base[(c0 + r) * ld + d] : 0.0f;
+  }
+}
+
+/* Rows r0 .. r0 + ROWS - 1 (from `limit` on: zeros) into rows[ROWS][width]. */
+__device__ __forceinline__ void load_rows(float *rows, const float *base, long long ld, long long r0, long long limit,
+                                          int width) {
+  for (int x = threadIdx.x; x < ROWS * width; x += blockDim.x) {
+    int r = x / width, d = x % width;
+    rows[x] = r0 + r < limit ? base[(r0 + r) * ld + d] : 0.0f;
+  }
+}
+
+/* sum over d < width of a[d] * t[d]: a row (broadcast) against a tile column. */
+__device__ __forceinline__ float dot_col(const float *a, const float *t, int width) {
+  float s = 0;
+  for (int d = 0; d < width; d++) s += a[d] * t[d];
+  return s;
+}
+
+/* acc[u] += sum over c < n of w[c] * tile[c][lane + 32 u] (u while lane + 32 u < width). */
+__device__ __forceinline__ void add_weighted(float *acc, const float *w, const float *tile, int n, int width,
+                                             int lane) {
+#pragma unroll
+  for (int u = 0; u < TMAX / WARP; u++) {
+    int e = lane + u * WARP;
+    if (e >= width) break;
+    float a = acc[u];
+    for (int c = 0; c < n; c++) a += w[c] * tile[c * (width + 1) + e];
+    acc[u] = a;
+  }
+}
+
+/* Block b of query rows (ROWS of them, from r0, in batch matrix bm): the
+ * warp's row i, the keys the block's rows see (nk) and the keys row i
+ * sees (vis: 0 for a row past tq). */
+struct qblock {
+  long long bm, r0, i, nk, vis;
+};
+
+__device__ __forceinline__ qblock qblock_of(long long b, long long tq, long long tk, bool causal, int warp) {
+  qblock x;
+  long long nblk = (tq + ROWS - 1) / ROWS;
+  x.bm = b / nblk;
+  x.r0 = b % nblk * ROWS;
+  x.i = x.r0 + warp;
+  long long last = (x.r0 + ROWS < tq ? x.r0 + ROWS : tq) - 1;
+  x.nk = causal ? (last + 1 < tk ? last + 1 : tk) : tk;
+  x.vis = x.i < tq ? (causal ? (x.i + 1 < tk ? x.i + 1 : tk) : tk) : 0;
+  return x;
+}
+
+/* o[e] = acc[u] for the lane's dims e = lane + 32 u < width. */
+__device__ __forceinline__ void store_dims(float *o, const float *acc, int width, int lane) {
+#pragma unroll
+  for (int u = 0; u < TMAX / WARP; u++) {
+    int e = lane + u * WARP;
+    if (e < width) o[e] = acc[u];
+  }
+}
+
+/* The forward pass: a block per ROWS query rows of one batch matrix. */
+__global__ void __launch_bounds__(ROWS *WARP) attention_tiled(const float *__restrict__ q, const float *__restrict__ k,
+                                                              const float *__restrict__ v, float *__restrict__ out,
+                                                              tiles w, long long tq, long long tk, int hd, int hdv,
+                                                              float scale, bool causal, long long blocks) {
+  extern __shared__ float sm[];
+  float *ks = sm, *vs = ks + COLS * (hd + 1), *qs = vs + COLS * (hdv + 1), *ps = qs + ROWS * hd;
+  int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+  for (long long b = blockIdx.x; b < blocks; b += gridDim.x) {
+    qblock x = qblock_of(b, tq, tk, causal, warp);
+    long long nk = x.nk, vis = x.vis;
+    const float *kb = k + rows_offset(w.k, x.bm), *vb = v + rows_offset(w.v, x.bm);
+    __syncthreads(); /* the previous block's readers of qs are done */
+    load_rows(qs, q + rows_offset(w.q, x.bm), w.q.ld, x.r0, tq, hd);
+    float m = -INFINITY, l = 0, acc[TMAX / WARP] = {0, 0, 0, 0};
+    for (long long c0 = 0; c0 < nk; c0 += COLS) {
+      int n = nk - c0 < COLS ? (int)(nk - c0) : COLS;
+      __syncthreads();
+      load_cols(ks, kb, w.k.ld, c0, nk, hd);
+      load_cols(vs, vb, w.v.ld, c0, nk, hdv);
+      __syncthreads();
+      if (c0 >= vis) continue; /* warp-uniform: this row sees none of the tile */
+      long long j = c0 + lane;
+      float sc = j < vis ? dot_col(qs + warp * hd, ks + lane * (hd + 1), hd) * scale : -INFINITY;
+      float mn = fmaxf(m, warp_max(sc)), c = expf(m - mn); /* c = 0 the first time (m = -inf) */
+      float pj = j < vis ? expf(sc - mn) : 0.0f;
+      l = l * c + warp_sum(pj);
+      ps[warp * COLS + lane] = pj;
+      __syncwarp();
+#pragma unroll
+      for (int u = 0; u < TMAX / WARP; u++) acc[u] *= c;
+      add_weighted(acc, ps + warp * COLS, vs, n, hdv, lane);
+      __syncwarp();
+      m = mn;
+    }
+    if (x.i < tq) {
+#pragma unroll
+      for (int u = 0; u < TMAX / WARP; u++) acc[u] = vis > 0 ? acc[u] / l : 0.0f;
+      store_dims(out + rows_offset(w.o, x.bm) + x.i * w.o.ld, acc, hdv, lane);
+    }
+  }
+}
+
+/* The gradient's row statistics (lse, D) of ROWS query rows per block, as
+ * attention_grad_stats, into st. */
+__global__ void __launch_bounds__(ROWS *WARP) attention_grad_stats_tiled(
+    const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,
+    const float *__restrict__ dy, tiles w, double *__restrict__ st, long long tq, long long tk, int hd, int hdv,
+    float scale, bool causal, bool want_d, long long blocks) {
+  extern __shared__ float sm[];
+  float *ks = sm, *vs = ks + COLS * (hd + 1), *qs = vs + COLS * (hdv + 1), *dys = qs + ROWS * hd;
+  int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+  for (long long b = blockIdx.x; b < blocks; b += gridDim.x) {
+    qblock x = qblock_of(b, tq, tk, causal, warp);
+    long long nk = x.nk, vis = x.vis;
+    const float *kb = k + rows_offset(w.k, x.bm), *vb = v + rows_offset(w.v, x.bm);
+    __syncthreads();
+    load_rows(qs, q + rows_offset(w.q, x.bm), w.q.ld, x.r0, tq, hd);
+    if (want_d) load_rows(dys, dy + rows_offset(w.dy, x.bm), w.dy.ld, x.r0, tq, hdv);
+    float m = -INFINITY, l = 0, acc = 0;
+    for (long long c0 = 0; c0 < nk; c0 += COLS) {
+      __syncthreads();
+      load_cols(ks, kb, w.k.ld, c0, nk, hd);
+      if (want_d) load_cols(vs, vb, w.v.ld, c0, nk, hdv);
+      __syncthreads();
+      if (c0 >= vis) continue;
+      long long j = c0 + lane;
+      float sc = j < vis ? dot_col(qs + warp * hd, ks + lane * (hd + 1), hd) * scale : -INFINITY;
+      float mn = fmaxf(m, warp_max(sc)), c = expf(m - mn), pj = j < vis ? expf(sc - mn) : 0.0f;
+      l = l * c + warp_sum(pj);
+      if (want_d) acc = acc * c + warp_sum(pj * dot_col(dys + warp * hdv, vs + lane * (hdv + 1), hdv));
+      m = mn;
+    }
+    if (x.i < tq && lane == 0) {
+      long long r = x.bm * tq + x.i;
+      st[2 * r] = vis > 0 ? (double)m + log((double)l) : 0;
+      st[2 * r + 1] = vis > 0 ? (double)acc / (double)l : 0;
+    }
+  }
+}
+
+/* dq: a block per ROWS query rows; per key tile, lane j's
+ * dS_ij = P_ij (dy_i . v_j - D_i) scale, then dq_i += sum_j dS_ij k_j. */
+__global__ void __launch_bounds__(ROWS *WARP) attention_grad_q_tiled(
+    const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,
+    const float *__restrict__ dy, float *__restrict__ out, tiles w, const double *__restrict__ st, long long tq,
+    long long tk, int hd, int hdv, float scale, bool causal, long long blocks) {
+  extern __shared__ float sm[];
+  float *ks = sm, *vs = ks + COLS * (hd + 1), *qs = vs + COLS * (hdv + 1), *dys = qs + ROWS * hd;
+  float *ps = dys + ROWS * hdv;
+  int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+  for (long long b = blockIdx.x; b < blocks; b += gridDim.x) {
+    qblock x = qblock_of(b, tq, tk, causal, warp);
+    long long nk = x.nk, vis = x.vis, r = x.bm * tq + x.i;
+    const float *kb = k + rows_offset(w.k, x.bm), *vb = v + rows_offset(w.v, x.bm);
+    float lse = vis > 0 ? (float)st[2 * r] : 0, dd = vis > 0 ? (float)st[2 * r + 1] : 0;
+    __syncthreads();
+    load_rows(qs, q + rows_offset(w.q, x.bm), w.q.ld, x.r0, tq, hd);
+    load_rows(dys, dy + rows_offset(w.dy, x.bm), w.dy.ld, x.r0, tq, hdv);
+    float acc[TMAX / WARP] = {0, 0, 0, 0};
+    for (long long c0 = 0; c0 < nk; c0 += COLS) {
+      int n = nk - c0 < COLS ? (int)(nk - c0) : COLS;
+      __syncthreads();
+      load_cols(ks, kb, w.k.ld, c0, nk, hd);
+      load_cols(vs, vb, w.v.ld, c0, nk, hdv);
+      __syncthreads();
+      if (c0 >= vis) continue;
+      long long j = c0 + lane;
+      float dsj = 0;
+      if (j < vis) {
+        float pj = expf(dot_col(qs + warp * hd, ks + lane * (hd + 1), hd) * scale - lse);
+        dsj = pj * (dot_col(dys + warp * hdv, vs + lane * (hdv + 1), hdv) - dd) * scale;
+      }
+      ps[warp * COLS + lane] = dsj;
+      __syncwarp();
+      add_weighted(acc, ps + warp * COLS, ks, n, hd, lane);
+      __syncwarp();
+    }
+    if (x.i < tq) store_dims(out + rows_offset(w.o, x.bm) + x.i * w.o.ld, acc, hd, lane);
+  }
+}
+
+/* dk (DK) or dv: a block per ROWS key rows, over tiles of COLS query rows
+ * (from the block's first key's index on when causal: no earlier query
+ * sees it);
+ * lane i's P_ij = exp(q_i . k_j scale - lse_i) (0 when i < j, causal),
+ * then dv_j += sum_i P_ij dy_i, or dk_j += sum_i dS_ij q_i. */
+template <bool DK>
+__global__ void __launch_bounds__(ROWS *WARP) attention_grad_kv_tiled(
+    const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,
+    const float *__restrict__ dy, float *__restrict__ out, tiles w, const double *__restrict__ st, long long tq,
+    long long tk, int hd, int hdv, float scale, bool causal, long long blocks) {
+  extern __shared__ float sm[];
+  float *qs = sm, *dys = qs + COLS * (hd + 1), *krow = dys + COLS * (hdv + 1), *vrow = krow + ROWS * hd;
+  float *ps = vrow + ROWS * hdv;
+  int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, width = DK ? hd : hdv;
+  long long nblk = (tk + ROWS - 1) / ROWS;
+  for (long long b = blockIdx.x; b < blocks; b += gridDim.x) {
+    long long bm = b / nblk, r0 = b % nblk * ROWS, j = r0 + warp;
+    const float *qb = q + rows_offset(w.q, bm), *dyb = dy + rows_offset(w.dy, bm);
+    __syncthreads();
+    load_rows(krow, k + rows_offset(w.k, bm), w.k.ld, r0, tk, hd);
+    if (DK) load_rows(vrow, v + rows_offset(w.v, bm), w.v.ld, r0, tk, hdv);
+    float acc[TMAX / WARP] = {0, 0, 0, 0};
+    for (long long c0 = causal ? r0 : 0; c0 < tq; c0 += COLS) { /* causal: no query before r0 sees these keys */
+      int n = tq - c0 < COLS ? (int)(tq - c0) : COLS;
+      __syncthreads();
+      load_cols(qs, qb, w.q.ld, c0, tq, hd);
+      load_cols(dys, dyb, w.dy.ld, c0, tq, hdv);
+      __syncthreads();
+      if (j >= tk) continue; /* warp-uniform */
+      long long i = c0 + lane;
+      float f = 0;
+      if (i < tq && (!causal || i >= j)) {
+        const double *sr = st + 2 * (bm * tq + i);
+        float pij = expf(dot_col(krow + warp * hd, qs + lane * (hd + 1), hd) * scale - (float)sr[0]);
+        f = DK ? pij * (dot_col(vrow + warp * hdv, dys + lane * (hdv + 1), hdv) - (float)sr[1]) * scale : pij;
+      }
+      ps[warp * COLS + lane] = f;
+      __syncwarp();
+      add_weighted(acc, ps + warp * COLS, DK ? qs : dys, n, width, lane);
+      __syncwarp();
+    }
+    if (j < tk) store_dims(out + rows_offset(w.o, bm) + j * w.o.ld, acc, width, lane);
+  }
+}
+
+/* Whether the tiled kernels take this attention: f32 (f16 and bf16 come
+ * staged in f32), head sizes 1..TMAX, unless TFG_ATTENTION_TILED=0. */
+bool tiled(tfg_dtype dt, long long hd, long long hdv) {
+  long long off;
+  return dt == TFG_DTYPE_F32 && hd >= 1 && hd <= TMAX && hdv >= 1 && hdv <= TMAX &&
+         !(tfg_env_int("TFG_ATTENTION_TILED", &off) && off == 0);
+}
+
+/* Shared memory of a tiled kernel: two tiles of COLS rows (widths a and
+ * b, padded by one), rows of ROWS x (c + d), and ROWS x COLS weights. */
+size_t tiled_smem(int a, int b, int c, int d) {
+  return sizeof(float) * ((size_t)COLS * (a + 1 + b + 1) + (size_t)ROWS * (c + d + COLS));
+}
+
+/* Blocks for a tiled launch over `work` blocks of rows: a grid-stride
+ * loop past the grid cap. */
+unsigned tiled_grid(long long work) { return tfg_cuda_grid(work, 1); }
+
 /* ATTENTION: (q [..., Tq, hd], k [..., Tk, hd], v [..., Tk, hdv]) ->
  * [..., Tq, hdv]; ATTENTION_PROBS: (q, k) -> [..., Tq, Tk]; f32 or f64,
  * attrs.value the scale, attrs.causal the mask. No keys: zeros. */
@@ -126,7 +427,8 @@ tfg_status cuda_attention(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_t
   if ((dt != TFG_DTYPE_F32 && dt != TFG_DTYPE_F64) || k->dtype != dt || v->dtype != dt || out->dtype != dt)
     return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "attention of %s is not supported on CUDA", tfg_dtype_name(dt));
   tfg_attention_geom g;
-  const char *bad = tfg_attention_geometry(node, &q->shape, &k->shape, probs ? NULL : &v->shape, &out->shape, &g);
+  const tfg_shape *shapes[3] = {&q->shape, &k->shape, &v->shape};
+  const char *bad = tfg_attention_geometry(node, shapes, &out->shape, &g);
   if (bad) return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "attention: %s", bad);
   views w = {g.q, g.k, g.v, g.out};
   long long tq = g.tq, tk = g.tk, hd = g.hd, hdv = g.hdv;
@@ -136,6 +438,15 @@ tfg_status cuda_attention(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_t
   cudaStream_t st = tfg_cuda_of(ctx)->stream;
   unsigned blocks = tfg_cuda_grid(rows, TFG_CUDA_THREADS / WARP);
   bool causal = node->attrs.causal;
+  if (!probs && tiled(dt, hd, hdv)) {
+    tiles tw = {g.q, g.k, g.v, g.out, g.out};
+    long long nblocks = rows / tq * ((tq + ROWS - 1) / ROWS);
+    attention_tiled<<<tiled_grid(nblocks), ROWS * WARP, tiled_smem((int)hd, (int)hdv, (int)hd, 0), st>>>(
+        (const float *)q->data, (const float *)k->data, (const float *)v->data, (float *)out->data, tw, tq, tk,
+        (int)hd, (int)hdv, (float)node->attrs.value, causal, nblocks);
+    TFG_CUDA_LAUNCHED(ctx);
+    return TFG_OK;
+  }
   if (dt == TFG_DTYPE_F32) {
     float sc = (float)node->attrs.value;
     if (probs)
@@ -159,9 +470,207 @@ tfg_status cuda_attention(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_t
   return TFG_OK;
 }
 
+/* ---- the gradient ------------------------------------------------------------ */
+
+/* With P the probabilities, lse_i = log sum_j e^(s_ij) each query row's
+ * log-sum-exp (so P_ij = e^(s_ij - lse_i)) and D_i = sum_j P_ij dP_ij,
+ * dP = dy v^T:
+ *   dq_i = scale sum_j dS_ij k_j,  dk_j = scale sum_i dS_ij q_i,  dv_j = sum_i P_ij dy_i,
+ *   dS_ij = P_ij (dP_ij - D_i).
+ * attention_grad_stats takes lse and D of each query row in one pass over
+ * its keys (online, as the forward: the running max rescales the sums),
+ * into st[2 r] and st[2 r + 1]; then a warp per row of the gradient: a
+ * query row for q (over the keys it sees), a key row for k and v (over
+ * the queries that see it: i >= j when causal). Sums in double. */
+struct gviews {
+  tfg_rows_view q, k, v, dy, o;
+};
+
+template <typename T>
+__global__ void attention_grad_stats(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
+                                     const T *__restrict__ dy, gviews w, double *__restrict__ st, long long rows,
+                                     long long tq, long long tk, long long hd, long long hdv, T scale, bool causal,
+                                     bool want_d) {
+  int lane = threadIdx.x % WARP;
+  WARP_ROWS(r, rows) {
+    qrow x = qrow_of(r, tq, tk, causal);
+    long long bm = x.bm, i = x.i, vis = x.vis;
+    const T *qr = q + rows_offset(w.q, bm) + i * w.q.ld, *kb = k + rows_offset(w.k, bm);
+    const T *vb = v + rows_offset(w.v, bm), *dyr = dy + rows_offset(w.dy, bm) + i * w.dy.ld;
+    double m = -INFINITY, l = 0, acc = 0;
+    for (long long j = 0; j < vis; j++) {
+      double sd = (double)(warp_dot(qr, kb + j * w.k.ld, hd, lane) * scale), mn = sd > m ? sd : m;
+      double c = exp(m - mn), p = exp(sd - mn);
+      l = l * c + p;
+      if (want_d) acc = acc * c + p * (double)warp_dot(dyr, vb + j * w.v.ld, hdv, lane);
+      m = mn;
+    }
+    if (lane == 0) {
+      st[2 * r] = vis > 0 ? m + log(l) : 0;
+      st[2 * r + 1] = vis > 0 ? acc / l : 0;
+    }
+  }
+}
+
+/* The lane's dims of a pass from e0 (e = e0 + lane + 32 t < width, t <
+ * SLICE): acc[t] += f x[e], and o[e] = acc[t]. */
+template <typename T>
+__device__ __forceinline__ void slice_add(double *acc, double f, const T *x, long long e0, long long width, int lane) {
+  for (int t = 0; t < SLICE; t++) {
+    long long e = e0 + lane + (long long)t * WARP;
+    if (e < width) acc[t] += f * (double)x[e];
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void slice_store(T *o, const double *acc, long long e0, long long width, int lane) {
+  for (int t = 0; t < SLICE; t++) {
+    long long e = e0 + lane + (long long)t * WARP;
+    if (e < width) o[e] = (T)acc[t];
+  }
+}
+
+/* dq: a warp per query row r of rows (batch matrices x tq). */
+template <typename T>
+__global__ void attention_grad_q(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
+                                 const T *__restrict__ dy, T *__restrict__ out, gviews w, const double *__restrict__ st,
+                                 long long rows, long long tq, long long tk, long long hd, long long hdv, T scale,
+                                 bool causal) {
+  int lane = threadIdx.x % WARP;
+  WARP_ROWS(r, rows) {
+    qrow x = qrow_of(r, tq, tk, causal);
+    long long bm = x.bm, i = x.i, vis = x.vis;
+    const T *qr = q + rows_offset(w.q, bm) + i * w.q.ld, *kb = k + rows_offset(w.k, bm);
+    const T *vb = v + rows_offset(w.v, bm), *dyr = dy + rows_offset(w.dy, bm) + i * w.dy.ld;
+    T *o = out + rows_offset(w.o, bm) + i * w.o.ld;
+    double lse = vis > 0 ? st[2 * r] : 0, d = vis > 0 ? st[2 * r + 1] : 0;
+    for (long long e0 = 0; e0 < hd; e0 += WARP * SLICE) {
+      double acc[SLICE];
+      for (int t = 0; t < SLICE; t++) acc[t] = 0;
+      for (long long j = 0; j < vis; j++) {
+        const T *kj = kb + j * w.k.ld;
+        double p = exp((double)(warp_dot(qr, kj, hd, lane) * scale) - lse);
+        double ds = p * ((double)warp_dot(dyr, vb + j * w.v.ld, hdv, lane) - d) * (double)scale;
+        slice_add(acc, ds, kj, e0, hd, lane);
+      }
+      slice_store(o, acc, e0, hd, lane);
+    }
+  }
+}
+
+/* dk (DK) or dv: a warp per key row r of rows (batch matrices x tk). */
+template <typename T, bool DK>
+__global__ void attention_grad_kv(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
+                                  const T *__restrict__ dy, T *__restrict__ out, gviews w,
+                                  const double *__restrict__ st, long long rows, long long tq, long long tk,
+                                  long long hd, long long hdv, T scale, bool causal) {
+  int lane = threadIdx.x % WARP;
+  long long width = DK ? hd : hdv;
+  WARP_ROWS(r, rows) {
+    long long bm = r / tk, j = r % tk;
+    const T *qb = q + rows_offset(w.q, bm), *kj = k + rows_offset(w.k, bm) + j * w.k.ld;
+    const T *vj = v + rows_offset(w.v, bm) + j * w.v.ld, *dyb = dy + rows_offset(w.dy, bm);
+    T *o = out + rows_offset(w.o, bm) + j * w.o.ld;
+    for (long long e0 = 0; e0 < width; e0 += WARP * SLICE) {
+      double acc[SLICE];
+      for (int t = 0; t < SLICE; t++) acc[t] = 0;
+      for (long long i = causal ? j : 0; i < tq; i++) {
+        const T *qi = qb + i * w.q.ld, *dyi = dyb + i * w.dy.ld;
+        const double *sr = st + 2 * (bm * tq + i);
+        double p = exp((double)(warp_dot(qi, kj, hd, lane) * scale) - sr[0]);
+        double f = DK ? p * ((double)warp_dot(dyi, vj, hdv, lane) - sr[1]) * (double)scale : p;
+        slice_add(acc, f, DK ? qi : dyi, e0, width, lane);
+      }
+      slice_store(o, acc, e0, width, lane);
+    }
+  }
+}
+
+template <typename T>
+tfg_status attention_grad_launch(tfg_kernel_ctx *ctx, const tfg_tensor *in, tfg_tensor *out, const gviews &w,
+                                 const tfg_attention_geom &g, int which, long long batches, T scale, bool causal) {
+  cudaStream_t stream = tfg_cuda_of(ctx)->stream;
+  const T *q = (const T *)in[0].data, *k = (const T *)in[1].data, *v = (const T *)in[2].data;
+  const T *dy = (const T *)in[3].data;
+  T *o = (T *)out->data;
+  long long qrows = batches * g.tq, per = TFG_CUDA_THREADS / WARP;
+  double *st = NULL;
+  if (qrows > 0) TFG_CUDA_CHECK(ctx, cudaMallocAsync((void **)&st, sizeof(double) * 2 * (size_t)qrows, stream));
+  tfg_status s = TFG_OK;
+  bool use_tiled = tiled(in[0].dtype, g.hd, g.hdv);
+  if (qrows > 0 && !use_tiled) {
+    attention_grad_stats<T><<<tfg_cuda_grid(qrows, per), TFG_CUDA_THREADS, 0, stream>>>(
+        q, k, v, dy, w, st, qrows, g.tq, g.tk, g.hd, g.hdv, scale, causal, which != 2);
+    TFG_CUDA_NOTE_LAUNCH(ctx, &s, "attention_grad_stats<<<>>>");
+  }
+  long long rows = which == 0 ? qrows : batches * g.tk;
+  if (use_tiled) {
+    /* the same kernels' tiled forms (f32): T is float here */
+    const float *qf = (const float *)q, *kf = (const float *)k, *vf = (const float *)v, *dyf = (const float *)dy;
+    float *of = (float *)o, sc = (float)scale;
+    int hd = (int)g.hd, hdv = (int)g.hdv;
+    tiles tw = {w.q, w.k, w.v, w.dy, w.o};
+    long long qblocks = batches * ((g.tq + ROWS - 1) / ROWS), kblocks = batches * ((g.tk + ROWS - 1) / ROWS);
+    if (qrows > 0) {
+      attention_grad_stats_tiled<<<tiled_grid(qblocks), ROWS * WARP, tiled_smem(hd, hdv, hd, hdv), stream>>>(
+          qf, kf, vf, dyf, tw, st, g.tq, g.tk, hd, hdv, sc, causal, which != 2, qblocks);
+      TFG_CUDA_NOTE_LAUNCH(ctx, &s, "attention_grad_stats_tiled<<<>>>");
+    }
+    if (which == 0 && qrows > 0)
+      attention_grad_q_tiled<<<tiled_grid(qblocks), ROWS * WARP, tiled_smem(hd, hdv, hd, hdv), stream>>>(
+          qf, kf, vf, dyf, of, tw, st, g.tq, g.tk, hd, hdv, sc, causal, qblocks);
+    else if (which == 1 && kblocks > 0)
+      attention_grad_kv_tiled<true><<<tiled_grid(kblocks), ROWS * WARP, tiled_smem(hd, hdv, hd, hdv), stream>>>(
+          qf, kf, vf, dyf, of, tw, st, g.tq, g.tk, hd, hdv, sc, causal, kblocks);
+    else if (which == 2 && kblocks > 0)
+      attention_grad_kv_tiled<false><<<tiled_grid(kblocks), ROWS * WARP, tiled_smem(hd, hdv, hd, hdv), stream>>>(
+          qf, kf, vf, dyf, of, tw, st, g.tq, g.tk, hd, hdv, sc, causal, kblocks);
+    TFG_CUDA_NOTE_LAUNCH(ctx, &s, "attention_grad_tiled<<<>>>");
+    TFG_CUDA_FREE_SCRATCH(ctx, &s, st);
+    return s;
+  }
+  if (which == 0)
+    attention_grad_q<T><<<tfg_cuda_grid(rows, per), TFG_CUDA_THREADS, 0, stream>>>(q, k, v, dy, o, w, st, rows, g.tq,
+                                                                                   g.tk, g.hd, g.hdv, scale, causal);
+  else if (which == 1)
+    attention_grad_kv<T, true><<<tfg_cuda_grid(rows, per), TFG_CUDA_THREADS, 0, stream>>>(
+        q, k, v, dy, o, w, st, rows, g.tq, g.tk, g.hd, g.hdv, scale, causal);
+  else
+    attention_grad_kv<T, false><<<tfg_cuda_grid(rows, per), TFG_CUDA_THREADS, 0, stream>>>(
+        q, k, v, dy, o, w, st, rows, g.tq, g.tk, g.hd, g.hdv, scale, causal);
+  TFG_CUDA_NOTE_LAUNCH(ctx, &s, "attention_grad<<<>>>");
+  TFG_CUDA_FREE_SCRATCH(ctx, &s, st);
+  return s;
+}
+
+/* ATTENTION_GRAD: (q, k, v, dy) -> attention's gradient for input
+ * attrs.axis (0 q, 1 k, 2 v); f32 or f64 (f16/bf16 staged by the
+ * registry). Scratch: 2 doubles per query row (no Tq x Tk tensor). */
+tfg_status cuda_attention_grad(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
+  tfg_dtype dt = in[0].dtype;
+  bool same = out->dtype == dt;
+  for (int i = 1; i < 4; i++) same = same && in[i].dtype == dt;
+  if ((dt != TFG_DTYPE_F32 && dt != TFG_DTYPE_F64) || !same)
+    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "attention_grad of %s is not supported on CUDA", tfg_dtype_name(dt));
+  tfg_attention_geom g;
+  const tfg_shape *shapes[4] = {&in[0].shape, &in[1].shape, &in[2].shape, &in[3].shape};
+  const char *bad = tfg_attention_geometry(node, shapes, &out->shape, &g);
+  if (bad) return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "attention_grad: %s", bad);
+  long long total = tfg_shape_numel(&out->shape);
+  if (total == 0) return TFG_OK;
+  int which = (int)node->attrs.axis;
+  long long batches = total / ((which == 0 ? g.tq : g.tk) * (which == 2 ? g.hdv : g.hd));
+  gviews w = {g.q, g.k, g.v, g.dy, g.out};
+  bool causal = node->attrs.causal;
+  if (dt == TFG_DTYPE_F32)
+    return attention_grad_launch<float>(ctx, in, out, w, g, which, batches, (float)node->attrs.value, causal);
+  return attention_grad_launch<double>(ctx, in, out, w, g, which, batches, node->attrs.value, causal);
+}
+
 } /* namespace */
 
 extern "C" void tfg_cuda_register_attention(tfg_kernel_fn *table) {
   table[TFG_OP_ATTENTION] = cuda_attention;
   table[TFG_OP_ATTENTION_PROBS] = cuda_attention;
+  table[TFG_OP_ATTENTION_GRAD] = cuda_attention_grad;
 }

@@ -56,6 +56,15 @@ cudaError_t tfg_cuda_reduce_peer(void *dst, const void *src, size_t count, bool 
 cudaError_t tfg_cuda_reduce_peer_half(void *dst, const void *src, size_t count, bool bf16, double scale,
                                       cudaStream_t stream);
 
+/* For i < count, every bufs[r][i] (r < n, 1 <= n <= 8) becomes
+ * (bufs[0][i] + ... + bufs[n-1][i]) * scale, summed in that order in dt
+ * (f32, f64; f16/bf16 in f32, rounded once), scale 1 not multiplied:
+ * the shared all-reduce's one pass (runtime/backend.h reduce_all). Every
+ * buffer addressable from the current device. 16-byte loads and stores
+ * when every buffer is 16-byte aligned. cudaErrorInvalidValue for
+ * another dtype or n. */
+cudaError_t tfg_cuda_reduce_all(void *const *bufs, int n, size_t count, int dt, double scale, cudaStream_t stream);
+
 /* x[i] = x[i] * scale for i < count, in f64 when f64 is set, else f32
  * (scale rounded to f32 first): one rounding, as reduce_peer's multiply. */
 cudaError_t tfg_cuda_scale(void *x, size_t count, bool f64, double scale, cudaStream_t stream);

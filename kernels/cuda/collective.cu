@@ -80,7 +80,98 @@ __global__ void check_finite(const T *x, size_t n, unsigned long long tag, tfg_c
   }
 }
 
+/* reduce_all: the buffers by value (a kernel argument: a CUDA graph
+ * keeps them with the launch). */
+struct bufs8 {
+  void *p[8];
+};
+
+/* One rounded add and multiply (no FMA contraction), as the host's. */
+__device__ __forceinline__ float radd(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double radd(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ float rmul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double rmul(double a, double b) { return __dmul_rn(a, b); }
+
+/* One element i of every buffer: their sum in order, scaled once. */
+template <typename T>
+__device__ __forceinline__ void reduce_all_one(const bufs8 &b, int n, size_t i, T scale, bool scaled) {
+  T acc = ((const T *)b.p[0])[i];
+  for (int r = 1; r < n; r++) acc = radd(acc, ((const T *)b.p[r])[i]);
+  if (scaled) acc = rmul(acc, scale);
+  for (int r = 0; r < n; r++) ((T *)b.p[r])[i] = acc;
+}
+
+template <typename T>
+__global__ void reduce_all_scalar(bufs8 b, int n, size_t count, T scale, bool scaled) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
+    reduce_all_one<T>(b, n, i, scale, scaled);
+}
+
+/* 16 bytes per load: V elements of T (float4: 4, double2: 2) at a time,
+ * each lane's sum in the scalar order; the last count % V by the scalar
+ * step. */
+template <typename T, typename V, int W>
+__global__ void reduce_all_vec(bufs8 b, int n, size_t count, T scale, bool scaled) {
+  size_t nv = count / W, stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t v = (size_t)blockIdx.x * blockDim.x + threadIdx.x; v < nv; v += stride) {
+    V acc = ((const V *)b.p[0])[v];
+    T *a = (T *)&acc;
+    for (int r = 1; r < n; r++) {
+      V x = ((const V *)b.p[r])[v];
+      const T *xs = (const T *)&x;
+      for (int k = 0; k < W; k++) a[k] = radd(a[k], xs[k]);
+    }
+    if (scaled)
+      for (int k = 0; k < W; k++) a[k] = rmul(a[k], scale);
+    for (int r = 0; r < n; r++) ((V *)b.p[r])[v] = acc;
+  }
+  size_t i = nv * W + (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < count) reduce_all_one<T>(b, n, i, scale, scaled);
+}
+
+template <bool BF16>
+__global__ void reduce_all_half(bufs8 b, int n, size_t count, float scale, bool scaled) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
+    float acc = tfg_cuda_widen1<BF16>(((const uint16_t *)b.p[0])[i]);
+    for (int r = 1; r < n; r++) acc = __fadd_rn(acc, tfg_cuda_widen1<BF16>(((const uint16_t *)b.p[r])[i]));
+    uint16_t out = tfg_cuda_narrow1<BF16>(scaled ? __fmul_rn(acc, scale) : acc);
+    for (int r = 0; r < n; r++) ((uint16_t *)b.p[r])[i] = out;
+  }
+}
+
 }  // namespace
+
+extern "C" cudaError_t tfg_cuda_reduce_all(void *const *bufs, int n, size_t count, int dt, double scale,
+                                           cudaStream_t stream) {
+  if (n < 1 || n > 8) return cudaErrorInvalidValue;
+  if (count == 0) return cudaSuccess;
+  bufs8 b = {};
+  bool aligned = true;
+  for (int r = 0; r < n; r++) {
+    b.p[r] = bufs[r];
+    aligned = aligned && (uintptr_t)bufs[r] % 16 == 0;
+  }
+  float sc = (float)scale;
+  switch (dt) {
+  case TFG_DTYPE_F32:
+    if (aligned)
+      reduce_all_vec<float, float4, 4><<<blocks_for(count / 4 + 1), THREADS, 0, stream>>>(b, n, count, sc, sc != 1.0f);
+    else
+      reduce_all_scalar<float><<<blocks_for(count), THREADS, 0, stream>>>(b, n, count, sc, sc != 1.0f);
+    break;
+  case TFG_DTYPE_F64:
+    if (aligned)
+      reduce_all_vec<double, double2, 2><<<blocks_for(count / 2 + 1), THREADS, 0, stream>>>(b, n, count, scale,
+                                                                                             scale != 1.0);
+    else
+      reduce_all_scalar<double><<<blocks_for(count), THREADS, 0, stream>>>(b, n, count, scale, scale != 1.0);
+    break;
+  case TFG_DTYPE_BF16: reduce_all_half<true><<<blocks_for(count), THREADS, 0, stream>>>(b, n, count, sc, sc != 1.0f); break;
+  case TFG_DTYPE_F16: reduce_all_half<false><<<blocks_for(count), THREADS, 0, stream>>>(b, n, count, sc, sc != 1.0f); break;
+  default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
 
 extern "C" cudaError_t tfg_cuda_reduce_peer(void *dst, const void *src, size_t count, bool f64, double scale,
                                             cudaStream_t stream) {

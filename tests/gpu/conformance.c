@@ -996,17 +996,18 @@ static void fam_matmul(tfg_op_id op) {
    * stored back in that layout, an operand stored column-major, a shared
    * 2-D operand beside a strided one. The node's shape is the stored
    * product's (the shape rule knows no views, so it is set here). */
+  enum { OUT_BIT = 1 << TFG_VIEW_OUT };
   static const struct {
     int64_t a[4], b[4], o[4];
     int r;
     bool tb;
-    uint8_t bits; /* views: bit 0 a, 1 b, TFG_VIEW_OUT (8) the product */
+    uint8_t bits; /* views: bit 0 a, 1 b, OUT_BIT the product */
     int8_t pa[4], pb[4], po[4];
   } views[] = {
       {{2, 5, 3, 4}, {2, 5, 3, 4}, {2, 3, 5, 5}, 4, true, 3, {0, 2, 1, 3}, {0, 2, 1, 3}, {0, 1, 2, 3}},
-      {{2, 3, 5, 5}, {2, 5, 3, 4}, {2, 5, 3, 4}, 4, false, 2 | 8, {0, 1, 2, 3}, {0, 2, 1, 3}, {0, 2, 1, 3}},
+      {{2, 3, 5, 5}, {2, 5, 3, 4}, {2, 5, 3, 4}, 4, false, 2 | OUT_BIT, {0, 1, 2, 3}, {0, 2, 1, 3}, {0, 2, 1, 3}},
       {{2, 4, 5}, {2, 4, 6}, {2, 5, 6}, 3, false, 1, {0, 2, 1}, {0, 1, 2}, {0, 1, 2}},
-      {{3, 7, 2, 5}, {5, 4}, {3, 7, 2, 4}, 4, false, 1 | 8, {0, 2, 1, 3}, {0, 1}, {0, 2, 1, 3}},
+      {{3, 7, 2, 5}, {5, 4}, {3, 7, 2, 4}, 4, false, 1 | OUT_BIT, {0, 2, 1, 3}, {0, 1}, {0, 2, 1, 3}},
       {{4, 17, 3, 33}, {4, 17, 3, 33}, {4, 3, 17, 17}, 4, true, 3, {0, 2, 1, 3}, {0, 2, 1, 3}, {0, 1, 2, 3}},
   };
   for (int d = 0; d < COUNT(FLOATS); d++)
@@ -1251,11 +1252,13 @@ static void fam_softmax(tfg_op_id op) {
     }
 }
 
-/* ATTENTION and ATTENTION_PROBS: heads [B, H, T, hd] as GPT's, causal or
+/* ATTENTION, ATTENTION_PROBS and ATTENTION_GRAD (for each of q, k and v,
+ * dy of the output's shape): heads [B, H, T, hd] as GPT's, causal or
  * not, Tq above and below Tk, a head size above one warp's pass of 256
  * (the GPU kernel's second pass), the default and a given scale; f32,
- * f64 and f16 (staged in f32). Softmax and a weighted sum of its rows: the
- * NN tolerance. */
+ * f64 and f16 (staged in f32). Softmax and a weighted sum of its rows
+ * (the gradient: sums of such terms, dS's P (dP - D) cancelling to near
+ * zero, which the floor takes): the NN tolerance. */
 static void fam_attention(tfg_op_id op) {
   static const struct {
     int64_t q[4], k[4], v[4];
@@ -1267,44 +1270,76 @@ static void fam_attention(tfg_op_id op) {
       {{1, 70, 5}, {1, 40, 5}, {1, 40, 300}, true, NAN},
       {{2, 2, 128, 64}, {2, 2, 128, 64}, {2, 2, 128, 64}, true, NAN},
       {{1, 1, 1}, {1, 1, 1}, {1, 1, 1}, false, NAN},
+      /* the tiled kernels' edges: the largest head size they take, rows
+       * not a multiple of their 8, key tiles of 32 cut short, Tq below
+       * and above Tk when causal */
+      {{2, 3, 37, 128}, {2, 3, 45, 128}, {2, 3, 45, 128}, true, NAN},
+      {{1, 2, 50, 16}, {1, 2, 33, 16}, {1, 2, 33, 24}, true, 0.2},
+      {{2, 65, 129}, {2, 65, 129}, {2, 65, 7}, false, NAN}, /* hd above 128: the reference kernels */
   };
   static const tfg_dtype dts[] = {F32, F64, F16};
+  bool grad = op == TFG_OP_ATTENTION_GRAD;
+  const char *kern = getenv("TFG_ATTENTION_TILED") ? " (reference kernel)" : "";
   for (int d = 0; d < COUNT(dts); d++)
-    for (int k = 0; k < COUNT(cases); k++) {
-      tfg_dtype dt = dts[d];
-      int r = cases[k].q[3] ? 4 : 3;
-      tcase c = tc_new(dt);
-      tfg_node_id qn = tc_in(&c, dt, shape_of(r, cases[k].q), UNI(-1, 1));
-      tfg_node_id kn = tc_in(&c, dt, shape_of(r, cases[k].k), UNI(-1, 1));
-      tfg_attrs a = {.causal = cases[k].causal, .value = cases[k].scale};
-      tc_desc(&c, "%s scale=%g", a.causal ? "causal" : "full", a.value);
-      if (op == TFG_OP_ATTENTION) tc_op(&c, op, &a, 3, qn, kn, tc_in(&c, dt, shape_of(r, cases[k].v), UNI(-1, 1)));
-      else tc_op(&c, op, &a, 2, qn, kn);
-      tc_check(&c, T_NN);
-    }
+    for (int k = 0; k < COUNT(cases); k++)
+      for (int which = 0; which < (grad ? 3 : 1); which++) {
+        tfg_dtype dt = dts[d];
+        int r = cases[k].q[3] ? 4 : 3;
+        tcase c = tc_new(dt);
+        tfg_node_id qn = tc_in(&c, dt, shape_of(r, cases[k].q), UNI(-1, 1));
+        tfg_node_id kn = tc_in(&c, dt, shape_of(r, cases[k].k), UNI(-1, 1));
+        tfg_attrs a = {.causal = cases[k].causal, .value = cases[k].scale, .axis = which};
+        if (grad) tc_desc(&c, "d%c %s scale=%g%s", "qkv"[which], a.causal ? "causal" : "full", a.value, kern);
+        else tc_desc(&c, "%s scale=%g%s", a.causal ? "causal" : "full", a.value, kern);
+        if (op == TFG_OP_ATTENTION_PROBS) {
+          tc_op(&c, op, &a, 2, qn, kn);
+        } else {
+          tfg_node_id vn = tc_in(&c, dt, shape_of(r, cases[k].v), UNI(-1, 1));
+          if (grad) {
+            int64_t o[4] = {cases[k].q[0], cases[k].q[1], cases[k].q[2], cases[k].q[3]};
+            o[r - 1] = cases[k].v[r - 1]; /* dy: the output's [..., Tq, hdv] */
+            tc_op(&c, op, &a, 4, qn, kn, vn, tc_in(&c, dt, shape_of(r, o), UNI(-1, 1)));
+          } else {
+            tc_op(&c, op, &a, 3, qn, kn, vn);
+          }
+        }
+        tc_check(&c, T_NN);
+      }
   /* The heads read as the layout pass folds them: q, k, v stored [B, T,
    * H, hd] and read through [0, 2, 1, 3], the output stored back so (its
    * shape set here: the shape rule knows no views). */
-  for (int d = 0; d < COUNT(dts); d++) {
-    tfg_dtype dt = dts[d];
-    tcase c = tc_new(dt);
-    int nin = op == TFG_OP_ATTENTION ? 3 : 2;
-    tfg_node_id ins[3];
-    for (int i = 0; i < nin; i++) ins[i] = tc_in(&c, dt, SH(2, 9, 3, 8), UNI(-1, 1));
-    tfg_loc loc = {0};
-    tfg_node_id id = tfg_graph_add(c.g, op, ins, nin, &loc);
-    tfg_node *nd = tfg_graph_node(c.g, id);
-    nd->dtype = dt;
-    nd->shape = op == TFG_OP_ATTENTION ? SH(2, 9, 3, 8) : SH(2, 3, 9, 9);
-    nd->attrs.causal = true;
-    nd->attrs.value = 0.35;
-    nd->attrs.views = (uint8_t)((1u << nin) - 1) | (op == TFG_OP_ATTENTION ? 1u << TFG_VIEW_OUT : 0);
-    static const int8_t heads[4] = {0, 2, 1, 3};
-    for (int s = 0; s < 4; s++)
-      for (int i = 0; i < 4; i++) nd->attrs.view_perm[s][i] = heads[i];
-    c.node = id;
-    tc_desc(&c, "strided views");
-    tc_check(&c, T_NN);
+  for (int d = 0; d < COUNT(dts); d++)
+    for (int which = 0; which < (grad ? 3 : 1); which++) {
+      tfg_dtype dt = dts[d];
+      tcase c = tc_new(dt);
+      int nin = grad ? 4 : op == TFG_OP_ATTENTION ? 3 : 2;
+      tfg_node_id ins[4];
+      for (int i = 0; i < nin; i++) ins[i] = tc_in(&c, dt, SH(2, 9, 3, 8), UNI(-1, 1));
+      tfg_loc loc = {0};
+      tfg_node_id id = tfg_graph_add(c.g, op, ins, nin, &loc);
+      tfg_node *nd = tfg_graph_node(c.g, id);
+      nd->dtype = dt;
+      nd->shape = op == TFG_OP_ATTENTION_PROBS ? SH(2, 3, 9, 9) : SH(2, 9, 3, 8);
+      nd->attrs.causal = true;
+      nd->attrs.value = 0.35;
+      nd->attrs.axis = which;
+      nd->attrs.views =
+          (uint8_t)((1u << nin) - 1) | (op == TFG_OP_ATTENTION_PROBS ? 0 : 1u << TFG_VIEW_OUT);
+      static const int8_t heads[4] = {0, 2, 1, 3};
+      for (int s = 0; s <= TFG_VIEW_OUT; s++)
+        for (int i = 0; i < 4; i++) nd->attrs.view_perm[s][i] = heads[i];
+      c.node = id;
+      if (grad) tc_desc(&c, "d%c strided views%s", "qkv"[which], kern);
+      else tc_desc(&c, "strided views%s", kern);
+      tc_check(&c, T_NN);
+    }
+  /* On a GPU every case again with the reference kernels (one warp per
+   * row: kernels/cuda/attention.cu), which TFG_ATTENTION_TILED=0 selects
+   * for the head sizes the tiled ones take. */
+  if (on_gpu() && !getenv("TFG_ATTENTION_TILED")) {
+    setenv("TFG_ATTENTION_TILED", "0", 1);
+    fam_attention(op);
+    unsetenv("TFG_ATTENTION_TILED");
   }
 }
 
@@ -1932,6 +1967,7 @@ static const family_fn families[TFG_OP_COUNT] = {
     [TFG_OP_AVG_POOL_GRAD] = fam_pool,
     [TFG_OP_LAYER_NORM] = fam_layer_norm, [TFG_OP_LAYER_NORM_GRAD] = fam_layer_norm,
     [TFG_OP_ATTENTION] = fam_attention, [TFG_OP_ATTENTION_PROBS] = fam_attention,
+    [TFG_OP_ATTENTION_GRAD] = fam_attention,
     [TFG_OP_DROPOUT] = fam_dropout,
     [TFG_OP_EMBEDDING] = fam_embedding, [TFG_OP_ONE_HOT] = fam_one_hot,
     [TFG_OP_RELU_GRAD] = fam_act_grad, [TFG_OP_GELU_GRAD] = fam_act_grad,

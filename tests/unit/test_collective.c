@@ -214,15 +214,26 @@ static void arbufs_free(arbufs *a) {
  * after the previous call was queued (no synchronize between calls), and
  * each call's results read back on the streams too. random: reals in
  * [-1, 1) instead of integers (one call only). */
-static void check_allreduce(int R, const size_t *counts, int nseg, tfg_dtype dt, tfg_coll_op op, int calls,
-                            bool random) {
+/* The collective a check runs: the ring, or the shared all-reduce. */
+typedef tfg_coll *(*coll_ctor)(int R, tfg_backend *const *b, tfg_stream *const *s);
+
+static tfg_coll *shared_new(int R, tfg_backend *const *b, tfg_stream *const *s) {
+  tfg_strbuf why = {0};
+  tfg_coll *c = tfg_coll_shared_new(R, b, s, &why);
+  ck_assert_msg(c != NULL, "%s", why.data ? why.data : "");
+  tfg_strbuf_free(&why);
+  return c;
+}
+
+static void check_allreduce_on(coll_ctor ctor, int R, const size_t *counts, int nseg, tfg_dtype dt, tfg_coll_op op,
+                               int calls, bool random) {
   ranks k;
   ranks_init(&k, R);
   arbufs a;
   arbufs_init(&a, &k, counts, nseg, dt, calls, random);
-  tfg_coll *coll = tfg_coll_ring_new(R, k.b, k.s);
+  tfg_coll *coll = ctor(R, k.b, k.s);
   ck_assert_int_eq(coll->nranks, R);
-  ck_assert_str_eq(coll->i.name(coll), "ring");
+  ck_assert_str_eq(coll->i.name(coll), ctor == shared_new ? "shared" : "ring");
   arbufs_run(&a, coll, op);
   sync_all_ok(&k);
   char what[32];
@@ -231,6 +242,12 @@ static void check_allreduce(int R, const size_t *counts, int nseg, tfg_dtype dt,
   coll->i.free(coll);
   arbufs_free(&a);
   ranks_free(&k);
+}
+
+static void check_allreduce(int R, const size_t *counts, int nseg, tfg_dtype dt, tfg_coll_op op, int calls,
+                            bool random) {
+  check_allreduce_on(tfg_coll_ring_new, R, counts, nseg, dt, op, calls, random);
+  check_allreduce_on(shared_new, R, counts, nseg, dt, op, calls, random);
 }
 
 /* ---- reduce_peer: the primitive ------------------------------------------------- */
@@ -415,10 +432,12 @@ START_TEST(ring_unsupported_dtype_fails_every_rank) {
     int32_t buf[4][10] = {{0}};
     void *bufs[4] = {buf[0], buf[1], buf[2], buf[3]};
     size_t count = 10;
-    tfg_coll *c = tfg_coll_ring_new(R, k.b, k.s);
-    c->i.allreduce(c, bufs, &count, 1, TFG_DTYPE_I32, TFG_COLL_SUM);
-    sync_all_fail(&k, TFG_ERR_DEVICE, "i32");
-    c->i.free(c);
+    for (int sh = 0; sh < 2; sh++) {
+      tfg_coll *c = sh ? shared_new(R, k.b, k.s) : tfg_coll_ring_new(R, k.b, k.s);
+      c->i.allreduce(c, bufs, &count, 1, TFG_DTYPE_I32, TFG_COLL_SUM);
+      sync_all_fail(&k, TFG_ERR_DEVICE, "i32");
+      c->i.free(c);
+    }
     ranks_free(&k);
   }
 }
@@ -430,8 +449,8 @@ END_TEST
  * failure, none hangs. A later call on the same communicator fails the
  * same way (the failure is sticky), again without hanging. */
 START_TEST(ring_failure_on_one_rank_reaches_all) {
-  for (int R = 2; R <= 4; R++)
-    for (int bad = 0; bad < R; bad++) {
+  for (int v = 0; v < 2 * 3; v++) /* the ring, then the shared one, on 2 to 4 ranks */
+    for (int sh = v / 3, R = 2 + v % 3, bad = 0; bad < R; bad++) {
       ranks k;
       ranks_init(&k, R);
       float buf[4][33];
@@ -440,7 +459,7 @@ START_TEST(ring_failure_on_one_rank_reaches_all) {
       void *bufs[4] = {buf[0], buf[1], buf[2], buf[3]};
       size_t count = 33;
       int32_t x[1] = {0};
-      tfg_coll *c = tfg_coll_ring_new(R, k.b, k.s);
+      tfg_coll *c = sh ? shared_new(R, k.b, k.s) : tfg_coll_ring_new(R, k.b, k.s);
       k.b[bad]->i.reduce_peer(k.b[bad], k.s[bad], x, k.b[bad], x, 1, TFG_DTYPE_I32, 1.0);
       c->i.allreduce(c, bufs, &count, 1, TFG_DTYPE_F32, TFG_COLL_MEAN);
       c->i.allreduce(c, bufs, &count, 1, TFG_DTYPE_F32, TFG_COLL_MEAN);
@@ -476,12 +495,82 @@ START_TEST(ring_free_while_queued_and_one_rank) {
   float buf[3][1000];
   void *bufs[3];
   sum_three_free_while_queued(&k, tfg_coll_ring_new(3, k.b, k.s), buf, bufs);
+  sum_three_free_while_queued(&k, shared_new(3, k.b, k.s), buf, bufs);
   size_t count = 1000;
   tfg_coll *one = tfg_coll_ring_new(1, k.b, k.s);
   one->i.allreduce(one, bufs, &count, 1, TFG_DTYPE_F32, TFG_COLL_MEAN);
   sync_all_ok(&k);
   ck_assert_float_eq(buf[0][5], 18.0f);
   one->i.free(one);
+  ranks_free(&k);
+}
+END_TEST
+
+/* ---- the shared all-reduce's own -------------------------------------------------- */
+
+/* Its bits: the sum in rank order, then the scale, in the dtype: with two
+ * ranks the ring's bits (a + b is b + a), with more a sequential sum
+ * whichever rank computes the chunk; 16-bit values summed in f32 and
+ * rounded once. */
+START_TEST(shared_bits) {
+  enum { N = 1003 };
+  for (int R = 2; R <= 4; R++) {
+    ranks k;
+    ranks_init(&k, R);
+    static float in[4][N], sh[4][N], rg[4][N];
+    uint64_t seed = 77 + (uint64_t)R;
+    for (int r = 0; r < R; r++)
+      for (int j = 0; j < N; j++) {
+        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+        in[r][j] = (float)((double)(seed >> 11) / (double)(1ull << 53) * 2 - 1);
+        sh[r][j] = rg[r][j] = in[r][j];
+      }
+    void *bs[4] = {sh[0], sh[1], sh[2], sh[3]}, *br[4] = {rg[0], rg[1], rg[2], rg[3]};
+    size_t count = N;
+    tfg_coll *c = shared_new(R, k.b, k.s), *ring = tfg_coll_ring_new(R, k.b, k.s);
+    c->i.allreduce(c, bs, &count, 1, TFG_DTYPE_F32, TFG_COLL_MEAN);
+    ring->i.allreduce(ring, br, &count, 1, TFG_DTYPE_F32, TFG_COLL_MEAN);
+    sync_all_ok(&k);
+    float scale = (float)(1.0 / R);
+    for (int j = 0; j < N; j++) {
+      float want = in[0][j];
+      for (int r = 1; r < R; r++) want = want + in[r][j];
+      want = want * scale;
+      for (int r = 0; r < R; r++)
+        if (sh[r][j] != want) ck_abort_msg("R=%d rank %d element %d: %.9g, want %.9g", R, r, j, sh[r][j], want);
+      if (R == 2 && rg[0][j] != want) ck_abort_msg("R=2 element %d: the ring gave %.9g, shared %.9g", j, rg[0][j], want);
+    }
+    c->i.free(c);
+    ring->i.free(ring);
+    ranks_free(&k);
+  }
+  /* bf16: 1 + 2^-8 + 2^-8 is 1 + 2^-7 in f32, exact in bf16; a pairwise
+   * rounding to bf16 would give 1 (1 + 2^-8 rounds to even, 1). */
+  ranks k;
+  ranks_init(&k, 3);
+  uint16_t h[3] = {0x3f80, 0x3b80, 0x3b80}; /* 1, 2^-8, 2^-8 */
+  void *hb[3] = {&h[0], &h[1], &h[2]};
+  size_t one = 1;
+  tfg_coll *c = shared_new(3, k.b, k.s);
+  c->i.allreduce(c, hb, &one, 1, TFG_DTYPE_BF16, TFG_COLL_SUM);
+  sync_all_ok(&k);
+  for (int r = 0; r < 3; r++) ck_assert_uint_eq(h[r], 0x3f81); /* 1 + 2^-7 */
+  c->i.free(c);
+  ranks_free(&k);
+}
+END_TEST
+
+/* More ranks than one reduce_all adds: refused, saying so. */
+START_TEST(shared_too_many_ranks) {
+  ranks k;
+  ranks_init(&k, 1);
+  tfg_backend *b[TFG_REDUCE_ALL_MAX + 1];
+  tfg_stream *st[TFG_REDUCE_ALL_MAX + 1];
+  for (int r = 0; r <= TFG_REDUCE_ALL_MAX; r++) b[r] = k.b[0], st[r] = k.s[0];
+  tfg_strbuf why = {0};
+  ck_assert_ptr_null(tfg_coll_shared_new(TFG_REDUCE_ALL_MAX + 1, b, st, &why));
+  ck_assert_msg(why.data && strstr(why.data, "at most 8 ranks"), "%s", why.data ? why.data : "");
+  tfg_strbuf_free(&why);
   ranks_free(&k);
 }
 END_TEST
@@ -504,6 +593,8 @@ Suite *suite_collective(void) {
   tcase_add_test(ring, ring_unsupported_dtype_fails_every_rank);
   tcase_add_test(ring, ring_failure_on_one_rank_reaches_all);
   tcase_add_test(ring, ring_free_while_queued_and_one_rank);
+  tcase_add_test(ring, shared_bits);
+  tcase_add_test(ring, shared_too_many_ranks);
   suite_add_tcase(s, ring);
   return s;
 }
@@ -551,6 +642,7 @@ static void check_choice(const char *spec, const int *idx, int n, tfg_coll_algo 
 #define RING TFG_COLL_ALGO_RING
 #define NCCL TFG_COLL_ALGO_NCCL
 #define HIER TFG_COLL_ALGO_HIER
+#define SHARED TFG_COLL_ALGO_SHARED
 #define REFUSED TFG_COLL_ALGO_REFUSED
 
 START_TEST(choose_host_devices_ring) {
@@ -569,13 +661,19 @@ END_TEST
 /* gpu:0 gpu:1 on cuda:0; gpu:2 on cuda:1; gpu:3..5 on cuda:2; gpu:6 on cuda:3. */
 #define CUDA_SPEC "cuda:0*2,cuda:1,cuda:2*3,cuda:3"
 
-START_TEST(choose_cuda_one_gpu_ring) {
-  static const int a[] = {0, 1}, b[] = {3, 4, 5}, c[] = {5, 3}, one[] = {6};
-  check_choice(CUDA_SPEC, a, 2, RING, RING, RING, RING); /* NCCL refuses two ranks on one GPU */
-  check_choice(CUDA_SPEC, b, 3, RING, RING, RING, RING);
-  check_choice(CUDA_SPEC, c, 2, RING, RING, RING, RING);
+/* Logical devices of one GPU: the shared all-reduce (NCCL refuses two
+ * ranks on one GPU), up to TFG_REDUCE_ALL_MAX ranks, then the ring. */
+START_TEST(choose_cuda_one_gpu_shared) {
+  static const int a[] = {0, 1}, b[] = {3, 4, 5}, c[] = {5, 3}, one[] = {6}, eight[] = {0, 1, 2, 3, 4, 5, 6, 7},
+                   nine[] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+  check_choice(CUDA_SPEC, a, 2, SHARED, SHARED, SHARED, SHARED);
+  check_choice(CUDA_SPEC, b, 3, SHARED, SHARED, SHARED, SHARED);
+  check_choice(CUDA_SPEC, c, 2, SHARED, SHARED, SHARED, SHARED);
   check_choice(CUDA_SPEC, one, 1, RING, RING, RING, RING);
-  check_choice("cuda:0*2", a, 2, RING, RING, RING, RING);
+  check_choice("cuda:0*2", a, 2, SHARED, SHARED, SHARED, SHARED);
+  check_choice("cuda:0*9", eight, 8, SHARED, SHARED, SHARED, SHARED);
+  check_choice("cuda:0*9", nine, 9, RING, RING, RING, RING);
+  ck_assert_str_eq(tfg_coll_algo_name(SHARED), "shared");
 }
 END_TEST
 
@@ -914,7 +1012,7 @@ Suite *suite_collective_groups(void) {
   Suite *s = suite_create("collective_groups");
   TCase *choose = tcase_create("choose");
   tcase_add_test(choose, choose_host_devices_ring);
-  tcase_add_test(choose, choose_cuda_one_gpu_ring);
+  tcase_add_test(choose, choose_cuda_one_gpu_shared);
   tcase_add_test(choose, choose_cuda_distinct_gpus_nccl);
   tcase_add_test(choose, choose_cuda_shared_and_distinct_hier);
   tcase_add_test(choose, choose_mixed_refused);

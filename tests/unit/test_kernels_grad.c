@@ -119,7 +119,7 @@ static void ck_same_bits(const tfg_tensor *a, const tfg_tensor *b, const char *w
 
 /* ---- finite-difference harness ---------------------------------------- */
 
-enum { MAXIN = 3, DY = -1 };
+enum { MAXIN = 4, DY = -1 };
 
 /* One gradient check. The forward kernel fwd(fnode, fin) has output
  * shape fshape; the gradient kernel grad(gnode, gin) returns
@@ -420,6 +420,91 @@ START_TEST(layer_norm_grad_fd) {
   fill(&g.fin[2], seed + 2, -1, 1);
   check_case(&g, seed + 3, test_pool);
   free_case(&g);
+}
+END_TEST
+
+/* ---- attention_grad ----------------------------------------------------- */
+
+/* attention's gradient for each of q, k and v, against finite differences
+ * of the fused forward kernel: across the kernel's blocks of 32 query
+ * rows (Tq 40), causal with Tq above, equal to and below Tk (keys no
+ * query sees get a zero gradient), a scale other than 1 / sqrt(hd). In
+ * f32 the kernel rounds each score (a dot product of hd terms), each
+ * exp and probability, each dP (hdv terms) and each product's sum over
+ * at most Tk 40 keys or Tq 40 rows, every term below 8 in size here
+ * (inputs in [-1, 1), scores below hd): about (hd + hdv + 2 Tk) u32 of
+ * a sum of at most 40 terms of at most 8: 1e-4 / 4 = 2.5e-5 covers it
+ * with room, far below what a wrong formula gives. */
+static const struct att_fd {
+  int rank;
+  int64_t lead[2], tq, tk, hd, hdv;
+  bool causal;
+  double scale; /* 0: 1 / sqrt(hd) */
+  uint64_t seed;
+} ATT_FD[] = {
+    {4, {2, 3}, 5, 7, 4, 6, false, 0, 201},
+    {3, {2}, 40, 40, 3, 5, true, 0, 211},
+    {3, {1}, 37, 5, 4, 2, true, 0.7, 221}, /* Tq > Tk: the late rows see every key */
+    {3, {2}, 5, 9, 2, 3, true, 0, 231},    /* Tq < Tk: keys 5..8 seen by none */
+    {2, {0}, 33, 34, 5, 4, false, 1.3, 241},
+};
+
+START_TEST(attention_grad_fd) {
+  const struct att_fd *a = &ATT_FD[_i / 3];
+  int wrt = _i % 3;
+  tfg_shape sq = {.rank = a->rank}, sk = sq, sv = sq;
+  for (int d = 0; d < a->rank - 2; d++) sq.dim[d] = sk.dim[d] = sv.dim[d] = a->lead[d];
+  int r = a->rank;
+  sq.dim[r - 2] = a->tq, sq.dim[r - 1] = a->hd;
+  sk.dim[r - 2] = a->tk, sk.dim[r - 1] = a->hd;
+  sv.dim[r - 2] = a->tk, sv.dim[r - 1] = a->hdv;
+  tfg_shape so = sq;
+  so.dim[r - 1] = a->hdv;
+  static const char *what[3] = {"attention_grad q", "attention_grad k", "attention_grad v"};
+  gcase g = {.what = what[wrt], .fwd = tfg_cpu_attention, .nfin = 3, .wrt = wrt, .fshape = so,
+             .grad = tfg_cpu_attention_grad, .ngin = 4, .gsrc = {0, 1, 2, DY}, .tol32 = 2.5e-5};
+  double scale = a->scale > 0 ? a->scale : 1.0 / sqrt((double)a->hd);
+  g.fnode = mknode(TFG_OP_ATTENTION, &so, TFG_DTYPE_F64, 3);
+  g.gnode = mknode(TFG_OP_ATTENTION_GRAD, &so, TFG_DTYPE_F64, 4);
+  g.fnode.attrs.causal = g.gnode.attrs.causal = a->causal;
+  g.fnode.attrs.value = g.gnode.attrs.value = scale;
+  g.gnode.attrs.axis = wrt;
+  g.fin[0] = tnew(TFG_DTYPE_F64, sq);
+  g.fin[1] = tnew(TFG_DTYPE_F64, sk);
+  g.fin[2] = tnew(TFG_DTYPE_F64, sv);
+  for (int k = 0; k < 3; k++) fill(&g.fin[k], a->seed + (uint64_t)k, -1, 1);
+  check_case(&g, a->seed + 3, test_pool);
+  free_case(&g);
+}
+END_TEST
+
+/* Keys no query may see (causal, Tq < Tk) get exactly zero; with no
+ * queries (Tq = 0) every key's gradient is zero, and with no keys
+ * (Tk = 0) q's is. */
+START_TEST(attention_grad_edges) {
+  for (int c = 0; c < 3; c++) {
+    int64_t tq = c == 1 ? 0 : 3, tk = c == 2 ? 0 : 6;
+    tfg_tensor in[4] = {tnew(TFG_DTYPE_F32, shp(3, 2, (int)tq, 4)), tnew(TFG_DTYPE_F32, shp(3, 2, (int)tk, 4)),
+                        tnew(TFG_DTYPE_F32, shp(3, 2, (int)tk, 5)), tnew(TFG_DTYPE_F32, shp(3, 2, (int)tq, 5))};
+    for (int k = 0; k < 4; k++) fill(&in[k], 300 + (uint64_t)k, -1, 1);
+    for (int wrt = 0; wrt < 3; wrt++) {
+      tfg_tensor out = tnew(TFG_DTYPE_F32, in[wrt].shape);
+      for (int64_t i = 0; i < numel(&out); i++) set(&out, i, 7); /* every element must be written */
+      tfg_node n = mknode(TFG_OP_ATTENTION_GRAD, &out.shape, TFG_DTYPE_F32, 4);
+      n.attrs.causal = true;
+      n.attrs.value = 0.5;
+      n.attrs.axis = wrt;
+      ck_ok(run(tfg_cpu_attention_grad, &n, in, &out, test_pool));
+      for (int64_t i = 0; i < numel(&out); i++) {
+        int64_t key = i / (wrt == 2 ? 5 : 4) % (wrt == 0 ? (tq ? tq : 1) : (tk ? tk : 1));
+        bool zero = c > 0 || (wrt > 0 && key >= tq);
+        if (zero) ck_assert_msg(get(&out, i) == 0, "case %d input %d [%lld]: %g, want 0", c, wrt, (long long)i, get(&out, i));
+        else ck_assert_msg(get(&out, i) != 7, "case %d input %d [%lld] not written", c, wrt, (long long)i);
+      }
+      free(out.data);
+    }
+    free_all(in, 4);
+  }
 }
 END_TEST
 
@@ -1340,6 +1425,8 @@ Suite *suite_kernels_grad(void) {
   tcase_add_loop_test(tc, cross_entropy_grad_fd, 0, N_OF(CE_FD));
   tcase_add_loop_test(tc, cross_entropy_grad_stable_and_bad_label, 0, 2);
   tcase_add_loop_test(tc, layer_norm_grad_fd, 0, N_OF(LN_FD));
+  tcase_add_loop_test(tc, attention_grad_fd, 0, 3 * N_OF(ATT_FD));
+  tcase_add_test(tc, attention_grad_edges);
   tcase_add_loop_test(tc, conv2d_grad_input_fd, 0, NCONV);
   tcase_add_loop_test(tc, conv2d_grad_weight_fd, 0, NCONV);
   tcase_add_loop_test(tc, conv2d_grads_reference, 0, NCONV);

@@ -211,10 +211,11 @@ static bool build(hcase *c, tfg_op_id op) {
     else OP(c, op, a, x, gm, h_in(c, 'f', SH(4, 33), 0));
     return true;
   }
-  case TFG_OP_ATTENTION: case TFG_OP_ATTENTION_PROBS: {
-    tfg_attrs a = {.causal = true, .value = 0.5};
+  case TFG_OP_ATTENTION: case TFG_OP_ATTENTION_PROBS: case TFG_OP_ATTENTION_GRAD: {
+    tfg_attrs a = {.causal = true, .value = 0.5, .axis = 1}; /* the gradient: k's */
     tfg_node_id q = h_in(c, 'f', SH(2, 5, 4), 0), k = h_in(c, 'f', SH(2, 7, 4), 0);
     if (op == TFG_OP_ATTENTION) OP(c, op, a, q, k, h_in(c, 'f', SH(2, 7, 3), 0));
+    else if (op == TFG_OP_ATTENTION_GRAD) OP(c, op, a, q, k, h_in(c, 'f', SH(2, 7, 3), 0), h_in(c, 'f', SH(2, 5, 3), 0));
     else OP(c, op, a, q, k);
     return true;
   }
