@@ -523,6 +523,18 @@ expect gpt-plan-no-views 0 env TFG_OPT=0 "$TFG" plan --color=never $gpt_tiny exa
 expect gpt-plan-golden 0 "$TFG" plan --color=never --devices host $gpt_tiny examples/gpt.tfg &&
   if cmp -s "$tmp/out" "$ROOT/tests/golden/gpt-tiny.plan"; then ok
   else ko "gpt-plan-golden: tfg plan differs from tests/golden/gpt-tiny.plan"; diff "$ROOT/tests/golden/gpt-tiny.plan" "$tmp/out" | head -20; fi
+# attention's fused gradient keeps no Tq x Tk tensor: the planned peak of
+# 4 transformer blocks (bench/gpt_layers.tfg, batch 4) grows with T as
+# the activations do, not as T^2. With TFG_ATTENTION_GRAD=0 the gradient
+# goes through the probabilities (4 x 4 heads x T x T floats and their
+# gradient chain, 1.3 GiB at T 2048 against 604 MiB fused).
+att_peak() { # att_peak T [VAR=VALUE]: the plan's peak bytes on gpu:0
+  env ${2:-TFG_X=} "$TFG" plan --devices host --set "seq=$1" --set batch=4 "$ROOT/bench/gpt_layers.tfg" 2>&1 |
+    sed -n 's/^gpu:0: .*(\([0-9]*\) bytes)$/\1/p'
+}
+p1=$(att_peak 1024) p2=$(att_peak 2048) u2=$(att_peak 2048 TFG_ATTENTION_GRAD=0)
+if [ -n "$p1" ] && [ -n "$p2" ] && [ -n "$u2" ] && [ "$p2" -lt $((p1 * 2 + p1 / 10)) ] && [ "$p2" -lt $((u2 / 2)) ]; then ok
+else ko "attention-grad-memory: peaks T 1024 '$p1', T 2048 '$p2', T 2048 unfused '$u2': fused should grow about 2x and stay below half the unfused"; fi
 # Evaluation is over exactly the test split's rows (runtime/train.c,
 # evaluate): 20 rows labelled 0..19, the test split the last ones, batches
 # of 4, the metric the mean label. 5 rows (15..19): the row past the whole
