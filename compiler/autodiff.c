@@ -31,6 +31,9 @@ typedef struct ad {
   /* attention's gradient as ATTENTION_GRAD ops; off with
    * TFG_ATTENTION_GRAD=0 (then matmuls over the probabilities) */
   bool fused_attention;
+  /* the packed attention gradient last made: for forward node att_fwd
+   * and output gradient att_dy (its three inputs' rules share it) */
+  tfg_node_id att_fwd, att_dy, att_pack;
 } ad;
 
 /* Whether the optimizing rewrites are on: unless TFG_OPT is set to 0, the
@@ -312,11 +315,28 @@ static tfg_node_id rule(ad *c, tfg_node_id yid, int k, tfg_node_id dy) {
     return op2(c, TFG_OP_MUL, yid, op2(c, TFG_OP_SUB, dy, s));
   }
   case TFG_OP_ATTENTION: {
-    if (c->fused_attention) { /* one fused op per input: no Tq x Tk tensor (kernels/cpu/attention.c) */
+    if (c->fused_attention) { /* fused: no Tq x Tk tensor (kernels/cpu/attention.c) */
       tfg_node_id in[4] = {y.inputs[0], y.inputs[1], y.inputs[2], dy};
       tfg_attrs a = y.attrs;
-      a.axis = k;
-      return add(c, TFG_OP_ATTENTION_GRAD, in, 4, &a);
+      tfg_shape qs = node(c, y.inputs[0])->shape, ks = node(c, y.inputs[1])->shape; /* copies: see above */
+      int r = qs.rank;
+      int64_t hd = qs.dim[r - 1], hdv = x->shape.dim[r - 1];
+      if (qs.dim[r - 2] != ks.dim[r - 2]) { /* Tq != Tk: one op per input */
+        a.axis = k;
+        return add(c, TFG_OP_ATTENTION_GRAD, in, 4, &a);
+      }
+      /* Self-attention: one op computes all three side by side (the
+       * probabilities and dS once), each input's gradient a slice of it;
+       * made once for the three inputs (the pass needs no CSE for it). */
+      if (c->att_fwd != yid || c->att_dy != dy) {
+        a.axis = 3;
+        c->att_pack = add(c, TFG_OP_ATTENTION_GRAD, in, 4, &a);
+        c->att_fwd = yid;
+        c->att_dy = dy;
+      }
+      int64_t start = k == 0 ? 0 : k == 1 ? hd : 2 * hd;
+      tfg_attrs sl = {.axis = r - 1, .start = start, .end = start + (k == 2 ? hdv : hd)};
+      return add(c, TFG_OP_SLICE, &c->att_pack, 1, &sl);
     }
     /* Unfused (TFG_ATTENTION_GRAD=0): o = P v, P = softmax(S), S = q k^T scale (masked): P again from
      * ATTENTION_PROBS (the forward kept no T x T tensor), then
@@ -435,7 +455,8 @@ static void differentiate(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt
       for (int k = 0; k < g->nodes[i].ninputs; k++) to[g->nodes[i].inputs[k]] = 1;
 
   long long fa;
-  ad c = {.g = g, .opt = opt_enabled(), .fused_attention = !(tfg_env_int("TFG_ATTENTION_GRAD", &fa) && fa == 0)};
+  ad c = {.g = g, .opt = opt_enabled(), .fused_attention = !(tfg_env_int("TFG_ATTENTION_GRAD", &fa) && fa == 0),
+          .att_fwd = -1, .att_dy = -1, .att_pack = -1};
   at(&c, loss);
   adj[loss] = scalar(&c, 1.0, g->nodes[loss].dtype);
   for (int32_t i = loss; i >= 0; i--) {

@@ -58,6 +58,55 @@ static bool fold_output(const tfg_node *nd, const tfg_node *r, int *perm) {
   return perm[rank - 1] == rank - 1;
 }
 
+/* The packed attention gradient (ATTENTION_GRAD, attrs.axis 3: dq, dk, dv
+ * side by side along the last axis) i, read only by slices of the last
+ * axis that are each read only by a transpose, all of one perm that keeps
+ * the last axis last (the heads' merge): those transposes fold into i's
+ * store view, as a single transpose reader would. Slicing the last axis
+ * commutes with such a perm, so each slice then reads the stored
+ * (permuted) tensor and gives its transpose's value, in its shape; the
+ * transposes' readers read the slices. Returns the transposes folded. */
+static int fold_packed_output(tfg_graph *g, int32_t i, const uint8_t *roots, uint8_t *mark, tfg_node_id *rep,
+                              int *readers, tfg_node_id *reader) {
+  tfg_node *nd = &g->nodes[i];
+  if (nd->op != TFG_OP_ATTENTION_GRAD || nd->attrs.axis != 3 || (roots && roots[i]) || readers[i] < 1 ||
+      (nd->attrs.views & (1u << TFG_VIEW_OUT)))
+    return 0;
+  int rank = nd->shape.rank, found = 0, perm[TFG_MAX_RANK];
+  tfg_node_id sl[8], tr[8];
+  for (int32_t j = i + 1; j < g->nnodes && found <= readers[i]; j++) {
+    const tfg_node *s = &g->nodes[j];
+    if (tfg_fold_removed(mark[j])) continue;
+    bool reads = false;
+    for (int k = 0; k < s->ninputs; k++) reads = reads || s->inputs[k] == i;
+    if (!reads) continue;
+    if (found == 8 || s->op != TFG_OP_SLICE || s->attrs.axis != rank - 1 || (roots && roots[j]) ||
+        readers[j] != 1 || !pins_agree(&s->pin, &nd->pin))
+      return 0;
+    const tfg_node *t = &g->nodes[reader[j]];
+    if (t->op != TFG_OP_TRANSPOSE || (roots && roots[reader[j]]) || !pins_agree(&t->pin, &nd->pin) ||
+        t->attrs.perm[rank - 1] != rank - 1)
+      return 0;
+    for (int a = 0; a < rank && found > 0; a++)
+      if (t->attrs.perm[a] != g->nodes[tr[0]].attrs.perm[a]) return 0;
+    sl[found] = j;
+    tr[found++] = reader[j];
+  }
+  if (found != readers[i] || !fold_output(nd, &g->nodes[tr[0]], perm)) return 0;
+  set_view(nd, TFG_VIEW_OUT, rank, perm);
+  tfg_shape stored = nd->shape; /* stored axis a is the product's axis perm[a] */
+  for (int a = 0; a < rank; a++) stored.dim[a] = nd->shape.dim[perm[a]];
+  nd->shape = stored;
+  for (int f = 0; f < found; f++) {
+    g->nodes[sl[f]].shape = g->nodes[tr[f]].shape;
+    rep[tr[f]] = sl[f];
+    readers[sl[f]] = readers[tr[f]];
+    reader[sl[f]] = reader[tr[f]];
+    mark[tr[f]] = TFG_FOLD_LAYOUT;
+  }
+  return found;
+}
+
 int tfg_fold_transposes(tfg_graph *g, const uint8_t *roots, uint8_t *mark) {
   int32_t n = g->nnodes;
   tfg_node_id *rep = malloc(sizeof *rep * ((size_t)n + 1));
@@ -99,6 +148,7 @@ int tfg_fold_transposes(tfg_graph *g, const uint8_t *roots, uint8_t *mark) {
       readers[tn->inputs[0]]++;
       touched[t] = true;
     }
+    count += fold_packed_output(g, i, roots, mark, rep, readers, reader);
     if (readers[i] != 1 || (roots && roots[i])) continue;
     tfg_node_id r = reader[i];
     const tfg_node *rn = &g->nodes[r];

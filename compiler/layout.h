@@ -13,7 +13,10 @@
  * when the view keeps one of the matrix's two axes contiguous (row- or
  * column-major: a gemm flag); and the same for attention, its
  * probabilities and its gradient (q, k, v, the output and its gradient,
- * the result), whose views keep each row contiguous. The kernels read the views through ir/matmul_view.h.
+ * the result), whose views keep each row contiguous. The packed
+ * attention gradient (dq, dk, dv side by side), read by three slices of
+ * its last axis each read by the same transpose, takes that transpose as
+ * its store view: the slices then cut the transposed rows. The kernels read the views through ir/matmul_view.h.
  * Exact: the gemm calls see the same matrices.
  *
  *   int n = tfg_fold_transposes(g, roots, mark);  // removed: TFG_FOLD_LAYOUT

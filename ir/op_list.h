@@ -97,7 +97,8 @@
    * attention's attrs */                                                               \
   X(ATTENTION_GRAD, "attention_grad", "")                                               \
   /* (q, k, v, dy [..., Tq, hdv]) -> attention's gradient for input attrs.axis (0 q, 1 k, \
-   * 2 v), its shape; the forward's causal and scale; fused: no Tq x Tk tensor */         \
+   * 2 v), its shape, or 3: all three side by side [..., T, hd + hd + hdv] (Tq = Tk);    \
+   * the forward's causal and scale; fused: no Tq x Tk tensor */                         \
   X(EMBEDDING_GRAD, "embedding_grad", "")                                               \
   /* (ids [...], dy [..., D]) -> dtable [attrs.n, D]: rows scatter-added */             \
   /* optimizer updates: in place on param and state; the output is an empty marker */   \

@@ -587,10 +587,11 @@ static tfg_status infer_attention(const tfg_graph *g, tfg_node *n, tfg_diag *d) 
 }
 
 /* ATTENTION_GRAD (q, k, v, dy): attention's shape rule on (q, k, v), dy
- * its output's shape, the result input attrs.axis's (0 q, 1 k, 2 v). */
+ * its output's shape, the result input attrs.axis's (0 q, 1 k, 2 v), or
+ * for 3 all three side by side, [..., T, hd + hd + hdv] (Tq = Tk). */
 static tfg_status infer_attention_grad(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
   int which = (int)n->attrs.axis;
-  if (which < 0 || which > 2) return fail(d, n, "the input must be 0 (q), 1 (k) or 2 (v), got %d", which);
+  if (which < 0 || which > 3) return fail(d, n, "the input must be 0 (q), 1 (k), 2 (v) or 3 (all), got %d", which);
   tfg_node fwd = *n;
   fwd.op = TFG_OP_ATTENTION;
   fwd.ninputs = 3;
@@ -601,7 +602,17 @@ static tfg_status infer_attention_grad(const tfg_graph *g, tfg_node *n, tfg_diag
     return fail(d, n, "dy must be %s, the attention's output, got %s", ty(&fwd), ty(dy));
   n->attrs.value = fwd.attrs.value;
   n->dtype = fwd.dtype;
-  n->shape = input(g, n, which)->shape;
+  if (which < 3) {
+    n->shape = input(g, n, which)->shape;
+    return TFG_OK;
+  }
+  const tfg_shape *q = &input(g, n, 0)->shape, *k = &input(g, n, 1)->shape, *v = &input(g, n, 2)->shape;
+  int r = q->rank;
+  if (q->dim[r - 2] != k->dim[r - 2])
+    return fail(d, n, "the packed gradients need one length for q and k, got %s and %s", ty(input(g, n, 0)),
+                ty(input(g, n, 1)));
+  n->shape = *q;
+  n->shape.dim[r - 1] = 2 * q->dim[r - 1] + v->dim[r - 1];
   return TFG_OK;
 }
 
@@ -755,14 +766,19 @@ static double flops_attention(const tfg_graph *g, const tfg_node *n) {
 /* attention's gradient for one input: the scores and probabilities
  * again (2 Tq Tk hd + 5 Tq Tk), then for q and k dP = dy v^T, dS and the
  * product (2 Tq Tk (hdv + hd) + 3 Tq Tk), for v the product P^T dy
- * (2 Tq Tk hdv). */
+ * (2 Tq Tk hdv); all three packed: the probabilities and dS once, the
+ * three products. */
 static double flops_attention_grad(const tfg_graph *g, const tfg_node *n) {
   const tfg_node *q = input(g, n, 0), *k = input(g, n, 1), *v = input(g, n, 2);
   int r = q->shape.rank;
   double rows = (double)tfg_shape_numel(&q->shape) / (double)q->shape.dim[r - 1];
   double tk = (double)k->shape.dim[r - 2], hd = (double)q->shape.dim[r - 1], hdv = (double)v->shape.dim[r - 1];
-  double probs = rows * tk * (2 * hd + 5);
-  return probs + (n->attrs.axis == 2 ? rows * tk * 2 * hdv : rows * tk * (2 * hdv + 2 * hd + 3));
+  double probs = rows * tk * (2 * hd + 5), ds = rows * tk * (2 * hdv + 3);
+  switch (n->attrs.axis) {
+  case 2: return probs + rows * tk * 2 * hdv;
+  case 3: return probs + ds + rows * tk * (4 * hd + 2 * hdv);
+  default: return probs + ds + rows * tk * 2 * hd;
+  }
 }
 
 static double flops_conv2d(const tfg_graph *g, const tfg_node *n) {

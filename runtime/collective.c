@@ -503,6 +503,18 @@ static const char *shared_name(tfg_coll *c) {
   return "shared";
 }
 
+/* Chunk c's first element, moved back to a multiple of 16 bytes from the
+ * start of its segment (chunks stay in order and cover the buffer), so
+ * that a piece starts where its segment's alignment puts it and a
+ * kernel can take 16 bytes at a time. Which rank sums which elements
+ * changes nothing in the result: every sum is in rank order. */
+static size_t aligned_begin(const layout *L, size_t n, int nranks, int c) {
+  size_t e = chunk_begin(n, nranks, c), per = L->esize < 16 ? 16 / L->esize : 1;
+  if (e == 0 || e >= n) return e;
+  size_t s0 = L->off[seg_of(L, e)];
+  return s0 + (e - s0) / per * per;
+}
+
 static void shared_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
                                     double scale) {
   shared *g = c->ctx;
@@ -524,7 +536,7 @@ static void shared_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t
     tfg_backend *b = g->b[r];
     for (int q = 0; q < R; q++)
       if (q != r) b->i.event_wait(b, g->s[r], g->start[q]);
-    size_t lo = chunk_begin(n, R, r), hi = chunk_begin(n, R, r + 1);
+    size_t lo = aligned_begin(&L, n, R, r), hi = aligned_begin(&L, n, R, r + 1);
     for (size_t e = lo; e < hi;) {
       int k = seg_of(&L, e);
       size_t end = off[k + 1] < hi ? off[k + 1] : hi;

@@ -17,7 +17,8 @@
  * (ir/matmul_view.h: the layout pass folds the heads' transposes in):
  * the gemms read and write rows at the stored stride.
  *
- * ATTENTION_GRAD (compiler/autodiff.c's rule, one op per input) takes
+ * ATTENTION_GRAD (compiler/autodiff.c's rule: one op for all three
+ * inputs when Tq = Tk, else one per input) takes
  * the probabilities again the same way, a block of query rows at a time
  * in its scratch, then dP = dy v^T and dS in the scratch too: no Tq x Tk
  * tensor in the backward pass either (see tfg_cpu_attention_grad).
@@ -147,7 +148,7 @@ TFG_CPU_KERNEL(tfg_cpu_attention) {
 
 typedef struct attg_job {
   bool f64, causal;
-  int which; /* the input whose gradient: 0 q, 1 k, 2 v */
+  int which; /* the input whose gradient: 0 q, 1 k, 2 v; 3 all three, packed */
   int64_t tq, tk, hd, hdv, nblk;
   double scale;
   const char *q, *k, *v, *dy;
@@ -204,7 +205,11 @@ static int64_t attg_block(const attg_job *j, int64_t bm, int64_t r0, int64_t row
 /* dq: a task per QB query rows, dq_rows = dS k. dk, dv: a task per batch
  * matrix (its rows are summed over every query block, in order, by one
  * thread: no atomics, the same bits every run), dk += dS^T q_rows and
- * dv += P^T dy_rows per block. */
+ * dv += P^T dy_rows per block. All three (packed, columns [0, hd),
+ * [hd, 2 hd), [2 hd, 2 hd + hdv) of each row): a task per batch matrix,
+ * each block's P and dS made once for the three products; each product
+ * the same call, on the same values, as the op of its own makes (the
+ * same bits). */
 static void attg_chunk(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
   const attg_job *j = arg;
   char *p = j->scratch + (size_t)(chunk * 2 * QB * j->tk) * j->es, *ds = p + (size_t)(QB * j->tk) * j->es;
@@ -220,31 +225,40 @@ static void attg_chunk(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
         for (int64_t i = 0; i < rows; i++) memset(o + (size_t)(i * j->vo.ld) * j->es, 0, (size_t)j->hd * j->es);
       continue;
     }
-    int64_t bm = t, width = j->which == 1 ? j->hd : j->hdv;
+    bool all = j->which == 3;
+    int64_t bm = t, width = all ? 2 * j->hd + j->hdv : j->which == 1 ? j->hd : j->hdv;
     char *o = j->out + (size_t)tfg_rows_offset(&j->vo, bm) * j->es;
     for (int64_t i = 0; i < j->tk; i++) memset(o + (size_t)(i * j->vo.ld) * j->es, 0, (size_t)width * j->es);
+    /* the columns of dk and dv in the output rows (all: after dq's) */
+    char *ok = o + (size_t)(all ? j->hd : 0) * j->es, *ov = o + (size_t)(all ? 2 * j->hd : 0) * j->es;
+    const char *kb = j->k + (size_t)tfg_rows_offset(&j->vk, bm) * j->es;
     for (int64_t r0 = 0; r0 < j->tq; r0 += QB) {
       int64_t rows = j->tq - r0 < QB ? j->tq - r0 : QB;
       int64_t nk = attg_block(j, bm, r0, rows, p, ds);
-      if (nk == 0) continue;
-      const tfg_rows_view *bv = j->which == 1 ? &j->vq : &j->vdy;
-      const char *b = (j->which == 1 ? j->q : j->dy) + (size_t)(tfg_rows_offset(bv, bm) + r0 * bv->ld) * j->es;
-      tfg_cpu_gemm_here(j->f64, true, false, nk, width, rows, j->which == 1 ? ds : p, nk, b, bv->ld, 1.0, o,
-                        j->vo.ld);
+      const char *qr = j->q + (size_t)(tfg_rows_offset(&j->vq, bm) + r0 * j->vq.ld) * j->es;
+      const char *dyr = j->dy + (size_t)(tfg_rows_offset(&j->vdy, bm) + r0 * j->vdy.ld) * j->es;
+      if (all && nk > 0) /* dq_rows = dS k, as the dq op computes it */
+        tfg_cpu_gemm_here(j->f64, false, false, rows, j->hd, nk, ds, nk, kb, j->vk.ld, 0.0,
+                          o + (size_t)(r0 * j->vo.ld) * j->es, j->vo.ld);
+      if (nk == 0) continue; /* (all: dq's rows zero already) */
+      if (all || j->which == 1) tfg_cpu_gemm_here(j->f64, true, false, nk, j->hd, rows, ds, nk, qr, j->vq.ld, 1.0, ok, j->vo.ld);
+      if (all || j->which == 2) tfg_cpu_gemm_here(j->f64, true, false, nk, j->hdv, rows, p, nk, dyr, j->vdy.ld, 1.0, ov, j->vo.ld);
     }
   }
 }
 
 /* ATTENTION_GRAD: (q, k, v, dy) -> the gradient of attention(q, k, v)
- * for input attrs.axis (0 q, 1 k, 2 v), dy its output's gradient; the
- * forward's attrs. The probabilities are recomputed a block of query
+ * for input attrs.axis (0 q, 1 k, 2 v; 3: all three side by side in
+ * each row, Tq = Tk), dy its output's gradient; the forward's attrs. The probabilities are recomputed a block of query
  * rows at a time, as the forward takes them (the same bits), in the
  * task's scratch: no Tq x Tk tensor. Per block, with P the rows'
  * probabilities and S their scaled scores:
  *   dv += P^T dy,   dP = dy v^T,   dS = P (dP - rowsum(P dP)) scale,
  *   dq = dS k,      dk += dS^T q.
- * q and k each take one more product than the unfused gradient (which
- * shares P and dS between the three, through Tq x Tk tensors). */
+ * Alone, q's and k's each take one more product than the unfused
+ * gradient, which shares P and dS between the three through Tq x Tk
+ * tensors; packed (attrs.axis 3, what autodiff makes for self-attention)
+ * the three share them a block at a time. */
 TFG_CPU_KERNEL(tfg_cpu_attention_grad) {
   if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_attention_grad, 0);
   const tfg_tensor *q = &in[0];
@@ -260,9 +274,13 @@ TFG_CPU_KERNEL(tfg_cpu_attention_grad) {
   if (bad) return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "attention_grad: %s", bad);
   j.tq = g.tq, j.tk = g.tk, j.hd = g.hd, j.hdv = g.hdv;
   j.vq = g.q, j.vk = g.k, j.vv = g.v, j.vdy = g.dy, j.vo = g.out;
+  if (j.which == 3 && j.tq != j.tk)
+    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "attention_grad: packed gradients need Tq = Tk, got %lld and %lld",
+                           (long long)j.tq, (long long)j.tk);
   int64_t total = tfg_shape_numel(&out->shape);
   if (total == 0) return TFG_OK;
-  int64_t nbm = total / ((j.which == 0 ? j.tq : j.tk) * (j.which == 2 ? j.hdv : j.hd));
+  int64_t width = j.which == 3 ? 2 * j.hd + j.hdv : j.which == 2 ? j.hdv : j.hd;
+  int64_t nbm = total / ((j.which == 0 ? j.tq : j.tk) * width);
   if (!tfg_cpu_fits_blasint(j.tq) || !tfg_cpu_fits_blasint(j.tk) || !tfg_cpu_fits_blasint(j.hd) ||
       !tfg_cpu_fits_blasint(j.hdv) || !tfg_cpu_fits_blasint(j.vq.ld) || !tfg_cpu_fits_blasint(j.vk.ld) ||
       !tfg_cpu_fits_blasint(j.vv.ld) || !tfg_cpu_fits_blasint(j.vdy.ld) || !tfg_cpu_fits_blasint(j.vo.ld))

@@ -139,7 +139,7 @@ __global__ void attention_probs_rows(const T *__restrict__ q, const T *__restric
  * share each tile of COLS columns, staged in shared memory, and give a
  * column to each lane: lane j forms the whole dot product of its column
  * with the warp's row (both in shared memory: the row broadcast, the
- * tile padded to width + 1 so the 32 lanes read 32 banks), the tile's
+ * tile's rows an odd pitch apart so the 32 lanes read 32 banks), the tile's
  * max and sum take one butterfly per tile, and the weighted sum over the
  * tile's columns (P v, dS k, ...) has each lane own output dims lane,
  * lane + 32, ... as before. So every lane does useful FMAs, and each
@@ -163,14 +163,19 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
+/* A tile's row pitch in shared memory: odd, so the 32 lanes reading one
+ * element of each of 32 rows (dot_col: lane j reads row j) hit 32
+ * different banks (an even pitch p makes gcd(p, 32) lanes share one). */
+__host__ __device__ __forceinline__ int pitch(int width) { return width | 1; }
+
 /* Rows c0 .. c0 + COLS - 1 of a matrix whose rows are ld apart from base
- * (those from `limit` on as zeros) into tile[COLS][width + 1], by the
+ * (those from `limit` on as zeros) into tile[COLS][pitch(width)], by the
  * whole block. */
 __device__ __forceinline__ void load_cols(float *tile, const float *base, long long ld, long long c0, long long limit,
                                           int width) {
   for (int x = threadIdx.x; x < COLS * width; x += blockDim.x) {
     int r = x / width, d = x % width;
-    tile[r * (width + 1) + d] = c0 + r < limit ? base[(c0 + r) * ld + d] : 0.0f;
+    tile[r * pitch(width) + d] = c0 + r < limit ? base[(c0 + r) * ld + d] : 0.0f;
   }
 }
 
@@ -198,7 +203,7 @@ __device__ __forceinline__ void add_weighted(float *acc, const float *w, const f
     int e = lane + u * WARP;
     if (e >= width) break;
     float a = acc[u];
-    for (int c = 0; c < n; c++) a += w[c] * tile[c * (width + 1) + e];
+    for (int c = 0; c < n; c++) a += w[c] * tile[c * pitch(width) + e];
     acc[u] = a;
   }
 }
@@ -237,7 +242,7 @@ __global__ void __launch_bounds__(ROWS *WARP) attention_tiled(const float *__res
                                                               tiles w, long long tq, long long tk, int hd, int hdv,
                                                               float scale, bool causal, long long blocks) {
   extern __shared__ float sm[];
-  float *ks = sm, *vs = ks + COLS * (hd + 1), *qs = vs + COLS * (hdv + 1), *ps = qs + ROWS * hd;
+  float *ks = sm, *vs = ks + COLS * pitch(hd), *qs = vs + COLS * pitch(hdv), *ps = qs + ROWS * hd;
   int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
   for (long long b = blockIdx.x; b < blocks; b += gridDim.x) {
     qblock x = qblock_of(b, tq, tk, causal, warp);
@@ -254,7 +259,7 @@ __global__ void __launch_bounds__(ROWS *WARP) attention_tiled(const float *__res
       __syncthreads();
       if (c0 >= vis) continue; /* warp-uniform: this row sees none of the tile */
       long long j = c0 + lane;
-      float sc = j < vis ? dot_col(qs + warp * hd, ks + lane * (hd + 1), hd) * scale : -INFINITY;
+      float sc = j < vis ? dot_col(qs + warp * hd, ks + lane * pitch(hd), hd) * scale : -INFINITY;
       float mn = fmaxf(m, warp_max(sc)), c = expf(m - mn); /* c = 0 the first time (m = -inf) */
       float pj = j < vis ? expf(sc - mn) : 0.0f;
       l = l * c + warp_sum(pj);
@@ -281,7 +286,7 @@ __global__ void __launch_bounds__(ROWS *WARP) attention_grad_stats_tiled(
     const float *__restrict__ dy, tiles w, double *__restrict__ st, long long tq, long long tk, int hd, int hdv,
     float scale, bool causal, bool want_d, long long blocks) {
   extern __shared__ float sm[];
-  float *ks = sm, *vs = ks + COLS * (hd + 1), *qs = vs + COLS * (hdv + 1), *dys = qs + ROWS * hd;
+  float *ks = sm, *vs = ks + COLS * pitch(hd), *qs = vs + COLS * pitch(hdv), *dys = qs + ROWS * hd;
   int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
   for (long long b = blockIdx.x; b < blocks; b += gridDim.x) {
     qblock x = qblock_of(b, tq, tk, causal, warp);
@@ -298,10 +303,10 @@ __global__ void __launch_bounds__(ROWS *WARP) attention_grad_stats_tiled(
       __syncthreads();
       if (c0 >= vis) continue;
       long long j = c0 + lane;
-      float sc = j < vis ? dot_col(qs + warp * hd, ks + lane * (hd + 1), hd) * scale : -INFINITY;
+      float sc = j < vis ? dot_col(qs + warp * hd, ks + lane * pitch(hd), hd) * scale : -INFINITY;
       float mn = fmaxf(m, warp_max(sc)), c = expf(m - mn), pj = j < vis ? expf(sc - mn) : 0.0f;
       l = l * c + warp_sum(pj);
-      if (want_d) acc = acc * c + warp_sum(pj * dot_col(dys + warp * hdv, vs + lane * (hdv + 1), hdv));
+      if (want_d) acc = acc * c + warp_sum(pj * dot_col(dys + warp * hdv, vs + lane * pitch(hdv), hdv));
       m = mn;
     }
     if (x.i < tq && lane == 0) {
@@ -319,7 +324,7 @@ __global__ void __launch_bounds__(ROWS *WARP) attention_grad_q_tiled(
     const float *__restrict__ dy, float *__restrict__ out, tiles w, const double *__restrict__ st, long long tq,
     long long tk, int hd, int hdv, float scale, bool causal, long long blocks) {
   extern __shared__ float sm[];
-  float *ks = sm, *vs = ks + COLS * (hd + 1), *qs = vs + COLS * (hdv + 1), *dys = qs + ROWS * hd;
+  float *ks = sm, *vs = ks + COLS * pitch(hd), *qs = vs + COLS * pitch(hdv), *dys = qs + ROWS * hd;
   float *ps = dys + ROWS * hdv;
   int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
   for (long long b = blockIdx.x; b < blocks; b += gridDim.x) {
@@ -341,8 +346,8 @@ __global__ void __launch_bounds__(ROWS *WARP) attention_grad_q_tiled(
       long long j = c0 + lane;
       float dsj = 0;
       if (j < vis) {
-        float pj = expf(dot_col(qs + warp * hd, ks + lane * (hd + 1), hd) * scale - lse);
-        dsj = pj * (dot_col(dys + warp * hdv, vs + lane * (hdv + 1), hdv) - dd) * scale;
+        float pj = expf(dot_col(qs + warp * hd, ks + lane * pitch(hd), hd) * scale - lse);
+        dsj = pj * (dot_col(dys + warp * hdv, vs + lane * pitch(hdv), hdv) - dd) * scale;
       }
       ps[warp * COLS + lane] = dsj;
       __syncwarp();
@@ -364,7 +369,7 @@ __global__ void __launch_bounds__(ROWS *WARP) attention_grad_kv_tiled(
     const float *__restrict__ dy, float *__restrict__ out, tiles w, const double *__restrict__ st, long long tq,
     long long tk, int hd, int hdv, float scale, bool causal, long long blocks) {
   extern __shared__ float sm[];
-  float *qs = sm, *dys = qs + COLS * (hd + 1), *krow = dys + COLS * (hdv + 1), *vrow = krow + ROWS * hd;
+  float *qs = sm, *dys = qs + COLS * pitch(hd), *krow = dys + COLS * pitch(hdv), *vrow = krow + ROWS * hd;
   float *ps = vrow + ROWS * hdv;
   int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, width = DK ? hd : hdv;
   long long nblk = (tk + ROWS - 1) / ROWS;
@@ -386,8 +391,8 @@ __global__ void __launch_bounds__(ROWS *WARP) attention_grad_kv_tiled(
       float f = 0;
       if (i < tq && (!causal || i >= j)) {
         const double *sr = st + 2 * (bm * tq + i);
-        float pij = expf(dot_col(krow + warp * hd, qs + lane * (hd + 1), hd) * scale - (float)sr[0]);
-        f = DK ? pij * (dot_col(vrow + warp * hdv, dys + lane * (hdv + 1), hdv) - (float)sr[1]) * scale : pij;
+        float pij = expf(dot_col(krow + warp * hd, qs + lane * pitch(hd), hd) * scale - (float)sr[0]);
+        f = DK ? pij * (dot_col(vrow + warp * hdv, dys + lane * pitch(hdv), hdv) - (float)sr[1]) * scale : pij;
       }
       ps[warp * COLS + lane] = f;
       __syncwarp();
@@ -407,9 +412,10 @@ bool tiled(tfg_dtype dt, long long hd, long long hdv) {
 }
 
 /* Shared memory of a tiled kernel: two tiles of COLS rows (widths a and
- * b, padded by one), rows of ROWS x (c + d), and ROWS x COLS weights. */
+ * b, each row pitch() apart), rows of ROWS x (c + d), and ROWS x COLS
+ * weights. */
 size_t tiled_smem(int a, int b, int c, int d) {
-  return sizeof(float) * ((size_t)COLS * (a + 1 + b + 1) + (size_t)ROWS * (c + d + COLS));
+  return sizeof(float) * ((size_t)COLS * (pitch(a) + pitch(b)) + (size_t)ROWS * (c + d + COLS));
 }
 
 /* Blocks for a tiled launch over `work` blocks of rows: a grid-stride
@@ -586,6 +592,48 @@ __global__ void attention_grad_kv(const T *__restrict__ q, const T *__restrict__
   }
 }
 
+/* Queues the gradient for input part (0 q, 1 k, 2 v) into o (the output
+ * rows as w.o says, from the part's first column), after the statistics
+ * st: the tiled kernel (f32) or the reference one. */
+template <typename T>
+void attention_grad_part(cudaStream_t stream, const T *q, const T *k, const T *v, const T *dy, T *o, const gviews &w,
+                         const double *st, const tfg_attention_geom &g, int part, long long batches, T scale,
+                         bool causal, bool use_tiled) {
+  long long qrows = batches * g.tq, krows = batches * g.tk;
+  if ((part == 0 ? qrows : krows) == 0) return;
+  if (use_tiled) { /* T is float here */
+    const float *qf = (const float *)q, *kf = (const float *)k, *vf = (const float *)v, *dyf = (const float *)dy;
+    float *of = (float *)o, sc = (float)scale;
+    int hd = (int)g.hd, hdv = (int)g.hdv;
+    tiles tw = {w.q, w.k, w.v, w.dy, w.o};
+    long long qblocks = batches * ((g.tq + ROWS - 1) / ROWS), kblocks = batches * ((g.tk + ROWS - 1) / ROWS);
+    size_t smem = tiled_smem(hd, hdv, hd, hdv);
+    if (part == 0)
+      attention_grad_q_tiled<<<tiled_grid(qblocks), ROWS * WARP, smem, stream>>>(qf, kf, vf, dyf, of, tw, st, g.tq, g.tk,
+                                                                                hd, hdv, sc, causal, qblocks);
+    else if (part == 1)
+      attention_grad_kv_tiled<true><<<tiled_grid(kblocks), ROWS * WARP, smem, stream>>>(
+          qf, kf, vf, dyf, of, tw, st, g.tq, g.tk, hd, hdv, sc, causal, kblocks);
+    else
+      attention_grad_kv_tiled<false><<<tiled_grid(kblocks), ROWS * WARP, smem, stream>>>(
+          qf, kf, vf, dyf, of, tw, st, g.tq, g.tk, hd, hdv, sc, causal, kblocks);
+    return;
+  }
+  long long per = TFG_CUDA_THREADS / WARP;
+  if (part == 0)
+    attention_grad_q<T><<<tfg_cuda_grid(qrows, per), TFG_CUDA_THREADS, 0, stream>>>(q, k, v, dy, o, w, st, qrows, g.tq,
+                                                                                    g.tk, g.hd, g.hdv, scale, causal);
+  else if (part == 1)
+    attention_grad_kv<T, true><<<tfg_cuda_grid(krows, per), TFG_CUDA_THREADS, 0, stream>>>(
+        q, k, v, dy, o, w, st, krows, g.tq, g.tk, g.hd, g.hdv, scale, causal);
+  else
+    attention_grad_kv<T, false><<<tfg_cuda_grid(krows, per), TFG_CUDA_THREADS, 0, stream>>>(
+        q, k, v, dy, o, w, st, krows, g.tq, g.tk, g.hd, g.hdv, scale, causal);
+}
+
+/* The statistics (once), then each part wanted: input `which`'s, or for
+ * 3 all three into their columns of each output row (dq at 0, dk at hd,
+ * dv at 2 hd). */
 template <typename T>
 tfg_status attention_grad_launch(tfg_kernel_ctx *ctx, const tfg_tensor *in, tfg_tensor *out, const gviews &w,
                                  const tfg_attention_geom &g, int which, long long batches, T scale, bool causal) {
@@ -593,59 +641,37 @@ tfg_status attention_grad_launch(tfg_kernel_ctx *ctx, const tfg_tensor *in, tfg_
   const T *q = (const T *)in[0].data, *k = (const T *)in[1].data, *v = (const T *)in[2].data;
   const T *dy = (const T *)in[3].data;
   T *o = (T *)out->data;
-  long long qrows = batches * g.tq, per = TFG_CUDA_THREADS / WARP;
+  long long qrows = batches * g.tq;
   double *st = NULL;
   if (qrows > 0) TFG_CUDA_CHECK(ctx, cudaMallocAsync((void **)&st, sizeof(double) * 2 * (size_t)qrows, stream));
   tfg_status s = TFG_OK;
-  bool use_tiled = tiled(in[0].dtype, g.hd, g.hdv);
-  if (qrows > 0 && !use_tiled) {
-    attention_grad_stats<T><<<tfg_cuda_grid(qrows, per), TFG_CUDA_THREADS, 0, stream>>>(
-        q, k, v, dy, w, st, qrows, g.tq, g.tk, g.hd, g.hdv, scale, causal, which != 2);
-    TFG_CUDA_NOTE_LAUNCH(ctx, &s, "attention_grad_stats<<<>>>");
-  }
-  long long rows = which == 0 ? qrows : batches * g.tk;
-  if (use_tiled) {
-    /* the same kernels' tiled forms (f32): T is float here */
-    const float *qf = (const float *)q, *kf = (const float *)k, *vf = (const float *)v, *dyf = (const float *)dy;
-    float *of = (float *)o, sc = (float)scale;
+  bool use_tiled = tiled(in[0].dtype, g.hd, g.hdv), want_d = which != 2;
+  if (qrows > 0 && use_tiled) { /* T is float here */
+    long long qblocks = batches * ((g.tq + ROWS - 1) / ROWS);
     int hd = (int)g.hd, hdv = (int)g.hdv;
     tiles tw = {w.q, w.k, w.v, w.dy, w.o};
-    long long qblocks = batches * ((g.tq + ROWS - 1) / ROWS), kblocks = batches * ((g.tk + ROWS - 1) / ROWS);
-    if (qrows > 0) {
-      attention_grad_stats_tiled<<<tiled_grid(qblocks), ROWS * WARP, tiled_smem(hd, hdv, hd, hdv), stream>>>(
-          qf, kf, vf, dyf, tw, st, g.tq, g.tk, hd, hdv, sc, causal, which != 2, qblocks);
-      TFG_CUDA_NOTE_LAUNCH(ctx, &s, "attention_grad_stats_tiled<<<>>>");
-    }
-    if (which == 0 && qrows > 0)
-      attention_grad_q_tiled<<<tiled_grid(qblocks), ROWS * WARP, tiled_smem(hd, hdv, hd, hdv), stream>>>(
-          qf, kf, vf, dyf, of, tw, st, g.tq, g.tk, hd, hdv, sc, causal, qblocks);
-    else if (which == 1 && kblocks > 0)
-      attention_grad_kv_tiled<true><<<tiled_grid(kblocks), ROWS * WARP, tiled_smem(hd, hdv, hd, hdv), stream>>>(
-          qf, kf, vf, dyf, of, tw, st, g.tq, g.tk, hd, hdv, sc, causal, kblocks);
-    else if (which == 2 && kblocks > 0)
-      attention_grad_kv_tiled<false><<<tiled_grid(kblocks), ROWS * WARP, tiled_smem(hd, hdv, hd, hdv), stream>>>(
-          qf, kf, vf, dyf, of, tw, st, g.tq, g.tk, hd, hdv, sc, causal, kblocks);
-    TFG_CUDA_NOTE_LAUNCH(ctx, &s, "attention_grad_tiled<<<>>>");
-    TFG_CUDA_FREE_SCRATCH(ctx, &s, st);
-    return s;
+    attention_grad_stats_tiled<<<tiled_grid(qblocks), ROWS * WARP, tiled_smem(hd, hdv, hd, hdv), stream>>>(
+        (const float *)q, (const float *)k, (const float *)v, (const float *)dy, tw, st, g.tq, g.tk, hd, hdv,
+        (float)scale, causal, want_d, qblocks);
+  } else if (qrows > 0) {
+    attention_grad_stats<T><<<tfg_cuda_grid(qrows, TFG_CUDA_THREADS / WARP), TFG_CUDA_THREADS, 0, stream>>>(
+        q, k, v, dy, w, st, qrows, g.tq, g.tk, g.hd, g.hdv, scale, causal, want_d);
   }
-  if (which == 0)
-    attention_grad_q<T><<<tfg_cuda_grid(rows, per), TFG_CUDA_THREADS, 0, stream>>>(q, k, v, dy, o, w, st, rows, g.tq,
-                                                                                   g.tk, g.hd, g.hdv, scale, causal);
-  else if (which == 1)
-    attention_grad_kv<T, true><<<tfg_cuda_grid(rows, per), TFG_CUDA_THREADS, 0, stream>>>(
-        q, k, v, dy, o, w, st, rows, g.tq, g.tk, g.hd, g.hdv, scale, causal);
-  else
-    attention_grad_kv<T, false><<<tfg_cuda_grid(rows, per), TFG_CUDA_THREADS, 0, stream>>>(
-        q, k, v, dy, o, w, st, rows, g.tq, g.tk, g.hd, g.hdv, scale, causal);
-  TFG_CUDA_NOTE_LAUNCH(ctx, &s, "attention_grad<<<>>>");
+  TFG_CUDA_NOTE_LAUNCH(ctx, &s, "attention_grad_stats<<<>>>");
+  for (int part = 0; part < 3; part++) {
+    if (which != 3 && which != part) continue;
+    long long col = which != 3 ? 0 : part == 0 ? 0 : part == 1 ? g.hd : 2 * g.hd;
+    attention_grad_part<T>(stream, q, k, v, dy, o + col, w, st, g, part, batches, scale, causal, use_tiled);
+    TFG_CUDA_NOTE_LAUNCH(ctx, &s, "attention_grad<<<>>>");
+  }
   TFG_CUDA_FREE_SCRATCH(ctx, &s, st);
   return s;
 }
 
 /* ATTENTION_GRAD: (q, k, v, dy) -> attention's gradient for input
- * attrs.axis (0 q, 1 k, 2 v); f32 or f64 (f16/bf16 staged by the
- * registry). Scratch: 2 doubles per query row (no Tq x Tk tensor). */
+ * attrs.axis (0 q, 1 k, 2 v; 3 all three side by side, Tq = Tk); f32 or
+ * f64 (f16/bf16 staged by the registry). Scratch: 2 doubles per query
+ * row (no Tq x Tk tensor). */
 tfg_status cuda_attention_grad(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
   tfg_dtype dt = in[0].dtype;
   bool same = out->dtype == dt;
@@ -659,7 +685,11 @@ tfg_status cuda_attention_grad(tfg_kernel_ctx *ctx, const tfg_node *node, const 
   long long total = tfg_shape_numel(&out->shape);
   if (total == 0) return TFG_OK;
   int which = (int)node->attrs.axis;
-  long long batches = total / ((which == 0 ? g.tq : g.tk) * (which == 2 ? g.hdv : g.hd));
+  if (which == 3 && g.tq != g.tk)
+    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "attention_grad: packed gradients need Tq = Tk, got %lld and %lld",
+                           (long long)g.tq, (long long)g.tk);
+  long long width = which == 3 ? 2 * g.hd + g.hdv : which == 2 ? g.hdv : g.hd;
+  long long batches = total / ((which == 0 ? g.tq : g.tk) * width);
   gviews w = {g.q, g.k, g.v, g.dy, g.out};
   bool causal = node->attrs.causal;
   if (dt == TFG_DTYPE_F32)

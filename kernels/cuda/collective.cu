@@ -92,13 +92,22 @@ __device__ __forceinline__ double radd(double a, double b) { return __dadd_rn(a,
 __device__ __forceinline__ float rmul(float a, float b) { return __fmul_rn(a, b); }
 __device__ __forceinline__ double rmul(double a, double b) { return __dmul_rn(a, b); }
 
+/* The rank loops below run to the constant 8 with a guard, so they
+ * unroll: each b.p[r] is then a register (a loop to n would index the
+ * argument at run time, through a copy in local memory) and the loads of
+ * the ranks issue together. */
+
 /* One element i of every buffer: their sum in order, scaled once. */
 template <typename T>
 __device__ __forceinline__ void reduce_all_one(const bufs8 &b, int n, size_t i, T scale, bool scaled) {
   T acc = ((const T *)b.p[0])[i];
-  for (int r = 1; r < n; r++) acc = radd(acc, ((const T *)b.p[r])[i]);
+#pragma unroll
+  for (int r = 1; r < 8; r++)
+    if (r < n) acc = radd(acc, ((const T *)b.p[r])[i]);
   if (scaled) acc = rmul(acc, scale);
-  for (int r = 0; r < n; r++) ((T *)b.p[r])[i] = acc;
+#pragma unroll
+  for (int r = 0; r < 8; r++)
+    if (r < n) ((T *)b.p[r])[i] = acc;
 }
 
 template <typename T>
@@ -116,14 +125,20 @@ __global__ void reduce_all_vec(bufs8 b, int n, size_t count, T scale, bool scale
   for (size_t v = (size_t)blockIdx.x * blockDim.x + threadIdx.x; v < nv; v += stride) {
     V acc = ((const V *)b.p[0])[v];
     T *a = (T *)&acc;
-    for (int r = 1; r < n; r++) {
+#pragma unroll
+    for (int r = 1; r < 8; r++) {
+      if (r >= n) break;
       V x = ((const V *)b.p[r])[v];
       const T *xs = (const T *)&x;
+#pragma unroll
       for (int k = 0; k < W; k++) a[k] = radd(a[k], xs[k]);
     }
     if (scaled)
+#pragma unroll
       for (int k = 0; k < W; k++) a[k] = rmul(a[k], scale);
-    for (int r = 0; r < n; r++) ((V *)b.p[r])[v] = acc;
+#pragma unroll
+    for (int r = 0; r < 8; r++)
+      if (r < n) ((V *)b.p[r])[v] = acc;
   }
   size_t i = nv * W + (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < count) reduce_all_one<T>(b, n, i, scale, scaled);
@@ -133,9 +148,13 @@ template <bool BF16>
 __global__ void reduce_all_half(bufs8 b, int n, size_t count, float scale, bool scaled) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
     float acc = tfg_cuda_widen1<BF16>(((const uint16_t *)b.p[0])[i]);
-    for (int r = 1; r < n; r++) acc = __fadd_rn(acc, tfg_cuda_widen1<BF16>(((const uint16_t *)b.p[r])[i]));
+#pragma unroll
+    for (int r = 1; r < 8; r++)
+      if (r < n) acc = __fadd_rn(acc, tfg_cuda_widen1<BF16>(((const uint16_t *)b.p[r])[i]));
     uint16_t out = tfg_cuda_narrow1<BF16>(scaled ? __fmul_rn(acc, scale) : acc);
-    for (int r = 0; r < n; r++) ((uint16_t *)b.p[r])[i] = out;
+#pragma unroll
+    for (int r = 0; r < 8; r++)
+      if (r < n) ((uint16_t *)b.p[r])[i] = out;
   }
 }
 

@@ -1282,14 +1282,16 @@ static void fam_attention(tfg_op_id op) {
   const char *kern = getenv("TFG_ATTENTION_TILED") ? " (reference kernel)" : "";
   for (int d = 0; d < COUNT(dts); d++)
     for (int k = 0; k < COUNT(cases); k++)
-      for (int which = 0; which < (grad ? 3 : 1); which++) {
+      for (int which = 0; which < (grad ? 4 : 1); which++) { /* 3: all three packed (Tq = Tk only) */
         tfg_dtype dt = dts[d];
         int r = cases[k].q[3] ? 4 : 3;
+        if (which == 3 && cases[k].q[r - 2] != cases[k].k[r - 2]) continue;
         tcase c = tc_new(dt);
         tfg_node_id qn = tc_in(&c, dt, shape_of(r, cases[k].q), UNI(-1, 1));
         tfg_node_id kn = tc_in(&c, dt, shape_of(r, cases[k].k), UNI(-1, 1));
         tfg_attrs a = {.causal = cases[k].causal, .value = cases[k].scale, .axis = which};
-        if (grad) tc_desc(&c, "d%c %s scale=%g%s", "qkv"[which], a.causal ? "causal" : "full", a.value, kern);
+        if (grad) tc_desc(&c, "d%s %s scale=%g%s", which == 3 ? "qkv" : (const char *[]){"q", "k", "v"}[which],
+                          a.causal ? "causal" : "full", a.value, kern);
         else tc_desc(&c, "%s scale=%g%s", a.causal ? "causal" : "full", a.value, kern);
         if (op == TFG_OP_ATTENTION_PROBS) {
           tc_op(&c, op, &a, 2, qn, kn);
@@ -1309,7 +1311,7 @@ static void fam_attention(tfg_op_id op) {
    * H, hd] and read through [0, 2, 1, 3], the output stored back so (its
    * shape set here: the shape rule knows no views). */
   for (int d = 0; d < COUNT(dts); d++)
-    for (int which = 0; which < (grad ? 3 : 1); which++) {
+    for (int which = 0; which < (grad ? 4 : 1); which++) {
       tfg_dtype dt = dts[d];
       tcase c = tc_new(dt);
       int nin = grad ? 4 : op == TFG_OP_ATTENTION ? 3 : 2;
@@ -1319,7 +1321,7 @@ static void fam_attention(tfg_op_id op) {
       tfg_node_id id = tfg_graph_add(c.g, op, ins, nin, &loc);
       tfg_node *nd = tfg_graph_node(c.g, id);
       nd->dtype = dt;
-      nd->shape = op == TFG_OP_ATTENTION_PROBS ? SH(2, 3, 9, 9) : SH(2, 9, 3, 8);
+      nd->shape = op == TFG_OP_ATTENTION_PROBS ? SH(2, 3, 9, 9) : which == 3 ? SH(2, 9, 3, 24) : SH(2, 9, 3, 8);
       nd->attrs.causal = true;
       nd->attrs.value = 0.35;
       nd->attrs.axis = which;
@@ -1329,7 +1331,7 @@ static void fam_attention(tfg_op_id op) {
       for (int s = 0; s <= TFG_VIEW_OUT; s++)
         for (int i = 0; i < 4; i++) nd->attrs.view_perm[s][i] = heads[i];
       c.node = id;
-      if (grad) tc_desc(&c, "d%c strided views%s", "qkv"[which], kern);
+      if (grad) tc_desc(&c, "d%s strided views%s", which == 3 ? "qkv" : (const char *[]){"q", "k", "v"}[which], kern);
       else tc_desc(&c, "strided views%s", kern);
       tc_check(&c, T_NN);
     }

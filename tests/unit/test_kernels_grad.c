@@ -478,6 +478,56 @@ START_TEST(attention_grad_fd) {
 }
 END_TEST
 
+/* The packed gradient (attrs.axis 3: dq, dk and dv side by side in each
+ * row, what autodiff makes for self-attention) holds the three ops' own
+ * results, bit for bit (the same products of the same values), in f32
+ * and f64, on the pool; causal or not, blocks cut short, 4-D heads. */
+START_TEST(attention_grad_packed_same_bits) {
+  static const struct {
+    int rank;
+    int64_t lead[2], t, hd, hdv;
+    bool causal;
+  } cases[] = {{3, {2}, 40, 3, 5, true}, {4, {2, 3}, 7, 4, 6, false}, {2, {0}, 33, 5, 4, false},
+               {4, {1, 2}, 65, 8, 8, true}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+    for (int f64 = 0; f64 < 2; f64++) {
+      tfg_dtype dt = f64 ? TFG_DTYPE_F64 : TFG_DTYPE_F32;
+      int r = cases[c].rank;
+      tfg_shape sq = {.rank = r}, sv, sy, sp;
+      for (int d = 0; d < r - 2; d++) sq.dim[d] = cases[c].lead[d];
+      sq.dim[r - 2] = cases[c].t, sq.dim[r - 1] = cases[c].hd;
+      sv = sy = sp = sq;
+      sv.dim[r - 1] = sy.dim[r - 1] = cases[c].hdv;
+      sp.dim[r - 1] = 2 * cases[c].hd + cases[c].hdv;
+      tfg_tensor in[4] = {tnew(dt, sq), tnew(dt, sq), tnew(dt, sv), tnew(dt, sy)};
+      for (int k = 0; k < 4; k++) fill(&in[k], 400 + 10 * (uint64_t)c + (uint64_t)k, -1, 1);
+      tfg_node n = mknode(TFG_OP_ATTENTION_GRAD, &sp, dt, 4);
+      n.attrs.causal = cases[c].causal;
+      n.attrs.value = 0.45;
+      n.attrs.axis = 3;
+      tfg_tensor packed = tnew(dt, sp);
+      ck_ok(run(tfg_cpu_attention_grad, &n, in, &packed, test_pool));
+      int64_t rows = numel(&packed) / sp.dim[r - 1], w = sp.dim[r - 1];
+      for (int which = 0; which < 3; which++) {
+        tfg_tensor one = tnew(dt, in[which].shape);
+        n.attrs.axis = which;
+        n.shape = one.shape;
+        ck_ok(run(tfg_cpu_attention_grad, &n, in, &one, test_pool));
+        int64_t width = one.shape.dim[r - 1], col = which == 0 ? 0 : which == 1 ? cases[c].hd : 2 * cases[c].hd;
+        for (int64_t i = 0; i < rows; i++)
+          for (int64_t e = 0; e < width; e++)
+            if (memcmp((char *)one.data + (size_t)(i * width + e) * tfg_dtype_size(dt),
+                       (char *)packed.data + (size_t)(i * w + col + e) * tfg_dtype_size(dt), tfg_dtype_size(dt)))
+              ck_abort_msg("case %zu %s input %d row %lld [%lld]: %.17g alone, %.17g packed", c, tfg_dtype_name(dt),
+                           which, (long long)i, (long long)e, get(&one, i * width + e), get(&packed, i * w + col + e));
+        free(one.data);
+      }
+      free(packed.data);
+      free_all(in, 4);
+    }
+}
+END_TEST
+
 /* Keys no query may see (causal, Tq < Tk) get exactly zero; with no
  * queries (Tq = 0) every key's gradient is zero, and with no keys
  * (Tk = 0) q's is. */
@@ -1427,6 +1477,7 @@ Suite *suite_kernels_grad(void) {
   tcase_add_loop_test(tc, layer_norm_grad_fd, 0, N_OF(LN_FD));
   tcase_add_loop_test(tc, attention_grad_fd, 0, 3 * N_OF(ATT_FD));
   tcase_add_test(tc, attention_grad_edges);
+  tcase_add_test(tc, attention_grad_packed_same_bits);
   tcase_add_loop_test(tc, conv2d_grad_input_fd, 0, NCONV);
   tcase_add_loop_test(tc, conv2d_grad_weight_fd, 0, NCONV);
   tcase_add_loop_test(tc, conv2d_grads_reference, 0, NCONV);
