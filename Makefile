@@ -286,11 +286,24 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.c $(BUILD)/libtfg.a
 test-gpu: all $(GPU_TEST_BIN)
 	@sh tests/gpu/run.sh $(BUILD)
 
+# CUDA device code run on the CPU: tests/emu/NAME.cpp includes a kernel
+# header of kernels/cuda (device code alone) through tests/emu/cuda_emu.h,
+# which emulates blocks, barriers and shuffles with threads (C++20's
+# std::barrier); needs no CUDA and no GPU. tests/run.sh runs them.
+CXX      ?= c++
+EMU_SRC  := $(wildcard tests/emu/*.cpp)
+EMU_BIN  := $(patsubst tests/emu/%.cpp,$(BUILD)/tests/emu/%,$(EMU_SRC))
+
+$(BUILD)/tests/emu/%: tests/emu/%.cpp tests/emu/cuda_emu.h kernels/cuda/attention_tiled.cuh ir/matmul_view.h
+	@mkdir -p $(dir $@)
+	@echo "  CXX     $<"
+	$(Q)$(CXX) -std=c++20 -O2 -Wall -Wextra -Werror -pthread -I. -o $@ $<
+
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 # ---- packages -------------------------------------------------------------
 DEB_PKGS  := re2c bison check libsubunit-dev pkg-config libopenblas-dev zlib1g-dev libedit-dev python3 python3-torch \
-             openmpi-bin libopenmpi-dev
+             openmpi-bin libopenmpi-dev g++
 FUZZ_PKGS := clang libclang-rt-14-dev
 
 deps:
@@ -305,13 +318,13 @@ deps-fuzz: deps
 ASAN_BUILD := $(BUILD)/asan
 
 test: deps
-	@$(MAKE) --no-print-directory all $(BUILD)/unit $(BUILD)/tests/gpu/conformance
+	@$(MAKE) --no-print-directory all $(BUILD)/unit $(BUILD)/tests/gpu/conformance $(EMU_BIN)
 	@sh tests/run.sh $(BUILD)
 
 asan: deps
 	@echo "tfg: building $(ASAN_BUILD) with ASan+UBSan (CPU backend only), then every test under it"
 	@$(MAKE) --no-print-directory BUILD=$(ASAN_BUILD) SAN=1 OPT="-O1 -g" all $(ASAN_BUILD)/unit \
-	  $(ASAN_BUILD)/tests/gpu/conformance
+	  $(ASAN_BUILD)/tests/gpu/conformance $(patsubst $(BUILD)/%,$(ASAN_BUILD)/%,$(EMU_BIN))
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  sh tests/run.sh $(ASAN_BUILD)
 

@@ -3,7 +3,8 @@
 #
 #   1. the Check unit suites (BUILD/unit)
 #   2. golden files (then the backend conformance suite against the host
-#      backend, tests/gpu/conformance --devices host): tests/golden/NAME.tfg with NAME.err (exact stderr of
+#      backend, tests/gpu/conformance --devices host, and the CUDA kernels
+#      of tests/emu run on the CPU): tests/golden/NAME.tfg with NAME.err (exact stderr of
 #      `tfg check`, exit 1), NAME.ast (exact stdout of `tfg check --ast`,
 #      exit 0), NAME.out (exact stdout of `tfg run`, exit 0) or NAME.explain
 #      (exact stdout of `tfg place --explain --memory-limit 1G`, with the
@@ -60,7 +61,7 @@ progress() {
 # ---- 1. unit suites ---------------------------------------------------------
 unit="$ROOT/$BUILD/unit"
 [ -x "$unit" ] || unit="$BUILD/unit"
-echo "tests: the unit suites ($unit), then the golden files, conformance (host self-test), cli, strategies, oracle, repl, interrupt, progress, mpi, reliability, fuzz regressions"
+echo "tests: the unit suites ($unit), then the golden files, conformance (host self-test), cuda kernels emulated, cli, strategies, oracle, repl, interrupt, progress, mpi, reliability, fuzz regressions"
 if "$unit" >"$tmp/unit.out" 2>&1; then :; fi
 # the failures and anything unexpected (not Check's list of suites, passes and total)
 grep -v -e '^Running suite' -e ':P:' -e '^ [A-Za-z0-9_]*$' -e '^[0-9]*%: Checks: ' "$tmp/unit.out" || true
@@ -150,6 +151,19 @@ else
   ko "conformance --devices host: $(grep -v '^conformance: gpu:0 (host' "$tmp/conf.out" | tail -5)"
 fi
 progress "conformance (host self-test)"
+
+# CUDA device code on the CPU (tests/emu: blocks emulated with threads),
+# each program ending with its summary line, nonzero on a failure
+emu_dir="$ROOT/$BUILD/tests/emu"
+[ -d "$emu_dir" ] || emu_dir="$BUILD/tests/emu"
+emu_ran=0
+for emu in "$emu_dir"/*; do
+  [ -x "$emu" ] || continue
+  emu_ran=$((emu_ran + 1))
+  if timeout 300 "$emu" >"$tmp/emu.out" 2>&1; then ok; else ko "$(basename "$emu") (tests/emu): $(tail -5 "$tmp/emu.out")"; fi
+done
+[ "$emu_ran" -gt 0 ] || ko "no program of tests/emu was built in $emu_dir (make test builds them)"
+progress "cuda kernels, emulated"
 
 # ---- 3. command line ----------------------------------------------------------
 . "$ROOT/tests/cli.sh"

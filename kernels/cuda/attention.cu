@@ -21,9 +21,10 @@
  *
  * These warp-per-row kernels are the reference: f64, and head sizes
  * above 128, run on them. f32 with head sizes up to 128 (f16/bf16 come
- * staged in f32 by the registry) runs on the tiled kernels below, which
+ * staged in f32 by the registry) runs on the tiled kernels
+ * (kernels/cuda/attention_tiled.cuh), which
  * share key and value tiles in shared memory between a block's rows and
- * give each lane a column (see "tiled kernels"); TFG_ATTENTION_TILED=0
+ * give each lane a column; TFG_ATTENTION_TILED=0
  * selects the reference for them too, and the conformance suite runs
  * both. Neither uses tensor cores. */
 #include "kernels/cuda/common.cuh"
@@ -31,25 +32,19 @@ extern "C" {
 #include "base/env.h"
 #include "ir/matmul_view.h"
 }
+#include "kernels/cuda/attention_tiled.cuh"
+
+using namespace tfg_att; /* WARP, rows_offset and the tiled kernels */
 
 namespace {
 
-constexpr int WARP = 32, SLICE = 8;
+constexpr int SLICE = 8;
 
 /* Where each operand's batch matrices and rows lie (ir/matmul_view.h: the
  * layout pass may fold the heads' transposes in), by value. */
 struct views {
   tfg_rows_view q, k, v, o;
 };
-
-__device__ __forceinline__ long long rows_offset(const tfg_rows_view &v, long long bm) {
-  long long off = 0;
-  for (int d = v.nbatch - 1; d >= 0; d--) {
-    off += bm % v.dim[d] * v.step[d];
-    bm /= v.dim[d];
-  }
-  return off;
-}
 
 /* for (r over [0, rows)): a warp per row r, spread over the whole grid. */
 #define WARP_ROWS(r, rows)                                                                          \
@@ -132,290 +127,12 @@ __global__ void attention_probs_rows(const T *__restrict__ q, const T *__restric
   }
 }
 
-/* ---- tiled kernels (f32, head sizes up to 128) -------------------------------------
- * The warp-per-row kernels above read every key (and value) row from
- * global memory once per query row, and reduce each score across the
- * warp with shuffles. These take a block of ROWS rows (a warp each) that
- * share each tile of COLS columns, staged in shared memory, and give a
- * column to each lane: lane j forms the whole dot product of its column
- * with the warp's row (both in shared memory: the row broadcast, the
- * tile's rows an odd pitch apart so the 32 lanes read 32 banks), the tile's
- * max and sum take one butterfly per tile, and the weighted sum over the
- * tile's columns (P v, dS k, ...) has each lane own output dims lane,
- * lane + 32, ... as before. So every lane does useful FMAs, and each
- * tile crosses global memory once per ROWS rows. Sums run in f32 (the
- * reference kernels' in double): the order differs from the CPU's, within
- * the conformance suite's NN tolerance. TFG_ATTENTION_TILED=0 runs the
- * reference kernels instead, to compare. */
-constexpr int ROWS = 8, COLS = 32, TMAX = 128;
-
-struct tiles {
-  tfg_rows_view q, k, v, dy, o;
-};
-
-__device__ __forceinline__ float warp_max(float x) {
-  for (int o = WARP / 2; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x;
-}
-
-__device__ __forceinline__ float warp_sum(float x) {
-  for (int o = WARP / 2; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
-
-/* A tile's row pitch in shared memory: odd, so the 32 lanes reading one
- * element of each of 32 rows (dot_col: lane j reads row j) hit 32
- * different banks (an even pitch p makes gcd(p, 32) lanes share one). */
-__host__ __device__ __forceinline__ int pitch(int width) { return width | 1; }
-
-/* Rows c0 .. c0 + COLS - 1 of a matrix whose rows are ld apart from base
- * (those from `limit` on as zeros) into tile[COLS][pitch(width)], by the
- * whole block. */
-__device__ __forceinline__ void load_cols(float *tile, const float *base, long long ld, long long c0, long long limit,
-                                          int width) {
-  for (int x = threadIdx.x; x < COLS * width; x += blockDim.x) {
-    int r = x / width, d = x % width;
-    tile[r * pitch(width) + d] = c0 + r < limit ? base[(c0 + r) * ld + d] : 0.0f;
-  }
-}
-
-/* Rows r0 .. r0 + ROWS - 1 (from `limit` on: zeros) into rows[ROWS][width]. */
-__device__ __forceinline__ void load_rows(float *rows, const float *base, long long ld, long long r0, long long limit,
-                                          int width) {
-  for (int x = threadIdx.x; x < ROWS * width; x += blockDim.x) {
-    int r = x / width, d = x % width;
-    rows[x] = r0 + r < limit ? base[(r0 + r) * ld + d] : 0.0f;
-  }
-}
-
-/* sum over d < width of a[d] * t[d]: a row (broadcast) against a tile column. */
-__device__ __forceinline__ float dot_col(const float *a, const float *t, int width) {
-  float s = 0;
-  for (int d = 0; d < width; d++) s += a[d] * t[d];
-  return s;
-}
-
-/* acc[u] += sum over c < n of w[c] * tile[c][lane + 32 u] (u while lane + 32 u < width). */
-__device__ __forceinline__ void add_weighted(float *acc, const float *w, const float *tile, int n, int width,
-                                             int lane) {
-#pragma unroll
-  for (int u = 0; u < TMAX / WARP; u++) {
-    int e = lane + u * WARP;
-    if (e >= width) break;
-    float a = acc[u];
-    for (int c = 0; c < n; c++) a += w[c] * tile[c * pitch(width) + e];
-    acc[u] = a;
-  }
-}
-
-/* Block b of query rows (ROWS of them, from r0, in batch matrix bm): the
- * warp's row i, the keys the block's rows see (nk) and the keys row i
- * sees (vis: 0 for a row past tq). */
-struct qblock {
-  long long bm, r0, i, nk, vis;
-};
-
-__device__ __forceinline__ qblock qblock_of(long long b, long long tq, long long tk, bool causal, int warp) {
-  qblock x;
-  long long nblk = (tq + ROWS - 1) / ROWS;
-  x.bm = b / nblk;
-  x.r0 = b % nblk * ROWS;
-  x.i = x.r0 + warp;
-  long long last = (x.r0 + ROWS < tq ? x.r0 + ROWS : tq) - 1;
-  x.nk = causal ? (last + 1 < tk ? last + 1 : tk) : tk;
-  x.vis = x.i < tq ? (causal ? (x.i + 1 < tk ? x.i + 1 : tk) : tk) : 0;
-  return x;
-}
-
-/* o[e] = acc[u] for the lane's dims e = lane + 32 u < width. */
-__device__ __forceinline__ void store_dims(float *o, const float *acc, int width, int lane) {
-#pragma unroll
-  for (int u = 0; u < TMAX / WARP; u++) {
-    int e = lane + u * WARP;
-    if (e < width) o[e] = acc[u];
-  }
-}
-
-/* The forward pass: a block per ROWS query rows of one batch matrix. */
-__global__ void __launch_bounds__(ROWS *WARP) attention_tiled(const float *__restrict__ q, const float *__restrict__ k,
-                                                              const float *__restrict__ v, float *__restrict__ out,
-                                                              tiles w, long long tq, long long tk, int hd, int hdv,
-                                                              float scale, bool causal, long long blocks) {
-  extern __shared__ float sm[];
-  float *ks = sm, *vs = ks + COLS * pitch(hd), *qs = vs + COLS * pitch(hdv), *ps = qs + ROWS * hd;
-  int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-  for (long long b = blockIdx.x; b < blocks; b += gridDim.x) {
-    qblock x = qblock_of(b, tq, tk, causal, warp);
-    long long nk = x.nk, vis = x.vis;
-    const float *kb = k + rows_offset(w.k, x.bm), *vb = v + rows_offset(w.v, x.bm);
-    __syncthreads(); /* the previous block's readers of qs are done */
-    load_rows(qs, q + rows_offset(w.q, x.bm), w.q.ld, x.r0, tq, hd);
-    float m = -INFINITY, l = 0, acc[TMAX / WARP] = {0, 0, 0, 0};
-    for (long long c0 = 0; c0 < nk; c0 += COLS) {
-      int n = nk - c0 < COLS ? (int)(nk - c0) : COLS;
-      __syncthreads();
-      load_cols(ks, kb, w.k.ld, c0, nk, hd);
-      load_cols(vs, vb, w.v.ld, c0, nk, hdv);
-      __syncthreads();
-      if (c0 >= vis) continue; /* warp-uniform: this row sees none of the tile */
-      long long j = c0 + lane;
-      float sc = j < vis ? dot_col(qs + warp * hd, ks + lane * pitch(hd), hd) * scale : -INFINITY;
-      float mn = fmaxf(m, warp_max(sc)), c = expf(m - mn); /* c = 0 the first time (m = -inf) */
-      float pj = j < vis ? expf(sc - mn) : 0.0f;
-      l = l * c + warp_sum(pj);
-      ps[warp * COLS + lane] = pj;
-      __syncwarp();
-#pragma unroll
-      for (int u = 0; u < TMAX / WARP; u++) acc[u] *= c;
-      add_weighted(acc, ps + warp * COLS, vs, n, hdv, lane);
-      __syncwarp();
-      m = mn;
-    }
-    if (x.i < tq) {
-#pragma unroll
-      for (int u = 0; u < TMAX / WARP; u++) acc[u] = vis > 0 ? acc[u] / l : 0.0f;
-      store_dims(out + rows_offset(w.o, x.bm) + x.i * w.o.ld, acc, hdv, lane);
-    }
-  }
-}
-
-/* The gradient's row statistics (lse, D) of ROWS query rows per block, as
- * attention_grad_stats, into st. */
-__global__ void __launch_bounds__(ROWS *WARP) attention_grad_stats_tiled(
-    const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,
-    const float *__restrict__ dy, tiles w, double *__restrict__ st, long long tq, long long tk, int hd, int hdv,
-    float scale, bool causal, bool want_d, long long blocks) {
-  extern __shared__ float sm[];
-  float *ks = sm, *vs = ks + COLS * pitch(hd), *qs = vs + COLS * pitch(hdv), *dys = qs + ROWS * hd;
-  int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-  for (long long b = blockIdx.x; b < blocks; b += gridDim.x) {
-    qblock x = qblock_of(b, tq, tk, causal, warp);
-    long long nk = x.nk, vis = x.vis;
-    const float *kb = k + rows_offset(w.k, x.bm), *vb = v + rows_offset(w.v, x.bm);
-    __syncthreads();
-    load_rows(qs, q + rows_offset(w.q, x.bm), w.q.ld, x.r0, tq, hd);
-    if (want_d) load_rows(dys, dy + rows_offset(w.dy, x.bm), w.dy.ld, x.r0, tq, hdv);
-    float m = -INFINITY, l = 0, acc = 0;
-    for (long long c0 = 0; c0 < nk; c0 += COLS) {
-      __syncthreads();
-      load_cols(ks, kb, w.k.ld, c0, nk, hd);
-      if (want_d) load_cols(vs, vb, w.v.ld, c0, nk, hdv);
-      __syncthreads();
-      if (c0 >= vis) continue;
-      long long j = c0 + lane;
-      float sc = j < vis ? dot_col(qs + warp * hd, ks + lane * pitch(hd), hd) * scale : -INFINITY;
-      float mn = fmaxf(m, warp_max(sc)), c = expf(m - mn), pj = j < vis ? expf(sc - mn) : 0.0f;
-      l = l * c + warp_sum(pj);
-      if (want_d) acc = acc * c + warp_sum(pj * dot_col(dys + warp * hdv, vs + lane * pitch(hdv), hdv));
-      m = mn;
-    }
-    if (x.i < tq && lane == 0) {
-      long long r = x.bm * tq + x.i;
-      st[2 * r] = vis > 0 ? (double)m + log((double)l) : 0;
-      st[2 * r + 1] = vis > 0 ? (double)acc / (double)l : 0;
-    }
-  }
-}
-
-/* dq: a block per ROWS query rows; per key tile, lane j's
- * dS_ij = P_ij (dy_i . v_j - D_i) scale, then dq_i += sum_j dS_ij k_j. */
-__global__ void __launch_bounds__(ROWS *WARP) attention_grad_q_tiled(
-    const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,
-    const float *__restrict__ dy, float *__restrict__ out, tiles w, const double *__restrict__ st, long long tq,
-    long long tk, int hd, int hdv, float scale, bool causal, long long blocks) {
-  extern __shared__ float sm[];
-  float *ks = sm, *vs = ks + COLS * pitch(hd), *qs = vs + COLS * pitch(hdv), *dys = qs + ROWS * hd;
-  float *ps = dys + ROWS * hdv;
-  int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-  for (long long b = blockIdx.x; b < blocks; b += gridDim.x) {
-    qblock x = qblock_of(b, tq, tk, causal, warp);
-    long long nk = x.nk, vis = x.vis, r = x.bm * tq + x.i;
-    const float *kb = k + rows_offset(w.k, x.bm), *vb = v + rows_offset(w.v, x.bm);
-    float lse = vis > 0 ? (float)st[2 * r] : 0, dd = vis > 0 ? (float)st[2 * r + 1] : 0;
-    __syncthreads();
-    load_rows(qs, q + rows_offset(w.q, x.bm), w.q.ld, x.r0, tq, hd);
-    load_rows(dys, dy + rows_offset(w.dy, x.bm), w.dy.ld, x.r0, tq, hdv);
-    float acc[TMAX / WARP] = {0, 0, 0, 0};
-    for (long long c0 = 0; c0 < nk; c0 += COLS) {
-      int n = nk - c0 < COLS ? (int)(nk - c0) : COLS;
-      __syncthreads();
-      load_cols(ks, kb, w.k.ld, c0, nk, hd);
-      load_cols(vs, vb, w.v.ld, c0, nk, hdv);
-      __syncthreads();
-      if (c0 >= vis) continue;
-      long long j = c0 + lane;
-      float dsj = 0;
-      if (j < vis) {
-        float pj = expf(dot_col(qs + warp * hd, ks + lane * pitch(hd), hd) * scale - lse);
-        dsj = pj * (dot_col(dys + warp * hdv, vs + lane * pitch(hdv), hdv) - dd) * scale;
-      }
-      ps[warp * COLS + lane] = dsj;
-      __syncwarp();
-      add_weighted(acc, ps + warp * COLS, ks, n, hd, lane);
-      __syncwarp();
-    }
-    if (x.i < tq) store_dims(out + rows_offset(w.o, x.bm) + x.i * w.o.ld, acc, hd, lane);
-  }
-}
-
-/* dk (DK) or dv: a block per ROWS key rows, over tiles of COLS query rows
- * (from the block's first key's index on when causal: no earlier query
- * sees it);
- * lane i's P_ij = exp(q_i . k_j scale - lse_i) (0 when i < j, causal),
- * then dv_j += sum_i P_ij dy_i, or dk_j += sum_i dS_ij q_i. */
-template <bool DK>
-__global__ void __launch_bounds__(ROWS *WARP) attention_grad_kv_tiled(
-    const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,
-    const float *__restrict__ dy, float *__restrict__ out, tiles w, const double *__restrict__ st, long long tq,
-    long long tk, int hd, int hdv, float scale, bool causal, long long blocks) {
-  extern __shared__ float sm[];
-  float *qs = sm, *dys = qs + COLS * pitch(hd), *krow = dys + COLS * pitch(hdv), *vrow = krow + ROWS * hd;
-  float *ps = vrow + ROWS * hdv;
-  int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, width = DK ? hd : hdv;
-  long long nblk = (tk + ROWS - 1) / ROWS;
-  for (long long b = blockIdx.x; b < blocks; b += gridDim.x) {
-    long long bm = b / nblk, r0 = b % nblk * ROWS, j = r0 + warp;
-    const float *qb = q + rows_offset(w.q, bm), *dyb = dy + rows_offset(w.dy, bm);
-    __syncthreads();
-    load_rows(krow, k + rows_offset(w.k, bm), w.k.ld, r0, tk, hd);
-    if (DK) load_rows(vrow, v + rows_offset(w.v, bm), w.v.ld, r0, tk, hdv);
-    float acc[TMAX / WARP] = {0, 0, 0, 0};
-    for (long long c0 = causal ? r0 : 0; c0 < tq; c0 += COLS) { /* causal: no query before r0 sees these keys */
-      int n = tq - c0 < COLS ? (int)(tq - c0) : COLS;
-      __syncthreads();
-      load_cols(qs, qb, w.q.ld, c0, tq, hd);
-      load_cols(dys, dyb, w.dy.ld, c0, tq, hdv);
-      __syncthreads();
-      if (j >= tk) continue; /* warp-uniform */
-      long long i = c0 + lane;
-      float f = 0;
-      if (i < tq && (!causal || i >= j)) {
-        const double *sr = st + 2 * (bm * tq + i);
-        float pij = expf(dot_col(krow + warp * hd, qs + lane * pitch(hd), hd) * scale - (float)sr[0]);
-        f = DK ? pij * (dot_col(vrow + warp * hdv, dys + lane * pitch(hdv), hdv) - (float)sr[1]) * scale : pij;
-      }
-      ps[warp * COLS + lane] = f;
-      __syncwarp();
-      add_weighted(acc, ps + warp * COLS, DK ? qs : dys, n, width, lane);
-      __syncwarp();
-    }
-    if (j < tk) store_dims(out + rows_offset(w.o, bm) + j * w.o.ld, acc, width, lane);
-  }
-}
-
 /* Whether the tiled kernels take this attention: f32 (f16 and bf16 come
  * staged in f32), head sizes 1..TMAX, unless TFG_ATTENTION_TILED=0. */
 bool tiled(tfg_dtype dt, long long hd, long long hdv) {
   long long off;
   return dt == TFG_DTYPE_F32 && hd >= 1 && hd <= TMAX && hdv >= 1 && hdv <= TMAX &&
          !(tfg_env_int("TFG_ATTENTION_TILED", &off) && off == 0);
-}
-
-/* Shared memory of a tiled kernel: two tiles of COLS rows (widths a and
- * b, each row pitch() apart), rows of ROWS x (c + d), and ROWS x COLS
- * weights. */
-size_t tiled_smem(int a, int b, int c, int d) {
-  return sizeof(float) * ((size_t)COLS * (pitch(a) + pitch(b)) + (size_t)ROWS * (c + d + COLS));
 }
 
 /* Blocks for a tiled launch over `work` blocks of rows: a grid-stride
