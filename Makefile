@@ -294,7 +294,7 @@ CXX      ?= c++
 EMU_SRC  := $(wildcard tests/emu/*.cpp)
 EMU_BIN  := $(patsubst tests/emu/%.cpp,$(BUILD)/tests/emu/%,$(EMU_SRC))
 
-$(BUILD)/tests/emu/%: tests/emu/%.cpp tests/emu/cuda_emu.h kernels/cuda/attention_tiled.cuh ir/matmul_view.h
+$(BUILD)/tests/emu/%: tests/emu/%.cpp tests/emu/cuda_emu.h kernels/cuda/attention_device.cuh ir/matmul_view.h
 	@mkdir -p $(dir $@)
 	@echo "  CXX     $<"
 	$(Q)$(CXX) -std=c++20 -O2 -Wall -Wextra -Werror -pthread -I. -o $@ $<

@@ -5,6 +5,7 @@
  *   build/bench/gpu/gpubench matmul 4096 f32       # f32 | tf32 | bf16 | f16
  *   build/bench/gpu/gpubench chain [N]             # relu(x * a + b) over N floats (256M)
  *   build/bench/gpu/gpubench allreduce             # two logical devices of cuda:0
+ *   build/bench/gpu/gpubench attention 16 12 256 64 # causal f32 attention and its gradient
  *
  * Kernels are run the way the executor runs them: the backend of cuda:0
  * (tfg_backend_new), device buffers from its pool, the op's kernel
@@ -362,6 +363,64 @@ static int cmd_allreduce(void) {
   return 0;
 }
 
+/* ---- attention at a GPT's shape ------------------------------------------------------- */
+
+/* Causal self-attention of f32 heads q, k, v, dy [b, h, t, hd] (random in
+ * [-1, 1), scale 1 / sqrt(hd)): the forward (ATTENTION) and the whole
+ * gradient (ATTENTION_GRAD packed: dq, dk, dv side by side), each with
+ * the tiled kernels and with the reference ones (TFG_ATTENTION_TILED=0,
+ * read at each launch). TFLOP/s count the causal half: 2 b h t^2 hd for
+ * the forward's two products, 5 b h t^2 hd for the gradient's (the scores
+ * again, dP, and the three products), halved. */
+static int cmd_attention(int b, int h, int t, int hd) {
+  bench B = {0};
+  open_gpus(&B, "cuda:0", 1, false);
+  tfg_backend *be = B.b[0];
+  tfg_shape s4 = {4, {b, h, t, hd}}, pk = {4, {b, h, t, 3 * hd}};
+  int64_t n = (int64_t)b * h * t * hd;
+  tfg_tensor in[4], out = {.dtype = TFG_DTYPE_F32, .shape = s4}, grad = {.dtype = TFG_DTYPE_F32, .shape = pk};
+  for (int k = 0; k < 4; k++) {
+    void *hst = host_random(TFG_DTYPE_F32, n, 21 + (uint64_t)k);
+    in[k] = out;
+    in[k].data = dev_alloc(be, (size_t)n * 4);
+    be->i.copy_from_host(be, B.s[0], in[k].data, hst, (size_t)n * 4);
+    sync_or_die(be, B.s[0]);
+    free(hst);
+  }
+  out.data = dev_alloc(be, (size_t)n * 4);
+  grad.data = dev_alloc(be, (size_t)n * 12);
+  tfg_node fwd = {.op = TFG_OP_ATTENTION, .dtype = TFG_DTYPE_F32, .shape = s4, .ninputs = 3};
+  fwd.attrs.causal = true;
+  fwd.attrs.value = 1.0 / sqrt((double)hd);
+  tfg_node bwd = fwd;
+  bwd.op = TFG_OP_ATTENTION_GRAD;
+  bwd.shape = pk;
+  bwd.ninputs = 4;
+  bwd.attrs.axis = 3;
+  tfg_kernel_fn ff = be->i.kernel(be, &fwd), fb = be->i.kernel(be, &bwd);
+  if (!ff || !fb) die("the CUDA backend has no attention kernels");
+  tfg_kernel_ctx ctx = {0};
+  double flop = (double)b * h * (double)t * t * hd / 2; /* one causal product */
+  for (int ref = 0; ref < 2; ref++) {
+    if (ref) setenv("TFG_ATTENTION_TILED", "0", 1);
+    launch_job jf = {be, B.s[0], ff, &ctx, &fwd, in, &out}, jb = {be, B.s[0], fb, &ctx, &bwd, in, &grad};
+    double tf = time_it(&B, 1, queue_launch, &jf), tb = time_it(&B, 1, queue_launch, &jb);
+    const char *kern = ref ? "reference" : "tiled";
+    printf("tfg attention b=%d h=%d t=%d hd=%d pass=forward kernel=%s ms=%.4f tflops=%.2f\n", b, h, t, hd, kern,
+           tf * 1e3, 2 * 2 * flop / tf * 1e-12);
+    printf("tfg attention b=%d h=%d t=%d hd=%d pass=backward kernel=%s ms=%.4f tflops=%.2f\n", b, h, t, hd, kern,
+           tb * 1e3, 5 * 2 * flop / tb * 1e-12);
+    fflush(stdout);
+  }
+  unsetenv("TFG_ATTENTION_TILED");
+  for (int k = 0; k < 4; k++) be->i.free(be, in[k].data);
+  be->i.free(be, out.data);
+  be->i.free(be, grad.data);
+  tfg_strbuf_free(&ctx.err);
+  close_gpus(&B, 1);
+  return 0;
+}
+
 static int cmd_info(void) {
   bench B = {0};
   open_gpus(&B, "cuda:0", 1, false);
@@ -378,6 +437,8 @@ int main(int argc, char **argv) {
   if ((argc == 2 || argc == 3) && !strcmp(argv[1], "chain"))
     return cmd_chain(argc == 3 ? strtoll(argv[2], NULL, 10) : (int64_t)256 << 20);
   if (argc == 2 && !strcmp(argv[1], "allreduce")) return cmd_allreduce();
-  fprintf(stderr, "usage: gpubench info | matmul N f32|tf32|bf16|f16 | chain [N] | allreduce\n");
+  if (argc == 6 && !strcmp(argv[1], "attention"))
+    return cmd_attention(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
+  fprintf(stderr, "usage: gpubench info | matmul N f32|tf32|bf16|f16 | chain [N] | allreduce | attention B H T HD\n");
   return 2;
 }

@@ -19,6 +19,10 @@
 #   4. the all-reduce of two logical devices on one GPU (cuda:0*2), the
 #      shared one (what mirrored uses there) and the ring, against a
 #      device-to-device copy of the same bytes
+#   4b. causal f32 attention at the GPT's shape (16 x 12 heads of 256 x
+#      64), the forward and the whole gradient, with the tiled kernels and
+#      the reference ones, against scaled_dot_product_attention and the
+#      math form
 #   5. a training step (AdamW, cosine lr, clipping) of the byte-level GPT
 #      of examples/gpt.tfg at 12 layers, d 768, 12 heads, T 256, batch 16
 #      (85M params) with --devices cuda:0 (f32 with the graph passes off
@@ -145,6 +149,16 @@ main() {
   echo
   echo "## 4. all-reduce over two logical devices of one GPU (cuda:0*2)"
   "$GB" allreduce 2>&1
+
+  echo
+  echo "## 4b. causal f32 attention at the GPT's shape (b 16, h 12, t 256, hd 64): forward and gradient"
+  "$GB" attention 16 12 256 64 2>&1 | tee "$tmp/att"
+  torch attention 16 12 256 64 | tee "$tmp/tatt"
+  for pass in forward backward; do
+    mine=$(grep "pass=$pass kernel=tiled" "$tmp/att")
+    theirs=$(grep "pass=$pass kernel=sdpa" "$tmp/tatt")
+    [ -n "$mine" ] && [ -n "$theirs" ] && ratio "attention $pass tiled/sdpa" "$(val "$mine" ms)" "$(val "$theirs" ms)"
+  done
 
   echo
   echo "## 5. GPT training step (AdamW), 12 layers, d 768, 12 heads, T 256, batch 16, --devices cuda:0"

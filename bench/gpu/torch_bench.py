@@ -6,6 +6,7 @@ the same GPU).
   python3 bench/gpu/torch_bench.py matmul 4096 f32     # f32 | tf32 | bf16 | f16
   python3 bench/gpu/torch_bench.py chain [N]           # relu(x * a + b) over N floats (256M)
   python3 bench/gpu/torch_bench.py mlp digits|wide     # a training step, eager and CUDA-graphed
+  python3 bench/gpu/torch_bench.py attention B H T HD  # causal f32 attention and its gradient
 
 Timing, as gpubench does for tfg: WARMUP calls, then SAMPLES samples of K
 calls queued back to back followed by torch.cuda.synchronize(), divided by
@@ -31,6 +32,13 @@ written (Adam's default foreach implementation). Graphed: the whole step
 captured once into a CUDA graph (torch.cuda.graph; Adam with
 capturable=True) and replayed on static input buffers, PyTorch's
 "whole-network capture" recipe. Reported per step: steps of a sample / time.
+
+attention: causal self-attention of f32 heads [B, H, T, HD] (random in
+[-1, 1)), scaled_dot_product_attention (is_causal=True; PyTorch picks its
+backend: for f32 the memory-efficient kernel) and the math form
+(softmax of the masked scores, times v): the forward, and the gradient of
+q, k and v for a given dy (torch.autograd.grad over a kept graph: the
+backward alone). TFLOP/s as gpubench counts them.
 """
 
 import statistics
@@ -182,8 +190,34 @@ def cmd_mlp(torch, name):
     print("torch mlp model=%s mode=graphed batch=%d step_ms=%.4f" % (name, batch, t * 1e3))
 
 
+def cmd_attention(torch, b, h, t, hd):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v, dy = [(torch.rand(b, h, t, hd, device="cuda", generator=g) * 2 - 1) for _ in range(4)]
+    for x in (q, k, v):
+        x.requires_grad_(True)
+    scale = 1.0 / hd ** 0.5
+    mask = torch.ones(t, t, device="cuda", dtype=torch.bool).tril()
+    flop = b * h * t * t * hd / 2.0  # one causal product, as gpubench
+
+    def sdpa():
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def math():
+        s = (q @ k.transpose(-2, -1)) * scale
+        return torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1) @ v
+
+    for name, f in (("sdpa", sdpa), ("math", math)):
+        with torch.no_grad():
+            tf = time_it(torch, f)
+        o = f()
+        tb = time_it(torch, lambda: torch.autograd.grad(o, (q, k, v), dy, retain_graph=True))
+        for pas, tt, mult in (("forward", tf, 4), ("backward", tb, 10)):
+            print("torch attention b=%d h=%d t=%d hd=%d pass=%s kernel=%s ms=%.4f tflops=%.2f" % (
+                b, h, t, hd, pas, name, tt * 1e3, mult * flop / tt * 1e-12))
+
+
 def main(argv):
-    if len(argv) < 1 or argv[0] not in ("matmul", "chain", "mlp", "info"):
+    if len(argv) < 1 or argv[0] not in ("matmul", "chain", "mlp", "info", "attention"):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
     torch = load_torch()
@@ -196,6 +230,8 @@ def main(argv):
         cmd_matmul(torch, int(argv[1]), argv[2])
     elif argv[0] == "chain":
         cmd_chain(torch, int(argv[1]) if len(argv) > 1 else 256 << 20)
+    elif argv[0] == "attention":
+        cmd_attention(torch, *[int(x) for x in argv[1:5]])
     else:
         cmd_mlp(torch, argv[1])
     return 0

@@ -2,7 +2,7 @@
  * the CPU, for tests of device code on machines without a GPU.
  *
  *   #include "tests/emu/cuda_emu.h"
- *   #include "kernels/cuda/attention_tiled.cuh"     // device code, no runtime calls
+ *   #include "kernels/cuda/attention_device.cuh"     // device code, no runtime calls
  *   emu_launch(blocks, threads, smem_bytes, [&] { my_kernel(args...); });
  *
  * Each block runs as `threads` real threads (std::thread), one block
