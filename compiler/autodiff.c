@@ -318,9 +318,10 @@ static tfg_node_id rule(ad *c, tfg_node_id yid, int k, tfg_node_id dy) {
     if (c->fused_attention) { /* fused: no Tq x Tk tensor (kernels/cpu/attention.c) */
       tfg_node_id in[4] = {y.inputs[0], y.inputs[1], y.inputs[2], dy};
       tfg_attrs a = y.attrs;
-      tfg_shape qs = node(c, y.inputs[0])->shape, ks = node(c, y.inputs[1])->shape; /* copies: see above */
+      /* copies: adding nodes may move the node array */
+      tfg_shape qs = node(c, y.inputs[0])->shape, ks = node(c, y.inputs[1])->shape;
       int r = qs.rank;
-      int64_t hd = qs.dim[r - 1], hdv = x->shape.dim[r - 1];
+      int64_t hd = qs.dim[r - 1], hdv = node(c, y.inputs[2])->shape.dim[r - 1];
       if (qs.dim[r - 2] != ks.dim[r - 2]) { /* Tq != Tk: one op per input */
         a.axis = k;
         return add(c, TFG_OP_ATTENTION_GRAD, in, 4, &a);
