@@ -74,7 +74,7 @@ static int fold_packed_output(tfg_graph *g, int32_t i, const uint8_t *roots, uin
     return 0;
   int rank = nd->shape.rank, found = 0, perm[TFG_MAX_RANK];
   tfg_node_id sl[8], tr[8];
-  for (int32_t j = i + 1; j < g->nnodes && found <= readers[i]; j++) {
+  for (int32_t j = i + 1; j < g->nnodes && found < readers[i]; j++) {
     const tfg_node *s = &g->nodes[j];
     if (tfg_fold_removed(mark[j])) continue;
     bool reads = false;

@@ -751,15 +751,32 @@ static double flops_matmul(const tfg_graph *g, const tfg_node *n) {
   return 2.0 * numel(n) * (double)k;
 }
 
+/* The sizes an attention (or its probabilities, or its gradient) works
+ * on, from its operands as it reads them (a folded transpose permutes a
+ * stored operand's axes: the heads' [B, T, H, hd] is read as [B, H, T,
+ * hd]): rows = batch x Tq, Tk, hd and hdv (0 for the probabilities). */
+static void attention_sizes(const tfg_graph *g, const tfg_node *n, double *rows, double *tk, double *hd,
+                            double *hdv) {
+  tfg_shape lq, lk, lv;
+  int64_t st[TFG_MAX_RANK];
+  tfg_matmul_view(n, 0, &input(g, n, 0)->shape, &lq, st);
+  tfg_matmul_view(n, 1, &input(g, n, 1)->shape, &lk, st);
+  int r = lq.rank;
+  *rows = (double)tfg_shape_numel(&lq) / (double)lq.dim[r - 1];
+  *tk = (double)lk.dim[r - 2];
+  *hd = (double)lq.dim[r - 1];
+  *hdv = 0;
+  if (n->op == TFG_OP_ATTENTION_PROBS) return;
+  tfg_matmul_view(n, 2, &input(g, n, 2)->shape, &lv, st);
+  *hdv = (double)lv.dim[r - 1];
+}
+
 /* attention: the two products, 2 Tq Tk (hd + hdv) per batch matrix (a
  * causal mask skips about half: counted whole, as the unfused ops are);
  * its probabilities: the first product and the softmax. */
 static double flops_attention(const tfg_graph *g, const tfg_node *n) {
-  const tfg_node *q = input(g, n, 0), *k = input(g, n, 1);
-  int r = q->shape.rank;
-  double rows = (double)tfg_shape_numel(&q->shape) / (double)q->shape.dim[r - 1]; /* batch * Tq */
-  double tk = (double)k->shape.dim[r - 2], hd = (double)q->shape.dim[r - 1];
-  double hdv = n->op == TFG_OP_ATTENTION ? (double)n->shape.dim[r - 1] : 0;
+  double rows, tk, hd, hdv;
+  attention_sizes(g, n, &rows, &tk, &hd, &hdv);
   return rows * tk * (2 * hd + 2 * hdv + 5);
 }
 
@@ -769,10 +786,8 @@ static double flops_attention(const tfg_graph *g, const tfg_node *n) {
  * (2 Tq Tk hdv); all three packed: the probabilities and dS once, the
  * three products. */
 static double flops_attention_grad(const tfg_graph *g, const tfg_node *n) {
-  const tfg_node *q = input(g, n, 0), *k = input(g, n, 1), *v = input(g, n, 2);
-  int r = q->shape.rank;
-  double rows = (double)tfg_shape_numel(&q->shape) / (double)q->shape.dim[r - 1];
-  double tk = (double)k->shape.dim[r - 2], hd = (double)q->shape.dim[r - 1], hdv = (double)v->shape.dim[r - 1];
+  double rows, tk, hd, hdv;
+  attention_sizes(g, n, &rows, &tk, &hd, &hdv);
   double probs = rows * tk * (2 * hd + 5), ds = rows * tk * (2 * hdv + 3);
   switch (n->attrs.axis) {
   case 2: return probs + rows * tk * 2 * hdv;

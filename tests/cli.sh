@@ -535,6 +535,16 @@ att_peak() { # att_peak T [VAR=VALUE]: the plan's peak bytes on gpu:0
 p1=$(att_peak 1024) p2=$(att_peak 2048) u2=$(att_peak 2048 TFG_ATTENTION_GRAD=0)
 if [ -n "$p1" ] && [ -n "$p2" ] && [ -n "$u2" ] && [ "$p2" -lt $((p1 * 2 + p1 / 10)) ] && [ "$p2" -lt $((u2 / 2)) ]; then ok
 else ko "attention-grad-memory: peaks T 1024 '$p1', T 2048 '$p2', T 2048 unfused '$u2': fused should grow about 2x and stay below half the unfused"; fi
+# The layout pass moves no work: the tiny GPT's FLOPs per step are the
+# same with the heads' transposes folded into its attention ops (their
+# costs read the operands through the views) and with TFG_LAYOUT=0.
+gpt_flops() {
+  env ${1:-TFG_X=} "$TFG" place --json --devices host --set d=32 --set layers=1 --set T=64 --set batch=8 \
+    "$ROOT/examples/gpt.tfg" | grep '"device": "gpu:0", "ops"' | sed 's/.*"flops": \([^,]*\),.*/\1/'
+}
+f_on=$(gpt_flops) f_off=$(gpt_flops TFG_LAYOUT=0)
+if [ -n "$f_on" ] && [ "$f_on" = "$f_off" ]; then ok
+else ko "layout-flops: the GPT's FLOPs $f_on with the layout pass, $f_off without"; fi
 # Evaluation is over exactly the test split's rows (runtime/train.c,
 # evaluate): 20 rows labelled 0..19, the test split the last ones, batches
 # of 4, the metric the mean label. 5 rows (15..19): the row past the whole
