@@ -34,6 +34,9 @@ typedef struct ad {
   /* the packed attention gradient last made: for forward node att_fwd
    * and output gradient att_dy (its three inputs' rules share it) */
   tfg_node_id att_fwd, att_dy, att_pack;
+  /* per node: it depends on a param the gradient is for (from), it
+   * reaches the loss (to): the inputs whose gradients are wanted */
+  const uint8_t *from, *to;
 } ad;
 
 /* Whether the optimizing rewrites are on: unless TFG_OPT is set to 0, the
@@ -322,7 +325,9 @@ static tfg_node_id rule(ad *c, tfg_node_id yid, int k, tfg_node_id dy) {
       tfg_shape qs = node(c, y.inputs[0])->shape, ks = node(c, y.inputs[1])->shape;
       int r = qs.rank;
       int64_t hd = qs.dim[r - 1], hdv = node(c, y.inputs[2])->shape.dim[r - 1];
-      if (qs.dim[r - 2] != ks.dim[r - 2]) { /* Tq != Tk: one op per input */
+      int wanted = 0; /* of q, k and v: one alone is cheaper by its own op (no products for the others) */
+      for (int m = 0; m < 3; m++) wanted += c->from[y.inputs[m]] && c->to[y.inputs[m]];
+      if (qs.dim[r - 2] != ks.dim[r - 2] || wanted < 2) { /* Tq != Tk, or one input: one op per input */
         a.axis = k;
         return add(c, TFG_OP_ATTENTION_GRAD, in, 4, &a);
       }
@@ -457,7 +462,7 @@ static void differentiate(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt
 
   long long fa;
   ad c = {.g = g, .opt = opt_enabled(), .fused_attention = !(tfg_env_int("TFG_ATTENTION_GRAD", &fa) && fa == 0),
-          .att_fwd = -1, .att_dy = -1, .att_pack = -1};
+          .att_fwd = -1, .att_dy = -1, .att_pack = -1, .from = from, .to = to};
   at(&c, loss);
   adj[loss] = scalar(&c, 1.0, g->nodes[loss].dtype);
   for (int32_t i = loss; i >= 0; i--) {

@@ -107,6 +107,13 @@ static const gcase cases[] = {
     {"attention causal Tq < Tk",
      "param p0: f64[1, 3, 2] = normal()\nparam p1: f64[1, 6, 2] = normal()\nparam p2: f64[1, 6, 2] = normal()\n"
      "y = attention(p0, p1, p2, causal = true)"},
+    /* one input wanted (q and k fixed): its own op; two: the packed one */
+    {"attention v alone",
+     "q = normal([2, 5, 3], seed = 7, dtype = f64)\nk = normal([2, 5, 3], seed = 8, dtype = f64)\n"
+     "param p0: f64[2, 5, 4] = normal()\ny = attention(q, k, p0, causal = true)"},
+    {"attention q and k",
+     "v = normal([2, 6, 2], seed = 9, dtype = f64)\nparam p0: f64[2, 6, 3] = normal()\n"
+     "param p1: f64[2, 6, 3] = normal()\ny = attention(p0, p1, v)"},
     {"dropout", "param p0: f64[4, 5] = normal()\ny = dropout(p0, 0.3)", true},
     {"embedding", "param p0: f64[5, 3] = normal()\ny = embedding(p0, tensor([[1, 4], [1, 0]], dtype = i32))"},
     {"reuse", "param p0: f64[3] = normal()\ny = p0 * p0 + exp(p0) * p0"},
