@@ -46,7 +46,7 @@ tfg_status cuda_attention(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_t
   const tfg_shape *shapes[3] = {&q->shape, &k->shape, &v->shape};
   const char *bad = tfg_attention_geometry(node, shapes, &out->shape, &g);
   if (bad) return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "attention: %s", bad);
-  views w = {g.q, g.k, g.v, g.out};
+  att_views w = {g.q, g.k, g.v, g.out, g.out}; /* no dy: out stands in */
   long long tq = g.tq, tk = g.tk, hd = g.hd, hdv = g.hdv;
   long long total = tfg_shape_numel(&out->shape);
   if (total == 0) return TFG_OK;
@@ -55,10 +55,9 @@ tfg_status cuda_attention(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_t
   unsigned blocks = tfg_cuda_grid(rows, TFG_CUDA_THREADS / WARP);
   bool causal = node->attrs.causal;
   if (!probs && tiled(dt, hd, hdv)) {
-    tiles tw = {g.q, g.k, g.v, g.out, g.out};
     long long nblocks = rows / tq * ((tq + ROWS - 1) / ROWS);
     attention_tiled<<<tiled_grid(nblocks), ROWS * WARP, tiled_smem((int)hd, (int)hdv, (int)hd, 0), st>>>(
-        (const float *)q->data, (const float *)k->data, (const float *)v->data, (float *)out->data, tw, tq, tk,
+        (const float *)q->data, (const float *)k->data, (const float *)v->data, (float *)out->data, w, tq, tk,
         (int)hd, (int)hdv, (float)node->attrs.value, causal, nblocks);
     TFG_CUDA_LAUNCHED(ctx);
     return TFG_OK;
@@ -90,7 +89,7 @@ tfg_status cuda_attention(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_t
  * rows as w.o says, from the part's first column), after the statistics
  * st: the tiled kernel (f32) or the reference one. */
 template <typename T>
-void attention_grad_part(cudaStream_t stream, const T *q, const T *k, const T *v, const T *dy, T *o, const gviews &w,
+void attention_grad_part(cudaStream_t stream, const T *q, const T *k, const T *v, const T *dy, T *o, const att_views &w,
                          const double *st, const tfg_attention_geom &g, int part, long long batches, T scale,
                          bool causal, bool use_tiled) {
   long long qrows = batches * g.tq, krows = batches * g.tk;
@@ -99,18 +98,17 @@ void attention_grad_part(cudaStream_t stream, const T *q, const T *k, const T *v
     const float *qf = (const float *)q, *kf = (const float *)k, *vf = (const float *)v, *dyf = (const float *)dy;
     float *of = (float *)o, sc = (float)scale;
     int hd = (int)g.hd, hdv = (int)g.hdv;
-    tiles tw = {w.q, w.k, w.v, w.dy, w.o};
     long long qblocks = batches * ((g.tq + ROWS - 1) / ROWS), kblocks = batches * ((g.tk + ROWS - 1) / ROWS);
     size_t smem = tiled_smem(hd, hdv, hd, hdv);
     if (part == 0)
-      attention_grad_q_tiled<<<tiled_grid(qblocks), ROWS * WARP, smem, stream>>>(qf, kf, vf, dyf, of, tw, st, g.tq, g.tk,
+      attention_grad_q_tiled<<<tiled_grid(qblocks), ROWS * WARP, smem, stream>>>(qf, kf, vf, dyf, of, w, st, g.tq, g.tk,
                                                                                 hd, hdv, sc, causal, qblocks);
     else if (part == 1)
       attention_grad_kv_tiled<true><<<tiled_grid(kblocks), ROWS * WARP, smem, stream>>>(
-          qf, kf, vf, dyf, of, tw, st, g.tq, g.tk, hd, hdv, sc, causal, kblocks);
+          qf, kf, vf, dyf, of, w, st, g.tq, g.tk, hd, hdv, sc, causal, kblocks);
     else
       attention_grad_kv_tiled<false><<<tiled_grid(kblocks), ROWS * WARP, smem, stream>>>(
-          qf, kf, vf, dyf, of, tw, st, g.tq, g.tk, hd, hdv, sc, causal, kblocks);
+          qf, kf, vf, dyf, of, w, st, g.tq, g.tk, hd, hdv, sc, causal, kblocks);
     return;
   }
   long long per = TFG_CUDA_THREADS / WARP;
@@ -129,7 +127,7 @@ void attention_grad_part(cudaStream_t stream, const T *q, const T *k, const T *v
  * 3 all three into their columns of each output row (dq at 0, dk at hd,
  * dv at 2 hd). */
 template <typename T>
-tfg_status attention_grad_launch(tfg_kernel_ctx *ctx, const tfg_tensor *in, tfg_tensor *out, const gviews &w,
+tfg_status attention_grad_launch(tfg_kernel_ctx *ctx, const tfg_tensor *in, tfg_tensor *out, const att_views &w,
                                  const tfg_attention_geom &g, int which, long long batches, T scale, bool causal) {
   cudaStream_t stream = tfg_cuda_of(ctx)->stream;
   const T *q = (const T *)in[0].data, *k = (const T *)in[1].data, *v = (const T *)in[2].data;
@@ -143,9 +141,8 @@ tfg_status attention_grad_launch(tfg_kernel_ctx *ctx, const tfg_tensor *in, tfg_
   if (qrows > 0 && use_tiled) { /* T is float here */
     long long qblocks = batches * ((g.tq + ROWS - 1) / ROWS);
     int hd = (int)g.hd, hdv = (int)g.hdv;
-    tiles tw = {w.q, w.k, w.v, w.dy, w.o};
     attention_grad_stats_tiled<<<tiled_grid(qblocks), ROWS * WARP, tiled_smem(hd, hdv, hd, hdv), stream>>>(
-        (const float *)q, (const float *)k, (const float *)v, (const float *)dy, tw, st, g.tq, g.tk, hd, hdv,
+        (const float *)q, (const float *)k, (const float *)v, (const float *)dy, w, st, g.tq, g.tk, hd, hdv,
         (float)scale, causal, want_d, qblocks);
   } else if (qrows > 0) {
     attention_grad_stats<T><<<tfg_cuda_grid(qrows, TFG_CUDA_THREADS / WARP), TFG_CUDA_THREADS, 0, stream>>>(
@@ -184,7 +181,7 @@ tfg_status cuda_attention_grad(tfg_kernel_ctx *ctx, const tfg_node *node, const 
                            (long long)g.tq, (long long)g.tk);
   long long width = which == 3 ? 2 * g.hd + g.hdv : which == 2 ? g.hdv : g.hd;
   long long batches = total / ((which == 0 ? g.tq : g.tk) * width);
-  gviews w = {g.q, g.k, g.v, g.dy, g.out};
+  att_views w = {g.q, g.k, g.v, g.dy, g.out};
   bool causal = node->attrs.causal;
   if (dt == TFG_DTYPE_F32)
     return attention_grad_launch<float>(ctx, in, out, w, g, which, batches, (float)node->attrs.value, causal);

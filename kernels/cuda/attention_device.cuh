@@ -29,6 +29,14 @@ namespace tfg_att {
 
 constexpr int WARP = 32;
 
+/* Where each operand's batch matrices and rows lie (ir/matmul_view.h: the
+ * layout pass may fold the heads' transposes in), by value: q, k, v, the
+ * output's gradient (the gradient kernels' input) and the output. Every
+ * kernel here takes it. */
+struct att_views {
+  tfg_rows_view q, k, v, dy, o;
+};
+
 /* The element offset of batch matrix bm of a rows view (ir/matmul_view.h). */
 __device__ __forceinline__ long long rows_offset(const tfg_rows_view &v, long long bm) {
   long long off = 0;
@@ -59,11 +67,6 @@ __device__ __forceinline__ long long rows_offset(const tfg_rows_view &v, long lo
 
 constexpr int SLICE = 8;
 
-/* Where each operand's batch matrices and rows lie (ir/matmul_view.h: the
- * layout pass may fold the heads' transposes in), by value. */
-struct views {
-  tfg_rows_view q, k, v, o;
-};
 
 /* for (r over [0, rows)): a warp per row r, spread over the whole grid. */
 #define WARP_ROWS(r, rows)                                                                          \
@@ -92,7 +95,7 @@ __device__ __forceinline__ T warp_dot(const T *q, const T *k, long long hd, int 
 
 template <typename T>
 __global__ void attention_rows(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
-                               T *__restrict__ out, views w, long long rows, long long tq, long long tk, long long hd,
+                               T *__restrict__ out, att_views w, long long rows, long long tq, long long tk, long long hd,
                                long long hdv, T scale, bool causal) {
   int lane = threadIdx.x % WARP;
   WARP_ROWS(r, rows) {
@@ -124,7 +127,7 @@ __global__ void attention_rows(const T *__restrict__ q, const T *__restrict__ k,
 }
 
 template <typename T>
-__global__ void attention_probs_rows(const T *__restrict__ q, const T *__restrict__ k, T *__restrict__ out, views w,
+__global__ void attention_probs_rows(const T *__restrict__ q, const T *__restrict__ k, T *__restrict__ out, att_views w,
                                      long long rows, long long tq, long long tk, long long hd, T scale, bool causal) {
   int lane = threadIdx.x % WARP;
   WARP_ROWS(r, rows) {
@@ -158,13 +161,9 @@ __global__ void attention_probs_rows(const T *__restrict__ q, const T *__restric
  * into st[2 r] and st[2 r + 1]; then a warp per row of the gradient: a
  * query row for q (over the keys it sees), a key row for k and v (over
  * the queries that see it: i >= j when causal). Sums in double. */
-struct gviews {
-  tfg_rows_view q, k, v, dy, o;
-};
-
 template <typename T>
 __global__ void attention_grad_stats(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
-                                     const T *__restrict__ dy, gviews w, double *__restrict__ st, long long rows,
+                                     const T *__restrict__ dy, att_views w, double *__restrict__ st, long long rows,
                                      long long tq, long long tk, long long hd, long long hdv, T scale, bool causal,
                                      bool want_d) {
   int lane = threadIdx.x % WARP;
@@ -209,7 +208,7 @@ __device__ __forceinline__ void slice_store(T *o, const double *acc, long long e
 /* dq: a warp per query row r of rows (batch matrices x tq). */
 template <typename T>
 __global__ void attention_grad_q(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
-                                 const T *__restrict__ dy, T *__restrict__ out, gviews w, const double *__restrict__ st,
+                                 const T *__restrict__ dy, T *__restrict__ out, att_views w, const double *__restrict__ st,
                                  long long rows, long long tq, long long tk, long long hd, long long hdv, T scale,
                                  bool causal) {
   int lane = threadIdx.x % WARP;
@@ -237,7 +236,7 @@ __global__ void attention_grad_q(const T *__restrict__ q, const T *__restrict__ 
 /* dk (DK) or dv: a warp per key row r of rows (batch matrices x tk). */
 template <typename T, bool DK>
 __global__ void attention_grad_kv(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
-                                  const T *__restrict__ dy, T *__restrict__ out, gviews w,
+                                  const T *__restrict__ dy, T *__restrict__ out, att_views w,
                                   const double *__restrict__ st, long long rows, long long tq, long long tk,
                                   long long hd, long long hdv, T scale, bool causal) {
   int lane = threadIdx.x % WARP;
@@ -278,10 +277,6 @@ __global__ void attention_grad_kv(const T *__restrict__ q, const T *__restrict__
  * the conformance suite's NN tolerance. TFG_ATTENTION_TILED=0 runs the
  * reference kernels instead, to compare. */
 constexpr int ROWS = 8, COLS = 32, TMAX = 128;
-
-struct tiles {
-  tfg_rows_view q, k, v, dy, o;
-};
 
 __device__ __forceinline__ float warp_max(float x) {
   for (int o = WARP / 2; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
@@ -369,7 +364,7 @@ TFG_ATT_UNROLL
 /* The forward pass: a block per ROWS query rows of one batch matrix. */
 __global__ void __launch_bounds__(ROWS *WARP) attention_tiled(const float *__restrict__ q, const float *__restrict__ k,
                                                               const float *__restrict__ v, float *__restrict__ out,
-                                                              tiles w, long long tq, long long tk, int hd, int hdv,
+                                                              att_views w, long long tq, long long tk, int hd, int hdv,
                                                               float scale, bool causal, long long blocks) {
   TFG_CUDA_SHARED(float, sm);
   float *ks = sm, *vs = ks + COLS * pitch(hd), *qs = vs + COLS * pitch(hdv), *ps = qs + ROWS * hd;
@@ -413,7 +408,7 @@ TFG_ATT_UNROLL
  * attention_grad_stats, into st. */
 __global__ void __launch_bounds__(ROWS *WARP) attention_grad_stats_tiled(
     const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,
-    const float *__restrict__ dy, tiles w, double *__restrict__ st, long long tq, long long tk, int hd, int hdv,
+    const float *__restrict__ dy, att_views w, double *__restrict__ st, long long tq, long long tk, int hd, int hdv,
     float scale, bool causal, bool want_d, long long blocks) {
   TFG_CUDA_SHARED(float, sm);
   float *ks = sm, *vs = ks + COLS * pitch(hd), *qs = vs + COLS * pitch(hdv), *dys = qs + ROWS * hd;
@@ -451,7 +446,7 @@ __global__ void __launch_bounds__(ROWS *WARP) attention_grad_stats_tiled(
  * dS_ij = P_ij (dy_i . v_j - D_i) scale, then dq_i += sum_j dS_ij k_j. */
 __global__ void __launch_bounds__(ROWS *WARP) attention_grad_q_tiled(
     const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,
-    const float *__restrict__ dy, float *__restrict__ out, tiles w, const double *__restrict__ st, long long tq,
+    const float *__restrict__ dy, float *__restrict__ out, att_views w, const double *__restrict__ st, long long tq,
     long long tk, int hd, int hdv, float scale, bool causal, long long blocks) {
   TFG_CUDA_SHARED(float, sm);
   float *ks = sm, *vs = ks + COLS * pitch(hd), *qs = vs + COLS * pitch(hdv), *dys = qs + ROWS * hd;
@@ -496,7 +491,7 @@ __global__ void __launch_bounds__(ROWS *WARP) attention_grad_q_tiled(
 template <bool DK>
 __global__ void __launch_bounds__(ROWS *WARP) attention_grad_kv_tiled(
     const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,
-    const float *__restrict__ dy, float *__restrict__ out, tiles w, const double *__restrict__ st, long long tq,
+    const float *__restrict__ dy, float *__restrict__ out, att_views w, const double *__restrict__ st, long long tq,
     long long tk, int hd, int hdv, float scale, bool causal, long long blocks) {
   TFG_CUDA_SHARED(float, sm);
   float *qs = sm, *dys = qs + COLS * pitch(hd), *krow = dys + COLS * pitch(hdv), *vrow = krow + ROWS * hd;

@@ -152,13 +152,13 @@ void run_tiled(const problem &p) {
   std::vector<float> o((size_t)(b * tq * hdv), NAN), dq((size_t)(b * tq * hd), NAN), dk((size_t)(b * tk * hd), NAN),
       dv((size_t)(b * tk * hdv), NAN), pk((size_t)(tq == tk ? b * tq * w : 0), NAN);
   std::vector<double> st((size_t)(2 * b * tq + 2), NAN);
-  tiles t = {rows(b, tq, hd), rows(b, tk, hd), rows(b, tk, hdv), rows(b, tq, hdv), rows(b, tq, hdv)};
+  att_views t = {rows(b, tq, hd), rows(b, tk, hd), rows(b, tk, hdv), rows(b, tq, hdv), rows(b, tq, hdv)};
   long long qblocks = b * ((tq + ROWS - 1) / ROWS), kblocks = b * ((tk + ROWS - 1) / ROWS);
   size_t smem = tiled_smem(hd, hdv, hd, hdv);
   const float *Q = p.q.data(), *K = p.k.data(), *V = p.v.data(), *DY = p.dy.data();
   double *ST = st.data();
   auto grads = [&](float *gq, float *gk, float *gv, long long ld) {
-    tiles tq_ = t, tk_ = t, tv_ = t;
+    att_views tq_ = t, tk_ = t, tv_ = t;
     tq_.o = rows(b, tq, ld ? ld : hd);
     tk_.o = rows(b, tk, ld ? ld : hd);
     tv_.o = rows(b, tk, ld ? ld : hdv);
@@ -206,9 +206,9 @@ void run_reference(const problem &p, double tol) {
   std::vector<T> o((size_t)(b * tq * hdv), (T)NAN), dq((size_t)(b * tq * hd), (T)NAN),
       dk((size_t)(b * tk * hd), (T)NAN), dv((size_t)(b * tk * hdv), (T)NAN);
   std::vector<double> st((size_t)(2 * b * tq + 2), NAN);
-  views fw = {rows(b, tq, hd), rows(b, tk, hd), rows(b, tk, hdv), rows(b, tq, hdv)};
-  gviews gq = {rows(b, tq, hd), rows(b, tk, hd), rows(b, tk, hdv), rows(b, tq, hdv), rows(b, tq, hd)};
-  gviews gk = gq, gv = gq;
+  att_views fw = {rows(b, tq, hd), rows(b, tk, hd), rows(b, tk, hdv), rows(b, tq, hdv), rows(b, tq, hdv)};
+  att_views gq = {rows(b, tq, hd), rows(b, tk, hd), rows(b, tk, hdv), rows(b, tq, hdv), rows(b, tq, hd)};
+  att_views gk = gq, gv = gq;
   gk.o = rows(b, tk, hd);
   gv.o = rows(b, tk, hdv);
   const T *Q = q.data(), *K = k.data(), *V = v.data(), *DY = dy.data();
