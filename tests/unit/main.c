@@ -68,6 +68,7 @@ int main(void) {
   srunner_add_suite(sr, suite_kernels_nn());
   srunner_add_suite(sr, suite_kernels_grad());
   srunner_add_suite(sr, suite_cpu_math());
+  srunner_add_suite(sr, suite_parallel());
   srunner_add_suite(sr, suite_data());
   srunner_add_suite(sr, suite_interp());
   srunner_add_suite(sr, suite_format());

@@ -18,6 +18,7 @@ Suite *suite_kernels_basic(void);
 Suite *suite_kernels_nn(void);
 Suite *suite_kernels_grad(void);
 Suite *suite_cpu_math(void);
+Suite *suite_parallel(void);
 Suite *suite_data(void);
 Suite *suite_interp(void);
 Suite *suite_format(void);
