@@ -3,6 +3,7 @@
 #   make            build/tfg and build/libtfg.a
 #   make test       install missing packages, build, run every test
 #   make asan       the same under AddressSanitizer + UBSan (in build/asan)
+#   make tsan       the threaded tests under ThreadSanitizer (in build/tsan)
 #   make fuzz       fuzz for FUZZ_SECONDS (default 600): libFuzzer over the
 #                   lexer and parser, then mutated programs through
 #                   `tfg run` under ASan+UBSan (tests/fuzz/mutate.py)
@@ -95,7 +96,12 @@ ifeq ($(LIBMVEC),)
 endif
 LDLIBS  += $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas) -lz $(LIBMVEC) -lm -pthread
 
-ifneq ($(SAN),)
+# SAN=1: AddressSanitizer + UBSan (make asan); SAN=thread: ThreadSanitizer
+# (make tsan).
+ifeq ($(SAN),thread)
+  override CFLAGS += -fsanitize=thread -fno-omit-frame-pointer
+  override LDFLAGS += -fsanitize=thread
+else ifneq ($(SAN),)
   override CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   override LDFLAGS += -fsanitize=address,undefined
 endif
@@ -113,10 +119,12 @@ else
 endif
 
 # MPI: auto = where Open MPI's mpicc is (make deps installs it); its compile
-# and link flags from mpicc itself. The sanitizer build leaves it out (Open
-# MPI's own allocations would read as leaks), as it leaves out CUDA.
+# and link flags from mpicc itself. The ASan build leaves it out (Open
+# MPI's own allocations would read as leaks), as it leaves out CUDA; the
+# TSan build keeps it (the MPI progress thread is ours to check; Open MPI's
+# own lock-order report is suppressed in tests/tsan.supp).
 MPI     ?= auto
-ifneq ($(SAN),)
+ifneq ($(filter-out thread,$(SAN)),)
   override MPI := 0
 endif
 ifeq ($(MPI),auto)
@@ -162,13 +170,15 @@ endif
 # ---- say what is built and why (once, from the top make; not for clean/deps) --
 comma := ,
 ifeq ($(MAKELEVEL),0)
-  ifneq ($(filter-out clean deps deps-fuzz asan fuzz fuzz-mutate,$(or $(MAKECMDGOALS),all)),)
+  ifneq ($(filter-out clean deps deps-fuzz asan tsan fuzz fuzz-mutate,$(or $(MAKECMDGOALS),all)),)
     ifneq ($(JOBS),)
       JOBS_SAID := ; $(JOBS) jobs at once (make -j1: one)
     endif
     ifeq ($(CUDA_ON),1)
       CUDA_SAID := $(patsubst code=%,%,$(filter code=sm_%,$(subst $(comma), ,$(CUDA_ARCH))))
       $(info tfg: CUDA found at $(CUDA_HOME), so the build includes the CUDA backend: $(words $(wildcard kernels/cuda/*.cu)) .cu files for $(CUDA_SAID), most of the build time (make CUDA=0 leaves it out)$(JOBS_SAID))
+    else ifeq ($(SAN),thread)
+      $(info tfg: $(BUILD) is built with ThreadSanitizer, CPU backend only$(JOBS_SAID))
     else ifneq ($(SAN),)
       $(info tfg: $(BUILD) is built with ASan+UBSan, CPU backend only$(JOBS_SAID))
     else ifeq ($(CUDA),auto)
@@ -196,7 +206,7 @@ TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRC))
 CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null)
 
-.PHONY: all test asan fuzz fuzz-mutate demo deps deps-fuzz clean test-gpu bench-build
+.PHONY: all test asan tsan fuzz fuzz-mutate demo deps deps-fuzz clean test-gpu bench-build
 .DEFAULT_GOAL := all
 
 all: $(BUILD)/tfg $(BUILD)/libtfg.a
@@ -327,6 +337,17 @@ asan: deps
 	  $(ASAN_BUILD)/tests/gpu/conformance $(patsubst $(BUILD)/%,$(ASAN_BUILD)/%,$(EMU_BIN))
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  sh tests/run.sh $(ASAN_BUILD)
+
+# The thread pool, executor, collectives and strategies under
+# ThreadSanitizer, and the examples at --threads 4 (tests/tsan.sh): the
+# races that only show when a pool's workers run beside each device's
+# worker. CI runs it after make test.
+TSAN_BUILD := $(BUILD)/tsan
+
+tsan: deps
+	@echo "tfg: building $(TSAN_BUILD) with ThreadSanitizer (CPU backend only), then the threaded tests under it"
+	@$(MAKE) --no-print-directory BUILD=$(TSAN_BUILD) SAN=thread OPT="-O1 -g" all $(TSAN_BUILD)/unit
+	@sh tests/tsan.sh $(TSAN_BUILD)
 
 # ---- fuzzing --------------------------------------------------------------
 # FUZZ_SECONDS is the length of the whole `make fuzz` (builds aside): a

@@ -54,6 +54,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -864,11 +865,17 @@ static tfg_status call_load(repl *r, void *c) {
 /* ---- line editing ------------------------------------------------------------------ */
 
 static repl *active; /* the session completion looks names up in (libedit has no context pointer) */
-static volatile sig_atomic_t interrupted;
+/* Written by the SIGINT handler, which may run on any thread that does not
+ * block the signal (OpenBLAS's workers among them), and read by the main
+ * one: an atomic, as train.c's stop flag; lock-free, so the handler may
+ * store to it. */
+static atomic_int interrupted;
 
 static void on_sigint(int sig) {
   (void)sig;
-  interrupted = 1;
+  int saved = errno; /* a handler must leave errno as it found it */
+  atomic_store(&interrupted, 1);
+  errno = saved;
 }
 
 /* Ctrl-C at a prompt sets interrupted. SA_RESTART: an interrupted write
@@ -893,7 +900,7 @@ static int read_key(FILE *f) {
   unsigned char c;
   struct pollfd pfd = {.fd = fileno(f), .events = POLLIN};
   for (;;) {
-    if (interrupted) return EOF;
+    if (atomic_load(&interrupted)) return EOF;
     int ready = poll(&pfd, 1, 100);
     if (ready < 0 && errno != EINTR) return EOF;
     if (ready <= 0) continue;
@@ -1049,7 +1056,7 @@ static void history_setup(repl *r) {
  * input or on an interrupt (interrupted set). */
 static char *read_line(repl *r, const char *prompt, size_t *len) {
   if (r->tty) {
-    interrupted = 0;
+    atomic_store(&interrupted, 0);
     char *line = readline(prompt);
     if (!line) return NULL;
     *len = strlen(line);
@@ -1120,7 +1127,7 @@ int cli_repl(const cli_opts *o) {
     size_t len = 0;
     r.continuing = buf.len > 0;
     char *line = read_line(&r, r.continuing ? "...> " : "tfg> ", &len);
-    if (!line && r.tty && interrupted) {
+    if (!line && r.tty && atomic_load(&interrupted)) {
       /* Ctrl-C: drop the line and any unfinished input. */
       fputc('\n', stdout);
       tfg_strbuf_clear(&buf);
