@@ -5,14 +5,20 @@
  * One panel per series, stacked: the loss, then each metric; each with
  * its own y axis (ticks at 1, 2 or 5 times a power of ten, labelled),
  * the step on a shared x axis, a title, and one polyline with a point
- * per logged step. The file is written to a temporary name and renamed,
- * so a reader never sees half a picture. */
+ * per logged step. The file is written whole (base/file.h: a temporary
+ * renamed over it), so a reader never sees half a picture. */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "base/file.h"
 #include "base/strbuf.h"
 #include "cli/pipeline.h"
 #include "cli/plot.h"
@@ -52,11 +58,33 @@ static int split(char *line, char **field, int cap) {
   return n;
 }
 
-/* Reads path into t; 0, or an exit code after a message on stderr. */
+/* A field of the log as a number: what the log writes (printf's %g:
+ * decimal digits, a sign, a point, an exponent; "nan" and "inf" for values
+ * that were not finite). strtod alone would also take hex ("0x10") and
+ * words such as "infinity", which no log holds. */
+static bool parse_number(const char *field, double *x) {
+  const char *s = field + (*field == '-' || *field == '+');
+  if (!strcasecmp(s, "nan") || !strcasecmp(s, "inf")) {
+    *x = strtod(field, NULL);
+    return true;
+  }
+  if (!*s || strspn(s, "0123456789.eE+-") != strlen(s)) return false;
+  char *end;
+  *x = strtod(field, &end);
+  return *end == '\0';
+}
+
+/* Reads path into t; 0, or an exit code after a message on stderr. The
+ * open never blocks (a FIFO would wait for a writer) and a folder or a
+ * device is refused by name (base/file.h). */
 static int read_table(const char *path, table *t) {
-  FILE *f = fopen(path, "r");
+  struct stat st;
+  const char *why = NULL;
+  int fd = tfg_file_open_regular(path, &st, &why);
+  FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
   if (!f) {
-    fprintf(stderr, "tfg plot: error: cannot read '%s': %s\n", path, strerror(errno));
+    fprintf(stderr, "tfg plot: error: cannot read '%s': %s\n", path, fd < 0 ? why : strerror(errno));
+    if (fd >= 0) close(fd);
     return EXIT_PROGRAM;
   }
   char line[8192];
@@ -88,10 +116,14 @@ static int read_table(const char *path, table *t) {
       t->v = v;
     }
     for (int i = 0; i < n; i++) {
-      char *end;
-      double x = field[i][0] ? strtod(field[i], &end) : NAN;
-      if (field[i][0] && *end) {
+      double x = NAN;
+      if (field[i][0] && !parse_number(field[i], &x)) {
         fprintf(stderr, "%s:%ld: error: field %d ('%s') is not a number\n", path, lineno, i + 1, field[i]);
+        rc = EXIT_PROGRAM;
+        break;
+      }
+      if (i == 0 && !isfinite(x)) {
+        fprintf(stderr, "%s:%ld: error: the step ('%s') is not a finite number\n", path, lineno, field[i]);
         rc = EXIT_PROGRAM;
         break;
       }
@@ -131,29 +163,42 @@ static void panel(tfg_strbuf *b, const table *t, int col, int y0, double xmin, d
     double v = t->v[r * t->ncols + col];
     if (isfinite(v)) lo = fmin(lo, v), hi = fmax(hi, v);
   }
+  /* Spans are taken in halves (hi / 2 - lo / 2), which never overflow: a
+   * log may hold values up to +-1.8e308, and every coordinate written must
+   * be finite. A flat series gets a band around its value wide enough to
+   * tell apart from it at its magnitude. */
   if (!isfinite(lo)) lo = 0, hi = 1;
-  if (hi - lo < 1e-12 * fmax(1, fabs(hi))) lo -= 0.5, hi += 0.5;
-  double ys = nice_step(hi - lo, 4);
-  lo = floor(lo / ys) * ys;
-  hi = ceil(hi / ys) * ys;
+  double mag = fmax(1, fmax(fabs(lo), fabs(hi)));
+  if (hi / 2 - lo / 2 < 0.5e-12 * mag) {
+    double c = lo / 2 + hi / 2, h = fmax(0.5, 1e-6 * fabs(c));
+    lo = fmax(c - h, -DBL_MAX);
+    hi = fmin(c + h, DBL_MAX);
+  }
+  double ys = 2 * nice_step(hi / 2 - lo / 2, 4);
+  double rlo = floor(lo / ys) * ys, rhi = ceil(hi / ys) * ys;
+  if (isfinite(rlo) && isfinite(rhi)) lo = rlo, hi = rhi; /* else the ticks start at the data */
+  double half = hi / 2 - lo / 2;
+  int nticks = (int)fmin(16, floor(half / (ys / 2) + 1e-9));
   int pw = W - LEFT - RIGHT, ph = PANEL - TOP - BOTTOM;
-  double xr = xmax > xmin ? xmax - xmin : 1;
-#define PX(x) (LEFT + ((x) - xmin) / xr * pw)
-#define PY(y) (y0 + TOP + ph - ((y) - lo) / (hi - lo) * ph)
+  double xr = xmax > xmin ? xmax / 2 - xmin / 2 : 1; /* half the span, as for y */
+#define PX(x) (LEFT + ((x) / 2 - xmin / 2) / xr * pw)
+#define PY(y) (y0 + TOP + ph - ((y) / 2 - lo / 2) / half * ph)
   tfg_strbuf_printf(b, "<g class=\"panel\">\n<text x=\"%d\" y=\"%d\" font-weight=\"bold\">", LEFT, y0 + TOP - 10);
   put_text(b, t->name[col]);
   tfg_strbuf_puts(b, "</text>\n");
   tfg_strbuf_printf(b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#888\"/>\n", LEFT,
                     y0 + TOP, pw, ph);
-  for (double y = lo; y <= hi + ys / 2; y += ys) {
-    double py = PY(y);
+  for (int k = 0; k <= nticks && isfinite(lo + k * ys); k++) {
+    double y = lo + k * ys, py = PY(y);
     tfg_strbuf_printf(b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", LEFT, py, LEFT + pw, py);
     tfg_strbuf_printf(b, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", LEFT - 6, py + 4,
                       fabs(y) < ys * 1e-9 ? 0.0 : y);
   }
-  double xs = nice_step(xr, 6);
-  for (double x = ceil(xmin / xs) * xs; x <= xmax + xs * 1e-9; x += xs)
+  double xs = 2 * nice_step(xr, 6), x0 = ceil(xmin / xs) * xs;
+  for (int k = 0; k <= 16 && isfinite(x0) && x0 + k * xs <= xmax + xs * 1e-9; k++) {
+    double x = x0 + k * xs;
     tfg_strbuf_printf(b, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%g</text>\n", PX(x), y0 + TOP + ph + 16, x);
+  }
   tfg_strbuf_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">step</text>\n", LEFT + pw / 2, y0 + TOP + ph + 32);
   tfg_strbuf_puts(b, "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.5\" points=\"");
   for (int64_t r = 0; r < t->nrows; r++) {
@@ -166,6 +211,12 @@ static void panel(tfg_strbuf *b, const table *t, int col, int y0, double xmin, d
 }
 
 int cli_plot(const char *csv, const char *out) {
+  /* The same file however it is spelled (./run.csv, a link to it): the
+   * picture would replace the log it is drawn from. */
+  if (tfg_file_same(csv, out)) {
+    fprintf(stderr, "tfg plot: error: the output '%s' is the input file '%s': give the picture a name of its own (-o run.svg)\n", out, csv);
+    return EXIT_USAGE;
+  }
   table t = {0};
   int rc = read_table(csv, &t);
   tfg_strbuf b = {0};
@@ -178,7 +229,8 @@ int cli_plot(const char *csv, const char *out) {
         break;
       }
     int npanels = last - 1;
-    double xmin = t.v[0], xmax = t.v[(t.nrows - 1) * t.ncols];
+    double xmin = t.v[0], xmax = t.v[0];
+    for (int64_t r = 1; r < t.nrows; r++) xmin = fmin(xmin, t.v[r * t.ncols]), xmax = fmax(xmax, t.v[r * t.ncols]);
     tfg_strbuf_printf(&b,
                       "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
                       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
@@ -186,15 +238,20 @@ int cli_plot(const char *csv, const char *out) {
                       W, PANEL * npanels, W, PANEL * npanels);
     for (int c = 1; c < last; c++) panel(&b, &t, c, (c - 1) * PANEL, xmin, xmax);
     tfg_strbuf_puts(&b, "</svg>\n");
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", out);
-    FILE *f = fopen(tmp, "w");
-    bool ok = f && fwrite(b.data, 1, b.len, f) == b.len;
-    ok = (f && fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, out) != 0) {
-      fprintf(stderr, "tfg plot: error: cannot write '%s': %s\n", out, strerror(errno));
-      remove(tmp);
+    /* Whole or not at all, through a symlink, never over a device, a FIFO
+     * or a folder (base/file.h). */
+    tfg_file_out o;
+    const char *why = NULL;
+    if (tfg_file_out_begin(&o, out, TFG_FILE_OUT_UNIQUE, &why) != 0) {
+      fprintf(stderr, "tfg plot: error: cannot write '%s': %s\n", out, why);
       rc = EXIT_RUNTIME;
+    } else {
+      tfg_file_out_write(&o, b.data, b.len);
+      if (tfg_file_out_commit(&o) != 0) {
+        fprintf(stderr, "tfg plot: error: cannot write '%s': %s '%s': %s\n", out, o.step, o.failed, strerror(o.err));
+        rc = EXIT_RUNTIME;
+      }
+      tfg_file_out_end(&o);
     }
   }
   tfg_strbuf_free(&b);

@@ -27,61 +27,14 @@
 
 /* ---- saving ------------------------------------------------------------- */
 
-/* The folder holding path, for the fsync that makes the rename durable:
- * "out/m.st" -> "out", "m.st" -> ".", "/m.st" -> "/". The caller frees. */
+/* The folder holding path: "out/m.st" -> "out", "m.st" -> ".", "/m.st" ->
+ * "/". The caller frees. */
 static char *folder_of(const char *path) {
   const char *slash = strrchr(path, '/');
   char *dir = !slash ? strdup(".") : slash == path ? strdup("/")
                                                    : strndup(path, (size_t)(slash - path));
   TFG_ASSERT(dir != NULL);
   return dir;
-}
-
-/* Makes the rename of a file in dir durable. Returns 0 or an errno value;
- * EINVAL (a file system that cannot sync folders) counts as done. */
-static int sync_folder(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return errno;
-  int err = fsync(fd) == 0 || errno == EINVAL ? 0 : errno;
-  close(fd);
-  return err;
-}
-
-static tfg_status save_error(tfg_diag *d, const tfg_loc *loc, const char *path, const char *step,
-                             const char *file, int err) {
-  tfg_diag_error(d, loc, "cannot save checkpoint '%s': %s '%s': %s", path, step, file,
-                 strerror(err));
-  return TFG_ERR_IO;
-}
-
-/* Writes the header and the tensors to fd (open on tmp), syncs and
- * closes it, then renames tmp over path. On any failure tmp is removed
- * and one error is recorded: the target is untouched until the rename,
- * which replaces it in one step. */
-static tfg_status write_and_rename(tfg_diag *d, const tfg_loc *loc, const char *path,
-                                  const char *tmp, int fd, const tfg_strbuf *hdr,
-                                  const tfg_ckpt_entry *e, int n) {
-  const char *step = "writing";
-  int err = tfg_file_write_all(fd, hdr->data, hdr->len);
-  for (int i = 0; i < n && !err; i++)
-    err = tfg_file_write_all(fd, e[i].data, (uint64_t)tfg_safetensors_nbytes(e[i].dtype, &e[i].shape));
-  /* Every byte must be on disk before the name points at it: without the
-   * fsync a crash after the rename could leave an empty or torn file. */
-  if (!err && fsync(fd) != 0) {
-    err = errno;
-    step = "syncing";
-  }
-  if (close(fd) != 0 && !err) { /* NFS reports some write errors only here */
-    err = errno;
-    step = "closing";
-  }
-  if (!err && rename(tmp, path) != 0) {
-    err = errno;
-    step = "renaming";
-  }
-  if (!err) return TFG_OK;
-  unlink(tmp);
-  return save_error(d, loc, path, step, tmp, err);
 }
 
 /* Removes the temporaries "<path>.tmp.<pid>" that writers killed mid-save
@@ -116,32 +69,35 @@ tfg_status tfg_ckpt_save(tfg_diag *d, const tfg_loc *loc, const char *path, cons
   TFG_ASSERT(path != NULL);
   tfg_strbuf hdr = {0};
   tfg_safetensors_header(&hdr, e, n, meta, nmeta); /* asserts the tensors make a valid file */
-  remove_stale_temps(path);
-
-  /* In the target's folder: rename is atomic only within a file system.
-   * The pid keeps processes saving the same path apart (threads of one
-   * process must not save the same path at once); O_TRUNC reuses what a
-   * killed process of the same pid left; O_NOFOLLOW refuses a symlink
-   * planted under the temporary's name. */
-  tfg_strbuf tmpb = {0};
-  tfg_strbuf_printf(&tmpb, "%s.tmp.%ld", path, (long)getpid());
-  char *tmp = tfg_strbuf_take(&tmpb);
-  tfg_status st;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0666);
-  if (fd < 0)
-    st = save_error(d, loc, path, "creating", tmp, errno);
-  else
-    st = write_and_rename(d, loc, path, tmp, fd, &hdr, e, n);
-  if (st == TFG_OK) {
-    /* The rename itself survives a power cut only once the folder is
-     * synced. If that fails the new file is in place but not durable:
-     * still an error, the caller asked for a durable checkpoint. */
-    char *dir = folder_of(path);
-    int err = sync_folder(dir);
-    if (err) st = save_error(d, loc, path, "syncing its folder", dir, err);
-    free(dir);
+  const char *why = NULL;
+  char *target = tfg_file_out_target(path, &why);
+  if (!target) {
+    tfg_strbuf_free(&hdr);
+    tfg_diag_error(d, loc, "cannot save checkpoint '%s': %s", path, why);
+    return TFG_ERR_IO;
   }
-  free(tmp);
+  remove_stale_temps(target);
+  free(target);
+
+  /* The temporary "<target>.tmp.<pid>" (base/file.h, TFG_FILE_OUT_PER_PID):
+   * processes saving the same path stay apart, and the next save finds a
+   * killed writer's by its pid. The target is the old file or the new one
+   * until the rename, which replaces it in one step. */
+  tfg_file_out o;
+  if (tfg_file_out_begin(&o, path, TFG_FILE_OUT_PER_PID, &why) != 0) {
+    tfg_strbuf_free(&hdr);
+    tfg_diag_error(d, loc, "cannot save checkpoint '%s': %s", path, why);
+    return TFG_ERR_IO;
+  }
+  tfg_file_out_write(&o, hdr.data, hdr.len);
+  for (int i = 0; i < n; i++)
+    tfg_file_out_write(&o, e[i].data, (uint64_t)tfg_safetensors_nbytes(e[i].dtype, &e[i].shape));
+  tfg_status st = TFG_OK;
+  if (tfg_file_out_commit(&o) != 0) {
+    tfg_diag_error(d, loc, "cannot save checkpoint '%s': %s '%s': %s", path, o.step, o.failed, strerror(o.err));
+    st = TFG_ERR_IO;
+  }
+  tfg_file_out_end(&o);
   tfg_strbuf_free(&hdr);
   return st;
 }

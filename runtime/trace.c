@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "base/assert.h"
+#include "base/file.h"
 #include "base/grow.h"
 #include "base/json.h"
 #include "runtime/trace.h"
@@ -294,46 +295,6 @@ static void render(const tfg_trace *t, tfg_strbuf *b) {
   tfg_strbuf_puts(b, "\n]}\n");
 }
 
-/* write(2) until all of buf is out. Returns 0 or an errno value. */
-static int write_all(int fd, const char *buf, size_t len) {
-  while (len > 0) {
-    ssize_t w = write(fd, buf, len);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return errno;
-    if (w == 0) return EIO; /* no progress and no reason: do not spin */
-    buf += w;
-    len -= (size_t)w;
-  }
-  return 0;
-}
-
-/* Makes a rename inside the folder holding path durable. Returns 0 or an
- * errno value; EINVAL (a file system that cannot sync folders) is done. */
-static int sync_folder_of(const char *path) {
-  const char *slash = strrchr(path, '/');
-  char *dir = !slash ? strdup(".") : slash == path ? strdup("/") : strndup(path, (size_t)(slash - path));
-  TFG_ASSERT(dir != NULL);
-  int err = 0, fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0)
-    err = errno;
-  else {
-    if (fsync(fd) != 0 && errno != EINVAL) err = errno;
-    close(fd);
-  }
-  free(dir);
-  return err;
-}
-
-/* The temporary's name: beside the target (rename is atomic only within
- * one file system), unique per process and per call, so two threads
- * writing the same path do not write into one file. */
-static char *temp_name(const char *path) {
-  static atomic_uint counter;
-  tfg_strbuf b = {0};
-  tfg_strbuf_printf(&b, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1));
-  return tfg_strbuf_take(&b);
-}
-
 tfg_status tfg_trace_write(const tfg_trace *t, const char *path, tfg_strbuf *err) {
   TFG_ASSERT(t != NULL && path != NULL);
   tfg_strbuf doc = {0};
@@ -344,43 +305,22 @@ tfg_status tfg_trace_write(const tfg_trace *t, const char *path, tfg_strbuf *err
   render(t, &doc);
   pthread_mutex_unlock(mu);
 
-  char *tmp = temp_name(path);
-  const char *step = "creating";
-  int e = 0;
-  /* O_EXCL and O_NOFOLLOW: never write through a file or a symlink that
-   * someone planted under the temporary's name. */
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
-  if (fd < 0) {
-    e = errno;
-  } else {
-    step = "writing";
-    e = write_all(fd, doc.data, doc.len);
-    /* Every byte on disk before the name points at it. */
-    if (!e && fsync(fd) != 0) {
-      e = errno;
-      step = "syncing";
-    }
-    if (close(fd) != 0 && !e) {
-      e = errno;
-      step = "closing";
-    }
-    if (!e && rename(tmp, path) != 0) {
-      e = errno;
-      step = "renaming";
-    }
-    if (e) unlink(tmp);
-  }
+  /* Whole or not at all, through a symlink, never over a device or FIFO
+   * (base/file.h); a temporary per call, so threads may write one path. */
   tfg_status st = TFG_OK;
-  if (e) {
-    if (err) tfg_strbuf_printf(err, "cannot write trace '%s': %s '%s': %s", path, step, tmp, strerror(e));
+  tfg_file_out o;
+  const char *why = NULL;
+  if (tfg_file_out_begin(&o, path, TFG_FILE_OUT_UNIQUE, &why) != 0) {
+    if (err) tfg_strbuf_printf(err, "cannot write trace '%s': %s", path, why);
     st = TFG_ERR_IO;
-  } else if ((e = sync_folder_of(path)) != 0) {
-    /* The new file is in place but its name may not survive a power cut:
-     * the caller asked for the file, so say so. */
-    if (err) tfg_strbuf_printf(err, "cannot write trace '%s': syncing its folder: %s", path, strerror(e));
-    st = TFG_ERR_IO;
+  } else {
+    tfg_file_out_write(&o, doc.data, doc.len);
+    if (tfg_file_out_commit(&o) != 0) {
+      if (err) tfg_strbuf_printf(err, "cannot write trace '%s': %s '%s': %s", path, o.step, o.failed, strerror(o.err));
+      st = TFG_ERR_IO;
+    }
+    tfg_file_out_end(&o);
   }
-  free(tmp);
   tfg_strbuf_free(&doc);
   return st;
 }

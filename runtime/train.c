@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "base/assert.h"
+#include "base/strbuf.h"
 #include "compiler/plan.h"
 #include "io/data.h"
 #include "ir/ops.h"
@@ -27,6 +28,7 @@
 #include "kernels/optim_math.h"
 #include "runtime/ckpt.h"
 #include "runtime/mpi.h"
+#include "runtime/train_log.h"
 
 /* A job's settings as its run uses them (a->config, ir/program.h): the
  * steps epochs make, the cadence of its log lines resolved. */
@@ -326,7 +328,7 @@ typedef struct job {
   double tlog, t0;  /* the last log line; the start */
   double tbar;      /* the progress bar's last drawing (0: none yet) */
   bool bar_on;      /* the bar is on the screen */
-  FILE *csv;        /* log = "...": a row per logged step */
+  tfg_train_log *csv; /* log = "...": a row per logged step (rank 0's) */
   /* parameter_server */
   int64_t stale_sum, stale_max;
 } job;
@@ -360,24 +362,6 @@ static tfg_status job_open(job *j, tfg_session *s, const tfg_program *p, const t
   j->vals = calloc((size_t)(1 + st->nmetrics), sizeof *j->vals);
   TFG_ASSERT(j->sum && j->vals);
   j->t0 = now();
-  if (a->config.log && tfg_mpi_rank() == 0) { /* checked writable by tfg check; it may have changed since; rank 0's */
-    j->csv = fopen(a->config.log, "w");
-    if (!j->csv) {
-      tfg_diag_error(d, &a->config.log_at, "cannot write log '%s': %s", a->config.log, strerror(errno));
-      return TFG_ERR_IO;
-    }
-    fputs("step,loss", j->csv);
-    for (int i = 0; i < st->nmetrics; i++) { /* a metric's source text, quoted: it may hold commas */
-      fputs(",\"", j->csv);
-      for (const char *m = metric_name(p, st->metrics[i]); *m; m++) {
-        if (*m == '"') fputc('"', j->csv);
-        fputc(*m, j->csv);
-      }
-      fputc('"', j->csv);
-    }
-    fputs(",lr,rows_per_s,seconds\n", j->csv);
-    fflush(j->csv);
-  }
   tfg_status r = TFG_OK;
   if (s) {
     sync_mirrors(s, p, st);
@@ -389,14 +373,35 @@ static tfg_status job_open(job *j, tfg_session *s, const tfg_program *p, const t
     if (r == TFG_OK) sync_mirrors(s, p, st);
     j->done = j->start;
   }
+  /* The log: checked writable by tfg check (it may have changed since);
+   * rank 0's for the job. Made at the first row (runtime/train_log.h), so
+   * a run that fails before it leaves the previous log; a resumed run
+   * keeps the rows up to its checkpoint's step. */
+  if (r == TFG_OK && a->config.log && tfg_mpi_rank() == 0) {
+    tfg_strbuf h = {0};
+    tfg_strbuf_puts(&h, "step,loss");
+    for (int i = 0; i < st->nmetrics; i++) { /* a metric's source text, quoted: it may hold commas */
+      tfg_strbuf_puts(&h, ",\"");
+      for (const char *m = metric_name(p, st->metrics[i]); *m; m++) {
+        if (*m == '"') tfg_strbuf_putc(&h, '"');
+        tfg_strbuf_putc(&h, *m);
+      }
+      tfg_strbuf_putc(&h, '"');
+    }
+    tfg_strbuf_puts(&h, ",lr,rows_per_s,seconds");
+    j->csv = tfg_train_log_new(a->config.log, &a->config.log_at, h.data, j->start);
+    tfg_strbuf_free(&h);
+  }
   return r;
 }
 
-static void job_close(job *j) {
+/* Frees j; closes its log (TFG_ERR_IO after an error if its last rows
+ * could not be made durable). */
+static tfg_status job_close(job *j, tfg_diag *d) {
   report_free(&j->rp);
   free(j->sum);
   free(j->vals);
-  if (j->csv) fclose(j->csv);
+  return tfg_train_log_close(j->csv, d);
 }
 
 /* The run options of micro-batch m of step k (both from 0) of job j: the
@@ -503,18 +508,22 @@ static tfg_status job_account(job *j, const tfg_program *p, int64_t k, const tfg
       fputc('\n', o->log);
       fflush(o->log);
     }
+    tfg_status w = TFG_OK;
     if (j->csv) { /* rows/s: the batch's rows per step, when a dataset feeds them */
-      fprintf(j->csv, "%" PRId64 ",%.9g", step, j->sum[0] / (double)j->since);
-      for (int i = 0; i < st->nmetrics; i++) fprintf(j->csv, ",%.9g", j->sum[1 + i] / (double)j->since);
-      fprintf(j->csv, ",%.9g,", lr);
-      if (j->b.batch > 0) fprintf(j->csv, "%.1f", rate * (double)(j->b.batch * j->c.accumulate));
-      fprintf(j->csv, ",%.3f\n", t - j->t0);
-      fflush(j->csv);
+      tfg_strbuf row = {0};
+      tfg_strbuf_printf(&row, "%" PRId64 ",%.9g", step, j->sum[0] / (double)j->since);
+      for (int i = 0; i < st->nmetrics; i++) tfg_strbuf_printf(&row, ",%.9g", j->sum[1 + i] / (double)j->since);
+      tfg_strbuf_printf(&row, ",%.9g,", lr);
+      if (j->b.batch > 0) tfg_strbuf_printf(&row, "%.1f", rate * (double)(j->b.batch * j->c.accumulate));
+      tfg_strbuf_printf(&row, ",%.3f", t - j->t0);
+      w = tfg_train_log_row(j->csv, row.data, d);
+      tfg_strbuf_free(&row);
     }
     memset(j->sum, 0, sizeof *j->sum * (size_t)(1 + st->nmetrics));
     j->since = 0;
     j->stale_sum = j->stale_max = 0;
     j->tlog = t;
+    if (w != TFG_OK) return w;
   } else if (o->tty && !o->quiet) {
     job_bar(j, step, loss, o->log);
   }
@@ -668,7 +677,10 @@ tfg_status tfg_train_group(tfg_session *s, const tfg_program *p, const tfg_actio
   }
   if (r == TFG_OK && !o->quiet && njobs > 1) fprintf(o->log, "trained %d models together in %.3f s\n", njobs, now() - t0);
   if (r == TFG_OK && !o->quiet) tfg_session_memory_report(s, o->log);
-  for (int i = 0; i < opened; i++) job_close(&jobs[i]);
+  for (int i = 0; i < opened; i++) {
+    tfg_status c = job_close(&jobs[i], d);
+    if (r == TFG_OK) r = c;
+  }
   free(jobs);
   free(fetch);
   free(out);
@@ -880,7 +892,10 @@ tfg_status tfg_train_ps(const tfg_program *p, const tfg_action *a, const tfg_tra
     tfg_session_free(wk[w].s);
   }
   free(wk);
-  if (R.server) job_close(&j);
+  if (R.server) {
+    tfg_status c = job_close(&j, d);
+    if (r == TFG_OK) r = c;
+  }
   tfg_session_free(R.server);
   free(use);
   pthread_mutex_destroy(&R.mu);
