@@ -246,11 +246,12 @@ static tfg_status input_value(void *arg, tfg_node_id id, const void **out) {
     }
     if (!s->batch[id]) s->batch[id] = alloc_bytes(node_bytes(n));
     int64_t rows = n->shape.dim[0];
-    tfg_data_fetch(p->feeds[k].ds, split, p->feeds[k].col, ro->epoch, ro->first, ro->one_row ? 1 : rows, n->dtype,
-                   s->batch[id]);
-    if (ro->one_row && rows > 1) { /* the first row, repeated */
+    int64_t got = ro->valid > 0 && ro->valid < rows ? ro->valid : rows;
+    tfg_data_fetch(p->feeds[k].ds, split, p->feeds[k].col, ro->epoch, ro->first, got, n->dtype, s->batch[id]);
+    if (got < rows) { /* the last row read, repeated to fill the batch */
       size_t row = node_bytes(n) / (size_t)rows;
-      for (int64_t r = 1; r < rows; r++) memcpy((char *)s->batch[id] + (size_t)r * row, s->batch[id], row);
+      char *last = (char *)s->batch[id] + (size_t)(got - 1) * row;
+      for (int64_t r = got; r < rows; r++) memcpy((char *)s->batch[id] + (size_t)r * row, last, row);
     }
     *out = s->batch[id];
     return TFG_OK;

@@ -52,7 +52,8 @@ typedef struct tfg_run_opts {
   bool any_split;    /* ... (true) or the split each input names (false) */
   int64_t epoch;     /* ... in this epoch's order ... */
   int64_t first;     /* ... from this row (batch index times batch size) ... */
-  bool one_row;      /* ... or every row of the batch row `first` (an evaluation's last rows, one at a time) */
+  int64_t valid;     /* ... or (valid > 0) only this many rows from `first`, the last of them repeated
+                      * to fill the batch (an evaluation's last rows, when fewer than a batch) */
   int nvalues;       /* INPUT nodes given a host value for this run (a parameter server's gradients) */
   const tfg_node_id *value_nodes;
   const void *const *values;

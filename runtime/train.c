@@ -252,59 +252,51 @@ static double replica_mean(const tfg_train_step *st, const tfg_tensor *out, int 
 }
 
 /* Loss and metrics on the test split: the mean of their values over the
- * split's rows. Shapes are static, so the `rest` rows past the last whole
- * batch cannot make a smaller batch. A batch of B copies of one row has
- * that row's own value (for a loss or metric that is a mean over the
- * batch's rows, as every builtin one is; a sum over the batch is B times
- * it, which the weighting below keeps consistent), which gives the exact
- * mean, with V a batch's value:
- *   - each rest row as a batch of its copies:
- *       (B * sum of whole batches' V + sum of the rows' V) / rows;
- *   - or, when fewer runs: the rest rows wrapped around to the split's
- *     first B - rest rows (batch W), and each of those as its copies:
- *       (B * (sum of whole batches' V + V(W)) - sum of their V) / rows.
- * When even the cheaper way would more than double the evaluation's runs
- * (a batch large against the split), the wrapped batch counts as one
- * more batch, and the log says how many rows it counted twice. */
+ * split's rows, each row counted once. Shapes are static, so the `rest`
+ * rows past the last whole batch cannot make a smaller batch (as a
+ * DataLoader's last batch would be). For a loss or metric that is a mean
+ * over the batch's rows (every builtin one is), a batch's value V is the
+ * sum of its rows' values over B, so two more runs give the rest rows'
+ * sum exactly: the rest rows with the last of them, x, repeated to fill
+ * the batch (V1), and x alone, repeated (V2):
+ *   sum over the rest rows = B * V1 - (B - rest) * V2,
+ *   mean = (B * sum of whole batches' V + that) / rows. */
 static tfg_status evaluate(tfg_session *s, const tfg_program *p, const tfg_train_step *st, const batching *b,
                            int64_t step, const char *who, FILE *log) {
   int64_t rows = tfg_data_rows(b->feed->ds, TFG_SPLIT_TEST);
   if (rows == 0) return TFG_OK;
-  int64_t B = b->batch, whole = rows / B, rest = rows % B, dup = B - rest;
-  bool by_copies = rest <= dup + 1;
-  bool exact = rest == 0 || (by_copies ? rest : dup + 1) <= whole + 1;
+  int64_t B = b->batch, whole = rows / B, rest = rows % B;
   int nv = 1 + st->nmetrics;
   report rp = report_of(st);
-  double *sum = calloc((size_t)nv, sizeof *sum), *each = calloc((size_t)nv, sizeof *each);
-  TFG_ASSERT(sum && each);
+  /* sum[i]: value i summed over the whole batches; tail[i]: its sum over the rest rows */
+  double *sum = calloc((size_t)nv, sizeof *sum), *tail = calloc((size_t)nv, sizeof *tail);
+  TFG_ASSERT(sum && tail);
   tfg_status r = TFG_OK;
-  int64_t batches = whole + (rest > 0 && !(exact && by_copies)); /* the whole ones, and the wrapped one */
-  for (int64_t k = 0; k < batches && r == TFG_OK; k++) {
+  for (int64_t k = 0; k < whole && r == TFG_OK; k++) {
     tfg_run_opts ro = {.split = TFG_SPLIT_TEST, .first = k * B};
     r = tfg_session_run_with(s, rp.fetch, rp.n, rp.out, &ro);
     for (int i = 0; r == TFG_OK && i < nv; i++) sum[i] += replica_mean(st, rp.out, i);
   }
-  int64_t ncopies = !exact || rest == 0 ? 0 : by_copies ? rest : dup;
-  for (int64_t k = 0; k < ncopies && r == TFG_OK; k++) {
-    tfg_run_opts ro = {.split = TFG_SPLIT_TEST, .first = by_copies ? whole * B + k : k, .one_row = true};
+  if (rest > 0 && r == TFG_OK) {
+    tfg_run_opts ro = {.split = TFG_SPLIT_TEST, .first = whole * B, .valid = rest};
     r = tfg_session_run_with(s, rp.fetch, rp.n, rp.out, &ro);
-    for (int i = 0; r == TFG_OK && i < nv; i++) each[i] += replica_mean(st, rp.out, i);
+    for (int i = 0; r == TFG_OK && i < nv; i++) tail[i] = (double)B * replica_mean(st, rp.out, i);
+    ro.first = whole * B + rest - 1; /* x alone */
+    ro.valid = 1;
+    if (r == TFG_OK) r = tfg_session_run_with(s, rp.fetch, rp.n, rp.out, &ro);
+    for (int i = 0; r == TFG_OK && i < nv; i++) tail[i] -= (double)(B - rest) * replica_mean(st, rp.out, i);
   }
   if (r == TFG_OK) { /* under mpirun, the job's replicas all count (every rank gets here) */
     tfg_mpi_mean(sum, nv);
-    tfg_mpi_mean(each, nv);
+    tfg_mpi_mean(tail, nv);
   }
   if (r == TFG_OK && log) { /* log NULL: --quiet */
-    for (int i = 0; i < nv; i++)
-      sum[i] = !exact ? sum[i] / (double)batches
-                      : ((double)B * sum[i] + (by_copies ? each[i] : -each[i])) / (double)rows;
+    for (int i = 0; i < nv; i++) sum[i] = ((double)B * sum[i] + tail[i]) / (double)rows;
     fprintf(log, "%seval  step %" PRId64 "  test loss %.4f", who, step, sum[0]);
     for (int i = 0; i < st->nmetrics; i++) fprintf(log, "  %s %.4f", metric_name(p, st->metrics[i]), sum[1 + i]);
-    fprintf(log, "  (%" PRId64 " rows", rows);
-    if (!exact) fprintf(log, "; the last batch wraps around: %" PRId64 " counted twice", dup);
-    fprintf(log, ")\n");
+    fprintf(log, "  (%" PRId64 " rows)\n", rows);
   }
-  free(each);
+  free(tail);
   report_free(&rp);
   free(sum);
   return r;
