@@ -159,14 +159,25 @@ static tfg_status save(tfg_session *s, const tfg_program *p, const tfg_train_ste
   return r;
 }
 
-/* After a restore of checkpoint k at a step above 0: the grad scaler's
- * state from its metadata into every replica's, when the run has a
- * scaler and the file a state (a file without one, from an f32 run or
- * PyTorch, leaves the scaler fresh). A value that is not a finite number
- * (a count: a whole one from 0, the scale: above 0) is an error. */
+/* After a restore of checkpoint k at *step: the grad scaler's state from
+ * its metadata into every replica's, when the run has a scaler and the
+ * file a state (a file without one, from an f32 run or PyTorch, leaves the
+ * scaler fresh). The three keys come together and must agree with each
+ * other and with the step, as a file tfg saved does: the scale a finite
+ * number above 0, the counts whole numbers with skipped <= step and good
+ * steps in a row <= step - skipped. Anything else (a key missing, no step,
+ * more steps skipped than taken) is an error: a scaler resumed from it
+ * would skip steps it should not, or fail later. */
 static tfg_status restore_scaler(tfg_session *s, const tfg_program *p, const tfg_train_step *st, const cfg *c,
-                                 const tfg_ckpt *k, tfg_diag *d) {
-  if (st->nscalers == 0 || !tfg_ckpt_meta_get(k, scaler_keys[0])) return TFG_OK;
+                                 const tfg_ckpt *k, int64_t step, tfg_diag *d) {
+  int present = 0;
+  for (int q = 0; q < 3; q++) present += tfg_ckpt_meta_get(k, scaler_keys[q]) != NULL;
+  if (st->nscalers == 0 || present == 0) return TFG_OK;
+  if (!tfg_ckpt_meta_get(k, "step")) {
+    tfg_diag_error(d, &c->loc, "checkpoint %s: has a grad scaler's state but no step metadata", c->checkpoint);
+    return TFG_ERR_DATA;
+  }
+  if (step == 0) return TFG_OK; /* the optimizer state starts fresh (tfg_ckpt_match): so does the scaler */
   float v[3];
   for (int q = 0; q < 3; q++) {
     const char *text = tfg_ckpt_meta_get(k, scaler_keys[q]);
@@ -177,9 +188,18 @@ static tfg_status restore_scaler(tfg_session *s, const tfg_program *p, const tfg
     if (!ok) {
       tfg_diag_error(d, &c->loc, "checkpoint %s: metadata %s is '%s', not %s", c->checkpoint, scaler_keys[q],
                      text ? text : "(missing)", q == 0 ? "a positive number" : "a whole number from 0");
+      if (!text) tfg_diag_help(d, "a grad scaler's state is its three keys together, as tfg saves them");
       return TFG_ERR_DATA;
     }
     v[q] = (float)x;
+  }
+  if ((double)v[2] > (double)step || (double)v[1] > (double)step - (double)v[2]) {
+    tfg_diag_error(d, &c->loc,
+                   "checkpoint %s: its grad scaler skipped %.0f steps with %.0f good ones in a row, "
+                   "more than its %" PRId64 " steps allow",
+                   c->checkpoint, (double)v[2], (double)v[1], step);
+    tfg_diag_help(d, "skipped steps are at most the step, and good steps in a row at most step - skipped");
+    return TFG_ERR_DATA;
   }
   for (int r = 0; r < st->nscalers; r++)
     for (int q = 0; q < 3; q++) tfg_session_write(s, scaler_state(p, st, r, q), &v[q]);
@@ -201,7 +221,7 @@ static tfg_status restore(tfg_session *s, const tfg_program *p, const tfg_train_
   int *at = malloc(sizeof *at * (size_t)(n + 1));
   TFG_ASSERT(at != NULL);
   r = tfg_ckpt_match(d, &c->loc, c->checkpoint, k, e, n, st->nparams, st->optimizer, at, step);
-  if (r == TFG_OK && *step > 0) r = restore_scaler(s, p, st, c, k, d);
+  if (r == TFG_OK) r = restore_scaler(s, p, st, c, k, *step, d);
   int restored = 0;
   for (int i = 0; i < n && r == TFG_OK; i++) {
     if (at[i] < 0) continue;

@@ -413,6 +413,19 @@ expect f16-resume 0 "$TFG" run --set 'ckpt="b.safetensors"' "$tmp/f16/fit.tfg" &
 python3 "$ROOT/tests/ckpt_edit.py" "$tmp/f16/b.safetensors" "$tmp/f16/c.safetensors" meta=grad_scaler.scale=abc
 expect f16-bad-scale 1 "$TFG" run --color=never --set 'ckpt="c.safetensors"' "$tmp/f16/fit.tfg" &&
   contains f16-bad-scale "$tmp/err" "metadata grad_scaler.scale is 'abc', not a positive number"
+# The scaler's keys agree with each other and with the step (they were
+# taken one by one: more skipped steps than steps, a missing step or a
+# missing scale were accepted).
+f16_edit() { # NAME WANT EDIT
+  python3 "$ROOT/tests/ckpt_edit.py" "$tmp/f16/b.safetensors" "$tmp/f16/c.safetensors" "$3"
+  expect "$1" 1 "$TFG" run --color=never --set 'ckpt="c.safetensors"' "$tmp/f16/fit.tfg" && contains "$1" "$tmp/err" "$2"
+}
+f16_edit f16-skipped-past-step "its grad scaler skipped 11 steps with 5 good ones in a row, more than its 10 steps allow" \
+  meta=grad_scaler.skipped=11
+f16_edit f16-good-past-step "its grad scaler skipped 5 steps with 6 good ones in a row, more than its 10 steps allow" \
+  meta=grad_scaler.growth_tracker=6
+f16_edit f16-no-step "has a grad scaler's state but no step metadata" meta=step=
+f16_edit f16-no-scale "metadata grad_scaler.scale is '(missing)', not a positive number" meta=grad_scaler.scale=
 
 # tfg plan --json: the plan as data. It parses; each device has the steps
 # and buffers the text form counts, the same buckets; two runs give the
