@@ -396,7 +396,7 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
    * with its tag on each line */
   FILE *ranks_log = o->log_all_ranks && tfg_mpi_size() > 1 ? rank_log_open() : NULL;
   tfg_train_opts to = {.log = ranks_log ? ranks_log : stderr, .tty = !ranks_log && isatty(STDERR_FILENO),
-                       .quiet = o->quiet || (tfg_mpi_rank() > 0 && !ranks_log)};
+                       .quiet = o->quiet || (tfg_mpi_rank() > 0 && !ranks_log), .diag = stderr, .color = color};
   cli_catch_interrupts(true);
   for (int i = 0; s && i < p->nactions && rc == 0;) {
     const tfg_action *a = &p->actions[i];

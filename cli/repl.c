@@ -314,7 +314,7 @@ static tfg_status run_items(repl *r, const run_item *items, int nitems, int firs
   for (int i = 0; s && i < *npending; i++)
     if (tfg_session_holds(s, (*pending)[i].id)) tfg_session_write(s, (*pending)[i].id, (*pending)[i].data);
 
-  tfg_train_opts to = {.log = stderr, .tty = isatty(STDERR_FILENO), .quiet = o->quiet};
+  tfg_train_opts to = {.log = stderr, .tty = isatty(STDERR_FILENO), .quiet = o->quiet, .diag = stderr, .color = r->color};
   for (int i = 0; st == TFG_OK && i < nitems;) {
     const run_item *it = &items[i];
     if (!it->is_action) {
@@ -440,6 +440,10 @@ static tfg_status eval_program(repl *r, const tfg_source *src, const tfg_ast *pr
   stored_value *pending = NULL;
   int npending = 0;
   if (st == TFG_OK) st = read_loads(r, start.loads, &pending, &npending);
+  if (st == TFG_OK) { /* the input's warnings (a no_decay pattern that matches nothing) before its actions run */
+    fflush(stdout);
+    tfg_diag_render(r->d, stderr, r->color);
+  }
   if (st == TFG_OK) st = run_items(r, items, nitems, start.actions, &pending, &npending);
   if (st == TFG_OK) {
     for (int i = 0; i < npending; i++) store_put(r, pending[i].id, pending[i].data, pending[i].bytes);

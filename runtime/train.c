@@ -604,6 +604,7 @@ tfg_status tfg_train_group(tfg_session *s, const tfg_program *p, const tfg_actio
   int opened = 0;
   for (; opened < njobs && r == TFG_OK; opened++)
     r = job_open(&jobs[opened], s, p, a[opened], &st[opened], njobs > 1, o->quiet ? NULL : o->log, d);
+  if (o->diag) tfg_diag_render(d, o->diag, o->color); /* before the first step (tfg_train_opts) */
   /* One run per step for the whole group: the jobs' ops run at once, each
    * job on its own devices. Jobs whose batches differ (another batch size
    * or dataset) cannot share a run's batch position: they take turns. */
@@ -838,6 +839,7 @@ tfg_status tfg_train_ps(const tfg_program *p, const tfg_action *a, const tfg_tra
   tfg_train_step one = *st;
   one.nreplicas = 1;
   tfg_status r = R.server ? job_open(&j, R.server, p, a, &one, false, o->quiet ? NULL : o->log, d) : TFG_ERR_DEVICE;
+  if (o->diag) tfg_diag_render(d, o->diag, o->color); /* before the first step (tfg_train_opts) */
   R.j = &j;
   R.next = R.applied = r == TFG_OK ? j.start : 0;
   ps_worker *wk = calloc((size_t)W, sizeof *wk);

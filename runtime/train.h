@@ -29,6 +29,12 @@ typedef struct tfg_train_opts {
   FILE *log;     /* progress and evaluation lines */
   bool tty;      /* log is a terminal: also a live status line */
   bool quiet;    /* only the final evaluation */
+  /* Where the diagnostics recorded by then are printed once the jobs are
+   * open, before the first step (a warning about what the checkpoint
+   * restored must come before training overwrites it); NULL: left to the
+   * caller. color: with ANSI escapes. */
+  FILE *diag;
+  bool color;
 } tfg_train_opts;
 
 tfg_status tfg_train(tfg_session *s, const tfg_program *p, const tfg_action *a, const tfg_train_step *st,

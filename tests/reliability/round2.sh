@@ -1,0 +1,30 @@
+# tests/reliability/round2.sh: warnings before the training they are
+# about, and every example trained under mirrored(). Sourced
+# by tests/run.sh ($TFG, $ROOT, $tmp, expect, contains, ok, ko,
+# mlp_program).
+suite=round2
+r2="$tmp/round2"
+mkdir -p "$r2"
+
+# first_line_of FILE TEXT: the number of FILE's first line holding TEXT (0: none)
+first_line_of() { grep -nF -- "$2" "$1" | head -1 | cut -d: -f1 | grep . || echo 0; }
+
+# ---- a warning about what a checkpoint restored comes before the first step --------
+# (it came after the training, which had overwritten the checkpoint by then)
+mlp_program "$r2/m" "adam(lr = 1e-2)" ""
+sed -i 's/^  log_every = 20$/  log_every = 1/' "$r2/m.tfg"
+expect warn-first-adam 0 "$TFG" run --quiet "$r2/m.tfg"
+sed 's/adam(lr = 1e-2)/sgd(lr = 1e-2)/' "$r2/m.tfg" >"$r2/m-sgd.tfg"
+expect warn-before-steps 0 "$TFG" run --color=never "$r2/m-sgd.tfg"
+w=$(first_line_of "$tmp/err" "warning: checkpoint") s=$(first_line_of "$tmp/err" "step 1/")
+if [ "$w" -gt 0 ] && [ "$s" -gt "$w" ]; then ok; else ko "$suite warn-before-steps: the warning at line $w, step 1 at line $s"; head -5 "$tmp/err"; fi
+
+# ---- the REPL: a no_decay pattern that matches nothing is said before the train ---------
+cat >"$r2/nd.in" <<TFG
+x = tensor([[1.0, 2.0]])
+param w: f32[2, 1] = ones()
+train sum(matmul(x, w)) { optimizer = adamw(lr = 0.1); steps = 3; log_every = 1; no_decay = ["nothing.*"] }
+TFG
+(cd "$r2" && "$TFG" repl --color=never <nd.in) >"$tmp/out" 2>"$tmp/err"
+w=$(first_line_of "$tmp/err" "matches no param") s=$(first_line_of "$tmp/err" "step 1/")
+if [ "$w" -gt 0 ] && [ "$s" -gt "$w" ]; then ok; else ko "$suite repl-warn-before-steps: the warning at line $w, step 1 at line $s"; head -5 "$tmp/err"; fi
