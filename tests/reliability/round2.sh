@@ -28,3 +28,25 @@ TFG
 (cd "$r2" && "$TFG" repl --color=never <nd.in) >"$tmp/out" 2>"$tmp/err"
 w=$(first_line_of "$tmp/err" "matches no param") s=$(first_line_of "$tmp/err" "step 1/")
 if [ "$w" -gt 0 ] && [ "$s" -gt "$w" ]; then ok; else ko "$suite repl-warn-before-steps: the warning at line $w, step 1 at line $s"; head -5 "$tmp/err"; fi
+
+# ---- every example trains under mirrored() ---------------------------------------------
+# (examples/gpt.tfg reshaped its loss with [batch * T, 256], which a
+# replica holding half the batch cannot build: -1 is the batch as each
+# replica has it). The strategy goes into each train block that has the
+# default one: mirrored() on host*2; an example that pins ops to gpu:0
+# and gpu:1 (model parallel, an ensemble) needs a group of two devices per
+# replica: mirrored([[gpu:0, gpu:1], [gpu:2, gpu:3]]) on host*4. 2 steps
+# each, logs and checkpoints in $r2.
+for ex in "$ROOT"/examples/*.tfg; do
+  name=$(basename "$ex" .tfg)
+  grep -q '^train ' "$ex" || continue
+  grep -q 'strategy *=' "$ex" && continue # its own strategy: run as written elsewhere
+  strategy='mirrored()' devices='host*2'
+  if grep -q 'gpu:1' "$ex"; then strategy='mirrored([[gpu:0, gpu:1], [gpu:2, gpu:3]])' devices='host*4'; fi
+  sed -e 's|^\(train [^{]*{\)|\1 strategy = '"$strategy"';|' \
+      -e 's|"data/|"'"$ROOT"'/examples/data/|g' -e 's|^\( *\)epochs = [0-9]*|\1steps = 2|' \
+      -e 's|^let steps = .*|let steps = 2|' -e 's|^let log_file = .*|let log_file = "'"$r2/$name"'-run.csv"|' \
+      "$ex" >"$r2/$name.tfg"
+  grep -qF "strategy = $strategy" "$r2/$name.tfg" || { ko "$suite mirrored-$name: no train block took the strategy"; continue; }
+  expect "mirrored-$name" 0 "$TFG" run --quiet --devices "$devices" "$r2/$name.tfg"
+done
