@@ -93,7 +93,6 @@ SETTINGS = {
     "steps": ["0", "-1", "1", "3", "9223372036854775807", '"x"', "1.5", "(0.0 / 0.0)"],
     "epochs": ["0", "-1", "1", "6148914691236517206", "1e30", "true"],
     "log_every": ["0", "-1", "1", "9223372036854775807", '"x"'],
-    "eval_every": ["0", "-1", "1", "9223372036854775807"],
     "checkpoint_every": ["0", "-1", "1", "9223372036854775807"],
     "accumulate": ["0", "-1", "2", "1000000", "2147483648"],
     "seed": ["-1", "9223372036854775807", '"x"', "1.5"],
@@ -115,10 +114,12 @@ SETTINGS = {
     "lr_schedule": ["cosine(warmup = 0, total = 0)", "linear(warmup = 5, total = 5)",
                     "step(every = 0, gamma = 0.5)", "constant()", "cosine(warmup = 10, total = 5, min = 2)",
                     "step(every = 1, gamma = 1e308)", '"cosine"'],
-    "clip_grad_norm": ["0", "-1", "(0.0 / 0.0)", "1e-30", '"x"'],
+    "clip_grad_norm": ["0", "-1", "(0.0 / 0.0)", "1e-30", '"x"', "(1e308 * 10)"],
     "no_decay": ['["*"]', "[1]", '"x"', "[]"],
     "metrics": ["[]", "[1]", "[loss]", '["x"]', "none"],
-    "log": ['"log.csv"', '""', '"data"', '"data/fifo"'],
+    "log": ['"log.csv"', '""', '"data"', '"data/fifo"', '"ck.safetensors"', '"fuzz-mutant.tfg"',
+            '"data/digits.csv.gz"', '"data/null"', '"data/link.csv"'],
+    "eval_every": ["0", "-1", "1", "9223372036854775807", "5"],
     "bogus": ["1"],
 }
 SNIPPETS = [
@@ -134,6 +135,9 @@ SNIPPETS = [
     "data zz = csv(\"data/fifo\")", "data zz = npy(x = \"data/run-csv.csv\")",
     "data zz = idx(images = \"data/digits.csv.gz\", labels = \"data/digits.csv.gz\")",
     "@gpu:1 zz = 1", "with cpu { zz = zeros([2]) }", "scope s { zz = 2 }",
+    "zz = attention(ones([1, 2, 4]), ones([1, 2, 4]), ones([1, 2, 4]), scale = (0.0 / 0.0))",
+    "import nn\nzz = nn.dense(ones([2, 3]), 4, act = none)",
+    'load "data/pre.safetensors" { zz = 1 }', "zz = 9223372036854775807 + 1", "zz = 7 / 0",
 ]
 
 
@@ -410,6 +414,11 @@ class Sandbox:
         self._make_checkpoints(tfg, self.env)
         for d in self.dirs.values():
             os.mkfifo(os.path.join(d, "data", "fifo"))  # a data file or import that never ends
+            os.symlink("run-csv.csv", os.path.join(d, "data", "link.csv"))  # an output written through
+            try:  # an output that is a device (never to be replaced); mknod needs root
+                os.mknod(os.path.join(d, "data", "null"), 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+            except OSError:
+                pass
         self._own_all()
         self.saved = base + ".orig"
         copy_tree(base, self.saved)
