@@ -20,12 +20,14 @@
 #include "base/diag.h"
 #include "base/strbuf.h"
 #include "cli/cli.h"
+#include "cli/job.h"
 #include "cli/pipeline.h"
 #include "cli/predict.h"
 #include "cli/plot.h"
 #include "compiler/place.h"
 #include "compiler/plan.h"
 #include "compiler/strategy.h"
+#include "ir/ops.h"
 #include "lang/ast.h"
 #include "lang/interp.h"
 #include "lang/parse.h"
@@ -304,41 +306,6 @@ static const char *trace_path(const char *file, char *buf, size_t cap) {
   return buf;
 }
 
-/* Under mpirun: every rank must mean the same job (runtime/mpi.h
- * tfg_mpi_same) before any of them starts: the --set values, the
- * devices, each train's strategy and steps, and every all-reduce (its
- * key, replicas and tensor) in graph order. 0, or EXIT_USAGE on every
- * rank after saying which differ. */
-static int same_job(const cli_opts *o, const tfg_program *p) {
-  if (tfg_mpi_size() < 2) return 0;
-  tfg_strbuf t = {0}, err = {0};
-  for (int i = 0; i < o->nsets; i++) tfg_strbuf_printf(&t, "--set %s=%s\n", o->sets[i].name, o->sets[i].value);
-  tfg_strbuf_printf(&t, "--devices %s\n", o->devices ? o->devices : "(default)");
-  for (int i = 0; i < p->nactions; i++)
-    if (p->actions[i].kind == TFG_ACTION_TRAIN)
-      tfg_strbuf_printf(&t, "train at line %u: strategy %d, %lld steps, %lld epochs, accumulate %d\n",
-                        p->actions[i].loc.line, (int)p->actions[i].config.strategy.kind,
-                        (long long)p->actions[i].config.steps, (long long)p->actions[i].config.epochs,
-                        p->actions[i].config.accumulate);
-  const tfg_graph *g = p->graph;
-  for (int32_t i = 0; i < g->nnodes; i++) {
-    const tfg_node *n = &g->nodes[i];
-    if (n->op != TFG_OP_ALLREDUCE) continue;
-    tfg_strbuf_printf(&t, "allreduce key %lld over %lld replicas: ", (long long)n->attrs.start, (long long)n->attrs.n);
-    tfg_shape_format(&t, n->dtype, &n->shape);
-    tfg_strbuf_puts(&t, "\n");
-  }
-  int rc = 0;
-  if (tfg_mpi_same("collective schedule", t.data ? t.data : "", &err) != TFG_OK) {
-    fprintf(stderr, "tfg run: rank %d: %s\n", tfg_mpi_rank(), err.data);
-    rc = EXIT_USAGE;
-    job_refused = true; /* every rank knows: each ends alone */
-  }
-  tfg_strbuf_free(&t);
-  tfg_strbuf_free(&err);
-  return rc;
-}
-
 static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool color) {
   /* --feed names an input without a source, or it is bad usage. */
   for (int i = 0; i < o->nfeeds; i++) {
@@ -375,9 +342,17 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
   const tfg_action **group = calloc((size_t)p->nactions + 1, sizeof *group);
   tfg_train_step *gsteps = calloc((size_t)p->nactions + 1, sizeof *gsteps);
   if (!group || !gsteps) abort();
+  /* the program as written, for same_job: the compile rewrites nodes */
+  tfg_strbuf written = {0};
+  int32_t nwritten = p->graph->nnodes;
+  if (tfg_mpi_size() > 1) cli_job_program(&written, p);
   cli_compiled c;
   int rc = cli_compile(o, p, d, &c);
-  if (rc == 0) rc = same_job(o, p);
+  if (rc == 0) {
+    rc = cli_same_job(o, p, &c, nwritten, &written);
+    if (rc) job_refused = true; /* every rank knows: each ends alone */
+  }
+  tfg_strbuf_free(&written);
   const tfg_train_step *steps = c.steps;
   const tfg_plan *plan = c.plan;
   tfg_trace *trace = rc == 0 && (o->trace || o->profile) ? tfg_trace_new() : NULL;
