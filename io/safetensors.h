@@ -102,9 +102,11 @@ int tfg_safetensors_state_owner(const tfg_safetensors *f, int i);
  *   - a tensor of a param's name with another dtype or shape: always an
  *     error;
  *   - a tensor that is no param's: an error when strict, else skipped;
- *     the optimizer state a train's checkpoint keeps beside its params
- *     ("PARAM:SLOT" with PARAM in f, tfg_safetensors_state_owner) is
- *     skipped either way, so a checkpoint loads as it is.
+ *     optimizer state ("PARAM:SLOT", SLOT an identifier: h.w:exp_avg)
+ *     is skipped either way, whatever its PARAM (the file's, the
+ *     program's or neither's): strict compares params, as PyTorch's
+ *     load_state_dict(strict=True) compares a model's keys, and a load
+ *     sets no optimizer state; so a train's checkpoint loads as it is.
  * Each kind of error is reported once at loc, naming the first param or
  * tensor and counting the others. at[i] is set to the index in f of
  * ids[i]'s tensor, or -1 when it is skipped. Returns TFG_OK or

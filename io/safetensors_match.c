@@ -5,6 +5,7 @@
  * every command, before anything runs) matches the file's header, and the
  * run matches the file it reads in full, in case it changed since; so
  * both report the same errors in the same words. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +20,25 @@ int tfg_safetensors_state_owner(const tfg_safetensors *f, int i) {
   int k = tfg_safetensors_find(f, owner);
   free(owner);
   return k;
+}
+
+/* Whether a tensor's name is optimizer state as tfg's checkpoints key it,
+ * "PARAM:SLOT" after torch.optim's state (h.w:exp_avg): a PARAM, then a
+ * slot that is an identifier. A param's name has no ':', so no such
+ * tensor can be a param; whether PARAM is in the file or the program
+ * does not matter to a load, which never sets optimizer state (PyTorch
+ * keeps it in the optimizer's state_dict, apart from the model's that
+ * load_state_dict compares). Any other name with a ':' is no state. */
+static bool is_state_name(const char *name) {
+  const char *colon = strrchr(name, ':');
+  if (!colon || colon == name) return false;
+  const char *slot = colon + 1;
+  if (!(*slot == '_' || (*slot >= 'a' && *slot <= 'z') || (*slot >= 'A' && *slot <= 'Z'))) return false;
+  for (; *slot; slot++)
+    if (!(*slot == '_' || (*slot >= 'a' && *slot <= 'z') || (*slot >= 'A' && *slot <= 'Z') ||
+          (*slot >= '0' && *slot <= '9')))
+      return false;
+  return true;
 }
 
 /* What is wrong with a file, by kind: how many, and the first. */
@@ -55,10 +75,11 @@ tfg_status tfg_safetensors_match(tfg_diag *d, const tfg_loc *loc, const char *pa
     if (t->dtype != p->dtype || !tfg_shape_eq(&t->shape, &p->shape)) count(&differ, i);
   }
   /* Header order: the first extra tensor is the first a reader sees.
-   * Optimizer state is never counted: its param's tensor is a param's
-   * (set) or is counted itself. */
+   * Optimizer state is never counted, even a slot whose param is in
+   * neither the file nor the program: strict compares params, and a
+   * load sets no state (is_state_name). */
   for (int j = 0; j < nt; j++)
-    if (!used[j] && tfg_safetensors_state_owner(f, j) < 0) count(&extra, j);
+    if (!used[j] && !is_state_name(tfg_safetensors_tensor_at(f, j)->name)) count(&extra, j);
   free(used);
 
   /* A dtype or shape that differs is an error even when not strict: the
