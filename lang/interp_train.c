@@ -264,6 +264,34 @@ static void decode_count(tfg_interp *I, const train_setting *ts, tfg_train_confi
   *(int64_t *)(void *)((char *)c + ts->field) = count_of(I, ts->name, v, &k->a->loc);
 }
 
+/* eval_every = n: a count, and something to evaluate. The run evaluates
+ * the test split of the dataset that the train's batch input reads
+ * (batch_feed; runtime/train.c), and skips evaluation when there is no
+ * such input or its test split is empty, so the setting would be ignored
+ * silently: a setting that does nothing is more likely a mistake (a
+ * dataset without `test = ...`) than a choice, so it is refused here. */
+static void decode_eval_every(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v,
+                              const tfg_ast *k) {
+  decode_count(I, ts, c, v, k);
+  const tfg_feed *f = batch_feed(I);
+  if (!f) {
+    tfg_diag_error(I->diag, &k->loc,
+                   "eval_every needs an input fed from a dataset: it evaluates the dataset's test split");
+    tfg_diag_help(I->diag, "feed the loss from a dataset with a test fraction, such as "
+                           "data d = csv(\"f.csv\", label = -1, test = 0.2), or remove eval_every");
+    tfg_interp_unwind(I, TFG_ERR_NAME);
+  }
+  if (tfg_data_rows(f->ds, TFG_SPLIT_TEST) > 0) return;
+  const tfg_node *in = &I->prog.graph->nodes[f->node];
+  tfg_diag_error(I->diag, &k->loc, "eval_every has no test split to evaluate: dataset '%s' holds out no rows",
+                 f->ds_path);
+  tfg_diag_note(I->diag, &in->loc,
+                "input %s reads it: the first input fed from a dataset decides what a train evaluates", in->name);
+  tfg_diag_help(I->diag,
+                "give the dataset a test fraction (test = 0.2 holds out a fifth of its rows), or remove eval_every");
+  tfg_interp_unwind(I, TFG_ERR_NAME);
+}
+
 /* no_decay = ["*.b", ...]: a list of name patterns (fnmatch: * ? [...]);
  * one that matches no param of the program is a warning (a typo would
  * otherwise decay what it meant to spare, silently). */
@@ -466,7 +494,7 @@ static const train_setting train_settings[] = {
     {"strategy", decode_strategy, 0},
     {"log_every", decode_count, offsetof(tfg_train_config, log_every)},
     {"metrics", decode_metrics, 0},
-    {"eval_every", decode_count, offsetof(tfg_train_config, eval_every)},
+    {"eval_every", decode_eval_every, offsetof(tfg_train_config, eval_every)},
     {"checkpoint", decode_checkpoint, 0},
     {"log", decode_log, 0},
     {"checkpoint_every", decode_count, offsetof(tfg_train_config, checkpoint_every)},
