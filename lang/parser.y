@@ -37,6 +37,11 @@ typedef struct tfg_parser {
   int nsyntax;    /* syntax errors reported */
   size_t errors_before; /* errors in the sink when the parse began */
   bool first_error_at_eof;
+  /* The '{' of the latest `load "f" {` block (where it opens: offset in
+   * src), so a bad statement in it is said to be in a load block, not a
+   * train block: the two share the settings grammar. */
+  uint32_t load_brace;
+  bool has_load_brace;
 } tfg_parser;
 }
 
@@ -360,6 +365,10 @@ static int tfg_yylex(TFG_YYSTYPE *val, tfg_loc *loc, tfg_parser *P) {
   P->prev2 = P->prev;
   P->prev = P->la;
   int kind = tfg_lexer_next(&P->lex, &P->la);
+  if (kind == TFG_TOK_LBRACE && P->prev.kind == TFG_TOK_STRING && P->prev2.kind == TFG_TOK_LOAD) {
+    P->load_brace = P->la.loc.off; /* LOAD is a token only before a string: this is a load block */
+    P->has_load_brace = true;
+  }
   val->tok = P->la;
   *loc = P->la.loc;
   return kind;
@@ -550,9 +559,11 @@ static void tfg_parse_report(tfg_parser *P, const yypcontext_t *ctx) {
   } else if (want_stmt) {
     tfg_strbuf_printf(&msg, "expected a statement, found %s", found.data);
   } else if (open && open->c == '{' && s.has[YYSYMBOL_IDENT] && s.has[closer_sym('{')]) {
-    /* Only a train block takes names but not statements. */
+    /* Only a train or load block takes names but not statements. */
     tfg_strbuf_printf(&msg, "expected a setting 'name = value' or '}', found %s", found.data);
-    help = "a train block holds settings only, such as: steps = 100";
+    help = P->has_load_brace && open->loc.off == P->load_brace && open->loc.src == P->src
+               ? "a load block holds settings only, such as: strict = false"
+               : "a train block holds settings only, such as: steps = 100";
   } else if (s.has[YYSYMBOL_NEWLINE] && la->kind != TFG_TOK_NEWLINE) {
     tfg_strbuf_printf(&msg, "expected end of statement, found %s", found.data);
     /* `load path`: `load` before anything but a string is a name. */
