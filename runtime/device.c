@@ -68,6 +68,22 @@ static const tfg_gpu_info *probed_gpu(int physical) {
   return physical >= 0 && physical < n ? &info[physical] : NULL;
 }
 
+/* Why the probe has no GPU at ordinal physical, in a few words for
+ * `tfg devices`: the probe's own reason when it found none ("no CUDA
+ * driver", "no CUDA-capable device", "this build of tfg has no CUDA
+ * backend"), else that the machine has fewer GPUs. The words of the
+ * notice a default list gives ("tfg: no GPU found (...)"), so a cuda:K
+ * entry the machine lacks never reads as a GPU merely left unprobed. */
+static const char *gpu_missing(int physical, char *buf, size_t n) {
+  const tfg_gpu_info *info = NULL;
+  const char *why = NULL;
+  int found = tfg_discover_gpus(&info, &why, NULL);
+  if (found == 0) return why ? why : "no GPU found";
+  snprintf(buf, n, "the machine has %d GPU%s, cuda:0 to cuda:%d; not cuda:%d", found, found == 1 ? "" : "s",
+           found - 1, physical);
+  return buf;
+}
+
 /* Sets g's hardware text, cut to fit (a GPU's name can be long). */
 static void set_hardware(tfg_device *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void set_hardware(tfg_device *g, const char *fmt, ...) {
@@ -94,10 +110,10 @@ static void add_cuda(tfg_devices *ds, int physical, int count, int64_t cap) {
       set_hardware(g, "cuda:%d %.48s", physical, gi->name);
     else if (gi)
       set_hardware(g, "cuda:%d %.32s (logical %d of %d)", physical, gi->name, i + 1, count);
-    else if (count == 1)
-      set_hardware(g, "cuda:%d (not probed in this build)", physical);
+    else if (count == 1) /* why: on the physical devices' line, which has room for it */
+      set_hardware(g, "cuda:%d (not found)", physical);
     else
-      set_hardware(g, "cuda:%d (logical %d of %d; not probed in this build)", physical, i + 1, count);
+      set_hardware(g, "cuda:%d (logical %d of %d; not found)", physical, i + 1, count);
   }
 }
 
@@ -545,7 +561,8 @@ void tfg_devices_describe(const tfg_devices *ds, tfg_strbuf *out) {
                           gi->name, gi->major, gi->minor, gi->sms, mem, free >= 0 ? ", free " : "",
                           free >= 0 ? freetext : "");
       } else {
-        tfg_strbuf_printf(out, "  cuda:%d (not probed in this build):", v->physical);
+        char why[96];
+        tfg_strbuf_printf(out, "  cuda:%d (not found: %s):", v->physical, gpu_missing(v->physical, why, sizeof why));
       }
       break;
     }
