@@ -6,6 +6,7 @@ const char *tfg_status_str(tfg_status s) {
   case TFG_OK: return "ok";
   case TFG_ERR_SYNTAX: return "syntax error";
   case TFG_ERR_NAME: return "name error";
+  case TFG_ERR_ARITH: return "arithmetic error";
   case TFG_ERR_SHAPE: return "shape error";
   case TFG_ERR_DATA: return "data error";
   case TFG_ERR_PLACE: return "placement error";
@@ -24,8 +25,8 @@ const char *tfg_status_str(tfg_status s) {
 int tfg_status_exit_code(tfg_status s) {
   switch (s) {
   case TFG_OK: return 0;
-  case TFG_ERR_SYNTAX: case TFG_ERR_NAME: case TFG_ERR_SHAPE: case TFG_ERR_DATA:
-  case TFG_ERR_PLACE: case TFG_ERR_LIMIT:
+  case TFG_ERR_SYNTAX: case TFG_ERR_NAME: case TFG_ERR_ARITH: case TFG_ERR_SHAPE:
+  case TFG_ERR_DATA: case TFG_ERR_PLACE: case TFG_ERR_LIMIT:
     return 1; /* the program is wrong: diagnostics say where */
   case TFG_ERR_USAGE: return 2;
   case TFG_ERR_INTERRUPTED: return 130; /* as a shell reports a process ended by SIGINT */

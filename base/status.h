@@ -10,6 +10,7 @@ typedef enum tfg_status {
   TFG_OK = 0,
   TFG_ERR_SYNTAX,   /* lexical or grammatical error in a program */
   TFG_ERR_NAME,     /* unknown name, wrong argument, wrong kind of value */
+  TFG_ERR_ARITH,    /* build-time arithmetic failed: division by zero, integer overflow */
   TFG_ERR_SHAPE,    /* shape or dtype mismatch */
   TFG_ERR_DATA,     /* a data file the program names is missing or malformed */
   TFG_ERR_PLACE,    /* impossible placement */

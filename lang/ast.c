@@ -105,6 +105,7 @@ const char *tfg_ast_op_str(tfg_ast_op op) {
 static void dump_float(double v, tfg_strbuf *out) {
   char buf[40];
   if (isinf(v)) { tfg_strbuf_puts(out, v > 0 ? "inf" : "-inf"); return; }
+  if (isnan(v)) { tfg_strbuf_puts(out, "nan"); return; } /* never "-nan"; NumPy's spelling */
   for (int prec = 1; prec <= 17; prec++) {
     snprintf(buf, sizeof buf, "%.*g", prec, v);
     if (strtod(buf, NULL) == v) break;

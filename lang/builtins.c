@@ -163,7 +163,8 @@ static void arg_ints(tfg_interp *I, tfg_args *a, int i, int64_t *iv, int *n) {
     if (x->kind == TFG_V_INT) iv[k] = x->u.i;
     else if (x->kind == TFG_V_FLOAT && x->u.f == floor(x->u.f)) iv[k] = (int64_t)x->u.f;
     else if (x->kind == TFG_V_FLOAT)
-      tfg_interp_fail(I, TFG_ERR_NAME, &a->loc[i], "'%s' must hold integers, got %g at position %d", a->names[i], x->u.f, k);
+      tfg_interp_fail(I, TFG_ERR_NAME, &a->loc[i], "'%s' must hold integers, got %g at position %d", a->names[i],
+                      tfg_interp_shown(x->u.f), k);
     else tfg_interp_fail(I, TFG_ERR_NAME, &a->loc[i], "'%s' must hold integers, got %s", a->names[i], tfg_vkind_name(x->kind));
   }
   *n = v->u.list.n;
@@ -230,7 +231,16 @@ static tfg_value bi_op(tfg_interp *I, const tfg_builtin *b, tfg_args *a, const t
     else if (strcmp(n, "transpose_a") == 0) at.transpose_a = arg_bool(I, a, i);
     else if (strcmp(n, "transpose_b") == 0) at.transpose_b = arg_bool(I, a, i);
     else if (strcmp(n, "causal") == 0) at.causal = arg_bool(I, a, i);
-    else if (strcmp(n, "scale") == 0) at.value = v->kind == TFG_V_NONE ? NAN : arg_num(I, a, i);
+    else if (strcmp(n, "scale") == 0) {
+      /* NaN is attention's "not given" (ir/ops.c fills in 1 / sqrt(hd)),
+       * so only none may ask for it: a NaN computed by the program is
+       * refused here, not silently replaced by the default. */
+      if (v->kind == TFG_V_NONE) at.value = NAN;
+      else {
+        at.value = arg_num(I, a, i);
+        tfg_interp_check_finite(I, at.value, "'scale'", &a->loc[i]);
+      }
+    }
     else if (strcmp(n, "stride") == 0) {
       if (v->kind != TFG_V_NONE) arg_pair(I, a, i, at.stride);
     } else if (strcmp(n, "size") == 0) arg_pair(I, a, i, at.size);
@@ -247,7 +257,12 @@ static tfg_value bi_op(tfg_interp *I, const tfg_builtin *b, tfg_args *a, const t
           tfg_interp_fail(I, TFG_ERR_NAME, &a->loc[i], "'padding' must not be negative, got %" PRId64, at.pad[0]);
       }
     } else if (strcmp(n, "dtype") == 0) at.dtype = arg_dtype(I, a, i);
-    else if (strcmp(n, "eps") == 0 || strcmp(n, "rate") == 0) at.value = arg_num(I, a, i);
+    else if (strcmp(n, "eps") == 0 || strcmp(n, "rate") == 0) {
+      /* Refused at the argument: the shape rules' range checks let NaN
+       * through (eps) or word it as "-nan" at the call (rate). */
+      at.value = arg_num(I, a, i);
+      tfg_interp_check_finite(I, at.value, n[0] == 'e' ? "'eps'" : "'rate'", &a->loc[i]);
+    }
     else if (strcmp(n, "seed") == 0) {
       if (v->kind != TFG_V_NONE) {
         at.seed = (uint64_t)arg_int(I, a, i);
@@ -310,7 +325,9 @@ static tfg_value bi_init(tfg_interp *I, const tfg_builtin *b, tfg_args *a, const
   case K_UNIFORM:
     at->a = arg_num(I, a, arg_index(a, "lo"));
     at->b = arg_num(I, a, arg_index(a, "hi"));
-    if (at->b < at->a) tfg_interp_fail(I, TFG_ERR_NAME, call, "uniform: lo (%g) is above hi (%g)", at->a, at->b);
+    if (at->b < at->a)
+      tfg_interp_fail(I, TFG_ERR_NAME, call, "uniform: lo (%g) is above hi (%g)", tfg_interp_shown(at->a),
+                      tfg_interp_shown(at->b));
     break;
   default: break;
   }
@@ -378,7 +395,8 @@ static void flatten_list(tfg_interp *I, const tfg_value *v, void *data, tfg_dtyp
   }
   double x = v->kind == TFG_V_INT ? (double)v->u.i : v->kind == TFG_V_FLOAT ? v->u.f : (double)v->u.b;
   if (!tfg_dtype_is_float(dt) && x != floor(x))
-    tfg_interp_fail(I, TFG_ERR_SHAPE, loc, "tensor: %g is not a whole number but the dtype is %s", x, tfg_dtype_name(dt));
+    tfg_interp_fail(I, TFG_ERR_SHAPE, loc, "tensor: %g is not a whole number but the dtype is %s", tfg_interp_shown(x),
+                    tfg_dtype_name(dt));
   if (dt == TFG_DTYPE_I32 && (x > INT32_MAX || x < INT32_MIN))
     tfg_interp_fail(I, TFG_ERR_SHAPE, loc, "tensor: %.17g does not fit in i32", x);
   store(data, dt, (*k)++, x);
@@ -468,6 +486,7 @@ static tfg_data_opts data_opts(tfg_interp *I, tfg_args *a) {
   tfg_data_opts o = tfg_data_opts_default();
   int i = arg_index(a, "test");
   o.test = arg_num(I, a, i);
+  tfg_interp_check_finite(I, o.test, "'test'", &a->loc[i]);
   if (!(o.test >= 0 && o.test < 1))
     tfg_interp_fail(I, TFG_ERR_NAME, &a->loc[i], "test is the fraction of rows held out, in [0, 1); got %g", o.test);
   o.shuffle = arg_bool(I, a, arg_index(a, "shuffle"));
@@ -557,8 +576,9 @@ static tfg_value call_npy(tfg_interp *I, const tfg_builtin *b, const tfg_ast *ca
 static double opt_arg(tfg_interp *I, tfg_args *a, int i, bool beta) {
   double x = arg_num(I, a, i);
   const char *n = a->names[i];
-  if (isnan(x)) tfg_interp_fail(I, TFG_ERR_NAME, &a->loc[i], "'%s' must be a number, got NaN", n);
-  if (isinf(x)) tfg_interp_fail(I, TFG_ERR_NAME, &a->loc[i], "'%s' must be a finite number, got %s", n, x > 0 ? "inf" : "-inf");
+  char what[40];
+  snprintf(what, sizeof what, "'%s'", n);
+  tfg_interp_check_finite(I, x, what, &a->loc[i]);
   if (beta && !(x >= 0 && x < 1)) tfg_interp_fail(I, TFG_ERR_NAME, &a->loc[i], "'%s' must be in [0, 1), got %g", n, x);
   if (x < 0) tfg_interp_fail(I, TFG_ERR_NAME, &a->loc[i], "'%s' must not be negative, got %g", n, x);
   a->v[i] = tfg_val_float(x);
@@ -610,9 +630,12 @@ static void check_schedule(tfg_interp *I, tfg_args *a, const tfg_loc *call) {
       a->v[i] = (tfg_value){.kind = TFG_V_FLOAT, .u.f = (double)v};
     } else {
       double x = arg_num(I, a, i);
+      char what[40];
+      snprintf(what, sizeof what, "'%s'", n);
+      tfg_interp_check_finite(I, x, what, &a->loc[i]); /* inf is "above 0" too */
       if (strcmp(n, "min") == 0 && !(x >= 0 && x <= 1))
         tfg_interp_fail(I, TFG_ERR_NAME, &a->loc[i], "'min' is a fraction of the lr, in [0, 1]: got %g", x);
-      if (strcmp(n, "gamma") == 0 && !(x > 0 && isfinite(x)))
+      if (strcmp(n, "gamma") == 0 && !(x > 0))
         tfg_interp_fail(I, TFG_ERR_NAME, &a->loc[i], "'gamma' must be above 0, got %g", x);
       a->v[i] = (tfg_value){.kind = TFG_V_FLOAT, .u.f = x};
     }

@@ -143,7 +143,7 @@ static int64_t want_int(tfg_interp *I, const tfg_value *v, const tfg_loc *loc, c
   if (v->kind == TFG_V_INT) return v->u.i;
   if (v->kind == TFG_V_FLOAT && v->u.f == floor(v->u.f) && fabs(v->u.f) < 9e15) return (int64_t)v->u.f;
   if (v->kind == TFG_V_FLOAT)
-    tfg_interp_fail(I, TFG_ERR_NAME, loc, "%s must be an integer, got %g", what, v->u.f);
+    tfg_interp_fail(I, TFG_ERR_NAME, loc, "%s must be an integer, got %g", what, tfg_interp_shown(v->u.f));
   tfg_interp_fail(I, TFG_ERR_NAME, loc, "%s must be an integer, got %s", what, tfg_vkind_name(v->kind));
 }
 
@@ -727,6 +727,13 @@ tfg_node_id tfg_interp_as_tensor(tfg_interp *I, const tfg_value *v, const tfg_lo
 static bool is_number(const tfg_value *v) { return v->kind == TFG_V_INT || v->kind == TFG_V_FLOAT; }
 static double num(const tfg_value *v) { return v->kind == TFG_V_INT ? (double)v->u.i : v->u.f; }
 
+/* Binary operator op of e on a and b: a graph node when either is a
+ * tensor, else computed now. Build-time arithmetic that has no value (a
+ * division or modulo by zero, an integer result past int64) fails with
+ * TFG_ERR_ARITH, as Python raises ArithmeticError's subclasses: a
+ * program error (exit 1) that callers can tell from a wrong name. Float
+ * results may be inf or NaN (1e308 * 10.0); where a value must be
+ * finite, the place that reads it refuses it (tfg_interp_check_finite). */
 static tfg_value arith(tfg_interp *I, int op, const tfg_value *a, const tfg_value *b, const tfg_ast *e) {
   if (a->kind == TFG_V_TENSOR || b->kind == TFG_V_TENSOR) {
     if (op != TFG_AST_OP_ADD && op != TFG_AST_OP_SUB && op != TFG_AST_OP_MUL && op != TFG_AST_OP_DIV) {
@@ -787,17 +794,18 @@ static tfg_value arith(tfg_interp *I, int op, const tfg_value *a, const tfg_valu
     case TFG_AST_OP_SUB: over = __builtin_sub_overflow(p, q, &r); break;
     case TFG_AST_OP_MUL: over = __builtin_mul_overflow(p, q, &r); break;
     case TFG_AST_OP_MOD:
-      if (q == 0) tfg_interp_fail(I, TFG_ERR_NAME, &e->loc, "modulo by zero");
+      if (q == 0) tfg_interp_fail(I, TFG_ERR_ARITH, &e->loc, "modulo by zero");
       if (q == -1) return tfg_val_int(0);
       r = p % q;
       if (r != 0 && ((r < 0) != (q < 0))) r += q; /* Python: the sign of the divisor */
       break;
     case TFG_AST_OP_DIV:
-      if (q == 0) tfg_interp_fail(I, TFG_ERR_NAME, &e->loc, "division by zero");
+      if (q == 0) tfg_interp_fail(I, TFG_ERR_ARITH, &e->loc, "division by zero");
       return tfg_val_float((double)p / (double)q); /* true division, as in Python 3 */
     default: r = 0; break;
     }
-    if (over) tfg_interp_fail(I, TFG_ERR_NAME, &e->loc, "integer overflow in %" PRId64 " %s %" PRId64, p, tfg_ast_op_str(op), q);
+    if (over)
+      tfg_interp_fail(I, TFG_ERR_ARITH, &e->loc, "integer overflow in %" PRId64 " %s %" PRId64, p, tfg_ast_op_str(op), q);
     return tfg_val_int(r);
   }
   switch (op) {
@@ -805,10 +813,10 @@ static tfg_value arith(tfg_interp *I, int op, const tfg_value *a, const tfg_valu
   case TFG_AST_OP_SUB: return tfg_val_float(x - y);
   case TFG_AST_OP_MUL: return tfg_val_float(x * y);
   case TFG_AST_OP_DIV:
-    if (y == 0) tfg_interp_fail(I, TFG_ERR_NAME, &e->loc, "division by zero");
+    if (y == 0) tfg_interp_fail(I, TFG_ERR_ARITH, &e->loc, "division by zero");
     return tfg_val_float(x / y);
   case TFG_AST_OP_MOD:
-    if (y == 0) tfg_interp_fail(I, TFG_ERR_NAME, &e->loc, "modulo by zero");
+    if (y == 0) tfg_interp_fail(I, TFG_ERR_ARITH, &e->loc, "modulo by zero");
     return tfg_val_float(x - y * floor(x / y));
   default: break;
   }
@@ -963,7 +971,7 @@ tfg_value tfg_interp_expr(tfg_interp *I, tfg_env *env, const tfg_ast *e) {
       return x;
     }
     if (x.kind == TFG_V_INT) {
-      if (x.u.i == INT64_MIN) tfg_interp_fail(I, TFG_ERR_NAME, &e->loc, "integer overflow");
+      if (x.u.i == INT64_MIN) tfg_interp_fail(I, TFG_ERR_ARITH, &e->loc, "integer overflow");
       return tfg_val_int(-x.u.i);
     }
     if (x.kind == TFG_V_FLOAT) return tfg_val_float(-x.u.f);

@@ -155,6 +155,18 @@ _Noreturn void tfg_interp_unwind(struct tfg_interp *I, tfg_status s);
 tfg_value tfg_val_int(int64_t i);
 tfg_value tfg_val_float(double f);
 tfg_value tfg_val_tensor(tfg_node_id id);
+/* x as a message or a print shows it: a NaN without its sign bit, since
+ * glibc's %g prints a negative NaN (inf - inf makes one) as "-nan" where
+ * NumPy and Python print "nan". Every double a message formats with %g
+ * goes through it. */
+double tfg_interp_shown(double x);
+/* Refuses x, the value given for `what` (a setting's name, or an
+ * argument's name in quotes: "'scale'"), at loc when it is NaN or
+ * infinite, in one wording: "WHAT must be a number, got NaN", "WHAT must
+ * be a finite number, got inf". For the numbers a program passes where
+ * only a finite one means anything: comparisons let NaN through range
+ * checks, and a NaN or inf reaching a kernel poisons every value. */
+void tfg_interp_check_finite(struct tfg_interp *I, double x, const char *what, const tfg_loc *loc);
 /* A string copied into the session arena. */
 const char *tfg_interp_strdup(struct tfg_interp *I, const char *s, size_t n);
 

@@ -246,7 +246,8 @@ static void check_epochs(tfg_interp *I, int64_t n, const tfg_loc *at) {
 static int64_t count_of(tfg_interp *I, const char *n, tfg_value v, const tfg_loc *at) {
   bool seed = strcmp(n, "seed") == 0, epochs = strcmp(n, "epochs") == 0;
   if (v.kind == TFG_V_FLOAT && v.u.f == floor(v.u.f) && fabs(v.u.f) < 9e18) v = tfg_val_int((int64_t)v.u.f);
-  if (v.kind == TFG_V_FLOAT) tfg_interp_fail(I, TFG_ERR_NAME, at, "%s must be an integer, got %g", n, v.u.f);
+  if (v.kind == TFG_V_FLOAT)
+    tfg_interp_fail(I, TFG_ERR_NAME, at, "%s must be an integer, got %g", n, tfg_interp_shown(v.u.f));
   if (v.kind != TFG_V_INT)
     tfg_interp_fail(I, TFG_ERR_NAME, at, "%s must be an integer (%s), got %s", n,
                     seed ? "a random seed" : epochs ? "a number of epochs" : "a number of steps", tfg_vkind_name(v.kind));
@@ -317,11 +318,14 @@ static void decode_no_decay(tfg_interp *I, const train_setting *ts, tfg_train_co
   c->no_decay = pats;
 }
 
-/* clip_grad_norm = x: a positive finite number. */
+/* clip_grad_norm = x: a positive finite number. NaN and inf are named
+ * as such ("above 0" alone would not say what is wrong with inf). */
 static void decode_clip(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v, const tfg_ast *k) {
   (void)ts;
-  double x = v.kind == TFG_V_INT ? (double)v.u.i : v.kind == TFG_V_FLOAT ? v.u.f : NAN;
-  if (!(x > 0 && isfinite(x)))
+  bool number = v.kind == TFG_V_INT || v.kind == TFG_V_FLOAT;
+  double x = v.kind == TFG_V_INT ? (double)v.u.i : v.kind == TFG_V_FLOAT ? v.u.f : 0;
+  if (number) tfg_interp_check_finite(I, x, "clip_grad_norm", &k->a->loc);
+  if (!(x > 0))
     tfg_interp_fail(I, TFG_ERR_NAME, &k->a->loc, "clip_grad_norm must be a number above 0, the largest gradient norm");
   c->clip_grad_norm = x;
 }

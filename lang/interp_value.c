@@ -2,6 +2,7 @@
  * naming their kinds for messages, and rendering them as the REPL and
  * print show them. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,14 @@ const char *tfg_vkind_name(tfg_vkind k) {
   return "a value";
 }
 
+double tfg_interp_shown(double x) { return isnan(x) ? fabs(x) : x; }
+
+void tfg_interp_check_finite(tfg_interp *I, double x, const char *what, const tfg_loc *loc) {
+  if (isnan(x)) tfg_interp_fail(I, TFG_ERR_NAME, loc, "%s must be a number, got NaN", what);
+  if (isinf(x))
+    tfg_interp_fail(I, TFG_ERR_NAME, loc, "%s must be a finite number, got %s", what, x > 0 ? "inf" : "-inf");
+}
+
 const char *tfg_interp_strdup(tfg_interp *I, const char *s, size_t n) {
   return tfg_arena_strndup(&I->arena, s, n);
 }
@@ -55,6 +64,10 @@ void tfg_value_format(const tfg_value *v, const tfg_graph *g, tfg_strbuf *out) {
   case TFG_V_INT: tfg_strbuf_printf(out, "%" PRId64, v->u.i); break;
   case TFG_V_FLOAT: {
     char buf[40];
+    if (isnan(v->u.f)) { /* "nan", as NumPy prints it: never glibc's "-nan" (no NaN equals itself below) */
+      tfg_strbuf_puts(out, "nan");
+      break;
+    }
     for (int prec = 1; prec <= 17; prec++) {
       snprintf(buf, sizeof buf, "%.*g", prec, v->u.f);
       if (strtod(buf, NULL) == v->u.f) break;

@@ -88,6 +88,9 @@ START_TEST(status_exit_codes) {
   ck_assert_int_eq(tfg_status_exit_code(TFG_ERR_OOM), 3);
   ck_assert_int_eq(tfg_status_exit_code(TFG_ERR_IO), 3);
   ck_assert_str_eq(tfg_status_str(TFG_ERR_SYNTAX), "syntax error");
+  /* Build-time arithmetic (division by zero, overflow): a program error. */
+  ck_assert_int_eq(tfg_status_exit_code(TFG_ERR_ARITH), 1);
+  ck_assert_str_eq(tfg_status_str(TFG_ERR_ARITH), "arithmetic error");
 }
 END_TEST
 

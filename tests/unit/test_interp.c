@@ -161,6 +161,27 @@ START_TEST(build_time_errors) {
 }
 END_TEST
 
+/* Arithmetic with no value is its own status, not a name error: callers
+ * (the REPL, a driver) can tell "1 / 0" from a misspelt name. */
+START_TEST(build_time_arithmetic_status) {
+  static const char *const cases[][2] = {
+      {"print 1 / 0", "division by zero"},
+      {"print 7 % 0", "modulo by zero"},
+      {"print 1.5 / 0.0", "division by zero"},
+      {"print 2.5 % 0.0", "modulo by zero"},
+      {"print 9223372036854775807 + 1", "integer overflow in 9223372036854775807 + 1"},
+      {"print -(-9223372036854775807 - 1)", "integer overflow"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    built b;
+    build(&b, cases[i][0]);
+    ck_assert_msg(b.st == TFG_ERR_ARITH, "%s: status %d", cases[i][0], (int)b.st);
+    ck_assert_msg(strstr(b.errs, cases[i][1]) != NULL, "%s:\n%s", cases[i][0], b.errs);
+    program_free(&b);
+  }
+}
+END_TEST
+
 START_TEST(shapes_and_devices) {
   built b;
   build(&b, "a = zeros([4, 1, 3])\nb = ones([5, 1])\nc = a + b\n@gpu:1 d = matmul(zeros([7, 2, 3]), zeros([3, 6]))\n"
@@ -629,6 +650,7 @@ Suite *suite_interp(void) {
   tcase_add_test(tc, lexical_scoping);
   tcase_add_test(tc, build_time_arithmetic);
   tcase_add_test(tc, build_time_errors);
+  tcase_add_test(tc, build_time_arithmetic_status);
   tcase_add_test(tc, shapes_and_devices);
   tcase_add_test(tc, set_overrides_top_level_let);
   tcase_add_test(tc, imports);
