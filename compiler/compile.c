@@ -16,8 +16,37 @@
 
 /* ---- stage 3: placing with activations counted --------------------------------- */
 
-/* The placer counts the params, state and gradients each device holds,
- * not the activations, which only a plan's liveness knows. So: place,
+/* Adds to counted[dv] the bytes the placer counts on each device dv
+ * beyond the plan's persistent region: each trained param's gradient
+ * (on the param's device, where the placer computes it) and each param
+ * or state copied in from another device (the plan copies it when the
+ * step starts and keeps it to its last reader there). What a plan's peak
+ * holds beyond these and the persistent bytes is activations. */
+static void placer_counted(const tfg_graph *g, const tfg_placement *pl, int ndev, const tfg_train_step *steps,
+                           int nsteps, const uint8_t *removed, int64_t *counted) {
+  for (int k = 0; k < nsteps; k++)
+    for (int i = 0; i < steps[k].nparams; i++)
+      counted[tfg_placement_device(pl, steps[k].params[i])] += tfg_node_bytes(&g->nodes[steps[k].params[i]]);
+  uint8_t *copied = calloc((size_t)g->nnodes * (size_t)ndev + 1, 1); /* [x * ndev + dv]: counted there */
+  TFG_ASSERT(copied != NULL);
+  for (int32_t i = 0; i < g->nnodes; i++) {
+    if (removed && tfg_fold_removed(removed[i])) continue; /* runs nowhere: copies nothing */
+    int dv = tfg_placement_device(pl, i);
+    for (int k = 0; k < g->nodes[i].ninputs; k++) {
+      tfg_node_id x = g->nodes[i].inputs[k];
+      tfg_op_id op = g->nodes[x].op;
+      size_t at = (size_t)x * (size_t)ndev + (size_t)dv;
+      if ((op != TFG_OP_PARAM && op != TFG_OP_STATE) || tfg_placement_device(pl, x) == dv || copied[at]) continue;
+      copied[at] = 1;
+      counted[dv] += tfg_node_bytes(&g->nodes[x]);
+    }
+  }
+  free(copied);
+}
+
+/* The placer counts the params, state and gradients each device holds
+ * (and the params it copies there), not the activations, which only a
+ * plan's liveness knows. So: place,
  * plan (measuring each device's peak, capacities unchecked), and where a
  * device's peak passes its memory, keep what its activations took (and a
  * little more) free of params there, and place again, a few times at
@@ -43,22 +72,21 @@ static tfg_status place_fit(const tfg_graph *g, const tfg_devices *ds, const tfg
     tfg_plan_build_with(g, pl, ds, &po, NULL, &plan);
     /* Where a device went over, keep what its activations took this time
      * (and a little more) free of params next time: its peak less the
-     * params, state and gradients the placer counts already. */
-    int64_t *grads = calloc((size_t)ndev, sizeof *grads);
-    TFG_ASSERT(grads != NULL);
-    for (int k = 0; k < nsteps; k++)
-      for (int i = 0; i < steps[k].nparams; i++)
-        grads[tfg_placement_device(pl, steps[k].params[i])] += tfg_node_bytes(&g->nodes[steps[k].params[i]]);
+     * params, state, gradients and copies the placer counts already
+     * (counted as activations too, they would be kept free twice). */
+    int64_t *counted = calloc((size_t)ndev, sizeof *counted);
+    TFG_ASSERT(counted != NULL);
+    placer_counted(g, pl, ndev, steps, nsteps, removed, counted);
     bool over = false;
     for (int i = 0; i < ndev; i++) {
       if (plan->dev[i].peak <= tfg_devices_at(ds, i)->memory) continue;
-      int64_t act = plan->dev[i].peak - plan->dev[i].persistent_bytes - grads[i];
+      int64_t act = plan->dev[i].peak - plan->dev[i].persistent_bytes - counted[i];
       if (act < 0) act = 0;
       int64_t want = act + act / 8 + 4096;
       reserve[i] = want > reserve[i] ? want : reserve[i] + 4096;
       over = true;
     }
-    free(grads);
+    free(counted);
     tfg_plan_free(plan);
     if (!over) {
       free(reserve);

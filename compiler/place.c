@@ -9,6 +9,8 @@
  *      state the update uses is one group, its persistent bytes (and its
  *      gradient's, which lives until the update) counted together. No
  *      decision: passes 1 to 3 carry a decision to the whole group.
+ *      Gradients (pass0_grads): the ops that compute the gradient an
+ *      update reads, which pass 2 puts beside the param.
  *   1. pins (pass1_pins): `@DEVICE`, `with DEVICE` and a strategy's pins,
  *      validated (the device exists), carried to the group; pinned params
  *      that do not fit their device are an error at the first one's pin.
@@ -17,13 +19,16 @@
  *   whole graph: an op's cost depends on where its inputs went, and where
  *   a source goes depends on where its first reader went.
  *   2. colocation (pass2_colocate): an op whose group has a device goes
- *      there; an op with no inputs (a constant, an input, a param) waits
- *      for the first op that reads it, and once that op is decided, goes
- *      beside it with its group (pass2_sources).
+ *      there, and so does an op that computes a param's gradient (the
+ *      group counts its bytes there); an op with no inputs (a constant, an
+ *      input, a param) waits for the first op that reads it, and once that
+ *      op is decided, goes beside it with its group (pass2_sources).
  *   3. memory (pass3_memory): an op whose undecided param groups would not
  *      fit the device the cost model prefers (less the bytes the caller
  *      reserves there for activations) goes to the best device with room;
- *      where none has room, the placement fails at the op.
+ *      where none has room, the placement fails at the op. A param or
+ *      state the op reads from another device counts there too: the plan
+ *      copies it in when the step starts and keeps it to its last reader.
  *   4. cost (pass4_cost): every other op goes to the device where it would
  *      finish earliest (weigh: compute as FLOPs over the device's rate and
  *      bytes over its memory bandwidth, after its inputs arrive, a
@@ -142,8 +147,10 @@ typedef struct placer {
   /* pass 0 */
   int64_t *group_bytes; /* per group leader: its persistent bytes with its gradients */
   int *group_dev;       /* per group leader: its device once a member is decided, else -1 */
+  int32_t *grad_of;     /* per node: the group leader whose gradient it computes, GRAD_NONE, GRAD_SHARED */
   /* the sweep */
-  int64_t *used;        /* per device: the bytes of the groups decided there */
+  int64_t *used;        /* per device: the bytes of the groups decided there, and of the params copied in */
+  uint8_t *copied;      /* per persistent node x and device dv ([x * ndev + dv]): its copy there is in used */
   double *finish;       /* per node: its estimated finish time */
   double *ready;        /* per device: when it is free */
   double link;          /* the slowest link: a transfer's cost */
@@ -192,6 +199,96 @@ static void pass0_groups(placer *P, const tfg_train_step *steps, int nsteps) {
   for (int k = 0; k < nsteps; k++)
     for (int i = 0; i < steps[k].nparams; i++)
       P->group_bytes[find(parent, steps[k].params[i])] += tfg_node_bytes(&g->nodes[steps[k].params[i]]);
+}
+
+/* grad_of values that name no group. */
+enum { GRAD_NONE = -1, GRAD_SHARED = -2 /* it computes the gradients of two groups */ };
+
+/* Whether op passes a gradient through element by element (scaling it,
+ * summing two parts of it, changing its dtype or shape): the op that
+ * feeds it computes the gradient too. Any other op computes it from
+ * activations, which is where the gradient begins. */
+static bool grad_passes_through(tfg_op_id op) {
+  switch (op) {
+  case TFG_OP_NEG:
+  case TFG_OP_ADD:
+  case TFG_OP_SUB:
+  case TFG_OP_MUL:
+  case TFG_OP_DIV:
+  case TFG_OP_MAXIMUM:
+  case TFG_OP_MINIMUM:
+  case TFG_OP_WHERE:
+  case TFG_OP_CAST:
+  case TFG_OP_RESHAPE:
+  case TFG_OP_FLATTEN: return true;
+  default: return false; /* a matmul, a reduction, a kernel's own gradient op: the gradient starts here */
+  }
+}
+
+/* Marks grad_of[x] = leader when x may compute the gradient of the group
+ * led by leader, whose param has numel elements: x runs (not removed, not
+ * a source: sources follow their first reader), is in no group of its own
+ * and has the gradient's element count (the dtype may differ: precision =
+ * f16 casts). Collectives are left alone: a strategy pins them with their
+ * replica. A node two groups mark is GRAD_SHARED: neither claims it. */
+static void grad_mark(placer *P, tfg_node_id x, int32_t leader, int64_t numel) {
+  const tfg_node *n = &P->g->nodes[x];
+  if (P->pl->rec[x].cause == TFG_CAUSE_REMOVED || n->ninputs == 0 || persistent(n) || n->op == TFG_OP_ALLREDUCE) return;
+  if (P->group_bytes[find(P->pl->parent, x)] > 0 || tfg_shape_numel(&n->shape) != numel) return;
+  P->grad_of[x] = P->grad_of[x] == GRAD_NONE || P->grad_of[x] == leader ? leader : GRAD_SHARED;
+}
+
+/* The ops that compute each trained param's gradient, from the update
+ * (or the accumulate ops, which read it too) back to where it begins:
+ * the op that makes it from activations (the one-GEMM weight gradient, a
+ * conv's weight gradient, a bias's sum), with the ops between that only
+ * pass it through (clipping's scale, the unscale of precision = f16, the
+ * sum of a param read twice, accumulate's mean). An op passes the mark on
+ * to its inputs only when every op that reads it is marked so, so the
+ * walk never enters the backward pass's activation gradients (which
+ * other ops read) however the shapes match.
+ *
+ * Why: the group counts the gradient's bytes on the param's device (pass
+ * 0); computed on another device it is a second copy there, sent to the
+ * update (the plan keeps a sent tensor to the end of the step), which no
+ * placement count sees: the cost pass spread the weight gradients of a
+ * deep MLP over idle devices, and the fit loop, finding their bytes on
+ * those devices as activations, reserved them away from params until no
+ * device had room. One pass in descending order sees every reader of a
+ * node before the node (readers come later in graph order). */
+static void pass0_grads(placer *P, const tfg_train_step *steps, int nsteps) {
+  const tfg_graph *g = P->g;
+  int32_t *readers = calloc((size_t)P->n + 1, sizeof *readers); /* reads by ops that run */
+  int32_t *marked = calloc((size_t)P->n + 1, sizeof *marked);   /* reads by ops that pass the mark on */
+  int32_t *seed = malloc(sizeof *seed * ((size_t)P->n + 1));    /* per update or accumulate op: its group, else -1 */
+  TFG_ASSERT(readers && marked && seed);
+  for (int32_t i = 0; i < P->n; i++) {
+    P->grad_of[i] = GRAD_NONE;
+    seed[i] = -1;
+    for (int k = 0; P->pl->rec[i].cause != TFG_CAUSE_REMOVED && k < g->nodes[i].ninputs; k++)
+      readers[g->nodes[i].inputs[k]]++;
+  }
+  for (int k = 0; k < nsteps; k++)
+    for (int i = 0; i < steps[k].nupdates; i++) {
+      tfg_node_id u = steps[k].updates[i];
+      seed[u] = find(P->pl->parent, g->nodes[u].inputs[0]);
+      if (steps[k].accs) seed[steps[k].acc_first[i]] = seed[steps[k].acc_add[i]] = seed[u];
+    }
+  for (int32_t y = P->n - 1; y >= 0; y--) {
+    const tfg_node *n = &g->nodes[y];
+    int32_t leader = seed[y];
+    if (leader < 0 && P->grad_of[y] >= 0 && grad_passes_through(n->op) && marked[y] == readers[y])
+      leader = P->grad_of[y];
+    if (leader < 0 || P->pl->rec[y].cause == TFG_CAUSE_REMOVED) continue;
+    int64_t numel = tfg_shape_numel(&g->nodes[leader].shape); /* the param: its group's smallest id */
+    for (int k = 0; k < n->ninputs; k++) {
+      marked[n->inputs[k]]++;
+      grad_mark(P, n->inputs[k], leader, numel);
+    }
+  }
+  free(readers);
+  free(marked);
+  free(seed);
 }
 
 /* ---- pass 1: pins ---------------------------------------------------------- */
@@ -279,12 +376,17 @@ static tfg_status pass1_pins(placer *P) {
 
 /* ---- pass 2: colocation ------------------------------------------------------ */
 
-/* Decides op id (undecided) when its group already has a device: there,
+/* Decides op id (undecided) when its group already has a device, or it
+ * computes the gradient of a group that has one (pass0_grads): there,
  * with its param (cause COLOCATE). Returns whether it did. */
 static bool pass2_colocate(placer *P, tfg_node_id id) {
   int32_t root = find(P->pl->parent, id);
+  bool grad = P->group_dev[root] < 0 && P->grad_of[id] >= 0;
+  if (grad) root = P->grad_of[id];
   if (P->group_dev[root] < 0) return false;
-  decide(P->pl, id, P->group_dev[root], TFG_CAUSE_COLOCATE)->with = root;
+  tfg_place_record *r = decide(P->pl, id, P->group_dev[root], TFG_CAUSE_COLOCATE);
+  r->with = root;
+  r->grad = grad;
   return true;
 }
 
@@ -324,6 +426,35 @@ static double finish_on(const placer *P, const tfg_node *n, int dv) {
   return start + flops / dev->flops + (double)tfg_node_bytes(n) / dev->mem_bw;
 }
 
+/* Whether input x, a param or state decided on another device than dv,
+ * needs a copy there that used does not count yet. */
+static bool copy_wanted(const placer *P, tfg_node_id x, int dv) {
+  int xd = P->pl->rec[x].device;
+  return xd >= 0 && xd != dv && persistent(&P->g->nodes[x]) && !P->copied[(size_t)x * (size_t)P->ndev + (size_t)dv];
+}
+
+/* Bytes of the params and state node n reads from other devices than dv,
+ * not copied there yet: the copies dv must hold if n runs there. */
+static int64_t copy_need(const placer *P, const tfg_node *n, int dv) {
+  int64_t need = 0;
+  for (int k = 0; k < n->ninputs; k++) {
+    bool again = false; /* read twice: one copy */
+    for (int j = 0; j < k; j++) again = again || n->inputs[j] == n->inputs[k];
+    if (!again && copy_wanted(P, n->inputs[k], dv)) need += tfg_node_bytes(&P->g->nodes[n->inputs[k]]);
+  }
+  return need;
+}
+
+/* Once op id is decided: the params and state it reads from other devices
+ * are copied to its device, and stay there for the step. */
+static void claim_copies(placer *P, tfg_node_id id) {
+  const tfg_node *n = &P->g->nodes[id];
+  int dv = P->pl->rec[id].device;
+  P->used[dv] += copy_need(P, n, dv);
+  for (int k = 0; k < n->ninputs; k++)
+    if (copy_wanted(P, n->inputs[k], dv)) P->copied[(size_t)n->inputs[k] * (size_t)P->ndev + (size_t)dv] = 1;
+}
+
 /* Persistent bytes of the undecided param groups node n reads: what its
  * device must have room for. */
 static int64_t group_need(const placer *P, const tfg_node *n) {
@@ -337,23 +468,32 @@ static int64_t group_need(const placer *P, const tfg_node *n) {
 }
 
 /* The devices weighed for one op: the earliest finish of all (pref), and
- * among those with room for its groups the best and the runner-up; the
- * earliest finish among those without (full). -1 where there is none. */
+ * among those with room for its groups (and, with copies, for the params
+ * it would copy in) the best and the runner-up; the earliest finish among
+ * those without (full). -1 where there is none. need: the bytes pref
+ * needs room for. */
 typedef struct weighing {
-  int64_t need;
+  int64_t need, copies; /* copies: of need, what pref would copy in */
   int best, second, pref, full;
   double best_t, second_t, pref_t, full_t;
 } weighing;
 
-static weighing weigh(const placer *P, const tfg_node *nd) {
-  weighing w = {.need = group_need(P, nd), .best = -1, .second = -1, .pref = -1, .full = -1,
+static weighing weigh(const placer *P, const tfg_node *nd, bool copies) {
+  int64_t groups = group_need(P, nd);
+  weighing w = {.need = groups, .best = -1, .second = -1, .pref = -1, .full = -1,
                 .best_t = INFINITY, .second_t = INFINITY, .pref_t = INFINITY, .full_t = INFINITY};
   int lo = 1, hi = P->gpus; /* the GPUs, or the CPU when there are none */
   if (P->gpus == 0) lo = hi = 0;
   for (int dv = lo; dv <= hi; dv++) {
     double t = finish_on(P, nd, dv);
-    if (t < w.pref_t) { w.pref_t = t; w.pref = dv; }
-    if (w.need > 0 && P->used[dv] + w.need > tfg_devices_at(P->ds, dv)->memory - (P->reserve ? P->reserve[dv] : 0)) {
+    int64_t copy = copies ? copy_need(P, nd, dv) : 0, need = groups + copy;
+    if (t < w.pref_t) {
+      w.pref_t = t;
+      w.pref = dv;
+      w.need = need;
+      w.copies = copy;
+    }
+    if (need > 0 && P->used[dv] + need > tfg_devices_at(P->ds, dv)->memory - (P->reserve ? P->reserve[dv] : 0)) {
       if (t < w.full_t) { w.full_t = t; w.full = dv; } /* explain says why it is not the runner-up */
       continue;
     }
@@ -393,6 +533,7 @@ static tfg_status pass3_memory(placer *P, tfg_node_id id, const weighing *w) {
   r->runner_est = w->second_t;
   r->refused = w->pref;
   r->need = w->need;
+  r->copies = w->copies;
   r->reserved = P->reserve ? P->reserve[w->pref] : 0;
   r->avail = tfg_devices_at(P->ds, w->pref)->memory - r->reserved - P->used[w->pref];
   return TFG_OK;
@@ -425,7 +566,10 @@ static tfg_status sweep(placer *P) {
     if (r->cause == TFG_CAUSE_REMOVED) continue; /* never runs: no time, no sources to follow it */
     if (r->device < 0 && !pass2_colocate(P, i)) {
       if (nd->ninputs == 0) continue; /* pass 2: waits for the op that reads it */
-      weighing w = weigh(P, nd);
+      weighing w = weigh(P, nd, true);
+      /* Copies never fail a placement: where no device has room for
+       * them, the op is weighed as if the copies took nothing. */
+      if (w.best < 0) w = weigh(P, nd, false);
       tfg_status st = pass3_memory(P, i, &w);
       if (st != TFG_OK) return st;
       if (r->device < 0) pass4_cost(P, i, &w);
@@ -435,6 +579,7 @@ static tfg_status sweep(placer *P) {
      * op is timed where it went. */
     P->finish[i] = r->cause == TFG_CAUSE_MEMORY || r->cause == TFG_CAUSE_COST ? r->est : finish_on(P, nd, r->device);
     P->ready[r->device] = P->finish[i];
+    claim_copies(P, i);
     pass2_sources(P, i);
   }
   return TFG_OK;
@@ -512,10 +657,12 @@ tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_
   P.gpus = tfg_devices_gpus(ds);
   P.group_bytes = calloc((size_t)P.n + 1, sizeof *P.group_bytes);
   P.group_dev = malloc(sizeof *P.group_dev * ((size_t)P.n + 1));
+  P.grad_of = malloc(sizeof *P.grad_of * ((size_t)P.n + 1));
   P.used = calloc((size_t)P.ndev, sizeof *P.used);
+  P.copied = calloc((size_t)P.n * (size_t)P.ndev + 1, 1);
   P.finish = calloc((size_t)P.n + 1, sizeof *P.finish);
   P.ready = calloc((size_t)P.ndev, sizeof *P.ready);
-  TFG_ASSERT(P.group_bytes && P.group_dev && P.used && P.finish && P.ready);
+  TFG_ASSERT(P.group_bytes && P.group_dev && P.grad_of && P.used && P.copied && P.finish && P.ready);
   for (int32_t i = 0; i < P.n; i++) P.group_dev[i] = -1;
   P.link = INFINITY;
   for (int i = 0; i < P.ndev; i++)
@@ -523,6 +670,7 @@ tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_
 
   pass0_removed(&P, removed);
   pass0_groups(&P, steps, nsteps);
+  pass0_grads(&P, steps, nsteps);
   tfg_status st = pass1_pins(&P);
   if (st == TFG_OK) st = sweep(&P); /* passes 2 to 4 */
   if (st == TFG_OK) {
@@ -532,7 +680,9 @@ tfg_status tfg_place(const tfg_graph *g, const tfg_devices *ds, const tfg_train_
 
   free(P.group_bytes);
   free(P.group_dev);
+  free(P.grad_of);
   free(P.used);
+  free(P.copied);
   free(P.finish);
   free(P.ready);
   if (st != TFG_OK) {
@@ -602,7 +752,11 @@ static void reason(const tfg_placement *pl, const tfg_place_record *const *rs, i
   case TFG_CAUSE_COLOCATE: {
     const tfg_node *w = &pl->g->nodes[r->with], *wl = &pl->g->nodes[rs[n - 1]->with];
     tfg_strbuf_puts(out, "pass 2: ");
-    if (w->op == TFG_OP_PARAM && n > 1)
+    if (w->op == TFG_OP_PARAM && r->grad && n > 1)
+      tfg_strbuf_printf(out, "with params %s .. %s (the gradient each one's update reads)", w->name, wl->name);
+    else if (w->op == TFG_OP_PARAM && r->grad)
+      tfg_strbuf_printf(out, "with param %s (the gradient its update reads)", w->name);
+    else if (w->op == TFG_OP_PARAM && n > 1)
       tfg_strbuf_printf(out, "with params %s .. %s (each with its update and state)", w->name, wl->name);
     else if (w->op == TFG_OP_PARAM)
       tfg_strbuf_printf(out, "with param %s (its update and state)", w->name);
@@ -622,8 +776,15 @@ static void reason(const tfg_placement *pl, const tfg_place_record *const *rs, i
       range(out, lo[3], hi[3], fmt_size);
       tfg_strbuf_puts(out, " kept for activations)");
     }
-    tfg_strbuf_puts(out, ", the params here need (with state and gradients) ");
-    range(out, lo[4], hi[4], fmt_size);
+    if (r->copies == r->need) { /* the op's own params are elsewhere: copying them in is what does not fit */
+      tfg_strbuf_puts(out, ", the params it reads from other devices need ");
+      range(out, lo[4], hi[4], fmt_size);
+      tfg_strbuf_puts(out, " here");
+    } else {
+      tfg_strbuf_puts(out, r->copies > 0 ? ", the params here need (with state, gradients and copies) "
+                                         : ", the params here need (with state and gradients) ");
+      range(out, lo[4], hi[4], fmt_size);
+    }
     break;
   case TFG_CAUSE_COST:
     tfg_strbuf_puts(out, "pass 4: finishes first (");
@@ -653,8 +814,10 @@ static bool same_reason(const tfg_place_record *a, const tfg_place_record *b) {
   if (a->device != b->device || a->cause != b->cause) return false;
   switch (a->cause) {
   case TFG_CAUSE_PIN: return a->pin.off == b->pin.off && a->pin.src == b->pin.src;
-  case TFG_CAUSE_COLOCATE: return a->with == b->with;
-  case TFG_CAUSE_MEMORY: return a->refused == b->refused;
+  case TFG_CAUSE_COLOCATE: return a->with == b->with && a->grad == b->grad;
+  case TFG_CAUSE_MEMORY: /* and the same words for what did not fit (reason()) */
+    return a->refused == b->refused && (a->copies > 0) == (b->copies > 0) &&
+           (a->copies == a->need) == (b->copies == b->need);
   case TFG_CAUSE_COST: return a->runner_up == b->runner_up && a->full == b->full;
   case TFG_CAUSE_FALLBACK: return true;
   case TFG_CAUSE_REMOVED: return a->by == b->by;
@@ -713,7 +876,7 @@ static bool same_shape(const tfg_placement *pl, const xline *a, const xline *b) 
   switch (x->cause) {
   case TFG_CAUSE_COLOCATE: {
     const tfg_node *wx = &g->nodes[x->with], *wy = &g->nodes[y->with];
-    return wx->op == wy->op && wx->loc.src == wy->loc.src && wx->loc.off == wy->loc.off;
+    return wx->op == wy->op && wx->loc.src == wy->loc.src && wx->loc.off == wy->loc.off && x->grad == y->grad;
   }
   case TFG_CAUSE_COST: return x->runner_up == y->runner_up && x->full == y->full;
   default: return same_reason(x, y);
@@ -976,7 +1139,8 @@ void tfg_place_json(const tfg_placement *pl, tfg_strbuf *out) {
       json_string(out, b.data);
       tfg_strbuf_free(&b);
     }
-    if (r->cause == TFG_CAUSE_COLOCATE) tfg_strbuf_printf(out, ", \"with\": %d", r->with);
+    if (r->cause == TFG_CAUSE_COLOCATE) /* gradient: it computes the gradient of with, a param */
+      tfg_strbuf_printf(out, ", \"with\": %d%s", r->with, r->grad ? ", \"gradient\": true" : "");
     if (r->cause == TFG_CAUSE_COST || r->cause == TFG_CAUSE_MEMORY) {
       tfg_strbuf_printf(out, ", \"est_s\": %.6g", r->est);
       if (r->runner_up >= 0)
@@ -986,6 +1150,7 @@ void tfg_place_json(const tfg_placement *pl, tfg_strbuf *out) {
     if (r->cause == TFG_CAUSE_MEMORY)
       tfg_strbuf_printf(out, ", \"refused\": \"%s\", \"need\": %" PRId64 ", \"avail\": %" PRId64,
                         tfg_devices_at(pl->ds, r->refused)->name, r->need, r->avail);
+    if (r->cause == TFG_CAUSE_MEMORY && r->copies > 0) tfg_strbuf_printf(out, ", \"copies\": %" PRId64, r->copies);
     tfg_strbuf_putc(out, '}');
   }
   tfg_strbuf_puts(out, "],\n\"totals\": [");

@@ -27,7 +27,8 @@
 /* The pass that decided an op (its number is the value). */
 typedef enum tfg_place_cause {
   TFG_CAUSE_PIN = 1,   /* pass 1: a pin names the device */
-  TFG_CAUSE_COLOCATE,  /* pass 2: with its param, or beside the first op that reads it */
+  TFG_CAUSE_COLOCATE,  /* pass 2: with its param (a member of its group, or its gradient), or
+                        * beside the first op that reads it */
   TFG_CAUSE_MEMORY,    /* pass 3: the device it would finish first on had no room */
   TFG_CAUSE_COST,      /* pass 4: it finishes first there */
   TFG_CAUSE_FALLBACK,  /* pass 5: nothing else decided it (and tfg_place_on) */
@@ -43,11 +44,13 @@ typedef struct tfg_place_record {
   tfg_place_cause cause;
   tfg_loc pin;           /* PIN: the annotation */
   tfg_node_id with;      /* COLOCATE: the param, or the op that reads this one */
+  bool grad;             /* COLOCATE: it computes with's gradient (no member of its group) */
   int runner_up;         /* COST, MEMORY: the second-best device with room, or -1 */
   int full;              /* COST: the fastest device passed over for want of room, or -1 */
   double est, runner_est; /* COST, MEMORY: estimated finish time (s) on the winner and the runner-up */
   int refused;           /* MEMORY: the preferred device that had no room */
   int64_t need, avail;   /* MEMORY: bytes the group needs, bytes free there */
+  int64_t copies;        /* MEMORY: of need, the params and state it would copy in from other devices */
   int64_t reserved;      /* MEMORY: bytes kept there for activations */
   uint8_t by;            /* REMOVED: the pass's mark (TFG_FOLD_REMOVED/_CONST: constant folding,
                           * _SIMPLIFIED: simplification, _LAYOUT: the layout pass; compiler/fold.h) */
