@@ -166,6 +166,8 @@ typedef struct tfg_train_config {
   tfg_loc checkpoint_at;    /* the setting `checkpoint = ...` */
   int nmetrics;
   const tfg_node_id *metrics; /* float scalars, reported with the loss */
+  const char *const *metric_names; /* each metric's source text, as progress lines, the log's
+                                    * header and tfg plot name it (NULL: its op's name) */
 } tfg_train_config;
 
 /* The cadence of a train's progress lines over `steps` steps: log_every

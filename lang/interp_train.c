@@ -354,6 +354,28 @@ static void decode_accumulate(tfg_interp *I, const train_setting *ts, tfg_train_
   c->accumulate_at = k->loc;
 }
 
+/* The names of n metrics written as the expression e: each item's source
+ * text when e is a list literal (`[accuracy(l, y), accuracy(l * 2.0, y)]`
+ * names its two "accuracy(l, y)" and "accuracy(l * 2.0, y)", where their
+ * op names were both "accuracy"), else e's text indexed ("ms[0]"). */
+static const char *const *metric_names(tfg_interp *I, const tfg_ast *e, int32_t n) {
+  const char **names = tfg_arena_alloc(&I->arena, sizeof *names * (size_t)(n ? n : 1));
+  const char *text = e->loc.src ? e->loc.src->text + e->loc.off : "";
+  const tfg_ast *item = e->kind == TFG_AST_LIST && (int32_t)e->list.n == n ? e->list.head : NULL;
+  for (int32_t i = 0; i < n; i++) {
+    if (item && item->loc.src) {
+      names[i] = tfg_interp_strdup(I, item->loc.src->text + item->loc.off, item->loc.len);
+      item = item->next;
+      continue;
+    }
+    tfg_strbuf b = {0};
+    tfg_strbuf_printf(&b, "%.*s[%d]", (int)e->loc.len, text, (int)i);
+    names[i] = tfg_interp_strdup(I, b.data, b.len);
+    tfg_strbuf_free(&b);
+  }
+  return names;
+}
+
 static void decode_metrics(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v,
                            const tfg_ast *k) {
   (void)ts;
@@ -369,6 +391,7 @@ static void decode_metrics(tfg_interp *I, const train_setting *ts, tfg_train_con
   for (int32_t i = 0; i < v.u.list.n; i++) m[i] = v.u.list.items[i].u.tensor;
   c->nmetrics = (int)v.u.list.n;
   c->metrics = m;
+  c->metric_names = metric_names(I, k->a, v.u.list.n);
 }
 
 /* The folder of a file path ("." for a bare name); the caller frees it. */

@@ -77,8 +77,12 @@ static double scalar_value(const tfg_tensor *t) {
 }
 
 /* "accuracy" for a metric's source text: the op's name suits a log line. */
-static const char *metric_name(const tfg_program *p, tfg_node_id id) {
-  return tfg_op_get(p->graph->nodes[id].op)->name;
+/* Metric i of train action a as progress lines, the log's header and so
+ * tfg plot name it: its source text (tfg_train_config.metric_names), or,
+ * for an action built without one, its op's name. */
+static const char *metric_name(const tfg_program *p, const tfg_action *a, int i) {
+  const tfg_train_config *c = &a->config;
+  return c->metric_names ? c->metric_names[i] : tfg_op_get(p->graph->nodes[c->metrics[i]].op)->name;
 }
 
 /* ---- checkpoints ------------------------------------------------------------ */
@@ -281,7 +285,8 @@ static double replica_mean(const tfg_train_step *st, const tfg_tensor *out, int 
  * the batch (V1), and x alone, repeated (V2):
  *   sum over the rest rows = B * V1 - (B - rest) * V2,
  *   mean = (B * sum of whole batches' V + that) / rows. */
-static tfg_status evaluate(tfg_session *s, const tfg_program *p, const tfg_train_step *st, const batching *b,
+static tfg_status evaluate(tfg_session *s, const tfg_program *p, const tfg_action *a, const tfg_train_step *st,
+                           const batching *b,
                            int64_t step, const char *who, FILE *log) {
   int64_t rows = tfg_data_rows(b->feed->ds, TFG_SPLIT_TEST);
   if (rows == 0) return TFG_OK;
@@ -313,7 +318,7 @@ static tfg_status evaluate(tfg_session *s, const tfg_program *p, const tfg_train
   if (r == TFG_OK && log) { /* log NULL: --quiet */
     for (int i = 0; i < nv; i++) sum[i] = ((double)B * sum[i] + tail[i]) / (double)rows;
     fprintf(log, "%seval  step %" PRId64 "  test loss %.4f", who, step, sum[0]);
-    for (int i = 0; i < st->nmetrics; i++) fprintf(log, "  %s %.4f", metric_name(p, st->metrics[i]), sum[1 + i]);
+    for (int i = 0; i < st->nmetrics; i++) fprintf(log, "  %s %.4f", metric_name(p, a, i), sum[1 + i]);
     fprintf(log, "  (%" PRId64 " rows)\n", rows);
   }
   free(tail);
@@ -394,7 +399,7 @@ static tfg_status job_open(job *j, tfg_session *s, const tfg_program *p, const t
     tfg_strbuf_puts(&h, "step,loss");
     for (int i = 0; i < st->nmetrics; i++) { /* a metric's source text, quoted: it may hold commas */
       tfg_strbuf_puts(&h, ",\"");
-      for (const char *m = metric_name(p, st->metrics[i]); *m; m++) {
+      for (const char *m = metric_name(p, a, i); *m; m++) {
         if (*m == '"') tfg_strbuf_putc(&h, '"');
         tfg_strbuf_putc(&h, *m);
       }
@@ -512,7 +517,7 @@ static tfg_status job_account(job *j, const tfg_program *p, int64_t k, const tfg
       job_bar_clear(j, o->log);
       fprintf(o->log, "%sstep %" PRId64 "/%" PRId64 "  loss %.4f", j->who, step, j->c.steps, j->sum[0] / (double)j->since);
       for (int i = 0; i < st->nmetrics; i++)
-        fprintf(o->log, "  %s %.4f", metric_name(p, st->metrics[i]), j->sum[1 + i] / (double)j->since);
+        fprintf(o->log, "  %s %.4f", metric_name(p, j->a, i), j->sum[1 + i] / (double)j->since);
       if (ls->kind != TFG_LR_CONSTANT) fprintf(o->log, "  lr %.4g", lr);
       fprintf(o->log, "  %.1f steps/s", rate);
       if (st->worker_grads)
@@ -550,7 +555,7 @@ static tfg_status job_after(job *j, tfg_session *s, const tfg_program *p, int64_
   tfg_status r = TFG_OK;
   if (j->b.feed && j->c.eval_every && step % j->c.eval_every == 0 && !last) {
     if (!o->quiet) job_bar_clear(j, o->log);
-    r = evaluate(s, p, j->st, &j->b, step, j->who, o->quiet ? NULL : o->log);
+    r = evaluate(s, p, j->a, j->st, &j->b, step, j->who, o->quiet ? NULL : o->log);
   }
   if (r == TFG_OK && j->c.checkpoint && ((j->c.checkpoint_every && step % j->c.checkpoint_every == 0) || last))
     r = save(s, p, j->st, &j->c, step, d);
@@ -682,7 +687,8 @@ tfg_status tfg_train_group(tfg_session *s, const tfg_program *p, const tfg_actio
   train_end();
   int64_t replayed = tfg_session_replays(s) - replays0; /* steps replayed from CUDA Graphs (exec.h) */
   for (int i = 0; i < njobs && r == TFG_OK; i++)
-    if (jobs[i].b.feed) r = evaluate(s, p, &st[i], &jobs[i].b, jobs[i].c.steps, jobs[i].who, o->quiet ? NULL : o->log);
+    if (jobs[i].b.feed)
+      r = evaluate(s, p, a[i], &st[i], &jobs[i].b, jobs[i].c.steps, jobs[i].who, o->quiet ? NULL : o->log);
   if (r == TFG_OK && !o->quiet && njobs == 1 && jobs[0].c.steps > jobs[0].start) {
     fprintf(o->log, "trained %" PRId64 " steps in %.3f s", jobs[0].c.steps - jobs[0].start, now() - t0);
     if (replayed > 0) fprintf(o->log, " (%" PRId64 " replayed from a captured graph)", replayed);
@@ -893,7 +899,7 @@ tfg_status tfg_train_ps(const tfg_program *p, const tfg_action *a, const tfg_tra
       tfg_session_write(wk[0].s, st->worker_params[i], v);
       free(v);
     }
-    r = evaluate(wk[0].s, p, &one, &j.b, j.c.steps, "", o->quiet ? NULL : o->log);
+    r = evaluate(wk[0].s, p, a, &one, &j.b, j.c.steps, "", o->quiet ? NULL : o->log);
   }
   if (r == TFG_OK) hand_over(R.server, main, p, st);
   if (r == TFG_OK && !o->quiet && j.c.steps > j.start)

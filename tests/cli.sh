@@ -304,7 +304,7 @@ train cross_entropy(logits, y) {
 EOF
 expect log-csv 0 "$TFG" run --quiet "$tmp/logrun/m.tfg" &&
   if [ -s "$tmp/out" ] || [ -s "$tmp/err" ]; then ko "log-csv: --quiet printed"; head -3 "$tmp/out" "$tmp/err"; else ok; fi
-contains log-csv-header "$tmp/logrun/run.csv" 'step,loss,"accuracy",lr,rows_per_s,seconds'
+contains log-csv-header "$tmp/logrun/run.csv" 'step,loss,"accuracy(logits, y)",lr,rows_per_s,seconds'
 if [ "$(grep -c '^[0-9]' "$tmp/logrun/run.csv")" = 4 ] && grep -q '^40,' "$tmp/logrun/run.csv"; then ok
 else ko "log-csv: expected rows for steps 10, 20, 30, 40"; cat "$tmp/logrun/run.csv"; fi
 
@@ -317,7 +317,7 @@ t = E.parse(sys.argv[1])
 ns = "{http://www.w3.org/2000/svg}"
 lines = [p.get("points").split() for p in t.iter(ns + "polyline")]
 titles = [x.text for x in t.iter(ns + "text") if x.get("font-weight") == "bold"]
-sys.exit(0 if [len(l) for l in lines] == [4, 4] and titles == ["loss", "accuracy"] else 1)
+sys.exit(0 if [len(l) for l in lines] == [4, 4] and titles == ["loss", "accuracy(logits, y)"] else 1)
 PY
   then ok; else ko "plot: not two polylines of 4 points titled loss and accuracy"; head -c 400 "$tmp/logrun/loss.svg"; fi
 expect plot-default-name 0 "$TFG" plot "$tmp/logrun/run.csv" && [ -s "$tmp/logrun/run.svg" ] && ok
@@ -581,10 +581,10 @@ for c in 0.25:17.0000:5 0.35:16.0000:7 0.15:18.0000:3; do # TEST:MEAN:ROWS
   n=${mean#*:} mean=${mean%%:*}
   eval_program "$tmp/eval.tfg" "$frac" ""
   expect "eval-exact-$n" 0 "$TFG" run --devices host "$tmp/eval.tfg" &&
-    contains "eval-exact-$n" "$tmp/err" "mean $mean  ($n rows)"
+    contains "eval-exact-$n" "$tmp/err" "mean(cast(y, f32)) $mean  ($n rows)"
   eval_program "$tmp/eval.tfg" "$frac" "; strategy = mirrored([gpu:0, gpu:1])"
   expect "eval-exact-mirrored-$n" 0 "$TFG" run --devices host*2 "$tmp/eval.tfg" &&
-    contains "eval-exact-mirrored-$n" "$tmp/err" "mean $mean  ($n rows)"
+    contains "eval-exact-mirrored-$n" "$tmp/err" "mean(cast(y, f32)) $mean  ($n rows)"
 done
 # tfg's checkpoints read back with an independent reader written from the
 # safetensors specification (tests/ckpt_reader.py, standard library only).

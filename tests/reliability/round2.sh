@@ -50,3 +50,15 @@ for ex in "$ROOT"/examples/*.tfg; do
   grep -qF "strategy = $strategy" "$r2/$name.tfg" || { ko "$suite mirrored-$name: no train block took the strategy"; continue; }
   expect "mirrored-$name" 0 "$TFG" run --quiet --devices "$devices" "$r2/$name.tfg"
 done
+
+# ---- metrics are named by their source text, in the log, the progress and the plot ------
+# (two accuracies were both "accuracy": the header "accuracy","accuracy")
+mlp_program "$r2/mt" "adam(lr = 1e-2)" ""
+sed -i -e 's/^  log_every = 20$/  log_every = 10\n  log = "mt.csv"\n  metrics = [accuracy(logits, y), accuracy(logits * 2.0, y)]/' \
+  -e 's/^  checkpoint = .*$//' "$r2/mt.tfg"
+expect metric-names 0 "$TFG" run --color=never "$r2/mt.tfg" &&
+  contains metric-names "$r2/mt.csv" 'step,loss,"accuracy(logits, y)","accuracy(logits * 2.0, y)",lr,rows_per_s,seconds'
+contains metric-names-progress "$tmp/err" "accuracy(logits, y) 0."
+contains metric-names-progress "$tmp/err" "accuracy(logits * 2.0, y) 0."
+expect metric-names-plot 0 "$TFG" plot "$r2/mt.csv" -o "$r2/mt.svg" &&
+  contains metric-names-plot "$r2/mt.svg" ">accuracy(logits * 2.0, y)</text>"
