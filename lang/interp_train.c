@@ -18,6 +18,8 @@
 #include <unistd.h>
 
 #include "base/assert.h"
+#include "base/file.h"
+#include "io/data.h"
 #include "lang/interp_impl.h"
 
 /* The most steps a train may take, written as steps or as epochs times
@@ -414,13 +416,6 @@ static char *file_key(const char *path) {
   return tfg_strbuf_take(&b);
 }
 
-/* Refuses a checkpoint a save could not write, where it is written: so
- * before the first step, and in `tfg check`, not after the training. A
- * save writes PATH.tmp.PID beside PATH and renames it over PATH
- * (runtime/ckpt.c): the folder must exist and be writable; an existing
- * PATH must be a file we can read (a run resumes from it). A missing
- * folder is refused, not created, as torch.save refuses it: a typo in
- * the folder should not scatter new folders. */
 /* A file a run will write (what: "log"): its folder exists and can be
  * written, and it is not a folder itself. */
 static void check_out_path(tfg_interp *I, const char *what, const char *path, const tfg_loc *at) {
@@ -439,8 +434,8 @@ static void check_out_path(tfg_interp *I, const char *what, const char *path, co
   if (err) tfg_interp_unwind(I, TFG_ERR_DATA);
 }
 
-/* log = "run.csv": a file from the program's folder, written anew by the
- * run (runtime/train.c), checked here, before anything runs. */
+/* log = "run.csv": a file from the program's folder, written by the run
+ * (runtime/train_log.h), checked here, before anything runs. */
 static void decode_log(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v, const tfg_ast *k) {
   (void)ts;
   const tfg_loc *at = &k->a->loc;
@@ -452,6 +447,13 @@ static void decode_log(tfg_interp *I, const train_setting *ts, tfg_train_config 
   c->log_at = *at;
 }
 
+/* Refuses a checkpoint a save could not write, where it is written: so
+ * before the first step, and in `tfg check`, not after the training. A
+ * save writes PATH.tmp.PID beside PATH and renames it over PATH
+ * (runtime/ckpt.c): the folder must exist and be writable; an existing
+ * PATH must be a file we can read (a run resumes from it). A missing
+ * folder is refused, not created, as torch.save refuses it: a typo in
+ * the folder should not scatter new folders. */
 static void check_ckpt_path(tfg_interp *I, const char *path, const tfg_loc *at) {
   struct stat sb;
   if (stat(path, &sb) == 0) {
@@ -554,6 +556,73 @@ static const train_setting *setting_row(tfg_interp *I, const tfg_ast *k) {
   tfg_interp_unwind(I, TFG_ERR_NAME);
 }
 
+/* ---- the files a train writes ------------------------------------------------------------ */
+
+/* Whether paths a and b name one file: the same device and inode when
+ * both exist (two spellings, a symlink, a hard link), else the same real
+ * folder and name (file_key). */
+static bool same_file(const char *a, const char *b) {
+  if (tfg_file_same(a, b)) return true;
+  char *ka = file_key(a), *kb = file_key(b);
+  bool same = strcmp(ka, kb) == 0;
+  free(ka);
+  free(kb);
+  return same;
+}
+
+/* Refuses output `what` of train a (its log or checkpoint, at `at`) when
+ * it is a file the program reads (its source, a module, a data file, a
+ * load file) or another output of a train: the run would replace the
+ * program or its data, turn a good checkpoint into a CSV header, or
+ * interleave two logs' rows. */
+static void check_output(tfg_interp *I, const tfg_action *a, const char *what, const char *path, const tfg_loc *at) {
+  const char *read = NULL, *kind = NULL;
+  if (I->main.path && strcmp(I->main.path, "<stdin>") != 0 && same_file(path, I->main.path))
+    read = I->main.path, kind = "the program's own source";
+  for (int i = 0; !read && i < I->nmodules; i++)
+    if (same_file(path, I->modules[i]->path)) read = I->modules[i]->path, kind = "a module the program imports";
+  for (int i = 0; !read && i < I->ndatasets; i++)
+    for (int col = 0; !read && col < tfg_data_ncolumns(I->datasets[i]->ds); col++) {
+      const char *f = tfg_data_column_path(I->datasets[i]->ds, col);
+      if (f && same_file(path, f)) read = f, kind = "a data file the program reads";
+    }
+  for (int i = 0; !read && i < I->prog.nloads; i++)
+    if (same_file(path, I->prog.loads[i].path)) read = I->prog.loads[i].path, kind = "a file the program loads";
+  if (read) {
+    if (strcmp(path, read) == 0)
+      tfg_diag_error(I->diag, at, "%s '%s' is %s: the run would overwrite it", what, path, kind);
+    else /* another spelling of it */
+      tfg_diag_error(I->diag, at, "%s '%s' is %s, '%s': the run would overwrite it", what, path, kind, read);
+    tfg_diag_help(I->diag, "give the %s a file of its own", what);
+    tfg_interp_unwind(I, TFG_ERR_NAME);
+  }
+  /* this train's other output, then every earlier train's (checkpoints
+   * against checkpoints are decode_checkpoint's) */
+  const tfg_train_config *c = &a->config;
+  if (strcmp(what, "log") == 0 && c->checkpoint && same_file(path, c->checkpoint)) {
+    tfg_diag_error(I->diag, at, "log '%s' is this train's checkpoint too: the log's rows would replace it", path);
+    tfg_diag_note(I->diag, &c->checkpoint_at, "the checkpoint");
+    tfg_diag_help(I->diag, "give the log a file of its own, like \"run.csv\"");
+    tfg_interp_unwind(I, TFG_ERR_NAME);
+  }
+  for (int j = 0; j < I->prog.nactions; j++) {
+    const tfg_train_config *o = &I->prog.actions[j].config;
+    if (I->prog.actions[j].kind != TFG_ACTION_TRAIN) continue;
+    const char *other = NULL, *owhat = NULL;
+    const tfg_loc *oat = NULL;
+    if (o->log && same_file(path, o->log)) other = o->log, owhat = "log", oat = &o->log_at;
+    else if (strcmp(what, "log") == 0 && o->checkpoint && same_file(path, o->checkpoint))
+      other = o->checkpoint, owhat = "checkpoint", oat = &o->checkpoint_at;
+    if (!other) continue;
+    tfg_diag_error(I->diag, at, "%s '%s' is another train's %s too: %s", what, path, owhat,
+                   strcmp(owhat, "log") == 0 && strcmp(what, "log") == 0 ? "their rows would interleave or replace each other"
+                                                                         : "each would overwrite the other's");
+    tfg_diag_note(I->diag, oat, "the other train's %s", owhat);
+    tfg_diag_help(I->diag, "give each train's %s a file of its own", what);
+    tfg_interp_unwind(I, TFG_ERR_NAME);
+  }
+}
+
 /* ---- the statement ------------------------------------------------------------------- */
 
 /* Whether train action a runs alone, not in its group: a parameter_server
@@ -641,6 +710,8 @@ void tfg_interp_exec_train(tfg_interp *I, tfg_env *env, const tfg_ast *s) {
     tfg_interp_fail(I, TFG_ERR_DATA, &c->accumulate_at,
                     "epochs = %" PRId64 " gives %" PRId64 " batches, fewer than the %d micro-batches of one step",
                     c->epochs, c->epochs * epoch_batches(I), c->accumulate);
+  if (c->log) check_output(I, &a, "log", c->log, &c->log_at);
+  if (c->checkpoint) check_output(I, &a, "checkpoint", c->checkpoint, &c->checkpoint_at);
   check_group(I, &a);
   tfg_interp_push_action(I, a);
 }
