@@ -407,6 +407,7 @@ train cross_entropy(logits, y) { optimizer = adam(lr = 1e-3); steps = steps; pre
 TFG
 expect f16-straight 0 "$TFG" run "$tmp/f16/fit.tfg"
 expect f16-half 0 "$TFG" run --set steps=10 --set 'ckpt="b.safetensors"' "$tmp/f16/fit.tfg"
+cp "$tmp/f16/b.safetensors" "$tmp/f16/b10.safetensors" # step 10: 5 skipped, 5 good in a row
 expect f16-resume 0 "$TFG" run --set 'ckpt="b.safetensors"' "$tmp/f16/fit.tfg" &&
   if cmp -s "$tmp/f16/a.safetensors" "$tmp/f16/b.safetensors" && grep -q '"grad_scaler.skipped":"5"' "$tmp/f16/a.safetensors"
   then ok; else ko "cli f16-resume: 10 + 10 steps differ from 20, or no 5 skipped steps in the metadata"; fi
@@ -417,7 +418,7 @@ expect f16-bad-scale 1 "$TFG" run --color=never --set 'ckpt="c.safetensors"' "$t
 # taken one by one: more skipped steps than steps, a missing step or a
 # missing scale were accepted).
 f16_edit() { # NAME WANT EDIT
-  python3 "$ROOT/tests/ckpt_edit.py" "$tmp/f16/b.safetensors" "$tmp/f16/c.safetensors" "$3"
+  python3 "$ROOT/tests/ckpt_edit.py" "$tmp/f16/b10.safetensors" "$tmp/f16/c.safetensors" "$3"
   expect "$1" 1 "$TFG" run --color=never --set 'ckpt="c.safetensors"' "$tmp/f16/fit.tfg" && contains "$1" "$tmp/err" "$2"
 }
 f16_edit f16-skipped-past-step "its grad scaler skipped 11 steps with 5 good ones in a row, more than its 10 steps allow" \

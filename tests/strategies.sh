@@ -166,7 +166,7 @@ contains ensemble-grouped "$tmp/ensemble.log" "train (line"
 contains async-staleness "$tmp/async_ps.log" "staleness"
 # parameter_server reaches within 1% of synchronous training's test accuracy
 expect digits-sync 0 "$TFG" run examples/digits.tfg
-acc() { sed -n 's/.*eval .*accuracy \([0-9.]*\).*/\1/p' "$1" | tail -1; }
+acc() { sed -n 's/.*eval .*accuracy([^)]*) \([0-9.]*\).*/\1/p' "$1" | tail -1; }
 sync_acc=$(acc "$tmp/err")
 ps_acc=$(acc "$tmp/async_ps.log")
 if python3 -c "import sys; sys.exit(0 if abs($sync_acc - $ps_acc) <= 0.01 else 1)" 2>/dev/null; then ok
