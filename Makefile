@@ -1,6 +1,7 @@
 # tfg: a plain GNU Makefile.
 #
 #   make            build/tfg and build/libtfg.a
+#   make check      build, then the quick tests: unit suites, goldens, examples
 #   make test       install missing packages, build, run every test
 #   make asan       the same under AddressSanitizer + UBSan (in build/asan)
 #   make tsan       the threaded tests under ThreadSanitizer (in build/tsan)
@@ -206,7 +207,7 @@ TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRC))
 CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null)
 
-.PHONY: all test asan tsan fuzz fuzz-mutate demo deps deps-fuzz clean test-gpu bench-build
+.PHONY: all check test asan tsan fuzz fuzz-mutate demo deps deps-fuzz clean test-gpu bench-build
 .DEFAULT_GOAL := all
 
 all: $(BUILD)/tfg $(BUILD)/libtfg.a
@@ -330,6 +331,12 @@ ASAN_BUILD := $(BUILD)/asan
 test: deps
 	@$(MAKE) --no-print-directory all $(BUILD)/unit $(BUILD)/tests/gpu/conformance $(EMU_BIN)
 	@sh tests/run.sh $(BUILD)
+
+# The inner loop: the unit suites, the golden files and a smoke run of
+# each example, on every core (tests/run.sh --quick); no package check.
+check:
+	@$(MAKE) --no-print-directory all $(BUILD)/unit
+	@sh tests/run.sh $(BUILD) --quick
 
 asan: deps
 	@echo "tfg: building $(ASAN_BUILD) with ASan+UBSan (CPU backend only), then every test under it"
