@@ -28,7 +28,7 @@ typedef struct checker {
   const tfg_plan *p;
   const tfg_graph *g;
   tfg_strbuf *why;
-  int nstreams;       /* 3 per device: stream s of device d is 3 * d + s */
+  int nstreams;       /* TFG_PLAN_STREAMS per device: stream s of device d is TFG_PLAN_STREAMS * d + s */
   /* where each node's value is produced (from a scan of the steps): by a
    * LAUNCH on stream 0, or an ALLREDUCE on stream 2 */
   int *l_dev, *l_step, *l_stream;
@@ -50,7 +50,7 @@ typedef struct checker {
   int *ar_seq;        /* per slot: its place among the rank's ALLREDUCE steps */
   /* per step of every device (device d's step s at step_base[d] + s) */
   int *step_base;
-  int32_t *sclock;    /* 3 per step once replayed: its stream's clock for the device's 3 streams */
+  int32_t *sclock;    /* TFG_PLAN_STREAMS per step once replayed: its stream's clock for each of the device's streams */
   int *release;       /* an ALLREDUCE's first compute step on the device ordered after it, or -1 */
   int *ch_of;         /* per node: the chain it is a member of, or -1 */
 } checker;
@@ -470,14 +470,14 @@ static bool before(const int32_t *clock_k, int from, int32_t t) { return t > 0 &
 
 /* The time of device d's step s on its own stream once replayed, else 0. */
 static int32_t step_time(const checker *ck, int d, int s) {
-  return ck->sclock[3 * ((size_t)ck->step_base[d] + (size_t)s) + (size_t)ck->p->dev[d].steps[s].stream];
+  return ck->sclock[TFG_PLAN_STREAMS * ((size_t)ck->step_base[d] + (size_t)s) + (size_t)ck->p->dev[d].steps[s].stream];
 }
 
 /* Records the clock of the step just run (device d's step s) for the
  * memory checks: its view of the device's three streams. */
 static void note_clock(checker *ck, int d, int s, const int32_t *clock_k) {
-  int32_t *c = &ck->sclock[3 * ((size_t)ck->step_base[d] + (size_t)s)];
-  for (int j = 0; j < 3; j++) c[j] = clock_k[3 * d + j];
+  int32_t *c = &ck->sclock[TFG_PLAN_STREAMS * ((size_t)ck->step_base[d] + (size_t)s)];
+  for (int j = 0; j < TFG_PLAN_STREAMS; j++) c[j] = clock_k[TFG_PLAN_STREAMS * d + j];
 }
 
 /* Whether x's value, read on device d by a step whose stream has clock
@@ -491,7 +491,7 @@ static bool check_read(checker *ck, int d, int s, const int32_t *ck_k, const cha
   bool ok = true;
   char *t = ntext(ck, x);
   if (ck->l_dev[x] == d) {
-    if (!before(ck_k, 3 * d + ck->l_stream[x], ck->l_time[x]))
+    if (!before(ck_k, TFG_PLAN_STREAMS * d + ck->l_stream[x], ck->l_time[x]))
       ok = fail(ck,
                 "%s step %d: %s reads %s (step %d, %s stream) without waiting for it: its stream waits on no event "
                 "recorded after it",
@@ -501,7 +501,7 @@ static bool check_read(checker *ck, int d, int s, const int32_t *ck_k, const cha
     if (!c)
       ok = fail(ck, "%s step %d: %s reads %s, which is not on %s: not computed there, not persistent there, not copied in",
                 dn, s, reader, t, dn);
-    else if (!before(ck_k, 3 * d + 1, c->time))
+    else if (!before(ck_k, TFG_PLAN_STREAMS * d + TFG_PLAN_STREAM_COPY, c->time))
       ok = fail(ck,
                 "%s step %d: %s reads the copy of %s (step %d, copy stream) without waiting for it: its stream waits "
                 "on no event recorded after the copy",
@@ -538,7 +538,7 @@ static bool replay(checker *ck, const int *nwaits) {
   while (ok && progress) {
     progress = false;
     for (int k = 0; k < S && ok; k++) {
-      int d = k / 3, stream = k % 3;
+      int d = k / TFG_PLAN_STREAMS, stream = k % TFG_PLAN_STREAMS;
       const tfg_plan_device *pd = &p->dev[d];
       int32_t *ck_k = &clock[(size_t)k * (size_t)S];
       for (;;) {
@@ -566,12 +566,12 @@ static bool replay(checker *ck, const int *nwaits) {
           /* the last rank is here: it runs everywhere */
           for (int j = 0; j < S; j++) join[j] = 0;
           for (int q = 0; q < pb->nranks; q++) {
-            const int32_t *c = &clock[(size_t)(3 * pb->devices[q] + 2) * (size_t)S];
+            const int32_t *c = &clock[(size_t)(TFG_PLAN_STREAMS * pb->devices[q] + TFG_PLAN_STREAM_COLLECTIVE) * (size_t)S];
             for (int j = 0; j < S; j++)
               if (c[j] > join[j]) join[j] = c[j];
           }
           for (int q = 0; q < pb->nranks; q++) {
-            int e = pb->devices[q], kq = 3 * e + 2, sq = ck->ar_step[ck->br_base[st->bucket] + q];
+            int e = pb->devices[q], kq = TFG_PLAN_STREAMS * e + TFG_PLAN_STREAM_COLLECTIVE, sq = ck->ar_step[ck->br_base[st->bucket] + q];
             int32_t *c = &clock[(size_t)kq * (size_t)S];
             memcpy(c, join, sizeof *c * (size_t)S);
             int32_t now = ++c[kq];
@@ -605,7 +605,7 @@ static bool replay(checker *ck, const int *nwaits) {
           /* the compute stream may now be past ALLREDUCEs of its device */
           while (stream == TFG_PLAN_STREAM_COMPUTE) {
             while (rel_pos[d] < pd->nsteps && pd->steps[rel_pos[d]].kind != TFG_PLAN_ALLREDUCE) rel_pos[d]++;
-            if (rel_pos[d] >= pd->nsteps || !before(ck_k, 3 * d + 2, step_time(ck, d, rel_pos[d]))) break;
+            if (rel_pos[d] >= pd->nsteps || !before(ck_k, TFG_PLAN_STREAMS * d + TFG_PLAN_STREAM_COLLECTIVE, step_time(ck, d, rel_pos[d]))) break;
             ck->release[ck->step_base[d] + rel_pos[d]++] = s;
           }
         } else if (st->kind == TFG_PLAN_COPY) {
@@ -619,7 +619,7 @@ static bool replay(checker *ck, const int *nwaits) {
           if (ck->l_dev[x] != st->src)
             ok = fail(ck, "%s step %d: copies %s from %s, which neither computes it nor holds it", dn, s, t,
                       tfg_plan_dev_name(p, st->src));
-          else if (!before(ck_k, 3 * st->src + ck->l_stream[x], ck->l_time[x]))
+          else if (!before(ck_k, TFG_PLAN_STREAMS * st->src + ck->l_stream[x], ck->l_time[x]))
             ok = fail(ck,
                       "%s step %d: copies %s before %s has computed it (step %d): the copy stream waits on no event "
                       "recorded after it",
@@ -650,7 +650,7 @@ static bool replay(checker *ck, const int *nwaits) {
               if (j == 1) continue; /* the gradient */
               for (int q = ck->c_head[u->inputs[j]]; q >= 0 && ok; q = ck->c[q].next) {
                 const struct vcopy *c = &ck->c[q];
-                if (before(ck_k, 3 * c->dst + 1, c->time)) continue;
+                if (before(ck_k, TFG_PLAN_STREAMS * c->dst + TFG_PLAN_STREAM_COPY, c->time)) continue;
                 char *t = ntext(ck, u->inputs[j]);
                 ok = fail(ck,
                           "%s step %d: %s overwrites %s, which %s copies (its step %d), and nothing orders the copy "
@@ -673,17 +673,17 @@ static bool replay(checker *ck, const int *nwaits) {
    * WAITs stuck behind it are its consequence. */
   for (int pass = 0; pass < 2 && ok; pass++)
     for (int k = 0; k < S && ok; k++) {
-      const tfg_plan_device *pd = &p->dev[k / 3];
+      const tfg_plan_device *pd = &p->dev[k / TFG_PLAN_STREAMS];
       if (pos[k] >= pd->nsteps) continue;
       const tfg_plan_step *st = &pd->steps[pos[k]];
       if (pass == 0 && st->kind == TFG_PLAN_ALLREDUCE)
         ok = fail(ck,
                   "%s step %d: bucket %d's all-reduce can never run: not every rank reaches it (buckets in different "
                   "orders, or a cycle of waits)",
-                  tfg_plan_dev_name(p, k / 3), pos[k], st->bucket);
+                  tfg_plan_dev_name(p, k / TFG_PLAN_STREAMS), pos[k], st->bucket);
       else if (pass == 1)
         ok = fail(ck, "%s step %d: waits on event %d, which can never be recorded before it (a cycle of waits)",
-                  tfg_plan_dev_name(p, k / 3), pos[k], st->event);
+                  tfg_plan_dev_name(p, k / TFG_PLAN_STREAMS), pos[k], st->event);
     }
   for (int e = 0; e < p->nevents; e++) free(ev[e]);
   free(clock);
@@ -796,13 +796,13 @@ static bool check_reuse(checker *ck, int d, const int *by_first, int np, int nt)
   const tfg_plan *p = ck->p;
   const tfg_plan_device *pd = &p->dev[d];
   int nb = pd->nbuffers;
-  int *acc = malloc(sizeof *acc * (3 * (size_t)nb + 1)); /* per buffer and stream: the last step accessing it */
+  int *acc = malloc(sizeof *acc * (TFG_PLAN_STREAMS * (size_t)nb + 1)); /* per buffer and stream: the last step accessing it */
   TFG_ASSERT(acc != NULL);
-  for (int i = 0; i < 3 * nb; i++) acc[i] = -1;
+  for (int i = 0; i < TFG_PLAN_STREAMS * nb; i++) acc[i] = -1;
 #define TOUCH(bi, s)                                                   \
   do {                                                                 \
     int b_ = (bi);                                                     \
-    if (b_ >= 0) acc[3 * b_ + pd->steps[s].stream] = (s);              \
+    if (b_ >= 0) acc[TFG_PLAN_STREAMS * b_ + pd->steps[s].stream] = (s);              \
   } while (0)
   for (int s = 0; s < pd->nsteps; s++) {
     const tfg_plan_step *st = &pd->steps[s];
@@ -868,10 +868,10 @@ static bool check_reuse(checker *ck, int d, const int *by_first, int np, int nt)
     for (int q = 0; q < npred && ok; q++) {
       const tfg_plan_buffer *o = &pd->buffers[pred[q]];
       if (o->last >= w) continue; /* live at once: check_memory's overlap */
-      for (int j = 0; j < 3 && ok; j++) {
-        int a = acc[3 * pred[q] + j];
+      for (int j = 0; j < TFG_PLAN_STREAMS && ok; j++) {
+        int a = acc[TFG_PLAN_STREAMS * pred[q] + j];
         if (a < 0) continue;
-        int32_t ta = step_time(ck, d, a), seen = ck->sclock[3 * ((size_t)ck->step_base[d] + (size_t)w) + (size_t)j];
+        int32_t ta = step_time(ck, d, a), seen = ck->sclock[TFG_PLAN_STREAMS * ((size_t)ck->step_base[d] + (size_t)w) + (size_t)j];
         if (ta > 0 && seen >= ta) continue;
         char *t = ntext(ck, bf->node), *u = ntext(ck, o->node);
         ok = fail(ck,
@@ -1063,7 +1063,7 @@ static bool check_memory(checker *ck, int d) {
 bool tfg_plan_validate(const tfg_plan *p, tfg_strbuf *why) {
   const tfg_graph *g = p->g;
   int32_t n = g->nnodes;
-  checker ck = {.p = p, .g = g, .why = why, .nstreams = 3 * p->ndev};
+  checker ck = {.p = p, .g = g, .why = why, .nstreams = TFG_PLAN_STREAMS * p->ndev};
   int ncopy = 0, nsteps = 0, nslots = 0;
   for (int d = 0; d < p->ndev; d++) {
     nsteps += p->dev[d].nsteps;
@@ -1084,7 +1084,7 @@ bool tfg_plan_validate(const tfg_plan *p, tfg_strbuf *why) {
   ck.ar_step = malloc(sizeof *ck.ar_step * ((size_t)nslots + 1));
   ck.ar_seq = calloc((size_t)nslots + 1, sizeof *ck.ar_seq);
   ck.step_base = malloc(sizeof *ck.step_base * ((size_t)p->ndev + 1));
-  ck.sclock = calloc(3 * (size_t)nsteps + 1, sizeof *ck.sclock);
+  ck.sclock = calloc(TFG_PLAN_STREAMS * (size_t)nsteps + 1, sizeof *ck.sclock);
   ck.release = malloc(sizeof *ck.release * ((size_t)nsteps + 1));
   ck.ch_of = malloc(sizeof *ck.ch_of * ((size_t)n + 1));
   int *rec_dev = malloc(sizeof *rec_dev * ((size_t)p->nevents + 1));
