@@ -25,37 +25,37 @@
 set -u
 CUDA_VISIBLE_DEVICES= # the CPU path's suite: see tests/run.sh
 export CUDA_VISIBLE_DEVICES
-BUILD=$1 OUT=$2 JOB=$3
+BUILD=$1 SUITE_OUT=$2 SUITE_JOB=$3 # names the sourced suites do not use
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TFG="$ROOT/$BUILD/tfg"
 [ -x "$TFG" ] || TFG="$BUILD/tfg"
 . "$ROOT/tests/lib.sh" # pass, fail, $tmp, ok, ko, expect, contains, mlp_program
 cd "$ROOT" || exit 1
-t0=$(date +%s)
-out="$OUT/$(echo "$JOB" | tr / _).out"
+SUITE_T0=$(date +%s)
+SUITE_FILE="$SUITE_OUT/$(echo "$SUITE_JOB" | tr / _).out"
 
 {
-  case $JOB in
+  case $SUITE_JOB in
   unit:*)
     unit="$ROOT/$BUILD/unit"
     [ -x "$unit" ] || unit="$BUILD/unit"
-    CK_RUN_SUITE=${JOB#unit:} "$unit" >"$tmp/unit.out" 2>&1
+    CK_RUN_SUITE=${SUITE_JOB#unit:} "$unit" >"$tmp/unit.out" 2>&1
     # the failures and anything unexpected (not Check's list of suites, passes and total)
     grep -v -e '^Running suite' -e ':P:' -e '^ [A-Za-z0-9_]*$' -e '^[0-9]*%: Checks: ' "$tmp/unit.out"
     line=$(grep -E 'Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' "$tmp/unit.out" | tail -1)
     if [ -z "$line" ]; then
-      ko "unit suite ${JOB#unit:} did not run to completion"
+      ko "unit suite ${SUITE_JOB#unit:} did not run to completion"
     else
       n=$(echo "$line" | sed -E 's/.*Checks: ([0-9]+).*/\1/')
       f=$(echo "$line" | sed -E 's/.*Failures: ([0-9]+).*/\1/')
       e=$(echo "$line" | sed -E 's/.*Errors: ([0-9]+).*/\1/')
-      [ "$n" -gt 0 ] || ko "unit suite ${JOB#unit:} has no checks (is it registered in tests/unit/main.c?)"
+      [ "$n" -gt 0 ] || ko "unit suite ${SUITE_JOB#unit:} has no checks (is it registered in tests/unit/main.c?)"
       pass=$((pass + n - f - e))
       fail=$((fail + f + e))
     fi
     ;;
   golden:*)
-    golden_shard=${JOB#golden:} golden_shards=${golden_shard#*/} golden_shard=${golden_shard%/*}
+    golden_shard=${SUITE_JOB#golden:} golden_shards=${golden_shard#*/} golden_shard=${golden_shard%/*}
     . "$ROOT/tests/golden.sh"
     ;;
   conformance)
@@ -78,15 +78,14 @@ out="$OUT/$(echo "$JOB" | tr / _).out"
     done
     [ "$emu_ran" -gt 0 ] || ko "no program of tests/emu was built in $emu_dir (make test builds them)"
     ;;
-  cli | strategies | oracle | repl | mpi) . "$ROOT/tests/$JOB.sh" ;;
+  cli | strategies | oracle | repl | mpi) . "$ROOT/tests/$SUITE_JOB.sh" ;;
   interrupt) py_checks interrupt "$ROOT/tests/interrupt.py" "$TFG" ;;
   progress)
     mkdir -p "$tmp/progress"
     py_checks progress "$ROOT/tests/progress_pty.py" "$TFG" "$tmp/progress"
     ;;
   reliability/*)
-    f="$ROOT/tests/$JOB.sh"
-    . "$f"
+    . "$ROOT/tests/$SUITE_JOB.sh"
     ;;
   fuzz)
     for f in "$ROOT"/tests/fuzz/regress/*; do
@@ -107,10 +106,10 @@ out="$OUT/$(echo "$JOB" | tr / _).out"
       expect "example-$name" 0 "$TFG" run --quiet "$@" "$ex"
     done
     ;;
-  *) ko "tests/suite.sh: no job named $JOB" ;;
+  *) ko "tests/suite.sh: no job named $SUITE_JOB" ;;
   esac
-  echo "$JOB: $pass passed, $fail failed ($(($(date +%s) - t0)) s)"
-} >"$out" 2>&1
+  echo "$SUITE_JOB: $pass passed, $fail failed ($(($(date +%s) - SUITE_T0)) s)"
+} >"$SUITE_FILE" 2>&1
 # one job's output at a time on the shared stdout (flock: util-linux)
-if command -v flock >/dev/null 2>&1; then flock "$OUT/.print" cat "$out"; else cat "$out"; fi
+if command -v flock >/dev/null 2>&1; then flock "$SUITE_OUT/.print" cat "$SUITE_FILE"; else cat "$SUITE_FILE"; fi
 [ "$fail" -eq 0 ]
