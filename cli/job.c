@@ -9,6 +9,7 @@
 
 #include "compiler/fold.h"
 #include "ir/ops.h"
+#include "kernels/init_math.h"
 #include "runtime/mpi.h"
 
 /*
@@ -29,6 +30,12 @@ static void job_num(tfg_strbuf *t, double v) {
   snprintf(buf, sizeof buf, "%.15g", v);
   if (strtod(buf, NULL) != v) snprintf(buf, sizeof buf, "%.17g", v);
   tfg_strbuf_puts(t, buf);
+}
+
+/* " key value" (job_num's digits) */
+static void job_kv(tfg_strbuf *t, const char *key, double v) {
+  tfg_strbuf_printf(t, " %s ", key);
+  job_num(t, v);
 }
 
 /* FNV-1a, 64 bits, of a constant's bytes: its values stand in the text
@@ -85,19 +92,6 @@ static void job_ints(tfg_strbuf *t, const char *k, const int64_t *v, int n) {
   for (int i = 0; i < n; i++) tfg_strbuf_printf(t, "%s%lld", i ? "," : "", (long long)v[i]);
 }
 
-static const char *job_init_kind(tfg_init_kind k) {
-  switch (k) {
-  case TFG_INIT_ZEROS: return "zeros";
-  case TFG_INIT_ONES: return "ones";
-  case TFG_INIT_FULL: return "full";
-  case TFG_INIT_NORMAL: return "normal";
-  case TFG_INIT_UNIFORM: return "uniform";
-  case TFG_INIT_GLOROT: return "glorot";
-  case TFG_INIT_HE: return "he";
-  }
-  return "?";
-}
-
 /* n's attrs into *t, each " key=value" that is not zero: one bag serves
  * every op (ir/graph.h) and an attr an op does not read stays zero, so
  * this is every attr the node has without a table per op. values: a
@@ -119,7 +113,7 @@ static void job_attrs(tfg_strbuf *t, const tfg_node *n, bool values) {
   for (int i = 0; i < TFG_MAX_RANK; i++) perm[i] = a->perm[i];
   job_ints(t, "perm", perm, TFG_MAX_RANK);
   if (a->dtype) tfg_strbuf_printf(t, " dtype=%s", tfg_dtype_name(a->dtype));
-  if (a->init) tfg_strbuf_printf(t, " init=%s", job_init_kind(a->init)); /* zeros: 0, shown as nothing */
+  if (a->init) tfg_strbuf_printf(t, " init=%s", tfg_init_name(a->init)); /* zeros: 0, shown as nothing */
   job_f64(t, "value", a->value);
   job_f64(t, "a", a->a);
   job_f64(t, "b", a->b);
@@ -230,35 +224,26 @@ static void job_train(tfg_strbuf *t, const tfg_action *a) {
   const tfg_optimizer_config *op = &c->optimizer;
   tfg_strbuf_printf(t, "train at line %u: optimizer %s lr ", line, tfg_optimizer_name(op->kind));
   job_num(t, op->lr);
-  tfg_strbuf_puts(t, " weight_decay ");
-  job_num(t, op->weight_decay);
+  job_kv(t, "weight_decay", op->weight_decay);
   switch (op->kind) { /* the hyperparameters this optimizer reads */
   case TFG_OPTIMIZER_SGD:
-    tfg_strbuf_puts(t, " momentum ");
-    job_num(t, op->momentum);
+    job_kv(t, "momentum", op->momentum);
     tfg_strbuf_printf(t, " nesterov %s", op->nesterov ? "true" : "false");
     break;
   case TFG_OPTIMIZER_ADAM:
   case TFG_OPTIMIZER_ADAMW:
-    tfg_strbuf_puts(t, " b1 ");
-    job_num(t, op->b1);
-    tfg_strbuf_puts(t, " b2 ");
-    job_num(t, op->b2);
-    tfg_strbuf_puts(t, " eps ");
-    job_num(t, op->eps);
+    job_kv(t, "b1", op->b1);
+    job_kv(t, "b2", op->b2);
+    job_kv(t, "eps", op->eps);
     break;
   }
   const tfg_lr_schedule *s = &c->lr_schedule;
   tfg_strbuf_printf(t, "\ntrain at line %u: lr_schedule %s warmup ", line, job_lr_kind(s->kind));
   job_num(t, s->warmup);
-  tfg_strbuf_puts(t, " total ");
-  job_num(t, s->total);
-  tfg_strbuf_puts(t, " min ");
-  job_num(t, s->min);
-  tfg_strbuf_puts(t, " every ");
-  job_num(t, s->every);
-  tfg_strbuf_puts(t, " gamma ");
-  job_num(t, s->gamma);
+  job_kv(t, "total", s->total);
+  job_kv(t, "min", s->min);
+  job_kv(t, "every", s->every);
+  job_kv(t, "gamma", s->gamma);
   tfg_strbuf_printf(t, "\ntrain at line %u: clip_grad_norm ", line);
   job_num(t, c->clip_grad_norm);
   tfg_strbuf_printf(t, ", precision %s, accumulate %d, no_decay [", tfg_dtype_name(c->precision), c->accumulate);
