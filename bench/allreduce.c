@@ -67,15 +67,15 @@ static int run_case(const tfg_devices *ds, int R, size_t bytes, bool shared) {
   if (!init) return 1;
   for (int r = 0; r < R; r++) {
     b[r] = tfg_backend_host_new(tfg_devices_gpu(ds, r));
-    s[r] = b[r]->i.stream_create(b[r]);
-    buf[r] = b[r]->i.alloc(b[r], bytes);
+    s[r] = tfg_backend_stream_create(b[r]);
+    buf[r] = tfg_backend_alloc(b[r], bytes);
     if (!buf[r]) {
       fprintf(stderr, "allreduce: device %d cannot hold %zu bytes\n", r, bytes);
       return 1;
     }
     for (size_t j = 0; j < count; j++) init[j] = (float)((j + (size_t)r * 3) % 17);
-    b[r]->i.copy_from_host(b[r], s[r], buf[r], init, bytes);
-    b[r]->i.synchronize(b[r], s[r], NULL); /* init is reused for the next rank */
+    tfg_backend_copy_from_host(b[r], s[r], buf[r], init, bytes);
+    tfg_backend_synchronize(b[r], s[r], NULL); /* init is reused for the next rank */
   }
   tfg_strbuf why = {0};
   tfg_coll *c = shared ? tfg_coll_shared_new(R, b, s, &why) : tfg_coll_ring_new(R, b, s);
@@ -91,7 +91,7 @@ static int run_case(const tfg_devices *ds, int R, size_t bytes, bool shared) {
     c->i.allreduce(c, buf, &count, 1, TFG_DTYPE_F32, TFG_COLL_MEAN);
     for (int r = 0; r < R; r++) {
       tfg_strbuf err = {0};
-      if (b[r]->i.synchronize(b[r], s[r], &err) != TFG_OK) {
+      if (tfg_backend_synchronize(b[r], s[r], &err) != TFG_OK) {
         fprintf(stderr, "allreduce: rank %d: %s\n", r, err.data);
         failed = 1;
       }
@@ -106,8 +106,8 @@ static int run_case(const tfg_devices *ds, int R, size_t bytes, bool shared) {
     }
   c->i.free(c);
   for (int r = 0; r < R; r++) {
-    b[r]->i.free(b[r], buf[r]);
-    b[r]->i.destroy(b[r]);
+    tfg_backend_free(b[r], buf[r]);
+    tfg_backend_destroy(b[r]);
   }
   free(init);
   if (failed) return 1;

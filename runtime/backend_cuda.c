@@ -415,10 +415,10 @@ static void cuda_copy_peer(tfg_backend *b, tfg_stream *s, void *dst, tfg_backend
   cuda_backend *cb = cuda_of(b);
   if (s->status != TFG_OK || bytes == 0) return;
   if (!tfg_backend_cuda_is(src_b)) {
-    if (src_b && src_b->i.read_now) {
+    if (src_b && !tfg_backend_is_host(src_b)) {
       tfg_strbuf m = {0};
       tfg_strbuf_printf(&m, "copy_peer: cannot copy from %s's memory (a %s device) to a GPU", src_b->device->name,
-                        src_b->i.name(src_b));
+                        tfg_backend_name(src_b));
       tfg_backend_cuda_stream_fail(s, TFG_ERR_DEVICE, true, m.data);
       tfg_strbuf_free(&m);
       return;
@@ -697,6 +697,14 @@ static void cuda_destroy(tfg_backend *b) {
   free(cb);
 }
 
+/* What a CUDA backend can do (runtime/backend.h): its memory is the
+ * GPU's (the host reads it with read_now), the GPU computes on itself
+ * (no CPU threads to set), one kernel adds the buffers of its GPU, and
+ * it captures runs as CUDA Graphs, whose replayed kernels read the step
+ * from the device. */
+static const tfg_backend_caps cuda_caps = {
+    .is_host = false, .sets_threads = false, .reduce_all = true, .can_capture = true, .device_step = true};
+
 static const tfg_backend_i cuda_i = {
     .name = cuda_name,
     .supports_op = cuda_supports_op,
@@ -749,6 +757,7 @@ tfg_backend *tfg_backend_cuda_new(const tfg_device *dev, const tfg_backend_opts 
   cuda_backend *cb = calloc(1, sizeof *cb);
   TFG_ASSERT(cb != NULL);
   cb->base.i = cuda_i;
+  cb->base.caps = cuda_caps;
   cb->base.device = dev;
   cb->base.ctx = cb;
   cb->gpu = dev->physical;

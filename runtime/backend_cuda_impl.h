@@ -21,8 +21,8 @@
 
 #include "kernels/cuda/backend_kernels.h"
 #include "kernels/cuda/cuda.h"
-#include "runtime/backend.h"
 #include "runtime/backend_cuda.h"
+#include "runtime/backend_impl.h"
 #include "runtime/mem.h"
 #include "runtime/trace.h"
 
@@ -178,7 +178,8 @@ extern _Thread_local cuda_capture tfg_backend_cuda_capturing;
 
 /* Fails s (the first failure sticks). here: it began on s. */
 void tfg_backend_cuda_stream_fail(tfg_stream *s, tfg_status st, bool here, const char *msg);
-/* Whether b is a CUDA backend. */
+/* Whether b is a CUDA backend, whose ctx cuda_of may cast: an identity
+ * (its table is cuda_i), where callers outside ask capabilities. */
 bool tfg_backend_cuda_is(const tfg_backend *b);
 /* Before an operation on s: its start event, or NULL when not tracing
  * (or the event cannot be had: the slice is then dropped, the run goes on). */

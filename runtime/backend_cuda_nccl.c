@@ -325,7 +325,8 @@ static tfg_coll *nccl_new(int nranks, tfg_backend *const *b, tfg_stream *const *
     g->b[r] = b[r];
     g->s[r] = s[r];
     if (!tfg_backend_cuda_is(b[r])) {
-      tfg_strbuf_printf(why, "NCCL runs on CUDA devices: %s is a %s device", b[r]->device->name, b[r]->i.name(b[r]));
+      tfg_strbuf_printf(why, "NCCL runs on CUDA devices: %s is a %s device", b[r]->device->name,
+                        tfg_backend_name(b[r]));
       ok = false;
       break;
     }

@@ -33,7 +33,7 @@
  * asks the CUDA side to complete that generation here once the GPU has
  * reached it (tfg_event_latest's export); the worker then waits for it
  * like any other. A copy or reduction whose source is a GPU's memory
- * (src_b->i.read_now set) reads it with read_now when its turn comes,
+ * (src_b not is_host) reads it with read_now when its turn comes,
  * after the waits that ordered it.
  *
  * A worker never sleeps on an event (that would stall its other streams).
@@ -94,8 +94,8 @@
 #include "kernels/cast_math.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/cpu.h"
-#include "runtime/backend.h"
 #include "runtime/backend_fault.h"
+#include "runtime/backend_impl.h"
 #include "runtime/event.h"
 #include "runtime/mem.h"
 #include "runtime/trace.h"
@@ -323,12 +323,12 @@ static tfg_status run_reduce(const host_op *op, tfg_strbuf *msg) {
   if (n == 0) return TFG_OK;
   void *staged = NULL;
   tfg_backend *sb = op->u.reduce.src_b;
-  if (sb && sb->i.read_now) {
+  if (sb && !tfg_backend_is_host(sb)) {
     /* The source is a GPU's: bring it over first (read_now orders
      * nothing; the caller ordered the source side with an event). */
     staged = malloc(n * es);
     TFG_ASSERT(staged != NULL);
-    tfg_status st = sb->i.read_now(sb, staged, x, n * es, msg);
+    tfg_status st = tfg_backend_read_now(sb, staged, x, n * es, msg);
     if (st != TFG_OK) {
       free(staged);
       return st;
@@ -444,8 +444,8 @@ static tfg_status run_op(host_backend *hb, tfg_stream *s, host_op *op, bool skip
   case HOST_OP_COPY: {
     if (skip || !op->u.copy.bytes) break;
     tfg_backend *sb = op->u.copy.src_b;
-    if (sb && sb->i.read_now)
-      st = sb->i.read_now(sb, op->u.copy.dst, op->u.copy.src, op->u.copy.bytes, &hb->scratch);
+    if (sb && !tfg_backend_is_host(sb))
+      st = tfg_backend_read_now(sb, op->u.copy.dst, op->u.copy.src, op->u.copy.bytes, &hb->scratch);
     else
       memcpy(op->u.copy.dst, op->u.copy.src, op->u.copy.bytes);
     break;
@@ -708,8 +708,8 @@ static void host_event_wait(tfg_backend *b, tfg_stream *s, tfg_event *e) {
 
 /* Host and device memory are both host memory here: every direction is a
  * memcpy on b's worker, in s's order; dir only names its trace slice. A
- * source on a backend whose memory is not host memory (src_b->i.read_now
- * set: a GPU) is read with read_now when the copy's turn comes. */
+ * source on a backend whose memory is not host memory (src_b not
+ * is_host: a GPU) is read with read_now when the copy's turn comes. */
 static void host_copy(tfg_backend *b, tfg_stream *s, void *dst, tfg_backend *src_b, const void *src, size_t bytes,
                       host_copy_dir dir) {
   host_op op = {.kind = HOST_OP_COPY, .u.copy = {dst, src, bytes, dir, src_b}};
@@ -910,6 +910,16 @@ static void host_replay_free(tfg_backend *b, tfg_replay *r) {
   free(r);
 }
 
+/* What a host backend can do (runtime/backend.h): its memory is the
+ * host's, its kernels run on the CPU, and it adds host buffers in one
+ * pass. It captures runs only as the TFG_HOST_GRAPHS test hook
+ * (host_graph_caps), which the executor then treats as it treats GPUs;
+ * its kernels read ctx->step, so it needs no device step. */
+static const tfg_backend_caps host_caps = {
+    .is_host = true, .sets_threads = true, .reduce_all = true, .can_capture = false, .device_step = false};
+static const tfg_backend_caps host_graph_caps = {
+    .is_host = true, .sets_threads = true, .reduce_all = true, .can_capture = true, .device_step = false};
+
 static const tfg_backend_i host_i = {
     .name = host_name,
     .supports_op = host_supports_op,
@@ -930,7 +940,6 @@ static const tfg_backend_i host_i = {
     .set_threads = host_set_threads,
     .set_trace = host_set_trace,
     .launch = host_launch,
-    .read_now = NULL, /* host memory: read directly */
     .mem_stats = host_mem_stats,
     .synchronize = host_synchronize,
     .failed_here = host_failed_here,
@@ -953,6 +962,7 @@ tfg_backend *tfg_backend_host_new_with(const tfg_device *dev, bool preallocate) 
   host_backend *hb = calloc(1, sizeof *hb);
   TFG_ASSERT(hb != NULL);
   hb->base.i = host_i;
+  hb->base.caps = host_caps;
   hb->base.device = dev;
   hb->base.ctx = hb;
   pthread_mutex_init(&hb->mu, NULL);
@@ -969,6 +979,7 @@ tfg_backend *tfg_backend_host_new_with(const tfg_device *dev, bool preallocate) 
     hb->base.i.capture_end = host_capture_end;
     hb->base.i.replay = host_replay;
     hb->base.i.replay_free = host_replay_free;
+    hb->base.caps = host_graph_caps;
   }
   TFG_ASSERT(pthread_create(&hb->thread, NULL, host_worker, hb) == 0);
   return &hb->base;

@@ -170,7 +170,7 @@ static tfg_backend *host_backend(int k) {
 }
 
 static void launch_empty(tfg_backend *b, tfg_stream *s, empty_launch *e) {
-  b->i.launch(b, s, noop, &e->ctx, &e->node, NULL, &e->out);
+  tfg_backend_launch(b, s, noop, &e->ctx, &e->node, NULL, &e->out);
 }
 
 /* An empty kernel launched on a host device: queued by this thread, run
@@ -178,18 +178,18 @@ static void launch_empty(tfg_backend *b, tfg_stream *s, empty_launch *e) {
 static double launch_time(void) {
   enum { LAUNCHES = 4096 };
   tfg_backend *b = host_backend(0);
-  tfg_stream *s = b->i.stream_create(b);
+  tfg_stream *s = tfg_backend_stream_create(b);
   empty_launch e = {.ctx = {.node = -1}};
   double best = 1e30;
   for (int t = 0; t <= TRIES; t++) {
     double t0 = now();
     for (int k = 0; k < LAUNCHES; k++) launch_empty(b, s, &e);
-    TFG_ASSERT(b->i.synchronize(b, s, NULL) == TFG_OK);
+    TFG_ASSERT(tfg_backend_synchronize(b, s, NULL) == TFG_OK);
     double dt = now() - t0;
     if (t > 0 && dt < best) best = dt;
   }
-  b->i.stream_free(b, s);
-  b->i.destroy(b);
+  tfg_backend_stream_free(b, s);
+  tfg_backend_destroy(b);
   return best / LAUNCHES;
 }
 
@@ -200,30 +200,30 @@ static double launch_time(void) {
 static double hop_time(void) {
   enum { ROUNDS = 512 };
   tfg_backend *a = host_backend(0), *b = host_backend(1);
-  tfg_stream *sa = a->i.stream_create(a), *sb = b->i.stream_create(b);
-  tfg_event *ea = a->i.event_create(a), *eb = b->i.event_create(b);
+  tfg_stream *sa = tfg_backend_stream_create(a), *sb = tfg_backend_stream_create(b);
+  tfg_event *ea = tfg_backend_event_create(a), *eb = tfg_backend_event_create(b);
   empty_launch e = {.ctx = {.node = -1}};
   double best = 1e30;
   for (int t = 0; t <= 2; t++) {
     double t0 = now();
     for (int k = 0; k < ROUNDS; k++) {
       launch_empty(a, sa, &e);
-      a->i.event_record(a, sa, ea);
-      b->i.event_wait(b, sb, ea);
+      tfg_backend_event_record(a, sa, ea);
+      tfg_backend_event_wait(b, sb, ea);
       launch_empty(b, sb, &e);
-      b->i.event_record(b, sb, eb);
-      a->i.event_wait(a, sa, eb);
+      tfg_backend_event_record(b, sb, eb);
+      tfg_backend_event_wait(a, sa, eb);
     }
-    TFG_ASSERT(a->i.synchronize(a, sa, NULL) == TFG_OK && b->i.synchronize(b, sb, NULL) == TFG_OK);
+    TFG_ASSERT(tfg_backend_synchronize(a, sa, NULL) == TFG_OK && tfg_backend_synchronize(b, sb, NULL) == TFG_OK);
     double dt = now() - t0;
     if (t > 0 && dt < best) best = dt;
   }
-  a->i.event_free(a, ea);
-  b->i.event_free(b, eb);
-  a->i.stream_free(a, sa);
-  b->i.stream_free(b, sb);
-  a->i.destroy(a);
-  b->i.destroy(b);
+  tfg_backend_event_free(a, ea);
+  tfg_backend_event_free(b, eb);
+  tfg_backend_stream_free(a, sa);
+  tfg_backend_stream_free(b, sb);
+  tfg_backend_destroy(a);
+  tfg_backend_destroy(b);
   return best / (2.0 * ROUNDS);
 }
 

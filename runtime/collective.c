@@ -1,5 +1,5 @@
 /* runtime/collective.c: the built-in collectives of runtime/collective.h,
- * written only against the backend vtable (reduce_peer, copy_peer and
+ * written only against the backend interface (reduce_peer, copy_peer and
  * events), so the same code drives host devices and logical devices
  * sharing one GPU: the ring all-reduce, the shared all-reduce (one pass
  * over every rank's memory, for ranks one backend addresses), the
@@ -131,9 +131,9 @@ static void queue_chunk(ring *g, const layout *L, int r, int c, bool reduce, tfg
     char *dst = elem_ptr(L, r, k, e);
     const char *src = elem_ptr(L, pred, k, e);
     if (reduce)
-      b->i.reduce_peer(b, g->s[r], dst, pb, src, end - e, dt, scale);
+      tfg_backend_reduce_peer(b, g->s[r], dst, pb, src, end - e, dt, scale);
     else
-      b->i.copy_peer(b, g->s[r], dst, pb, src, (end - e) * L->esize);
+      tfg_backend_copy_peer(b, g->s[r], dst, pb, src, (end - e) * L->esize);
     e = end;
   }
 }
@@ -189,28 +189,28 @@ static void ring_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *
    * sees at synchronize) rather than an abort here. */
   layout L = {bufs, off, nseg, tfg_dtype_size(dt)};
 
-  for (int r = 0; r < R; r++) g->b[r]->i.event_record(g->b[r], g->s[r], g->start[r]);
+  for (int r = 0; r < R; r++) tfg_backend_event_record(g->b[r], g->s[r], g->start[r]);
   for (int S = 0; S < g->nsteps; S++) {
     for (int r = 0; r < R; r++) {
       tfg_backend *b = g->b[r];
       tfg_stream *s = g->s[r];
       int pred = (r + R - 1) % R, succ = (r + 1) % R;
       if (S == 0) {
-        b->i.event_wait(b, s, g->start[pred]);
+        tfg_backend_event_wait(b, s, g->start[pred]);
       } else {
-        b->i.event_wait(b, s, g->step[pred * g->nsteps + S - 1]);
-        if (succ != pred) b->i.event_wait(b, s, g->step[succ * g->nsteps + S - 1]);
+        tfg_backend_event_wait(b, s, g->step[pred * g->nsteps + S - 1]);
+        if (succ != pred) tfg_backend_event_wait(b, s, g->step[succ * g->nsteps + S - 1]);
       }
       if (S < R - 1) /* reduce-scatter step s = S */
         queue_chunk(g, &L, r, ((r - S - 1) % R + R) % R, true, dt, S == R - 2 ? last_scale : 1.0);
       else /* all-gather step t = S - (R - 1) */
         queue_chunk(g, &L, r, ((r - (S - (R - 1))) % R + R) % R, false, dt, 1.0);
-      b->i.event_record(b, s, g->step[r * g->nsteps + S]);
+      tfg_backend_event_record(b, s, g->step[r * g->nsteps + S]);
     }
   }
   for (int r = 0; r < R; r++) {
     int succ = (r + 1) % R;
-    g->b[r]->i.event_wait(g->b[r], g->s[r], g->step[succ * g->nsteps + g->nsteps - 1]);
+    tfg_backend_event_wait(g->b[r], g->s[r], g->step[succ * g->nsteps + g->nsteps - 1]);
   }
   free(off);
 }
@@ -222,8 +222,8 @@ static void ring_free(tfg_coll *c) {
   if (!c) return;
   ring *g = ring_of(c);
   for (int r = 0; r < g->nranks; r++) {
-    if (g->start) g->b[r]->i.event_free(g->b[r], g->start[r]);
-    for (int S = 0; S < g->nsteps; S++) g->b[r]->i.event_free(g->b[r], g->step[r * g->nsteps + S]);
+    if (g->start) tfg_backend_event_free(g->b[r], g->start[r]);
+    for (int S = 0; S < g->nsteps; S++) tfg_backend_event_free(g->b[r], g->step[r * g->nsteps + S]);
   }
   free(g->start);
   free(g->step);
@@ -253,8 +253,8 @@ tfg_coll *tfg_coll_ring_new(int nranks, tfg_backend *const *b, tfg_stream *const
     g->step = malloc((size_t)nranks * (size_t)g->nsteps * sizeof *g->step);
     TFG_ASSERT(g->start && g->step);
     for (int r = 0; r < nranks; r++) {
-      g->start[r] = b[r]->i.event_create(b[r]);
-      for (int S = 0; S < g->nsteps; S++) g->step[r * g->nsteps + S] = b[r]->i.event_create(b[r]);
+      g->start[r] = tfg_backend_event_create(b[r]);
+      for (int S = 0; S < g->nsteps; S++) g->step[r * g->nsteps + S] = tfg_backend_event_create(b[r]);
     }
   }
   c->i = ring_i;
@@ -298,12 +298,12 @@ static void hier_reduce_group(hier *h, int L, void *const *bufs, const size_t *c
     if (h->lead[m] == L) last = m;
   for (int m = L + 1; m <= last; m++) {
     if (h->lead[m] != L) continue;
-    lb->i.event_wait(lb, h->s[L], h->start[m]);
+    tfg_backend_event_wait(lb, h->s[L], h->start[m]);
     double sc = !h->inter && m == last ? scale : 1.0;
     for (int k = 0; k < nseg; k++)
       if (counts[k])
-        lb->i.reduce_peer(lb, h->s[L], bufs[(size_t)L * (size_t)nseg + (size_t)k], h->b[m],
-                          bufs[(size_t)m * (size_t)nseg + (size_t)k], counts[k], dt, sc);
+        tfg_backend_reduce_peer(lb, h->s[L], bufs[(size_t)L * (size_t)nseg + (size_t)k], h->b[m],
+                                bufs[(size_t)m * (size_t)nseg + (size_t)k], counts[k], dt, sc);
   }
 }
 
@@ -322,7 +322,7 @@ static void hier_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *
   size_t esize = tfg_dtype_size(dt);
   /* 1. Members' data is ready; each leader sums its group. */
   for (int r = 0; r < R; r++)
-    if (h->lead[r] != r) h->b[r]->i.event_record(h->b[r], h->s[r], h->start[r]);
+    if (h->lead[r] != r) tfg_backend_event_record(h->b[r], h->s[r], h->start[r]);
   for (int g = 0; g < h->ngroups; g++)
     if (h->has_members[h->leaders[g]]) hier_reduce_group(h, h->leaders[g], bufs, counts, nseg, dt, scale);
   /* 2. The leaders' all-reduce of the groups' sums, scaled once. */
@@ -338,22 +338,22 @@ static void hier_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *
   /* 3. Every member copies its leader's result; the leader waits for them. */
   for (int g = 0; g < h->ngroups; g++) {
     int L = h->leaders[g];
-    if (h->has_members[L]) h->b[L]->i.event_record(h->b[L], h->s[L], h->ready[L]);
+    if (h->has_members[L]) tfg_backend_event_record(h->b[L], h->s[L], h->ready[L]);
   }
   for (int m = 0; m < R; m++) {
     int L = h->lead[m];
     if (L == m) continue;
     tfg_backend *mb = h->b[m];
-    mb->i.event_wait(mb, h->s[m], h->ready[L]);
+    tfg_backend_event_wait(mb, h->s[m], h->ready[L]);
     for (int k = 0; k < nseg; k++)
       if (counts[k])
-        mb->i.copy_peer(mb, h->s[m], bufs[(size_t)m * (size_t)nseg + (size_t)k], h->b[L],
-                        bufs[(size_t)L * (size_t)nseg + (size_t)k], counts[k] * esize);
-    mb->i.event_record(mb, h->s[m], h->copied[m]);
+        tfg_backend_copy_peer(mb, h->s[m], bufs[(size_t)m * (size_t)nseg + (size_t)k], h->b[L],
+                              bufs[(size_t)L * (size_t)nseg + (size_t)k], counts[k] * esize);
+    tfg_backend_event_record(mb, h->s[m], h->copied[m]);
   }
   for (int m = 0; m < R; m++) {
     int L = h->lead[m];
-    if (L != m) h->b[L]->i.event_wait(h->b[L], h->s[L], h->copied[m]);
+    if (L != m) tfg_backend_event_wait(h->b[L], h->s[L], h->copied[m]);
   }
 }
 
@@ -370,7 +370,7 @@ static void hier_destroy(hier *h) {
   for (int r = 0; r < h->nranks; r++) {
     tfg_event *ev[3] = {h->start[r], h->copied[r], h->ready[r]};
     for (int i = 0; i < 3; i++)
-      if (ev[i]) h->b[r]->i.event_free(h->b[r], ev[i]);
+      if (ev[i]) tfg_backend_event_free(h->b[r], ev[i]);
   }
   free(h->start);
   free(h->copied);
@@ -447,10 +447,10 @@ static tfg_coll *hier_new(int nranks, tfg_backend *const *b, tfg_stream *const *
   }
   for (int r = 0; r < nranks; r++) {
     if (h->lead[r] != r) {
-      h->start[r] = b[r]->i.event_create(b[r]);
-      h->copied[r] = b[r]->i.event_create(b[r]);
+      h->start[r] = tfg_backend_event_create(b[r]);
+      h->copied[r] = tfg_backend_event_create(b[r]);
     } else if (h->has_members[r]) {
-      h->ready[r] = b[r]->i.event_create(b[r]);
+      h->ready[r] = tfg_backend_event_create(b[r]);
     }
   }
   snprintf(h->name, sizeof h->name, "hier+%s", h->inter ? h->inter->i.name(h->inter) : "none");
@@ -531,25 +531,25 @@ static void shared_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t
     return;
   }
   layout L = {bufs, off, nseg, tfg_dtype_size(dt)};
-  for (int r = 0; r < R; r++) g->b[r]->i.event_record(g->b[r], g->s[r], g->start[r]);
+  for (int r = 0; r < R; r++) tfg_backend_event_record(g->b[r], g->s[r], g->start[r]);
   for (int r = 0; r < R; r++) {
     tfg_backend *b = g->b[r];
     for (int q = 0; q < R; q++)
-      if (q != r) b->i.event_wait(b, g->s[r], g->start[q]);
+      if (q != r) tfg_backend_event_wait(b, g->s[r], g->start[q]);
     size_t lo = aligned_begin(&L, n, R, r), hi = aligned_begin(&L, n, R, r + 1);
     for (size_t e = lo; e < hi;) {
       int k = seg_of(&L, e);
       size_t end = off[k + 1] < hi ? off[k + 1] : hi;
       void *ptrs[TFG_REDUCE_ALL_MAX];
       for (int q = 0; q < R; q++) ptrs[q] = elem_ptr(&L, q, k, e);
-      b->i.reduce_all(b, g->s[r], ptrs, R, end - e, dt, scale);
+      tfg_backend_reduce_all(b, g->s[r], ptrs, R, end - e, dt, scale);
       e = end;
     }
-    b->i.event_record(b, g->s[r], g->done[r]);
+    tfg_backend_event_record(b, g->s[r], g->done[r]);
   }
   for (int r = 0; r < R; r++)
     for (int q = 0; q < R; q++)
-      if (q != r) g->b[r]->i.event_wait(g->b[r], g->s[r], g->done[q]);
+      if (q != r) tfg_backend_event_wait(g->b[r], g->s[r], g->done[q]);
   free(off);
 }
 
@@ -557,8 +557,8 @@ static void shared_free(tfg_coll *c) {
   if (!c) return;
   shared *g = c->ctx;
   for (int r = 0; r < g->nranks; r++) {
-    if (g->start) g->b[r]->i.event_free(g->b[r], g->start[r]);
-    if (g->done) g->b[r]->i.event_free(g->b[r], g->done[r]);
+    if (g->start) tfg_backend_event_free(g->b[r], g->start[r]);
+    if (g->done) tfg_backend_event_free(g->b[r], g->done[r]);
   }
   free(g->start);
   free(g->done);
@@ -582,8 +582,8 @@ tfg_coll *tfg_coll_shared_new(int nranks, tfg_backend *const *b, tfg_stream *con
     return NULL;
   }
   for (int r = 0; r < nranks; r++)
-    if (!b[r]->i.reduce_all) {
-      tfg_strbuf_printf(why, "%s's backend has no reduce_all", b[r]->device->name);
+    if (!tfg_backend_get_caps(b[r])->reduce_all) {
+      tfg_strbuf_printf(why, "%s's backend has no reduce_all", tfg_backend_device(b[r])->name);
       return NULL;
     }
   tfg_coll *c = calloc(1, sizeof *c);
@@ -596,8 +596,8 @@ tfg_coll *tfg_coll_shared_new(int nranks, tfg_backend *const *b, tfg_stream *con
     g->done = malloc((size_t)nranks * sizeof *g->done);
     TFG_ASSERT(g->start && g->done);
     for (int r = 0; r < nranks; r++) {
-      g->start[r] = b[r]->i.event_create(b[r]);
-      g->done[r] = b[r]->i.event_create(b[r]);
+      g->start[r] = tfg_backend_event_create(b[r]);
+      g->done[r] = tfg_backend_event_create(b[r]);
     }
   }
   c->i = shared_i;

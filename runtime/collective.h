@@ -96,7 +96,7 @@ tfg_coll *tfg_coll_ring_new(int nranks, tfg_backend *const *b, tfg_stream *const
  * ends. One step where the ring takes 2 (nranks - 1); every element read
  * and written nranks times. The same bits on every rank; with two ranks,
  * the ring's bits. NULL with *why for more ranks or a backend without
- * reduce_all. */
+ * caps.reduce_all. */
 tfg_coll *tfg_coll_shared_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why);
 
 /* A constructor of a collective over nranks backends and streams: NULL

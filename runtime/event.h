@@ -7,7 +7,7 @@
  * failure that record carried (TFG_OK: none). A wait names the latest
  * generation issued when it is queued. The backends (runtime/backend_host.c,
  * runtime/backend_cuda.c) issue and complete records from their streams;
- * the executor only sees the vtable's event_* entries (runtime/backend.h).
+ * the executor only sees runtime/backend.h's tfg_backend_event_* functions.
  *
  *   tfg_event *e = tfg_event_new();            // refs 1
  *   uint64_t g = tfg_event_issue(e, -1);       // a host record, or a GPU's ordinal

@@ -62,7 +62,7 @@ struct exec_dev {
   atomic_int done;
   tfg_node_id *launched;
   int nlaunched;
-  bool host_memory;            /* the backend's memory is host memory (read_now NULL): the
+  bool host_memory;            /* the backend's memory is host memory (caps.is_host): the
                                 * numerics check reads results here; else the backend checks */
 };
 
@@ -154,7 +154,7 @@ enum { STAGE_FILL = 1, STAGE_DRAIN = 2 };
 
 /* Frees a cache entry's replay and lists and empties it. */
 static void graph_clear(tfg_exec *x, exec_graph *gr) {
-  if (gr->r) x->dev[x->origin].b->i.replay_free(x->dev[x->origin].b, gr->r);
+  if (gr->r) tfg_backend_replay_free(x->dev[x->origin].b, gr->r);
   free(gr->key);
   free(gr->fill);
   free(gr->fill_src);
@@ -211,14 +211,14 @@ static tfg_status run_kernel(tfg_kernel_ctx *k, const tfg_node *node, const tfg_
   exec_kctx *c = (exec_kctx *)k;
   exec_dev *dv = c->dev;
   tfg_exec *x = dv->x;
-  tfg_kernel_fn fn = dv->b->i.kernel(dv->b, node);
+  tfg_kernel_fn fn = tfg_backend_kernel(dv->b, node);
   k->node = node_id(x, node);
   tfg_status st;
   if (dv->device->index == x->fault_device && k->step == x->fault_step)
     st = tfg_kernel_fail(k, TFG_ERR_DEVICE, "injected fault (TFG_FAULT_DEVICE=%d, TFG_FAULT_STEP=%lld)", x->fault_device,
                          (long long)x->fault_step);
   else
-    st = fn ? fn(k, node, in, out) : tfg_kernel_fail(k, TFG_ERR_DEVICE, "no %s kernel for it", dv->b->i.name(dv->b));
+    st = fn ? fn(k, node, in, out) : tfg_kernel_fail(k, TFG_ERR_DEVICE, "no %s kernel for it", tfg_backend_name(dv->b));
   if (st == TFG_OK && x->check_numerics && dv->host_memory) {
     int64_t bad = first_nonfinite(out);
     if (bad >= 0) {
@@ -253,20 +253,20 @@ static tfg_status open_backend(tfg_exec *x, int d, const tfg_exec_opts *o, tfg_d
     return TFG_ERR_DEVICE;
   }
   tfg_strbuf_free(&why);
-  dv->host_memory = dv->b->i.read_now == NULL;
-  for (int s = 0; s < TFG_PLAN_STREAMS; s++) dv->s[s] = dv->b->i.stream_create(dv->b);
+  dv->host_memory = tfg_backend_is_host(dv->b);
+  for (int s = 0; s < TFG_PLAN_STREAMS; s++) dv->s[s] = tfg_backend_stream_create(dv->b);
   if (o->trace) {
     static const char *const names[TFG_PLAN_STREAMS] = {"compute", "copy", "collective"};
     for (int s = 0; s < TFG_PLAN_STREAMS; s++) tfg_trace_name(o->trace, dev->index, s, dev->name, names[s]);
-    dv->b->i.set_trace(dv->b, o->trace);
+    tfg_backend_set_trace(dv->b, o->trace);
   }
   const tfg_plan_device *pd = &x->p->dev[d];
   int64_t bytes = pd->peak > 0 ? pd->peak : 1;
-  dv->arena = dv->b->i.alloc(dv->b, (size_t)bytes);
+  dv->arena = tfg_backend_alloc(dv->b, (size_t)bytes);
   if (!dv->arena) {
     tfg_mem_stats ms;
     int64_t free_bytes = 0;
-    dv->b->i.mem_stats(dv->b, &ms, &free_bytes);
+    tfg_backend_mem_stats(dv->b, &ms, &free_bytes);
     tfg_strbuf need = {0}, cap = {0}, fr = {0}, big = {0};
     tfg_size_format(&need, bytes);
     tfg_size_format(&cap, dev->memory);
@@ -379,7 +379,7 @@ static tfg_status open_buckets(tfg_exec *x, tfg_diag *d) {
 
 /* Host devices that run kernels at once share the machine's cores: when
  * several of the used host devices compute (GPUs do not count: their
- * backends have no set_threads), the kernel pool (matrix products
+ * backends do not declare sets_threads), the kernel pool (matrix products
  * included: kernels/cpu/blas.h) gets one share of the threads, as the
  * devices' kernels run at the same time. Tells the backends their share
  * (set_threads) and returns the pool's threads. After the backends are
@@ -390,18 +390,18 @@ static int share_cores(tfg_exec *x, const tfg_exec_opts *o) {
   int busy = 0;
   for (int dv = 0; dv < x->ndev; dv++) {
     tfg_backend *b = x->dev[dv].b;
-    if (!b || !b->i.set_threads) continue; /* not used, or a GPU: it computes on itself */
+    if (!b || !tfg_backend_get_caps(b)->sets_threads) continue; /* not used, or a GPU: it computes on itself */
     cpu = b;
     busy += tfg_plan_device_computes(p, dv);
   }
   int share = o->threads;
   if (busy > 1) {
-    int all = o->threads > 0 ? o->threads : cpu->i.set_threads(cpu, 0);
+    int all = o->threads > 0 ? o->threads : tfg_backend_set_threads(cpu, 0);
     share = all / busy > 0 ? all / busy : 1;
   }
   for (int dv = 0; dv < x->ndev; dv++) {
     tfg_backend *b = x->dev[dv].b;
-    if (b && b->i.set_threads) b->i.set_threads(b, share);
+    if (b && tfg_backend_get_caps(b)->sets_threads) tfg_backend_set_threads(b, share);
   }
   return share;
 }
@@ -449,8 +449,8 @@ static void graph_setup(tfg_exec *x, const tfg_exec_opts *o) {
     if (!e->b) continue;
     char msg[96];
     ok &= tfg_backend_fault_after(e->device, msg, sizeof msg) == 0;
-    x->captured[dv] = e->b->i.capture_begin && e->device->kind != TFG_DEVICE_CPU;
-    ok &= x->captured[dv] || e->b->i.read_now == NULL; /* a feeder's values are read from host memory */
+    x->captured[dv] = tfg_backend_get_caps(e->b)->can_capture && e->device->kind != TFG_DEVICE_CPU;
+    ok &= x->captured[dv] || tfg_backend_is_host(e->b); /* a feeder's values are read from host memory */
     ncaptured += x->captured[dv];
     if (x->captured[dv] && x->origin < 0) x->origin = dv;
   }
@@ -486,12 +486,12 @@ static tfg_status write_constants(tfg_exec *x, tfg_diag *d) {
     for (int k = 0; k < pd->nbuffers && pd->buffers[k].persistent; k++) {
       const tfg_node *nd = &x->g->nodes[pd->buffers[k].node];
       if (nd->op != TFG_OP_CONST || pd->buffers[k].copy) continue;
-      e->b->i.copy_from_host(e->b, e->s[0], e->arena + pd->buffers[k].offset, nd->attrs.data, node_bytes(nd));
+      tfg_backend_copy_from_host(e->b, e->s[0], e->arena + pd->buffers[k].offset, nd->attrs.data, node_bytes(nd));
       any = true;
     }
     if (!any) continue;
     tfg_strbuf msg = {0};
-    tfg_status st = e->b->i.synchronize(e->b, e->s[0], &msg);
+    tfg_status st = tfg_backend_synchronize(e->b, e->s[0], &msg);
     if (st != TFG_OK)
       tfg_diag_error(d, NULL, "%s failed: %s", e->device->name, msg.data && *msg.data ? msg.data : tfg_status_str(st));
     tfg_strbuf_free(&msg);
@@ -564,7 +564,7 @@ tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, 
     /* Events are shared objects: any used backend can make them. */
     tfg_backend *any = NULL;
     for (int dv = 0; dv < x->ndev && !any; dv++) any = x->dev[dv].b;
-    for (int e = 0; any && e < p->nevents; e++) x->ev[e] = any->i.event_create(any);
+    for (int e = 0; any && e < p->nevents; e++) x->ev[e] = tfg_backend_event_create(any);
     st = open_buckets(x, d);
   }
   if (st == TFG_OK) st = write_constants(x, d);
@@ -581,8 +581,8 @@ tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, 
 /* Frees tfg_exec_init's backend, when it was made. */
 static void filler_close(tfg_exec *x) {
   if (!x->filler) return;
-  x->filler->i.stream_free(x->filler, x->filler_s);
-  x->filler->i.destroy(x->filler);
+  tfg_backend_stream_free(x->filler, x->filler_s);
+  tfg_backend_destroy(x->filler);
   x->filler = NULL;
   x->filler_s = NULL;
 }
@@ -593,9 +593,9 @@ void tfg_exec_free(tfg_exec *x) {
     tfg_backend *ob = x->dev[x->origin].b;
     for (int i = 0; i < EXEC_GRAPHS; i++) graph_clear(x, &x->cache[i]);
     for (int32_t i = 0; i < x->g->nnodes; i++)
-      if (x->stage[i]) ob->i.host_free(ob, x->stage[i]);
-    if (x->fork) ob->i.event_free(ob, x->fork);
-    for (int j = 0; x->fork && j < x->njoin; j++) ob->i.event_free(ob, x->join[j]);
+      if (x->stage[i]) tfg_backend_host_free(ob, x->stage[i]);
+    if (x->fork) tfg_backend_event_free(ob, x->fork);
+    for (int j = 0; x->fork && j < x->njoin; j++) tfg_backend_event_free(ob, x->join[j]);
   }
   free(x->stage);
   free(x->mark);
@@ -613,14 +613,14 @@ void tfg_exec_free(tfg_exec *x) {
   tfg_backend *any = NULL;
   for (int dv = 0; dv < x->ndev && !any; dv++) any = x->dev[dv].b;
   for (int e = 0; any && e < x->p->nevents; e++)
-    if (x->ev[e]) any->i.event_free(any, x->ev[e]);
+    if (x->ev[e]) tfg_backend_event_free(any, x->ev[e]);
   for (int dv = 0; dv < x->ndev; dv++) {
     exec_dev *e = &x->dev[dv];
     if (e->b) {
       for (int s = 0; s < TFG_PLAN_STREAMS; s++)
-        if (e->s[s]) e->b->i.stream_free(e->b, e->s[s]);
-      if (e->arena) e->b->i.free(e->b, e->arena);
-      e->b->i.destroy(e->b);
+        if (e->s[s]) tfg_backend_stream_free(e->b, e->s[s]);
+      if (e->arena) tfg_backend_free(e->b, e->arena);
+      tfg_backend_destroy(e->b);
     }
     if (e->launch)
       for (int k = 0; k < x->p->dev[dv].nsteps; k++) free(e->launch[k].in);
@@ -662,8 +662,8 @@ void tfg_exec_write(tfg_exec *x, tfg_node_id id, const void *host) {
   size_t n = node_bytes(&x->g->nodes[id]);
   if (n == 0) return;
   exec_dev *dv = holder(x, id);
-  dv->b->i.copy_from_host(dv->b, dv->s[0], addr(dv, id), host, n);
-  tfg_status st = dv->b->i.synchronize(dv->b, dv->s[0], NULL);
+  tfg_backend_copy_from_host(dv->b, dv->s[0], addr(dv, id), host, n);
+  tfg_status st = tfg_backend_synchronize(dv->b, dv->s[0], NULL);
   TFG_ASSERT(st == TFG_OK || !"a copy into a failed device");
 }
 
@@ -671,15 +671,15 @@ void tfg_exec_read(tfg_exec *x, tfg_node_id id, void *host) {
   size_t n = node_bytes(&x->g->nodes[id]);
   if (n == 0) return;
   exec_dev *dv = holder(x, id);
-  dv->b->i.copy_to_host(dv->b, dv->s[0], host, addr(dv, id), n);
-  tfg_status st = dv->b->i.synchronize(dv->b, dv->s[0], NULL);
+  tfg_backend_copy_to_host(dv->b, dv->s[0], host, addr(dv, id), n);
+  tfg_status st = tfg_backend_synchronize(dv->b, dv->s[0], NULL);
   TFG_ASSERT(st == TFG_OK || !"a copy out of a failed device");
 }
 
 /* The fill runs where the CPU's INIT kernel runs: on a host backend of
  * the executor's own, rather than on a host device of the plan's, so a
  * fill is never counted by TFG_FAULT_AFTER nor traced. It writes the
- * holder's memory in place when that is host memory (read_now NULL):
+ * holder's memory in place when that is host memory (caps.is_host):
  * no staging buffer, no copy, and the pool's threads touch the fresh
  * pages in parallel (an 85M-param GPT's params and AdamW state are a
  * gigabyte). Otherwise it fills host memory, which tfg_exec_write then
@@ -692,19 +692,19 @@ tfg_status tfg_exec_init(tfg_exec *x, tfg_node_id id, const tfg_attrs *a, tfg_st
     x->filler_dev.index = -1;
     tfg_strbuf why = {0};
     x->filler = tfg_backend_new(&x->filler_dev, NULL, &why); /* a host backend: cannot fail */
-    TFG_ASSERT(x->filler != NULL && x->filler->i.read_now == NULL);
+    TFG_ASSERT(x->filler != NULL && tfg_backend_is_host(x->filler));
     tfg_strbuf_free(&why);
-    x->filler_s = x->filler->i.stream_create(x->filler);
+    x->filler_s = tfg_backend_stream_create(x->filler);
   }
   tfg_backend *b = x->filler;
   tfg_node init = {.op = TFG_OP_INIT, .dtype = nd->dtype, .shape = nd->shape, .attrs = *a, .name = nd->name,
                    .loc = nd->loc, .pin = nd->pin};
   size_t n = node_bytes(nd);
-  bool in_place = dv->b->i.read_now == NULL;
+  bool in_place = tfg_backend_is_host(dv->b);
   void *host = NULL;
   if (in_place) {
     /* nothing the holder has queued may still use the old value */
-    tfg_status st = dv->b->i.synchronize(dv->b, dv->s[0], NULL);
+    tfg_status st = tfg_backend_synchronize(dv->b, dv->s[0], NULL);
     TFG_ASSERT(st == TFG_OK || !"a fill into a failed device");
   } else {
     host = malloc(n ? n : 1);
@@ -712,10 +712,10 @@ tfg_status tfg_exec_init(tfg_exec *x, tfg_node_id id, const tfg_attrs *a, tfg_st
   }
   tfg_tensor out = {in_place ? addr(dv, id) : host, nd->dtype, nd->shape};
   tfg_kernel_ctx ctx = {.pool = x->pool, .node = id};
-  tfg_kernel_fn fn = b->i.kernel(b, &init);
+  tfg_kernel_fn fn = tfg_backend_kernel(b, &init);
   TFG_ASSERT(fn != NULL);
-  b->i.launch(b, x->filler_s, fn, &ctx, &init, NULL, &out);
-  tfg_status st = b->i.synchronize(b, x->filler_s, err);
+  tfg_backend_launch(b, x->filler_s, fn, &ctx, &init, NULL, &out);
+  tfg_status st = tfg_backend_synchronize(b, x->filler_s, err);
   if (st == TFG_OK && !in_place)
     tfg_exec_write(x, id, host);
   else if (st != TFG_OK)
@@ -743,7 +743,7 @@ static void *stage(tfg_exec *x, tfg_node_id id) {
   if (!x->stage[id]) {
     exec_dev *o = &x->dev[x->origin];
     const tfg_node *nd = &x->g->nodes[id];
-    x->stage[id] = o->b->i.host_alloc(o->b, node_bytes(nd));
+    x->stage[id] = tfg_backend_host_alloc(o->b, node_bytes(nd));
     if (!x->stage[id]) {
       x->stage_failed = true;
       return NULL;
@@ -791,11 +791,11 @@ static void fetch_out(tfg_exec *x, exec_dev *dv, int s, tfg_node_id id, void *co
   if (n == 0) return;
   if (x->staging) {
     void *p = stage_drain(x, id);
-    if (p) dv->b->i.copy_to_host(dv->b, dv->s[s], p, addr(dv, id), n);
+    if (p) tfg_backend_copy_to_host(dv->b, dv->s[s], p, addr(dv, id), n);
     return;
   }
   for (int f = x->fetch_first[id]; f >= 0; f = x->fetch_next[f])
-    dv->b->i.copy_to_host(dv->b, dv->s[s], out[f], addr(dv, id), n);
+    tfg_backend_copy_to_host(dv->b, dv->s[s], out[f], addr(dv, id), n);
 }
 
 /* Queues the steps of device d's stream `stream` from *pos (an index
@@ -826,11 +826,11 @@ static bool advance(tfg_exec *x, int d, int stream, int *pos, void *const *out) 
       const tfg_node *nd = &x->g->nodes[id];
       size_t n = node_bytes(nd);
       if (nd->op == TFG_OP_INPUT) {
-        if (n) dv->b->i.copy_from_host(dv->b, s, addr(dv, id), x->staging ? stage_fill(x, id, -1) : x->fed[id], n);
+        if (n) tfg_backend_copy_from_host(dv->b, s, addr(dv, id), x->staging ? stage_fill(x, id, -1) : x->fed[id], n);
       } else {
         dv->launched[dv->nlaunched++] = id;
         exec_launch *l = &dv->launch[*pos];
-        dv->b->i.launch(dv->b, s, run_kernel, &dv->kctx.k, l->node, l->in, &l->out);
+        tfg_backend_launch(dv->b, s, run_kernel, &dv->kctx.k, l->node, l->in, &l->out);
       }
       if (x->fetch_first[id] >= 0) fetch_out(x, dv, st->stream, id, out);
       /* its views have no step: a fetched one is copied out now */
@@ -845,20 +845,20 @@ static bool advance(tfg_exec *x, int d, int stream, int *pos, void *const *out) 
       TFG_ASSERT(src->b != NULL); /* mark_needed put the source in this run */
       if (n == 0) break;
       if (x->staging && !x->captured[st->src]) /* from a feeder's memory, which ran already */
-        dv->b->i.copy_from_host(dv->b, s, dv->arena + dv->copy[st->node], stage_fill(x, st->node, st->src), n);
+        tfg_backend_copy_from_host(dv->b, s, dv->arena + dv->copy[st->node], stage_fill(x, st->node, st->src), n);
       else
-        dv->b->i.copy_peer(dv->b, s, dv->arena + dv->copy[st->node], src->b, addr(src, st->node), n);
+        tfg_backend_copy_peer(dv->b, s, dv->arena + dv->copy[st->node], src->b, addr(src, st->node), n);
       break;
     }
     case TFG_PLAN_RECORD:
-      dv->b->i.event_record(dv->b, s, x->ev[st->event]);
+      tfg_backend_event_record(dv->b, s, x->ev[st->event]);
       x->issued[st->event] = x->run;
       break;
     case TFG_PLAN_WAIT:
       if (x->ev_dev[st->event] >= 0 && !x->dev[x->ev_dev[st->event]].b)
         break; /* recorded on a device this executor does not run: it orders none of this executor's work */
       if (x->issued[st->event] != x->run) return *pos > start; /* its RECORD comes later in the walk */
-      dv->b->i.event_wait(dv->b, s, x->ev[st->event]);
+      tfg_backend_event_wait(dv->b, s, x->ev[st->event]);
       break;
     case TFG_PLAN_ALLREDUCE: {
       if (!bucket_needed(x, st->bucket)) break;
@@ -883,7 +883,7 @@ static bool advance(tfg_exec *x, int d, int stream, int *pos, void *const *out) 
         for (int k = 0; k < pb->nnodes; k++) {
           tfg_node_id node = pb->nodes[r * pb->nnodes + k];
           size_t n = node_bytes(&x->g->nodes[node]);
-          if (n) rd->b->i.copy_peer(rd->b, rs, addr(rd, node), rd->b, addr(rd, x->g->nodes[node].inputs[0]), n);
+          if (n) tfg_backend_copy_peer(rd->b, rs, addr(rd, node), rd->b, addr(rd, x->g->nodes[node].inputs[0]), n);
         }
       }
       eb->coll->i.allreduce(eb->coll, eb->slots, eb->counts, pb->nnodes, x->g->nodes[pb->nodes[0]].dtype, TFG_COLL_MEAN);
@@ -911,7 +911,7 @@ static void report(tfg_exec *x, int d, int s, tfg_status st, const char *msg, tf
   tfg_node_id id = atomic_load(&dv->failed);
   int done = atomic_load(&dv->done);
   if (id < 0 && done < dv->nlaunched) id = dv->launched[done];
-  if (id < 0) id = dv->b->i.failed_node(dv->b, dv->s[s]);
+  if (id < 0) id = tfg_backend_failed_node(dv->b, dv->s[s]);
   if (id >= x->g->nnodes) id = -1;
   if (id >= 0) {
     const tfg_node *nd = &x->g->nodes[id];
@@ -952,13 +952,13 @@ static void walk(tfg_exec *x, int which, void *const *out) {
 }
 
 /* Sets the step and seed the devices' kernels read on the device
- * (backends with set_step: GPUs): queued on each compute stream, or only
- * written for a replay (queue false). */
+ * (backends with caps.device_step: GPUs): queued on each compute
+ * stream, or only written for a replay (queue false). */
 static void set_steps(tfg_exec *x, int which, const tfg_exec_run_opts *ro, bool queue) {
   for (int dv = 0; dv < x->ndev; dv++) {
     exec_dev *e = &x->dev[dv];
-    if (walks(x, dv, which) && e->b->i.set_step)
-      e->b->i.set_step(e->b, queue ? e->s[0] : NULL, ro->step, (uint64_t)ro->seed);
+    if (walks(x, dv, which) && tfg_backend_get_caps(e->b)->device_step)
+      tfg_backend_set_step(e->b, queue ? e->s[0] : NULL, ro->step, (uint64_t)ro->seed);
   }
 }
 
@@ -978,7 +978,7 @@ static void queue_run(tfg_exec *x, int which, const tfg_exec_run_opts *ro, const
     if (!walks(x, d, which)) continue;
     exec_dev *dv = holder(x, base);
     void *dst = x->staging ? stage_drain(x, fetch[f]) : out[f];
-    if (dst) dv->b->i.copy_to_host(dv->b, dv->s[0], dst, addr(dv, fetch[f]), node_bytes(nd));
+    if (dst) tfg_backend_copy_to_host(dv->b, dv->s[0], dst, addr(dv, fetch[f]), node_bytes(nd));
   }
 }
 
@@ -995,11 +995,11 @@ static tfg_status sync_report(tfg_exec *x, int which, tfg_diag *d) {
     if (!walks(x, dv, which)) continue;
     for (int s = 0; s < TFG_PLAN_STREAMS; s++) {
       tfg_strbuf_clear(&m);
-      tfg_status st = e->b->i.synchronize(e->b, e->s[s], &m);
+      tfg_status st = tfg_backend_synchronize(e->b, e->s[s], &m);
       if (st == TFG_OK) continue;
       /* The failure that began here (a kernel error, a fault) is the
        * one to report; the others arrived through events. */
-      bool origin = atomic_load(&e->failed) >= 0 || e->b->i.failed_here(e->b, e->s[s]);
+      bool origin = atomic_load(&e->failed) >= 0 || tfg_backend_failed_here(e->b, e->s[s]);
       if (first == TFG_OK || (origin && !first_origin)) {
         first = st;
         first_dev = dv;
@@ -1079,21 +1079,21 @@ static void capture(tfg_exec *x, exec_graph *gr, const tfg_exec_run_opts *ro, co
   exec_dev *o = &x->dev[x->origin];
   tfg_backend *ob = o->b;
   if (!x->fork) {
-    x->fork = ob->i.event_create(ob);
+    x->fork = tfg_backend_event_create(ob);
     for (int dv = 0; dv < x->ndev; dv++) x->njoin += x->captured[dv] ? TFG_PLAN_STREAMS : 0;
     x->njoin--; /* the origin's compute stream */
     x->join = malloc(sizeof *x->join * ((size_t)x->njoin + 1));
     TFG_ASSERT(x->join != NULL);
-    for (int j = 0; j < x->njoin; j++) x->join[j] = ob->i.event_create(ob);
+    for (int j = 0; j < x->njoin; j++) x->join[j] = tfg_backend_event_create(ob);
   }
   memset(x->mark, 0, (size_t)x->g->nnodes);
   x->stage_failed = false;
   tfg_strbuf why = {0};
-  if (ob->i.capture_begin(ob, o->s[0], &why)) {
-    ob->i.event_record(ob, o->s[0], x->fork);
+  if (tfg_backend_capture_begin(ob, o->s[0], &why)) {
+    tfg_backend_event_record(ob, o->s[0], x->fork);
     for (int dv = 0; dv < x->ndev; dv++)
       for (int s = 0; x->captured[dv] && s < TFG_PLAN_STREAMS; s++)
-        if (dv != x->origin || s != 0) x->dev[dv].b->i.event_wait(x->dev[dv].b, x->dev[dv].s[s], x->fork);
+        if (dv != x->origin || s != 0) tfg_backend_event_wait(x->dev[dv].b, x->dev[dv].s[s], x->fork);
     x->staging = gr;
     queue_run(x, WALK_CAPTURED, ro, fetch, nfetch, out);
     x->staging = NULL;
@@ -1101,12 +1101,12 @@ static void capture(tfg_exec *x, exec_graph *gr, const tfg_exec_run_opts *ro, co
     for (int dv = 0; dv < x->ndev; dv++)
       for (int s = 0; x->captured[dv] && s < TFG_PLAN_STREAMS; s++)
         if (dv != x->origin || s != 0) {
-          x->dev[dv].b->i.event_record(x->dev[dv].b, x->dev[dv].s[s], x->join[j]);
-          ob->i.event_wait(ob, o->s[0], x->join[j++]);
+          tfg_backend_event_record(x->dev[dv].b, x->dev[dv].s[s], x->join[j]);
+          tfg_backend_event_wait(ob, o->s[0], x->join[j++]);
         }
-    gr->r = ob->i.capture_end(ob, o->s[0], &why);
+    gr->r = tfg_backend_capture_end(ob, o->s[0], &why);
     if (gr->r && x->stage_failed) {
-      ob->i.replay_free(ob, gr->r);
+      tfg_backend_replay_free(ob, gr->r);
       gr->r = NULL;
       tfg_strbuf_puts(&why, "no host memory for its copies (host_alloc failed)");
     }
@@ -1130,7 +1130,7 @@ static void replay(tfg_exec *x, exec_graph *gr, const tfg_exec_run_opts *ro) {
   }
   set_steps(x, WALK_CAPTURED, ro, false);
   exec_dev *o = &x->dev[x->origin];
-  o->b->i.replay(o->b, o->s[0], gr->r);
+  tfg_backend_replay(o->b, o->s[0], gr->r);
 }
 
 tfg_status tfg_exec_run(tfg_exec *x, const tfg_node_id *fetch, int nfetch, void *const *out, const tfg_exec_run_opts *ro,
@@ -1226,7 +1226,7 @@ void tfg_exec_memory(const tfg_exec *x, int d, const char **name, int64_t *plann
   if (!dv->b) return;
   tfg_mem_stats ms;
   int64_t free_bytes = 0;
-  dv->b->i.mem_stats(dv->b, &ms, &free_bytes);
+  tfg_backend_mem_stats(dv->b, &ms, &free_bytes);
   *measured = ms.peak;
 }
 

@@ -1,5 +1,5 @@
 /* runtime/exec.h: the executor: runs a plan (compiler/plan.h) on the
- * devices' backends, written once against the backend vtable
+ * devices' backends, written once against the backend interface
  * (runtime/backend.h).
  *
  *   tfg_exec_opts o = {.threads = 0};

@@ -380,8 +380,8 @@ static void mpi_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *c
   j->done = tfg_event_ref(m->done);
   j->gen = tfg_event_issue(m->done, -1); /* the generation the wait below waits for */
   j->self.data = j;
-  m->b->i.launch(m->b, m->s, mpi_post_kernel, &m->ctx, &m->node, &j->self, NULL);
-  m->b->i.event_wait(m->b, m->s, m->done);
+  tfg_backend_launch(m->b, m->s, mpi_post_kernel, &m->ctx, &m->node, &j->self, NULL);
+  tfg_backend_event_wait(m->b, m->s, m->done);
 }
 
 static void mpi_allreduce(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
@@ -440,10 +440,10 @@ static tfg_coll *mpi_coll_new(int nranks, tfg_backend *const *b, tfg_stream *con
 
 tfg_coll *tfg_mpi_job_coll_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why) {
   for (int r = 0; r < nranks; r++)
-    if (b[r]->i.read_now != NULL) { /* not host memory */
+    if (!tfg_backend_is_host(b[r])) {
       tfg_strbuf_printf(why, "%s is not a host device: across the processes of an mpirun job, this version reduces "
                              "host devices only (CUDA devices need NCCL's bootstrap over MPI)",
-                        b[r]->device->name);
+                        tfg_backend_device(b[r])->name);
       return NULL;
     }
   int *group = calloc((size_t)nranks, sizeof *group); /* this process's ranks: one group */

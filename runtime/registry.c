@@ -108,7 +108,7 @@ static tfg_coll *ring_new(int nranks, tfg_backend *const *b, tfg_stream *const *
  * as many GPUs in the group, and one rank per GPU). */
 static tfg_coll *job_coll_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why) {
   bool cuda = false;
-  for (int r = 0; r < nranks; r++) cuda |= b[r]->i.read_now != NULL;
+  for (int r = 0; r < nranks; r++) cuda |= !tfg_backend_is_host(b[r]);
   if (!cuda) return tfg_mpi_job_coll_new(nranks, b, s, why);
 #if HAVE_NCCL
   unsigned char id[TFG_NCCL_ID_BYTES] = {0};
@@ -137,7 +137,7 @@ tfg_coll *tfg_coll_new_for(int nranks, tfg_backend *const *b, tfg_stream *const 
   int *group = malloc((size_t)nranks * sizeof *group);
   TFG_ASSERT(dev && group);
   for (int r = 0; r < nranks; r++) {
-    dev[r] = b[r]->device;
+    dev[r] = tfg_backend_device(b[r]);
     group[r] = dev[r]->physical;
   }
   tfg_coll_algo leaders;

@@ -9,7 +9,7 @@
  *
  * Kernels are run the way the executor runs them: the backend of cuda:0
  * (tfg_backend_new), device buffers from its pool, the op's kernel
- * (b->i.kernel) queued with b->i.launch on one stream. A timing is one
+ * (tfg_backend_kernel) queued with tfg_backend_launch on one stream. A timing is one
  * sample of K launches queued back to back and then a synchronize, divided
  * by K (K chosen so a sample takes ~25 ms: the synchronize's own cost,
  * tens of microseconds, is then noise), the median of SAMPLES samples
@@ -66,21 +66,21 @@ static void open_gpus(bench *B, const char *spec, int n, bool tf32) {
       printf("gpubench: no CUDA device (%s)\n", why.len ? why.data : "not a cuda device");
       exit(2);
     }
-    B->s[r] = B->b[r]->i.stream_create(B->b[r]);
+    B->s[r] = tfg_backend_stream_create(B->b[r]);
   }
 }
 
 static void close_gpus(bench *B, int n) {
   for (int r = 0; r < n; r++) {
-    B->b[r]->i.stream_free(B->b[r], B->s[r]);
-    B->b[r]->i.destroy(B->b[r]);
+    tfg_backend_stream_free(B->b[r], B->s[r]);
+    tfg_backend_destroy(B->b[r]);
   }
   tfg_devices_free(B->ds);
 }
 
 static void sync_or_die(tfg_backend *b, tfg_stream *s) {
   tfg_strbuf err = {0};
-  if (b->i.synchronize(b, s, &err) != TFG_OK) {
+  if (tfg_backend_synchronize(b, s, &err) != TFG_OK) {
     fprintf(stderr, "gpubench: %s\n", err.data ? err.data : "the stream failed");
     exit(1);
   }
@@ -88,7 +88,7 @@ static void sync_or_die(tfg_backend *b, tfg_stream *s) {
 }
 
 static void *dev_alloc(tfg_backend *b, size_t bytes) {
-  void *p = b->i.alloc(b, bytes);
+  void *p = tfg_backend_alloc(b, bytes);
   if (!p) die("out of device memory");
   return p;
 }
@@ -150,7 +150,7 @@ typedef struct launch_job {
 
 static void queue_launch(void *arg) {
   launch_job *j = arg;
-  j->b->i.launch(j->b, j->s, j->fn, j->ctx, j->node, j->in, j->out);
+  tfg_backend_launch(j->b, j->s, j->fn, j->ctx, j->node, j->in, j->out);
 }
 
 static int cmd_matmul(int n, const char *dts) {
@@ -166,21 +166,21 @@ static int cmd_matmul(int n, const char *dts) {
     void *h = host_random((tfg_dtype)dt, (int64_t)n * n, 11 + (uint64_t)k);
     in[k] = out;
     in[k].data = dev_alloc(b, bytes);
-    b->i.copy_from_host(b, B.s[0], in[k].data, h, bytes);
+    tfg_backend_copy_from_host(b, B.s[0], in[k].data, h, bytes);
     sync_or_die(b, B.s[0]);
     free(h);
   }
   out.data = dev_alloc(b, bytes);
   tfg_node node = {.op = TFG_OP_MATMUL, .dtype = (tfg_dtype)dt, .shape = out.shape, .ninputs = 2};
-  tfg_kernel_fn fn = b->i.kernel(b, &node);
+  tfg_kernel_fn fn = tfg_backend_kernel(b, &node);
   if (!fn) die("the CUDA backend has no matmul kernel");
   tfg_kernel_ctx ctx = {0};
   launch_job j = {b, B.s[0], fn, &ctx, &node, in, &out};
   double t = time_it(&B, 1, queue_launch, &j);
   double flop = 2.0 * n * n * (double)n;
   printf("tfg matmul n=%d dtype=%s ms=%.4f tflops=%.2f\n", n, dts, t * 1e3, flop / t * 1e-12);
-  for (int k = 0; k < 2; k++) b->i.free(b, in[k].data);
-  b->i.free(b, out.data);
+  for (int k = 0; k < 2; k++) tfg_backend_free(b, in[k].data);
+  tfg_backend_free(b, out.data);
   tfg_strbuf_free(&ctx.err);
   close_gpus(&B, 1);
   return 0;
@@ -208,7 +208,7 @@ typedef struct copy_job {
 
 static void queue_copy(void *arg) {
   copy_job *c = arg;
-  c->dst_b->i.copy_peer(c->dst_b, c->s, c->dst, c->src_b, c->src, c->bytes);
+  tfg_backend_copy_peer(c->dst_b, c->s, c->dst, c->src_b, c->src, c->bytes);
 }
 
 /* relu(x * a + b) over n f32 (a, b scalars): as one FUSED launch (the
@@ -257,9 +257,9 @@ static int cmd_chain(int64_t n) {
   t2.data = dev_alloc(b, bytes);
   ta.data = dev_alloc(b, 4);
   tb.data = dev_alloc(b, 4);
-  b->i.copy_from_host(b, s, tx.data, hx, bytes);
-  b->i.copy_from_host(b, s, ta.data, &ha, 4);
-  b->i.copy_from_host(b, s, tb.data, &hb, 4);
+  tfg_backend_copy_from_host(b, s, tx.data, hx, bytes);
+  tfg_backend_copy_from_host(b, s, ta.data, &ha, 4);
+  tfg_backend_copy_from_host(b, s, tb.data, &hb, 4);
   sync_or_die(b, s);
   free(hx);
 
@@ -273,7 +273,7 @@ static int cmd_chain(int64_t n) {
   printf("tfg copy n=%lld ms=%.4f gbps=%.1f of_peak=%.0f%%\n", (long long)n, tc * 1e3, traffic / tc * 1e-9,
          100 * traffic / tc / peak);
 
-  tfg_kernel_fn ffn = b->i.kernel(b, &fused);
+  tfg_kernel_fn ffn = tfg_backend_kernel(b, &fused);
   if (ffn) {
     chain_job cj = {.n = 1};
     cj.l[0] = (launch_job){b, s, ffn, &ctx, &fused, fin, &ty};
@@ -289,16 +289,16 @@ static int cmd_chain(int64_t n) {
   nr.op = TFG_OP_RELU;
   nr.ninputs = 1;
   chain_job cj = {.n = 3};
-  cj.l[0] = (launch_job){b, s, b->i.kernel(b, &nm), &ctx, &nm, min, &t1};
-  cj.l[1] = (launch_job){b, s, b->i.kernel(b, &na), &ctx, &na, ain, &t2};
-  cj.l[2] = (launch_job){b, s, b->i.kernel(b, &nr), &ctx, &nr, &t2, &ty};
+  cj.l[0] = (launch_job){b, s, tfg_backend_kernel(b, &nm), &ctx, &nm, min, &t1};
+  cj.l[1] = (launch_job){b, s, tfg_backend_kernel(b, &na), &ctx, &na, ain, &t2};
+  cj.l[2] = (launch_job){b, s, tfg_backend_kernel(b, &nr), &ctx, &nr, &t2, &ty};
   if (!cj.l[0].fn || !cj.l[1].fn || !cj.l[2].fn) die("the CUDA backend lacks mul, add or relu");
   double t = time_it(&B, 1, queue_chain, &cj);
   printf("tfg chain n=%lld mode=unfused ms=%.4f gbps=%.1f of_copy=%.0f%% of_peak=%.0f%%\n", (long long)n, t * 1e3,
          traffic / t * 1e-9, 100 * tc / t, 100 * traffic / t / peak);
 
   void *bufs[] = {tx.data, ty.data, t1.data, t2.data, ta.data, tb.data};
-  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) b->i.free(b, bufs[i]);
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tfg_backend_free(b, bufs[i]);
   tfg_strbuf_free(&ctx.err);
   tfg_graph_free(g);
   close_gpus(&B, 1);
@@ -342,7 +342,7 @@ static int cmd_allreduce(void) {
     float *h = host_random(TFG_DTYPE_F32, (int64_t)j.count, 3);
     for (int r = 0; r < 2; r++) {
       j.bufs[r] = dev_alloc(B.b[r], bytes);
-      B.b[r]->i.copy_from_host(B.b[r], B.s[r], j.bufs[r], h, bytes);
+      tfg_backend_copy_from_host(B.b[r], B.s[r], j.bufs[r], h, bytes);
       sync_or_die(B.b[r], B.s[r]);
     }
     free(h);
@@ -355,7 +355,7 @@ static int cmd_allreduce(void) {
            c->i.name(c), mib[i], t * 1e3, algbw, algbw * 2.0 * (2 - 1) / 2, tc * 1e3, (double)bytes / tc * 1e-9,
            t / tc);
     fflush(stdout);
-    for (int r = 0; r < 2; r++) B.b[r]->i.free(B.b[r], j.bufs[r]);
+    for (int r = 0; r < 2; r++) tfg_backend_free(B.b[r], j.bufs[r]);
   }
   for (int k = 0; k < 2; k++) colls[k]->i.free(colls[k]);
   tfg_strbuf_free(&why);
@@ -383,7 +383,7 @@ static int cmd_attention(int b, int h, int t, int hd) {
     void *hst = host_random(TFG_DTYPE_F32, n, 21 + (uint64_t)k);
     in[k] = out;
     in[k].data = dev_alloc(be, (size_t)n * 4);
-    be->i.copy_from_host(be, B.s[0], in[k].data, hst, (size_t)n * 4);
+    tfg_backend_copy_from_host(be, B.s[0], in[k].data, hst, (size_t)n * 4);
     sync_or_die(be, B.s[0]);
     free(hst);
   }
@@ -397,7 +397,7 @@ static int cmd_attention(int b, int h, int t, int hd) {
   bwd.shape = pk;
   bwd.ninputs = 4;
   bwd.attrs.axis = 3;
-  tfg_kernel_fn ff = be->i.kernel(be, &fwd), fb = be->i.kernel(be, &bwd);
+  tfg_kernel_fn ff = tfg_backend_kernel(be, &fwd), fb = tfg_backend_kernel(be, &bwd);
   if (!ff || !fb) die("the CUDA backend has no attention kernels");
   tfg_kernel_ctx ctx = {0};
   double flop = (double)b * h * (double)t * t * hd / 2; /* one causal product */
@@ -413,9 +413,9 @@ static int cmd_attention(int b, int h, int t, int hd) {
     fflush(stdout);
   }
   unsetenv("TFG_ATTENTION_TILED");
-  for (int k = 0; k < 4; k++) be->i.free(be, in[k].data);
-  be->i.free(be, out.data);
-  be->i.free(be, grad.data);
+  for (int k = 0; k < 4; k++) tfg_backend_free(be, in[k].data);
+  tfg_backend_free(be, out.data);
+  tfg_backend_free(be, grad.data);
   tfg_strbuf_free(&ctx.err);
   close_gpus(&B, 1);
   return 0;

@@ -1,10 +1,10 @@
 /* tests/gpu/conformance.c: the backend conformance suite (ARCHITECTURE.md,
  * convention 8; modeled on ggml's test-backend-ops): every op of the
  * registry that has a CPU kernel runs on the CPU kernel directly and on a
- * backend's kernel through the backend vtable (alloc, copy_from_host,
- * launch of b->i.kernel(b, node), copy_to_host, synchronize), on the same
- * random inputs, and the two results are compared within a tolerance
- * stated, with its reason, beside each class of op below.
+ * backend's kernel through the backend interface (alloc, copy_from_host,
+ * launch of tfg_backend_kernel(b, node), copy_to_host, synchronize), on
+ * the same random inputs, and the two results are compared within a
+ * tolerance stated, with its reason, beside each class of op below.
  *
  *   build/tests/gpu/conformance                    # the first CUDA device (cuda:0)
  *   build/tests/gpu/conformance --devices host     # against the host backend (a self-test)
@@ -462,7 +462,7 @@ static tfg_backend *backend_for(const tcase *c, tfg_stream ***s, tfg_strbuf *why
     tfg_backend_opts o = {.tf32 = true};
     S.b_tf32 = tfg_backend_new(S.dev, &o, why);
     if (!S.b_tf32) return NULL;
-    S.s_tf32 = S.b_tf32->i.stream_create(S.b_tf32);
+    S.s_tf32 = tfg_backend_stream_create(S.b_tf32);
   }
   *s = &S.s_tf32;
   return S.b_tf32;
@@ -476,9 +476,9 @@ static tfg_status run_backend(const tcase *c, const tfg_node *nd, tfg_tensor *in
   tfg_backend *b = backend_for(c, &sp, msg);
   if (!b) return TFG_ERR_DEVICE;
   tfg_stream *s = *sp;
-  tfg_kernel_fn fn = b->i.kernel(b, nd);
+  tfg_kernel_fn fn = tfg_backend_kernel(b, nd);
   if (!fn) {
-    tfg_strbuf_printf(msg, "the %s backend has no kernel for %s", b->i.name(b), tfg_op_get(nd->op)->name);
+    tfg_strbuf_printf(msg, "the %s backend has no kernel for %s", tfg_backend_name(b), tfg_op_get(nd->op)->name);
     return TFG_ERR_DEVICE;
   }
   tfg_tensor din[MAXIN], dout = *out;
@@ -488,39 +488,40 @@ static tfg_status run_backend(const tcase *c, const tfg_node *nd, tfg_tensor *in
   for (int k = 0; k < nd->ninputs; k++) {
     din[k] = in[k];
     size_t bytes = nbytes(&in[k]);
-    din[k].data = bufs[nbuf++] = b->i.alloc(b, bytes ? bytes : 16);
+    din[k].data = bufs[nbuf++] = tfg_backend_alloc(b, bytes ? bytes : 16);
     if (!din[k].data) st = TFG_ERR_OOM;
-    else if (bytes) b->i.copy_from_host(b, s, din[k].data, in[k].data, bytes);
+    else if (bytes) tfg_backend_copy_from_host(b, s, din[k].data, in[k].data, bytes);
   }
   size_t obytes = nbytes(out);
-  dout.data = bufs[nbuf++] = b->i.alloc(b, obytes ? obytes : 16);
+  dout.data = bufs[nbuf++] = tfg_backend_alloc(b, obytes ? obytes : 16);
   if (!dout.data) st = TFG_ERR_OOM;
   void *poison = xmalloc(obytes);
   memset(poison, 0xFF, obytes ? obytes : 1);
   tfg_kernel_ctx ctx[MAXLAUNCH];
   memset(ctx, 0, sizeof ctx);
   if (st == TFG_OK) {
-    if (obytes) b->i.copy_from_host(b, s, dout.data, poison, obytes);
+    if (obytes) tfg_backend_copy_from_host(b, s, dout.data, poison, obytes);
     for (int l = 0; l < c->launches; l++) {
       ctx[l] = (tfg_kernel_ctx){.training = c->training, .step = c->step + l, .seed = c->seed};
-      /* a GPU's kernels read the step on the device (backend.h's set_step), as the executor sets it */
-      if (b->i.set_step) b->i.set_step(b, s, ctx[l].step, ctx[l].seed);
-      b->i.launch(b, s, fn, &ctx[l], nd, din, &dout);
+      /* a GPU's kernels read the step on the device (backend.h's caps.device_step), as the executor sets it */
+      if (tfg_backend_get_caps(b)->device_step) tfg_backend_set_step(b, s, ctx[l].step, ctx[l].seed);
+      tfg_backend_launch(b, s, fn, &ctx[l], nd, din, &dout);
     }
-    if (obytes) b->i.copy_to_host(b, s, out->data, dout.data, obytes);
+    if (obytes) tfg_backend_copy_to_host(b, s, out->data, dout.data, obytes);
     for (int k = 0; k < nd->ninputs; k++)
-      if ((c->inplace >> k & 1) && nbytes(&in[k])) b->i.copy_to_host(b, s, in[k].data, din[k].data, nbytes(&in[k]));
-    st = b->i.synchronize(b, s, msg);
+      if ((c->inplace >> k & 1) && nbytes(&in[k]))
+        tfg_backend_copy_to_host(b, s, in[k].data, din[k].data, nbytes(&in[k]));
+    st = tfg_backend_synchronize(b, s, msg);
     if (st != TFG_OK) { /* a failed stream stays failed (backend.h): the next case gets a fresh one */
-      b->i.stream_free(b, s);
-      *sp = b->i.stream_create(b);
+      tfg_backend_stream_free(b, s);
+      *sp = tfg_backend_stream_create(b);
     }
   } else if (st == TFG_ERR_OOM) {
     tfg_strbuf_printf(msg, "device memory for the case could not be allocated");
   }
   for (int l = 0; l < MAXLAUNCH; l++) tfg_strbuf_free(&ctx[l].err);
   for (int k = 0; k < nbuf; k++)
-    if (bufs[k]) b->i.free(b, bufs[k]);
+    if (bufs[k]) tfg_backend_free(b, bufs[k]);
   free(poison);
   return st;
 }
@@ -732,7 +733,7 @@ static void tc_check(tcase *c, tol t) {
     tfg_tensor got = tensor_new(nd->dtype, nd->shape);
     st = run_backend(c, nd, gin, &got, &msg);
     if (st != TFG_OK) {
-      report(c, false, "%s failed: %s: %s", S.b->i.name(S.b), tfg_status_str(st), msg.data ? msg.data : "");
+      report(c, false, "%s failed: %s: %s", tfg_backend_name(S.b), tfg_status_str(st), msg.data ? msg.data : "");
     } else {
       verdict worst = compare(&want, &got, cond.data ? &cond : NULL, t, "out");
       static const char *const names[MAXIN] = {"in0", "in1", "in2", "in3", "in4", "in5", "in6", "in7"};
@@ -788,7 +789,7 @@ static void tc_expect_error(tcase *c) {
   tfg_status gs = c->refused ? TFG_ERR_SHAPE : run_backend(c, nd, gin, &got, &gmsg);
   bool ok = !c->refused && cs != TFG_OK && gs == cs;
   report(c, ok, "bad data: cpu %s (%s), %s %s (%s)", tfg_status_str(cs), cmsg.data ? cmsg.data : "",
-         S.b->i.name(S.b), tfg_status_str(gs), gmsg.data ? gmsg.data : "");
+         tfg_backend_name(S.b), tfg_status_str(gs), gmsg.data ? gmsg.data : "");
   for (int k = 0; k < nd->ninputs; k++) {
     free(cin[k].data);
     free(gin[k].data);
@@ -2033,10 +2034,10 @@ int main(int argc, char **argv) {
     return opened == GPU_TEST_SKIP ? 0 : 2;
   }
   S.dev = dev;
-  S.s = S.b->i.stream_create(S.b);
+  S.s = tfg_backend_stream_create(S.b);
   S.pool = tfg_pool_new(0);
   printf("conformance: %s (%s, the %s backend) against the CPU kernels\n", dev->name, dev->hardware,
-         S.b->i.name(S.b));
+         tfg_backend_name(S.b));
   fflush(stdout);
 
   const char *why = NULL;
@@ -2074,11 +2075,11 @@ int main(int argc, char **argv) {
   printf("conformance: %d cases on %s over %d ops (%d without a case): %d passed, %d failed; %d (op, dtype) "
          "combinations the CPU does not support skipped\n",
          S.cases, dev->name, ops, untested, S.passed, S.failed, S.skipped);
-  S.b->i.stream_free(S.b, S.s);
-  S.b->i.destroy(S.b);
+  tfg_backend_stream_free(S.b, S.s);
+  tfg_backend_destroy(S.b);
   if (S.b_tf32) {
-    S.b_tf32->i.stream_free(S.b_tf32, S.s_tf32);
-    S.b_tf32->i.destroy(S.b_tf32);
+    tfg_backend_stream_free(S.b_tf32, S.s_tf32);
+    tfg_backend_destroy(S.b_tf32);
   }
   tfg_pool_free(S.pool);
   tfg_devices_free(ds);

@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
   /* Whether the device can run at all: else this is not the test's case. */
   int opened = gpu_test_open(d, spec, "oom", &ds, &gpu, &probe);
   if (opened != GPU_TEST_OPEN) return opened == GPU_TEST_SKIP ? 0 : 2;
-  probe->i.destroy(probe);
+  tfg_backend_destroy(probe);
   tfg_strbuf msg = {0};
 
   tfg_arena arena;

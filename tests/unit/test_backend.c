@@ -26,7 +26,7 @@
 #include <time.h>
 
 #include "kernels/cpu/cpu.h"
-#include "runtime/backend.h"
+#include "runtime/backend_impl.h" /* the body: a test builds a stand-in backend */
 #include "runtime/event_impl.h" /* the event body: a test fakes the CUDA export */
 #include "runtime/event.h"
 #include "runtime/mem.h"
@@ -574,7 +574,7 @@ static bench *bench_new(int nb) {
 
 /* Destroys backend k now (destroy drains its queued work). */
 static void bench_destroy(bench *t, int k) {
-  t->be[k]->i.destroy(t->be[k]);
+  tfg_backend_destroy(t->be[k]);
   t->be[k] = NULL;
 }
 
@@ -593,7 +593,7 @@ static void put_fail(bench *t, tfg_backend *b, int k, tfg_stream *s, int value, 
   trec *r = &t->rec[t->n];
   *r = (trec){.log = &t->log, .value = value, .sleep_us = us, .fail = fail, .fail_msg = msg};
   t->in[t->n].data = r;
-  b->i.launch(b, s, log_kernel, &t->ctx[k], &t->node, &t->in[t->n], &t->out);
+  tfg_backend_launch(b, s, log_kernel, &t->ctx[k], &t->node, &t->in[t->n], &t->out);
   t->n++;
 }
 
@@ -605,7 +605,7 @@ static void put_gate(bench *t, tfg_backend *b, int k, tfg_stream *s, gate *g) {
   trec *r = &t->rec[t->n];
   *r = (trec){.gate = g};
   t->in[t->n].data = r;
-  b->i.launch(b, s, gate_kernel, &t->ctx[k], &t->node, &t->in[t->n], &t->out);
+  tfg_backend_launch(b, s, gate_kernel, &t->ctx[k], &t->node, &t->in[t->n], &t->out);
   t->n++;
 }
 
@@ -614,16 +614,16 @@ static void put_gate(bench *t, tfg_backend *b, int k, tfg_stream *s, gate *g) {
  * hold their streams until gate_open(&t->gate); gb's destroy frees the
  * stream. */
 static tfg_event *gated_event(bench *t, tfg_backend *gb, int k) {
-  tfg_stream *sg = gb->i.stream_create(gb);
-  tfg_event *g = gb->i.event_create(gb);
+  tfg_stream *sg = tfg_backend_stream_create(gb);
+  tfg_event *g = tfg_backend_event_create(gb);
   put_gate(t, gb, k, sg, &t->gate);
-  gb->i.event_record(gb, sg, g);
+  tfg_backend_event_record(gb, sg, g);
   return g;
 }
 
 static void sync_ok(tfg_backend *b, tfg_stream *s) {
   tfg_strbuf err = {0};
-  tfg_status st = b->i.synchronize(b, s, &err);
+  tfg_status st = tfg_backend_synchronize(b, s, &err);
   ck_assert_msg(st == TFG_OK, "synchronize: %s", err.data ? err.data : "");
   ck_assert_uint_eq(err.len, 0);
   tfg_strbuf_free(&err);
@@ -642,33 +642,33 @@ START_TEST(backend_basics) {
   bench *t = bench_new(1);
   tfg_backend *b = t->be[0];
   ck_assert_ptr_nonnull(b);
-  ck_assert_str_eq(b->i.name(b), "host");
-  ck_assert_ptr_eq(b->device, &t->dev[0]);
+  ck_assert_str_eq(tfg_backend_name(b), "host");
+  ck_assert_ptr_eq(tfg_backend_device(b), &t->dev[0]);
   /* The pool has the device's memory. */
-  void *p = b->i.alloc(b, (size_t)MiB);
+  void *p = tfg_backend_alloc(b, (size_t)MiB);
   ck_assert_ptr_nonnull(p);
   ck_assert_uint_eq((uintptr_t)p % TFG_MEM_ALIGN, 0);
-  ck_assert_ptr_null(b->i.alloc(b, 1));
-  b->i.free(b, p);
-  p = b->i.alloc(b, 1000);
+  ck_assert_ptr_null(tfg_backend_alloc(b, 1));
+  tfg_backend_free(b, p);
+  p = tfg_backend_alloc(b, 1000);
   ck_assert_ptr_nonnull(p);
-  b->i.free(b, p);
+  tfg_backend_free(b, p);
   /* supports_op: every op with a CPU kernel, and the three sources. */
   tfg_node node = {0};
   int supported = 0;
   for (int op = 0; op < TFG_OP_COUNT; op++) {
     node.op = (tfg_op_id)op;
     bool want = tfg_cpu_kernel(op) != NULL || op == TFG_OP_PARAM || op == TFG_OP_INPUT || op == TFG_OP_STATE;
-    ck_assert_msg(b->i.supports_op(b, &node) == want, "op %s", tfg_op_get(node.op)->name);
+    ck_assert_msg(tfg_backend_supports_op(b, &node) == want, "op %s", tfg_op_get(node.op)->name);
     supported += want;
   }
   ck_assert_int_gt(supported, 10);
   node.op = TFG_OP_PARAM;
-  ck_assert(b->i.supports_op(b, &node));
+  ck_assert(tfg_backend_supports_op(b, &node));
   /* Nothing queued: synchronize returns at once; a stream freed at once. */
-  tfg_stream *s = b->i.stream_create(b);
+  tfg_stream *s = tfg_backend_stream_create(b);
   sync_ok(b, s);
-  b->i.stream_free(b, s);
+  tfg_backend_stream_free(b, s);
   bench_free(t);
 }
 END_TEST
@@ -676,7 +676,7 @@ END_TEST
 START_TEST(backend_launch_order) {
   bench *t = bench_new(1);
   tfg_backend *b = t->be[0];
-  tfg_stream *s = b->i.stream_create(b);
+  tfg_stream *s = tfg_backend_stream_create(b);
   static int want[1000];
   for (int i = 0; i < 1000; i++) {
     put(t, b, 0, s, i, i % 100 == 0 ? 500 : 0);
@@ -684,7 +684,7 @@ START_TEST(backend_launch_order) {
   }
   sync_ok(b, s);
   assert_log(&t->log, want, 1000);
-  b->i.stream_free(b, s);
+  tfg_backend_stream_free(b, s);
   bench_free(t);
 }
 END_TEST
@@ -692,31 +692,31 @@ END_TEST
 START_TEST(backend_event_chain) {
   bench *t = bench_new(1);
   tfg_backend *b = t->be[0];
-  tfg_stream *sa = b->i.stream_create(b), *sb = b->i.stream_create(b);
-  tfg_event *e = b->i.event_create(b);
+  tfg_stream *sa = tfg_backend_stream_create(b), *sb = tfg_backend_stream_create(b);
+  tfg_event *e = tfg_backend_event_create(b);
   /* A wait on an event never recorded waits for nothing. */
-  b->i.event_wait(b, sb, e);
+  tfg_backend_event_wait(b, sb, e);
   put(t, b, 0, sb, 0, 0);
   sync_ok(b, sb);
   /* Three slow launches on A, then the record; B's launch waits for it. */
   put(t, b, 0, sa, 1, 3000);
   put(t, b, 0, sa, 2, 3000);
   put(t, b, 0, sa, 3, 3000);
-  b->i.event_record(b, sa, e);
-  b->i.event_wait(b, sb, e);
+  tfg_backend_event_record(b, sa, e);
+  tfg_backend_event_wait(b, sb, e);
   put(t, b, 0, sb, 4, 0);
   sync_ok(b, sb);
   ck_assert_int_eq(tlog_count(&t->log), 5);
   /* The same event recorded again: the next wait is for the new record. */
   put(t, b, 0, sa, 5, 5000);
-  b->i.event_record(b, sa, e);
-  b->i.event_wait(b, sb, e);
+  tfg_backend_event_record(b, sa, e);
+  tfg_backend_event_wait(b, sb, e);
   put(t, b, 0, sb, 6, 0);
   sync_ok(b, sb);
   sync_ok(b, sa);
   int want[] = {0, 1, 2, 3, 4, 5, 6};
   assert_log(&t->log, want, 7);
-  b->i.event_free(b, e);
+  tfg_backend_event_free(b, e);
   bench_free(t); /* streams not freed: destroy frees them */
 }
 END_TEST
@@ -726,20 +726,20 @@ END_TEST
 START_TEST(backend_event_generations) {
   bench *t = bench_new(2);
   tfg_backend *b = t->be[0], *gb = t->be[1];
-  tfg_stream *sa = b->i.stream_create(b), *sb = b->i.stream_create(b);
-  tfg_event *e = b->i.event_create(b);
+  tfg_stream *sa = tfg_backend_stream_create(b), *sb = tfg_backend_stream_create(b);
+  tfg_event *e = tfg_backend_event_create(b);
   put(t, b, 0, sa, 1, 2000);
-  b->i.event_record(b, sa, e); /* generation 1 */
-  b->i.event_wait(b, sb, e);   /* waits for generation 1 */
+  tfg_backend_event_record(b, sa, e); /* generation 1 */
+  tfg_backend_event_wait(b, sb, e);   /* waits for generation 1 */
   put(t, b, 0, sb, 2, 0);
   tfg_event *g = gated_event(t, gb, 1);
-  b->i.event_wait(b, sa, g); /* A is held until the gate opens */
+  tfg_backend_event_wait(b, sa, g); /* A is held until the gate opens */
   put(t, b, 0, sa, 3, 0);
-  b->i.event_record(b, sa, e); /* generation 2: behind the gate */
+  tfg_backend_event_record(b, sa, e); /* generation 2: behind the gate */
   sync_ok(b, sb);              /* must not wait for generation 2 */
   int want1[] = {1, 2};
   assert_log(&t->log, want1, 2);
-  b->i.event_wait(b, sb, e); /* now generation 2 */
+  tfg_backend_event_wait(b, sb, e); /* now generation 2 */
   put(t, b, 0, sb, 4, 0);
   sleep_us(20000);
   assert_log(&t->log, want1, 2);
@@ -747,8 +747,8 @@ START_TEST(backend_event_generations) {
   sync_ok(b, sb);
   int want2[] = {1, 2, 3, 4};
   assert_log(&t->log, want2, 4);
-  b->i.event_free(b, e);
-  gb->i.event_free(gb, g);
+  tfg_backend_event_free(b, e);
+  tfg_backend_event_free(gb, g);
   bench_free(t);
 }
 END_TEST
@@ -756,9 +756,9 @@ END_TEST
 START_TEST(backend_blocked_stream_does_not_block_others) {
   bench *t = bench_new(2);
   tfg_backend *b = t->be[0], *gb = t->be[1];
-  tfg_stream *s1 = b->i.stream_create(b), *s2 = b->i.stream_create(b);
+  tfg_stream *s1 = tfg_backend_stream_create(b), *s2 = tfg_backend_stream_create(b);
   tfg_event *g = gated_event(t, gb, 1);
-  b->i.event_wait(b, s1, g);
+  tfg_backend_event_wait(b, s1, g);
   put(t, b, 0, s1, -1, 0);
   /* s1 is blocked; s2 runs everything it is given meanwhile. */
   static int want[201];
@@ -775,9 +775,9 @@ START_TEST(backend_blocked_stream_does_not_block_others) {
   sync_ok(b, s1);
   want[200] = -1;
   assert_log(&t->log, want, 201);
-  gb->i.event_free(gb, g);
-  b->i.stream_free(b, s1);
-  b->i.stream_free(b, s2);
+  tfg_backend_event_free(gb, g);
+  tfg_backend_stream_free(b, s1);
+  tfg_backend_stream_free(b, s2);
   bench_free(t);
 }
 END_TEST
@@ -787,10 +787,10 @@ END_TEST
 START_TEST(backend_round_robin) {
   bench *t = bench_new(2);
   tfg_backend *b = t->be[0], *gb = t->be[1];
-  tfg_stream *s1 = b->i.stream_create(b), *s2 = b->i.stream_create(b);
+  tfg_stream *s1 = tfg_backend_stream_create(b), *s2 = tfg_backend_stream_create(b);
   tfg_event *g = gated_event(t, gb, 1);
-  b->i.event_wait(b, s1, g);
-  b->i.event_wait(b, s2, g);
+  tfg_backend_event_wait(b, s1, g);
+  tfg_backend_event_wait(b, s2, g);
   for (int i = 0; i < 50; i++) {
     put(t, b, 0, s1, 2 * i, 0);
     put(t, b, 0, s2, 2 * i + 1, 0);
@@ -803,7 +803,7 @@ START_TEST(backend_round_robin) {
   for (int i = 1; i < 100; i++)
     ck_assert_msg(t->log.v[i] % 2 != t->log.v[i - 1] % 2, "log[%d] = %d after %d", i, t->log.v[i], t->log.v[i - 1]);
   pthread_mutex_unlock(&t->log.mu);
-  gb->i.event_free(gb, g);
+  tfg_backend_event_free(gb, g);
   bench_free(t);
 }
 END_TEST
@@ -811,23 +811,23 @@ END_TEST
 START_TEST(backend_cross_backend_ping_pong) {
   bench *t = bench_new(2);
   tfg_backend *a = t->be[0], *b = t->be[1];
-  tfg_stream *sa = a->i.stream_create(a), *sb = b->i.stream_create(b);
+  tfg_stream *sa = tfg_backend_stream_create(a), *sb = tfg_backend_stream_create(b);
   /* Events created on one backend, recorded on either: they are shared. */
-  tfg_event *ea = a->i.event_create(a), *eb = b->i.event_create(b);
+  tfg_event *ea = tfg_backend_event_create(a), *eb = tfg_backend_event_create(b);
   static int want[200];
   for (int r = 0; r < 100; r++) {
-    if (r > 0) a->i.event_wait(a, sa, eb);
+    if (r > 0) tfg_backend_event_wait(a, sa, eb);
     put(t, a, 0, sa, 2 * r, r % 7 == 0 ? 300 : 0);
-    a->i.event_record(a, sa, ea);
-    b->i.event_wait(b, sb, ea);
+    tfg_backend_event_record(a, sa, ea);
+    tfg_backend_event_wait(b, sb, ea);
     put(t, b, 1, sb, 2 * r + 1, r % 5 == 0 ? 300 : 0);
-    b->i.event_record(b, sb, eb);
+    tfg_backend_event_record(b, sb, eb);
     want[2 * r] = 2 * r;
     want[2 * r + 1] = 2 * r + 1;
   }
   /* Freed while still queued: the queued operations keep them alive. */
-  a->i.event_free(a, ea);
-  b->i.event_free(b, eb);
+  tfg_backend_event_free(a, ea);
+  tfg_backend_event_free(b, eb);
   sync_ok(b, sb);
   sync_ok(a, sa);
   assert_log(&t->log, want, 200);
@@ -838,23 +838,23 @@ END_TEST
 START_TEST(backend_copies) {
   bench *t = bench_new(2);
   tfg_backend *a = t->be[0], *b = t->be[1];
-  tfg_stream *sa = a->i.stream_create(a), *sb = b->i.stream_create(b);
+  tfg_stream *sa = tfg_backend_stream_create(a), *sb = tfg_backend_stream_create(b);
   enum { N = 10007 };
   unsigned char *src = malloc(N), *dst = malloc(N + 64);
   for (int i = 0; i < N; i++) src[i] = (unsigned char)(i * 131 + 7);
   memset(dst, 0xee, N + 64);
-  unsigned char *da = a->i.alloc(a, N), *db = b->i.alloc(b, N);
+  unsigned char *da = tfg_backend_alloc(a, N), *db = tfg_backend_alloc(b, N);
   ck_assert_ptr_nonnull(da);
   ck_assert_ptr_nonnull(db);
   memset(db, 0, N);
   /* host -> A, A -> B (ordered by an event), B -> host. */
-  a->i.copy_from_host(a, sa, da, src, N);
-  tfg_event *e = a->i.event_create(a);
-  a->i.event_record(a, sa, e);
-  b->i.event_wait(b, sb, e);
-  b->i.copy_peer(b, sb, db, a, da, N);
-  b->i.copy_to_host(b, sb, dst + 32, db, N);
-  b->i.copy_to_host(b, sb, dst, db, 0); /* zero bytes: nothing */
+  tfg_backend_copy_from_host(a, sa, da, src, N);
+  tfg_event *e = tfg_backend_event_create(a);
+  tfg_backend_event_record(a, sa, e);
+  tfg_backend_event_wait(b, sb, e);
+  tfg_backend_copy_peer(b, sb, db, a, da, N);
+  tfg_backend_copy_to_host(b, sb, dst + 32, db, N);
+  tfg_backend_copy_to_host(b, sb, dst, db, 0); /* zero bytes: nothing */
   sync_ok(b, sb);
   ck_assert_int_eq(memcmp(dst + 32, src, N), 0);
   for (int i = 0; i < 32; i++) ck_assert_uint_eq(dst[i], 0xee);
@@ -862,17 +862,17 @@ START_TEST(backend_copies) {
   /* A part of a buffer into the middle of another, in stream order after
    * a full copy of the same bytes. */
   memset(dst, 0, N + 64);
-  b->i.copy_peer(b, sb, db + 100, a, da + 5000, 333);
-  b->i.copy_to_host(b, sb, dst, db, N);
+  tfg_backend_copy_peer(b, sb, db + 100, a, da + 5000, 333);
+  tfg_backend_copy_to_host(b, sb, dst, db, N);
   sync_ok(b, sb);
   for (int i = 0; i < N; i++) {
     unsigned char w = i >= 100 && i < 433 ? src[i - 100 + 5000] : src[i];
     ck_assert_msg(dst[i] == w, "byte %d", i);
   }
   sync_ok(a, sa);
-  a->i.event_free(a, e);
-  a->i.free(a, da);
-  b->i.free(b, db);
+  tfg_backend_event_free(a, e);
+  tfg_backend_free(a, da);
+  tfg_backend_free(b, db);
   free(src);
   free(dst);
   bench_free(t);
@@ -882,33 +882,34 @@ END_TEST
 START_TEST(backend_failure_propagation) {
   bench *t = bench_new(2);
   tfg_backend *b = t->be[0], *c = t->be[1];
-  tfg_stream *s = b->i.stream_create(b), *other = b->i.stream_create(b), *sc = c->i.stream_create(c);
-  tfg_event *e = b->i.event_create(b);
+  tfg_stream *s = tfg_backend_stream_create(b), *other = tfg_backend_stream_create(b);
+  tfg_stream *sc = tfg_backend_stream_create(c);
+  tfg_event *e = tfg_backend_event_create(b);
   unsigned char from[64], to[64];
   memset(from, 1, sizeof from);
   memset(to, 9, sizeof to);
   put(t, b, 0, s, 1, 0);
   put_fail(t, b, 0, s, 7, 0, TFG_ERR_NUMERIC, true);
-  put(t, b, 0, s, 2, 0);                         /* skipped */
-  b->i.copy_from_host(b, s, to, from, sizeof to); /* skipped */
-  put_fail(t, b, 0, s, 8, 0, TFG_ERR_IO, true);   /* skipped: not the first failure */
-  b->i.event_record(b, s, e); /* still completes, carrying the failure */
+  put(t, b, 0, s, 2, 0);                                 /* skipped */
+  tfg_backend_copy_from_host(b, s, to, from, sizeof to); /* skipped */
+  put_fail(t, b, 0, s, 8, 0, TFG_ERR_IO, true);          /* skipped: not the first failure */
+  tfg_backend_event_record(b, s, e);                     /* still completes, carrying the failure */
   /* A stream on another backend waiting on it fails the same way. */
   put(t, c, 1, sc, 10, 0);
-  c->i.event_wait(c, sc, e);
+  tfg_backend_event_wait(c, sc, e);
   put(t, c, 1, sc, 11, 0); /* skipped */
   tfg_strbuf err = {0};
-  ck_assert_int_eq(b->i.synchronize(b, s, &err), TFG_ERR_NUMERIC);
+  ck_assert_int_eq(tfg_backend_synchronize(b, s, &err), TFG_ERR_NUMERIC);
   ck_assert_str_eq(err.data, "label 7 out of range [0, 5)");
   for (size_t i = 0; i < sizeof to; i++) ck_assert_uint_eq(to[i], 9);
   /* Sticky: every later synchronize returns it, later launches skip. */
   put(t, b, 0, s, 3, 0);
   tfg_strbuf_clear(&err);
-  ck_assert_int_eq(b->i.synchronize(b, s, NULL), TFG_ERR_NUMERIC);
-  ck_assert_int_eq(b->i.synchronize(b, s, &err), TFG_ERR_NUMERIC);
+  ck_assert_int_eq(tfg_backend_synchronize(b, s, NULL), TFG_ERR_NUMERIC);
+  ck_assert_int_eq(tfg_backend_synchronize(b, s, &err), TFG_ERR_NUMERIC);
   ck_assert_str_eq(err.data, "label 7 out of range [0, 5)");
   tfg_strbuf_clear(&err);
-  ck_assert_int_eq(c->i.synchronize(c, sc, &err), TFG_ERR_NUMERIC);
+  ck_assert_int_eq(tfg_backend_synchronize(c, sc, &err), TFG_ERR_NUMERIC);
   ck_assert_str_eq(err.data, "label 7 out of range [0, 5)");
   /* The backend's other stream is unaffected. */
   put(t, b, 0, other, 4, 0);
@@ -921,13 +922,13 @@ START_TEST(backend_failure_propagation) {
   ck_assert_int_eq(l->v[2], 4);
   pthread_mutex_unlock(&l->mu);
   /* A kernel failing without a message gets a generic one. */
-  tfg_stream *s2 = b->i.stream_create(b);
+  tfg_stream *s2 = tfg_backend_stream_create(b);
   put_fail(t, b, 0, s2, 5, 0, TFG_ERR_DATA, false);
   tfg_strbuf_clear(&err);
-  ck_assert_int_eq(b->i.synchronize(b, s2, &err), TFG_ERR_DATA);
+  ck_assert_int_eq(tfg_backend_synchronize(b, s2, &err), TFG_ERR_DATA);
   ck_assert_str_eq(err.data, "kernel failed: data error");
   tfg_strbuf_free(&err);
-  b->i.event_free(b, e);
+  tfg_backend_event_free(b, e);
   bench_free(t);
 }
 END_TEST
@@ -943,8 +944,9 @@ START_TEST(backend_fault_injection) {
   tfg_backend *a = tfg_backend_host_new(d1), *b = tfg_backend_host_new(d2);
   unsetenv("TFG_FAULT_DEVICE");
   unsetenv("TFG_FAULT_AFTER");
-  tfg_stream *sa = a->i.stream_create(a), *sb = b->i.stream_create(b), *sb2 = b->i.stream_create(b);
-  tfg_stream *s0 = before->i.stream_create(before);
+  tfg_stream *sa = tfg_backend_stream_create(a), *sb = tfg_backend_stream_create(b);
+  tfg_stream *sb2 = tfg_backend_stream_create(b);
+  tfg_stream *s0 = tfg_backend_stream_create(before);
   /* Launches are counted per backend over all its streams, in call order:
    * the third is on sb2. */
   put(t, b, 1, sb, 100, 0);
@@ -958,7 +960,7 @@ START_TEST(backend_fault_injection) {
   sync_ok(before, s0);
   sync_ok(b, sb);
   tfg_strbuf err = {0};
-  ck_assert_int_eq(b->i.synchronize(b, sb2, &err), TFG_ERR_DEVICE);
+  ck_assert_int_eq(tfg_backend_synchronize(b, sb2, &err), TFG_ERR_DEVICE);
   ck_assert_str_eq(err.data, "injected fault (TFG_FAULT_DEVICE=2, TFG_FAULT_AFTER=3)");
   tfg_strbuf_free(&err);
   ck_assert_int_eq(tlog_count(&t->log), 3 + 5 + 5);
@@ -966,9 +968,9 @@ START_TEST(backend_fault_injection) {
   for (int i = 0; i < t->log.n; i++) ck_assert_int_ne(t->log.v[i], 102);
   for (int i = 0; i < t->log.n; i++) ck_assert_int_ne(t->log.v[i], 103);
   pthread_mutex_unlock(&t->log.mu);
-  a->i.destroy(a);
-  b->i.destroy(b);
-  before->i.destroy(before);
+  tfg_backend_destroy(a);
+  tfg_backend_destroy(b);
+  tfg_backend_destroy(before);
   bench_free(t);
 }
 END_TEST
@@ -976,14 +978,15 @@ END_TEST
 START_TEST(backend_destroy_drains) {
   bench *t = bench_new(2);
   tfg_backend *a = t->be[0], *b = t->be[1];
-  tfg_stream *sa = a->i.stream_create(a), *sa2 = a->i.stream_create(a), *sb = b->i.stream_create(b);
-  tfg_event *e = a->i.event_create(a);
+  tfg_stream *sa = tfg_backend_stream_create(a), *sa2 = tfg_backend_stream_create(a);
+  tfg_stream *sb = tfg_backend_stream_create(b);
+  tfg_event *e = tfg_backend_event_create(a);
   for (int i = 0; i < 300; i++) put(t, a, 0, sa, i, 50);
-  a->i.event_record(a, sa, e);
+  tfg_backend_event_record(a, sa, e);
   for (int i = 0; i < 300; i++) put(t, a, 0, sa2, 1000 + i, 20);
-  b->i.event_wait(b, sb, e);
+  tfg_backend_event_wait(b, sb, e);
   put(t, b, 1, sb, 5000, 0);
-  a->i.event_free(a, e);
+  tfg_backend_event_free(a, e);
   /* b's only work waits for a's record, still far back in a's queue:
    * destroying b waits for it rather than hanging or dropping it. */
   bench_destroy(t, 1);
@@ -1071,19 +1074,23 @@ START_TEST(backend_registration) {
   tfg_backend_opts o = {.preallocate = true};
   tfg_backend *b = tfg_backend_new(&h, &o, &why);
   ck_assert_ptr_nonnull(b);
-  ck_assert_str_eq(b->i.name(b), "host");
-  ck_assert_ptr_null(b->i.read_now);
+  ck_assert_str_eq(tfg_backend_name(b), "host");
+  ck_assert(tfg_backend_is_host(b));
+  /* What it declares it can do (docs/runtime.md's table): no captured
+   * runs without the TFG_HOST_GRAPHS hook, no step on a device. */
+  const tfg_backend_caps *caps = tfg_backend_get_caps(b);
+  ck_assert(caps->sets_threads && caps->reduce_all && !caps->can_capture && !caps->device_step);
   tfg_mem_stats st;
   int64_t fr = 0;
-  b->i.mem_stats(b, &st, &fr);
+  tfg_backend_mem_stats(b, &st, &fr);
   ck_assert_int_eq(st.reserved, MiB);
   ck_assert_int_eq(fr, MiB);
-  void *p = b->i.alloc(b, 1000);
-  b->i.mem_stats(b, &st, &fr);
+  void *p = tfg_backend_alloc(b, 1000);
+  tfg_backend_mem_stats(b, &st, &fr);
   ck_assert_int_eq(fr, MiB - 1024);
   ck_assert_int_eq(st.largest_free, MiB - 1024);
-  b->i.free(b, p);
-  b->i.destroy(b);
+  tfg_backend_free(b, p);
+  tfg_backend_destroy(b);
   ck_assert_uint_eq(why.len, 0);
   /* Sim devices never run. */
   tfg_device sim = {.index = 1, .kind = TFG_DEVICE_SIM, .memory = MiB};
@@ -1108,8 +1115,9 @@ START_TEST(backend_registration) {
 }
 END_TEST
 
-/* A stand-in for a backend whose memory the host cannot read directly:
- * read_now "reads" by copying and adding 1 to every byte, or fails. */
+/* A stand-in for a backend whose memory the host cannot read directly
+ * (it declares no is_host): read_now "reads" by copying and adding 1 to
+ * every byte, or fails. */
 static atomic_int foreign_reads;
 static bool foreign_fail;
 
@@ -1129,44 +1137,44 @@ static tfg_status foreign_read(tfg_backend *b, void *dst, const void *src, size_
 START_TEST(backend_foreign_source) {
   bench *t = bench_new(1);
   tfg_backend *b = t->be[0];
-  tfg_backend foreign = {.device = &t->dev[1]};
+  tfg_backend foreign = {.device = &t->dev[1], .caps = {.is_host = false}};
   foreign.i.read_now = foreign_read;
-  tfg_stream *s = b->i.stream_create(b);
+  tfg_stream *s = tfg_backend_stream_create(b);
   atomic_store(&foreign_reads, 0);
   foreign_fail = false;
   /* copy_peer from it goes through read_now, in stream order. */
   unsigned char src[64], out[64];
   for (int i = 0; i < 64; i++) src[i] = (unsigned char)i;
-  unsigned char *db = b->i.alloc(b, 64);
-  b->i.copy_peer(b, s, db, &foreign, src, 64);
-  b->i.copy_to_host(b, s, out, db, 64);
+  unsigned char *db = tfg_backend_alloc(b, 64);
+  tfg_backend_copy_peer(b, s, db, &foreign, src, 64);
+  tfg_backend_copy_to_host(b, s, out, db, 64);
   sync_ok(b, s);
   for (int i = 0; i < 64; i++) ck_assert_uint_eq(out[i], (unsigned)(i + 1));
   ck_assert_int_eq(atomic_load(&foreign_reads), 1);
   /* reduce_peer from it: the source is staged through read_now. */
-  float fsrc[5], *fd = b->i.alloc(b, sizeof fsrc), fout[5];
+  float fsrc[5], *fd = tfg_backend_alloc(b, sizeof fsrc), fout[5];
   memset(fsrc, 0, sizeof fsrc); /* every byte becomes 1 on the way: 0x01010101 as a float */
   float one_bytes;
   unsigned char ones[4] = {1, 1, 1, 1};
   memcpy(&one_bytes, ones, 4);
   float start[5] = {1, 2, 3, 4, 5};
-  b->i.copy_from_host(b, s, fd, start, sizeof start);
-  b->i.reduce_peer(b, s, fd, &foreign, fsrc, 5, TFG_DTYPE_F32, 1.0);
-  b->i.copy_to_host(b, s, fout, fd, sizeof fout);
+  tfg_backend_copy_from_host(b, s, fd, start, sizeof start);
+  tfg_backend_reduce_peer(b, s, fd, &foreign, fsrc, 5, TFG_DTYPE_F32, 1.0);
+  tfg_backend_copy_to_host(b, s, fout, fd, sizeof fout);
   sync_ok(b, s);
   for (int i = 0; i < 5; i++) ck_assert_float_eq(fout[i], start[i] + one_bytes);
   ck_assert_int_eq(atomic_load(&foreign_reads), 2);
   /* A read that fails fails the stream, where it began. */
   foreign_fail = true;
-  b->i.copy_peer(b, s, db, &foreign, src, 64);
+  tfg_backend_copy_peer(b, s, db, &foreign, src, 64);
   tfg_strbuf err = {0};
-  ck_assert_int_eq(b->i.synchronize(b, s, &err), TFG_ERR_DEVICE);
+  ck_assert_int_eq(tfg_backend_synchronize(b, s, &err), TFG_ERR_DEVICE);
   ck_assert_str_eq(err.data, "the device is gone");
-  ck_assert(b->i.failed_here(b, s));
-  ck_assert_int_eq(b->i.failed_node(b, s), -1);
+  ck_assert(tfg_backend_failed_here(b, s));
+  ck_assert_int_eq(tfg_backend_failed_node(b, s), -1);
   tfg_strbuf_free(&err);
-  b->i.free(b, db);
-  b->i.free(b, fd);
+  tfg_backend_free(b, db);
+  tfg_backend_free(b, fd);
   bench_free(t);
 }
 END_TEST
@@ -1242,15 +1250,15 @@ END_TEST
 START_TEST(backend_event_from_gpu) {
   bench *t = bench_new(1);
   tfg_backend *b = t->be[0];
-  tfg_stream *s = b->i.stream_create(b);
-  tfg_event *e = b->i.event_create(b);
+  tfg_stream *s = tfg_backend_stream_create(b);
+  tfg_event *e = tfg_backend_event_create(b);
   e->ext_export = fake_export;
   exports = 0;
   /* A record "issued on GPU 0": the host wait asks for an export of it
    * and then waits until that generation is completed. */
   uint64_t g = tfg_event_issue(e, 0);
   ck_assert_uint_eq(g, 1);
-  b->i.event_wait(b, s, e);
+  tfg_backend_event_wait(b, s, e);
   ck_assert_int_eq(exports, 1);
   ck_assert_ptr_eq(exported_e, e);
   ck_assert_uint_eq(exported_gen, 1);
@@ -1268,19 +1276,19 @@ START_TEST(backend_event_from_gpu) {
   ck_assert_int_eq(w.st, TFG_OK);
   /* A host record issues no export; a GPU's record that carries a failure
    * fails the waiting host stream (not where it began). */
-  b->i.event_record(b, s, e);
-  b->i.event_wait(b, s, e);
+  tfg_backend_event_record(b, s, e);
+  tfg_backend_event_wait(b, s, e);
   ck_assert_int_eq(exports, 1);
   sync_ok(b, s);
   g = tfg_event_issue(e, 0);
-  b->i.event_wait(b, s, e);
+  tfg_backend_event_wait(b, s, e);
   ck_assert_int_eq(exports, 2);
   put(t, b, 0, s, 8, 0);
   tfg_event_complete(e, g, TFG_ERR_NUMERIC, "embedding id 7 is outside [0, 3)");
   tfg_strbuf err = {0};
-  ck_assert_int_eq(b->i.synchronize(b, s, &err), TFG_ERR_NUMERIC);
+  ck_assert_int_eq(tfg_backend_synchronize(b, s, &err), TFG_ERR_NUMERIC);
   ck_assert_str_eq(err.data, "embedding id 7 is outside [0, 3)");
-  ck_assert(!b->i.failed_here(b, s));
+  ck_assert(!tfg_backend_failed_here(b, s));
   ck_assert_int_eq(tlog_count(&t->log), 1); /* 8 skipped */
   w = (done_waiter){.e = e, .gen = g};
   wait_done_thread(&w); /* done already: returns at once, with the failure */
@@ -1288,7 +1296,7 @@ START_TEST(backend_event_from_gpu) {
   ck_assert_str_eq(w.msg.data, "embedding id 7 is outside [0, 3)");
   tfg_strbuf_free(&w.msg);
   tfg_strbuf_free(&err);
-  b->i.event_free(b, e);
+  tfg_backend_event_free(b, e);
   bench_free(t);
 }
 END_TEST

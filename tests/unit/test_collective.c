@@ -54,12 +54,12 @@ static void ranks_init(ranks *k, int R) {
     const tfg_device *dev = tfg_devices_gpu(k->ds, r);
     ck_assert_ptr_nonnull(dev);
     k->b[r] = tfg_backend_host_new(dev);
-    k->s[r] = k->b[r]->i.stream_create(k->b[r]);
+    k->s[r] = tfg_backend_stream_create(k->b[r]);
   }
 }
 
 static void ranks_free(ranks *k) {
-  for (int r = 0; r < k->R; r++) k->b[r]->i.destroy(k->b[r]);
+  for (int r = 0; r < k->R; r++) tfg_backend_destroy(k->b[r]);
   tfg_devices_free(k->ds);
   tfg_diag_free(k->diag);
 }
@@ -67,7 +67,7 @@ static void ranks_free(ranks *k) {
 static void sync_all_ok(ranks *k) {
   for (int r = 0; r < k->R; r++) {
     tfg_strbuf err = {0};
-    tfg_status st = k->b[r]->i.synchronize(k->b[r], k->s[r], &err);
+    tfg_status st = tfg_backend_synchronize(k->b[r], k->s[r], &err);
     ck_assert_msg(st == TFG_OK, "rank %d: %s", r, err.data ? err.data : "");
     tfg_strbuf_free(&err);
   }
@@ -104,7 +104,7 @@ static void arbufs_init(arbufs *a, ranks *k, const size_t *counts, int nseg, tfg
   ck_assert_int_le(nseg, 8);
   for (int r = 0; r < R; r++)
     for (int j = 0; j < nseg; j++) {
-      a->dev[r * nseg + j] = k->b[r]->i.alloc(k->b[r], counts[j] ? counts[j] * a->es : 1);
+      a->dev[r * nseg + j] = tfg_backend_alloc(k->b[r], counts[j] ? counts[j] * a->es : 1);
       ck_assert_ptr_nonnull(a->dev[r * nseg + j]);
     }
   a->hn = a->n ? a->n : 1;
@@ -145,7 +145,7 @@ static void arbufs_run(arbufs *a, tfg_coll *coll, tfg_coll_op op) {
     for (int r = 0; r < k->R; r++) {
       size_t at = ((size_t)c * (size_t)k->R + (size_t)r) * a->hn * es, o = 0;
       for (int j = 0; j < nseg; j++) {
-        k->b[r]->i.copy_from_host(k->b[r], k->s[r], a->dev[r * nseg + j], a->hin + at + o * es, a->counts[j] * es);
+        tfg_backend_copy_from_host(k->b[r], k->s[r], a->dev[r * nseg + j], a->hin + at + o * es, a->counts[j] * es);
         o += a->counts[j];
       }
     }
@@ -153,7 +153,7 @@ static void arbufs_run(arbufs *a, tfg_coll *coll, tfg_coll_op op) {
     for (int r = 0; r < k->R; r++) {
       size_t at = ((size_t)c * (size_t)k->R + (size_t)r) * a->hn * es, o = 0;
       for (int j = 0; j < nseg; j++) {
-        k->b[r]->i.copy_to_host(k->b[r], k->s[r], a->hout + at + o * es, a->dev[r * nseg + j], a->counts[j] * es);
+        tfg_backend_copy_to_host(k->b[r], k->s[r], a->hout + at + o * es, a->dev[r * nseg + j], a->counts[j] * es);
         o += a->counts[j];
       }
     }
@@ -202,7 +202,7 @@ static void arbufs_check(const arbufs *a, tfg_coll_op op, bool random, const cha
 
 static void arbufs_free(arbufs *a) {
   for (int r = 0; r < a->k->R; r++)
-    for (int j = 0; j < a->nseg; j++) a->k->b[r]->i.free(a->k->b[r], a->dev[r * a->nseg + j]);
+    for (int j = 0; j < a->nseg; j++) tfg_backend_free(a->k->b[r], a->dev[r * a->nseg + j]);
   free(a->in);
   free(a->hin);
   free(a->hout);
@@ -258,10 +258,10 @@ START_TEST(reduce_peer_values) {
   tfg_backend *a = k.b[0], *b = k.b[1];
   float fd[5] = {1, 2, 3, 4, 5}, fs[5] = {10, 20, 30, 40, 50};
   double dd[3] = {0.1, 0.2, 0.3}, ds[3] = {0.7, 0.8, 0.9};
-  a->i.reduce_peer(a, k.s[0], fd, b, fs, 5, TFG_DTYPE_F32, 1.0);
-  a->i.reduce_peer(a, k.s[0], fd, b, fs, 2, TFG_DTYPE_F32, 0.5); /* a prefix only */
-  a->i.reduce_peer(a, k.s[0], dd, b, ds, 3, TFG_DTYPE_F64, 1.0);
-  a->i.reduce_peer(a, k.s[0], dd, b, ds, 0, TFG_DTYPE_F64, 3.0); /* nothing */
+  tfg_backend_reduce_peer(a, k.s[0], fd, b, fs, 5, TFG_DTYPE_F32, 1.0);
+  tfg_backend_reduce_peer(a, k.s[0], fd, b, fs, 2, TFG_DTYPE_F32, 0.5); /* a prefix only */
+  tfg_backend_reduce_peer(a, k.s[0], dd, b, ds, 3, TFG_DTYPE_F64, 1.0);
+  tfg_backend_reduce_peer(a, k.s[0], dd, b, ds, 0, TFG_DTYPE_F64, 3.0); /* nothing */
   sync_all_ok(&k);
   float fw[5] = {(11 + 10) * 0.5f, (22 + 20) * 0.5f, 33, 44, 55};
   for (int i = 0; i < 5; i++) ck_assert_float_eq(fd[i], fw[i]);
@@ -269,9 +269,9 @@ START_TEST(reduce_peer_values) {
   ck_assert(dd[0] == 0.1 + 0.7 && dd[1] == 0.2 + 0.8 && dd[2] == 0.3 + 0.9);
   /* dst == src is allowed (doubling), in both precisions. */
   double twice[4] = {1.5, -2, 3, 0.25};
-  a->i.reduce_peer(a, k.s[0], twice, a, twice, 4, TFG_DTYPE_F64, 0.25);
+  tfg_backend_reduce_peer(a, k.s[0], twice, a, twice, 4, TFG_DTYPE_F64, 0.25);
   float ftwice[3] = {8, 16, -4};
-  a->i.reduce_peer(a, k.s[0], ftwice, a, ftwice, 3, TFG_DTYPE_F32, 1.0);
+  tfg_backend_reduce_peer(a, k.s[0], ftwice, a, ftwice, 3, TFG_DTYPE_F32, 1.0);
   sync_all_ok(&k);
   ck_assert(twice[0] == 0.75 && twice[1] == -1 && twice[2] == 1.5 && twice[3] == 0.125);
   ck_assert(ftwice[0] == 16 && ftwice[1] == 32 && ftwice[2] == -8);
@@ -279,7 +279,7 @@ START_TEST(reduce_peer_values) {
   enum { N = 100003 };
   float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
   for (int i = 0; i < N; i++) x[i] = (float)(i % 1000), y[i] = (float)(i % 7);
-  a->i.reduce_peer(a, k.s[0], x, b, y, N, TFG_DTYPE_F32, 1.0);
+  tfg_backend_reduce_peer(a, k.s[0], x, b, y, N, TFG_DTYPE_F32, 1.0);
   sync_all_ok(&k);
   for (int i = 0; i < N; i++)
     if (x[i] != (float)(i % 1000 + i % 7)) ck_abort_msg("element %d = %g", i, (double)x[i]);
@@ -301,10 +301,10 @@ START_TEST(reduce_peer_half) {
   tfg_backend *a = k.b[0], *b = k.b[1];
   uint16_t hd[3] = {0x3c00, 0x3c00, 0x4000 /* 2 */}, hs[3] = {0x1000 /* 2^-11 */, 0x1600 /* 3 * 2^-11 */,
                                                                 0x4200 /* 3 */};
-  a->i.reduce_peer(a, k.s[0], hd, b, hs, 2, TFG_DTYPE_F16, 1.0);
-  a->i.reduce_peer(a, k.s[0], hd + 2, b, hs + 2, 1, TFG_DTYPE_F16, 0.5); /* (2 + 3) / 2 */
+  tfg_backend_reduce_peer(a, k.s[0], hd, b, hs, 2, TFG_DTYPE_F16, 1.0);
+  tfg_backend_reduce_peer(a, k.s[0], hd + 2, b, hs + 2, 1, TFG_DTYPE_F16, 0.5); /* (2 + 3) / 2 */
   uint16_t bd[2] = {0x4380 /* 256 */, 0x4380}, bs[2] = {0x3f80 /* 1 */, 0x4040 /* 3 */};
-  a->i.reduce_peer(a, k.s[0], bd, b, bs, 2, TFG_DTYPE_BF16, 1.0);
+  tfg_backend_reduce_peer(a, k.s[0], bd, b, bs, 2, TFG_DTYPE_BF16, 1.0);
   sync_all_ok(&k);
   ck_assert_uint_eq(hd[0], 0x3c00); /* 1 */
   ck_assert_uint_eq(hd[1], 0x3c02); /* 1 + 2^-9 */
@@ -321,10 +321,10 @@ START_TEST(reduce_peer_unsupported_dtype) {
   tfg_backend *a = k.b[0];
   int32_t d[2] = {1, 2}, s[2] = {3, 4};
   unsigned char from[8] = {1, 2, 3, 4, 5, 6, 7, 8}, to[8] = {0};
-  a->i.reduce_peer(a, k.s[0], d, k.b[1], s, 2, TFG_DTYPE_I32, 1.0);
-  a->i.copy_from_host(a, k.s[0], to, from, sizeof to); /* skipped: the stream failed */
+  tfg_backend_reduce_peer(a, k.s[0], d, k.b[1], s, 2, TFG_DTYPE_I32, 1.0);
+  tfg_backend_copy_from_host(a, k.s[0], to, from, sizeof to); /* skipped: the stream failed */
   tfg_strbuf err = {0};
-  ck_assert_int_eq(a->i.synchronize(a, k.s[0], &err), TFG_ERR_DEVICE);
+  ck_assert_int_eq(tfg_backend_synchronize(a, k.s[0], &err), TFG_ERR_DEVICE);
   ck_assert_ptr_nonnull(strstr(err.data, "i32"));
   ck_assert_ptr_nonnull(strstr(err.data, "reduce_peer"));
   ck_assert_int_eq(d[0], 1);
@@ -340,10 +340,10 @@ START_TEST(kernel_is_the_cpu_kernel) {
   tfg_node node = {0};
   for (int op = 0; op < TFG_OP_COUNT; op++) {
     node.op = (tfg_op_id)op;
-    ck_assert_msg(k.b[0]->i.kernel(k.b[0], &node) == tfg_cpu_kernel(op), "op %s", tfg_op_get(node.op)->name);
+    ck_assert_msg(tfg_backend_kernel(k.b[0], &node) == tfg_cpu_kernel(op), "op %s", tfg_op_get(node.op)->name);
   }
   node.op = TFG_OP_MATMUL;
-  ck_assert_ptr_nonnull(k.b[0]->i.kernel(k.b[0], &node));
+  ck_assert_ptr_nonnull(tfg_backend_kernel(k.b[0], &node));
   ranks_free(&k);
 }
 END_TEST
@@ -418,7 +418,7 @@ END_TEST
 static void sync_all_fail(ranks *k, tfg_status st, const char *want) {
   for (int r = 0; r < k->R; r++) {
     tfg_strbuf err = {0};
-    ck_assert_int_eq(k->b[r]->i.synchronize(k->b[r], k->s[r], &err), st);
+    ck_assert_int_eq(tfg_backend_synchronize(k->b[r], k->s[r], &err), st);
     ck_assert_msg(err.data && strstr(err.data, want), "rank %d: '%s'", r, err.data ? err.data : "");
     tfg_strbuf_free(&err);
   }
@@ -460,7 +460,7 @@ START_TEST(ring_failure_on_one_rank_reaches_all) {
       size_t count = 33;
       int32_t x[1] = {0};
       tfg_coll *c = sh ? shared_new(R, k.b, k.s) : tfg_coll_ring_new(R, k.b, k.s);
-      k.b[bad]->i.reduce_peer(k.b[bad], k.s[bad], x, k.b[bad], x, 1, TFG_DTYPE_I32, 1.0);
+      tfg_backend_reduce_peer(k.b[bad], k.s[bad], x, k.b[bad], x, 1, TFG_DTYPE_I32, 1.0);
       c->i.allreduce(c, bufs, &count, 1, TFG_DTYPE_F32, TFG_COLL_MEAN);
       c->i.allreduce(c, bufs, &count, 1, TFG_DTYPE_F32, TFG_COLL_MEAN);
       sync_all_fail(&k, TFG_ERR_DEVICE, "i32");
@@ -974,7 +974,7 @@ START_TEST(hier_failures_reach_every_rank) {
       ck_assert_ptr_nonnull(c);
       if (bad >= 0) { /* an i32 reduce_peer fails the rank's stream */
         int32_t x[1] = {0};
-        k.b[bad]->i.reduce_peer(k.b[bad], k.s[bad], x, k.b[bad], x, 1, TFG_DTYPE_I32, 1.0);
+        tfg_backend_reduce_peer(k.b[bad], k.s[bad], x, k.b[bad], x, 1, TFG_DTYPE_I32, 1.0);
         c->i.allreduce(c, bufs, &count, 1, TFG_DTYPE_F32, TFG_COLL_MEAN);
       } else {
         c->i.allreduce(c, ibufs, &icount, 1, TFG_DTYPE_I32, TFG_COLL_SUM);

@@ -107,7 +107,7 @@ START_TEST(job_allreduce_overlaps) {
   tfg_device dev = {.index = 1, .kind = TFG_DEVICE_HOST, .name = "gpu:0", .memory = (int64_t)1 << 20};
   tfg_backend *b = tfg_backend_host_new(&dev);
   ck_assert(b != NULL);
-  tfg_stream *sa = b->i.stream_create(b), *sb = b->i.stream_create(b);
+  tfg_stream *sa = tfg_backend_stream_create(b), *sb = tfg_backend_stream_create(b);
   tfg_strbuf why = {0};
   tfg_coll *c = tfg_mpi_job_coll_new(1, &b, &sa, &why);
   ck_assert_msg(c != NULL, "%s", why.data);
@@ -123,9 +123,9 @@ START_TEST(job_allreduce_overlaps) {
   memset(&node, 0, sizeof node);
   tfg_tensor out;
   memset(&out, 0, sizeof out);
-  b->i.launch(b, sb, stamp, &ctx, &node, NULL, &out);
-  ck_assert_int_eq(b->i.synchronize(b, sb, NULL), TFG_OK);
-  ck_assert_int_eq(b->i.synchronize(b, sa, NULL), TFG_OK);
+  tfg_backend_launch(b, sb, stamp, &ctx, &node, NULL, &out);
+  ck_assert_int_eq(tfg_backend_synchronize(b, sb, NULL), TFG_OK);
+  ck_assert_int_eq(tfg_backend_synchronize(b, sa, NULL), TFG_OK);
   double done = now_s();
   float ranks_sum = (float)size * (float)(size + 1) / 2;
   for (int i = 0; i < 4; i++) ck_assert(x[i] == ranks_sum * (float)(i + 1));
@@ -133,9 +133,9 @@ START_TEST(job_allreduce_overlaps) {
     ck_assert_msg(stamped > 0 && stamped < done - 0.2, "the other stream's kernel ran %.3f s before the sum was done",
                   done - stamped);
   c->i.free(c);
-  b->i.stream_free(b, sa);
-  b->i.stream_free(b, sb);
-  b->i.destroy(b);
+  tfg_backend_stream_free(b, sa);
+  tfg_backend_stream_free(b, sb);
+  tfg_backend_destroy(b);
   tfg_strbuf_free(&why);
 }
 END_TEST

@@ -402,7 +402,7 @@ static tfg_status nop_kernel(tfg_kernel_ctx *ctx, const tfg_node *node, const tf
 
 static void sync_ok(tfg_backend *b, tfg_stream *s) {
   tfg_strbuf err = {0};
-  tfg_status st = b->i.synchronize(b, s, &err);
+  tfg_status st = tfg_backend_synchronize(b, s, &err);
   ck_assert_msg(st == TFG_OK, "synchronize: %s", err.data ? err.data : "");
   tfg_strbuf_free(&err);
 }
@@ -424,13 +424,13 @@ START_TEST(backend_slices) {
   ck_assert_int_eq(d1->index, 2);
   tfg_backend *a = tfg_backend_host_new(d0), *b = tfg_backend_host_new(d1);
   /* Stream ids are the creation order, not the position among live ones. */
-  tfg_stream *gone = a->i.stream_create(a);
-  tfg_stream *sa1 = a->i.stream_create(a);
-  a->i.stream_free(a, gone);
-  tfg_stream *sa2 = a->i.stream_create(a), *sb = b->i.stream_create(b);
+  tfg_stream *gone = tfg_backend_stream_create(a);
+  tfg_stream *sa1 = tfg_backend_stream_create(a);
+  tfg_backend_stream_free(a, gone);
+  tfg_stream *sa2 = tfg_backend_stream_create(a), *sb = tfg_backend_stream_create(b);
   tfg_trace *t = tfg_trace_new();
-  a->i.set_trace(a, t);
-  b->i.set_trace(b, t);
+  tfg_backend_set_trace(a, t);
+  tfg_backend_set_trace(b, t);
 
   gate g = {.open = false};
   pthread_mutex_init(&g.mu, NULL);
@@ -441,15 +441,15 @@ START_TEST(backend_slices) {
   tfg_tensor gin = {.data = &g}, out = {0};
   float host[64], da[64], db[64], back[64];
   for (int i = 0; i < 64; i++) host[i] = (float)i, db[i] = 1;
-  tfg_event *e = a->i.event_create(a);
+  tfg_event *e = tfg_backend_event_create(a);
 
-  a->i.launch(a, sa1, gate_kernel, &kctx, &mm, &gin, &out); /* "matmul", held until opened */
-  a->i.copy_from_host(a, sa1, da, host, sizeof da);          /* "h2d" */
-  a->i.event_record(a, sa1, e);                              /* no slice */
-  a->i.copy_to_host(a, sa2, back, host, sizeof back);        /* "d2h" on stream 2 */
-  b->i.event_wait(b, sb, e);                                 /* blocks: "wait" */
-  b->i.copy_peer(b, sb, db, a, da, sizeof db);               /* "copy" */
-  b->i.reduce_peer(b, sb, db, a, da, 64, TFG_DTYPE_F32, 1.0); /* "reduce" */
+  tfg_backend_launch(a, sa1, gate_kernel, &kctx, &mm, &gin, &out);   /* "matmul", held until opened */
+  tfg_backend_copy_from_host(a, sa1, da, host, sizeof da);           /* "h2d" */
+  tfg_backend_event_record(a, sa1, e);                               /* no slice */
+  tfg_backend_copy_to_host(a, sa2, back, host, sizeof back);         /* "d2h" on stream 2 */
+  tfg_backend_event_wait(b, sb, e);                                  /* blocks: "wait" */
+  tfg_backend_copy_peer(b, sb, db, a, da, sizeof db);                /* "copy" */
+  tfg_backend_reduce_peer(b, sb, db, a, da, 64, TFG_DTYPE_F32, 1.0); /* "reduce" */
   /* Keep the gate shut a while, so b's worker finds its wait blocked:
    * long enough for it to be scheduled even on a loaded machine (at 50
    * ms, two cores running a parallel build missed it). */
@@ -464,13 +464,13 @@ START_TEST(backend_slices) {
   sync_ok(b, sb);
   for (int i = 0; i < 64; i++) ck_assert_float_eq(db[i], 2.0f * (float)i);
   /* A wait on an event already done does not block: no slice. */
-  b->i.event_wait(b, sb, e);
+  tfg_backend_event_wait(b, sb, e);
   sync_ok(b, sb);
   /* Tracing off: nothing more is recorded; the trace may go at once. */
-  a->i.set_trace(a, NULL);
-  b->i.set_trace(b, NULL);
-  a->i.launch(a, sa1, nop_kernel, &kctx, &mm, &gin, &out);
-  b->i.copy_peer(b, sb, db, a, da, sizeof db);
+  tfg_backend_set_trace(a, NULL);
+  tfg_backend_set_trace(b, NULL);
+  tfg_backend_launch(a, sa1, nop_kernel, &kctx, &mm, &gin, &out);
+  tfg_backend_copy_peer(b, sb, db, a, da, sizeof db);
   sync_ok(a, sa1);
   sync_ok(b, sb);
 
@@ -495,9 +495,9 @@ START_TEST(backend_slices) {
   ck_assert_msg(md >= 5000, "matmul slice of %.3f us", md);
   free(text);
 
-  a->i.event_free(a, e);
-  a->i.destroy(a);
-  b->i.destroy(b);
+  tfg_backend_event_free(a, e);
+  tfg_backend_destroy(a);
+  tfg_backend_destroy(b);
   tfg_strbuf_free(&kctx.err);
   pthread_mutex_destroy(&g.mu);
   pthread_cond_destroy(&g.cond);
