@@ -45,7 +45,8 @@
  * from which entries its table has: callers ask tfg_backend_get_caps (or
  * tfg_backend_is_host) before they call an optional function, and an
  * optional function called on a backend without its capability fails an
- * assertion. docs/runtime.md has the table of each backend's answers.
+ * assertion. docs/runtime.md has the table of each backend's answers;
+ * tests/layers.py refuses a caller that reads the table of entries.
  *
  * Failures: a queued operation that fails marks its stream failed; later
  * launches and copies on that stream are skipped, and every synchronize of

@@ -3,7 +3,8 @@
  * functions call, and the body of tfg_backend. Only the backends
  * (runtime/backend*.c) and tests that build a stand-in backend include
  * it; everyone else calls runtime/backend.h's functions, so a backend is
- * free to change how it fills the table.
+ * free to change how it fills the table, and tests/layers.py refuses a
+ * file outside runtime/backend* that reads it.
  *
  *   static const tfg_backend_caps my_caps = {.is_host = true, .reduce_all = true};
  *   static const tfg_backend_i my_i = {.name = my_name, .alloc = my_alloc, ...};

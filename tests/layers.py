@@ -14,6 +14,22 @@ kernels/ compiler/ runtime/ cli/) and fails when one
     plan_impl.h); modules that include each other, directly or around a
     loop, are reported with the files that make each edge.
 
+It also holds the backend interface to its shape (ARCHITECTURE.md,
+"Backend capabilities"): the table of entries a backend fills
+(runtime/backend_impl.h) is the backends' own, and everyone else calls
+runtime/backend.h's functions and asks a backend's declared capabilities.
+Outside runtime/backend*, it fails when
+
+  * a product file includes runtime/backend_impl.h (tests may, to build a
+    stand-in backend), or
+  * any file of the product, tests/ or bench/ reads an entry of that table
+    (`b->i.read_now == NULL`, `!b->i.set_threads`, `b->i.capture_begin ?`,
+    `b->i.alloc(b, n)`): an entry tested for NULL guesses a capability, an
+    entry called skips the functions. Comments and strings are skipped;
+    assigning an entry (a test's stand-in) is allowed, and so is calling
+    an entry whose name the collectives' table shares (`c->i.free(c)`),
+    which no text alone tells from the backend's.
+
   python3 tests/layers.py [ROOT]     prints each violation as
                                      "FILE:LINE: reason", exits 1 if any
 
@@ -171,9 +187,94 @@ def check(root):
     return files, bad
 
 
+# The backend's table of entries and who may read it (see the top).
+BACKEND_IMPL = "runtime/backend_impl.h"
+BACKEND_OWN = "runtime/backend"  # a path prefix: runtime/backend.c, backend_host.c, ...
+VTABLE_DIRS = sorted(set(f.split("/")[0] for f in FLOORS)) + ["tests", "bench"]
+ENTRY = re.compile(r"\(\s*\*\s*(\w+)\s*\)\s*\(")
+ENTRY_USE = re.compile(r"(?:->|\.)\s*i\s*\.\s*(\w+)\b")
+
+
+def table_entries(root, path, name):
+    """The entry names of the struct `name` of function pointers in path
+    (empty when the file or the struct is not there)."""
+    try:
+        with open(os.path.join(root, path), encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return set()
+    m = re.search(r"typedef struct " + name + r"\s*\{(.*?)\}\s*" + name + r"\s*;", text, re.S)
+    return set(ENTRY.findall(m.group(1))) if m else set()
+
+
+def code_only(text):
+    """text with comments, strings and character literals blanked (their
+    newlines kept, so line numbers hold)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            j = min(j + 1, n)
+        else:
+            out.append(c)
+            i += 1
+            continue
+        out.append(re.sub(r"[^\n]", " ", text[i:j]))
+        i = j
+    return "".join(out)
+
+
+def vtable_uses(root, files):
+    """Violations of the backend interface's shape (see the top)."""
+    bad = []
+    for p, incs in sorted(files.items()):
+        if not p.startswith(BACKEND_OWN):
+            bad += [f"{p}:{n}: includes {inc}: the backend table is the backends' own (runtime/backend*); "
+                    f"call runtime/backend.h's functions" for n, inc in incs if inc == BACKEND_IMPL]
+    entries = table_entries(root, BACKEND_IMPL, "tfg_backend_i")
+    if not entries:  # a checker that cannot see the table would pass anything
+        return bad + [f"{BACKEND_IMPL}: no tfg_backend_i table of entries to check its readers against"]
+    shared = table_entries(root, "runtime/collective.h", "tfg_coll_i")
+    for top in VTABLE_DIRS:
+        for d, subdirs, names in os.walk(os.path.join(root, top)):
+            subdirs.sort()
+            for name in sorted(names):
+                path = os.path.relpath(os.path.join(d, name), root).replace(os.sep, "/")
+                if not name.endswith(SOURCES) or path.startswith(BACKEND_OWN):
+                    continue
+                with open(os.path.join(d, name), encoding="utf-8", errors="replace") as fh:
+                    code = code_only(fh.read())
+                for m in ENTRY_USE.finditer(code):
+                    entry = m.group(1)
+                    if entry not in entries:
+                        continue
+                    rest = code[m.end():m.end() + 80].lstrip()
+                    line = code.count("\n", 0, m.start()) + 1
+                    if rest.startswith("=") and not rest.startswith("=="):
+                        continue  # filling the table: a stand-in backend
+                    if rest.startswith("("):
+                        if entry not in shared:
+                            bad.append(f"{path}:{line}: calls the backend table's {entry} directly: "
+                                       f"call tfg_backend_{entry} (runtime/backend.h)")
+                    else:
+                        bad.append(f"{path}:{line}: tests the backend table's {entry} (a NULL test guesses "
+                                   f"a capability): ask tfg_backend_get_caps (runtime/backend.h)")
+    return bad
+
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..")
     files, bad = check(root)
+    bad += vtable_uses(root, files)
     for b in bad:
         print(b)
     if not files:

@@ -1,9 +1,12 @@
 # tests/reliability/layers.sh: the floors of ARCHITECTURE.md hold
 # (tests/layers.py): no #include goes up a floor or sideways, and no two
-# modules include each other. It also shows the checker can fail: a copy
-# of the tree with one forbidden include, and one with a cycle, must each
-# be refused, naming the file and line. Sourced by tests/run.sh with $ROOT,
-# $tmp and tests/lib.sh's helpers.
+# modules include each other; outside runtime/backend*, no file reads the
+# backend's table of entries (a NULL test of one guesses a capability the
+# backend declares) nor includes runtime/backend_impl.h. It also shows the
+# checker can fail: copies of the tree with one forbidden include, one
+# cycle, one NULL test of a table entry and one include of the table must
+# each be refused, naming the file and line. Sourced by tests/run.sh with
+# $ROOT, $tmp and tests/lib.sh's helpers.
 
 suite=layers
 
@@ -43,3 +46,17 @@ lay_copy "$tmp/lay-cycle"
 printf '#include "ir/ops.h"\n' >>"$tmp/lay-cycle/ir/graph.c"
 lay_refused cycle "$tmp/lay-cycle" \
   "ir/graph.c:$(wc -l <"$tmp/lay-cycle/ir/graph.c" | tr -d ' '): includes ir/ops.h: a cycle between modules"
+
+# a capability guessed from the backend's table: the executor testing an
+# entry for NULL (what tfg_backend_is_host answers)
+lay_copy "$tmp/lay-vtable"
+printf 'static bool lay_host(tfg_backend *b) { return b->i.read_now == NULL; }\n' >>"$tmp/lay-vtable/runtime/exec.c"
+lay_refused vtable "$tmp/lay-vtable" \
+  "runtime/exec.c:$(wc -l <"$tmp/lay-vtable/runtime/exec.c" | tr -d ' '): tests the backend table's read_now"
+
+# the table itself reached from outside the backends
+lay_copy "$tmp/lay-impl"
+printf '#include "runtime/backend_impl.h"\n' >>"$tmp/lay-impl/runtime/exec.c"
+lay_impl_line=$(wc -l <"$tmp/lay-impl/runtime/exec.c" | tr -d ' ')
+lay_refused impl "$tmp/lay-impl" \
+  "runtime/exec.c:$lay_impl_line: includes runtime/backend_impl.h: the backend table is the backends' own"
