@@ -259,6 +259,7 @@ tfg_coll *tfg_coll_ring_new(int nranks, tfg_backend *const *b, tfg_stream *const
   }
   c->i = ring_i;
   c->nranks = nranks;
+  c->capturable = true; /* events, reduce_peer and copy_peer: what a capture holds */
   c->ctx = g;
   return c;
 }

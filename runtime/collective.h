@@ -73,6 +73,13 @@ struct tfg_coll {
   tfg_coll_i i;
   int nranks;
   int processes; /* the processes it spans, each with nranks ranks (0 or 1: this one) */
+  /* Declared by the collective: what it queues may be captured into a
+   * replayed run (runtime/exec.h's CUDA Graphs), which the executor asks
+   * of every bucket's collective. Only the built-in ring declares it:
+   * NCCL warns that captured collectives of several GPUs driven by one
+   * thread may deadlock, and the shared, hierarchical and MPI
+   * all-reduces have never been captured. */
+  bool capturable;
   void *ctx;
 };
 

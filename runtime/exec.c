@@ -460,10 +460,11 @@ static void graph_setup(tfg_exec *x, const tfg_exec_opts *o) {
   /* NCCL warns that capturing its collectives for several GPUs driven by
    * one thread may deadlock at cudaGraphLaunch (its guide, "CUDA Graph
    * support": multiple GPUs per process), which is how tfg drives them:
-   * only the built-in ring's collectives are captured. */
+   * only collectives that declare themselves capturable (the built-in
+   * ring's) are captured. */
   for (int b = 0; b < p->nbuckets && ok; b++) {
     const tfg_coll *c = x->buckets[b].coll;
-    ok &= !c || strcmp(c->i.name((tfg_coll *)c), "ring") == 0;
+    ok &= !c || c->capturable;
   }
   if (!ok || ncaptured == 0) return;
   x->stage = calloc((size_t)x->g->nnodes + 1, sizeof *x->stage);
