@@ -34,10 +34,6 @@ struct tfg_session {
   const tfg_run_opts *ro; /* the run in progress (for the feed callback) */
 };
 
-static size_t node_bytes(const tfg_node *n) {
-  return (size_t)tfg_shape_numel(&n->shape) * tfg_dtype_size(n->dtype);
-}
-
 static void *alloc_bytes(size_t n) {
   void *p = malloc(n ? n : 1);
   TFG_ASSERT(p != NULL);
@@ -76,7 +72,7 @@ static bool load_feed(tfg_session *s, const tfg_node *n, const char *path, void 
   }
   ok = ok && tfg_data_check_values(s->diag, &n->loc, path, type, &shape, data, n->dtype) == TFG_OK;
   if (ok) {
-    *out = alloc_bytes(node_bytes(n));
+    *out = alloc_bytes((size_t)tfg_node_bytes(n));
     tfg_data_convert(type, data, n->dtype, *out, tfg_shape_numel(&shape));
   }
   free(data);
@@ -244,12 +240,12 @@ static tfg_status input_value(void *arg, tfg_node_id id, const void **out) {
                      split == TFG_SPLIT_TEST ? "test" : "train", p->feeds[k].ds_path);
       return TFG_ERR_DATA;
     }
-    if (!s->batch[id]) s->batch[id] = alloc_bytes(node_bytes(n));
+    if (!s->batch[id]) s->batch[id] = alloc_bytes((size_t)tfg_node_bytes(n));
     int64_t rows = n->shape.dim[0];
     int64_t got = ro->valid > 0 && ro->valid < rows ? ro->valid : rows;
     tfg_data_fetch(p->feeds[k].ds, split, p->feeds[k].col, ro->epoch, ro->first, got, n->dtype, s->batch[id]);
     if (got < rows) { /* the last row read, repeated to fill the batch */
-      size_t row = node_bytes(n) / (size_t)rows;
+      size_t row = (size_t)tfg_node_bytes(n) / (size_t)rows;
       char *last = (char *)s->batch[id] + (size_t)(got - 1) * row;
       for (int64_t r = got; r < rows; r++) memcpy((char *)s->batch[id] + (size_t)r * row, last, row);
     }
@@ -275,7 +271,7 @@ tfg_status tfg_session_run_with(tfg_session *s, const tfg_node_id *fetch, int nf
   s->nkept = nfetch;
   for (int i = 0; i < nfetch; i++) {
     const tfg_node *nd = &g->nodes[fetch[i]];
-    s->kept[i] = alloc_bytes(node_bytes(nd));
+    s->kept[i] = alloc_bytes((size_t)tfg_node_bytes(nd));
     out[i] = (tfg_tensor){s->kept[i], nd->dtype, nd->shape};
   }
   s->ro = ro;

@@ -32,7 +32,7 @@ static tfg_ckpt_entry *ckpt_entries(tfg_session *s, const tfg_program *p, const 
   for (int i = 0; i < st->nparams + st->nstates; i++) {
     tfg_node_id id = i < st->nparams ? st->params[i] : st->states[i - st->nparams];
     const tfg_node *nd = &p->graph->nodes[id];
-    void *data = malloc((size_t)tfg_shape_numel(&nd->shape) * tfg_dtype_size(nd->dtype) + 1);
+    void *data = malloc((size_t)tfg_node_bytes(nd) + 1);
     TFG_ASSERT(data != NULL);
     if (read) tfg_session_read(s, id, data);
     e[n++] = (tfg_ckpt_entry){nd->name, nd->dtype, nd->shape, data};
@@ -56,7 +56,7 @@ tfg_node_id train_entry_node(const tfg_train_step *st, int i) {
 void train_sync_mirrors(tfg_session *s, const tfg_program *p, const tfg_train_step *st) {
   for (int i = 0; i < st->nmirrors; i++) {
     const tfg_node *nd = &p->graph->nodes[st->mirror_src[i]];
-    void *v = malloc((size_t)tfg_shape_numel(&nd->shape) * tfg_dtype_size(nd->dtype) + 1);
+    void *v = malloc((size_t)tfg_node_bytes(nd) + 1);
     TFG_ASSERT(v != NULL);
     tfg_session_read(s, st->mirror_src[i], v);
     tfg_session_write(s, st->mirror_dst[i], v);

@@ -58,7 +58,7 @@ static void *ps_work(void *arg) {
   tfg_tensor *out = malloc(sizeof *out * (size_t)(1 + nm + n));
   TFG_ASSERT(vals && fetch && out);
   for (int i = 0; i < n; i++)
-    vals[i] = malloc((size_t)tfg_shape_numel(&g->nodes[st->params[i]].shape) * tfg_dtype_size(g->nodes[st->params[i]].dtype) + 1);
+    vals[i] = malloc((size_t)tfg_node_bytes(&g->nodes[st->params[i]]) + 1);
   fetch[0] = st->losses[wk->w];
   for (int k = 0; k < nm; k++) fetch[1 + k] = st->replica_metrics[wk->w * nm + k];
   for (int i = 0; i < n; i++) fetch[1 + nm + i] = st->worker_grads[wk->w * n + i];
@@ -123,7 +123,7 @@ static void hand_over(tfg_session *from, tfg_session *to, const tfg_program *p, 
   for (int i = 0; i < st->nparams + st->nstates; i++) {
     tfg_node_id id = train_entry_node(st, i);
     const tfg_node *nd = &p->graph->nodes[id];
-    void *v = malloc((size_t)tfg_shape_numel(&nd->shape) * tfg_dtype_size(nd->dtype) + 1);
+    void *v = malloc((size_t)tfg_node_bytes(nd) + 1);
     TFG_ASSERT(v != NULL);
     tfg_session_read(from, id, v);
     tfg_session_write(to, id, v);
@@ -200,7 +200,7 @@ tfg_status tfg_train_ps(const tfg_program *p, const tfg_action *a, const tfg_tra
   if (r == TFG_OK && j.b.feed) {
     for (int i = 0; i < st->nparams; i++) {
       const tfg_node *nd = &p->graph->nodes[st->params[i]];
-      void *v = malloc((size_t)tfg_shape_numel(&nd->shape) * tfg_dtype_size(nd->dtype) + 1);
+      void *v = malloc((size_t)tfg_node_bytes(nd) + 1);
       TFG_ASSERT(v != NULL);
       tfg_session_read(R.server, st->params[i], v);
       tfg_session_write(wk[0].s, st->worker_params[i], v);
