@@ -191,7 +191,7 @@ ifeq ($(MAKELEVEL),0)
 endif
 
 # ---- sources ----------------------------------------------------------------
-LIB_SRC := $(wildcard base/*.c ir/*.c io/*.c lang/*.c compiler/*.c runtime/*.c kernels/*.c kernels/cpu/*.c)
+LIB_SRC := $(wildcard base/*.c ir/*.c io/*.c lang/*.c compiler/*.c compiler/strategy/*.c runtime/*.c kernels/*.c kernels/cpu/*.c)
 ifneq ($(CUDA_ON),1)
   LIB_SRC := $(filter-out $(CUDA_C_SRC),$(LIB_SRC))
 endif

@@ -26,7 +26,7 @@
 #include "cli/plot.h"
 #include "compiler/place.h"
 #include "compiler/plan.h"
-#include "compiler/strategy.h"
+#include "compiler/strategy/strategy.h"
 #include "ir/ops.h"
 #include "lang/ast.h"
 #include "lang/interp.h"
@@ -570,10 +570,11 @@ static int cmd_program(const cli_cmd *cmd, int argc, char **argv) {
       /* Checking builds the training steps too: optimizer arguments are
        * checked there, and a failure in autodiff is found now, not mid-run. */
       tfg_program *p = tfg_interp_program(I);
+      tfg_job job = {.rank = tfg_mpi_rank(), .size = tfg_mpi_size()};
       for (int i = 0; i < p->nactions && st == TFG_OK; i++) {
         tfg_train_step ts;
         if (p->actions[i].kind != TFG_ACTION_TRAIN) continue;
-        st = tfg_strategy_train_step(p->graph, &p->actions[i], p, &ts, d);
+        st = tfg_compile_train_step(p->graph, &p->actions[i], p, &job, &ts, d);
         tfg_train_step_free(&ts);
       }
     }
@@ -842,7 +843,6 @@ int main(int argc, char **argv) {
   }
   tfg_strbuf_free(&why);
   atexit(tfg_mpi_stop);
-  tfg_strategy_set_job(tfg_mpi_rank(), tfg_mpi_size());
   tfg_devices_set_local(tfg_mpi_local_rank(), tfg_mpi_local_size());
   catch_job_end();
   if (argc < 2) {

@@ -20,9 +20,11 @@
 #include "compiler/compile.h"
 #include "compiler/place.h"
 #include "compiler/plan.h"
+#include "compiler/strategy/strategy.h"
 #include "lang/interp.h"
 #include "runtime/device.h"
 #include "runtime/format.h"
+#include "runtime/mpi.h"
 #include "runtime/session.h"
 #include "runtime/train.h"
 
@@ -133,7 +135,7 @@ int cli_gpus_named(const tfg_program *p, tfg_loc *where) {
     if (p->actions[a].kind != TFG_ACTION_TRAIN) continue;
     /* devices, workers, ps: lists (possibly nested) of devices */
     if (devarg_gpus(&s->devices, &n) | devarg_gpus(&s->workers, &n) | devarg_gpus(&s->ps, &n)) at = s->at;
-    if (s->kind == TFG_STRATEGY_MIRRORED && s->devices.kind == TFG_DEVARG_NONE && n < 1) n = 1, at = s->at; /* mirrored() */
+    if (tfg_strategy_lookup(s->kind)->spans_gpus(s) && n < 1) n = 1, at = s->at; /* mirrored(): one at least */
   }
   if (where) *where = at;
   return n;
@@ -192,9 +194,8 @@ static void verbose_steps(const cli_opts *o, const tfg_program *p, const tfg_tra
     const tfg_action *a = &p->actions[i];
     if (a->kind != TFG_ACTION_TRAIN) continue;
     const tfg_train_step *st = &steps[i];
-    char how[64] = "single";
-    if (st->worker_grads) snprintf(how, sizeof how, "parameter_server with %d workers", st->nreplicas);
-    else if (st->nreplicas > 1) snprintf(how, sizeof how, "mirrored over %d replicas", st->nreplicas);
+    char how[64];
+    tfg_strategy_lookup(a->config.strategy.kind)->describe(st, how, sizeof how);
     cli_verbose(o, "built the training step of the train at line %u: %s, %d params trained, %s", a->loc.line, how,
                 st->nparams, st->optimizer ? st->optimizer : "no optimizer");
   }
@@ -267,8 +268,10 @@ static void compile_done(void *ctx, tfg_compile_stage stage, const tfg_compiled 
 static int compile(compile_ctx *k, tfg_program *p, const tfg_node_id *extra, int nextra, tfg_diag *d,
                    tfg_compiled *c) {
   const cli_opts *o = k->o;
+  tfg_job job = {.rank = tfg_mpi_rank(), .size = tfg_mpi_size()}; /* mirrored's replicas span the job */
   const char *env = getenv("TFG_FUSE");
   tfg_compile_opts co = {.devices = compile_devices,
+                         .job = &job,
                          .no_passes = k->no_passes,
                          .fit = true,
                          .bucket_bytes = o->bucket_bytes,

@@ -7,6 +7,7 @@
 
 #include "base/file.h"
 #include "compiler/predict.h"
+#include "compiler/strategy/strategy.h"
 #include "runtime/calibrate.h"
 #include "runtime/mpi.h"
 
@@ -134,15 +135,13 @@ int cli_predict(const cli_opts *o, tfg_program *p, const tfg_source *src, const 
     trains++;
     tfg_strbuf_printf(&out, "%strain at %s:%u\n", trains > 1 ? "\n" : "",
                       act->loc.src ? tfg_path_base(act->loc.src->name) : "?", act->loc.line);
-    if (act->config.strategy.kind == TFG_STRATEGY_PS) {
-      tfg_strbuf_puts(&out, "not predicted: parameter_server's workers run asynchronously, a step of each is not a "
-                            "step of the job\n");
+    const tfg_strategy_i *si = tfg_strategy_lookup(act->config.strategy.kind);
+    if (si->not_predicted) {
+      tfg_strbuf_printf(&out, "not predicted: %s\n", si->not_predicted);
       continue;
     }
     predict_action(&c, a, measured ? &host : NULL, &out);
-    const tfg_devarg *dv = &act->config.strategy.devices;
-    bool all = act->config.strategy.kind == TFG_STRATEGY_MIRRORED &&
-               (dv->kind == TFG_DEVARG_NONE || (dv->kind == TFG_DEVARG_DEVICE && dv->dev.kind == TFG_DEV_GPU_ANY));
+    bool all = si->spans_gpus(&act->config.strategy);
     if (all) scaling(o, &c, a, src, ast, io, measured ? &host : NULL, &out);
   }
   if (trains == 0) tfg_strbuf_puts(&out, "nothing to predict: the program has no train\n");

@@ -27,7 +27,21 @@ tfg_status tfg_autodiff(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt, 
 /* What one step of a train action runs. A strategy (compiler/strategy.h)
  * may replicate the step: then every replica has its own loss and
  * metrics, and persistent copies of the program's params and state. */
+/* How the runtime runs a training step, set by the strategy that built
+ * it (compiler/strategy/strategy.h): the one thing the runtime and the
+ * CLI dispatch on, so that they never test a strategy's fields. */
+typedef enum tfg_step_kind {
+  /* synchronous (single, mirrored): each step is one run of the session
+   * (a run per micro-batch), and consecutive train actions of this kind
+   * train together as one group (runtime/train.h tfg_train_group) */
+  TFG_STEP_GROUP,
+  /* asynchronous (parameter_server): workers pull the params, compute
+   * and push their gradients to a server, a job alone (tfg_train_ps) */
+  TFG_STEP_SERVER,
+} tfg_step_kind;
+
 typedef struct tfg_train_step {
+  tfg_step_kind kind;    /* how it runs; TFG_STEP_GROUP when zeroed, as autodiff builds it */
   tfg_node_id loss;      /* the loss (replica 0's) */
   int nparams;           /* the program's params the loss depends on */
   tfg_node_id *params;   /* their nodes: the checkpoint's tensors */
@@ -50,7 +64,7 @@ typedef struct tfg_train_step {
    * value, after initialization and after a checkpoint is restored. */
   int nmirrors;
   tfg_node_id *mirror_src, *mirror_dst;
-  /* parameter_server only (NULL otherwise): worker w computes
+  /* TFG_STEP_SERVER only (NULL otherwise): worker w computes
    * worker_grads[w * nparams + i], the gradient of params[i] at its own
    * copy worker_params[w * nparams + i]; the server's updates read the
    * gradient from grad_inputs[i], an INPUT node fed with a worker's

@@ -8,10 +8,11 @@
 
 #include "base/assert.h"
 #include "base/env.h"
+#include "compiler/autocast.h"
 #include "compiler/fold.h"
 #include "compiler/layout.h"
 #include "compiler/simplify.h"
-#include "compiler/strategy.h"
+#include "compiler/strategy/strategy.h"
 
 
 /* ---- stage 3: placing with activations counted --------------------------------- */
@@ -122,9 +123,24 @@ static void mark_fetched(const tfg_program *p, const tfg_train_step *packed, int
     for (int i = 0; i < P; i++) keep[st->params[i]] = 1;
     for (int i = 0; i < st->nstates; i++) keep[st->states[i]] = 1;
     for (int i = 0; i < st->nmirrors; i++) keep[st->mirror_src[i]] = keep[st->mirror_dst[i]] = 1;
-    for (int i = 0; st->worker_grads && i < W * P; i++) keep[st->worker_grads[i]] = keep[st->worker_params[i]] = 1;
-    for (int i = 0; st->grad_inputs && i < P; i++) keep[st->grad_inputs[i]] = 1;
+    for (int i = 0; st->kind == TFG_STEP_SERVER && i < W * P; i++) keep[st->worker_grads[i]] = keep[st->worker_params[i]] = 1;
+    for (int i = 0; st->kind == TFG_STEP_SERVER && i < P; i++) keep[st->grad_inputs[i]] = 1;
   }
+}
+
+/* ---- stage 2: a train action's step ---------------------------------------------- */
+
+/* Autocast first, as a pass of its own: the strategy trains whatever
+ * action it is given, so no strategy needs to know about precision. */
+tfg_status tfg_compile_train_step(tfg_graph *g, const tfg_action *a, const tfg_program *p, const tfg_job *job,
+                                  tfg_train_step *out, tfg_diag *d) {
+  int32_t n0 = g->nnodes;
+  tfg_action cast;
+  tfg_node_id *cast_metrics = tfg_autocast(g, a, &cast, d);
+  tfg_status st = tfg_strategy_train_step(g, &cast, p, job, out, d);
+  if (st != TFG_OK) tfg_graph_truncate(g, n0); /* the strategy put back its own nodes; these are the cast's */
+  free(cast_metrics);
+  return st;
 }
 
 /* ---- the stages -------------------------------------------------------------------- */
@@ -188,7 +204,7 @@ tfg_status tfg_compile(tfg_program *p, const tfg_compile_opts *o, tfg_diag *d, t
   /* Stage 2: the passes, a train action at a time, in program order. */
   for (int i = 0; i < p->nactions; i++) {
     if (p->actions[i].kind != TFG_ACTION_TRAIN) continue;
-    st = tfg_strategy_train_step(p->graph, &p->actions[i], p, &c->steps[i], d);
+    st = tfg_compile_train_step(p->graph, &p->actions[i], p, o->job, &c->steps[i], d);
     if (st != TFG_OK) return stage_failed(c, TFG_COMPILE_PASSES, st);
     c->packed[c->npacked++] = c->steps[i];
   }

@@ -20,8 +20,9 @@
  *   1. devices: the caller's hook picks them from the program as written
  *      (the GPUs it names); every train action's strategy config learns
  *      how many GPU entries there are (mirrored() spans them all);
- *   2. passes: every train action's training step under its strategy
- *      (compiler/strategy.h: autodiff, replicas, collectives), which adds
+ *   2. passes: every train action's training step: autocast
+ *      (compiler/autocast.h), then its strategy (compiler/strategy/:
+ *      autodiff, replicas, collectives; tfg_compile_train_step), which adds
  *      nodes to the program's graph; then the optimization passes over
  *      the whole graph, unless the environment sets TFG_OPT=0: constant
  *      folding (compiler/fold.h), which rewrites constant ops into
@@ -43,6 +44,7 @@
 #include "compiler/autodiff.h"
 #include "compiler/place.h"
 #include "compiler/plan.h"
+#include "compiler/strategy/strategy.h"
 #include "ir/program.h"
 
 typedef enum tfg_compile_stage {
@@ -75,6 +77,9 @@ typedef struct tfg_compile_opts {
    * which must outlive the result, or reports to d and returns the
    * error. */
   tfg_status (*devices)(void *ctx, const tfg_program *p, tfg_diag *d, tfg_devices **out);
+  /* Stage 2: the process among an mpirun job's, which a strategy's
+   * replicas span (NULL: one process). */
+  const tfg_job *job;
   /* Stage 2: run no optimization pass over the graph, as TFG_OPT=0 does
    * (the REPL: its values are all constants, which folding would compute
    * at compile time on the CPU instead of where the user placed them). */
@@ -107,6 +112,13 @@ typedef struct tfg_compile_opts {
  * (TFG_ERR_OOM); an invalid plan (TFG_ERR_DEVICE, not reported: its
  * reason is in out->why). *out is the caller's to free either way. */
 tfg_status tfg_compile(tfg_program *p, const tfg_compile_opts *o, tfg_diag *d, tfg_compiled *out);
+
+/* Stage 2 for one train action a of p: autocast (compiler/autocast.h),
+ * then a's strategy (tfg_strategy_train_step, job: NULL for one process)
+ * on the cast action. Errors: the strategy's; on an error out is empty
+ * and g as it was. `tfg check` and tests build the steps with this. */
+tfg_status tfg_compile_train_step(tfg_graph *g, const tfg_action *a, const tfg_program *p, const tfg_job *job,
+                                  tfg_train_step *out, tfg_diag *d);
 
 /* Stages 3 to 5 for g on ds, steps[0..nsteps) its training steps (may be
  * NULL), as tfg_compile runs them; o->devices and o->extra are not used

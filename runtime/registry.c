@@ -131,7 +131,7 @@ static tfg_coll *job_coll_new(int nranks, tfg_backend *const *b, tfg_stream *con
 tfg_coll *tfg_coll_new_for(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why) {
   TFG_ASSERT(nranks >= 1 && b && s);
   /* under mpirun every all-reduce is the job's: mirrored spans the ranks
-   * (compiler/strategy.h tfg_strategy_set_job) */
+   * (compiler/strategy/strategy.h, tfg_job) */
   if (tfg_mpi_size() > 1) return job_coll_new(nranks, b, s, why);
   const tfg_device **dev = malloc((size_t)nranks * sizeof *dev);
   int *group = malloc((size_t)nranks * sizeof *group);

@@ -313,7 +313,7 @@ tfg_status train_job_account(job *j, const tfg_program *p, int64_t k, const tfg_
         fprintf(o->log, "  %s %.4f", metric_name(p, j->a, i), j->sum[1 + i] / (double)j->since);
       if (ls->kind != TFG_LR_CONSTANT) fprintf(o->log, "  lr %.4g", lr);
       fprintf(o->log, "  %.1f steps/s", rate);
-      if (st->worker_grads)
+      if (st->kind == TFG_STEP_SERVER)
         fprintf(o->log, "  staleness mean %.2f max %" PRId64, (double)j->stale_sum / (double)j->since, j->stale_max);
       fputc('\n', o->log);
       fflush(o->log);

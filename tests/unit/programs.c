@@ -22,7 +22,7 @@ static tfg_status build_steps(built *b, const build_opts *o) {
   tfg_status st = TFG_OK;
   for (int i = 0; i < b->p->nactions && b->nsteps < o->steps && st == TFG_OK; i++) {
     if (b->p->actions[i].kind != TFG_ACTION_TRAIN) continue;
-    st = tfg_strategy_train_step(b->p->graph, &b->p->actions[i], b->p, &b->steps[b->nsteps], b->d);
+    st = tfg_compile_train_step(b->p->graph, &b->p->actions[i], b->p, NULL, &b->steps[b->nsteps], b->d);
     if (st == TFG_OK) b->nsteps++;
   }
   return st;

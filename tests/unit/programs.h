@@ -25,7 +25,8 @@
 #include "compiler/compile.h"
 #include "compiler/place.h"
 #include "compiler/plan.h"
-#include "compiler/strategy.h"
+#include "compiler/compile.h"
+#include "compiler/strategy/strategy.h"
 #include "lang/interp.h"
 #include "runtime/device.h"
 

@@ -652,7 +652,7 @@ START_TEST(mirrored_keys_unique_across_actions) {
            "train mean(matmul(x, v)) { optimizer = sgd(lr = 0.1); steps = 1; strategy = mirrored([gpu:2, gpu:3]) }\n");
   ck_assert_int_eq(b.p->nactions, 2);
   tfg_train_step second;
-  tfg_status st2 = tfg_strategy_train_step(b.p->graph, &b.p->actions[1], b.p, &second, b.d);
+  tfg_status st2 = tfg_compile_train_step(b.p->graph, &b.p->actions[1], b.p, NULL, &second, b.d);
   ck_assert_msg(st2 == TFG_OK, "%s", test_render(b.d, false));
   int64_t keys[8];
   int nkeys = 0;

@@ -1,0 +1,116 @@
+/* compiler/strategy/replicate.h: what the strategies that clone the
+ * forward pass share (mirrored's replicas, a parameter server's
+ * workers): reading device arguments, and building each replica's clone
+ * of the forward cone and its gradients.
+ *
+ *   tfg_replicate c;
+ *   tfg_replicate_begin(&c, &hooks, g, a, p, s, job, d, out); // the cone, the step's common arrays
+ *   ... the strategy's own arrays, nodes that go before the clones ...
+ *   tfg_status st = tfg_replicate_replicas(&c, out);       // every replica's clone and gradients
+ *   ... the strategy's collectives and updates, from c.rparams and c.grads ...
+ *   return tfg_replicate_end(&c, st, out);                  // on an error, the graph put back
+ *
+ * The cone is every node the loss and the metrics depend on; it is
+ * cloned once per replica in id order, so the clones stay topologically
+ * ordered, with its inputs remapped to the replica's nodes and its shape
+ * inferred again by the op's own rule (the raw arguments are still in
+ * attrs, so a reshape to [-1, 4] follows a smaller batch and a reshape to
+ * [128, 4] fails where the user wrote it). Gradients are ordinary
+ * tfg_autodiff of each replica's loss: autodiff gives every gradient node
+ * the pin of the forward node it differentiates, so a replica's backward
+ * pass lands on its devices without further work. On any error the graph
+ * is put back as it was (nodes truncated, pins restored), so a failed
+ * rewrite leaves nothing behind for the placer to trip on. */
+#ifndef TFG_STRATEGY_REPLICATE_H
+#define TFG_STRATEGY_REPLICATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "compiler/autodiff.h"
+#include "compiler/strategy/strategy.h"
+
+typedef struct tfg_replicate tfg_replicate;
+
+/* What differs between strategies while a replica's cone is cloned. */
+typedef struct tfg_replicate_hooks {
+  /* Where replica r runs a node the program pinned to *pin (the
+   * program's own pin); an error is located at the pin. */
+  tfg_status (*pin)(tfg_replicate *c, const tfg_devspec *pin, int r, tfg_devspec *out);
+  /* Replica r's node for param i of the cone (nd: its node with the
+   * program's pin): sets c->map[i], and the program's param's pin. */
+  tfg_status (*param)(tfg_replicate *c, int r, int32_t i, const tfg_node *nd, tfg_train_step *out);
+  /* After any other node i of the cone was cloned for replica r (st: how
+   * the clone's shape rule went); may be NULL. */
+  void (*cloned)(tfg_replicate *c, int r, int32_t i, tfg_status st);
+} tfg_replicate_hooks;
+
+struct tfg_replicate {
+  const tfg_replicate_hooks *h;
+  tfg_graph *g;
+  const tfg_action *a;
+  const tfg_strategy *s;
+  tfg_job job;            /* the process: {0, 1} outside mpirun */
+  tfg_diag *d;
+  int32_t n0;             /* nodes before the rewrite: what a failure truncates to */
+  int32_t top;            /* the cone's largest id */
+  uint8_t *cone;          /* [top + 1]: the loss's and metrics' dependencies */
+  int *param_of;          /* [top + 1]: index into the step's params of a trained param, or -1 */
+  tfg_node_id *map;       /* [top + 1]: the current replica's node for each cone node */
+  tfg_devspec *saved;     /* [top + 1]: pins before the rewrite, restored on failure */
+  int ncone_params;       /* the cone's params, trained or not */
+  int n;                  /* the trained params (out->nparams) */
+  tfg_node_id *rparams;   /* [R * n]: replica r's node for trained param i at r * n + i */
+  tfg_node_id *grads;     /* [R * n]: its gradient */
+  /* Set by the strategy before tfg_replicate_replicas (NULL: none): */
+  tfg_node_id *slices;    /* [R * (top + 1)]: replica r's node for each input of the cone, or -1: the input itself */
+  tfg_amp *amps;          /* [R]: each replica's loss scaled (precision = f16) */
+  tfg_node_id *ins;       /* scratch for remapped inputs */
+  int cap;
+};
+
+/* Starts the rewrite of a's step under s (job: NULL for one process):
+ * finds the cone and the params the loss trains (as
+ * tfg_autodiff_train_step chooses them: out->params, out->nparams), and
+ * allocates the arrays every replicated step has (losses, metrics,
+ * replica_metrics, states; c->rparams, c->grads). Adds no node. */
+void tfg_replicate_begin(tfg_replicate *c, const tfg_replicate_hooks *h, tfg_graph *g, const tfg_action *a,
+                         const tfg_program *p, const tfg_strategy *s, const tfg_job *job, tfg_diag *d,
+                         tfg_train_step *out);
+
+/* Clones the cone for every replica r in turn, each followed by its
+ * gradients (tfg_autodiff of its loss, scaled by c->amps[r] when set),
+ * every node of them pinned; sets out->losses, replica_metrics, loss and
+ * metrics. The first error (the hooks', a shape rule's) stops it. */
+tfg_status tfg_replicate_replicas(tfg_replicate *c, tfg_train_step *out);
+
+/* Ends the rewrite with status st: on an error the graph is put back as
+ * it was at tfg_replicate_begin and out freed. Frees c's arrays; returns
+ * st. */
+tfg_status tfg_replicate_end(tfg_replicate *c, tfg_status st, tfg_train_step *out);
+
+/* Adds a copy of node src (by value: adding moves the array) with the
+ * given inputs and pin; its dtype and shape are inferred again (the
+ * shape rule's status). */
+tfg_status tfg_replicate_add(tfg_replicate *c, const tfg_node *src, const tfg_node_id *ins, const tfg_devspec *pin,
+                             tfg_node_id *out);
+
+/* A pin the strategy sets: the device, cited at the strategy. */
+tfg_devspec tfg_replicate_pin(const tfg_replicate *c, const tfg_devspec *dev);
+/* The host CPU, cited at the strategy: where data is loaded. */
+tfg_devspec tfg_replicate_cpu_pin(const tfg_replicate *c);
+
+/* ---- reading device arguments ------------------------------------------------ */
+
+/* What a device argument is, for messages ("an int"). */
+const char *tfg_replicate_arg_what(const tfg_devarg *v);
+
+/* Checks that v is a device a strategy can put a replica on (cpu or
+ * gpu:N; gpu:* leaves the choice to the placer, which a strategy must
+ * not) and not one of seen[0..n); reports at the device (or at the
+ * strategy, s->loc, when the argument is not a device). who:
+ * "mirrored", ...; what: which argument ("item 2"). */
+bool tfg_replicate_check_device(const tfg_strategy_config *s, const char *who, const char *what, const tfg_devarg *v,
+                                const tfg_devspec *seen, int n, tfg_diag *d);
+
+#endif
