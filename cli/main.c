@@ -306,6 +306,23 @@ static const char *trace_path(const char *file, char *buf, size_t cap) {
   return buf;
 }
 
+/* What `tfg run` does after each action (cli_run_actions): its
+ * diagnostics now, and --verbose's line for it. */
+typedef struct ran_ctx {
+  const cli_opts *o;
+  tfg_diag *d;
+  bool color;
+} ran_ctx;
+
+static void ran(void *ctx, const cli_actions *r, int from, int to, tfg_status st) {
+  (void)to;
+  const ran_ctx *k = ctx;
+  const tfg_action *a = &r->p->actions[from];
+  tfg_diag_render(k->d, stderr, k->color);
+  if (st == TFG_OK)
+    cli_verbose(k->o, "ran the %s at line %u", a->kind == TFG_ACTION_PRINT ? "print" : "train", a->loc.line);
+}
+
 static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool color) {
   /* --feed names an input without a source, or it is bad usage. */
   for (int i = 0; i < o->nfeeds; i++) {
@@ -339,9 +356,6 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
     }
     tfg_strbuf_free(&err);
   }
-  const tfg_action **group = calloc((size_t)p->nactions + 1, sizeof *group);
-  tfg_train_step *gsteps = calloc((size_t)p->nactions + 1, sizeof *gsteps);
-  if (!group || !gsteps) abort();
   /* the program as written, for same_job: the compile rewrites nodes */
   tfg_strbuf written = {0};
   int32_t nwritten = p->graph->nnodes;
@@ -373,30 +387,16 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
   tfg_train_opts to = {.log = ranks_log ? ranks_log : stderr, .tty = !ranks_log && isatty(STDERR_FILENO),
                        .quiet = o->quiet || (tfg_mpi_rank() > 0 && !ranks_log), .diag = stderr, .color = color};
   cli_catch_interrupts(true);
-  for (int i = 0; s && i < p->nactions && rc == 0;) {
-    const tfg_action *a = &p->actions[i];
-    tfg_status st;
-    if (a->kind == TFG_ACTION_PRINT) { /* under mpirun, rank 0 prints for the job */
-      st = tfg_mpi_rank() == 0 ? cli_print_action(s, p, plan, a, o->print_all) : TFG_OK;
-      i++;
-    } else if (steps[i].worker_grads) {
-      st = tfg_train_ps(p, a, &steps[i], plan, s, &so, &to, d);
-      i++;
-    } else {
-      int n = 0;
-      for (; i < p->nactions && p->actions[i].kind == TFG_ACTION_TRAIN && !steps[i].worker_grads; i++) {
-        group[n] = &p->actions[i];
-        gsteps[n++] = steps[i];
-      }
-      st = tfg_train_group(s, p, group, gsteps, n, &to, d);
-    }
+  ran_ctx rc_ctx = {.o = o, .d = d, .color = color};
+  cli_actions ra = {.s = s, .p = p, .steps = steps, .plan = plan, .so = &so, .to = &to,
+                    .print = tfg_mpi_rank() == 0, /* under mpirun, rank 0 prints for the job */
+                    .print_all = o->print_all, .done = ran, .ctx = &rc_ctx};
+  if (s && rc == 0) {
+    tfg_status st = cli_run_actions(&ra, 0, p->nactions, d);
     if (st != TFG_OK) {
       int ec = tfg_status_exit_code(st);
       rc = ec == 1 ? EXIT_PROGRAM : ec == EXIT_INTERRUPTED ? EXIT_INTERRUPTED : EXIT_RUNTIME;
     }
-    tfg_diag_render(d, stderr, color);
-    if (st == TFG_OK)
-      cli_verbose(o, "ran the %s at line %u", a->kind == TFG_ACTION_PRINT ? "print" : "train", a->loc.line);
   }
   cli_catch_interrupts(false);
   if (ranks_log) fclose(ranks_log);
@@ -417,8 +417,6 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
   }
   tfg_trace_free(trace);
   cli_compiled_free(&c);
-  free(group);
-  free(gsteps);
   tfg_diag_render(d, stderr, color);
   return rc;
 }

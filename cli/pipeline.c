@@ -387,3 +387,45 @@ void cli_catch_interrupts(bool on) {
     sigaction(SIGINT, &prev_sigint, NULL);
   }
 }
+
+/* A step of kind TFG_STEP_GROUP trains with the group's other jobs. */
+static bool in_group(const cli_actions *r, int i) {
+  return r->p->actions[i].kind == TFG_ACTION_TRAIN && r->steps[i].kind == TFG_STEP_GROUP;
+}
+
+tfg_status cli_run_actions(const cli_actions *r, int from, int to, tfg_diag *d) {
+  const tfg_program *p = r->p;
+  size_t cap = (size_t)(to > from ? to - from : 0) + 1;
+  const tfg_action **group = calloc(cap, sizeof *group);
+  tfg_train_step *gsteps = calloc(cap, sizeof *gsteps);
+  if (!group || !gsteps) abort();
+  tfg_status st = TFG_OK;
+  for (int i = from; i < to && st == TFG_OK;) {
+    const tfg_action *a = &p->actions[i];
+    int first = i;
+    if (a->kind == TFG_ACTION_PRINT) {
+      st = r->print ? cli_print_action(r->s, p, r->plan, a, r->print_all) : TFG_OK;
+      i++;
+    } else {
+      switch (r->steps[i].kind) { /* how the step's strategy runs (compiler/strategy/strategy.h) */
+      case TFG_STEP_SERVER:
+        st = tfg_train_ps(p, a, &r->steps[i], r->plan, r->s, r->so, r->to, d);
+        i++;
+        break;
+      case TFG_STEP_GROUP: { /* consecutive train statements form one group */
+        int n = 0;
+        for (; i < to && in_group(r, i); i++) {
+          group[n] = &p->actions[i];
+          gsteps[n++] = r->steps[i];
+        }
+        st = tfg_train_group(r->s, p, group, gsteps, n, r->to, d);
+        break;
+      }
+      }
+    }
+    if (r->done) r->done(r->ctx, r, first, i, st);
+  }
+  free(gsteps);
+  free(group);
+  return st;
+}

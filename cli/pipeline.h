@@ -34,6 +34,7 @@
 #include "lang/interp.h"
 #include "runtime/device.h"
 #include "runtime/session.h"
+#include "runtime/train.h"
 
 /* Process exit codes (CLI.md). */
 enum { EXIT_PROGRAM = 1, EXIT_USAGE = 2, EXIT_RUNTIME = 3, EXIT_INTERRUPTED = 130 };
@@ -125,6 +126,31 @@ int cli_compile_for(const cli_opts *o, tfg_program *p,
  * build-time value). Returns the run's status. */
 tfg_status cli_print_action(tfg_session *s, const tfg_program *p, const tfg_plan *plan, const tfg_action *a,
                             bool all);
+
+/* What cli_run_actions runs, and whom it tells. */
+typedef struct cli_actions cli_actions;
+struct cli_actions {
+  tfg_session *s;
+  const tfg_program *p;
+  const tfg_train_step *steps;  /* a train action's step at its index (tfg_compiled.steps) */
+  const tfg_plan *plan;
+  const tfg_session_opts *so;   /* the session's options: a parameter server's workers start sessions like it */
+  const tfg_train_opts *to;
+  bool print;                   /* print actions print (under mpirun only rank 0 does; the others skip them) */
+  bool print_all;               /* --print-all */
+  /* After each print action and each train group, actions [from, to)
+   * of r->p, with its status (reported to the diag, not yet rendered);
+   * may be NULL. */
+  void (*done)(void *ctx, const cli_actions *r, int from, int to, tfg_status st);
+  void *ctx;
+};
+
+/* Runs actions [from, to) of r->p in program order, as `tfg run` and
+ * the REPL both do: a print action prints; consecutive train actions
+ * whose steps are TFG_STEP_GROUP train together (tfg_train_group); a
+ * TFG_STEP_SERVER step trains alone (tfg_train_ps). Stops after the
+ * first that fails; returns its status, or TFG_OK. */
+tfg_status cli_run_actions(const cli_actions *r, int from, int to, tfg_diag *d);
 
 /* Ctrl-C while actions run (on: from now; off: back to what it was).
  * During a train, the first Ctrl-C asks it to stop after its step

@@ -237,6 +237,32 @@ static void print_value(repl *r, const tfg_value *v) {
   tfg_strbuf_free(&b);
 }
 
+/* What the REPL does after each action of an input (cli_run_actions):
+ * shows its output and diagnostics now, and keeps what a train changed,
+ * the program's params it trained, in *pending. */
+typedef struct kept_ctx {
+  repl *r;
+  stored_value **pending;
+  int *npending;
+} kept_ctx;
+
+static void kept(void *ctx, const cli_actions *ra, int from, int to, tfg_status st) {
+  const kept_ctx *k = ctx;
+  fflush(stdout);
+  tfg_diag_render(k->r->d, stderr, k->r->color);
+  if (st != TFG_OK || ra->p->actions[from].kind != TFG_ACTION_TRAIN) return;
+  for (int j = from; j < to; j++)
+    for (int q = 0; q < ra->steps[j].nparams; q++) {
+      tfg_node_id id = ra->steps[j].params[q];
+      const tfg_node *nd = &ra->p->graph->nodes[id];
+      size_t bytes = (size_t)tfg_shape_numel(&nd->shape) * tfg_dtype_size(nd->dtype);
+      void *data = malloc(bytes ? bytes : 1);
+      if (!data) abort();
+      tfg_session_read(ra->s, id, data);
+      pending_add(k->pending, k->npending, id, data, bytes);
+    }
+}
+
 /* Runs the items of an input whose statements were evaluated: the input's
  * actions are p->actions[first_action..]. Trained param values go to
  * *pending (committed by the caller once the whole input succeeded).
@@ -266,11 +292,8 @@ static tfg_status run_items(repl *r, const run_item *items, int nitems, int firs
   ep.graph = graph_copy(p->graph);
   ep.actions = p->actions + first_action;
   ep.nactions = p->nactions - first_action;
-  size_t na = (size_t)ep.nactions + 1;
-  tfg_train_step *gsteps = calloc(na, sizeof *gsteps);
-  const tfg_action **group = calloc(na, sizeof *group);
   tfg_node_id *extra = calloc((size_t)nitems + 1, sizeof *extra);
-  if (!gsteps || !group || !extra) abort();
+  if (!extra) abort();
   int nextra = 0;
   for (int i = 0; i < nitems; i++)
     if (!items[i].is_action && items[i].value.kind == TFG_V_TENSOR) extra[nextra++] = items[i].value.u.tensor;
@@ -329,46 +352,18 @@ static tfg_status run_items(repl *r, const run_item *items, int nitems, int firs
       i++;
       continue;
     }
-    int k = it->action - first_action;
-    const tfg_action *a = &ep.actions[k];
-    int trained_from = k, trained_to = k + 1;
-    if (a->kind == TFG_ACTION_PRINT) {
-      st = cli_print_action(s, &ep, plan, a, o->print_all);
-      i++;
-    } else if (steps[k].worker_grads) {
-      st = tfg_train_ps(&ep, a, &steps[k], plan, s, &so, &to, r->d);
-      i++;
-    } else {
-      /* Consecutive train statements form one group, as in a file. */
-      int n = 0;
-      for (; i < nitems && items[i].is_action && ep.actions[items[i].action - first_action].kind == TFG_ACTION_TRAIN &&
-             !steps[items[i].action - first_action].worker_grads;
-           i++) {
-        group[n] = &ep.actions[items[i].action - first_action];
-        gsteps[n++] = steps[items[i].action - first_action];
-      }
-      trained_to = k + n;
-      st = tfg_train_group(s, &ep, group, gsteps, n, &to, r->d);
-    }
-    fflush(stdout);
-    tfg_diag_render(r->d, stderr, r->color);
-    if (st != TFG_OK || a->kind != TFG_ACTION_TRAIN) continue;
-    /* Keep what training changed: the program's params it trained. */
-    for (int j = trained_from; j < trained_to; j++)
-      for (int q = 0; q < steps[j].nparams; q++) {
-        tfg_node_id id = steps[j].params[q];
-        const tfg_node *nd = &ep.graph->nodes[id];
-        size_t bytes = (size_t)tfg_shape_numel(&nd->shape) * tfg_dtype_size(nd->dtype);
-        void *data = malloc(bytes ? bytes : 1);
-        if (!data) abort();
-        tfg_session_read(s, id, data);
-        pending_add(pending, npending, id, data, bytes);
-      }
+    /* A run of consecutive actions, k, k + 1, ...: as `tfg run` runs
+     * them, consecutive train statements forming one group. */
+    int k = it->action - first_action, n = 0;
+    while (i + n < nitems && items[i + n].is_action && items[i + n].action == it->action + n) n++;
+    kept_ctx kc = {.r = r, .pending = pending, .npending = npending};
+    cli_actions ra = {.s = s, .p = &ep, .steps = steps, .plan = plan, .so = &so, .to = &to, .print = true,
+                      .print_all = o->print_all, .done = kept, .ctx = &kc};
+    st = cli_run_actions(&ra, k, k + n, r->d);
+    i += n;
   }
   tfg_session_free(s);
   tfg_compiled_free(&c); /* the devices stay the session's */
-  free(gsteps);
-  free(group);
   free(extra);
   tfg_graph_free(ep.graph);
   return st;

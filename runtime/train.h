@@ -51,8 +51,9 @@ tfg_status tfg_train(tfg_session *s, const tfg_program *p, const tfg_action *a, 
 tfg_status tfg_train_group(tfg_session *s, const tfg_program *p, const tfg_action *const *a, const tfg_train_step *st,
                            int njobs, const tfg_train_opts *o, tfg_diag *d);
 
-/* A parameter_server job (compiler/strategy.h): the server's session
- * holds the params, their state and updates; each worker runs in its own
+/* A parameter_server job (a step of kind TFG_STEP_SERVER,
+ * compiler/strategy/): the server's session holds the params, their
+ * state and updates; each worker runs in its own
  * thread with its own session over its devices: it takes the next step's
  * batch, pulls the params, computes its gradients and pushes them, and
  * the server applies them in arrival order, without a barrier. The log
