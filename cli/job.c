@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "compiler/fold.h"
+#include "compiler/strategy/strategy.h"
 #include "ir/ops.h"
 #include "kernels/init_math.h"
 #include "runtime/mpi.h"
@@ -205,15 +206,6 @@ static const char *job_lr_kind(tfg_lr_kind k) {
   return "?";
 }
 
-static const char *job_strategy_kind(tfg_strategy_kind k) {
-  switch (k) {
-  case TFG_STRATEGY_SINGLE: return "single";
-  case TFG_STRATEGY_MIRRORED: return "mirrored";
-  case TFG_STRATEGY_PS: return "parameter_server";
-  }
-  return "?";
-}
-
 /* A train's settings, a few lines each starting "train at line L:", so
  * that the first line that differs names the setting: the optimizer and
  * its hyperparameters, the schedule, clipping and precision, the
@@ -248,7 +240,7 @@ static void job_train(tfg_strbuf *t, const tfg_action *a) {
   job_num(t, c->clip_grad_norm);
   tfg_strbuf_printf(t, ", precision %s, accumulate %d, no_decay [", tfg_dtype_name(c->precision), c->accumulate);
   for (int i = 0; i < c->nno_decay; i++) tfg_strbuf_printf(t, "%s\"%s\"", i ? ", " : "", c->no_decay[i]);
-  tfg_strbuf_printf(t, "]\ntrain at line %u: strategy %s(", line, job_strategy_kind(c->strategy.kind));
+  tfg_strbuf_printf(t, "]\ntrain at line %u: strategy %s(", line, tfg_strategy_lookup(c->strategy.kind)->name);
   switch (c->strategy.kind) {
   case TFG_STRATEGY_SINGLE: break;
   case TFG_STRATEGY_MIRRORED: job_devarg(t, &c->strategy.devices); break;
