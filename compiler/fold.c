@@ -11,30 +11,14 @@
 #include <string.h>
 
 #include "base/assert.h"
+#include "ir/ops.h"
 #include "kernels/cpu/cpu.h"
 
 
-/* Whether op may be computed at compile time: its value is the same in
- * every run, given the same inputs. Sources of varying values, random
- * ops, in-place updates and collectives never are. */
-static bool foldable_op(const tfg_node *n) {
-  switch (n->op) {
-  case TFG_OP_PARAM:
-  case TFG_OP_INPUT:
-  case TFG_OP_STATE:
-  case TFG_OP_DROPOUT:     /* a mask per training step */
-  case TFG_OP_SGD_UPDATE:  /* writes its param and state */
-  case TFG_OP_ADAM_UPDATE:
-  case TFG_OP_GRAD_ACCUMULATE: /* writes its accumulator */
-  case TFG_OP_AMP_UPDATE:      /* writes the grad scaler's state */
-  case TFG_OP_ALLREDUCE:   /* a rendezvous with the other replicas */
-  case TFG_OP_FUSED:       /* made by the executor, never in a program's graph */
-    return false;
-  case TFG_OP_INIT:        /* zeros, ones and full are constants; random draws are not folded */
-    return n->attrs.init == TFG_INIT_ZEROS || n->attrs.init == TFG_INIT_ONES || n->attrs.init == TFG_INIT_FULL;
-  default: return tfg_cpu_kernel(n->op) != NULL;
-  }
-}
+/* Whether n may be computed at compile time: it is pure (its value the
+ * same in every run, given the same inputs: tfg_op_pure) and the CPU has
+ * a kernel for it. */
+static bool foldable_op(const tfg_node *n) { return tfg_op_pure(n) && tfg_cpu_kernel(n->op) != NULL; }
 
 /* Whether a value of dtype t holds a NaN or an infinity. */
 static bool nonfinite(const void *v, tfg_dtype t, int64_t n) {

@@ -398,13 +398,10 @@ bool tfg_plan_fusable(const tfg_graph *g, tfg_node_id i) {
 
 bool tfg_plan_view_op(tfg_op_id op) { return op == TFG_OP_RESHAPE || op == TFG_OP_FLATTEN; }
 
-/* Optimizer updates write their param and state in place, an
- * accumulation its accumulator, the grad scaler's update its state; input
- * 1 (the gradient; the scaler's finite flag) is only read. */
-bool tfg_plan_in_place(tfg_op_id op) {
-  return op == TFG_OP_SGD_UPDATE || op == TFG_OP_ADAM_UPDATE || op == TFG_OP_GRAD_ACCUMULATE ||
-         op == TFG_OP_AMP_UPDATE;
-}
+/* The ops whose row (ir/ops.h) names inputs they update in place:
+ * optimizer updates write their param and state, an accumulation its
+ * accumulator, the grad scaler's update its state. */
+bool tfg_plan_in_place(tfg_op_id op) { return tfg_op_get(op)->inplace != 0; }
 
 static bool member_of(const tfg_node_id *m, int n, tfg_node_id x) {
   for (int e = 0; e < n; e++)

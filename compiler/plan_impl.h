@@ -41,8 +41,9 @@ static inline tfg_node_id tfg_plan_base_of(const tfg_plan *p, tfg_node_id id) {
   return p->view_of && p->view_of[id] >= 0 ? p->view_of[id] : id;
 }
 
-/* Whether op writes its input 0 (and state) in place: an optimizer update
- * or a gradient accumulation. */
+/* Whether op writes some of its inputs in place (its row's inplace,
+ * ir/ops.h): an optimizer update, a gradient accumulation, the grad
+ * scaler's update. */
 bool tfg_plan_in_place(tfg_op_id op);
 
 /* Whether node i may be a member of a chain: an elementwise op of arity

@@ -12,29 +12,9 @@
 
 #include "base/assert.h"
 #include "compiler/fold.h"
+#include "ir/ops.h"
 #include "kernels/kernel.h"
 
-
-/* Whether n may be merged with an equal node: its value is a function
- * of its inputs and attrs alone, computed once per step. */
-static bool mergeable(const tfg_node *n) {
-  switch (n->op) {
-  case TFG_OP_PARAM:
-  case TFG_OP_INPUT:
-  case TFG_OP_STATE:
-  case TFG_OP_DROPOUT:    /* a mask per node and step */
-  case TFG_OP_SGD_UPDATE: /* writes its param and state */
-  case TFG_OP_ADAM_UPDATE:
-  case TFG_OP_GRAD_ACCUMULATE: /* writes its accumulator */
-  case TFG_OP_AMP_UPDATE:      /* writes the grad scaler's state */
-  case TFG_OP_ALLREDUCE:  /* a rendezvous with the other replicas, keyed per node */
-  case TFG_OP_FUSED:      /* made by the executor; attrs.data its program */
-    return false;
-  case TFG_OP_INIT:
-    return n->attrs.init == TFG_INIT_ZEROS || n->attrs.init == TFG_INIT_ONES || n->attrs.init == TFG_INIT_FULL;
-  default: return true;
-  }
-}
 
 static bool same_bits(const double *a, const double *b, size_t n) { return memcmp(a, b, n * sizeof *a) == 0; }
 
@@ -65,7 +45,7 @@ static bool same_attrs(const tfg_node *na, const tfg_node *nb) {
   return a->data == NULL && b->data == NULL; /* any other op's data: not compared, not merged */
 }
 
-/* Whether a and b (both mergeable, inputs already representatives)
+/* Whether a and b (both pure, inputs already representatives)
  * compute the same value on the same device. */
 static bool same_node(const tfg_node *a, const tfg_node *b) {
   if (a->op != b->op || a->dtype != b->dtype || !tfg_shape_eq(&a->shape, &b->shape) || a->ninputs != b->ninputs)
@@ -214,7 +194,7 @@ int tfg_simplify(tfg_graph *g, const uint8_t *roots, uint8_t *mark) {
       nd->inputs = ins;
     }
     for (int k = 0; k < nd->ninputs; k++) readers[nd->inputs[k]]++;
-    if (!mergeable(nd)) continue;
+    if (!tfg_op_pure(nd)) continue;
     tfg_node_id to = identity_of(g, nd);
     if (to < 0) {
       size_t h = (size_t)node_hash(nd) & (cap - 1);
@@ -237,7 +217,7 @@ int tfg_simplify(tfg_graph *g, const uint8_t *roots, uint8_t *mark) {
   for (int32_t i = n - 1; i >= 0; i--) {
     tfg_node *nd = &g->nodes[i];
     if (tfg_fold_removed(mark[i]) || readers[i] > 0 || !had[i] || (roots && roots[i])) continue;
-    if (!mergeable(nd)) continue; /* sources, random ops, updates: kept as they were */
+    if (!tfg_op_pure(nd)) continue; /* sources, random ops, updates: kept as they were */
     mark[i] = TFG_FOLD_SIMPLIFIED;
     count++;
     for (int k = 0; k < nd->ninputs; k++) readers[nd->inputs[k]]--;

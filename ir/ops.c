@@ -124,9 +124,7 @@ static tfg_status infer_source(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
 
 static tfg_status infer_unary(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
   const tfg_node *x = input(g, n, 0);
-  tfg_status s = (n->op == TFG_OP_NEG || n->op == TFG_OP_ABS || n->op == TFG_OP_RELU)
-                     ? need_numeric(d, n, x)
-                     : need_float(d, n, x);
+  tfg_status s = tfg_op_get(n->op)->ints ? need_numeric(d, n, x) : need_float(d, n, x);
   if (s != TFG_OK) return s;
   n->dtype = x->dtype;
   n->shape = x->shape;
@@ -155,22 +153,21 @@ static tfg_status infer_binary(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
     return fail(d, n, "%s %s %s: shapes do not broadcast (%lld vs %lld)", ty(a), sym, ty(b),
                 (long long)a->shape.dim[ia], (long long)b->shape.dim[ib]);
   }
+  const tfg_op_def *def = tfg_op_get(n->op);
+  bool cmp = def->kind == TFG_OP_KIND_COMPARE; /* any dtype, bool too */
   tfg_status s = TFG_OK;
-  switch (n->op) {
-  case TFG_OP_POW: s = need_float(d, n, a); break;
-  case TFG_OP_DIV:
+  if (n->op == TFG_OP_DIV) {
     /* NumPy and PyTorch divide integers into floats; tfg keeps dtypes
      * explicit, so the user chooses the float type. */
     if (!tfg_dtype_is_float(a->dtype)) {
       s = fail(d, n, "%s / %s: division needs float tensors", ty(a), ty(b));
       tfg_diag_help(d, "convert first: cast(x, f32) / cast(y, f32)");
     }
-    break;
-  case TFG_OP_EQUAL: case TFG_OP_GREATER: break;
-  default: s = need_numeric(d, n, a); break;
+  } else if (!cmp) {
+    s = def->ints ? need_numeric(d, n, a) : need_float(d, n, a);
   }
   if (s != TFG_OK) return s;
-  n->dtype = (n->op == TFG_OP_EQUAL || n->op == TFG_OP_GREATER) ? TFG_DTYPE_BOOL : a->dtype;
+  n->dtype = cmp ? TFG_DTYPE_BOOL : a->dtype;
   return TFG_OK;
 }
 
@@ -829,89 +826,103 @@ static double flops_pool(const tfg_graph *g, const tfg_node *n) {
 
 /* ---- the table ----------------------------------------------------------------- */
 
-static const tfg_op_def ops[TFG_OP_COUNT] = {
-#define ROW(id, inf, fl) [TFG_OP_##id] = {NULL, NULL, inf, fl}
-    ROW(CONST, infer_source, flops_none),
-    ROW(PARAM, infer_source, flops_none),
-    ROW(INPUT, infer_source, flops_none),
-    ROW(INIT, infer_source, flops_out),
-    ROW(STATE, infer_source, flops_none),
-    ROW(NEG, infer_unary, flops_out),
-    ROW(EXP, infer_unary, flops_out4),
-    ROW(LOG, infer_unary, flops_out4),
-    ROW(SQRT, infer_unary, flops_out4),
-    ROW(RSQRT, infer_unary, flops_out4),
-    ROW(ABS, infer_unary, flops_out),
-    ROW(RELU, infer_unary, flops_out),
-    ROW(GELU, infer_unary, flops_out4),
-    ROW(TANH, infer_unary, flops_out4),
-    ROW(SIGMOID, infer_unary, flops_out4),
-    ROW(CAST, infer_cast, flops_out),
-    ROW(ADD, infer_binary, flops_out),
-    ROW(SUB, infer_binary, flops_out),
-    ROW(MUL, infer_binary, flops_out),
-    ROW(DIV, infer_binary, flops_out),
-    ROW(POW, infer_binary, flops_out4),
-    ROW(MAXIMUM, infer_binary, flops_out),
-    ROW(MINIMUM, infer_binary, flops_out),
-    ROW(EQUAL, infer_binary, flops_out),
-    ROW(GREATER, infer_binary, flops_out),
-    ROW(WHERE, infer_where, flops_out),
-    ROW(MATMUL, infer_matmul, flops_matmul),
-    ROW(SUM, infer_reduce, flops_in),
-    ROW(MEAN, infer_reduce, flops_in),
-    ROW(MAX, infer_reduce, flops_in),
-    ROW(ARGMAX, infer_argmax, flops_in),
-    ROW(RESHAPE, infer_reshape, flops_none),
-    ROW(FLATTEN, infer_flatten, flops_none),
-    ROW(TRANSPOSE, infer_transpose, flops_none),
-    ROW(CONCAT, infer_concat, flops_none),
-    ROW(SLICE, infer_slice, flops_none),
-    ROW(BROADCAST, infer_broadcast, flops_none),
-    ROW(SOFTMAX, infer_softmax, flops_in5),
-    ROW(LOG_SOFTMAX, infer_softmax, flops_in5),
-    ROW(CROSS_ENTROPY, infer_cross_entropy, flops_in5),
-    ROW(MSE, infer_mse, flops_in),
-    ROW(CONV2D, infer_conv2d, flops_conv2d),
-    ROW(MAX_POOL, infer_pool, flops_pool),
-    ROW(AVG_POOL, infer_pool, flops_pool),
-    ROW(LAYER_NORM, infer_layer_norm, flops_in5),
-    ROW(ATTENTION, infer_attention, flops_attention),
-    ROW(ATTENTION_PROBS, infer_attention, flops_attention),
-    ROW(ATTENTION_GRAD, infer_attention_grad, flops_attention_grad),
-    ROW(DROPOUT, infer_dropout, flops_out),
-    ROW(EMBEDDING, infer_embedding, flops_none),
-    ROW(ONE_HOT, infer_one_hot, flops_none),
-    ROW(ACCURACY, infer_accuracy, flops_in),
-    ROW(RELU_GRAD, infer_like_input, flops_out),
-    ROW(GELU_GRAD, infer_like_input, flops_out4),
-    ROW(CROSS_ENTROPY_GRAD, infer_like_input, flops_in5),
-    ROW(LAYER_NORM_GRAD, infer_like_input, flops_in5),
-    ROW(CONV2D_GRAD_INPUT, infer_target, flops_conv2d_grad),
-    ROW(CONV2D_GRAD_WEIGHT, infer_target, flops_conv2d_grad),
-    ROW(MAX_POOL_GRAD, infer_like_input, flops_in),
-    ROW(AVG_POOL_GRAD, infer_target, flops_out),
-    ROW(EMBEDDING_GRAD, infer_embedding_grad, flops_in),
-    ROW(SGD_UPDATE, infer_update, flops_update),
-    ROW(ADAM_UPDATE, infer_update, flops_update),
-    ROW(GRAD_ACCUMULATE, infer_update, flops_update),
-    ROW(AMP_UPDATE, infer_amp_update, flops_none),
-    ROW(ALLREDUCE, infer_like_input, flops_out),
-    ROW(FUSED, infer_fused, flops_fused),
+/* The columns: kind (tfg_op_kind), pure, inplace (IN(k): input k is
+ * updated in place), the shape rule and the cost; an elementwise op's
+ * row (EW) has pure set, and its formula and whether it takes ints in
+ * their place (ir/ops.h says what each column means). */
+#define IN(k) (1u << (k))
+#define ROW(id, kind_, pure_, inplace_, inf, fl) \
+  [TFG_OP_##id] = {.kind = TFG_OP_KIND_##kind_, .pure = pure_, .inplace = inplace_, .infer = inf, .flops = fl}
+#define EW(id, kind_, formula_, ints_, inf, fl) \
+  [TFG_OP_##id] = {.kind = TFG_OP_KIND_##kind_, .pure = true, .formula = formula_, .ints = ints_, .infer = inf, .flops = fl}
+static const tfg_op_def ops[] = {
+    ROW(CONST, SOURCE, true, 0, infer_source, flops_none),
+    ROW(PARAM, SOURCE, false, 0, infer_source, flops_none), /* the training updates it */
+    ROW(INPUT, SOURCE, false, 0, infer_source, flops_none), /* fed per step */
+    ROW(INIT, SOURCE, false, 0, infer_source, flops_out),   /* random draws; tfg_op_pure: the constant ones are */
+    ROW(STATE, SOURCE, false, 0, infer_source, flops_none), /* optimizer state, updated in place */
+    EW(NEG, UNARY, "neg", true, infer_unary, flops_out),
+    EW(EXP, UNARY, "exp", false, infer_unary, flops_out4),
+    EW(LOG, UNARY, "log", false, infer_unary, flops_out4),
+    EW(SQRT, UNARY, "sqrt", false, infer_unary, flops_out4),
+    EW(RSQRT, UNARY, "rsqrt", false, infer_unary, flops_out4),
+    EW(ABS, UNARY, "abs", true, infer_unary, flops_out),
+    EW(RELU, UNARY, "relu", true, infer_unary, flops_out),
+    EW(GELU, UNARY, "gelu", false, infer_unary, flops_out4),
+    EW(TANH, UNARY, "tanh", false, infer_unary, flops_out4),
+    EW(SIGMOID, UNARY, "sigmoid", false, infer_unary, flops_out4),
+    ROW(CAST, ELEMENTWISE, true, 0, infer_cast, flops_out),
+    EW(ADD, BINARY, "add", true, infer_binary, flops_out),
+    EW(SUB, BINARY, "sub", true, infer_binary, flops_out),
+    EW(MUL, BINARY, "mul", true, infer_binary, flops_out),
+    EW(DIV, BINARY, "div", true, infer_binary, flops_out),
+    EW(POW, BINARY, "pow", false, infer_binary, flops_out4),
+    EW(MAXIMUM, BINARY, "maximum", true, infer_binary, flops_out),
+    EW(MINIMUM, BINARY, "minimum", true, infer_binary, flops_out),
+    EW(EQUAL, COMPARE, NULL, true, infer_binary, flops_out),
+    EW(GREATER, COMPARE, NULL, true, infer_binary, flops_out),
+    ROW(WHERE, ELEMENTWISE, true, 0, infer_where, flops_out),
+    ROW(MATMUL, LINALG, true, 0, infer_matmul, flops_matmul),
+    ROW(SUM, REDUCE, true, 0, infer_reduce, flops_in),
+    ROW(MEAN, REDUCE, true, 0, infer_reduce, flops_in),
+    ROW(MAX, REDUCE, true, 0, infer_reduce, flops_in),
+    ROW(ARGMAX, REDUCE, true, 0, infer_argmax, flops_in),
+    ROW(RESHAPE, SHAPE, true, 0, infer_reshape, flops_none),
+    ROW(FLATTEN, SHAPE, true, 0, infer_flatten, flops_none),
+    ROW(TRANSPOSE, SHAPE, true, 0, infer_transpose, flops_none),
+    ROW(CONCAT, SHAPE, true, 0, infer_concat, flops_none),
+    ROW(SLICE, SHAPE, true, 0, infer_slice, flops_none),
+    ROW(BROADCAST, SHAPE, true, 0, infer_broadcast, flops_none),
+    ROW(SOFTMAX, NN, true, 0, infer_softmax, flops_in5),
+    ROW(LOG_SOFTMAX, NN, true, 0, infer_softmax, flops_in5),
+    ROW(CROSS_ENTROPY, NN, true, 0, infer_cross_entropy, flops_in5),
+    ROW(MSE, NN, true, 0, infer_mse, flops_in),
+    ROW(CONV2D, NN, true, 0, infer_conv2d, flops_conv2d),
+    ROW(MAX_POOL, NN, true, 0, infer_pool, flops_pool),
+    ROW(AVG_POOL, NN, true, 0, infer_pool, flops_pool),
+    ROW(LAYER_NORM, NN, true, 0, infer_layer_norm, flops_in5),
+    ROW(ATTENTION, NN, true, 0, infer_attention, flops_attention),
+    ROW(DROPOUT, NN, false, 0, infer_dropout, flops_out), /* a mask per node and step */
+    ROW(EMBEDDING, NN, true, 0, infer_embedding, flops_none),
+    ROW(ONE_HOT, NN, true, 0, infer_one_hot, flops_none),
+    ROW(ACCURACY, NN, true, 0, infer_accuracy, flops_in),
+    ROW(RELU_GRAD, GRAD, true, 0, infer_like_input, flops_out),
+    ROW(GELU_GRAD, GRAD, true, 0, infer_like_input, flops_out4),
+    ROW(CROSS_ENTROPY_GRAD, GRAD, true, 0, infer_like_input, flops_in5),
+    ROW(LAYER_NORM_GRAD, GRAD, true, 0, infer_like_input, flops_in5),
+    ROW(CONV2D_GRAD_INPUT, GRAD, true, 0, infer_target, flops_conv2d_grad),
+    ROW(CONV2D_GRAD_WEIGHT, GRAD, true, 0, infer_target, flops_conv2d_grad),
+    ROW(MAX_POOL_GRAD, GRAD, true, 0, infer_like_input, flops_in),
+    ROW(AVG_POOL_GRAD, GRAD, true, 0, infer_target, flops_out),
+    ROW(ATTENTION_PROBS, GRAD, true, 0, infer_attention, flops_attention),
+    ROW(ATTENTION_GRAD, GRAD, true, 0, infer_attention_grad, flops_attention_grad),
+    ROW(EMBEDDING_GRAD, GRAD, true, 0, infer_embedding_grad, flops_in),
+    ROW(SGD_UPDATE, UPDATE, false, IN(0) | IN(2), infer_update, flops_update),         /* the param, its momentum */
+    ROW(ADAM_UPDATE, UPDATE, false, IN(0) | IN(2) | IN(3), infer_update, flops_update), /* the param, m and v */
+    ROW(GRAD_ACCUMULATE, UPDATE, false, IN(0), infer_update, flops_update),             /* the accumulator */
+    ROW(AMP_UPDATE, UPDATE, false, IN(0) | IN(2) | IN(3), infer_amp_update, flops_none),
+    /* the grad scaler's scale and its two counts */
+    ROW(ALLREDUCE, COLLECTIVE, false, 0, infer_like_input, flops_out), /* a rendezvous keyed per node */
+    ROW(FUSED, FUSED, false, 0, infer_fused, flops_fused), /* made by the executor; attrs.data its program */
 #undef ROW
+#undef EW
+#undef IN
 };
+_Static_assert(sizeof ops / sizeof ops[0] == TFG_OP_COUNT, "a row per op of TFG_OPS (fill_table finds a hole)");
 
-static const char *const names[TFG_OP_COUNT] = {
+static const char *const names[] = {
 #define NAME(id, name, sig) [TFG_OP_##id] = name,
     TFG_OPS(NAME)
 #undef NAME
 };
+_Static_assert(sizeof names / sizeof names[0] == TFG_OP_COUNT, "a name per op");
 
-static const char *const sigs[TFG_OP_COUNT] = {
+static const char *const sigs[] = {
 #define SIG(id, name, sig) [TFG_OP_##id] = sig,
     TFG_OPS(SIG)
 #undef SIG
 };
+_Static_assert(sizeof sigs / sizeof sigs[0] == TFG_OP_COUNT, "a signature per op");
 
 /* The name and signature come from TFG_OPS so the list in ops.h stays the
  * single source; they are merged into the rows once (pthread_once: the
@@ -932,6 +943,12 @@ const tfg_op_def *tfg_op_get(tfg_op_id op) {
   pthread_once(&full_once, fill_table);
   TFG_ASSERT((unsigned)op < TFG_OP_COUNT);
   return &full[op];
+}
+
+bool tfg_op_pure(const tfg_node *n) {
+  if (n->op == TFG_OP_INIT)
+    return n->attrs.init == TFG_INIT_ZEROS || n->attrs.init == TFG_INIT_ONES || n->attrs.init == TFG_INIT_FULL;
+  return tfg_op_get(n->op)->pure;
 }
 
 int tfg_op_lookup(const char *name) {

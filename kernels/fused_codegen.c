@@ -56,30 +56,6 @@ uint64_t tfg_fused_source_hash(const char *src, const char *target) {
   return h;
 }
 
-/* The name of op's formula in elementwise_math.h, without the dtype. */
-static const char *formula(int op) {
-  switch (op) {
-  case TFG_OP_NEG: return "neg";
-  case TFG_OP_EXP: return "exp";
-  case TFG_OP_LOG: return "log";
-  case TFG_OP_SQRT: return "sqrt";
-  case TFG_OP_RSQRT: return "rsqrt";
-  case TFG_OP_ABS: return "abs";
-  case TFG_OP_RELU: return "relu";
-  case TFG_OP_GELU: return "gelu";
-  case TFG_OP_TANH: return "tanh";
-  case TFG_OP_SIGMOID: return "sigmoid";
-  case TFG_OP_ADD: return "add";
-  case TFG_OP_SUB: return "sub";
-  case TFG_OP_MUL: return "mul";
-  case TFG_OP_DIV: return "div";
-  case TFG_OP_POW: return "pow";
-  case TFG_OP_MAXIMUM: return "maximum";
-  case TFG_OP_MINIMUM: return "minimum";
-  default: return NULL; /* BROADCAST: its operand */
-  }
-}
-
 /* The operand x (an input or an earlier result) as an expression. */
 static void operand(tfg_strbuf *out, int x) {
   if (x >= TFG_FUSED_MAX_INPUTS) tfg_strbuf_printf(out, "r%d", x - TFG_FUSED_MAX_INPUTS);
@@ -112,7 +88,7 @@ bool tfg_fused_codegen(const tfg_fused_prog *p, tfg_dtype dt, int64_t n, tfg_str
   }
   for (int s = 0; s < p->nops; s++) {
     const tfg_fused_op *o = &p->ops[s];
-    const char *f = formula(o->op);
+    const char *f = tfg_op_get(o->op)->formula; /* NULL: BROADCAST, its operand */
     tfg_strbuf_printf(out, "  %s r%d = ", T, s);
     if (f) tfg_strbuf_printf(out, "tfg_em_%s_%s(", f, S);
     operand(out, o->a);

@@ -1,10 +1,13 @@
 /* kernels/kernel.c: helpers shared by every backend's kernels: the error
- * message, op names, one element of a dtype from a double, and the checks of the elementwise and shape ops. */
+ * message, op names, one element of a dtype from a double, and the checks
+ * of the elementwise and shape ops (which read the op's row, ir/ops.h:
+ * its kind, and whether it takes integers). */
 #include "kernels/kernel.h"
 
 #include <stdarg.h>
 
 #include "base/assert.h"
+#include "ir/ops.h"
 #include "kernels/cast_math.h"
 #include "kernels/index_math.h"
 
@@ -30,14 +33,7 @@ void tfg_kernel_store_f64(tfg_dtype dt, void *p, double v) {
   }
 }
 
-const char *tfg_kernel_op_name(int op) {
-  static const char *const names[] = {
-#define TFG_KERNEL_OP_NAME_(id, name, sig) name,
-      TFG_OPS(TFG_KERNEL_OP_NAME_)
-#undef TFG_KERNEL_OP_NAME_
-  };
-  return op >= 0 && op < TFG_OP_COUNT ? names[op] : "?";
-}
+const char *tfg_kernel_op_name(int op) { return op >= 0 && op < TFG_OP_COUNT ? tfg_op_get((tfg_op_id)op)->name : "?"; }
 
 /* f32 f64, and f16 bf16 when the backend computes them (half). */
 static bool float_ok(tfg_dtype dt, bool half) {
@@ -53,15 +49,10 @@ tfg_status tfg_kernel_check_unary_on(tfg_kernel_ctx *ctx, const tfg_node *node, 
                                      const tfg_tensor *out, const char *where, bool half) {
   tfg_op_id op = node->op;
   tfg_dtype dt = in[0].dtype;
-  bool int_ok = op == TFG_OP_NEG || op == TFG_OP_ABS || op == TFG_OP_RELU;
-  bool supported = float_ok(dt, half) || (int_ok && (dt == TFG_DTYPE_I32 || dt == TFG_DTYPE_I64));
-  switch (op) {
-  case TFG_OP_NEG: case TFG_OP_EXP: case TFG_OP_LOG: case TFG_OP_SQRT: case TFG_OP_RSQRT:
-  case TFG_OP_ABS: case TFG_OP_RELU: case TFG_OP_GELU: case TFG_OP_TANH: case TFG_OP_SIGMOID:
-    break;
-  default:
+  const tfg_op_def *def = tfg_op_get(op);
+  if (def->kind != TFG_OP_KIND_UNARY)
     return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s is not a unary op", tfg_kernel_op_name(op));
-  }
+  bool supported = float_ok(dt, half) || (def->ints && (dt == TFG_DTYPE_I32 || dt == TFG_DTYPE_I64));
   if (!supported || out->dtype != dt)
     return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s on %s is not supported on the %s",
                            tfg_kernel_op_name(op), tfg_dtype_name(dt), where);
@@ -80,16 +71,12 @@ tfg_status tfg_kernel_check_binary_on(tfg_kernel_ctx *ctx, const tfg_node *node,
                                       tfg_index_map *ix) {
   tfg_op_id op = node->op;
   tfg_dtype dt = in[0].dtype;
-  bool cmp = op == TFG_OP_EQUAL || op == TFG_OP_GREATER;
-  bool is_int = dt == TFG_DTYPE_I32 || dt == TFG_DTYPE_I64;
-  bool supported = float_ok(dt, half) || (is_int && op != TFG_OP_POW) || (cmp && dt == TFG_DTYPE_BOOL);
-  switch (op) {
-  case TFG_OP_ADD: case TFG_OP_SUB: case TFG_OP_MUL: case TFG_OP_DIV: case TFG_OP_POW:
-  case TFG_OP_MAXIMUM: case TFG_OP_MINIMUM: case TFG_OP_EQUAL: case TFG_OP_GREATER:
-    break;
-  default:
+  const tfg_op_def *def = tfg_op_get(op);
+  bool cmp = def->kind == TFG_OP_KIND_COMPARE;
+  if (def->kind != TFG_OP_KIND_BINARY && !cmp)
     return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s is not a binary op", tfg_kernel_op_name(op));
-  }
+  bool is_int = dt == TFG_DTYPE_I32 || dt == TFG_DTYPE_I64;
+  bool supported = float_ok(dt, half) || (is_int && def->ints) || (cmp && dt == TFG_DTYPE_BOOL);
   if (in[1].dtype != dt)
     return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "%s: input dtypes %s and %s differ",
                            tfg_kernel_op_name(op), tfg_dtype_name(dt), tfg_dtype_name(in[1].dtype));

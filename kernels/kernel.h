@@ -41,9 +41,8 @@ typedef tfg_status (*tfg_kernel_fn)(tfg_kernel_ctx *ctx, const tfg_node *node, c
 tfg_status tfg_kernel_fail(tfg_kernel_ctx *ctx, tfg_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* The op's name ("add") for kernels' messages. Kernels do not depend on
- * the op registry (ir/ops.c) that points at them, so this is a
- * table of their own. */
+/* The op's name ("add") for kernels' messages (its row's, ir/ops.h), or
+ * "?" for an id out of range. */
 const char *tfg_kernel_op_name(int op);
 
 /* Writes v as one element of dtype dt at p (tfg_dtype_size(dt) bytes):
@@ -60,11 +59,12 @@ typedef struct tfg_index_map tfg_index_map;
  * with the same messages ("... is not supported on the WHERE", WHERE
  * naming the backend: "CPU", "GPU"), and for binary and where the
  * broadcast of the inputs to out's shape in *ix (tfg_index_broadcast).
- * TFG_OK, or the failure recorded in ctx and returned.
- *   unary:  NEG EXP LOG SQRT RSQRT ABS RELU GELU TANH SIGMOID on f32/f64,
- *           NEG ABS RELU also on i32/i64; out has in[0]'s dtype and size.
- *   binary: ADD SUB MUL DIV POW MAXIMUM MINIMUM on f32/f64 (and, but POW,
- *           on i32/i64); EQUAL GREATER on f32 f64 i32 i64 bool with a
+ * TFG_OK, or the failure recorded in ctx and returned. The op's row
+ * (ir/ops.h) says which ops and dtypes:
+ *   unary:  an op of kind UNARY on f32/f64, and on i32/i64 where its row
+ *           says ints; out has in[0]'s dtype and size.
+ *   binary: an op of kind BINARY on f32/f64, and on i32/i64 where its row
+ *           says ints; of kind COMPARE on f32 f64 i32 i64 bool with a
  *           bool out; both inputs of one dtype.
  *   where:  a bool condition in[0]; in[1], in[2] of out's dtype. */
 tfg_status tfg_kernel_check_unary(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,

@@ -108,7 +108,7 @@ static void att_chunk(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
  * dtype (f16/bf16 in f32); attrs.value the scale, attrs.causal the mask.
  * With no keys (Tk = 0) the output is zeros. */
 TFG_CPU_KERNEL(tfg_cpu_attention) {
-  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_attention, 0);
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_attention);
   const tfg_tensor *q = &in[0], *k = &in[1];
   bool probs = node->op == TFG_OP_ATTENTION_PROBS;
   const tfg_tensor *v = probs ? k : &in[2];
@@ -260,7 +260,7 @@ static void attg_chunk(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
  * tensors; packed (attrs.axis 3, what autodiff makes for self-attention)
  * the three share them a block at a time. */
 TFG_CPU_KERNEL(tfg_cpu_attention_grad) {
-  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_attention_grad, 0);
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_attention_grad);
   const tfg_tensor *q = &in[0];
   if (!tfg_cpu_is_float(q->dtype)) return tfg_cpu_unsupported(ctx, "attention_grad", q->dtype);
   for (int i = 1; i < 4; i++) TFG_ASSERT(in[i].dtype == q->dtype);

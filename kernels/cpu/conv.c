@@ -142,7 +142,7 @@ static void scatter(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
  * and likewise OW. No bias (a separate add). TFG_ERR_NOMEM when the
  * scratch cannot be allocated, TFG_ERR_LIMIT past the BLAS integer range. */
 TFG_CPU_KERNEL(tfg_cpu_conv2d) {
-  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_conv2d, 0);
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_conv2d);
   const tfg_tensor *x = &in[0], *w = &in[1];
   tfg_dtype dt = x->dtype;
   if (!(dt == TFG_DTYPE_F32 || dt == TFG_DTYPE_F64) || w->dtype != dt || out->dtype != dt)
@@ -256,7 +256,7 @@ DEFINE_POOL(double, f64)
  * attrs.size (rows, cols), stride attrs.stride, no padding:
  * OH = (H - KH) / SH + 1 and likewise OW. */
 TFG_CPU_KERNEL(tfg_cpu_pool) {
-  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_pool, 0);
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_pool);
   const tfg_tensor *x = &in[0];
   if (!(x->dtype == TFG_DTYPE_F32 || x->dtype == TFG_DTYPE_F64))
     return tfg_kernel_fail(ctx, TFG_ERR_DEVICE,

@@ -35,12 +35,12 @@ void tfg_cpu_half_store_strided(tfg_dtype dt, const float *src, void *dst, int64
  * input is widened into a new f32 tensor (other inputs, ids and labels,
  * are passed as they are), f32 computes into an f32 output, which is
  * rounded into out when out is f16/bf16 (else f32 writes out itself); the
- * inputs k with bit k of writeback set, which f32 updates in place (an
- * optimizer's param and state), are rounded back likewise. Nothing is
+ * inputs the op updates in place (its row's inplace, ir/ops.h: an
+ * optimizer's param and state) are rounded back likewise. Nothing is
  * written back when f32 fails; its status and message are returned.
  * TFG_ERR_NOMEM when the copies cannot be allocated. At most 8 inputs. */
 tfg_status tfg_cpu_staged(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out,
-                          tfg_kernel_fn f32, uint32_t writeback);
+                          tfg_kernel_fn f32);
 
 /* TFG_ERR_DEVICE: "WHAT of dtype T is not supported on the CPU". */
 tfg_status tfg_cpu_unsupported(tfg_kernel_ctx *ctx, const char *what, tfg_dtype t);

@@ -112,7 +112,7 @@ static tfg_status pointwise_grad(tfg_kernel_ctx *ctx, const char *what, const tf
 
 /* RELU_GRAD: (x, dy) -> dy where x > 0, else 0; f32/f64, one shape. */
 TFG_CPU_KERNEL(tfg_cpu_relu_grad) {
-  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_relu_grad, 0);
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_relu_grad);
   (void)node;
   return pointwise_grad(ctx, "relu_grad", in, out, relu_grad_f32, relu_grad_f64, 2 * GRAIN_ELEMS);
 }
@@ -120,7 +120,7 @@ TFG_CPU_KERNEL(tfg_cpu_relu_grad) {
 /* GELU_GRAD: (x, dy) -> dy * (Phi(x) + x phi(x)), the derivative of the
  * exact gelu; f32/f64, one shape. */
 TFG_CPU_KERNEL(tfg_cpu_gelu_grad) {
-  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_gelu_grad, 0);
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_gelu_grad);
   (void)node;
   return pointwise_grad(ctx, "gelu_grad", in, out, gelu_grad_f32, gelu_grad_f64, GRAIN_ELEMS / 2);
 }
@@ -167,7 +167,7 @@ DEFINE_CE_GRAD(double, f64)
  * onehot(labels)) * dy / N, the gradient of cross_entropy's mean. A label
  * outside [0, C) is TFG_ERR_NUMERIC naming its row (nothing written). */
 TFG_CPU_KERNEL(tfg_cpu_cross_entropy_grad) {
-  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_cross_entropy_grad, 0);
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_cross_entropy_grad);
   const tfg_tensor *x = &in[0], *lab = &in[1], *dy = &in[2];
   (void)node;
   tfg_status st = same_float(ctx, "cross_entropy_grad", x->dtype,
@@ -233,7 +233,7 @@ DEFINE_LN_GRAD(double, f64)
  * last axis (biased variance, eps = attrs.value). gamma's and beta's own
  * gradients are sums over rows that autodiff builds from other ops. */
 TFG_CPU_KERNEL(tfg_cpu_layer_norm_grad) {
-  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_layer_norm_grad, 0);
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_layer_norm_grad);
   const tfg_tensor *x = &in[0], *gm = &in[1], *dy = &in[2];
   tfg_status st = same_float(ctx, "layer_norm_grad", x->dtype,
                              (const tfg_tensor *const[]){gm, dy, out}, 3);
@@ -338,7 +338,7 @@ static tfg_status blas_range(tfg_kernel_ctx *ctx, const char *what, const tfg_cp
  * TFG_ERR_NOMEM when the scratch cannot be allocated, TFG_ERR_LIMIT past
  * the BLAS integer range. */
 TFG_CPU_KERNEL(tfg_cpu_conv2d_grad_input) {
-  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_conv2d_grad_input, 0);
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_conv2d_grad_input);
   const tfg_tensor *dy = &in[0], *w = &in[1];
   tfg_dtype dt = dy->dtype;
   tfg_status st =
@@ -396,7 +396,7 @@ TFG_CPU_KERNEL(tfg_cpu_conv2d_grad_input) {
  * the first group writing and the later ones accumulating, so the batch
  * is summed in the same order on every run. Errors as conv2d_grad_input. */
 TFG_CPU_KERNEL(tfg_cpu_conv2d_grad_weight) {
-  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_conv2d_grad_weight, 0);
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_conv2d_grad_weight);
   const tfg_tensor *x = &in[0], *dy = &in[1];
   tfg_dtype dt = x->dtype;
   tfg_status st =
@@ -517,7 +517,7 @@ DEFINE_POOL_GRAD(double, f64)
  * (no padding; OH = (H - KH) / SH + 1), overlapping windows accumulate,
  * elements in no window get 0. */
 TFG_CPU_KERNEL(tfg_cpu_pool_grad) {
-  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_pool_grad, 0);
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_pool_grad);
   bool avg = node->op == TFG_OP_AVG_POOL_GRAD;
   TFG_ASSERT(avg || node->op == TFG_OP_MAX_POOL_GRAD);
   const tfg_tensor *dy = avg ? &in[0] : &in[1];
@@ -585,7 +585,7 @@ DEFINE_EMB_GRAD(double, f64)
  * order of appearance. An id outside [0, n) is TFG_ERR_NUMERIC naming it
  * and its position (nothing written). */
 TFG_CPU_KERNEL(tfg_cpu_embedding_grad) {
-  if (tfg_cpu_is_half(in[1].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_embedding_grad, 0);
+  if (tfg_cpu_is_half(in[1].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_embedding_grad);
   const tfg_tensor *ids = &in[0], *dy = &in[1];
   tfg_status st =
       same_float(ctx, "embedding_grad", dy->dtype, (const tfg_tensor *const[]){out}, 1);

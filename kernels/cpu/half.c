@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/ops.h"
 #include "kernels/cast_math.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/cpu_impl.h"
@@ -162,7 +163,8 @@ static bool stage(tfg_kernel_ctx *ctx, const tfg_tensor *t, bool fill, tfg_tenso
 }
 
 tfg_status tfg_cpu_staged(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out,
-                          tfg_kernel_fn f32, uint32_t writeback) {
+                          tfg_kernel_fn f32) {
+  uint32_t writeback = tfg_op_get(node->op)->inplace;
   int nin = node->ninputs;
   if (nin > MAX_STAGED) return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s: too many inputs to stage", tfg_kernel_op_name(node->op));
   tfg_tensor sin[MAX_STAGED], sout;

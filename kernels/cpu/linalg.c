@@ -64,7 +64,7 @@ static void mm_chunk(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
  * transposes into the node. f32 and f64 only (TFG_ERR_DEVICE otherwise);
  * a dimension beyond OpenBLAS's integer range is TFG_ERR_LIMIT. */
 TFG_CPU_KERNEL(tfg_cpu_matmul) {
-  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_matmul, 0);
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_matmul);
   const tfg_tensor *a = &in[0], *b = &in[1];
   tfg_dtype dt = out->dtype;
   if ((dt != TFG_DTYPE_F32 && dt != TFG_DTYPE_F64) || a->dtype != dt || b->dtype != dt)

@@ -203,7 +203,7 @@ DEFINE_CE(double, f64)
  * [0, C) is TFG_ERR_NUMERIC naming the row; N = 0 gives NaN (an empty
  * mean, as PyTorch). */
 TFG_CPU_KERNEL(tfg_cpu_cross_entropy) {
-  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_cross_entropy, 0);
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_cross_entropy);
   const tfg_tensor *x = &in[0], *lab = &in[1];
   (void)node;
   if (!tfg_cpu_is_float(x->dtype)) return tfg_cpu_unsupported(ctx, "cross_entropy", x->dtype);
@@ -249,7 +249,7 @@ DEFINE_MSE(double, f64)
 /* MSE: scalar mean of (a - b)^2 over all elements of two same-shape
  * f32/f64 tensors; NaN when they are empty. */
 TFG_CPU_KERNEL(tfg_cpu_mse) {
-  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_mse, 0);
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_mse);
   const tfg_tensor *a = &in[0], *b = &in[1];
   (void)node;
   if (!tfg_cpu_is_float(a->dtype)) return tfg_cpu_unsupported(ctx, "mse", a->dtype);
@@ -301,7 +301,7 @@ DEFINE_LN(double, f64)
  * normalizes each row of the last axis as torch.nn.functional.layer_norm
  * with eps = attrs.value. */
 TFG_CPU_KERNEL(tfg_cpu_layer_norm) {
-  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_layer_norm, 0);
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_layer_norm);
   const tfg_tensor *x = &in[0], *g = &in[1], *b = &in[2];
   if (!tfg_cpu_is_float(x->dtype)) return tfg_cpu_unsupported(ctx, "layer_norm", x->dtype);
   TFG_ASSERT(g->dtype == x->dtype && b->dtype == x->dtype && out->dtype == x->dtype);
@@ -354,7 +354,7 @@ DEFINE_DROPOUT(double, f64)
  * the kept ones by 1 / (1 - rate); rate 1 gives zeros. A rate outside
  * [0, 1] is TFG_ERR_NUMERIC. */
 TFG_CPU_KERNEL(tfg_cpu_dropout) {
-  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_dropout, 0);
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_dropout);
   const tfg_tensor *x = &in[0];
   if (!tfg_cpu_is_float(x->dtype)) return tfg_cpu_unsupported(ctx, "dropout", x->dtype);
   TFG_ASSERT(out->dtype == x->dtype && tfg_shape_eq(&out->shape, &x->shape));
@@ -491,7 +491,7 @@ DEFINE_ACC(double, f64)
  * the op defines; f64 also accepted): the fraction of rows whose argmax
  * equals the label. N = 0 gives NaN. */
 TFG_CPU_KERNEL(tfg_cpu_accuracy) {
-  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_accuracy, 0);
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_accuracy);
   const tfg_tensor *x = &in[0], *lab = &in[1];
   (void)node;
   if (!tfg_cpu_is_float(x->dtype)) return tfg_cpu_unsupported(ctx, "accuracy", x->dtype);

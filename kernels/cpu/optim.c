@@ -6,7 +6,9 @@
  * in[3]) its optimizer state, the runtime's own storage rather than
  * copies, so the update is visible to the next step. in[1], the
  * gradient, is read only. `out` is an empty marker tensor that orders
- * the update in the plan; it is never touched.
+ * the update in the plan; it is never touched. Which inputs are updated
+ * is the op's row's inplace (ir/ops.c): the planner reads it, and so
+ * does tfg_cpu_staged, which rounds them back for f16/bf16 params.
  *
  * The arithmetic, kernels/optim_math.h's (the CUDA kernels' too), follows
  * PyTorch's implementation (torch/optim/sgd.py and adam.py, the default
@@ -88,7 +90,7 @@ DEFINE_SGD(double, f64)
  * written (and may be absent) when momentum is 0. All f32 or all f64, one
  * element count. out is not touched. TFG_ERR_NUMERIC for a step < 1. */
 TFG_CPU_KERNEL(tfg_cpu_sgd_update) {
-  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_sgd_update, 0x5 /* the param and its momentum buffer */);
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_sgd_update);
   (void)out;
   const tfg_attrs *a = &node->attrs;
   bool mom = a->opt.momentum != 0;
@@ -137,7 +139,7 @@ DEFINE_ADAM(double, f64)
  * All f32 or all f64, one element count. out is not touched.
  * TFG_ERR_NUMERIC for a step < 1 (the bias corrections would be 0). */
 TFG_CPU_KERNEL(tfg_cpu_adam_update) {
-  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_adam_update, 0xD /* the param, m and v */);
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_adam_update);
   (void)out;
   const tfg_attrs *a = &node->attrs;
   TFG_ASSERT(node->ninputs >= 4);
@@ -181,7 +183,7 @@ DEFINE_ACC(double, f64)
  * first micro-batch) or acc + grad (1), in place. One float dtype, one
  * element count (tfg_kernel_check_accumulate). out is not touched. */
 TFG_CPU_KERNEL(tfg_cpu_grad_accumulate) {
-  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_grad_accumulate, 0x1 /* the accumulator */);
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_grad_accumulate);
   (void)out;
   tfg_status st = tfg_kernel_check_accumulate(ctx, in, "CPU");
   if (st != TFG_OK) return st;

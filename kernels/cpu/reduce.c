@@ -558,7 +558,7 @@ static void argmax_chunk(void *arg, int64_t lo, int64_t hi, int64_t k) {
 /* The index (i32) of the first maximum of in[0] along attrs.axis; out has
  * the input's shape without that axis. f32 f64 i32 i64. */
 TFG_CPU_KERNEL(tfg_cpu_argmax) {
-  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_argmax, 0);
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_argmax);
   const tfg_tensor *x = &in[0];
   tfg_dtype dt = x->dtype;
   if (dt != TFG_DTYPE_F32 && dt != TFG_DTYPE_F64 && dt != TFG_DTYPE_I32 && dt != TFG_DTYPE_I64)

@@ -10,9 +10,9 @@
  * and f64, so tfg_cuda_kernel hands out one wrapper for all of them,
  * staged_op: when a tensor of the launch is f16 or bf16 it runs the op's
  * f32 kernel through tfg_cuda_staged (kernels/cuda/half.cu), writing back
- * the inputs the op updates in place (`updates`, the CUDA side of the
- * writeback masks kernels/cpu/optim.c passes to tfg_cpu_staged); else
- * tfg_cuda_staged calls the kernel directly. */
+ * the inputs the op updates in place (its row's inplace, ir/ops.h, as
+ * kernels/cpu/half.c's tfg_cpu_staged does); else tfg_cuda_staged calls
+ * the kernel directly. */
 #include <mutex>
 #include <stdio.h>
 
@@ -25,7 +25,6 @@ extern "C" {
 
 static tfg_kernel_fn table[TFG_OP_COUNT];
 static bool native_half[TFG_OP_COUNT];
-static uint32_t updates[TFG_OP_COUNT]; /* bit k: the op updates input k in place (ir/ops.h) */
 static std::once_flag built;
 
 static void build(void) {
@@ -43,16 +42,12 @@ static void build(void) {
                                TFG_OP_TRANSPOSE, TFG_OP_CONCAT,    TFG_OP_SLICE,     TFG_OP_BROADCAST,
                                TFG_OP_FUSED};
   for (int op : native) native_half[op] = true;
-  updates[TFG_OP_SGD_UPDATE] = 1u << 0 | 1u << 2;             /* the param and its momentum buffer */
-  updates[TFG_OP_ADAM_UPDATE] = 1u << 0 | 1u << 2 | 1u << 3; /* the param, m and v */
-  updates[TFG_OP_GRAD_ACCUMULATE] = 1u << 0;                  /* the accumulator */
-  updates[TFG_OP_AMP_UPDATE] = 1u << 0 | 1u << 2 | 1u << 3;   /* the scale and the two counts */
 }
 
 /* The kernel of every op that is not native for f16/bf16 (the op's own
  * kernel when no tensor is 16-bit). */
 static tfg_status staged_op(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
-  return tfg_cuda_staged(ctx, node, in, out, table[node->op], updates[node->op]);
+  return tfg_cuda_staged(ctx, node, in, out, table[node->op], tfg_op_get(node->op)->inplace);
 }
 
 extern "C" tfg_kernel_fn tfg_cuda_kernel(int op) {
