@@ -228,13 +228,15 @@ $(BUILD)/gen/lexer.c: lang/lexer.re
 	$(Q)re2c -W -Werror --no-generation-date -o $@ $<
 
 # The headers a generated fused kernel includes, as C strings
-# (kernels/fused_codegen.h): NVRTC compiles with the formulas tfg was built with.
-$(BUILD)/gen/fused_headers.c: kernels/hostdev.h kernels/elementwise_math.h kernels/embed.awk
+# (kernels/fused_codegen.h): NVRTC compiles with the formulas and the op
+# lists tfg was built with.
+$(BUILD)/gen/fused_headers.c: kernels/hostdev.h kernels/elementwise_math.h ir/op_list.h kernels/embed.awk
 	@mkdir -p $(dir $@)
 	@echo "  GEN     $@"
-	$(Q){ echo '/* generated from kernels/hostdev.h and kernels/elementwise_math.h by kernels/embed.awk */'; \
+	$(Q){ echo '/* generated from kernels/hostdev.h, kernels/elementwise_math.h and ir/op_list.h by kernels/embed.awk */'; \
 	  awk -v name=tfg_hostdev_h_text -f kernels/embed.awk kernels/hostdev.h; \
-	  awk -v name=tfg_elementwise_math_h_text -f kernels/embed.awk kernels/elementwise_math.h; } >$@.tmp && mv $@.tmp $@
+	  awk -v name=tfg_elementwise_math_h_text -f kernels/embed.awk kernels/elementwise_math.h; \
+	  awk -v name=tfg_op_list_h_text -f kernels/embed.awk ir/op_list.h; } >$@.tmp && mv $@.tmp $@
 
 $(BUILD)/obj/%.o: %.c $(BUILD)/gen/parser.tab.h
 	@mkdir -p $(dir $@)

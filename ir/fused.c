@@ -4,6 +4,9 @@
 
 #include <string.h>
 
+/* tfg_fused_op keeps an op id in 16 bits. */
+_Static_assert(TFG_OP_COUNT <= INT16_MAX, "op ids fit an int16_t");
+
 bool tfg_fused_build(const tfg_graph *g, const tfg_node_id *members, int n, const tfg_node_id *inputs, int ninputs,
                      tfg_fused_prog *out) {
   memset(out, 0, sizeof *out);

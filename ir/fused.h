@@ -90,20 +90,23 @@ static inline bool tfg_fused_bcast(const tfg_shape *in, const tfg_shape *out, in
   return true;
 }
 
-/* How many inputs op takes in a chain: 1 for NEG EXP LOG SQRT RSQRT ABS
- * RELU GELU TANH SIGMOID and BROADCAST (its operand, passed through), 2
- * for ADD SUB MUL DIV POW MAXIMUM MINIMUM, 0 for every other op (it
- * cannot be fused). */
+/* How many inputs op takes in a chain: 1 for an op of TFG_OPS_UNARY and
+ * for BROADCAST (its operand, passed through), 2 for one of
+ * TFG_OPS_BINARY (ir/op_list.h), 0 for every other op: it cannot be fused
+ * (a comparison's bool output is not the chain's dtype). Every op with a
+ * formula is fusable, so none is left out of chains by a list missed. */
 static inline int tfg_fused_arity(int op) {
   switch (op) {
-  case TFG_OP_NEG: case TFG_OP_EXP: case TFG_OP_LOG: case TFG_OP_SQRT: case TFG_OP_RSQRT:
-  case TFG_OP_ABS: case TFG_OP_RELU: case TFG_OP_GELU: case TFG_OP_TANH: case TFG_OP_SIGMOID:
+#define TFG_FUSED_UNARY_(A, ID, formula, ints, flops, cheap) case TFG_OP_##ID:
+  TFG_OPS_UNARY(TFG_FUSED_UNARY_, )
+#undef TFG_FUSED_UNARY_
   case TFG_OP_BROADCAST:
     return 1;
-  case TFG_OP_ADD: case TFG_OP_SUB: case TFG_OP_MUL: case TFG_OP_DIV: case TFG_OP_POW:
-  case TFG_OP_MAXIMUM: case TFG_OP_MINIMUM:
+#define TFG_FUSED_BINARY_(A, ID, formula, sig, ints, flops, cheap) case TFG_OP_##ID:
+  TFG_OPS_BINARY(TFG_FUSED_BINARY_, )
+#undef TFG_FUSED_BINARY_
     return 2;
-  default:
+  default: /* no formula: not a member of a chain */
     return 0;
   }
 }

@@ -2,9 +2,80 @@
  * program calls it by, and the attrs it reads. A node names its op by
  * this id (ir/graph.h); what each op means to the pipeline (shape rule,
  * cost) is its row in the registry (ir/ops.h), which is above the graph
- * because its rules read nodes. */
+ * because its rules read nodes.
+ *
+ * The elementwise ops with a formula have a line each in one of three
+ * lists below, and everything that must stay in step with them is
+ * generated from those lines: their ids and names (TFG_OPS), their rows
+ * in ir/ops.c, the formula dispatch in kernels/elementwise_math.h, the
+ * CPU and CUDA loops and kernels and their registration, the fused
+ * chains' interpreters and the NVRTC source (through the row's formula).
+ * Adding one is its line here, its formula in kernels/elementwise_math.h
+ * and its gradient rule in compiler/autodiff.c (docs/architecture.md).
+ *
+ * Each list passes an argument A through to every line, so a list can
+ * be expanded inside a macro that needs a value of its own in each line
+ * (a dtype suffix, TFG_OPS's X):
+ *
+ *   #define CASE(S, ID, formula, ints, flops, cheap) \
+ *     case TFG_OP_##ID: return tfg_em_##formula##_##S(x);
+ *   switch (op) { TFG_OPS_UNARY(CASE, f32) default: ... }
+ *
+ * The columns:
+ *   U(A, ID, formula, ints, flops, cheap): y = formula(x), element by
+ *     element: tfg_em_<formula>_f32 and _f64 in kernels/elementwise_math.h
+ *     (and _i32, _i64 where ints is 1: the op takes integers too);
+ *   B(A, ID, formula, sig, ints, flops, cheap): z = formula(x, y),
+ *     broadcasting, the same functions of two arguments; sig the op's
+ *     signature;
+ *   C(A, ID, formula, oper): x oper y, broadcasting, into bools; any
+ *     dtype, bool too (no function: the C operator is exact);
+ * flops: per element, for the cost model (1: one IEEE operation or a
+ *   select; 4: a call to the math library);
+ * cheap: 1 when the op is memory-bound (one fast IEEE operation): the
+ *   CPU splits it into larger chunks than a division or a library call.
+ * ints, flops and cheap are plain digits (0 or 1, 1 or 4, 0 or 1): code
+ * uses them as values and also pastes them in the preprocessor
+ * (TFG_OPS_IF(ints, ...), ir/ops.c's flops_out##flops). */
 #ifndef TFG_OP_LIST_H
 #define TFG_OP_LIST_H
+
+#define TFG_OPS_UNARY(U, A)                                                            \
+  U(A, NEG, neg, 1, 1, 1)                                                              \
+  U(A, EXP, exp, 0, 4, 0)                                                              \
+  U(A, LOG, log, 0, 4, 0)                                                              \
+  U(A, SQRT, sqrt, 0, 4, 0)                                                            \
+  U(A, RSQRT, rsqrt, 0, 4, 0)                                                          \
+  U(A, ABS, abs, 1, 1, 1)                                                              \
+  U(A, RELU, relu, 1, 1, 1)                                                            \
+  U(A, GELU, gelu, 0, 4, 0) /* exact: x * (1 + erf(x / sqrt 2)) / 2, as PyTorch */     \
+  U(A, TANH, tanh, 0, 4, 0)                                                            \
+  U(A, SIGMOID, sigmoid, 0, 4, 0)
+
+#define TFG_OPS_BINARY(B, A)                                                           \
+  B(A, ADD, add, "a, b", 1, 1, 1)                                                      \
+  B(A, SUB, sub, "a, b", 1, 1, 1)                                                      \
+  B(A, MUL, mul, "a, b", 1, 1, 1)                                                      \
+  B(A, DIV, div, "a, b", 1, 1, 0) /* integers: toward zero; a zero divisor fails */    \
+  B(A, POW, pow, "x, p", 0, 4, 0)                                                      \
+  B(A, MAXIMUM, maximum, "a, b", 1, 1, 1)                                              \
+  B(A, MINIMUM, minimum, "a, b", 1, 1, 1)
+
+#define TFG_OPS_COMPARE(C, A)                                                          \
+  C(A, EQUAL, equal, ==)                                                               \
+  C(A, GREATER, greater, >)
+
+/* TFG_OPS_IF(c, ...): the text when c is the digit 1, nothing when 0;
+ * for the 0/1 columns above, where a line must generate code for some
+ * ops only (the i32 and i64 functions exist where ints is 1). */
+#define TFG_OPS_IF(c, ...) TFG_OPS_IF_##c(__VA_ARGS__)
+#define TFG_OPS_IF_0(...)
+#define TFG_OPS_IF_1(...) __VA_ARGS__
+
+/* The lines of the three lists as TFG_OPS entries. */
+#define TFG_OPS_UNARY_ENTRY_(X, ID, formula, ints, flops, cheap) X(ID, #formula, "x")
+#define TFG_OPS_BINARY_ENTRY_(X, ID, formula, sig, ints, flops, cheap) X(ID, #formula, sig)
+#define TFG_OPS_COMPARE_ENTRY_(X, ID, formula, oper) X(ID, #formula, "a, b") /* output bool */
 
 /* X(ID, name, signature): the signature is a tfg parameter list; the
  * interpreter binds a call's arguments against it. "" = not callable by
@@ -16,28 +87,12 @@
   X(INPUT, "input", "")         /* name: fed per step */                                \
   X(INIT, "init", "")           /* attrs.init, value, a, b, seed: filled on the device */ \
   X(STATE, "state", "")         /* name: optimizer state of a param; starts at zero, persists */ \
-  /* elementwise, one input */                                                          \
-  X(NEG, "neg", "x")                                                                    \
-  X(EXP, "exp", "x")                                                                    \
-  X(LOG, "log", "x")                                                                    \
-  X(SQRT, "sqrt", "x")                                                                  \
-  X(RSQRT, "rsqrt", "x")                                                                \
-  X(ABS, "abs", "x")                                                                    \
-  X(RELU, "relu", "x")                                                                  \
-  X(GELU, "gelu", "x")          /* exact: x * (1 + erf(x / sqrt 2)) / 2, as PyTorch */  \
-  X(TANH, "tanh", "x")                                                                  \
-  X(SIGMOID, "sigmoid", "x")                                                            \
+  /* elementwise, one input: TFG_OPS_UNARY */                                         \
+  TFG_OPS_UNARY(TFG_OPS_UNARY_ENTRY_, X)                                                \
   X(CAST, "cast", "x, dtype")   /* attrs.dtype; float to int truncates toward zero */   \
-  /* elementwise, two inputs, broadcasting */                                           \
-  X(ADD, "add", "a, b")                                                                 \
-  X(SUB, "sub", "a, b")                                                                 \
-  X(MUL, "mul", "a, b")                                                                 \
-  X(DIV, "div", "a, b")                                                                 \
-  X(POW, "pow", "x, p")                                                                 \
-  X(MAXIMUM, "maximum", "a, b")                                                         \
-  X(MINIMUM, "minimum", "a, b")                                                         \
-  X(EQUAL, "equal", "a, b")     /* output bool */                                       \
-  X(GREATER, "greater", "a, b") /* output bool */                                       \
+  /* elementwise, two inputs, broadcasting: TFG_OPS_BINARY, TFG_OPS_COMPARE */         \
+  TFG_OPS_BINARY(TFG_OPS_BINARY_ENTRY_, X)                                              \
+  TFG_OPS_COMPARE(TFG_OPS_COMPARE_ENTRY_, X)                                            \
   X(WHERE, "where", "c, a, b")  /* c bool; all three broadcast */                       \
   /* linear algebra */                                                                  \
   X(MATMUL, "matmul", "a, b, transpose_a = false, transpose_b = false")                 \

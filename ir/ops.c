@@ -721,12 +721,14 @@ static double flops_none(const tfg_graph *g, const tfg_node *n) {
   return 0;
 }
 
-static double flops_out(const tfg_graph *g, const tfg_node *n) {
+/* One per output element (flops_out1) or four (flops_out4: transcendentals
+ * cost several flops each: exp, log, erf, tanh); the elementwise rows
+ * pick one by their flops column (ir/op_list.h). */
+static double flops_out1(const tfg_graph *g, const tfg_node *n) {
   (void)g;
   return numel(n);
 }
 
-/* Transcendentals cost several flops each (exp, log, erf, tanh). */
 static double flops_out4(const tfg_graph *g, const tfg_node *n) {
   (void)g;
   return 4 * numel(n);
@@ -829,7 +831,8 @@ static double flops_pool(const tfg_graph *g, const tfg_node *n) {
 /* The columns: kind (tfg_op_kind), pure, inplace (IN(k): input k is
  * updated in place), the shape rule and the cost; an elementwise op's
  * row (EW) has pure set, and its formula and whether it takes ints in
- * their place (ir/ops.h says what each column means). */
+ * their place (ir/ops.h says what each column means). The rows of the
+ * elementwise ops with a formula come from their lines in ir/op_list.h. */
 #define IN(k) (1u << (k))
 #define ROW(id, kind_, pure_, inplace_, inf, fl) \
   [TFG_OP_##id] = {.kind = TFG_OP_KIND_##kind_, .pure = pure_, .inplace = inplace_, .infer = inf, .flops = fl}
@@ -839,29 +842,19 @@ static const tfg_op_def ops[] = {
     ROW(CONST, SOURCE, true, 0, infer_source, flops_none),
     ROW(PARAM, SOURCE, false, 0, infer_source, flops_none), /* the training updates it */
     ROW(INPUT, SOURCE, false, 0, infer_source, flops_none), /* fed per step */
-    ROW(INIT, SOURCE, false, 0, infer_source, flops_out),   /* random draws; tfg_op_pure: the constant ones are */
+    ROW(INIT, SOURCE, false, 0, infer_source, flops_out1),  /* random draws; tfg_op_pure: the constant ones are */
     ROW(STATE, SOURCE, false, 0, infer_source, flops_none), /* optimizer state, updated in place */
-    EW(NEG, UNARY, "neg", true, infer_unary, flops_out),
-    EW(EXP, UNARY, "exp", false, infer_unary, flops_out4),
-    EW(LOG, UNARY, "log", false, infer_unary, flops_out4),
-    EW(SQRT, UNARY, "sqrt", false, infer_unary, flops_out4),
-    EW(RSQRT, UNARY, "rsqrt", false, infer_unary, flops_out4),
-    EW(ABS, UNARY, "abs", true, infer_unary, flops_out),
-    EW(RELU, UNARY, "relu", true, infer_unary, flops_out),
-    EW(GELU, UNARY, "gelu", false, infer_unary, flops_out4),
-    EW(TANH, UNARY, "tanh", false, infer_unary, flops_out4),
-    EW(SIGMOID, UNARY, "sigmoid", false, infer_unary, flops_out4),
-    ROW(CAST, ELEMENTWISE, true, 0, infer_cast, flops_out),
-    EW(ADD, BINARY, "add", true, infer_binary, flops_out),
-    EW(SUB, BINARY, "sub", true, infer_binary, flops_out),
-    EW(MUL, BINARY, "mul", true, infer_binary, flops_out),
-    EW(DIV, BINARY, "div", true, infer_binary, flops_out),
-    EW(POW, BINARY, "pow", false, infer_binary, flops_out4),
-    EW(MAXIMUM, BINARY, "maximum", true, infer_binary, flops_out),
-    EW(MINIMUM, BINARY, "minimum", true, infer_binary, flops_out),
-    EW(EQUAL, COMPARE, NULL, true, infer_binary, flops_out),
-    EW(GREATER, COMPARE, NULL, true, infer_binary, flops_out),
-    ROW(WHERE, ELEMENTWISE, true, 0, infer_where, flops_out),
+#define UNARY_ROW(A, ID, formula, ints, flops, cheap) EW(ID, UNARY, #formula, ints, infer_unary, flops_out##flops),
+    TFG_OPS_UNARY(UNARY_ROW, )
+#undef UNARY_ROW
+    ROW(CAST, ELEMENTWISE, true, 0, infer_cast, flops_out1),
+#define BINARY_ROW(A, ID, formula, sig, ints, flops, cheap) EW(ID, BINARY, #formula, ints, infer_binary, flops_out##flops),
+    TFG_OPS_BINARY(BINARY_ROW, )
+#undef BINARY_ROW
+#define COMPARE_ROW(A, ID, formula, oper) EW(ID, COMPARE, NULL, true, infer_binary, flops_out1),
+    TFG_OPS_COMPARE(COMPARE_ROW, )
+#undef COMPARE_ROW
+    ROW(WHERE, ELEMENTWISE, true, 0, infer_where, flops_out1),
     ROW(MATMUL, LINALG, true, 0, infer_matmul, flops_matmul),
     ROW(SUM, REDUCE, true, 0, infer_reduce, flops_in),
     ROW(MEAN, REDUCE, true, 0, infer_reduce, flops_in),
@@ -882,18 +875,18 @@ static const tfg_op_def ops[] = {
     ROW(AVG_POOL, NN, true, 0, infer_pool, flops_pool),
     ROW(LAYER_NORM, NN, true, 0, infer_layer_norm, flops_in5),
     ROW(ATTENTION, NN, true, 0, infer_attention, flops_attention),
-    ROW(DROPOUT, NN, false, 0, infer_dropout, flops_out), /* a mask per node and step */
+    ROW(DROPOUT, NN, false, 0, infer_dropout, flops_out1), /* a mask per node and step */
     ROW(EMBEDDING, NN, true, 0, infer_embedding, flops_none),
     ROW(ONE_HOT, NN, true, 0, infer_one_hot, flops_none),
     ROW(ACCURACY, NN, true, 0, infer_accuracy, flops_in),
-    ROW(RELU_GRAD, GRAD, true, 0, infer_like_input, flops_out),
+    ROW(RELU_GRAD, GRAD, true, 0, infer_like_input, flops_out1),
     ROW(GELU_GRAD, GRAD, true, 0, infer_like_input, flops_out4),
     ROW(CROSS_ENTROPY_GRAD, GRAD, true, 0, infer_like_input, flops_in5),
     ROW(LAYER_NORM_GRAD, GRAD, true, 0, infer_like_input, flops_in5),
     ROW(CONV2D_GRAD_INPUT, GRAD, true, 0, infer_target, flops_conv2d_grad),
     ROW(CONV2D_GRAD_WEIGHT, GRAD, true, 0, infer_target, flops_conv2d_grad),
     ROW(MAX_POOL_GRAD, GRAD, true, 0, infer_like_input, flops_in),
-    ROW(AVG_POOL_GRAD, GRAD, true, 0, infer_target, flops_out),
+    ROW(AVG_POOL_GRAD, GRAD, true, 0, infer_target, flops_out1),
     ROW(ATTENTION_PROBS, GRAD, true, 0, infer_attention, flops_attention),
     ROW(ATTENTION_GRAD, GRAD, true, 0, infer_attention_grad, flops_attention_grad),
     ROW(EMBEDDING_GRAD, GRAD, true, 0, infer_embedding_grad, flops_in),
@@ -902,7 +895,7 @@ static const tfg_op_def ops[] = {
     ROW(GRAD_ACCUMULATE, UPDATE, false, IN(0), infer_update, flops_update),             /* the accumulator */
     ROW(AMP_UPDATE, UPDATE, false, IN(0) | IN(2) | IN(3), infer_amp_update, flops_none),
     /* the grad scaler's scale and its two counts */
-    ROW(ALLREDUCE, COLLECTIVE, false, 0, infer_like_input, flops_out), /* a rendezvous keyed per node */
+    ROW(ALLREDUCE, COLLECTIVE, false, 0, infer_like_input, flops_out1), /* a rendezvous keyed per node */
     ROW(FUSED, FUSED, false, 0, infer_fused, flops_fused), /* made by the executor; attrs.data its program */
 #undef ROW
 #undef EW

@@ -1,12 +1,15 @@
 /* kernels/elementwise_math.h: the per-element formulas of the elementwise
- * ops (NEG EXP LOG SQRT RSQRT ABS RELU GELU TANH SIGMOID, ADD SUB MUL DIV
- * POW MAXIMUM MINIMUM on f32 and f64; NEG ABS RELU ADD SUB MUL DIV
- * MAXIMUM MINIMUM on i32 and i64), written once for every kernel that
+ * ops, one function per op and element type: tfg_em_<formula>_<S>, S f32
+ * or f64, and i32 and i64 for the ops that take integers (the lines of
+ * TFG_OPS_UNARY and TFG_OPS_BINARY, ir/op_list.h, name each op's formula
+ * and say whether it takes integers), written once for every kernel that
  * computes them: the CPU ops (kernels/cpu/elementwise.c), the CPU fused
- * chain (kernels/cpu/fused.c), the CUDA ops (kernels/cuda/elementwise.cu)
- * and the CUDA fused chain (kernels/cuda/fused.cu). A chain fused by the
- * planner therefore gives the same bits as its ops run one at a time, on
- * either backend.
+ * chain (kernels/cpu/fused.c), the CUDA ops (kernels/cuda/elementwise.cu),
+ * the CUDA fused chain (kernels/cuda/fused.cu) and the source NVRTC
+ * compiles for a chain (kernels/fused_codegen.c). Each of them generates
+ * its switch over the ops from those lists, so a formula added here with
+ * its line there runs everywhere; a chain fused by the planner gives the
+ * same bits as its ops run one at a time, on either backend.
  *
  *   float y = tfg_em_gelu_f32(x);                      // one op
  *   double z = tfg_em_binary_f64(TFG_OP_POW, x, p);    // by op id
@@ -36,11 +39,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "ir/op_list.h"
 #include "kernels/hostdev.h"
 
-TFG_C_BEGIN
-#include "ir/ops.h"
-TFG_C_END
+/* The element type of each suffix S, for code generated per suffix from
+ * the lists of ir/op_list.h (TFG_EM_T_f32 is float). */
+#define TFG_EM_T_f32 float
+#define TFG_EM_T_f64 double
+#define TFG_EM_T_i32 int32_t
+#define TFG_EM_T_i64 int64_t
 
 /* 1 / sqrt(2), the digits of glibc's M_SQRT1_2 (the same double), which
  * strict C11 and nvcc's device code do not both define. */
@@ -113,47 +120,31 @@ TFG_HD double tfg_em_minimum_f64(double x, double y) { return (x < y || x != x) 
 
 /* ---- by op id ------------------------------------------------------------------ */
 
-/* The unary op `op` of x, or NaN for an op that is not one of the ten. */
-#define TFG_EM_UNARY(S, T)                                                  \
-  TFG_HD T tfg_em_unary_##S(int op, T x) {                               \
+/* The formula of op (one of TFG_OPS_UNARY; of TFG_OPS_BINARY) of x (and
+ * y) in S. The callers pass checked ops only (tfg_kernel_check_unary and
+ * _binary, tfg_fused_check), so any other op is a bug: it stops there
+ * (TFG_HD_UNREACHABLE) rather than computing something. */
+#define TFG_EM_UNARY_CASE_(S, ID, formula, ints, flops, cheap) \
+  case TFG_OP_##ID: return tfg_em_##formula##_##S(x);
+#define TFG_EM_BINARY_CASE_(S, ID, formula, sig, ints, flops, cheap) \
+  case TFG_OP_##ID: return tfg_em_##formula##_##S(x, y);
+#define TFG_EM_BY_OP(S, T)                                                  \
+  TFG_HD T tfg_em_unary_##S(int op, T x) {                                  \
     switch (op) {                                                           \
-    case TFG_OP_NEG: return tfg_em_neg_##S(x);                              \
-    case TFG_OP_EXP: return tfg_em_exp_##S(x);                              \
-    case TFG_OP_LOG: return tfg_em_log_##S(x);                              \
-    case TFG_OP_SQRT: return tfg_em_sqrt_##S(x);                            \
-    case TFG_OP_RSQRT: return tfg_em_rsqrt_##S(x);                          \
-    case TFG_OP_ABS: return tfg_em_abs_##S(x);                              \
-    case TFG_OP_RELU: return tfg_em_relu_##S(x);                            \
-    case TFG_OP_GELU: return tfg_em_gelu_##S(x);                            \
-    case TFG_OP_TANH: return tfg_em_tanh_##S(x);                            \
-    case TFG_OP_SIGMOID: return tfg_em_sigmoid_##S(x);                      \
-    case TFG_OP_BROADCAST: return x; /* a fused chain's pass-through */     \
-    default: return (T)NAN;                                                 \
+    TFG_OPS_UNARY(TFG_EM_UNARY_CASE_, S)                                    \
+    default: TFG_HD_UNREACHABLE();                                          \
+    }                                                                       \
+  }                                                                         \
+  TFG_HD T tfg_em_binary_##S(int op, T x, T y) {                            \
+    switch (op) {                                                           \
+    TFG_OPS_BINARY(TFG_EM_BINARY_CASE_, S)                                  \
+    default: TFG_HD_UNREACHABLE();                                          \
     }                                                                       \
   }
 
-/* The binary op `op` of x and y, or NaN for an op that is not one of the seven. */
-#define TFG_EM_BINARY(S, T)                                                 \
-  TFG_HD T tfg_em_binary_##S(int op, T x, T y) {                         \
-    switch (op) {                                                           \
-    case TFG_OP_ADD: return tfg_em_add_##S(x, y);                           \
-    case TFG_OP_SUB: return tfg_em_sub_##S(x, y);                           \
-    case TFG_OP_MUL: return tfg_em_mul_##S(x, y);                           \
-    case TFG_OP_DIV: return tfg_em_div_##S(x, y);                           \
-    case TFG_OP_POW: return tfg_em_pow_##S(x, y);                           \
-    case TFG_OP_MAXIMUM: return tfg_em_maximum_##S(x, y);                   \
-    case TFG_OP_MINIMUM: return tfg_em_minimum_##S(x, y);                   \
-    default: return (T)NAN;                                                 \
-    }                                                                       \
-  }
-
-TFG_EM_UNARY(f32, float)
-TFG_EM_UNARY(f64, double)
-TFG_EM_BINARY(f32, float)
-TFG_EM_BINARY(f64, double)
-
-#undef TFG_EM_UNARY
-#undef TFG_EM_BINARY
+TFG_EM_BY_OP(f32, float)
+TFG_EM_BY_OP(f64, double)
+#undef TFG_EM_BY_OP
 
 /* ---- i32, i64 ---------------------------------------------------------------- */
 
@@ -182,36 +173,37 @@ TFG_EM_INT(i64, int64_t, uint64_t)
 
 #ifdef __cplusplus
 /* The dispatchers overloaded on the element type, for templates (the CUDA
- * kernels). Integer unary ops are NEG ABS RELU, binary ones ADD SUB MUL
- * DIV MAXIMUM MINIMUM; any other op gives 0. */
+ * kernels). The integer ones know the ops whose line says ints. */
 TFG_HD float tfg_em_unary(int op, float x) { return tfg_em_unary_f32(op, x); }
 TFG_HD double tfg_em_unary(int op, double x) { return tfg_em_unary_f64(op, x); }
 TFG_HD float tfg_em_binary(int op, float x, float y) { return tfg_em_binary_f32(op, x, y); }
 TFG_HD double tfg_em_binary(int op, double x, double y) { return tfg_em_binary_f64(op, x, y); }
 
+#define TFG_EM_INT_UNARY_CASE_(S, ID, formula, ints, flops, cheap) \
+  TFG_OPS_IF(ints, TFG_EM_UNARY_CASE_(S, ID, formula, ints, flops, cheap))
+#define TFG_EM_INT_BINARY_CASE_(S, ID, formula, sig, ints, flops, cheap) \
+  TFG_OPS_IF(ints, TFG_EM_BINARY_CASE_(S, ID, formula, sig, ints, flops, cheap))
 #define TFG_EM_INT_BY_OP(S, T)                                              \
   TFG_HD T tfg_em_unary(int op, T x) {                                      \
     switch (op) {                                                           \
-    case TFG_OP_NEG: return tfg_em_neg_##S(x);                              \
-    case TFG_OP_ABS: return tfg_em_abs_##S(x);                              \
-    case TFG_OP_RELU: return tfg_em_relu_##S(x);                            \
-    default: return 0;                                                      \
+    TFG_OPS_UNARY(TFG_EM_INT_UNARY_CASE_, S)                                \
+    default: TFG_HD_UNREACHABLE();                                          \
     }                                                                       \
   }                                                                         \
   TFG_HD T tfg_em_binary(int op, T x, T y) {                                \
     switch (op) {                                                           \
-    case TFG_OP_ADD: return tfg_em_add_##S(x, y);                           \
-    case TFG_OP_SUB: return tfg_em_sub_##S(x, y);                           \
-    case TFG_OP_MUL: return tfg_em_mul_##S(x, y);                           \
-    case TFG_OP_DIV: return tfg_em_div_##S(x, y);                           \
-    case TFG_OP_MAXIMUM: return tfg_em_maximum_##S(x, y);                   \
-    case TFG_OP_MINIMUM: return tfg_em_minimum_##S(x, y);                   \
-    default: return 0;                                                      \
+    TFG_OPS_BINARY(TFG_EM_INT_BINARY_CASE_, S)                              \
+    default: TFG_HD_UNREACHABLE();                                          \
     }                                                                       \
   }
 TFG_EM_INT_BY_OP(i32, int32_t)
 TFG_EM_INT_BY_OP(i64, int64_t)
 #undef TFG_EM_INT_BY_OP
+#undef TFG_EM_INT_UNARY_CASE_
+#undef TFG_EM_INT_BINARY_CASE_
 #endif
+
+#undef TFG_EM_UNARY_CASE_
+#undef TFG_EM_BINARY_CASE_
 
 #endif

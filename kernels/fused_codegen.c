@@ -3,16 +3,18 @@
 #include "kernels/fused_codegen.h"
 
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "ir/ops.h"
 
-/* The texts of kernels/hostdev.h and kernels/elementwise_math.h, made by
- * the build (kernels/embed.awk) from the files this tfg was built with. */
+/* The texts of kernels/hostdev.h, kernels/elementwise_math.h and
+ * ir/op_list.h (the op ids and the lists the formulas' dispatchers are
+ * generated from), made by the build (kernels/embed.awk) from the files
+ * this tfg was built with. */
 extern const char tfg_hostdev_h_text[];
 extern const char tfg_elementwise_math_h_text[];
+extern const char tfg_op_list_h_text[];
 
 /* What elementwise_math.h takes from the C library, for NVRTC, which has
  * the device math functions built in but no headers: NAN and the fixed
@@ -25,27 +27,16 @@ static const char stdint_h[] = "#pragma once\n"
                                "typedef unsigned short uint16_t;\ntypedef unsigned int uint32_t;\n"
                                "typedef unsigned long long uint64_t;\n";
 
-/* ir/ops.h as the generated code needs it: the op ids, from the op list. */
-static char ops_h[8192];
-static pthread_once_t ops_once = PTHREAD_ONCE_INIT;
-
-static void make_ops_h(void) {
-  size_t at = (size_t)snprintf(ops_h, sizeof ops_h, "#pragma once\n");
-#define X(ID, name, sig) \
-  at += (size_t)snprintf(ops_h + at, sizeof ops_h - at, "#define TFG_OP_%s %d\n", #ID, (int)TFG_OP_##ID);
-  TFG_OPS(X)
-#undef X
-}
-
-/* Thread-safe: the texts are made once. */
+/* Static storage: nothing to make at run time. */
 void tfg_fused_headers(const char *const **names, const char *const **texts, int *count) {
-  static const char *const n[] = {"kernels/elementwise_math.h", "kernels/hostdev.h", "ir/ops.h", "math.h",
+  static const char *const n[] = {"kernels/elementwise_math.h", "kernels/hostdev.h", "ir/op_list.h", "math.h",
                                   "stdbool.h", "stdint.h"};
-  static const char *const t[] = {tfg_elementwise_math_h_text, tfg_hostdev_h_text, ops_h, math_h, stdbool_h, stdint_h};
-  pthread_once(&ops_once, make_ops_h);
+  static const char *const t[] = {tfg_elementwise_math_h_text, tfg_hostdev_h_text, tfg_op_list_h_text,
+                                  math_h, stdbool_h, stdint_h};
+  _Static_assert(sizeof n / sizeof n[0] == sizeof t / sizeof t[0], "a text per header name");
   *names = n;
   *texts = t;
-  *count = 6;
+  *count = (int)(sizeof n / sizeof n[0]);
 }
 
 uint64_t tfg_fused_source_hash(const char *src, const char *target) {

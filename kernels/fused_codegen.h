@@ -36,10 +36,10 @@
 bool tfg_fused_codegen(const tfg_fused_prog *prog, tfg_dtype dt, int64_t n, tfg_strbuf *out);
 
 /* The headers the source includes, for nvrtcCreateProgram: *count names
- * and texts (static storage): kernels/elementwise_math.h and
- * kernels/hostdev.h as tfg was built with them, ir/ops.h as the op ids
- * alone, and small <math.h>, <stdbool.h>, <stdint.h> for NVRTC, which
- * has no C library. */
+ * and texts (static storage): kernels/elementwise_math.h,
+ * kernels/hostdev.h and ir/op_list.h as tfg was built with them, and
+ * small <math.h>, <stdbool.h>, <stdint.h> for NVRTC, which has no C
+ * library. */
 void tfg_fused_headers(const char *const **names, const char *const **texts, int *count);
 
 /* FNV-1a over the source and the target (a cache key). */

@@ -55,6 +55,18 @@
 #define TFG_RN_SQRT64(x) sqrt(x)
 #endif
 
+/* TFG_HD_UNREACHABLE(): a point the checks before it exclude, such as
+ * the default of a switch over ops that were checked: it stops there
+ * instead of computing a value for the wrong op. On the device a trap
+ * (the launch fails, and the backend reports it at its next
+ * synchronize), on the host an abort. Either way the compiler knows that
+ * nothing follows, so a function may end in one without a return. */
+#if defined(__CUDA_ARCH__)
+#define TFG_HD_UNREACHABLE() do { __trap(); __builtin_unreachable(); } while (0)
+#else
+#define TFG_HD_UNREACHABLE() __builtin_trap()
+#endif
+
 /* GCC never contracts in ISO C mode; clang does by default, unless told.
  * The pragma holds to the end of the including file, which is what a
  * kernel file that rounds like this wants anyway. */

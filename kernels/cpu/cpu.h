@@ -41,8 +41,8 @@ TFG_CPU_KERNEL(tfg_cpu_init);    /* INIT: fills per attrs.init */
 tfg_status tfg_cpu_init_fill(tfg_tensor *t, const tfg_attrs *a);
 
 /* kernels/cpu/elementwise.c */
-TFG_CPU_KERNEL(tfg_cpu_unary);   /* NEG EXP LOG SQRT RSQRT ABS RELU GELU TANH SIGMOID */
-TFG_CPU_KERNEL(tfg_cpu_binary);  /* ADD SUB MUL DIV POW MAXIMUM MINIMUM EQUAL GREATER */
+TFG_CPU_KERNEL(tfg_cpu_unary);   /* the ops of TFG_OPS_UNARY (ir/op_list.h) */
+TFG_CPU_KERNEL(tfg_cpu_binary);  /* the ops of TFG_OPS_BINARY and TFG_OPS_COMPARE */
 TFG_CPU_KERNEL(tfg_cpu_where);
 TFG_CPU_KERNEL(tfg_cpu_cast);
 

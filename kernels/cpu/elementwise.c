@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/assert.h"
 #include "kernels/cast_math.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/cpu_impl.h"
@@ -83,9 +84,6 @@ typedef struct unary_job {
   void *y;
 } unary_job;
 
-/* FN(tfg_em_exp_, f32) is tfg_em_exp_f32: one loop body for f32 and f64. */
-#define FN(name, suf) name##suf
-
 #define MAP(T, EXPR)                                              \
   do {                                                            \
     const T *X_ = (const T *)xs;                                  \
@@ -96,41 +94,39 @@ typedef struct unary_job {
     }                                                             \
   } while (0)
 
-/* The float ops for type T (S: f32 or f64), with the formulas the fused
- * kernels share (kernels/elementwise_math.h). */
-#define UNARY_FLOAT(T, S)                                                                 \
-  switch (op) {                                                                        \
-  case TFG_OP_NEG: MAP(T, FN(tfg_em_neg_, S)(x)); break;                                  \
-  case TFG_OP_EXP: MAP(T, FN(tfg_em_exp_, S)(x)); break;                                  \
-  case TFG_OP_LOG: MAP(T, FN(tfg_em_log_, S)(x)); break;                                  \
-  case TFG_OP_SQRT: MAP(T, FN(tfg_em_sqrt_, S)(x)); break;                                \
-  case TFG_OP_RSQRT: MAP(T, FN(tfg_em_rsqrt_, S)(x)); break;                              \
-  case TFG_OP_ABS: MAP(T, FN(tfg_em_abs_, S)(x)); break;                                  \
-  case TFG_OP_RELU: MAP(T, FN(tfg_em_relu_, S)(x)); break;                                \
-  case TFG_OP_GELU: FN(tfg_vm_gelu_, S)((const T *)xs, (T *)ys, n); break;                \
-  case TFG_OP_TANH: MAP(T, FN(tfg_em_tanh_, S)(x)); break;                                \
-  case TFG_OP_SIGMOID: MAP(T, FN(tfg_em_sigmoid_, S)(x)); break;                          \
-  default: break;                                                                         \
+/* One MAP loop per unary op of ir/op_list.h, over elements of suffix S
+ * (f32 f64 i32 i64), with the formula the fused kernels share
+ * (kernels/elementwise_math.h); INT_CASE only for the ops that take
+ * integers (their formulas wrap: INT_MIN negates to itself). */
+#define UNARY_CASE(S, ID, formula, ints, flops, cheap) \
+  case TFG_OP_##ID: MAP(TFG_EM_T_##S, tfg_em_##formula##_##S(x)); break;
+#define UNARY_INT_CASE(S, ID, formula, ints, flops, cheap) \
+  TFG_OPS_IF(ints, UNARY_CASE(S, ID, formula, ints, flops, cheap))
+
+/* The switch over the unary ops for suffix S, its cases CASE. */
+#define UNARY_SWITCH(CASE, S)                                    \
+  switch (op) {                                                  \
+    TFG_OPS_UNARY(CASE, S)                                       \
+  default: TFG_ASSERT(!"a unary op (checked) of this dtype");    \
   }
 
-/* NEG ABS RELU on a signed integer type T (S: i32 or i64): the shared
- * wrapping formulas (INT_MIN negates to itself instead of being UB). */
-#define UNARY_INT(T, S)                                                 \
-  switch (op) {                                                      \
-  case TFG_OP_NEG: MAP(T, FN(tfg_em_neg_, S)(x)); break;                \
-  case TFG_OP_ABS: MAP(T, FN(tfg_em_abs_, S)(x)); break;                \
-  case TFG_OP_RELU: MAP(T, FN(tfg_em_relu_, S)(x)); break;              \
-  default: break;                                                       \
-  }
-
-/* ys[0..n) = op(xs[0..n)) in dtype dt (f32 f64 i32 i64); xs may be ys. */
+/* ys[0..n) = op(xs[0..n)) in dtype dt (f32 f64 i32 i64); xs may be ys.
+ * op and dt are checked (tfg_kernel_check_unary_on; f16/bf16 arrive
+ * widened to f32). gelu runs a row at a time through libmvec
+ * (kernels/cpu/vmath.h): the same formula, in vector lanes. */
 static void unary_row(tfg_op_id op, tfg_dtype dt, const void *xs, void *ys, int64_t n) {
   switch (dt) {
-  case TFG_DTYPE_F32: UNARY_FLOAT(float, f32); break;
-  case TFG_DTYPE_F64: UNARY_FLOAT(double, f64); break;
-  case TFG_DTYPE_I32: UNARY_INT(int32_t, i32); break;
-  case TFG_DTYPE_I64: UNARY_INT(int64_t, i64); break;
-  default: break;
+  case TFG_DTYPE_F32:
+    if (op == TFG_OP_GELU) tfg_vm_gelu_f32((const float *)xs, (float *)ys, n);
+    else UNARY_SWITCH(UNARY_CASE, f32)
+    break;
+  case TFG_DTYPE_F64:
+    if (op == TFG_OP_GELU) tfg_vm_gelu_f64((const double *)xs, (double *)ys, n);
+    else UNARY_SWITCH(UNARY_CASE, f64)
+    break;
+  case TFG_DTYPE_I32: UNARY_SWITCH(UNARY_INT_CASE, i32) break;
+  case TFG_DTYPE_I64: UNARY_SWITCH(UNARY_INT_CASE, i64) break;
+  default: TFG_ASSERT(!"a dtype the unary ops compute in");
   }
 }
 
@@ -156,20 +152,26 @@ static void unary_chunk(void *arg, int64_t lo, int64_t hi, int64_t k) {
   }
 }
 
+/* The cheap column of op's line in ir/op_list.h (a comparison is cheap):
+ * memory-bound ops get bigger chunks. */
 static bool op_is_cheap(tfg_op_id op) {
   switch (op) {
-  case TFG_OP_NEG: case TFG_OP_ABS: case TFG_OP_RELU: case TFG_OP_ADD: case TFG_OP_SUB:
-  case TFG_OP_MUL: case TFG_OP_MAXIMUM: case TFG_OP_MINIMUM: case TFG_OP_EQUAL:
-  case TFG_OP_GREATER:
-    return true;
-  default:
-    return false;
+#define CHEAP_U(A, ID, formula, ints, flops, cheap) case TFG_OP_##ID: return cheap;
+    TFG_OPS_UNARY(CHEAP_U, )
+#undef CHEAP_U
+#define CHEAP_B(A, ID, formula, sig, ints, flops, cheap) case TFG_OP_##ID: return cheap;
+    TFG_OPS_BINARY(CHEAP_B, )
+#undef CHEAP_B
+#define CHEAP_C(A, ID, formula, oper) case TFG_OP_##ID: return true;
+    TFG_OPS_COMPARE(CHEAP_C, )
+#undef CHEAP_C
+  default: TFG_ASSERT(!"an elementwise op with a line in ir/op_list.h"); return false;
   }
 }
 
-/* NEG EXP LOG SQRT RSQRT ABS RELU GELU TANH SIGMOID on f32/f64/f16/bf16
- * (the 16-bit ones computed in f32); NEG ABS RELU also on i32/i64. Input
- * and output have one shape and dtype. */
+/* The ops of TFG_OPS_UNARY (ir/op_list.h) on f32/f64/f16/bf16 (the 16-bit
+ * ones computed in f32), and on i32/i64 those whose line says ints.
+ * Input and output have one shape and dtype. */
 TFG_CPU_KERNEL(tfg_cpu_unary) {
   tfg_status st = tfg_kernel_check_unary_on(ctx, node, in, out, "CPU", true);
   if (st != TFG_OK) return st;
@@ -212,43 +214,45 @@ typedef struct binary_job {
     }                                                                                         \
   } while (0)
 
-/* The ops of every dtype but bool, with the shared formulas (S: f32 f64
- * i32 i64; POW, floats only, is the caller's): maximum/minimum propagate
+/* One ZIP loop per binary op and comparison of ir/op_list.h, over
+ * inputs of suffix S, with the shared formulas: maximum/minimum propagate
  * NaN from either side, as PyTorch does; integer ops wrap, and division
  * truncates toward zero (C semantics): the caller has already rejected
  * zero divisors, and INT_MIN / -1 (which traps on x86) is computed as the
- * wrapped negation. */
-#define BINARY(T, S)                                                         \
-  switch (op) {                                                              \
-  case TFG_OP_ADD: ZIP(T, T, FN(tfg_em_add_, S)(x, y)); break;               \
-  case TFG_OP_SUB: ZIP(T, T, FN(tfg_em_sub_, S)(x, y)); break;               \
-  case TFG_OP_MUL: ZIP(T, T, FN(tfg_em_mul_, S)(x, y)); break;               \
-  case TFG_OP_DIV: ZIP(T, T, FN(tfg_em_div_, S)(x, y)); break;               \
-  case TFG_OP_MAXIMUM: ZIP(T, T, FN(tfg_em_maximum_, S)(x, y)); break;       \
-  case TFG_OP_MINIMUM: ZIP(T, T, FN(tfg_em_minimum_, S)(x, y)); break;       \
-  case TFG_OP_EQUAL: ZIP(T, uint8_t, x == y); break;                         \
-  case TFG_OP_GREATER: ZIP(T, uint8_t, x > y); break;                        \
-  default: break;                                                            \
+ * wrapped negation. INT_CASE only for the ops that take integers (POW
+ * does not); a comparison writes bools, T any input type. */
+#define BINARY_CASE(S, ID, formula, sig, ints, flops, cheap) \
+  case TFG_OP_##ID: ZIP(TFG_EM_T_##S, TFG_EM_T_##S, tfg_em_##formula##_##S(x, y)); break;
+#define BINARY_INT_CASE(S, ID, formula, sig, ints, flops, cheap) \
+  TFG_OPS_IF(ints, BINARY_CASE(S, ID, formula, sig, ints, flops, cheap))
+#define COMPARE_CASE(T, ID, formula, oper) \
+  case TFG_OP_##ID: ZIP(T, uint8_t, x oper y); break;
+
+/* The switch over the binary ops and comparisons for suffix S (type T),
+ * the binary ones' cases CASE. */
+#define BINARY_SWITCH(CASE, S, T)                                \
+  switch (op) {                                                  \
+    TFG_OPS_BINARY(CASE, S)                                      \
+    TFG_OPS_COMPARE(COMPARE_CASE, T)                             \
+  default: TFG_ASSERT(!"a binary op (checked) of this dtype");   \
   }
 
+/* One row of op (checked: tfg_kernel_check_binary_on) on inputs of dt
+ * (f16/bf16 arrive widened to f32). */
 static void binary_row(tfg_op_id op, tfg_dtype dt, const void *a, int64_t sa, const void *b,
                        int64_t sb, void *o, int64_t n) {
   switch (dt) {
-  case TFG_DTYPE_F32:
-    if (op == TFG_OP_POW) ZIP(float, float, tfg_em_pow_f32(x, y));
-    else BINARY(float, f32);
-    break;
-  case TFG_DTYPE_F64:
-    if (op == TFG_OP_POW) ZIP(double, double, tfg_em_pow_f64(x, y));
-    else BINARY(double, f64);
-    break;
-  case TFG_DTYPE_I32: BINARY(int32_t, i32); break;
-  case TFG_DTYPE_I64: BINARY(int64_t, i64); break;
+  case TFG_DTYPE_F32: BINARY_SWITCH(BINARY_CASE, f32, float) break;
+  case TFG_DTYPE_F64: BINARY_SWITCH(BINARY_CASE, f64, double) break;
+  case TFG_DTYPE_I32: BINARY_SWITCH(BINARY_INT_CASE, i32, int32_t) break;
+  case TFG_DTYPE_I64: BINARY_SWITCH(BINARY_INT_CASE, i64, int64_t) break;
   case TFG_DTYPE_BOOL:
-    if (op == TFG_OP_EQUAL) ZIP(uint8_t, uint8_t, x == y);
-    else if (op == TFG_OP_GREATER) ZIP(uint8_t, uint8_t, x > y);
+    switch (op) {
+      TFG_OPS_COMPARE(COMPARE_CASE, uint8_t)
+    default: TFG_ASSERT(!"a comparison (the one binary kind on bools)");
+    }
     break;
-  default: break;
+  default: TFG_ASSERT(!"a dtype the binary ops compute in");
   }
 }
 
@@ -307,9 +311,10 @@ static bool has_zero(const tfg_tensor *t) {
   return z;
 }
 
-/* ADD SUB MUL DIV POW MAXIMUM MINIMUM on f32/f64/f16/bf16 (the 16-bit
- * ones computed in f32) and, but POW, on i32/i64; EQUAL GREATER on those
- * and bool with a bool output. Both inputs share a dtype and broadcast to
+/* The ops of TFG_OPS_BINARY (ir/op_list.h) on f32/f64/f16/bf16 (the
+ * 16-bit ones computed in f32), and on i32/i64 those whose line says
+ * ints; those of TFG_OPS_COMPARE on all of these and bool, with a bool
+ * output. Both inputs share a dtype and broadcast to
  * out's shape. Integer division by zero is TFG_ERR_NUMERIC and writes
  * nothing. */
 TFG_CPU_KERNEL(tfg_cpu_binary) {
@@ -487,13 +492,17 @@ TFG_CPU_KERNEL(tfg_cpu_cast) {
   return TFG_OK;
 }
 
+/* The kernels of every op of ir/op_list.h's elementwise lists, by line. */
 void tfg_cpu_register_elementwise(tfg_kernel_fn *table) {
-  static const int unary[] = {TFG_OP_NEG, TFG_OP_EXP, TFG_OP_LOG, TFG_OP_SQRT, TFG_OP_RSQRT,
-                              TFG_OP_ABS, TFG_OP_RELU, TFG_OP_GELU, TFG_OP_TANH, TFG_OP_SIGMOID};
-  static const int binary[] = {TFG_OP_ADD, TFG_OP_SUB, TFG_OP_MUL, TFG_OP_DIV, TFG_OP_POW,
-                               TFG_OP_MAXIMUM, TFG_OP_MINIMUM, TFG_OP_EQUAL, TFG_OP_GREATER};
-  for (size_t i = 0; i < sizeof unary / sizeof *unary; i++) table[unary[i]] = tfg_cpu_unary;
-  for (size_t i = 0; i < sizeof binary / sizeof *binary; i++) table[binary[i]] = tfg_cpu_binary;
+#define REG_U(A, ID, formula, ints, flops, cheap) table[TFG_OP_##ID] = tfg_cpu_unary;
+  TFG_OPS_UNARY(REG_U, )
+#undef REG_U
+#define REG_B(A, ID, formula, sig, ints, flops, cheap) table[TFG_OP_##ID] = tfg_cpu_binary;
+  TFG_OPS_BINARY(REG_B, )
+#undef REG_B
+#define REG_C(A, ID, formula, oper) table[TFG_OP_##ID] = tfg_cpu_binary;
+  TFG_OPS_COMPARE(REG_C, )
+#undef REG_C
   table[TFG_OP_WHERE] = tfg_cpu_where;
   table[TFG_OP_CAST] = tfg_cpu_cast;
 }

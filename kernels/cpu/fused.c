@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/assert.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/parallel.h"
@@ -76,27 +77,23 @@ typedef struct fused_job {
     for (int64_t i = 1; sa != 1 && i < n; i++) Y_[i] = Y_[0];             \
   } while (0)
 
+/* One loop per op of ir/op_list.h's unary and binary lists, with its
+ * formula in suffix S. */
+#define FUSED_U(S, ID, formula, ints, flops, cheap) \
+  case TFG_OP_##ID: MAP1(TFG_EM_T_##S, tfg_em_##formula##_##S); break;
+#define FUSED_B(S, ID, formula, sig, ints, flops, cheap) \
+  case TFG_OP_##ID: MAP2(TFG_EM_T_##S, tfg_em_##formula##_##S); break;
+
+/* Op o of a checked program (tfg_fused_check) over the row: gelu a row
+ * at a time as the unfused kernel runs it, BROADCAST its operand passed
+ * through, any other op its formula. */
 #define OPS(T, S)                                                             \
-  switch (o->op) {                                                            \
-  case TFG_OP_NEG: MAP1(T, tfg_em_neg_##S); break;                            \
-  case TFG_OP_EXP: MAP1(T, tfg_em_exp_##S); break;                            \
-  case TFG_OP_LOG: MAP1(T, tfg_em_log_##S); break;                            \
-  case TFG_OP_SQRT: MAP1(T, tfg_em_sqrt_##S); break;                          \
-  case TFG_OP_RSQRT: MAP1(T, tfg_em_rsqrt_##S); break;                        \
-  case TFG_OP_ABS: MAP1(T, tfg_em_abs_##S); break;                            \
-  case TFG_OP_RELU: MAP1(T, tfg_em_relu_##S); break;                          \
-  case TFG_OP_GELU: GELU(T, S); break;                                        \
-  case TFG_OP_TANH: MAP1(T, tfg_em_tanh_##S); break;                          \
-  case TFG_OP_SIGMOID: MAP1(T, tfg_em_sigmoid_##S); break;                    \
-  case TFG_OP_BROADCAST: MAP1(T, ); break;                                    \
-  case TFG_OP_ADD: MAP2(T, tfg_em_add_##S); break;                            \
-  case TFG_OP_SUB: MAP2(T, tfg_em_sub_##S); break;                            \
-  case TFG_OP_MUL: MAP2(T, tfg_em_mul_##S); break;                            \
-  case TFG_OP_DIV: MAP2(T, tfg_em_div_##S); break;                            \
-  case TFG_OP_POW: MAP2(T, tfg_em_pow_##S); break;                            \
-  case TFG_OP_MAXIMUM: MAP2(T, tfg_em_maximum_##S); break;                    \
-  case TFG_OP_MINIMUM: MAP2(T, tfg_em_minimum_##S); break;                    \
-  default: break;                                                             \
+  if (o->op == TFG_OP_GELU) GELU(T, S);                                       \
+  else if (o->op == TFG_OP_BROADCAST) MAP1(T, );                              \
+  else switch (o->op) {                                                       \
+    TFG_OPS_UNARY(FUSED_U, S)                                                 \
+    TFG_OPS_BINARY(FUSED_B, S)                                                \
+  default: TFG_ASSERT(!"a fusable op (checked)");                             \
   }
 
 /* The row of input k for the n outputs from element base, and its

@@ -70,33 +70,28 @@ static tfg_status launch_unary(tfg_kernel_ctx *ctx, const void *x, void *y, int6
   return TFG_CUDA_LAUNCH(ctx, n, unary_kernel<OP, T>, (const T *)x, (T *)y, n);
 }
 
-template <typename T>
-static tfg_status unary_float_dispatch(tfg_kernel_ctx *ctx, int op, const void *x, void *y, int64_t n) {
-  switch (op) {
-  case TFG_OP_NEG: return launch_unary<TFG_OP_NEG, T>(ctx, x, y, n);
-  case TFG_OP_EXP: return launch_unary<TFG_OP_EXP, T>(ctx, x, y, n);
-  case TFG_OP_LOG: return launch_unary<TFG_OP_LOG, T>(ctx, x, y, n);
-  case TFG_OP_SQRT: return launch_unary<TFG_OP_SQRT, T>(ctx, x, y, n);
-  case TFG_OP_RSQRT: return launch_unary<TFG_OP_RSQRT, T>(ctx, x, y, n);
-  case TFG_OP_ABS: return launch_unary<TFG_OP_ABS, T>(ctx, x, y, n);
-  case TFG_OP_RELU: return launch_unary<TFG_OP_RELU, T>(ctx, x, y, n);
-  case TFG_OP_GELU: return launch_unary<TFG_OP_GELU, T>(ctx, x, y, n);
-  case TFG_OP_TANH: return launch_unary<TFG_OP_TANH, T>(ctx, x, y, n);
-  default: return launch_unary<TFG_OP_SIGMOID, T>(ctx, x, y, n);
-  }
-}
+/* The launch of unary op OP (a constant: one kernel per op) on T, for the
+ * ops of TFG_OPS_UNARY (ir/op_list.h); on integers (std::is_integral) only
+ * those whose line says ints: the others have no integer formula. op and
+ * dtype are checked before (tfg_kernel_check_unary), so the failure after
+ * the switch is for a caller that did not check. */
+#define LAUNCH_U(T, ID, formula, ints, flops, cheap)                          \
+  case TFG_OP_##ID:                                                           \
+    if constexpr (ints || !std::is_integral<T>::value) return launch_unary<TFG_OP_##ID, T>(ctx, x, y, n); \
+    else break;
 
 template <typename T>
-static tfg_status unary_int_dispatch(tfg_kernel_ctx *ctx, int op, const void *x, void *y, int64_t n) {
+static tfg_status unary_dispatch(tfg_kernel_ctx *ctx, int op, const void *x, void *y, int64_t n) {
   switch (op) {
-  case TFG_OP_NEG: return launch_unary<TFG_OP_NEG, T>(ctx, x, y, n);
-  case TFG_OP_ABS: return launch_unary<TFG_OP_ABS, T>(ctx, x, y, n);
-  default: return launch_unary<TFG_OP_RELU, T>(ctx, x, y, n);
+    TFG_OPS_UNARY(LAUNCH_U, T)
+  default: break;
   }
+  return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s is not a unary op the GPU computes on this dtype",
+                         tfg_kernel_op_name(op));
 }
 
-/* NEG EXP LOG SQRT RSQRT ABS RELU GELU TANH SIGMOID on f32/f64; NEG ABS
- * RELU also on i32/i64 (the CPU's tfg_cpu_unary). */
+/* The ops of TFG_OPS_UNARY on f32/f64, and on i32/i64 those whose line
+ * says ints (the CPU's tfg_cpu_unary). */
 static tfg_status cuda_unary(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
   tfg_status st = tfg_kernel_check_unary(ctx, node, in, out, "GPU");
   if (st != TFG_OK) return st;
@@ -105,10 +100,13 @@ static tfg_status cuda_unary(tfg_kernel_ctx *ctx, const tfg_node *node, const tf
   int64_t n = tfg_shape_numel(&out->shape);
   if (n == 0) return TFG_OK;
   switch (dt) {
-  case TFG_DTYPE_F32: return unary_float_dispatch<float>(ctx, op, in[0].data, out->data, n);
-  case TFG_DTYPE_F64: return unary_float_dispatch<double>(ctx, op, in[0].data, out->data, n);
-  case TFG_DTYPE_I32: return unary_int_dispatch<int32_t>(ctx, op, in[0].data, out->data, n);
-  default: return unary_int_dispatch<int64_t>(ctx, op, in[0].data, out->data, n);
+  case TFG_DTYPE_F32: return unary_dispatch<float>(ctx, op, in[0].data, out->data, n);
+  case TFG_DTYPE_F64: return unary_dispatch<double>(ctx, op, in[0].data, out->data, n);
+  case TFG_DTYPE_I32: return unary_dispatch<int32_t>(ctx, op, in[0].data, out->data, n);
+  case TFG_DTYPE_I64: return unary_dispatch<int64_t>(ctx, op, in[0].data, out->data, n);
+  default: /* checked: not reached */
+    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s on %s is not supported on the GPU", tfg_kernel_op_name(op),
+                           tfg_dtype_name(dt));
   }
 }
 
@@ -119,6 +117,22 @@ static tfg_status cuda_unary(tfg_kernel_ctx *ctx, const tfg_node *node, const tf
  * uint8_t for EQUAL/GREATER). The arithmetic is kernels/elementwise_math.h's
  * (integers wrap; x / -1 is the wrapped negation). An integer zero
  * divisor gives 0 and raises the device error flag. */
+/* Whether OP is a comparison (TFG_OPS_COMPARE), and x OP y for one. */
+static constexpr __host__ __device__ bool is_compare(int op) {
+#define IS_CMP(A, ID, formula, oper) op == TFG_OP_##ID ||
+  return TFG_OPS_COMPARE(IS_CMP, ) false;
+#undef IS_CMP
+}
+template <int OP, typename T>
+TFG_HD bool compare(T x, T y) {
+  switch (OP) {
+#define CMP(A, ID, formula, oper) case TFG_OP_##ID: return x oper y;
+    TFG_OPS_COMPARE(CMP, )
+#undef CMP
+  default: TFG_HD_UNREACHABLE(); /* instantiated for comparisons only */
+  }
+}
+
 template <int OP, typename T, typename TO, typename I>
 static __global__ void binary_kernel(tfg_index_map ix, const T *a, const T *b, TO *o, int64_t n,
                                      tfg_cuda_error *err, int node) {
@@ -128,8 +142,7 @@ static __global__ void binary_kernel(tfg_index_map ix, const T *a, const T *b, T
     I off[2];
     tfg_cuda_offsets<I, 2>(ix, (I)i, off);
     T x = a[off[0]], y = b[off[1]];
-    if constexpr (OP == TFG_OP_EQUAL) o[i] = (TO)(x == y);
-    else if constexpr (OP == TFG_OP_GREATER) o[i] = (TO)(x > y);
+    if constexpr (is_compare(OP)) o[i] = (TO)compare<OP>(x, y);
     else if (int_div && y == 0) {
       zero = true;
       o[i] = 0;
@@ -151,33 +164,37 @@ static tfg_status launch_binary(tfg_kernel_ctx *ctx, const tfg_index_map &ix, co
   return TFG_CUDA_LAUNCH(ctx, n, binary_kernel<OP, T, TO, uint64_t>, ix, a, b, o, n, err, (int)ctx->node);
 }
 
-/* The op switch for inputs of type T (f32 f64 i32 i64). POW is only
- * instantiated for floats (the caller refuses it on integers). */
+/* The launch of binary op or comparison OP (a constant: one kernel per
+ * op) on inputs of type T (f32 f64 i32 i64, or bool's uint8_t), for the
+ * ops of TFG_OPS_BINARY and TFG_OPS_COMPARE (ir/op_list.h): a binary op on
+ * floats, or on integers where its line says ints (POW does not); a
+ * comparison on any of them, into bools. op and dtype are checked before
+ * (tfg_kernel_check_binary), so the failure after the switch is for a
+ * caller that did not check. */
+#define LAUNCH_B(T, ID, formula, sig, ints, flops, cheap)                                  \
+  case TFG_OP_##ID:                                                                        \
+    if constexpr (std::is_floating_point<T>::value || (ints && !std::is_same<T, uint8_t>::value)) \
+      return launch_binary<TFG_OP_##ID, T, T>(ctx, ix, in, out, n);                        \
+    else break;
+#define LAUNCH_C(T, ID, formula, oper) \
+  case TFG_OP_##ID: return launch_binary<TFG_OP_##ID, T, uint8_t>(ctx, ix, in, out, n);
+
 template <typename T>
 static tfg_status binary_dispatch(tfg_kernel_ctx *ctx, int op, const tfg_index_map &ix,
                                   const tfg_tensor *in, tfg_tensor *out, int64_t n) {
   switch (op) {
-  case TFG_OP_ADD: return launch_binary<TFG_OP_ADD, T, T>(ctx, ix, in, out, n);
-  case TFG_OP_SUB: return launch_binary<TFG_OP_SUB, T, T>(ctx, ix, in, out, n);
-  case TFG_OP_MUL: return launch_binary<TFG_OP_MUL, T, T>(ctx, ix, in, out, n);
-  case TFG_OP_DIV: return launch_binary<TFG_OP_DIV, T, T>(ctx, ix, in, out, n);
-  case TFG_OP_POW:
-    if constexpr (std::is_floating_point<T>::value) return launch_binary<TFG_OP_POW, T, T>(ctx, ix, in, out, n);
-    else break;
-  case TFG_OP_MAXIMUM: return launch_binary<TFG_OP_MAXIMUM, T, T>(ctx, ix, in, out, n);
-  case TFG_OP_MINIMUM: return launch_binary<TFG_OP_MINIMUM, T, T>(ctx, ix, in, out, n);
-  case TFG_OP_EQUAL: return launch_binary<TFG_OP_EQUAL, T, uint8_t>(ctx, ix, in, out, n);
-  case TFG_OP_GREATER: return launch_binary<TFG_OP_GREATER, T, uint8_t>(ctx, ix, in, out, n);
+    TFG_OPS_BINARY(LAUNCH_B, T)
+    TFG_OPS_COMPARE(LAUNCH_C, T)
   default: break;
   }
   return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s on %s is not supported on the GPU",
                          tfg_kernel_op_name(op), tfg_dtype_name(in[0].dtype));
 }
 
-/* ADD SUB MUL DIV POW MAXIMUM MINIMUM on f32/f64 (and, but POW, on
- * i32/i64); EQUAL GREATER on f32 f64 i32 i64 bool with a bool output
- * (the CPU's tfg_cpu_binary). Both inputs share a dtype and broadcast to
- * out's shape. */
+/* The ops of TFG_OPS_BINARY on f32/f64, and on i32/i64 those whose line
+ * says ints; those of TFG_OPS_COMPARE on f32 f64 i32 i64 bool with a bool
+ * output (the CPU's tfg_cpu_binary). Both inputs share a dtype and
+ * broadcast to out's shape. */
 static tfg_status cuda_binary(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
   tfg_index_map ix;
   tfg_status st = tfg_kernel_check_binary(ctx, node, in, out, "GPU", &ix);
@@ -191,9 +208,10 @@ static tfg_status cuda_binary(tfg_kernel_ctx *ctx, const tfg_node *node, const t
   case TFG_DTYPE_F64: return binary_dispatch<double>(ctx, op, ix, in, out, n);
   case TFG_DTYPE_I32: return binary_dispatch<int32_t>(ctx, op, ix, in, out, n);
   case TFG_DTYPE_I64: return binary_dispatch<int64_t>(ctx, op, ix, in, out, n);
-  default: /* bool: EQUAL GREATER */
-    if (op == TFG_OP_EQUAL) return launch_binary<TFG_OP_EQUAL, uint8_t, uint8_t>(ctx, ix, in, out, n);
-    return launch_binary<TFG_OP_GREATER, uint8_t, uint8_t>(ctx, ix, in, out, n);
+  case TFG_DTYPE_BOOL: return binary_dispatch<uint8_t>(ctx, op, ix, in, out, n); /* comparisons */
+  default: /* checked: not reached */
+    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s on %s is not supported on the GPU", tfg_kernel_op_name(op),
+                           tfg_dtype_name(dt));
   }
 }
 
@@ -491,13 +509,17 @@ static tfg_status cuda_dropout(tfg_kernel_ctx *ctx, const tfg_node *node, const 
 
 /* ---- registration ------------------------------------------------------------- */
 
+/* The kernels of every op of ir/op_list.h's elementwise lists, by line. */
 extern "C" void tfg_cuda_register_elementwise(tfg_kernel_fn *table) {
-  static const int unary[] = {TFG_OP_NEG, TFG_OP_EXP, TFG_OP_LOG, TFG_OP_SQRT, TFG_OP_RSQRT,
-                              TFG_OP_ABS, TFG_OP_RELU, TFG_OP_GELU, TFG_OP_TANH, TFG_OP_SIGMOID};
-  static const int binary[] = {TFG_OP_ADD, TFG_OP_SUB, TFG_OP_MUL, TFG_OP_DIV, TFG_OP_POW,
-                               TFG_OP_MAXIMUM, TFG_OP_MINIMUM, TFG_OP_EQUAL, TFG_OP_GREATER};
-  for (int op : unary) table[op] = cuda_unary;
-  for (int op : binary) table[op] = cuda_binary;
+#define REG_U(A, ID, formula, ints, flops, cheap) table[TFG_OP_##ID] = cuda_unary;
+  TFG_OPS_UNARY(REG_U, )
+#undef REG_U
+#define REG_B(A, ID, formula, sig, ints, flops, cheap) table[TFG_OP_##ID] = cuda_binary;
+  TFG_OPS_BINARY(REG_B, )
+#undef REG_B
+#define REG_C(A, ID, formula, oper) table[TFG_OP_##ID] = cuda_binary;
+  TFG_OPS_COMPARE(REG_C, )
+#undef REG_C
   table[TFG_OP_WHERE] = cuda_where;
   table[TFG_OP_CAST] = cuda_cast;
   table[TFG_OP_INIT] = cuda_init;

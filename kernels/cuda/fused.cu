@@ -46,8 +46,10 @@ static __global__ void fused_kernel(tfg_fused_prog p, fused_inputs in, T *out, i
       if (k < p.ninputs) v[k] = ((const T *)in.p[k])[p.len[k] == n ? i : p.len[k] == 1 ? 0 : i / p.div[k] % p.len[k]];
     for (int s = 0; s < p.nops; s++) {
       const tfg_fused_op o = p.ops[s];
-      /* binary when it has a second operand (b >= 0) */
-      v[TFG_FUSED_MAX_INPUTS + s] = o.b >= 0 ? tfg_em_binary(o.op, v[o.a], v[o.b]) : tfg_em_unary(o.op, v[o.a]);
+      /* binary when it has a second operand (b >= 0); BROADCAST passes its operand through */
+      v[TFG_FUSED_MAX_INPUTS + s] = o.b >= 0                       ? tfg_em_binary(o.op, v[o.a], v[o.b])
+                                    : o.op == TFG_OP_BROADCAST ? v[o.a]
+                                                               : tfg_em_unary(o.op, v[o.a]);
     }
     out[i] = v[TFG_FUSED_MAX_INPUTS + p.nops - 1];
   }
