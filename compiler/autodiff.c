@@ -418,9 +418,22 @@ static tfg_node_id rule(ad *c, tfg_node_id yid, int k, tfg_node_id dy) {
     tfg_attrs a = {.n = x->shape.dim[0]};
     return add(c, TFG_OP_EMBEDDING_GRAD, in, 2, &a);
   }
-  default:
-    return -1; /* no gradient: sources, comparisons, argmax, one_hot, accuracy, updates */
+  /* No gradient: sources, comparisons, integer and metric outputs, the
+   * gradient ops themselves, updates, collectives and fused chains (built
+   * after autodiff). Every op is listed, here or above, and there is no
+   * default: -Wswitch names an op added without deciding its gradient. */
+  case TFG_OP_CONST: case TFG_OP_PARAM: case TFG_OP_INPUT: case TFG_OP_INIT: case TFG_OP_STATE:
+  case TFG_OP_EQUAL: case TFG_OP_GREATER: case TFG_OP_ARGMAX: case TFG_OP_ONE_HOT: case TFG_OP_ACCURACY:
+  case TFG_OP_RELU_GRAD: case TFG_OP_GELU_GRAD: case TFG_OP_CROSS_ENTROPY_GRAD: case TFG_OP_LAYER_NORM_GRAD:
+  case TFG_OP_CONV2D_GRAD_INPUT: case TFG_OP_CONV2D_GRAD_WEIGHT: case TFG_OP_MAX_POOL_GRAD:
+  case TFG_OP_AVG_POOL_GRAD: case TFG_OP_ATTENTION_PROBS: case TFG_OP_ATTENTION_GRAD: case TFG_OP_EMBEDDING_GRAD:
+  case TFG_OP_SGD_UPDATE: case TFG_OP_ADAM_UPDATE: case TFG_OP_GRAD_ACCUMULATE: case TFG_OP_AMP_UPDATE:
+  case TFG_OP_ALLREDUCE: case TFG_OP_FUSED:
+    return -1;
+  case TFG_OP_COUNT: break;
   }
+  TFG_ASSERT(!"a node's op is an op");
+  return -1;
 }
 
 /* The ops where gradients stopped on their way to the params: the first
