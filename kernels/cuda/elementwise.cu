@@ -321,8 +321,10 @@ static tfg_status cast_from(tfg_kernel_ctx *ctx, tfg_dtype to, const void *x, vo
   case TFG_DTYPE_BF16: return launch_cast<FROM, TFG_DTYPE_BF16>(ctx, x, y, n);
   case TFG_DTYPE_I32: return launch_cast<FROM, TFG_DTYPE_I32>(ctx, x, y, n);
   case TFG_DTYPE_I64: return launch_cast<FROM, TFG_DTYPE_I64>(ctx, x, y, n);
-  default: return launch_cast<FROM, TFG_DTYPE_BOOL>(ctx, x, y, n);
+  case TFG_DTYPE_BOOL: return launch_cast<FROM, TFG_DTYPE_BOOL>(ctx, x, y, n);
+  case TFG_DTYPE_COUNT: break; /* cuda_cast refuses it first */
   }
+  return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "cast: unknown dtype");
 }
 
 /* Converts in[0] to out's dtype between any two of f32 f64 f16 bf16 i32
@@ -354,8 +356,10 @@ static tfg_status cuda_cast(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg
   case TFG_DTYPE_BF16: return cast_from<TFG_DTYPE_BF16>(ctx, to, x, y, n);
   case TFG_DTYPE_I32: return cast_from<TFG_DTYPE_I32>(ctx, to, x, y, n);
   case TFG_DTYPE_I64: return cast_from<TFG_DTYPE_I64>(ctx, to, x, y, n);
-  default: return cast_from<TFG_DTYPE_BOOL>(ctx, to, x, y, n);
+  case TFG_DTYPE_BOOL: return cast_from<TFG_DTYPE_BOOL>(ctx, to, x, y, n);
+  case TFG_DTYPE_COUNT: break; /* refused above */
   }
+  return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "cast: unknown dtype");
 }
 
 /* ---- INIT ------------------------------------------------------------------- */
@@ -440,10 +444,12 @@ static tfg_status cuda_init(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg
     case TFG_DTYPE_I64:
       return TFG_CUDA_LAUNCH(ctx, n, fill_const_kernel<uint64_t>, (uint64_t *)out->data,
                              (uint64_t)tfg_cast_f_to_i64(c), n);
-    default: /* bool */
+    case TFG_DTYPE_BOOL:
       TFG_CUDA_CHECK(ctx, cudaMemsetAsync(out->data, c != 0, (size_t)n, tfg_cuda_of(ctx)->stream));
       return TFG_OK;
+    case TFG_DTYPE_COUNT: break; /* tfg_init_supports refuses it first */
     }
+    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "init: unknown dtype");
   }
   if (dt == TFG_DTYPE_F32) return launch_fill_random<float>(ctx, fill, out->data, n, a->seed, p, q);
   if (dt == TFG_DTYPE_F16) return launch_fill_random_half<false>(ctx, fill, out->data, n, a->seed, p, q);
