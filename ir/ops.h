@@ -7,9 +7,10 @@
  * folding, CSE, fusion, the planner, explain output, the kernels' checks
  * and the conformance tests all read the same row. Kernels are not in
  * the row: each backend owns a registry from op id to its kernel
- * (kernels/cpu/registry.c, kernels/cuda/registry.cu), so adding an op is
- * one row in ir/ops.c plus a kernel registered by each backend that runs
- * it.
+ * (kernels/cpu/registry.c, kernels/cuda/registry.cu). Adding an op is
+ * its line in ir/op_list.h, its row here, its gradient rule and a kernel
+ * per backend; an elementwise op with a formula gets its row and its
+ * kernels from its line (docs/architecture.md, "Where things go").
  *
  *   const tfg_op_def *d = tfg_op_get(TFG_OP_MATMUL);
  *   d->infer(g, node, diag);     // sets node->dtype/shape or reports
