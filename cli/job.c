@@ -102,6 +102,8 @@ static void job_attrs(tfg_strbuf *t, const tfg_node *n, bool values) {
   job_i64(t, "axis", a->axis);
   job_i64(t, "start", a->start);
   job_i64(t, "end", a->end);
+  job_i64(t, "key", a->key);
+  job_i64(t, "offset", a->offset);
   job_i64(t, "axes", a->axes);
   job_i64(t, "keepdims", a->keepdims);
   job_i64(t, "transpose_a", a->transpose_a);
@@ -173,7 +175,7 @@ static void job_nodes(tfg_strbuf *t, const tfg_graph *g, int32_t from, int32_t t
   for (int32_t i = from; i < to; i++) {
     tfg_node n = g->nodes[i]; /* a copy, made rank-independent below */
     bool computed = folded && folded[i] == TFG_FOLD_CONST;
-    if (added && n.op == TFG_OP_DROPOUT) n.attrs.start = 0;
+    if (added && n.op == TFG_OP_DROPOUT) n.attrs.offset = 0;
     if (added && n.op == TFG_OP_SLICE && n.ninputs == 1 && g->nodes[n.inputs[0]].op == TFG_OP_INPUT) {
       n.attrs.end -= n.attrs.start;
       n.attrs.start = 0;
@@ -305,7 +307,7 @@ int cli_same_job(const cli_opts *o, const tfg_program *p, const cli_compiled *c,
   for (int32_t i = 0; i < g->nnodes; i++) {
     const tfg_node *n = &g->nodes[i];
     if (n->op != TFG_OP_ALLREDUCE) continue;
-    tfg_strbuf_printf(&t, "allreduce key %lld over %lld replicas: ", (long long)n->attrs.start, (long long)n->attrs.n);
+    tfg_strbuf_printf(&t, "allreduce key %lld over %lld replicas: ", (long long)n->attrs.key, (long long)n->attrs.n);
     tfg_shape_format(&t, n->dtype, &n->shape);
     tfg_strbuf_puts(&t, "\n");
   }

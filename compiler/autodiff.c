@@ -335,7 +335,7 @@ static tfg_node_id rule(ad *c, tfg_node_id yid, int k, tfg_node_id dy) {
        * probabilities and dS once), each input's gradient a slice of it;
        * made once for the three inputs (the pass needs no CSE for it). */
       if (c->att_fwd != yid || c->att_dy != dy) {
-        a.axis = 3;
+        a.axis = TFG_ATTENTION_GRAD_PACKED;
         c->att_pack = add(c, TFG_OP_ATTENTION_GRAD, in, 4, &a);
         c->att_fwd = yid;
         c->att_dy = dy;

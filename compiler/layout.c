@@ -69,7 +69,7 @@ static bool fold_output(const tfg_node *nd, const tfg_node *r, int *perm) {
 static int fold_packed_output(tfg_graph *g, int32_t i, const uint8_t *roots, uint8_t *mark, tfg_node_id *rep,
                               int *readers, tfg_node_id *reader) {
   tfg_node *nd = &g->nodes[i];
-  if (nd->op != TFG_OP_ATTENTION_GRAD || nd->attrs.axis != 3 || (roots && roots[i]) || readers[i] < 1 ||
+  if (nd->op != TFG_OP_ATTENTION_GRAD || nd->attrs.axis != TFG_ATTENTION_GRAD_PACKED || (roots && roots[i]) || readers[i] < 1 ||
       (nd->attrs.views & (1u << TFG_VIEW_OUT)))
     return 0;
   int rank = nd->shape.rank, found = 0, perm[TFG_MAX_RANK];

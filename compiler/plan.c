@@ -161,7 +161,7 @@ typedef struct pass0 {
 
 static bool ar_less(const void *ctx, int a, int b) {
   const pass0 *c = ctx;
-  int64_t ka = c->g->nodes[a].attrs.start, kb = c->g->nodes[b].attrs.start;
+  int64_t ka = c->g->nodes[a].attrs.key, kb = c->g->nodes[b].attrs.key;
   if (ka != kb) return ka < kb;
   return c->dev[a] < c->dev[b];
 }
@@ -179,7 +179,7 @@ static bool key_less_by_group(const void *ctx, int a, int b) {
   tfg_dtype tx = c->g->nodes[c->ar[x->first]].dtype, ty = c->g->nodes[c->ar[y->first]].dtype;
   if (tx != ty) return tx < ty;
   if (x->order != y->order) return x->order < y->order;
-  return c->g->nodes[c->ar[x->first]].attrs.start < c->g->nodes[c->ar[y->first]].attrs.start;
+  return c->g->nodes[c->ar[x->first]].attrs.key < c->g->nodes[c->ar[y->first]].attrs.key;
 }
 
 /* Whether keys a and b have the same devices and dtype (one group). */
@@ -236,7 +236,7 @@ static void make_buckets(builder *b, int64_t cap) {
     const tfg_node *n0 = &g->nodes[ar[i]];
     int j = i;
     key_rec k = {.first = i, .in = -1, .out = INT32_MAX, .bucket = -1};
-    for (; j < nar && g->nodes[ar[j]].attrs.start == n0->attrs.start; j++) {
+    for (; j < nar && g->nodes[ar[j]].attrs.key == n0->attrs.key; j++) {
       const tfg_node *nd = &g->nodes[ar[j]];
       TFG_ASSERT(j == i || b->dev[ar[j]] > b->dev[ar[j - 1]]); /* one node per device per key */
       TFG_ASSERT(nd->ninputs == 1 && g->nodes[nd->inputs[0]].op != TFG_OP_ALLREDUCE);

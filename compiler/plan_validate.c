@@ -169,9 +169,9 @@ static bool check_buckets(checker *ck) {
         else if (placed != pb->devices[r])
           ok = fail(ck, "bucket %d: %s is placed on %s, but is rank %d's (%s)", b, t, tfg_plan_dev_name(p, placed), r,
                     tfg_plan_dev_name(p, pb->devices[r]));
-        else if (n0->op == TFG_OP_ALLREDUCE && nd->attrs.start != n0->attrs.start)
+        else if (n0->op == TFG_OP_ALLREDUCE && nd->attrs.key != n0->attrs.key)
           ok = fail(ck, "bucket %d: %s has key %" PRId64 ", but rank 0's tensor %d has key %" PRId64, b, t,
-                    nd->attrs.start, k, n0->attrs.start);
+                    nd->attrs.key, k, n0->attrs.key);
         else if (nd->dtype != f->dtype || !tfg_shape_eq(&nd->shape, &n0->shape))
           ok = fail(ck, "bucket %d: %s differs from its key's other tensors or the bucket's dtype", b, t);
         else if (nd->attrs.n != pb->nranks)

@@ -102,6 +102,10 @@ enum { TFG_VIEW_OUT = 4 };
 typedef struct tfg_attrs {
   int64_t axis;
   int64_t start, end;      /* slice: [start, end) along axis */
+  int64_t key;             /* ALLREDUCE: the key its replicas' nodes share (replica 0's node id;
+                            * unique per gradient, so two trains never share one) */
+  int64_t offset;          /* DROPOUT, DROPOUT_GRAD: where the mask's counter starts (a mirrored
+                            * replica's place in the global batch, so replicas draw apart) */
   uint32_t axes;           /* reductions: bit i set = input axis i reduced */
   bool keepdims;
   bool transpose_a, transpose_b;
@@ -142,6 +146,16 @@ typedef struct tfg_attrs {
 } tfg_attrs;
 
 enum { TFG_PAD_EXPLICIT, TFG_PAD_SAME, TFG_PAD_VALID };
+
+/* ATTENTION_GRAD's attrs.axis: the input whose gradient it gives, or all
+ * three side by side in each row ([..., T, hd + hd + hdv], Tq = Tk),
+ * which autodiff makes for self-attention. */
+typedef enum tfg_attention_part {
+  TFG_ATTENTION_GRAD_Q,
+  TFG_ATTENTION_GRAD_K,
+  TFG_ATTENTION_GRAD_V,
+  TFG_ATTENTION_GRAD_PACKED,
+} tfg_attention_part;
 
 typedef int32_t tfg_node_id;
 

@@ -127,7 +127,7 @@
    * softmax(q k^T scale (+ causal mask: key j > query i)) v; attrs.causal, value =     \
    * scale (the shape rule puts 1 / sqrt(hd) for none) */                               \
   X(DROPOUT, "dropout", "x, rate, seed = none")                                           \
-  /* attrs.value = rate, seed, start (the mask's first element index); identity unless training; kept values scaled 1/(1-rate) */ \
+  /* attrs.value = rate, seed, offset (the mask's first element index); identity unless training; kept values scaled 1/(1-rate) */ \
   X(EMBEDDING, "embedding", "table, ids") /* table [V, D], ids int [...] -> [..., D] */ \
   X(ONE_HOT, "one_hot", "ids, n")   /* ids int [...] -> f32 [..., n]; attrs.n */        \
   X(ACCURACY, "accuracy", "logits, labels")                                            \
@@ -170,7 +170,7 @@
   /* collectives (compiler/strategy.c adds them; the planner groups them into buckets) */ \
   X(ALLREDUCE, "allreduce", "")                                                         \
   /* (grad) -> the mean of grad over the attrs.n nodes of its group, which share the \
-     key attrs.start (one per replica, each on its replica's device); the CPU kernel \
+     key attrs.key (one per replica, each on its replica's device); the CPU kernel \
      is the group of one: a copy */                                                     \
   /* fusion (the executor builds these from the plan's chains, compiler/plan.h) */      \
   X(FUSED, "fused", "")                                                                 \

@@ -599,7 +599,7 @@ static tfg_status infer_attention_grad(const tfg_graph *g, tfg_node *n, tfg_diag
     return fail(d, n, "dy must be %s, the attention's output, got %s", ty(&fwd), ty(dy));
   n->attrs.value = fwd.attrs.value;
   n->dtype = fwd.dtype;
-  if (which < 3) {
+  if (which != TFG_ATTENTION_GRAD_PACKED) {
     n->shape = input(g, n, which)->shape;
     return TFG_OK;
   }

@@ -396,7 +396,7 @@ static int cmd_attention(int b, int h, int t, int hd) {
   bwd.op = TFG_OP_ATTENTION_GRAD;
   bwd.shape = pk;
   bwd.ninputs = 4;
-  bwd.attrs.axis = 3;
+  bwd.attrs.axis = TFG_ATTENTION_GRAD_PACKED;
   tfg_kernel_fn ff = tfg_backend_kernel(be, &fwd), fb = tfg_backend_kernel(be, &bwd);
   if (!ff || !fb) die("the CUDA backend has no attention kernels");
   tfg_kernel_ctx ctx = {0};

@@ -151,7 +151,7 @@ static void mirrored_cloned(tfg_replicate *c, int r, int32_t i, tfg_status st) {
    * (batch-major tensors: replica r's elements start at r times its
    * size), so mirrored trains as one device would. */
   tfg_node *m = &c->g->nodes[c->map[i]];
-  if (m->op == TFG_OP_DROPOUT) m->attrs.start = (c->job.rank * c->s->nreplicas + r) * tfg_shape_numel(&m->shape);
+  if (m->op == TFG_OP_DROPOUT) m->attrs.offset = (c->job.rank * c->s->nreplicas + r) * tfg_shape_numel(&m->shape);
 }
 
 static const tfg_replicate_hooks mirrored_hooks = {
@@ -241,7 +241,7 @@ static void all_reduce(tfg_replicate *c, const tfg_train_step *out) {
       if (!in_group(s, r, &pin)) pin = tfg_replicate_pin(c, &s->devices[r * s->group]);
       tfg_node ar = {.op = TFG_OP_ALLREDUCE, .ninputs = 1, .loc = pn.loc};
       ar.attrs.n = R;
-      ar.attrs.start = key0 + i;
+      ar.attrs.key = key0 + i;
       tfg_status ok = tfg_replicate_add(c, &ar, &gi, &pin, &c->grads[r * n + i]);
       TFG_ASSERT(ok == TFG_OK);
     }

@@ -225,7 +225,7 @@ static void attg_chunk(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
         for (int64_t i = 0; i < rows; i++) memset(o + (size_t)(i * j->vo.ld) * j->es, 0, (size_t)j->hd * j->es);
       continue;
     }
-    bool all = j->which == 3;
+    bool all = j->which == TFG_ATTENTION_GRAD_PACKED;
     int64_t bm = t, width = all ? 2 * j->hd + j->hdv : j->which == 1 ? j->hd : j->hdv;
     char *o = j->out + (size_t)tfg_rows_offset(&j->vo, bm) * j->es;
     for (int64_t i = 0; i < j->tk; i++) memset(o + (size_t)(i * j->vo.ld) * j->es, 0, (size_t)width * j->es);
@@ -274,12 +274,12 @@ TFG_CPU_KERNEL(tfg_cpu_attention_grad) {
   if (bad) return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "attention_grad: %s", bad);
   j.tq = g.tq, j.tk = g.tk, j.hd = g.hd, j.hdv = g.hdv;
   j.vq = g.q, j.vk = g.k, j.vv = g.v, j.vdy = g.dy, j.vo = g.out;
-  if (j.which == 3 && j.tq != j.tk)
+  if (j.which == TFG_ATTENTION_GRAD_PACKED && j.tq != j.tk)
     return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "attention_grad: packed gradients need Tq = Tk, got %lld and %lld",
                            (long long)j.tq, (long long)j.tk);
   int64_t total = tfg_shape_numel(&out->shape);
   if (total == 0) return TFG_OK;
-  int64_t width = j.which == 3 ? 2 * j.hd + j.hdv : j.which == 2 ? j.hdv : j.hd;
+  int64_t width = j.which == TFG_ATTENTION_GRAD_PACKED ? 2 * j.hd + j.hdv : j.which == TFG_ATTENTION_GRAD_V ? j.hdv : j.hd;
   int64_t nbm = total / ((j.which == 0 ? j.tq : j.tk) * width);
   if (!tfg_cpu_fits_blasint(j.tq) || !tfg_cpu_fits_blasint(j.tk) || !tfg_cpu_fits_blasint(j.hd) ||
       !tfg_cpu_fits_blasint(j.hdv) || !tfg_cpu_fits_blasint(j.vq.ld) || !tfg_cpu_fits_blasint(j.vk.ld) ||

@@ -328,7 +328,7 @@ typedef struct dropout_job {
 } dropout_job;
 
 /* Element i is kept when tfg_rng_uniform(seed, offset + i) >= rate, i
- * being its flat index in x (offset: attrs.start, where a mirrored
+ * being its flat index in x (offset: attrs.offset, where a mirrored
  * replica's part of the batch starts): the mask depends on (seed, i) only, never on the
  * chunking, so every thread count and device draws the same mask. Kept
  * values are x * scale with scale = 1 / (1 - rate), formed in double and
@@ -372,7 +372,7 @@ TFG_CPU_KERNEL(tfg_cpu_dropout) {
     return TFG_OK;
   }
   uint64_t seed = tfg_rng_dropout_stream(node->attrs.seed, ctx->seed, ctx->step);
-  dropout_job j = {.x = x->data, .y = out->data, .seed = seed, .offset = node->attrs.start, .rate = rate,
+  dropout_job j = {.x = x->data, .y = out->data, .seed = seed, .offset = node->attrs.offset, .rate = rate,
                    .scale = 1.0 / (1.0 - rate)};
   tfg_parallel_for(ctx->pool, n, GRAIN_ELEMS,
                    x->dtype == TFG_DTYPE_F32 ? dropout_f32 : dropout_f64, &j);

@@ -150,8 +150,8 @@ tfg_status attention_grad_launch(tfg_kernel_ctx *ctx, const tfg_tensor *in, tfg_
   }
   TFG_CUDA_NOTE_LAUNCH(ctx, &s, "attention_grad_stats<<<>>>");
   for (int part = 0; part < 3; part++) {
-    if (which != 3 && which != part) continue;
-    long long col = which != 3 ? 0 : part == 0 ? 0 : part == 1 ? g.hd : 2 * g.hd;
+    if (which != TFG_ATTENTION_GRAD_PACKED && which != part) continue;
+    long long col = which != TFG_ATTENTION_GRAD_PACKED ? 0 : part == 0 ? 0 : part == 1 ? g.hd : 2 * g.hd;
     attention_grad_part<T>(stream, q, k, v, dy, o + col, w, st, g, part, batches, scale, causal, use_tiled);
     TFG_CUDA_NOTE_LAUNCH(ctx, &s, "attention_grad<<<>>>");
   }
@@ -176,10 +176,10 @@ tfg_status cuda_attention_grad(tfg_kernel_ctx *ctx, const tfg_node *node, const 
   long long total = tfg_shape_numel(&out->shape);
   if (total == 0) return TFG_OK;
   int which = (int)node->attrs.axis;
-  if (which == 3 && g.tq != g.tk)
+  if (which == TFG_ATTENTION_GRAD_PACKED && g.tq != g.tk)
     return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "attention_grad: packed gradients need Tq = Tk, got %lld and %lld",
                            (long long)g.tq, (long long)g.tk);
-  long long width = which == 3 ? 2 * g.hd + g.hdv : which == 2 ? g.hdv : g.hd;
+  long long width = which == TFG_ATTENTION_GRAD_PACKED ? 2 * g.hd + g.hdv : which == TFG_ATTENTION_GRAD_V ? g.hdv : g.hd;
   long long batches = total / ((which == 0 ? g.tq : g.tk) * width);
   att_views w = {g.q, g.k, g.v, g.dy, g.out};
   bool causal = node->attrs.causal;

@@ -14,7 +14,7 @@
  * Index math, against the CPU:
  *   - unary, cast, dropout, INIT: output element i reads input element i
  *     (same shape, row-major), as the CPU's flat loops do; dropout's mask
- *     uses counter attrs.start + i, the CPU's `offset + i`.
+ *     uses counter attrs.offset + i, the CPU's `offset + i`.
  *   - binary and where: tfg_index_broadcast (kernels/index_math.h), the
  *     CPU's own: operand k gets, per output axis i, stride 0 when its
  *     right-aligned dim is 1 or missing, else the product of its dims
@@ -480,7 +480,7 @@ static __global__ void dropout_kernel(const T *x, T *y, int64_t n, uint64_t op_s
 /* DROPOUT (the CPU's tfg_cpu_dropout): identity unless ctx->training;
  * then keeps each element with probability 1 - rate (rate = attrs.value)
  * from the stream tfg_rng_dropout_stream(attrs.seed, seed, step) (the
- * run's seed and step from the step block) at counter attrs.start + i, and scales the kept ones by
+ * run's seed and step from the step block) at counter attrs.offset + i, and scales the kept ones by
  * 1 / (1 - rate); rate 1 gives zeros. f32 and f64. */
 static tfg_status cuda_dropout(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
   const tfg_tensor *x = &in[0];
@@ -508,9 +508,9 @@ static tfg_status cuda_dropout(tfg_kernel_ctx *ctx, const tfg_node *node, const 
   double scale = 1.0 / (1.0 - rate);
   if (x->dtype == TFG_DTYPE_F32)
     return TFG_CUDA_LAUNCH(ctx, n, dropout_kernel<float>, (const float *)x->data, (float *)out->data, n,
-                           node->attrs.seed, cx->step, node->attrs.start, rate, scale);
+                           node->attrs.seed, cx->step, node->attrs.offset, rate, scale);
   return TFG_CUDA_LAUNCH(ctx, n, dropout_kernel<double>, (const double *)x->data, (double *)out->data, n,
-                         node->attrs.seed, cx->step, node->attrs.start, rate, scale);
+                         node->attrs.seed, cx->step, node->attrs.offset, rate, scale);
 }
 
 /* ---- registration ------------------------------------------------------------- */

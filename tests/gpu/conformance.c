@@ -1529,9 +1529,9 @@ static void fam_layer_norm(tfg_op_id op) {
 }
 
 /* DROPOUT: the mask is base/rng.h's counter stream on (attrs.seed, the
- * train seed, the step) at index attrs.start + i, kept values x * (1 /
+ * train seed, the step) at index attrs.offset + i, kept values x * (1 /
  * (1 - rate)) formed in double and rounded once: bit for bit. Rates 0 and
- * 1, a mirrored replica's offset (start), and inference (identity). */
+ * 1, a mirrored replica's offset, and inference (identity). */
 static void fam_dropout(tfg_op_id op) {
   static const struct {
     int64_t s[2];
@@ -1549,7 +1549,7 @@ static void fam_dropout(tfg_op_id op) {
       c.seed = 42;
       c.step = 3;
       tfg_node_id x = tc_in(&c, dts[d], shape_of(cases[k].rank, cases[k].s), UNI(-2, 2));
-      tfg_attrs a = {.value = cases[k].rate, .seed = 1234, .seeded = true, .start = cases[k].start};
+      tfg_attrs a = {.value = cases[k].rate, .seed = 1234, .seeded = true, .offset = cases[k].start};
       tc_desc(&c, "rate=%g start=%lld%s", cases[k].rate, (long long)cases[k].start, c.training ? "" : " inference");
       tc_op(&c, op, &a, 1, x);
       tc_check(&c, T_EXACT);

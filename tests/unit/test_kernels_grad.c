@@ -504,7 +504,7 @@ START_TEST(attention_grad_packed_same_bits) {
       tfg_node n = mknode(TFG_OP_ATTENTION_GRAD, &sp, dt, 4);
       n.attrs.causal = cases[c].causal;
       n.attrs.value = 0.45;
-      n.attrs.axis = 3;
+      n.attrs.axis = TFG_ATTENTION_GRAD_PACKED;
       tfg_tensor packed = tnew(dt, sp);
       ck_ok(run(tfg_cpu_attention_grad, &n, in, &packed, test_pool));
       int64_t rows = numel(&packed) / sp.dim[r - 1], w = sp.dim[r - 1];

@@ -417,7 +417,7 @@ static tfg_node_id hand_allreduce(tfg_graph *g, tfg_node_id grad, int64_t key, i
   const tfg_node *gn = &g->nodes[grad];
   tfg_node_id id = hand_node(g, TFG_OP_ALLREDUCE, &grad, 1, gn->dtype, tfg_shape_numel(&gn->shape), gpu);
   tfg_graph_node(g, id)->attrs.n = n;
-  tfg_graph_node(g, id)->attrs.start = key;
+  tfg_graph_node(g, id)->attrs.key = key;
   return id;
 }
 
@@ -507,7 +507,7 @@ START_TEST(buckets_form) {
     for (int k = 0; k < pb->nnodes; k++)
       for (int r = 0; r < 2; r++) {
         tfg_node_id x = pb->nodes[r * pb->nnodes + k];
-        ck_assert_int_eq(h.g->nodes[x].attrs.start, want_keys[b][k]);
+        ck_assert_int_eq(h.g->nodes[x].attrs.key, want_keys[b][k]);
         ck_assert_int_eq(x, ars[r * 6 + (5 - want_keys[b][k])]);
       }
   }
@@ -572,7 +572,7 @@ START_TEST(bucket_steps) {
       int first_reader = pd->nsteps;
       for (int k = 0; k < pb->nnodes; k++) {
         tfg_node_id x = pb->nodes[r * pb->nnodes + k];
-        int u = step_of_node(pd, TFG_PLAN_LAUNCH, upd[r * 6 + (5 - (int)h.g->nodes[x].attrs.start)]);
+        int u = step_of_node(pd, TFG_PLAN_LAUNCH, upd[r * 6 + (5 - (int)h.g->nodes[x].attrs.key)]);
         if (u < first_reader) first_reader = u;
         /* the node's buffer from the ALLREDUCE to its reader */
         const tfg_plan_buffer *nb = buffer_of(pd, x, false);

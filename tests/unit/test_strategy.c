@@ -399,7 +399,7 @@ START_TEST(mirrored_structure) {
       ck_assert_int_eq(ar->op, TFG_OP_ALLREDUCE);
       ck_assert_int_eq(ar->attrs.n, 2);
       /* The key: replica 0's all-reduce, unique in the graph. */
-      ck_assert_int_eq(ar->attrs.start, N(&b, st->updates[i])->inputs[1]);
+      ck_assert_int_eq(ar->attrs.key, N(&b, st->updates[i])->inputs[1]);
       ck_assert(pinned(ar, r));
       ck_assert(tfg_shape_eq(&ar->shape, &N(&b, st->params[i])->shape));
       expect_cone_on(&b, st->updates[r * 4 + i], r);
@@ -475,7 +475,7 @@ START_TEST(mirrored_groups_map_pins) {
     ck_assert(pinned(N(&b, u2->inputs[1]), 2 * r + 1));
     ck_assert(pinned(N(&b, u2->inputs[2]), 2 * r + 1));
     ck_assert(pinned(N(&b, u2->inputs[3]), 2 * r + 1));
-    ck_assert_int_eq(N(&b, u2->inputs[1])->attrs.start, N(&b, st->updates[1])->inputs[1]);
+    ck_assert_int_eq(N(&b, u2->inputs[1])->attrs.key, N(&b, st->updates[1])->inputs[1]);
   }
   program_free(&b);
 }
@@ -660,12 +660,12 @@ START_TEST(mirrored_keys_unique_across_actions) {
     const tfg_node *n = N(&b, i);
     if (n->op != TFG_OP_ALLREDUCE) continue;
     int k = 0;
-    while (k < nkeys && keys[k] != n->attrs.start) k++;
-    if (k == nkeys) keys[nkeys++] = n->attrs.start;
+    while (k < nkeys && keys[k] != n->attrs.key) k++;
+    if (k == nkeys) keys[nkeys++] = n->attrs.key;
   }
   ck_assert_int_eq(nkeys, 2); /* one per job's param, each shared by its 2 replicas */
-  ck_assert_int_ne(N(&b, N(&b, b.steps[0].updates[0])->inputs[1])->attrs.start,
-                   N(&b, N(&b, second.updates[0])->inputs[1])->attrs.start);
+  ck_assert_int_ne(N(&b, N(&b, b.steps[0].updates[0])->inputs[1])->attrs.key,
+                   N(&b, N(&b, second.updates[0])->inputs[1])->attrs.key);
   ck_assert(pinned(N(&b, N(&b, second.updates[1])->inputs[1]), 3));
   tfg_train_step_free(&second);
   program_free(&b);
