@@ -24,6 +24,7 @@
 #include "cli/pipeline.h"
 #include "cli/predict.h"
 #include "cli/plot.h"
+#include "cli/switches.h"
 #include "compiler/place.h"
 #include "compiler/plan.h"
 #include "compiler/strategy/strategy.h"
@@ -59,6 +60,10 @@ static int usage_error(const cli_cmd *cmd, const char *fmt, const char *arg) {
 /* Under mpirun, every rank refused the job at its start (the collective
  * schedule check, which all take part in): no rank waits for another. */
 static bool job_refused;
+
+/* The process's A/B switches, read from the environment once at the
+ * start (cli/switches.h); every command's options carry a copy. */
+static tfg_switches switches;
 
 /* Which options a command takes (the REPL takes run's but --trace). */
 enum { ALLOW_AST = 1, ALLOW_RUN = 2, ALLOW_PLACE = 4, ALLOW_EXPLAIN = 8, ALLOW_TRACE = 16, ALLOW_VERBOSE = 32,
@@ -133,6 +138,7 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
       {NULL, 0, NULL, 0},
   };
   memset(o, 0, sizeof *o);
+  o->sw = switches;
   optind = 1;
   opterr = 0;
   int c, li = 0;
@@ -572,7 +578,7 @@ static int cmd_program(const cli_cmd *cmd, int argc, char **argv) {
       for (int i = 0; i < p->nactions && st == TFG_OK; i++) {
         tfg_train_step ts;
         if (p->actions[i].kind != TFG_ACTION_TRAIN) continue;
-        st = tfg_compile_train_step(p->graph, &p->actions[i], p, &job, &ts, d);
+        st = tfg_compile_train_step(p->graph, &p->actions[i], p, &job, &o->sw, &ts, d);
         tfg_train_step_free(&ts);
       }
     }
@@ -831,6 +837,7 @@ static void catch_job_end(void) {
 }
 
 int main(int argc, char **argv) {
+  cli_switches_from_env(&switches); /* first: every command's options carry them */
   /* A rank of an mpirun job joins it before anything else (runtime/mpi.h);
    * outside a job nothing happens. */
   tfg_strbuf why = {0};

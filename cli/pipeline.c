@@ -259,8 +259,8 @@ static void compile_done(void *ctx, tfg_compile_stage stage, const tfg_compiled 
   }
 }
 
-/* Compiles p with the driver: placement counting activations, fusion
- * unless TFG_FUSE=0 or --check-numerics (which names the op that made a
+/* Compiles p with the driver under o->sw: placement counting
+ * activations, fusion unless sw.no_fuse or --check-numerics (which names the op that made a
  * NaN: each op must run alone), the plan validated. Returns 0 or the
  * exit code: 1 when the program cannot be compiled (memory that cannot
  * fit is an error found before anything runs), EXIT_RUNTIME for an
@@ -269,13 +269,13 @@ static int compile(compile_ctx *k, tfg_program *p, const tfg_node_id *extra, int
                    tfg_compiled *c) {
   const cli_opts *o = k->o;
   tfg_job job = {.rank = tfg_mpi_rank(), .size = tfg_mpi_size()}; /* mirrored's replicas span the job */
-  const char *env = getenv("TFG_FUSE");
   tfg_compile_opts co = {.devices = compile_devices,
                          .job = &job,
                          .no_passes = k->no_passes,
+                         .sw = o->sw,
                          .fit = true,
                          .bucket_bytes = o->bucket_bytes,
-                         .fuse = !o->check_numerics && !(env && strcmp(env, "0") == 0),
+                         .fuse = !o->check_numerics && !o->sw.no_fuse,
                          .extra = extra,
                          .nextra = nextra,
                          .validate = true,

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/switches.h"
 #include "compiler/autodiff.h"
 #include "compiler/compile.h"
 #include "compiler/place.h"
@@ -62,6 +63,7 @@ typedef struct cli_opts {
   bool preallocate;       /* --memory preallocate (default: growth) */
   bool tf32;              /* --tf32 */
   bool verbose;           /* --verbose: each phase, what it made and its time, on stderr */
+  tfg_switches sw;        /* the A/B switches, from the environment (cli/switches.h) */
 } cli_opts;
 
 /* --verbose: prints "tfg: " and the formatted text on stderr, with the
@@ -101,10 +103,10 @@ tfg_devices *cli_devices_for(const cli_opts *o, const tfg_program *p, tfg_diag *
 typedef tfg_compiled cli_compiled;
 
 /* The whole chain for a file: the compile driver's stages with the
- * devices of cli_devices_for and their --verbose lines. Memory that
- * cannot fit is a program error. Fusion leaves materialized every node
- * p's actions fetch and the steps' nodes; it is off under TFG_FUSE=0 or
- * --check-numerics. Returns 0 or the exit code after reporting: a bad
+ * devices of cli_devices_for and their --verbose lines, under o->sw.
+ * Memory that cannot fit is a program error. Fusion leaves materialized
+ * every node p's actions fetch and the steps' nodes; it is off under
+ * sw.no_fuse (TFG_FUSE=0) or --check-numerics. Returns 0 or the exit code after reporting: a bad
  * --devices is EXIT_USAGE, an invalid plan (a bug) EXIT_RUNTIME. c is
  * always the caller's to free with cli_compiled_free. */
 int cli_compile(const cli_opts *o, tfg_program *p, tfg_diag *d, cli_compiled *c);

@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "base/assert.h"
-#include "base/env.h"
 #include "ir/ops.h"
 #include "kernels/optim_math.h"
 #include "kernels/kernel.h"
@@ -26,10 +25,10 @@ typedef struct ad {
   tfg_loc loc;
   tfg_devspec pin;
   /* The rewrites that change a rule's shape but not its value (the flat
-   * weight gradient of matmul_shared_grad); off with TFG_OPT=0. */
+   * weight gradient of matmul_shared_grad); off with sw.no_opt. */
   bool opt;
   /* attention's gradient as ATTENTION_GRAD ops; off with
-   * TFG_ATTENTION_GRAD=0 (then matmuls over the probabilities) */
+   * sw.no_attention_grad (then matmuls over the probabilities) */
   bool fused_attention;
   /* the packed attention gradient last made: for forward node att_fwd
    * and output gradient att_dy (its three inputs' rules share it) */
@@ -38,13 +37,6 @@ typedef struct ad {
    * reaches the loss (to): the inputs whose gradients are wanted */
   const uint8_t *from, *to;
 } ad;
-
-/* Whether the optimizing rewrites are on: unless TFG_OPT is set to 0, the
- * switch that shows every pass's gain side by side (docs/plan.md). */
-static bool opt_enabled(void) {
-  long long v;
-  return !(tfg_env_int("TFG_OPT", &v) && v == 0);
-}
 
 static void at(ad *c, tfg_node_id id) {
   c->loc = c->g->nodes[id].loc;
@@ -453,9 +445,12 @@ static void cut_at(cuts *c, tfg_node_id id) {
 /* tfg_autodiff, noting in *cut (when not NULL) each op on a path from a
  * wrt node to the loss that the gradient could not cross: an op with a
  * value no gradient is carried by (argmax's i32, a comparison's bool, a
- * cast to an integer), or one without a gradient rule (accuracy). */
+ * cast to an integer), or one without a gradient rule (accuracy). The
+ * rules' choices come from sw (NULL: the defaults): no_opt, the switch
+ * that shows every pass's gain side by side (docs/plan.md), and
+ * no_attention_grad. */
 static void differentiate(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt, int n, tfg_node_id *grads,
-                          cuts *cut) {
+                          const tfg_switches *sw, cuts *cut) {
   int32_t count = loss + 1;
   /* Relevant nodes: reachable from a wrt node and reaching the loss. */
   uint8_t *from = calloc((size_t)count, 1), *to = calloc((size_t)count, 1);
@@ -473,8 +468,7 @@ static void differentiate(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt
     if (to[i])
       for (int k = 0; k < g->nodes[i].ninputs; k++) to[g->nodes[i].inputs[k]] = 1;
 
-  long long fa;
-  ad c = {.g = g, .opt = opt_enabled(), .fused_attention = !(tfg_env_int("TFG_ATTENTION_GRAD", &fa) && fa == 0),
+  ad c = {.g = g, .opt = !(sw && sw->no_opt), .fused_attention = !(sw && sw->no_attention_grad),
           .att_fwd = -1, .att_dy = -1, .att_pack = -1, .from = from, .to = to};
   at(&c, loss);
   adj[loss] = scalar(&c, 1.0, g->nodes[loss].dtype);
@@ -503,8 +497,9 @@ static void differentiate(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt
   free(adj);
 }
 
-tfg_status tfg_autodiff(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt, int n, tfg_node_id *grads) {
-  differentiate(g, loss, wrt, n, grads, NULL);
+tfg_status tfg_autodiff(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt, int n, tfg_node_id *grads,
+                        const tfg_switches *sw) {
+  differentiate(g, loss, wrt, n, grads, sw, NULL);
   return TFG_OK;
 }
 
@@ -528,13 +523,13 @@ static void warn_untrained(const tfg_graph *g, const tfg_action *a, const cuts *
                    "a loss must reach its params through ops that do");
 }
 
-int tfg_autodiff_trained_params(tfg_graph *g, const tfg_action *a, const tfg_program *p, tfg_node_id *params,
-                                tfg_diag *d) {
+int tfg_autodiff_trained_params(tfg_graph *g, const tfg_action *a, const tfg_program *p, const tfg_switches *sw,
+                                tfg_node_id *params, tfg_diag *d) {
   tfg_node_id *grads = malloc(sizeof *grads * (size_t)(p->nparams + 1));
   TFG_ASSERT(grads != NULL);
   int32_t mark = g->nnodes;
   cuts cut = {0};
-  differentiate(g, a->loss, p->params, p->nparams, grads, &cut);
+  differentiate(g, a->loss, p->params, p->nparams, grads, sw, &cut);
   tfg_graph_truncate(g, mark);
   int n = 0;
   for (int i = 0; i < p->nparams; i++)
@@ -763,8 +758,8 @@ tfg_status tfg_autodiff_updates(tfg_graph *g, const tfg_action *a, const tfg_nod
   return TFG_OK;
 }
 
-tfg_status tfg_autodiff_train_step(tfg_graph *g, const tfg_action *a, const tfg_program *p, tfg_train_step *out,
-                                   tfg_diag *d) {
+tfg_status tfg_autodiff_train_step(tfg_graph *g, const tfg_action *a, const tfg_program *p, const tfg_switches *sw,
+                                   tfg_train_step *out, tfg_diag *d) {
   memset(out, 0, sizeof *out);
   const tfg_train_config *c = &a->config;
   if (c->metrics) {
@@ -787,7 +782,7 @@ tfg_status tfg_autodiff_train_step(tfg_graph *g, const tfg_action *a, const tfg_
   cuts cut = {0};
   tfg_amp amp, *scaler = c->precision == TFG_DTYPE_F16 ? &amp : NULL;
   tfg_node_id loss = scaler ? tfg_autodiff_scale_loss(g, a->loss, scaler) : a->loss;
-  differentiate(g, loss, p->params, p->nparams, grads, &cut);
+  differentiate(g, loss, p->params, p->nparams, grads, sw, &cut);
   out->params = malloc(sizeof *out->params * (size_t)(p->nparams + 1));
   out->updates = malloc(sizeof *out->updates * (size_t)(p->nparams + 1));
   out->states = malloc(sizeof *out->states * (size_t)(2 * p->nparams + 1));

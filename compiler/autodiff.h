@@ -2,7 +2,7 @@
  * ordinary graph nodes.
  *
  *   tfg_train_step st;
- *   tfg_status s = tfg_autodiff_train_step(graph, &action, prog, &st, diag);
+ *   tfg_status s = tfg_autodiff_train_step(graph, &action, prog, &switches, &st, diag);
  *   // st.loss, st.updates[i] (run every step), st.states (persistent)
  *
  * Gradients are added after the forward graph; every gradient node keeps
@@ -15,14 +15,20 @@
 #ifndef TFG_AUTODIFF_H
 #define TFG_AUTODIFF_H
 
+#include "base/switches.h"
 #include "ir/graph.h"
 #include "ir/program.h"
 
 /* Adds the nodes of d loss / d wrt[i] for every i and stores their ids in
  * grads[i] (-1 when loss does not depend on wrt[i]). loss must be a float
  * scalar. The gradient of a node used several times is the sum of its
- * uses'. Returns TFG_OK (a failure is a bug: asserted). */
-tfg_status tfg_autodiff(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt, int n, tfg_node_id *grads);
+ * uses'. The switches the rules read (sw: may be NULL, the defaults):
+ * no_opt (the rewrites that change a rule's shape, not its value) and
+ * no_attention_grad (attention's gradient through its probabilities),
+ * here and in the functions below that build gradients. Returns TFG_OK
+ * (a failure is a bug: asserted). */
+tfg_status tfg_autodiff(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt, int n, tfg_node_id *grads,
+                        const tfg_switches *sw);
 
 /* What one step of a train action runs. A strategy (compiler/strategy.h)
  * may replicate the step: then every replica has its own loss and
@@ -135,15 +141,15 @@ void tfg_autodiff_accumulate(tfg_graph *g, int k, const tfg_node_id *params, tfg
  * graph is left as it was (the gradient is built and undone): a strategy
  * calls this to learn which params each replica clones. With none, it
  * warns at the action, naming the ops where the gradient stopped. */
-int tfg_autodiff_trained_params(tfg_graph *g, const tfg_action *a, const tfg_program *p, tfg_node_id *params,
-                                tfg_diag *d);
+int tfg_autodiff_trained_params(tfg_graph *g, const tfg_action *a, const tfg_program *p, const tfg_switches *sw,
+                                tfg_node_id *params, tfg_diag *d);
 
 /* Builds the training step of a train action: gradients of its loss for
  * every param it depends on, and each param's optimizer update with its
  * state (SGD's momentum_buffer, Adam's exp_avg and exp_avg_sq). The
  * arrays are malloc'ed: tfg_train_step_free. */
-tfg_status tfg_autodiff_train_step(tfg_graph *g, const tfg_action *a, const tfg_program *p, tfg_train_step *out,
-                                   tfg_diag *d);
+tfg_status tfg_autodiff_train_step(tfg_graph *g, const tfg_action *a, const tfg_program *p, const tfg_switches *sw,
+                                   tfg_train_step *out, tfg_diag *d);
 void tfg_train_step_free(tfg_train_step *st);
 
 #endif

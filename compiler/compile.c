@@ -7,7 +7,6 @@
 #include <stdlib.h>
 
 #include "base/assert.h"
-#include "base/env.h"
 #include "compiler/autocast.h"
 #include "compiler/fold.h"
 #include "compiler/layout.h"
@@ -133,11 +132,11 @@ static void mark_fetched(const tfg_program *p, const tfg_train_step *packed, int
 /* Autocast first, as a pass of its own: the strategy trains whatever
  * action it is given, so no strategy needs to know about precision. */
 tfg_status tfg_compile_train_step(tfg_graph *g, const tfg_action *a, const tfg_program *p, const tfg_job *job,
-                                  tfg_train_step *out, tfg_diag *d) {
+                                  const tfg_switches *sw, tfg_train_step *out, tfg_diag *d) {
   int32_t n0 = g->nnodes;
   tfg_action cast;
   tfg_node_id *cast_metrics = tfg_autocast(g, a, &cast, d);
-  tfg_status st = tfg_strategy_train_step(g, &cast, p, job, out, d);
+  tfg_status st = tfg_strategy_train_step(g, &cast, p, job, sw, out, d);
   if (st != TFG_OK) tfg_graph_truncate(g, n0); /* the strategy put back its own nodes; these are the cast's */
   free(cast_metrics);
   return st;
@@ -164,11 +163,9 @@ static tfg_status place_plan_validate(const tfg_graph *g, const tfg_devices *ds,
   if (st != TFG_OK) return stage_failed(c, TFG_COMPILE_PLACE, st);
   stage_done(o, TFG_COMPILE_PLACE, c);
 
-  /* Views are one of the optimization passes: TFG_OPT=0 turns them off. */
-  long long opt;
-  bool views = !(tfg_env_int("TFG_OPT", &opt) && opt == 0);
+  /* Views are one of the optimization passes: sw.no_opt turns them off. */
   tfg_plan_opts po = {.bucket_bytes = o->bucket_bytes, .fuse = o->fuse, .keep = keep, .folded = c->folded,
-                      .views = views};
+                      .views = !o->sw.no_opt};
   st = tfg_plan_build_with(g, c->pl, ds, &po, d, &c->plan);
   if (st != TFG_OK) return stage_failed(c, TFG_COMPILE_PLAN, st);
   stage_done(o, TFG_COMPILE_PLAN, c);
@@ -204,7 +201,7 @@ tfg_status tfg_compile(tfg_program *p, const tfg_compile_opts *o, tfg_diag *d, t
   /* Stage 2: the passes, a train action at a time, in program order. */
   for (int i = 0; i < p->nactions; i++) {
     if (p->actions[i].kind != TFG_ACTION_TRAIN) continue;
-    st = tfg_compile_train_step(p->graph, &p->actions[i], p, o->job, &c->steps[i], d);
+    st = tfg_compile_train_step(p->graph, &p->actions[i], p, o->job, &o->sw, &c->steps[i], d);
     if (st != TFG_OK) return stage_failed(c, TFG_COMPILE_PASSES, st);
     c->packed[c->npacked++] = c->steps[i];
   }
@@ -216,20 +213,18 @@ tfg_status tfg_compile(tfg_program *p, const tfg_compile_opts *o, tfg_diag *d, t
   mark_fetched(p, c->packed, c->npacked, keep);
   for (int i = 0; i < o->nextra; i++) keep[o->extra[i]] = 1;
 
-  /* The optimization passes over the whole graph (TFG_OPT=0: none, to
+  /* The optimization passes over the whole graph (sw.no_opt: none, to
    * compare): constant folding, then CSE and exact simplification (which
    * merge the constants folding made and see them as 1 or -0.0), then
    * transposes folded into matmuls and attentions (after simplify, so a transpose pair
    * it cancels is gone first), sharing one array of marks. The training steps' node ids stay valid: a pass
    * never removes a root. */
-  long long opt;
-  if (!o->no_passes && !(tfg_env_int("TFG_OPT", &opt) && opt == 0)) {
+  if (!o->no_passes && !o->sw.no_opt) {
     c->folded = calloc((size_t)p->graph->nnodes + 1, 1);
     TFG_ASSERT(c->folded != NULL);
     c->nfolded = tfg_fold_constants(p->graph, keep, c->folded);
     c->nsimplified = tfg_simplify(p->graph, keep, c->folded);
-    long long layout;
-    if (!(tfg_env_int("TFG_LAYOUT", &layout) && layout == 0)) /* TFG_LAYOUT=0: that pass alone off */
+    if (!o->sw.no_layout) /* that pass alone off, to compare */
       c->nstrided = tfg_fold_transposes(p->graph, keep, c->folded);
   }
   stage_done(o, TFG_COMPILE_PASSES, c);

@@ -24,7 +24,7 @@
  *      (compiler/autocast.h), then its strategy (compiler/strategy/:
  *      autodiff, replicas, collectives; tfg_compile_train_step), which adds
  *      nodes to the program's graph; then the optimization passes over
- *      the whole graph, unless the environment sets TFG_OPT=0: constant
+ *      the whole graph, unless o->sw.no_opt (TFG_OPT=0): constant
  *      folding (compiler/fold.h), which rewrites constant ops into
  *      CONST nodes in place and marks those only they read as removed;
  *   3. place (compiler/place.h); with fit, where a device's planned peak
@@ -41,6 +41,7 @@
 #include <stdint.h>
 
 #include "base/strbuf.h"
+#include "base/switches.h"
 #include "compiler/autodiff.h"
 #include "compiler/place.h"
 #include "compiler/plan.h"
@@ -64,7 +65,8 @@ typedef struct tfg_compiled {
   tfg_devices *ds;          /* tfg_compile: the hook's devices (the hook's to free) */
   tfg_placement *pl;
   tfg_plan *plan;
-  uint8_t *folded;          /* tfg_compile: per node, the passes' TFG_FOLD_* mark (folding, simplify); NULL: no pass ran (TFG_OPT=0) */
+  uint8_t *folded;          /* tfg_compile: per node, the passes' TFG_FOLD_* mark (folding, simplify); NULL: no pass ran
+                             * (no_passes, sw.no_opt) */
   int nfolded;              /* the ops folding computed at compile time */
   int nsimplified;          /* the nodes CSE and simplification replaced or removed (compiler/simplify.h) */
   int nstrided;             /* the transposes folded into matmuls and attentions (compiler/layout.h) */
@@ -80,10 +82,14 @@ typedef struct tfg_compile_opts {
   /* Stage 2: the process among an mpirun job's, which a strategy's
    * replicas span (NULL: one process). */
   const tfg_job *job;
-  /* Stage 2: run no optimization pass over the graph, as TFG_OPT=0 does
+  /* Stage 2: run no optimization pass over the graph, as sw.no_opt does
    * (the REPL: its values are all constants, which folding would compute
    * at compile time on the CPU instead of where the user placed them). */
   bool no_passes;
+  /* The A/B switches the stages read (base/switches.h): no_opt (the
+   * passes, views and autodiff's rewrites), no_layout, no_attention_grad;
+   * zero: the defaults. */
+  tfg_switches sw;
   /* Stage 3: count activations (the fit loop, compiler/compile.c); else
    * placed once, params alone counted. */
   bool fit;
@@ -115,10 +121,11 @@ tfg_status tfg_compile(tfg_program *p, const tfg_compile_opts *o, tfg_diag *d, t
 
 /* Stage 2 for one train action a of p: autocast (compiler/autocast.h),
  * then a's strategy (tfg_strategy_train_step, job: NULL for one process)
- * on the cast action. Errors: the strategy's; on an error out is empty
- * and g as it was. `tfg check` and tests build the steps with this. */
+ * on the cast action, its gradients under sw (may be NULL: the
+ * defaults). Errors: the strategy's; on an error out is empty and g as
+ * it was. `tfg check` and tests build the steps with this. */
 tfg_status tfg_compile_train_step(tfg_graph *g, const tfg_action *a, const tfg_program *p, const tfg_job *job,
-                                  tfg_train_step *out, tfg_diag *d);
+                                  const tfg_switches *sw, tfg_train_step *out, tfg_diag *d);
 
 /* Stages 3 to 5 for g on ds, steps[0..nsteps) its training steps (may be
  * NULL), as tfg_compile runs them; o->devices and o->extra are not used

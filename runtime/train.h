@@ -1,7 +1,7 @@
 /* runtime/train.h: the train action (LANGUAGE.md section 6) on a session.
  *
  *   tfg_train_step st;                       // compiler/autodiff.h
- *   tfg_autodiff_train_step(graph, action, prog, &st, diag);
+ *   tfg_autodiff_train_step(graph, action, prog, NULL, &st, diag);
  *   tfg_session *s = tfg_session_new(prog, diag, &so);
  *   tfg_train_opts o = {.log = stderr, .tty = isatty(2)};
  *   tfg_status r = tfg_train(s, prog, action, &st, &o, diag);

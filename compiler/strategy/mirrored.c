@@ -277,9 +277,9 @@ static tfg_status updates(tfg_replicate *c, tfg_train_step *out) {
 }
 
 static tfg_status mirrored_rewrite(tfg_graph *g, const tfg_action *a, const tfg_program *p, const tfg_strategy *s,
-                                   const tfg_job *job, tfg_train_step *out, tfg_diag *d) {
+                                   const tfg_job *job, const tfg_switches *sw, tfg_train_step *out, tfg_diag *d) {
   tfg_replicate c;
-  tfg_replicate_begin(&c, &mirrored_hooks, g, a, p, s, job, d, out);
+  tfg_replicate_begin(&c, &mirrored_hooks, g, a, p, s, job, sw, d, out);
   int R = s->nreplicas, n = c.n;
   out->updates = malloc(sizeof *out->updates * (size_t)(R * n + 1));
   /* Replicas 1..: a copy of every param of the cone and of every state. */

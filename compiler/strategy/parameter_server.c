@@ -69,7 +69,7 @@ static tfg_status ps_param(tfg_replicate *c, int r, int32_t i, const tfg_node *n
 static const tfg_replicate_hooks ps_hooks = {.pin = ps_pin, .param = ps_param, .cloned = NULL};
 
 static tfg_status ps_rewrite(tfg_graph *g, const tfg_action *a, const tfg_program *p, const tfg_strategy *s,
-                             const tfg_job *job, tfg_train_step *out, tfg_diag *d) {
+                             const tfg_job *job, const tfg_switches *sw, tfg_train_step *out, tfg_diag *d) {
   if (job && job->size > 1) {
     tfg_diag_error(d, &s->loc, "parameter_server runs in one process, not across the %d ranks of an mpirun job",
                    job->size);
@@ -77,7 +77,7 @@ static tfg_status ps_rewrite(tfg_graph *g, const tfg_action *a, const tfg_progra
     return TFG_ERR_PLACE;
   }
   tfg_replicate c;
-  tfg_replicate_begin(&c, &ps_hooks, g, a, p, s, job, d, out);
+  tfg_replicate_begin(&c, &ps_hooks, g, a, p, s, job, sw, d, out);
   int R = s->nreplicas, n = c.n;
   out->updates = malloc(sizeof *out->updates * (size_t)(n + 1));
   out->worker_params = malloc(sizeof *out->worker_params * (size_t)(R * n + 1));

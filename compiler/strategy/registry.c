@@ -52,12 +52,12 @@ void tfg_strategy_free(tfg_strategy *s) {
 }
 
 tfg_status tfg_strategy_train_step(tfg_graph *g, const tfg_action *a, const tfg_program *p, const tfg_job *job,
-                                   tfg_train_step *out, tfg_diag *d) {
+                                   const tfg_switches *sw, tfg_train_step *out, tfg_diag *d) {
   memset(out, 0, sizeof *out);
   tfg_strategy s;
   tfg_status st = tfg_strategy_of(a, &s, d);
   if (st != TFG_OK) return st;
-  st = s.i->rewrite(g, a, p, &s, job, out, d);
+  st = s.i->rewrite(g, a, p, &s, job, sw, out, d);
   if (st == TFG_OK) out->kind = s.i->run; /* what the runtime dispatches on */
   tfg_strategy_free(&s);
   return st;

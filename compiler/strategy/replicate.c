@@ -85,9 +85,9 @@ tfg_status tfg_replicate_add(tfg_replicate *c, const tfg_node *src, const tfg_no
 }
 
 void tfg_replicate_begin(tfg_replicate *c, const tfg_replicate_hooks *h, tfg_graph *g, const tfg_action *a,
-                         const tfg_program *p, const tfg_strategy *s, const tfg_job *job, tfg_diag *d,
-                         tfg_train_step *out) {
-  *c = (tfg_replicate){.h = h, .g = g, .a = a, .s = s, .job = job ? *job : (tfg_job){0, 1}, .d = d,
+                         const tfg_program *p, const tfg_strategy *s, const tfg_job *job, const tfg_switches *sw,
+                         tfg_diag *d, tfg_train_step *out) {
+  *c = (tfg_replicate){.h = h, .g = g, .a = a, .s = s, .job = job ? *job : (tfg_job){0, 1}, .sw = sw, .d = d,
                        .n0 = g->nnodes};
   int R = s->nreplicas;
 
@@ -118,7 +118,7 @@ void tfg_replicate_begin(tfg_replicate *c, const tfg_replicate_hooks *h, tfg_gra
   TFG_ASSERT(out->params != NULL);
   /* The params the loss trains, as tfg_autodiff_train_step chooses them,
    * so that every replica clones exactly those. */
-  int n = tfg_autodiff_trained_params(g, a, p, out->params, d);
+  int n = tfg_autodiff_trained_params(g, a, p, sw, out->params, d);
   for (int i = 0; i < n; i++) c->param_of[out->params[i]] = i;
   c->n = out->nparams = n;
   out->optimizer = tfg_optimizer_name(a->config.optimizer.kind);
@@ -192,7 +192,7 @@ tfg_status tfg_replicate_replicas(tfg_replicate *c, tfg_train_step *out) {
     int32_t from = c->g->nnodes;
     tfg_node_id loss = out->losses[r];
     if (c->amps) loss = tfg_autodiff_scale_loss(c->g, loss, &c->amps[r]); /* precision = f16 */
-    tfg_autodiff(c->g, loss, &c->rparams[r * n], n, &c->grads[r * n]);
+    tfg_autodiff(c->g, loss, &c->rparams[r * n], n, &c->grads[r * n], c->sw);
     for (int i = 0; i < n; i++) TFG_ASSERT(c->grads[r * n + i] >= 0); /* a clone differentiates like the original */
     pin_unpinned(c, from, r);
   }

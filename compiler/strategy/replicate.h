@@ -4,11 +4,11 @@
  * of the forward cone and its gradients.
  *
  *   tfg_replicate c;
- *   tfg_replicate_begin(&c, &hooks, g, a, p, s, job, d, out); // the cone, the step's common arrays
+ *   tfg_replicate_begin(&c, &hooks, g, a, p, s, job, sw, d, out); // the cone, the step's common arrays
  *   ... the strategy's own arrays, nodes that go before the clones ...
- *   tfg_status st = tfg_replicate_replicas(&c, out);       // every replica's clone and gradients
+ *   tfg_status st = tfg_replicate_replicas(&c, out);           // every replica's clone and gradients
  *   ... the strategy's collectives and updates, from c.rparams and c.grads ...
- *   return tfg_replicate_end(&c, st, out);                  // on an error, the graph put back
+ *   return tfg_replicate_end(&c, st, out);                      // on an error, the graph put back
  *
  * The cone is every node the loss and the metrics depend on; it is
  * cloned once per replica in id order, so the clones stay topologically
@@ -51,6 +51,7 @@ struct tfg_replicate {
   const tfg_action *a;
   const tfg_strategy *s;
   tfg_job job;            /* the process: {0, 1} outside mpirun */
+  const tfg_switches *sw; /* the gradients' switches (tfg_autodiff; NULL: the defaults) */
   tfg_diag *d;
   int32_t n0;             /* nodes before the rewrite: what a failure truncates to */
   int32_t top;            /* the cone's largest id */
@@ -69,14 +70,15 @@ struct tfg_replicate {
   int cap;
 };
 
-/* Starts the rewrite of a's step under s (job: NULL for one process):
+/* Starts the rewrite of a's step under s (job: NULL for one process;
+ * sw: the gradients' switches, NULL for the defaults, kept in c):
  * finds the cone and the params the loss trains (as
  * tfg_autodiff_train_step chooses them: out->params, out->nparams), and
  * allocates the arrays every replicated step has (losses, metrics,
  * replica_metrics, states; c->rparams, c->grads). Adds no node. */
 void tfg_replicate_begin(tfg_replicate *c, const tfg_replicate_hooks *h, tfg_graph *g, const tfg_action *a,
-                         const tfg_program *p, const tfg_strategy *s, const tfg_job *job, tfg_diag *d,
-                         tfg_train_step *out);
+                         const tfg_program *p, const tfg_strategy *s, const tfg_job *job, const tfg_switches *sw,
+                         tfg_diag *d, tfg_train_step *out);
 
 /* Clones the cone for every replica r in turn, each followed by its
  * gradients (tfg_autodiff of its loss, scaled by c->amps[r] when set),

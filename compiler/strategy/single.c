@@ -14,9 +14,9 @@ static tfg_status single_read(const tfg_strategy_config *c, tfg_strategy *out, t
 /* One process or many, a single step is the same graph: under mpirun
  * every rank trains the whole batch on its own devices. */
 static tfg_status single_rewrite(tfg_graph *g, const tfg_action *a, const tfg_program *p, const tfg_strategy *s,
-                                 const tfg_job *job, tfg_train_step *out, tfg_diag *d) {
+                                 const tfg_job *job, const tfg_switches *sw, tfg_train_step *out, tfg_diag *d) {
   (void)s, (void)job;
-  return tfg_autodiff_train_step(g, a, p, out, d);
+  return tfg_autodiff_train_step(g, a, p, sw, out, d);
 }
 
 static void single_describe(const tfg_train_step *st, char *buf, size_t n) {

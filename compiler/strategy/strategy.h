@@ -8,7 +8,7 @@
  *
  *   tfg_train_step st;
  *   tfg_job job = {.rank = 0, .size = 1};
- *   if (tfg_strategy_train_step(graph, &action, prog, &job, &st, diag) == TFG_OK) {
+ *   if (tfg_strategy_train_step(graph, &action, prog, &job, &switches, &st, diag) == TFG_OK) {
  *     // st.kind: how the runtime runs it; st.updates: every node a step
  *     // runs; st.losses[r]: replica r's loss
  *     tfg_train_step_free(&st);
@@ -70,6 +70,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "base/switches.h"
 #include "compiler/autodiff.h"
 #include "ir/device.h"
 
@@ -107,10 +108,11 @@ typedef struct tfg_strategy_i {
    * setting or the device. out->devices is malloc'ed (or NULL). */
   tfg_status (*read)(const tfg_strategy_config *c, tfg_strategy *out, tfg_diag *d);
   /* The rewrite: adds the nodes of a's step to g and describes them in
-   * *out (zeroed by the caller). On an error out is freed and g is put
-   * back as it was (nodes and pins); the error is located. */
+   * *out (zeroed by the caller), its gradients under sw (may be NULL:
+   * the defaults, as tfg_autodiff's). On an error out is freed and g is
+   * put back as it was (nodes and pins); the error is located. */
   tfg_status (*rewrite)(tfg_graph *g, const tfg_action *a, const tfg_program *p, const tfg_strategy *s,
-                        const tfg_job *job, tfg_train_step *out, tfg_diag *d);
+                        const tfg_job *job, const tfg_switches *sw, tfg_train_step *out, tfg_diag *d);
   /* Explain: what st is in a few words, for --verbose ("mirrored over 2
    * replicas"), into buf of n bytes. */
   void (*describe)(const tfg_train_step *st, char *buf, size_t n);
@@ -140,7 +142,9 @@ void tfg_strategy_free(tfg_strategy *s);
 
 /* Builds the step of train action a under its strategy (adding nodes to
  * g) for the process job names (NULL: one process), as the comment atop
- * this file describes; single() is tfg_autodiff_train_step. Errors,
+ * this file describes; single() is tfg_autodiff_train_step. The
+ * gradients follow sw (may be NULL: the defaults), as tfg_autodiff's
+ * do. Errors,
  * located: what tfg_strategy_of reports; a global batch that does not
  * divide by the replica count (at the input); a shape that does not
  * survive the batch split (at the op whose shape rule fails, with a note
@@ -148,6 +152,6 @@ void tfg_strategy_free(tfg_strategy *s);
  * pin); a parameter server under mpirun; a bad optimizer argument. On an
  * error out is empty and the graph as it was (nodes and pins). */
 tfg_status tfg_strategy_train_step(tfg_graph *g, const tfg_action *a, const tfg_program *p, const tfg_job *job,
-                                   tfg_train_step *out, tfg_diag *d);
+                                   const tfg_switches *sw, tfg_train_step *out, tfg_diag *d);
 
 #endif

@@ -22,7 +22,7 @@ static tfg_status build_steps(built *b, const build_opts *o) {
   tfg_status st = TFG_OK;
   for (int i = 0; i < b->p->nactions && b->nsteps < o->steps && st == TFG_OK; i++) {
     if (b->p->actions[i].kind != TFG_ACTION_TRAIN) continue;
-    st = tfg_compile_train_step(b->p->graph, &b->p->actions[i], b->p, NULL, &b->steps[b->nsteps], b->d);
+    st = tfg_compile_train_step(b->p->graph, &b->p->actions[i], b->p, NULL, &o->sw, &b->steps[b->nsteps], b->d);
     if (st == TFG_OK) b->nsteps++;
   }
   return st;
@@ -51,7 +51,8 @@ tfg_status program_build(built *b, const char *text, const build_opts *o) {
     must_succeed(b, st);
     must_succeed(b, tfg_devices_parse(b->d, o->devices, &b->ds));
     tfg_compiled c;
-    st = tfg_compile_graph(b->p->graph, b->ds, b->steps, b->nsteps, &(tfg_compile_opts){.fit = o->fit}, b->d, &c);
+    st = tfg_compile_graph(b->p->graph, b->ds, b->steps, b->nsteps, &(tfg_compile_opts){.fit = o->fit, .sw = o->sw},
+                           b->d, &c);
     if (c.failed == TFG_COMPILE_PLACE) must_succeed(b, st);
     b->pl = c.pl;
     b->plan = c.plan;
@@ -143,18 +144,16 @@ static tfg_status host_devices(void *ctx, const tfg_program *p, tfg_diag *d, tfg
   return tfg_devices_parse(d, ctx, out);
 }
 
-void program_train_fetch(const char *text, const char *opt, int n, trained *out) {
+void program_train_fetch(const char *text, const tfg_switches *sw, int n, trained *out) {
   ck_assert_int_le(n, TRAINED_MAX_FETCH);
   memset(out, 0, sizeof *out);
-  if (opt) setenv("TFG_OPT", opt, 1);
-  else unsetenv("TFG_OPT");
   built b;
   program_build(&b, text, &(build_opts){0});
   ck_assert_msg(b.st == TFG_OK, "%s", b.errs);
   tfg_compiled c;
   tfg_compile_opts o = {.devices = host_devices, .ctx = (void *)"host", .fit = true, .fuse = true, .validate = true};
+  if (sw) o.sw = *sw;
   tfg_status st = tfg_compile(b.p, &o, b.d, &c);
-  unsetenv("TFG_OPT");
   ck_assert_msg(st == TFG_OK, "%s %s", test_render(b.d, false), c.why.data ? c.why.data : "");
   out->nfolded = c.nfolded;
   out->nsimplified = c.nsimplified;
@@ -186,7 +185,7 @@ void trained_expect_same(trained *a, trained *b) {
   ck_assert_int_eq(a->n, b->n);
   for (int i = 0; i < a->n; i++) {
     ck_assert_uint_eq(a->bytes[i], b->bytes[i]);
-    ck_assert_msg(memcmp(a->data[i], b->data[i], a->bytes[i]) == 0, "printed tensor %d differs with TFG_OPT=0", i);
+    ck_assert_msg(memcmp(a->data[i], b->data[i], a->bytes[i]) == 0, "printed tensor %d differs with the switch off", i);
     free(a->data[i]);
     free(b->data[i]);
   }

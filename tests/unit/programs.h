@@ -42,6 +42,7 @@ typedef struct build_opts {
                          * (at most BUILT_MAX_STEPS); later ones are left alone */
   const char *devices;  /* a --devices spec: placed over it with the steps, then planned; NULL: not placed */
   bool fit;             /* place counting activations (tfg_compile_opts.fit), else params alone */
+  tfg_switches sw;      /* the A/B switches of the steps, placement and plan (zero: the defaults) */
 } build_opts;
 
 /* A program as program_build leaves it. Every pointer the build did not
@@ -103,7 +104,7 @@ uint8_t *program_printed_roots(const tfg_program *p);
  * when there are fewer). */
 tfg_node_id program_printed(const tfg_program *p, int k);
 
-/* ---- the graph passes on and off (TFG_OPT) --------------------------------- */
+/* ---- the graph passes on and off (sw.no_opt, TFG_OPT) ---------------------- */
 
 #define TRAINED_MAX_FETCH 8
 
@@ -116,11 +117,11 @@ typedef struct trained {
   int nfolded, nsimplified, nstrided, nviews;
 } trained;
 
-/* Compiles text with the driver on host devices, with TFG_OPT set to opt
- * ("0": the passes off) or unset (NULL: the default), trains its first
- * train action (if it has one) on one thread and fetches its first n
- * printed tensors (exactly n must exist, n <= TRAINED_MAX_FETCH). */
-void program_train_fetch(const char *text, const char *opt, int n, trained *out);
+/* Compiles text with the driver on host devices under the switches sw
+ * (NULL: the defaults; {.no_opt = true}: the passes off), trains its
+ * first train action (if it has one) on one thread and fetches its first
+ * n printed tensors (exactly n must exist, n <= TRAINED_MAX_FETCH). */
+void program_train_fetch(const char *text, const tfg_switches *sw, int n, trained *out);
 /* Asserts a and b fetched the same bytes (bit for bit), then frees both. */
 void trained_expect_same(trained *a, trained *b);
 

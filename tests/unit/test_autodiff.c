@@ -144,7 +144,7 @@ START_TEST(gradient_matches_finite_differences) {
   int np = c.b.p->nparams;
   tfg_node_id grads[8];
   ck_assert_int_le(np, 8);
-  ck_assert_int_eq(tfg_autodiff(c.b.p->graph, c.loss, c.b.p->params, np, grads), TFG_OK);
+  ck_assert_int_eq(tfg_autodiff(c.b.p->graph, c.loss, c.b.p->params, np, grads, NULL), TFG_OK);
   /* With constant folding on, as the compile driver runs it (the loss's
    * seed gradient and what only it reads become constants). */
   int32_t nn = c.b.p->graph->nnodes;
@@ -201,7 +201,7 @@ START_TEST(no_gradient_through_argmax) {
   ck_assert_int_eq(program_build(&b, text, &(build_opts){0}), TFG_OK);
   tfg_program *p = b.p;
   tfg_node_id grads[2];
-  tfg_autodiff(p->graph, p->actions[0].items[0].node, p->params, 2, grads);
+  tfg_autodiff(p->graph, p->actions[0].items[0].node, p->params, 2, grads, NULL);
   ck_assert_int_eq(grads[0], -1);
   ck_assert_int_ge(grads[1], 0);
   program_free(&b);
@@ -231,17 +231,17 @@ START_TEST(untrained_loss_warns) {
 END_TEST
 
 /* The gradient nodes of w in the step of x[B, T, d] @ w[d, n] (B 4, T 3,
- * d 5, n 7): how many matmuls, how many of them 2-D, and whether any node
- * is shaped [B, d, n]. */
+ * d 5, n 7), built under the switches sw: how many matmuls, how many of
+ * them 2-D, and whether any node is shaped [B, d, n]. */
 typedef struct mm_census {
   int matmuls, matmuls2d, bdn, sums;
 } mm_census;
 
-static mm_census weight_grad_census(void) {
+static mm_census weight_grad_census(tfg_switches sw) {
   const char *text = "param w: f32[5, 7] = normal()\nx = normal([4, 3, 5])\n"
                      "train mean(matmul(x, w)) { optimizer = sgd(lr = 0.1); steps = 1 }\n";
   built b;
-  ck_assert_int_eq(program_build(&b, text, &(build_opts){.steps = 1}), TFG_OK);
+  ck_assert_int_eq(program_build(&b, text, &(build_opts){.steps = 1, .sw = sw}), TFG_OK);
   ck_assert_int_eq(b.steps[0].nparams, 1);
   mm_census m = {0};
   const tfg_graph *g = b.p->graph;
@@ -261,18 +261,15 @@ static mm_census weight_grad_census(void) {
 
 /* The weight gradient of a batched product with a 2-D weight is one 2-D
  * matmul over the flattened batch, with no [B, d, n] intermediate and no
- * sum; TFG_OPT=0 gives the old rule (a batched product to [B, d, n], then
+ * sum; no_opt (TFG_OPT=0) gives the old rule (a batched product to [B, d, n], then
  * a sum over B). */
 START_TEST(matmul_weight_grad_is_one_gemm) {
-  unsetenv("TFG_OPT");
-  mm_census m = weight_grad_census();
+  mm_census m = weight_grad_census((tfg_switches){0});
   ck_assert_int_eq(m.matmuls, 1);
   ck_assert_int_eq(m.matmuls2d, 1);
   ck_assert_int_eq(m.bdn, 0);
   ck_assert_int_eq(m.sums, 0);
-  setenv("TFG_OPT", "0", 1);
-  m = weight_grad_census();
-  unsetenv("TFG_OPT");
+  m = weight_grad_census((tfg_switches){.no_opt = true});
   ck_assert_int_eq(m.matmuls, 1);
   ck_assert_int_eq(m.matmuls2d, 0);
   ck_assert_int_eq(m.bdn, 1);
@@ -281,17 +278,15 @@ START_TEST(matmul_weight_grad_is_one_gemm) {
 END_TEST
 
 /* The gradients of p0 and p1 in `body` (defines p0, p1 and y; loss
- * sum(y * r)), as autodiff builds them with TFG_OPT=opt, into g0 and g1
- * (malloc'ed, as doubles). */
-static void grads_with(const char *body, const char *opt, double **g, int64_t *n) {
+ * sum(y * r)), as autodiff builds them with the optimizing rewrites on
+ * (opt) or off (no_opt), into g0 and g1 (malloc'ed, as doubles). */
+static void grads_with(const char *body, bool opt, double **g, int64_t *n) {
   char text[1024];
   snprintf(text, sizeof text, "%s\nloss = sum(y * normal(shape(y), seed = 99, dtype = dtype(y)))\nprint loss\n", body);
-  setenv("TFG_OPT", opt, 1);
   built b;
   ck_assert_int_eq(program_build(&b, text, &(build_opts){0}), TFG_OK);
   tfg_node_id loss = b.p->actions[b.p->nactions - 1].items[0].node, grads[2];
-  ck_assert_int_eq(tfg_autodiff(b.p->graph, loss, b.p->params, 2, grads), TFG_OK);
-  unsetenv("TFG_OPT");
+  ck_assert_int_eq(tfg_autodiff(b.p->graph, loss, b.p->params, 2, grads, &(tfg_switches){.no_opt = !opt}), TFG_OK);
   tfg_session *s = tfg_session_new(b.p, b.d, &(tfg_session_opts){.threads = 2});
   ck_assert_ptr_nonnull(s);
   for (int k = 0; k < 2; k++) {
@@ -322,8 +317,8 @@ START_TEST(matmul_flat_grad_matches_batched) {
   for (int c = 0; c < 4; c++) {
     double *on[2], *off[2];
     int64_t n_on[2], n_off[2];
-    grads_with(bodies[c], "1", on, n_on);
-    grads_with(bodies[c], "0", off, n_off);
+    grads_with(bodies[c], true, on, n_on);
+    grads_with(bodies[c], false, off, n_off);
     bool f64 = c % 2 == 1;
     for (int k = 0; k < 2; k++) {
       ck_assert_int_eq(n_on[k], n_off[k]);

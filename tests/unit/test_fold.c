@@ -176,7 +176,7 @@ static const char ATTENTION[] = "d = 8\nheads = 2\n"
 START_TEST(same_bits_with_and_without) {
   trained on, off;
   program_train_fetch(ATTENTION, NULL, 3, &on);
-  program_train_fetch(ATTENTION, "0", 3, &off);
+  program_train_fetch(ATTENTION, &(tfg_switches){.no_opt = true}, 3, &off);
   ck_assert_int_ge(on.nfolded, 8); /* the mask's ops, the scale's, the mean's gradient */
   ck_assert_int_eq(off.nfolded, 0);
   trained_expect_same(&on, &off);

@@ -276,7 +276,7 @@ END_TEST
 START_TEST(pass_same_bits) {
   trained on, off;
   program_train_fetch(RULES, NULL, 5, &on);
-  program_train_fetch(RULES, "0", 5, &off);
+  program_train_fetch(RULES, &(tfg_switches){.no_opt = true}, 5, &off);
   ck_assert_int_eq(on.nstrided, 2);
   ck_assert_int_eq(off.nstrided, 0);
   trained_expect_same(&on, &off);
@@ -308,9 +308,7 @@ static const char ATTENTION[] =
 static void layout_same_bits(const char *text, int nstrided) {
   trained on, off;
   program_train_fetch(text, NULL, 4, &on);
-  setenv("TFG_LAYOUT", "0", 1);
-  program_train_fetch(text, NULL, 4, &off);
-  unsetenv("TFG_LAYOUT");
+  program_train_fetch(text, &(tfg_switches){.no_layout = true}, 4, &off);
   ck_assert_int_eq(on.nstrided, nstrided);
   ck_assert_int_eq(off.nstrided, 0);
   trained_expect_same(&on, &off);

@@ -149,7 +149,7 @@ static const char MODEL[] = "x = normal([4, 8], seed = 1)\n"
 START_TEST(same_bits_with_and_without) {
   trained on, off;
   program_train_fetch(MODEL, NULL, 3, &on);
-  program_train_fetch(MODEL, "0", 3, &off);
+  program_train_fetch(MODEL, &(tfg_switches){.no_opt = true}, 3, &off);
   ck_assert_int_ge(on.nsimplified, 6); /* the second matmul and relu, * 1.0 twice, the transposes, cast, - 0.0, reshape */
   ck_assert_int_eq(off.nsimplified, 0);
   trained_expect_same(&on, &off);

@@ -652,7 +652,7 @@ START_TEST(mirrored_keys_unique_across_actions) {
            "train mean(matmul(x, v)) { optimizer = sgd(lr = 0.1); steps = 1; strategy = mirrored([gpu:2, gpu:3]) }\n");
   ck_assert_int_eq(b.p->nactions, 2);
   tfg_train_step second;
-  tfg_status st2 = tfg_compile_train_step(b.p->graph, &b.p->actions[1], b.p, NULL, &second, b.d);
+  tfg_status st2 = tfg_compile_train_step(b.p->graph, &b.p->actions[1], b.p, NULL, NULL, &second, b.d);
   ck_assert_msg(st2 == TFG_OK, "%s", test_render(b.d, false));
   int64_t keys[8];
   int nkeys = 0;
@@ -826,7 +826,7 @@ static void expect_global_gradient(const char *strategy, bool ps) {
   for (int k = n; k < nf; k++) ck_assert_int_lt(fetch[k], cut);
   tfg_graph_truncate(b.p->graph, cut);
   /* The plain gradient, over the program's own (whole-batch) loss. */
-  tfg_autodiff(b.p->graph, b.act->loss, st->params, n, fetch);
+  tfg_autodiff(b.p->graph, b.act->loss, st->params, n, fetch, NULL);
   tfg_session_opts so = {.threads = 1, .feeds = feeds, .nfeeds = 2};
   tfg_session *s = tfg_session_new(b.p, b.d, &so);
   if (!s) ck_abort_msg("no session: %s", test_render(b.d, false));

@@ -55,7 +55,6 @@ static const char CHAIN[] = "x = normal([4, 6], seed = 1)\n"
 /* reshape(h) and flatten(reshape(h)) are views of h: no launch, no
  * buffer, h's buffer live until y reads f; the plan prints them. */
 START_TEST(reshape_is_view) {
-  unsetenv("TFG_OPT");
   built b;
   program_build(&b, CHAIN, &(build_opts){.devices = "host*1:64M"});
   ck_assert_msg(b.st == TFG_OK, "%s", b.errs);
@@ -86,12 +85,10 @@ START_TEST(reshape_is_view) {
 }
 END_TEST
 
-/* TFG_OPT=0: no views, the reshape and flatten are launched. */
+/* no_opt (TFG_OPT=0): no views, the reshape and flatten are launched. */
 START_TEST(opt_0_launches) {
-  setenv("TFG_OPT", "0", 1);
   built b;
-  program_build(&b, CHAIN, &(build_opts){.devices = "host*1:64M"});
-  unsetenv("TFG_OPT");
+  program_build(&b, CHAIN, &(build_opts){.devices = "host*1:64M", .sw = {.no_opt = true}});
   ck_assert_msg(b.st == TFG_OK, "%s", b.errs);
   plan_expect_valid(b.plan);
   const tfg_graph *g = b.p->graph;
@@ -107,7 +104,6 @@ END_TEST
  * there, not a view; a reshape of a param (updated in place) is not one
  * either; a reshape on the same device as its input is. */
 START_TEST(cross_device_and_param_not_views) {
-  unsetenv("TFG_OPT");
   built b;
   program_build(&b,
                 "x = normal([8, 16], seed = 1)\n"
@@ -146,7 +142,6 @@ END_TEST
 
 /* The validator checks views without trusting the builder. */
 START_TEST(validator_rejects_false_views) {
-  unsetenv("TFG_OPT");
   built b;
   program_build(&b, CHAIN, &(build_opts){.devices = "host*1:64M"});
   ck_assert_msg(b.st == TFG_OK, "%s", b.errs);
@@ -179,7 +174,6 @@ END_TEST
  * bytes under the view's shape; a view of a computed value is fetched when
  * its base is written. */
 START_TEST(fetch_views) {
-  unsetenv("TFG_OPT");
   built b;
   program_build(&b,
                 "a = tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])\n"
@@ -228,7 +222,7 @@ static const char HEADS[] = "x = normal([4, 8], seed = 1)\n"
 START_TEST(same_bits_with_and_without) {
   trained on, off;
   program_train_fetch(HEADS, NULL, 4, &on);
-  program_train_fetch(HEADS, "0", 4, &off);
+  program_train_fetch(HEADS, &(tfg_switches){.no_opt = true}, 4, &off);
   ck_assert_int_ge(on.nviews, 4); /* the heads' reshapes, the flatten, their gradients */
   ck_assert_int_eq(off.nviews, 0);
   trained_expect_same(&on, &off);

@@ -1,0 +1,18 @@
+/* cli/switches.h: the one place that reads tfg's A/B switches from the
+ * environment (TFG_OPT, TFG_FUSE..., docs/cli.md) into the typed struct
+ * everything below cli/ is given (base/switches.h).
+ *
+ *   tfg_switches sw;
+ *   cli_switches_from_env(&sw);        // once, at start-up
+ *   ... (tfg_compile_opts){..., .sw = sw} ... */
+#ifndef TFG_CLI_SWITCHES_H
+#define TFG_CLI_SWITCHES_H
+
+#include "base/switches.h"
+
+/* Fills *out from the TFG_* variables, each read as a decimal integer
+ * (strtoll's syntax, nothing after it; anything else counts as unset),
+ * every field not set by one left at its default (zero). */
+void cli_switches_from_env(tfg_switches *out);
+
+#endif
