@@ -274,27 +274,31 @@ $(BUILD)/unit: $(TEST_OBJ) $(BUILD)/libtfg.a
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libtfg.a $(CHECK_LIBS) $(LDLIBS)
 
 # Benchmarks: each bench/NAME.c and bench/gpu/NAME.c is a program linked
-# against libtfg (the GPU ones find a GPU through the backend registration).
+# against libtfg (the GPU ones find a GPU through the backend registration)
+# and the CLI's reader of the TFG_* switches (cli/switches.h), so that a
+# switch means to them what it means to `tfg run`.
 BENCH_SRC := $(wildcard bench/*.c bench/gpu/*.c)
 BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+SWITCHES_OBJ := $(BUILD)/obj/cli/switches.o
 
-$(BUILD)/bench/%: bench/%.c $(BUILD)/libtfg.a
+$(BUILD)/bench/%: bench/%.c $(SWITCHES_OBJ) $(BUILD)/libtfg.a
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
-	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libtfg.a $(LDLIBS)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(SWITCHES_OBJ) $(BUILD)/libtfg.a $(LDLIBS)
 
 bench-build: $(BENCH_BIN)
 
-# The GPU tests: each tests/gpu/NAME.c is a program linked against libtfg;
-# tests/gpu/run.sh runs them (and build/tfg on cuda:0), or prints one SKIP
-# line where there is no GPU (no driver, no device, a build without CUDA).
+# The GPU tests: each tests/gpu/NAME.c is a program linked against libtfg
+# (and cli/switches.o, as the benchmarks); tests/gpu/run.sh runs them (and
+# build/tfg on cuda:0), or prints one SKIP line where there is no GPU (no
+# driver, no device, a build without CUDA).
 GPU_TEST_SRC := $(wildcard tests/gpu/*.c)
 GPU_TEST_BIN := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(GPU_TEST_SRC))
 
-$(BUILD)/tests/gpu/%: tests/gpu/%.c $(BUILD)/libtfg.a
+$(BUILD)/tests/gpu/%: tests/gpu/%.c $(SWITCHES_OBJ) $(BUILD)/libtfg.a
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
-	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libtfg.a $(LDLIBS)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(SWITCHES_OBJ) $(BUILD)/libtfg.a $(LDLIBS)
 
 test-gpu: all $(GPU_TEST_BIN)
 	@sh tests/gpu/run.sh $(BUILD)

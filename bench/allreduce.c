@@ -121,6 +121,7 @@ static int run_case(const tfg_devices *ds, int R, size_t bytes, bool shared) {
 }
 
 int main(void) {
+  bench_switches(); /* TFG_* as `tfg run` reads them (TFG_GEMM_SPLIT, TFG_VMATH) */
   static const size_t sizes[] = {(size_t)1 << 20, (size_t)16 << 20, (size_t)64 << 20};
   static const int ranks[] = {2, 4};
   tfg_diag *d = tfg_diag_new();

@@ -1,10 +1,26 @@
-/* bench/bench.h: what the C benchmarks share: a monotonic clock and the
- * median of a set of timings. */
+/* bench/bench.h: what the C benchmarks share: the TFG_* switches, a
+ * monotonic clock and the median of a set of timings. */
 #ifndef TFG_BENCH_H
 #define TFG_BENCH_H
 
 #include <stdlib.h>
 #include <time.h>
+
+#include "base/switches.h"
+#include "cli/switches.h"
+#include "kernels/cpu/config.h"
+
+/* The TFG_* switches, read as `tfg run` reads them (cli/switches.h, which
+ * the Makefile links into every benchmark), and the CPU kernels'
+ * process-wide part of them set (kernels/cpu/config.h): first thing in
+ * main, so that TFG_GEMM_SPLIT=0 or TFG_VMATH=0 compares here too. The
+ * rest is for the benchmark's option structs. */
+static inline tfg_switches bench_switches(void) {
+  tfg_switches sw;
+  cli_switches_from_env(&sw);
+  tfg_cpu_config_set(&sw);
+  return sw;
+}
 
 static inline double bench_now(void) {
   struct timespec ts;

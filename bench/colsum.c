@@ -46,6 +46,7 @@ static void read_chunk(void *arg, int64_t lo, int64_t hi, int64_t k) {
 }
 
 int main(int argc, char **argv) {
+  bench_switches(); /* TFG_* as `tfg run` reads them (TFG_GEMM_SPLIT, TFG_VMATH) */
   int threads = argc > 1 ? atoi(argv[1]) : 2;
   static const int64_t shapes[][2] = {{1024, 256}, {1024, 1024}, {8192, 256}, {65536, 3}, {64, 16384}, {4096, 1}};
   tfg_pool *pool = tfg_pool_new(threads);

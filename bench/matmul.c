@@ -36,6 +36,7 @@
 #define RUNS 15
 
 int main(void) {
+  tfg_switches sw = bench_switches(); /* TFG_* as `tfg run` reads them */
   const size_t n = (size_t)DIM * DIM;
   float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
   float *c_tfg = malloc(n * sizeof *c_tfg), *c_blas = malloc(n * sizeof *c_blas);
@@ -80,7 +81,7 @@ int main(void) {
     return 1;
   }
   const tfg_program *prog = tfg_interp_program(interp);
-  tfg_session_opts so = {.threads = threads};
+  tfg_session_opts so = {.threads = threads, .sw = sw};
   tfg_session *sess = tfg_session_new(prog, d, &so);
   tfg_node_id c_id = prog->graph->nnodes - 1;
   double t_tfg[RUNS], t_blas[RUNS], t_run[RUNS];

@@ -29,6 +29,7 @@ static void stage_time(void *ctx, tfg_compile_stage stage, const tfg_compiled *c
 }
 
 int main(void) {
+  bench_switches(); /* TFG_* as `tfg run` reads them (TFG_GEMM_SPLIT, TFG_VMATH) */
   const int layers[] = {62, 625, 6250}; /* x 4 towers x 4 ops */
   printf("place_scale: 4 towers of dense layers on host*4, median of 5 runs\n");
   for (size_t s = 0; s < sizeof layers / sizeof layers[0]; s++) {

@@ -61,6 +61,7 @@ typedef struct rowcase {
 #define S2(a, b) {2, {a, b}}
 
 int main(int argc, char **argv) {
+  bench_switches(); /* TFG_* as `tfg run` reads them (TFG_GEMM_SPLIT, TFG_VMATH) */
   int threads = argc > 1 ? atoi(argv[1]) : 2;
   const rowcase cases[] = {
       {"softmax", TFG_OP_SOFTMAX, {{4, {8, 4, 128, 128}}}, {F32}, 1, {4, {8, 4, 128, 128}}},

@@ -29,6 +29,7 @@
 #include "compiler/plan.h"
 #include "compiler/strategy/strategy.h"
 #include "ir/ops.h"
+#include "kernels/cpu/config.h"
 #include "lang/ast.h"
 #include "lang/interp.h"
 #include "lang/parse.h"
@@ -378,7 +379,7 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
   tfg_trace *trace = rc == 0 && (o->trace || o->profile) ? tfg_trace_new() : NULL;
   tfg_session_opts so = {.threads = o->threads, .feeds = o->feeds, .nfeeds = o->nfeeds, .seed = o->seed,
                          .check_numerics = o->check_numerics, .plan = plan, .trace = trace,
-                         .preallocate = o->preallocate, .tf32 = o->tf32};
+                         .preallocate = o->preallocate, .tf32 = o->tf32, .sw = o->sw};
   tfg_session *s = rc == 0 ? tfg_session_new(p, d, &so) : NULL;
   if (!s && rc == 0) rc = EXIT_RUNTIME;
   if (s) cli_verbose(o, "started the devices: memory, streams, params initialized");
@@ -837,7 +838,10 @@ static void catch_job_end(void) {
 }
 
 int main(int argc, char **argv) {
-  cli_switches_from_env(&switches); /* first: every command's options carry them */
+  /* The switches first: the CPU kernels' process-wide part must be set
+   * before any kernel runs (kernels/cpu/config.h). */
+  cli_switches_from_env(&switches);
+  tfg_cpu_config_set(&switches);
   /* A rank of an mpirun job joins it before anything else (runtime/mpi.h);
    * outside a job nothing happens. */
   tfg_strbuf why = {0};

@@ -303,7 +303,8 @@ static tfg_status run_items(repl *r, const run_item *items, int nitems, int firs
   tfg_session *s = NULL;
   const cli_opts *o = r->o;
   tfg_session_opts so = {.threads = o->threads, .feeds = o->feeds, .nfeeds = o->nfeeds, .seed = o->seed,
-                         .check_numerics = o->check_numerics, .preallocate = o->preallocate, .tf32 = o->tf32};
+                         .check_numerics = o->check_numerics, .preallocate = o->preallocate, .tf32 = o->tf32,
+                         .sw = o->sw};
   /* --feed may not replace an input's own source (as in `tfg run`). */
   for (int i = 0; i < o->nfeeds && st == TFG_OK; i++) {
     const tfg_feed *f = cli_feed_target(&ep, o->feeds[i].name);

@@ -73,15 +73,11 @@ bool tfg_nvrtc_available(void) {
   return nv.ok;
 }
 
-/* The cache directory, made if missing (its parents too), into dir; false
- * when there is none to be had. */
-static bool cache_dir(char *dir, size_t cap) {
-  const char *env = getenv("TFG_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-  int n;
-  if (env && *env) n = snprintf(dir, cap, "%s/kernels", env);
-  else if (xdg && *xdg) n = snprintf(dir, cap, "%s/tfg/kernels", xdg);
-  else if (home && *home) n = snprintf(dir, cap, "%s/.cache/tfg/kernels", home);
-  else return false;
+/* The kernels/ folder of cache, made if missing (its parents too), into
+ * dir; false when there is none to be had (cache NULL or empty). */
+static bool cache_dir(const char *cache, char *dir, size_t cap) {
+  if (!cache || !*cache) return false;
+  int n = snprintf(dir, cap, "%s/kernels", cache);
   if (n < 0 || (size_t)n >= cap) return false;
   for (char *s = dir + 1; *s; s++) { /* mkdir -p */
     if (*s != '/') continue;
@@ -116,10 +112,11 @@ static void write_file(const char *path, const char *text, size_t len) {
 }
 
 tfg_status tfg_nvrtc_ptx(const char *src, const char *arch, int nheaders, const char *const *names,
-                         const char *const *texts, tfg_strbuf *ptx, tfg_strbuf *log, bool *cached) {
+                         const char *const *texts, const char *cache, tfg_strbuf *ptx, tfg_strbuf *log,
+                         bool *cached) {
   if (cached) *cached = false;
   char dir[1024], path[1100];
-  bool have_dir = cache_dir(dir, sizeof dir);
+  bool have_dir = cache_dir(cache, dir, sizeof dir);
   if (have_dir) {
     snprintf(path, sizeof path, "%s/%016" PRIx64 ".ptx", dir, tfg_fused_source_hash(src, arch));
     if (read_file(path, ptx)) {

@@ -2,7 +2,7 @@
  * a disk cache, for kernels tfg writes itself (kernels/fused_codegen.h).
  *
  *   tfg_strbuf ptx = {0}, log = {0};
- *   if (tfg_nvrtc_ptx(src, "compute_90", nh, names, texts, &ptx, &log, NULL) == TFG_OK) ...
+ *   if (tfg_nvrtc_ptx(src, "compute_90", nh, names, texts, cache, &ptx, &log, NULL) == TFG_OK) ...
  *
  * NVRTC is loaded with dlopen on first use, not linked: a tfg built
  * without it, or run where the toolkit's libnvrtc is missing, still runs
@@ -11,11 +11,13 @@
  * a virtual architecture) rather than a cubin: the driver compiles it
  * for the device it loads on, newer ones included.
  *
- * The cache: TFG_CACHE_DIR, else $XDG_CACHE_HOME/tfg, else
- * $HOME/.cache/tfg; a file kernels/HASH.ptx per source and architecture
- * (tfg_fused_source_hash), written to a temporary name and renamed, so a
- * reader never sees half a file. A cache that cannot be made is no error:
- * the source is compiled each time. */
+ * The cache: a folder the caller names (the switch nvrtc_cache,
+ * base/switches.h: TFG_CACHE_DIR, else $XDG_CACHE_HOME/tfg, else
+ * $HOME/.cache/tfg, resolved by cli/switches.c); a file kernels/HASH.ptx
+ * in it per source and architecture (tfg_fused_source_hash), written to
+ * a temporary name and renamed, so a reader never sees half a file. A
+ * cache that cannot be made is no error: the source is compiled each
+ * time. */
 #ifndef TFG_KERNELS_NVRTC_H
 #define TFG_KERNELS_NVRTC_H
 
@@ -28,11 +30,13 @@
 bool tfg_nvrtc_available(void);
 
 /* PTX for src, compiled for the virtual architecture arch ("compute_90")
- * with the nheaders headers names[i] -> texts[i], or read from the cache;
- * *cached (may be NULL) tells which. TFG_OK with ptx filled (NUL
- * terminated); else TFG_ERR_DEVICE with the reason in log (NVRTC missing,
- * or its compile log). Thread-safe. */
+ * with the nheaders headers names[i] -> texts[i], or read from the cache
+ * in folder cache (made if missing; NULL: no cache); *cached (may be
+ * NULL) tells which. TFG_OK with ptx filled (NUL terminated); else
+ * TFG_ERR_DEVICE with the reason in log (NVRTC missing, or its compile
+ * log). Thread-safe. */
 tfg_status tfg_nvrtc_ptx(const char *src, const char *arch, int nheaders, const char *const *names,
-                         const char *const *texts, tfg_strbuf *ptx, tfg_strbuf *log, bool *cached);
+                         const char *const *texts, const char *cache, tfg_strbuf *ptx, tfg_strbuf *log,
+                         bool *cached);
 
 #endif

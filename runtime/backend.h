@@ -63,6 +63,7 @@
 
 #include "base/status.h"
 #include "base/strbuf.h"
+#include "base/switches.h"
 #include "ir/device.h"
 #include "ir/graph.h"
 #include "ir/ops.h"
@@ -250,21 +251,26 @@ typedef struct tfg_backend_opts {
   bool tf32;           /* --tf32: f32 matrix products on a GPU may use TF32 tensor cores */
   bool check_numerics; /* a GPU checks every f32/f64 result for NaN and Inf (host devices:
                         * the executor checks, reading host memory) */
+  tfg_switches sw;     /* the A/B switches a backend reads when it is created (base/switches.h):
+                        * the fault hook (runtime/backend_fault.h), host_graphs (below); on CUDA
+                        * no_attention_tiled, nvrtc and its cache, nccl_timeout_s */
 } tfg_backend_opts;
 
 /* A host backend for device dev (a TFG_DEVICE_HOST or TFG_DEVICE_CPU
  * entry): its worker thread starts now; its pool has dev->memory bytes,
- * grown on demand. */
+ * grown on demand; every switch at its default. */
 tfg_backend *tfg_backend_host_new(const tfg_device *dev);
-/* The same with its pool preallocated when preallocate is set (NULL
- * when the host cannot give dev->memory bytes at once). */
-tfg_backend *tfg_backend_host_new_with(const tfg_device *dev, bool preallocate);
+/* The same with o's choices (NULL: the defaults): its pool preallocated
+ * when o->preallocate is set (NULL when the host cannot give dev->memory
+ * bytes at once), the switches of o->sw (tf32 and check_numerics do not
+ * concern a host backend). */
+tfg_backend *tfg_backend_host_new_with(const tfg_device *dev, const tfg_backend_opts *o);
 
-/* Test hook: with TFG_HOST_GRAPHS=1 set when a host backend is created,
- * it can capture (caps.can_capture) and emulates CUDA Graphs
- * (runtime/backend_host.c): a capture records what the thread queues, a
- * replay queues it again. The executor then runs host devices (not
- * cpu:0) as it runs GPUs with CUDA Graphs, which is how that path is
- * tested on machines without a GPU. */
+/* Test hook: with sw.host_graphs (TFG_HOST_GRAPHS=1) when a host
+ * backend is created, it can capture (caps.can_capture) and emulates
+ * CUDA Graphs (runtime/backend_host.c): a capture records what the
+ * thread queues, a replay queues it again. The executor then runs host
+ * devices (not cpu:0) as it runs GPUs with CUDA Graphs, which is how that
+ * path is tested on machines without a GPU. */
 
 #endif

@@ -767,6 +767,9 @@ tfg_backend *tfg_backend_cuda_new(const tfg_device *dev, const tfg_backend_opts 
   tfg_cuda_ctx *cx = &cb->cx;
   cx->device = cb->gpu;
   cx->tf32 = o->tf32;
+  cx->attention_reference = o->sw.no_attention_tiled;
+  cx->nvrtc = o->sw.nvrtc;
+  cx->nvrtc_cache = o->sw.nvrtc_cache;
   cx->sms = gi->sms;
   bool ok = CUDA_OK(cudaSetDevice(cb->gpu), why) && (cb->pe = tfg_backend_cuda_pool_acquire(dev, o->preallocate, why)) != NULL &&
             CUDA_OK(cudaStreamCreateWithFlags(&cb->aux, cudaStreamNonBlocking), why) &&
@@ -785,6 +788,6 @@ tfg_backend *tfg_backend_cuda_new(const tfg_device *dev, const tfg_backend_opts 
   }
   cx->error = (tfg_cuda_error *)cb->flags;
   cx->step = cb->step_dev;
-  cb->fault_after = tfg_backend_fault_after(dev, cb->fault_msg, sizeof cb->fault_msg);
+  cb->fault_after = tfg_backend_fault_after(&o->sw, dev, cb->fault_msg, sizeof cb->fault_msg);
   return &cb->base;
 }

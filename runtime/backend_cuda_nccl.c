@@ -37,7 +37,6 @@
 #endif
 
 #include "base/assert.h"
-#include "base/env.h"
 #include "runtime/backend_cuda_impl.h"
 #include "runtime/collective.h"
 
@@ -138,12 +137,14 @@ static void *dog_main(void *arg) {
   }
 }
 
-/* Starts the watchdog of a job's communicator g (false with *why). */
+/* Starts the watchdog of a job's communicator g (false with *why), timed
+ * by the switch nccl_timeout_s of its first backend (TFG_NCCL_TIMEOUT;
+ * every backend of a run has the same switches). */
 static bool dog_start(nccl_coll *g, tfg_strbuf *why) {
   watchdog *w = &g->dog;
-  long long t = 0;
-  w->timeout_s = tfg_env_int("TFG_NCCL_TIMEOUT", &t) && t > 0 ? (double)t : 600;
-  w->gpu = cuda_of(g->b[0])->gpu;
+  const cuda_backend *first = cuda_of(g->b[0]);
+  w->timeout_s = first->o.sw.nccl_timeout_s > 0 ? (double)first->o.sw.nccl_timeout_s : 600;
+  w->gpu = first->gpu;
   if (!CUDA_OK(cudaSetDevice(w->gpu), why) ||
       !CUDA_OK(cudaEventCreateWithFlags(&w->last, cudaEventDisableTiming), why))
     return false;

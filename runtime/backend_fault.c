@@ -4,13 +4,9 @@
 
 #include <stdio.h>
 
-#include "base/env.h"
-
-long long tfg_backend_fault_after(const tfg_device *dev, char *msg, size_t n) {
-  long long fdev, fafter;
-  if (!tfg_env_int("TFG_FAULT_DEVICE", &fdev) || !tfg_env_int("TFG_FAULT_AFTER", &fafter) || fdev != dev->index ||
-      fafter <= 0)
-    return 0;
-  snprintf(msg, n, "injected fault (TFG_FAULT_DEVICE=%lld, TFG_FAULT_AFTER=%lld)", fdev, fafter);
-  return fafter;
+long long tfg_backend_fault_after(const tfg_switches *sw, const tfg_device *dev, char *msg, size_t n) {
+  if (sw->fault_after <= 0 || sw->fault_device != dev->index) return 0;
+  snprintf(msg, n, "injected fault (TFG_FAULT_DEVICE=%d, TFG_FAULT_AFTER=%lld)", sw->fault_device,
+           (long long)sw->fault_after);
+  return sw->fault_after;
 }

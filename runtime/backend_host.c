@@ -54,10 +54,10 @@
  * the same status and message, which is how an error on one device stops
  * the devices downstream of it promptly.
  *
- * Fault injection (the test hook of backend.h): the environment variables
- * TFG_FAULT_DEVICE and TFG_FAULT_AFTER are read when a backend is created
- * (tfg_backend_host_new), not later. On a backend whose device index is
- * TFG_FAULT_DEVICE, the TFG_FAULT_AFTER-th call to launch (counted from 1
+ * Fault injection (the test hook of backend.h): the switches fault_device
+ * and fault_after are read when a backend is created
+ * (tfg_backend_host_new_with), not later. On a backend whose device index is
+ * fault_device, the fault_after-th call to launch (counted from 1
  * in call order, over all its streams) does not run its kernel and fails
  * its stream with TFG_ERR_DEVICE. Each backend counts its own launches.
  *
@@ -89,7 +89,6 @@
 #include <string.h>
 
 #include "base/assert.h"
-#include "base/env.h"
 #include "base/grow.h"
 #include "kernels/cast_math.h"
 #include "kernels/cpu/blas.h"
@@ -549,7 +548,7 @@ static void *host_worker(void *arg) {
   return NULL;
 }
 
-/* ---- captured runs (TFG_HOST_GRAPHS=1) ---------------------------------------- */
+/* ---- captured runs (sw.host_graphs, TFG_HOST_GRAPHS=1) ------------------------ */
 
 /* One operation as captured: its stream and its template (a RECORD or
  * WAIT holds a reference to its event, and gets its generation only when
@@ -853,7 +852,7 @@ static void host_destroy(tfg_backend *b) {
   free(hb);
 }
 
-/* The emulation of CUDA Graphs (TFG_HOST_GRAPHS=1, see backend.h): a
+/* The emulation of CUDA Graphs (sw.host_graphs, see backend.h): a
  * capture records what this thread queues on host streams; a replay
  * queues it again, stream by stream in the captured order, issuing each
  * record's generation and taking each wait's (the latest issued) as
@@ -912,7 +911,7 @@ static void host_replay_free(tfg_backend *b, tfg_replay *r) {
 
 /* What a host backend can do (runtime/backend.h): its memory is the
  * host's, its kernels run on the CPU, and it adds host buffers in one
- * pass. It captures runs only as the TFG_HOST_GRAPHS test hook
+ * pass.  It captures runs only under the sw.host_graphs test hook
  * (host_graph_caps), which the executor then treats as it treats GPUs;
  * its kernels read ctx->step, so it needs no device step. */
 static const tfg_backend_caps host_caps = {
@@ -950,14 +949,16 @@ static const tfg_backend_i host_i = {
 /* ---- creation ------------------------------------------------------------------ */
 
 tfg_backend *tfg_backend_host_new(const tfg_device *dev) {
-  tfg_backend *b = tfg_backend_host_new_with(dev, false);
+  tfg_backend *b = tfg_backend_host_new_with(dev, NULL);
   TFG_ASSERT(b != NULL); /* not preallocated: creation cannot fail */
   return b;
 }
 
-tfg_backend *tfg_backend_host_new_with(const tfg_device *dev, bool preallocate) {
+tfg_backend *tfg_backend_host_new_with(const tfg_device *dev, const tfg_backend_opts *o) {
+  static const tfg_backend_opts defaults = {0};
+  if (!o) o = &defaults;
   TFG_ASSERT(dev->kind == TFG_DEVICE_HOST || dev->kind == TFG_DEVICE_CPU);
-  tfg_mem_pool *pool = tfg_mem_pool_new(dev->memory, preallocate);
+  tfg_mem_pool *pool = tfg_mem_pool_new(dev->memory, o->preallocate);
   if (!pool) return NULL;
   host_backend *hb = calloc(1, sizeof *hb);
   TFG_ASSERT(hb != NULL);
@@ -970,9 +971,8 @@ tfg_backend *tfg_backend_host_new_with(const tfg_device *dev, bool preallocate) 
   pthread_cond_init(&hb->idle, NULL);
   hb->waiter.wake = host_wake;
   hb->pool = pool;
-  hb->fault_after = tfg_backend_fault_after(dev, hb->fault_msg, sizeof hb->fault_msg);
-  long long graphs;
-  if (tfg_env_int("TFG_HOST_GRAPHS", &graphs) && graphs == 1) {
+  hb->fault_after = tfg_backend_fault_after(&o->sw, dev, hb->fault_msg, sizeof hb->fault_msg);
+  if (o->sw.host_graphs) {
     hb->base.i.host_alloc = host_host_alloc;
     hb->base.i.host_free = host_host_free;
     hb->base.i.capture_begin = host_capture_begin;

@@ -18,7 +18,6 @@
 #include <string.h>
 
 #include "base/assert.h"
-#include "base/env.h"
 #include "ir/ops.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/fused.h"
@@ -123,7 +122,7 @@ struct tfg_exec {
   /* The step fault hook (exec.h): device index and training step, or -1. */
   int fault_device;
   int64_t fault_step;
-  bool fault_assert;           /* TFG_FAULT_ASSERT=1 (exec.h) */
+  bool fault_assert;           /* sw.fault_assert, TFG_FAULT_ASSERT=1 (exec.h) */
   /* per run */
   uint8_t *need;
   const void **fed;            /* per node: the host value of a needed INPUT */
@@ -242,7 +241,8 @@ static tfg_status run_kernel(tfg_kernel_ctx *k, const tfg_node *node, const tfg_
 static tfg_status open_backend(tfg_exec *x, int d, const tfg_exec_opts *o, tfg_diag *diag) {
   exec_dev *dv = &x->dev[d];
   const tfg_device *dev = dv->device;
-  tfg_backend_opts bo = {.preallocate = o->preallocate, .tf32 = o->tf32, .check_numerics = o->check_numerics};
+  tfg_backend_opts bo = {.preallocate = o->preallocate, .tf32 = o->tf32, .check_numerics = o->check_numerics,
+                         .sw = o->sw};
   tfg_strbuf why = {0};
   dv->b = tfg_backend_new(dev, &bo, &why);
   if (!dv->b) {
@@ -431,14 +431,12 @@ static void make_fused(tfg_exec *x) {
  * host feeding them). Every other used device must be a feeder a capture
  * can run before: host memory, and what tfg_plan_capturable asks (never
  * waiting for or copying from a captured device, in no bucket with one);
- * and every bucket's collective is the built-in ring (not NCCL: below). Off with TFG_CUDA_GRAPHS=0,
+ * and every bucket's collective is the built-in ring (not NCCL: below). Off with sw.no_cuda_graphs,
  * --trace, --check-numerics and the fault hooks (each needs every launch
  * to go through the executor's walk). */
 static void graph_setup(tfg_exec *x, const tfg_exec_opts *o) {
   const tfg_plan *p = x->p;
-  long long env;
-  if ((tfg_env_int("TFG_CUDA_GRAPHS", &env) && env == 0) || o->trace || o->check_numerics || x->fault_device >= 0)
-    return;
+  if (o->sw.no_cuda_graphs || o->trace || o->check_numerics || x->fault_device >= 0) return;
   x->captured = calloc((size_t)x->ndev + 1, 1);
   TFG_ASSERT(x->captured != NULL);
   int ncaptured = 0;
@@ -448,7 +446,7 @@ static void graph_setup(tfg_exec *x, const tfg_exec_opts *o) {
     exec_dev *e = &x->dev[dv];
     if (!e->b) continue;
     char msg[96];
-    ok &= tfg_backend_fault_after(e->device, msg, sizeof msg) == 0;
+    ok &= tfg_backend_fault_after(&o->sw, e->device, msg, sizeof msg) == 0;
     x->captured[dv] = tfg_backend_get_caps(e->b)->can_capture && e->device->kind != TFG_DEVICE_CPU;
     ok &= x->captured[dv] || tfg_backend_is_host(e->b); /* a feeder's values are read from host memory */
     ncaptured += x->captured[dv];
@@ -510,12 +508,9 @@ tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, 
   x->g = p->g;
   x->ndev = p->ndev;
   x->check_numerics = o->check_numerics;
-  long long fd, fs;
-  bool fault = tfg_env_int("TFG_FAULT_DEVICE", &fd) && tfg_env_int("TFG_FAULT_STEP", &fs);
-  x->fault_device = fault ? (int)fd : -1;
-  x->fault_step = fault ? fs : -1;
-  long long fa;
-  x->fault_assert = tfg_env_int("TFG_FAULT_ASSERT", &fa) && fa == 1;
+  x->fault_device = o->sw.fault_at_step ? o->sw.fault_device : -1;
+  x->fault_step = o->sw.fault_at_step ? o->sw.fault_step : -1;
+  x->fault_assert = o->sw.fault_assert;
   int32_t n = x->g->nnodes;
   x->dev = calloc((size_t)x->ndev, sizeof *x->dev);
   x->ev = calloc((size_t)p->nevents + 1, sizeof *x->ev);

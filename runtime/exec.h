@@ -28,16 +28,18 @@
  *
  * Runs seen before are captured once and replayed as CUDA Graphs where
  * the backend can capture. How the walk orders events, when a run is
- * captured and when not, and the fault-injection hooks (TFG_FAULT_DEVICE,
- * TFG_FAULT_STEP, TFG_FAULT_ASSERT) are described in docs/runtime.md
- * (The executor, CUDA Graphs, Choices where the spec is silent); the reasons for
- * each choice are beside the code in exec.c. */
+ * captured and when not, and the fault-injection hooks (the options'
+ * sw.fault_*: TFG_FAULT_DEVICE, TFG_FAULT_STEP, TFG_FAULT_ASSERT) are
+ * described in docs/runtime.md (The executor, CUDA Graphs, Choices where
+ * the spec is silent); the reasons for each choice are beside the code
+ * in exec.c. */
 #ifndef TFG_EXEC_H
 #define TFG_EXEC_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/switches.h"
 #include "compiler/plan.h"
 #include "runtime/backend.h"
 
@@ -52,6 +54,11 @@ typedef struct tfg_exec_opts {
   bool tf32;            /* --tf32: f32 matrix products on GPUs may use TF32 tensor cores */
   const uint8_t *use;   /* per device: whether this executor runs it (NULL: all); a needed node elsewhere is an error */
   struct tfg_trace *trace; /* record every operation (NULL: none) */
+  /* The A/B switches (base/switches.h): no_cuda_graphs; the fault hooks
+   * (fault_at_step fails device fault_device's first kernel of training
+   * step fault_step; fault_assert fails an assertion in every run); and
+   * what the backends read (tfg_backend_opts). */
+  tfg_switches sw;
 } tfg_exec_opts;
 
 /* Creates the backends of the plan's devices (tfg_backend_new: host and

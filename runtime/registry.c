@@ -65,7 +65,9 @@ tfg_backend *tfg_backend_new(const tfg_device *dev, const tfg_backend_opts *o, t
   case TFG_DEVICE_CPU:
   case TFG_DEVICE_HOST: {
     /* cpu:0's capacity is the machine's memory: its pool always grows. */
-    tfg_backend *b = tfg_backend_host_new_with(dev, o->preallocate && dev->kind == TFG_DEVICE_HOST);
+    tfg_backend_opts ho = *o;
+    ho.preallocate = o->preallocate && dev->kind == TFG_DEVICE_HOST;
+    tfg_backend *b = tfg_backend_host_new_with(dev, &ho);
     if (!b) {
       tfg_strbuf size = {0};
       tfg_size_format(&size, dev->memory);

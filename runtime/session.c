@@ -128,7 +128,7 @@ tfg_session *tfg_session_new(const tfg_program *p, tfg_diag *d, const tfg_sessio
     plan = s->own_plan;
   }
   tfg_exec_opts xo = {.threads = o->threads, .check_numerics = o->check_numerics, .use = o->use, .trace = o->trace,
-                      .preallocate = o->preallocate, .tf32 = o->tf32};
+                      .preallocate = o->preallocate, .tf32 = o->tf32, .sw = o->sw};
   if (tfg_exec_new(plan, &xo, d, &s->x) != TFG_OK) goto fail;
   /* Params start from their initializers, optimizer state at zero (as
    * torch.optim's buffers do) unless it names a value (a grad scaler's

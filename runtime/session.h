@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/switches.h"
 #include "ir/program.h"
 #include "kernels/kernel.h"
 
@@ -41,6 +42,7 @@ typedef struct tfg_session_opts {
   struct tfg_trace *trace; /* --trace (NULL: none) */
   bool preallocate;  /* --memory preallocate: device pools take their capacity at once */
   bool tf32;         /* --tf32: f32 matrix products on GPUs may use TF32 */
+  tfg_switches sw;   /* the A/B switches and fault hooks of the executor and backends (tfg_exec_opts) */
 } tfg_session_opts;
 
 /* How one run feeds its inputs and runs its kernels. */

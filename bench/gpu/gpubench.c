@@ -17,7 +17,9 @@
  * calls, then torch.cuda.synchronize()).
  *
  * One result per line, `tfg KIND key=value...`, for run.sh to pair with
- * PyTorch's. Exit status 2 with one line when there is no GPU. */
+ * PyTorch's. Exit status 2 with one line when there is no GPU. The TFG_*
+ * switches (TFG_NVRTC, TFG_CACHE_DIR...) mean what they mean to `tfg
+ * run` (bench_switches). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,20 +46,24 @@ typedef struct bench {
   tfg_stream *s[2];
 } bench;
 
+/* The switches from the environment (main): every backend's. */
+static tfg_switches env_switches;
+
 static void die(const char *what) {
   fprintf(stderr, "gpubench: %s\n", what);
   exit(1);
 }
 
-/* The backends of spec's GPU entries (n of them), or exit 2 with one line. */
-static void open_gpus(bench *B, const char *spec, int n, bool tf32) {
+/* The backends of spec's GPU entries (n of them) with the switches sw,
+ * or exit 2 with one line. */
+static void open_gpus_with(bench *B, const char *spec, int n, bool tf32, const tfg_switches *sw) {
   tfg_diag *d = tfg_diag_new();
   if (tfg_devices_parse(d, spec, &B->ds) != TFG_OK) {
     tfg_diag_render(d, stderr, false);
     exit(2);
   }
   tfg_diag_free(d);
-  tfg_backend_opts o = {.tf32 = tf32};
+  tfg_backend_opts o = {.tf32 = tf32, .sw = *sw};
   for (int r = 0; r < n; r++) {
     const tfg_device *dev = tfg_devices_gpu(B->ds, r);
     tfg_strbuf why = {0};
@@ -69,6 +75,9 @@ static void open_gpus(bench *B, const char *spec, int n, bool tf32) {
     B->s[r] = tfg_backend_stream_create(B->b[r]);
   }
 }
+
+/* open_gpus_with the environment's switches. */
+static void open_gpus(bench *B, const char *spec, int n, bool tf32) { open_gpus_with(B, spec, n, tf32, &env_switches); }
 
 static void close_gpus(bench *B, int n) {
   for (int r = 0; r < n; r++) {
@@ -368,27 +377,14 @@ static int cmd_allreduce(void) {
 /* Causal self-attention of f32 heads q, k, v, dy [b, h, t, hd] (random in
  * [-1, 1), scale 1 / sqrt(hd)): the forward (ATTENTION) and the whole
  * gradient (ATTENTION_GRAD packed: dq, dk, dv side by side), each with
- * the tiled kernels and with the reference ones (TFG_ATTENTION_TILED=0,
- * read at each launch). TFLOP/s count the causal half: 2 b h t^2 hd for
- * the forward's two products, 5 b h t^2 hd for the gradient's (the scores
- * again, dP, and the three products), halved. */
+ * the tiled kernels and with the reference ones (the switch
+ * no_attention_tiled, TFG_ATTENTION_TILED=0: a backend of its own).
+ * TFLOP/s count the causal half: 2 b h t^2 hd for the forward's two
+ * products, 5 b h t^2 hd for the gradient's (the scores again, dP, and
+ * the three products), halved. */
 static int cmd_attention(int b, int h, int t, int hd) {
-  bench B = {0};
-  open_gpus(&B, "cuda:0", 1, false);
-  tfg_backend *be = B.b[0];
   tfg_shape s4 = {4, {b, h, t, hd}}, pk = {4, {b, h, t, 3 * hd}};
   int64_t n = (int64_t)b * h * t * hd;
-  tfg_tensor in[4], out = {.dtype = TFG_DTYPE_F32, .shape = s4}, grad = {.dtype = TFG_DTYPE_F32, .shape = pk};
-  for (int k = 0; k < 4; k++) {
-    void *hst = host_random(TFG_DTYPE_F32, n, 21 + (uint64_t)k);
-    in[k] = out;
-    in[k].data = dev_alloc(be, (size_t)n * 4);
-    tfg_backend_copy_from_host(be, B.s[0], in[k].data, hst, (size_t)n * 4);
-    sync_or_die(be, B.s[0]);
-    free(hst);
-  }
-  out.data = dev_alloc(be, (size_t)n * 4);
-  grad.data = dev_alloc(be, (size_t)n * 12);
   tfg_node fwd = {.op = TFG_OP_ATTENTION, .dtype = TFG_DTYPE_F32, .shape = s4, .ninputs = 3};
   fwd.attrs.causal = true;
   fwd.attrs.value = 1.0 / sqrt((double)hd);
@@ -397,12 +393,27 @@ static int cmd_attention(int b, int h, int t, int hd) {
   bwd.shape = pk;
   bwd.ninputs = 4;
   bwd.attrs.axis = TFG_ATTENTION_GRAD_PACKED;
-  tfg_kernel_fn ff = tfg_backend_kernel(be, &fwd), fb = tfg_backend_kernel(be, &bwd);
-  if (!ff || !fb) die("the CUDA backend has no attention kernels");
-  tfg_kernel_ctx ctx = {0};
   double flop = (double)b * h * (double)t * t * hd / 2; /* one causal product */
   for (int ref = 0; ref < 2; ref++) {
-    if (ref) setenv("TFG_ATTENTION_TILED", "0", 1);
+    bench B = {0};
+    tfg_switches sw = env_switches;
+    sw.no_attention_tiled = ref;
+    open_gpus_with(&B, "cuda:0", 1, false, &sw);
+    tfg_backend *be = B.b[0];
+    tfg_tensor in[4], out = {.dtype = TFG_DTYPE_F32, .shape = s4}, grad = {.dtype = TFG_DTYPE_F32, .shape = pk};
+    for (int k = 0; k < 4; k++) {
+      void *hst = host_random(TFG_DTYPE_F32, n, 21 + (uint64_t)k);
+      in[k] = out;
+      in[k].data = dev_alloc(be, (size_t)n * 4);
+      tfg_backend_copy_from_host(be, B.s[0], in[k].data, hst, (size_t)n * 4);
+      sync_or_die(be, B.s[0]);
+      free(hst);
+    }
+    out.data = dev_alloc(be, (size_t)n * 4);
+    grad.data = dev_alloc(be, (size_t)n * 12);
+    tfg_kernel_fn ff = tfg_backend_kernel(be, &fwd), fb = tfg_backend_kernel(be, &bwd);
+    if (!ff || !fb) die("the CUDA backend has no attention kernels");
+    tfg_kernel_ctx ctx = {0};
     launch_job jf = {be, B.s[0], ff, &ctx, &fwd, in, &out}, jb = {be, B.s[0], fb, &ctx, &bwd, in, &grad};
     double tf = time_it(&B, 1, queue_launch, &jf), tb = time_it(&B, 1, queue_launch, &jb);
     const char *kern = ref ? "reference" : "tiled";
@@ -411,13 +422,12 @@ static int cmd_attention(int b, int h, int t, int hd) {
     printf("tfg attention b=%d h=%d t=%d hd=%d pass=backward kernel=%s ms=%.4f tflops=%.2f\n", b, h, t, hd, kern,
            tb * 1e3, 5 * 2 * flop / tb * 1e-12);
     fflush(stdout);
+    for (int k = 0; k < 4; k++) tfg_backend_free(be, in[k].data);
+    tfg_backend_free(be, out.data);
+    tfg_backend_free(be, grad.data);
+    tfg_strbuf_free(&ctx.err);
+    close_gpus(&B, 1);
   }
-  unsetenv("TFG_ATTENTION_TILED");
-  for (int k = 0; k < 4; k++) tfg_backend_free(be, in[k].data);
-  tfg_backend_free(be, out.data);
-  tfg_backend_free(be, grad.data);
-  tfg_strbuf_free(&ctx.err);
-  close_gpus(&B, 1);
   return 0;
 }
 
@@ -432,6 +442,7 @@ static int cmd_info(void) {
 }
 
 int main(int argc, char **argv) {
+  env_switches = bench_switches();
   if (argc >= 2 && !strcmp(argv[1], "info")) return cmd_info();
   if (argc == 4 && !strcmp(argv[1], "matmul")) return cmd_matmul(atoi(argv[2]), argv[3]);
   if ((argc == 2 || argc == 3) && !strcmp(argv[1], "chain"))

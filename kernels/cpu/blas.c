@@ -4,7 +4,7 @@
 
 #include <pthread.h>
 
-#include "base/env.h"
+#include "kernels/cpu/config.h"
 
 /* OpenBLAS's own controls (declared by its cblas.h in most builds; here
  * so the build does not depend on which). */
@@ -20,14 +20,13 @@ extern int openblas_get_num_threads(void);
 #define MIN_BLOCK 64
 
 static int blas_default = 1;
-static bool pooled = true; /* TFG_GEMM_SPLIT=0: false */
+static bool pooled = true; /* no_gemm_split (TFG_GEMM_SPLIT=0): false */
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 
 static void blas_init(void) {
   blas_default = openblas_get_num_threads();
   if (blas_default < 1) blas_default = 1;
-  long long on;
-  pooled = !(tfg_env_int("TFG_GEMM_SPLIT", &on) && on == 0);
+  pooled = !tfg_cpu_config_get()->no_gemm_split;
 }
 
 bool tfg_cpu_gemm_pooled(void) {

@@ -22,8 +22,8 @@
  * largest difference over a 1024-term f32 product, against OpenBLAS's
  * own threading, is 2.7e-5, within the rounding of the sum).
  *
- * TFG_GEMM_SPLIT=0 in the environment (read once) turns all this off, for
- * comparison: each product is one gemm on the caller that OpenBLAS
+ * The switch no_gemm_split (TFG_GEMM_SPLIT=0, kernels/cpu/config.h: set
+ * once for the process) turns all this off, for comparison: each product is one gemm on the caller that OpenBLAS
  * threads itself with the threads it started with, and a batch of big
  * products runs one after another, as before the pool ran them. */
 #ifndef TFG_CPU_BLAS_H
@@ -60,7 +60,7 @@ void tfg_cpu_gemm(tfg_pool *pool, bool f64, bool ta, bool tb, int64_t m, int64_t
 void tfg_cpu_gemm_here(bool f64, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a,
                        int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
 
-/* Whether products run on the pool (false under TFG_GEMM_SPLIT=0). */
+/* Whether products run on the pool (false under no_gemm_split). */
 bool tfg_cpu_gemm_pooled(void);
 
 /* The thread count OpenBLAS started with (OPENBLAS_NUM_THREADS, else the

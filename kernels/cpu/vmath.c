@@ -6,7 +6,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 
-#include "base/env.h"
+#include "kernels/cpu/config.h"
 
 #if defined(__x86_64__) && defined(__GLIBC__) && \
     (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35)) && !defined(TFG_NO_LIBMVEC)
@@ -167,8 +167,7 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void choose(void) {
 #if TFG_LIBMVEC
-  long long on;
-  if (tfg_env_int("TFG_VMATH", &on) && on == 0) return;
+  if (tfg_cpu_config_get()->no_vmath) return;
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     erfc_row = erfc_row_avx2, exp_row = exp_row_avx2, impl = "libmvec-avx2";

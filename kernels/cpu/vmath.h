@@ -18,9 +18,10 @@
  * same bits. Elsewhere (another CPU or C library) they are plain loops
  * over libm.
  *
- * TFG_VMATH=0 in the environment turns the vector variants off (the
- * scalar libm loops run everywhere): for comparing results with and
- * without them. Read once, at the first call. */
+ * The switch no_vmath (TFG_VMATH=0, kernels/cpu/config.h) turns the
+ * vector variants off (the scalar libm loops run everywhere): for
+ * comparing results with and without them. Read once, at the first
+ * call. */
 #ifndef TFG_CPU_VMATH_H
 #define TFG_CPU_VMATH_H
 
@@ -40,7 +41,7 @@ void tfg_vm_exp(const double *x, double *y, int64_t n);
  * rounding corrected (kernels/cpu/vmath.c): within 3 float ulp of its
  * terms dy Phi and dy x phi (which cancel near gelu's minimum, x =
  * -0.75, where the relative error of the sum grows), at 2.4x the speed;
- * TFG_VMATH=0 gives the double path. x may be y. */
+ * no_vmath gives the double path. x may be y. */
 void tfg_vm_gelu_f32(const float *x, float *y, int64_t n);
 void tfg_vm_gelu_f64(const double *x, double *y, int64_t n);
 void tfg_vm_gelu_grad_f32(const float *x, const float *dy, float *dx, int64_t n);

@@ -6,12 +6,12 @@
  * run f64 and head sizes above 128; f32 with head sizes up to 128
  * (f16/bf16 come staged in f32 by the registry) runs on the tiled ones,
  * which share key and value tiles in shared memory between a block's
- * rows and give each lane a column. TFG_ATTENTION_TILED=0 selects the
- * reference for those too, and the conformance suite runs both. Neither
- * uses tensor cores. */
+ * rows and give each lane a column. The switch no_attention_tiled
+ * (TFG_ATTENTION_TILED=0: the backend's tfg_cuda_ctx.attention_reference)
+ * selects the reference for those too, and the conformance suite runs
+ * both. Neither uses tensor cores. */
 #include "kernels/cuda/common.cuh"
 extern "C" {
-#include "base/env.h"
 #include "ir/matmul_view.h"
 }
 #include "kernels/cuda/attention_device.cuh"
@@ -20,12 +20,12 @@ using namespace tfg_att; /* the kernels */
 
 namespace {
 
-/* Whether the tiled kernels take this attention: f32 (f16 and bf16 come
- * staged in f32), head sizes 1..TMAX, unless TFG_ATTENTION_TILED=0. */
-bool tiled(tfg_dtype dt, long long hd, long long hdv) {
-  long long off;
+/* Whether the tiled kernels take this attention on ctx's device: f32
+ * (f16 and bf16 come staged in f32), head sizes 1..TMAX, unless the
+ * backend was made with no_attention_tiled. */
+bool tiled(tfg_kernel_ctx *ctx, tfg_dtype dt, long long hd, long long hdv) {
   return dt == TFG_DTYPE_F32 && hd >= 1 && hd <= TMAX && hdv >= 1 && hdv <= TMAX &&
-         !(tfg_env_int("TFG_ATTENTION_TILED", &off) && off == 0);
+         !tfg_cuda_of(ctx)->attention_reference;
 }
 
 /* Blocks for a tiled launch over `work` blocks of rows: a grid-stride
@@ -54,7 +54,7 @@ tfg_status cuda_attention(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_t
   cudaStream_t st = tfg_cuda_of(ctx)->stream;
   unsigned blocks = tfg_cuda_grid(rows, TFG_CUDA_THREADS / WARP);
   bool causal = node->attrs.causal;
-  if (!probs && tiled(dt, hd, hdv)) {
+  if (!probs && tiled(ctx, dt, hd, hdv)) {
     long long nblocks = rows / tq * ((tq + ROWS - 1) / ROWS);
     attention_tiled<<<tiled_grid(nblocks), ROWS * WARP, tiled_smem((int)hd, (int)hdv, (int)hd, 0), st>>>(
         (const float *)q->data, (const float *)k->data, (const float *)v->data, (float *)out->data, w, tq, tk,
@@ -137,7 +137,7 @@ tfg_status attention_grad_launch(tfg_kernel_ctx *ctx, const tfg_tensor *in, tfg_
   double *st = NULL;
   if (qrows > 0) TFG_CUDA_CHECK(ctx, cudaMallocAsync((void **)&st, sizeof(double) * 2 * (size_t)qrows, stream));
   tfg_status s = TFG_OK;
-  bool use_tiled = tiled(in[0].dtype, g.hd, g.hdv), want_d = which != 2;
+  bool use_tiled = tiled(ctx, in[0].dtype, g.hd, g.hdv), want_d = which != 2;
   if (qrows > 0 && use_tiled) { /* T is float here */
     long long qblocks = batches * ((g.tq + ROWS - 1) / ROWS);
     int hd = (int)g.hd, hdv = (int)g.hdv;

@@ -79,6 +79,10 @@ typedef struct tfg_cuda_ctx {
   void *workspace;            /* device scratch for cuBLASLt and cuDNN */
   size_t workspace_bytes;
   bool tf32;                  /* --tf32: f32 matrix products may use TF32 */
+  bool attention_reference;   /* f32 attention on the reference kernels too, not the tiled ones
+                               * (sw.no_attention_tiled) */
+  bool nvrtc;                 /* a fused chain runs as its own NVRTC-compiled kernel (sw.nvrtc) */
+  const char *nvrtc_cache;    /* NVRTC's cache folder (sw.nvrtc_cache: the switches' owner keeps it); NULL: none */
   tfg_cuda_error *error;      /* device memory: the first data error */
   const tfg_cuda_step *step;  /* device memory: this run's step and seed */
   int sms;                    /* multiprocessors, for grid sizes */

@@ -26,7 +26,6 @@
 #include "kernels/elementwise_math.h"
 #include "kernels/fused.h"
 extern "C" {
-#include "base/env.h"
 #include "kernels/fused_codegen.h"
 #include "kernels/nvrtc.h"
 }
@@ -56,7 +55,8 @@ static __global__ void fused_kernel(tfg_fused_prog p, fused_inputs in, T *out, i
 }
 
 /* ---- generated kernels (TFG_NVRTC=1) ---------------------------------------------
- * With TFG_NVRTC=1 a chain runs as a kernel of its own: its source
+ * On a backend made with the switch nvrtc (TFG_NVRTC=1: tfg_cuda_ctx.nvrtc)
+ * a chain runs as a kernel of its own: its source
  * (kernels/fused_codegen.h) compiled by NVRTC to PTX for the device's
  * architecture (kernels/nvrtc.h, cached on disk), loaded once per
  * process with cudaLibraryLoadData (context-independent: one load serves
@@ -77,17 +77,10 @@ struct generated {
 std::mutex gen_mutex;
 std::unordered_map<uint64_t, generated> gen_cache; /* by program, size, dtype and architecture */
 
-bool nvrtc_on() {
-  static const bool on = [] {
-    long long v;
-    return tfg_env_int("TFG_NVRTC", &v) && v == 1;
-  }();
-  return on;
-}
-
 /* The generated kernels of p over n elements of dt on the current
- * device, compiled and loaded on first use; ok false when they cannot be. */
-const generated &generated_for(const tfg_fused_prog *p, tfg_dtype dt, int64_t n) {
+ * device, compiled (or read from NVRTC's cache folder, cache: may be
+ * NULL) and loaded on first use; ok false when they cannot be. */
+const generated &generated_for(const tfg_fused_prog *p, tfg_dtype dt, int64_t n, const char *cache) {
   int dev = 0, major = 0, minor = 0;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
@@ -109,7 +102,7 @@ const generated &generated_for(const tfg_fused_prog *p, tfg_dtype dt, int64_t n)
   int nh;
   tfg_fused_headers(&names, &texts, &nh);
   if (tfg_fused_codegen(p, dt, n, &src) &&
-      tfg_nvrtc_ptx(src.data, arch, nh, names, texts, &ptx, &log, NULL) == TFG_OK &&
+      tfg_nvrtc_ptx(src.data, arch, nh, names, texts, cache, &ptx, &log, NULL) == TFG_OK &&
       cudaLibraryLoadData(&g.lib, ptx.data, nullptr, nullptr, 0, nullptr, nullptr, 0) == cudaSuccess &&
       cudaLibraryGetKernel(&g.v, g.lib, "tfg_fused_v") == cudaSuccess &&
       cudaLibraryGetKernel(&g.s, g.lib, "tfg_fused_s") == cudaSuccess)
@@ -126,9 +119,9 @@ const generated &generated_for(const tfg_fused_prog *p, tfg_dtype dt, int64_t n)
  * caller runs the interpreted one). */
 bool launch_generated(tfg_kernel_ctx *ctx, const tfg_fused_prog *p, const tfg_tensor *in, tfg_tensor *out,
                       int64_t n, tfg_status *st) {
-  const generated &g = generated_for(p, out->dtype, n);
-  if (!g.ok) return false;
   tfg_cuda_ctx *cx = tfg_cuda_of(ctx);
+  const generated &g = generated_for(p, out->dtype, n, cx->nvrtc_cache);
+  if (!g.ok) return false;
   const void *ptr[TFG_FUSED_MAX_INPUTS + 1];
   void *args[TFG_FUSED_MAX_INPUTS + 1];
   bool aligned = ((uintptr_t)out->data % 16) == 0;
@@ -160,7 +153,7 @@ static tfg_status fused(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_ten
   fused_inputs ins = {};
   for (int k = 0; k < p->ninputs; k++) ins.p[k] = in[k].data;
   if (n == 0) return TFG_OK;
-  if (nvrtc_on() && launch_generated(ctx, p, in, out, n, &st)) return st;
+  if (tfg_cuda_of(ctx)->nvrtc && launch_generated(ctx, p, in, out, n, &st)) return st;
   if (out->dtype == TFG_DTYPE_F32) return TFG_CUDA_LAUNCH(ctx, n, fused_kernel<float>, *p, ins, (float *)out->data, n);
   return TFG_CUDA_LAUNCH(ctx, n, fused_kernel<double>, *p, ins, (double *)out->data, n);
 }

@@ -177,10 +177,14 @@ static tol t_sum(int64_t n) {
 
 static struct {
   const tfg_device *dev;
-  tfg_backend *b;         /* the backend under test (tfg_backend_new, default options) */
+  tfg_switches sw;        /* the TFG_* switches (gpu_test_switches): every backend's */
+  tfg_backend *b;         /* the backend under test (tfg_backend_new, default options but sw) */
   tfg_stream *s;
   tfg_backend *b_tf32;    /* the same device with --tf32 (tfg_backend_opts.tf32), made on first use */
   tfg_stream *s_tf32;
+  tfg_backend *b_ref;     /* the same device with the switch no_attention_tiled, made on first use */
+  tfg_stream *s_ref;
+  bool reference;         /* cases run on b_ref (attention's reference kernels), not b */
   tfg_pool *pool;
   const char *const *only; /* op names to run (NULL: all) */
   int nonly;
@@ -450,22 +454,35 @@ static tfg_status run_cpu(const tcase *c, const tfg_node *nd, tfg_tensor *in, tf
   return st;
 }
 
+/* *b and *s: another backend of the device, with options o, and its
+ * stream, made on the first call (false with *why when it cannot be). */
+static bool other_backend(tfg_backend **b, tfg_stream **s, const tfg_backend_opts *o, tfg_strbuf *why) {
+  if (!*b) {
+    *b = tfg_backend_new(S.dev, o, why);
+    if (!*b) return false;
+    *s = tfg_backend_stream_create(*b);
+  }
+  return true;
+}
+
 /* The backend and stream a case runs on: a second backend of the same
- * device, created with tfg_backend_opts.tf32, for the TF32 cases. NULL
- * with *why when it cannot be made. */
+ * device, created with tfg_backend_opts.tf32, for the TF32 cases; a third
+ * with the switch no_attention_tiled while S.reference is set. NULL with
+ * *why when it cannot be made. */
 static tfg_backend *backend_for(const tcase *c, tfg_stream ***s, tfg_strbuf *why) {
-  if (!c->tf32) {
-    *s = &S.s;
-    return S.b;
+  if (c->tf32) {
+    tfg_backend_opts o = {.tf32 = true, .sw = S.sw};
+    *s = &S.s_tf32;
+    return other_backend(&S.b_tf32, &S.s_tf32, &o, why) ? S.b_tf32 : NULL;
   }
-  if (!S.b_tf32) {
-    tfg_backend_opts o = {.tf32 = true};
-    S.b_tf32 = tfg_backend_new(S.dev, &o, why);
-    if (!S.b_tf32) return NULL;
-    S.s_tf32 = tfg_backend_stream_create(S.b_tf32);
+  if (S.reference) {
+    tfg_backend_opts o = {.sw = S.sw};
+    o.sw.no_attention_tiled = true;
+    *s = &S.s_ref;
+    return other_backend(&S.b_ref, &S.s_ref, &o, why) ? S.b_ref : NULL;
   }
-  *s = &S.s_tf32;
-  return S.b_tf32;
+  *s = &S.s;
+  return S.b;
 }
 
 /* Runs nd on the backend: uploads in[], poisons the output, launches
@@ -1280,7 +1297,7 @@ static void fam_attention(tfg_op_id op) {
   };
   static const tfg_dtype dts[] = {F32, F64, F16};
   bool grad = op == TFG_OP_ATTENTION_GRAD;
-  const char *kern = getenv("TFG_ATTENTION_TILED") ? " (reference kernel)" : "";
+  const char *kern = S.reference || S.sw.no_attention_tiled ? " (reference kernel)" : "";
   for (int d = 0; d < COUNT(dts); d++)
     for (int k = 0; k < COUNT(cases); k++)
       for (int which = 0; which < (grad ? 4 : 1); which++) { /* 3: all three packed (Tq = Tk only) */
@@ -1337,12 +1354,13 @@ static void fam_attention(tfg_op_id op) {
       tc_check(&c, T_NN);
     }
   /* On a GPU every case again with the reference kernels (one warp per
-   * row: kernels/cuda/attention.cu), which TFG_ATTENTION_TILED=0 selects
-   * for the head sizes the tiled ones take. */
-  if (on_gpu() && !getenv("TFG_ATTENTION_TILED")) {
-    setenv("TFG_ATTENTION_TILED", "0", 1);
+   * row: kernels/cuda/attention.cu), which the switch no_attention_tiled
+   * (TFG_ATTENTION_TILED=0) selects for the head sizes the tiled ones
+   * take: on a backend made with it. */
+  if (on_gpu() && !S.reference && !S.sw.no_attention_tiled) {
+    S.reference = true;
     fam_attention(op);
-    unsetenv("TFG_ATTENTION_TILED");
+    S.reference = false;
   }
 }
 
@@ -2028,7 +2046,8 @@ int main(int argc, char **argv) {
   tfg_diag *d = tfg_diag_new();
   tfg_devices *ds = NULL;
   const tfg_device *dev = NULL;
-  int opened = gpu_test_open(d, spec, "conformance", &ds, &dev, &S.b);
+  S.sw = gpu_test_switches();
+  int opened = gpu_test_open(d, spec, "conformance", &S.sw, &ds, &dev, &S.b);
   if (opened != GPU_TEST_OPEN) {
     tfg_diag_free(d);
     return opened == GPU_TEST_SKIP ? 0 : 2;
@@ -2077,6 +2096,10 @@ int main(int argc, char **argv) {
          S.cases, dev->name, ops, untested, S.passed, S.failed, S.skipped);
   tfg_backend_stream_free(S.b, S.s);
   tfg_backend_destroy(S.b);
+  if (S.b_ref) {
+    tfg_backend_stream_free(S.b_ref, S.s_ref);
+    tfg_backend_destroy(S.b_ref);
+  }
   if (S.b_tf32) {
     tfg_backend_stream_free(S.b_tf32, S.s_tf32);
     tfg_backend_destroy(S.b_tf32);

@@ -38,6 +38,7 @@ static const char program[] = "param w: f32[8192, 8192] = zeros()\n"
                               "y = w * 2.0\n";
 
 int main(int argc, char **argv) {
+  tfg_switches sw = gpu_test_switches();
   const char *kind = "cuda:0";
   if (argc == 3 && !strcmp(argv[1], "--devices")) kind = argv[2];
   else if (argc != 1) {
@@ -51,7 +52,7 @@ int main(int argc, char **argv) {
   const tfg_device *gpu = NULL;
   tfg_backend *probe = NULL;
   /* Whether the device can run at all: else this is not the test's case. */
-  int opened = gpu_test_open(d, spec, "oom", &ds, &gpu, &probe);
+  int opened = gpu_test_open(d, spec, "oom", &sw, &ds, &gpu, &probe);
   if (opened != GPU_TEST_OPEN) return opened == GPU_TEST_SKIP ? 0 : 2;
   tfg_backend_destroy(probe);
   tfg_strbuf msg = {0};
@@ -71,7 +72,7 @@ int main(int argc, char **argv) {
   }
   /* The GPU's free memory shrinks to 64 MiB after planning. */
   tfg_devices_limit(ds, (int64_t)64 << 20);
-  tfg_session_opts so = {.plan = c.plan};
+  tfg_session_opts so = {.plan = c.plan, .sw = sw};
   tfg_session *s = tfg_session_new(tfg_interp_program(interp), d, &so);
   diag_text(d, &msg);
   const char *text = msg.data ? msg.data : "";

@@ -159,7 +159,7 @@ void program_train_fetch(const char *text, const tfg_switches *sw, int n, traine
   out->nsimplified = c.nsimplified;
   out->nstrided = c.nstrided;
   for (tfg_node_id i = 0; c.plan->view_of && i < b.p->graph->nnodes; i++) out->nviews += c.plan->view_of[i] >= 0;
-  tfg_session *s = tfg_session_new(b.p, b.d, &(tfg_session_opts){.threads = 1, .plan = c.plan});
+  tfg_session *s = tfg_session_new(b.p, b.d, &(tfg_session_opts){.threads = 1, .plan = c.plan, .sw = o.sw});
   ck_assert_ptr_nonnull(s);
   int a = 0;
   while (a < b.p->nactions && b.p->actions[a].kind != TFG_ACTION_TRAIN) a++;

@@ -933,17 +933,14 @@ START_TEST(backend_failure_propagation) {
 }
 END_TEST
 
-/* The hook is read when a backend is created, so setenv comes first:
- * this test makes its own backends around it. */
+/* The hook is read when a backend is created, from its options: this
+ * test makes its own backends, one of d2's without the hook. */
 START_TEST(backend_fault_injection) {
   bench *t = bench_new(0);
   tfg_device *d1 = &t->dev[0], *d2 = &t->dev[1];
-  tfg_backend *before = tfg_backend_host_new(d2); /* created before setenv: no fault */
-  ck_assert_int_eq(setenv("TFG_FAULT_DEVICE", "2", 1), 0);
-  ck_assert_int_eq(setenv("TFG_FAULT_AFTER", "3", 1), 0);
-  tfg_backend *a = tfg_backend_host_new(d1), *b = tfg_backend_host_new(d2);
-  unsetenv("TFG_FAULT_DEVICE");
-  unsetenv("TFG_FAULT_AFTER");
+  tfg_backend *before = tfg_backend_host_new(d2); /* no hook: no fault */
+  tfg_backend_opts fo = {.sw = {.fault_device = 2, .fault_after = 3}};
+  tfg_backend *a = tfg_backend_host_new_with(d1, &fo), *b = tfg_backend_host_new_with(d2, &fo);
   tfg_stream *sa = tfg_backend_stream_create(a), *sb = tfg_backend_stream_create(b);
   tfg_stream *sb2 = tfg_backend_stream_create(b);
   tfg_stream *s0 = tfg_backend_stream_create(before);

@@ -70,20 +70,18 @@ START_TEST(source_calls_the_formulas) {
 }
 END_TEST
 
-/* A temporary cache directory for the test (removed by the caller). */
+/* A temporary cache folder for the test (removed by the caller). */
 static char cache[64];
 
 static void make_cache(void) {
   snprintf(cache, sizeof cache, "/tmp/tfg-codegen-XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(cache));
-  setenv("TFG_CACHE_DIR", cache, 1);
 }
 
 static void drop_cache(void) {
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
   ck_assert_int_eq(system(cmd), 0);
-  unsetenv("TFG_CACHE_DIR");
 }
 
 START_TEST(nvrtc_compiles_to_ptx) {
@@ -94,7 +92,7 @@ START_TEST(nvrtc_compiles_to_ptx) {
   make_cache();
   if (!tfg_nvrtc_available()) {
     tfg_strbuf ptx = {0}, log = {0};
-    ck_assert_int_eq(tfg_nvrtc_ptx("x", "compute_90", nh, names, texts, &ptx, &log, NULL), TFG_ERR_DEVICE);
+    ck_assert_int_eq(tfg_nvrtc_ptx("x", "compute_90", nh, names, texts, cache, &ptx, &log, NULL), TFG_ERR_DEVICE);
     ck_assert_ptr_nonnull(strstr(log.data, "NVRTC is not available"));
     tfg_strbuf_free(&log);
     drop_cache();
@@ -106,7 +104,7 @@ START_TEST(nvrtc_compiles_to_ptx) {
       tfg_strbuf src = {0}, ptx = {0}, again = {0}, log = {0};
       ck_assert(tfg_fused_codegen(&p, d ? TFG_DTYPE_F64 : TFG_DTYPE_F32, 16 * 24, &src));
       bool cached = true;
-      tfg_status st = tfg_nvrtc_ptx(src.data, arch[a], nh, names, texts, &ptx, &log, &cached);
+      tfg_status st = tfg_nvrtc_ptx(src.data, arch[a], nh, names, texts, cache, &ptx, &log, &cached);
       ck_assert_msg(st == TFG_OK, "%s: %s", arch[a], log.data ? log.data : "");
       ck_assert(!cached);
       ck_assert_ptr_nonnull(strstr(ptx.data, ".entry tfg_fused_v"));
@@ -114,7 +112,7 @@ START_TEST(nvrtc_compiles_to_ptx) {
       char target[32];
       snprintf(target, sizeof target, ".target sm_%s", arch[a] + 8);
       ck_assert_msg(strstr(ptx.data, target), "no %s", target);
-      ck_assert_int_eq(tfg_nvrtc_ptx(src.data, arch[a], nh, names, texts, &again, &log, &cached), TFG_OK);
+      ck_assert_int_eq(tfg_nvrtc_ptx(src.data, arch[a], nh, names, texts, cache, &again, &log, &cached), TFG_OK);
       ck_assert(cached);
       ck_assert_uint_eq(again.len, ptx.len);
       ck_assert_int_eq(memcmp(again.data, ptx.data, ptx.len), 0);
@@ -130,7 +128,7 @@ START_TEST(nvrtc_compiles_to_ptx) {
   /* a compile error: NVRTC's log, with the line */
   tfg_strbuf ptx = {0}, log = {0};
   const char *bad = "#include \"kernels/elementwise_math.h\"\nextern \"C\" __global__ void k(float *o) { o[0] = nope; }\n";
-  ck_assert_int_eq(tfg_nvrtc_ptx(bad, "compute_90", nh, names, texts, &ptx, &log, NULL), TFG_ERR_DEVICE);
+  ck_assert_int_eq(tfg_nvrtc_ptx(bad, "compute_90", nh, names, texts, cache, &ptx, &log, NULL), TFG_ERR_DEVICE);
   ck_assert_msg(log.data && strstr(log.data, "nope") && strstr(log.data, "(2)"), "%s", log.data ? log.data : "");
   tfg_strbuf_free(&ptx);
   tfg_strbuf_free(&log);

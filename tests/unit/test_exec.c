@@ -210,14 +210,11 @@ static const char FAULT[] = "a = tensor([[1.0, 2.0], [3.0, 4.0]])\n" /* 1 */
                             "with gpu:0 { q = h * 3.0 }\n"           /* 6 */
                             "print r, q\n";                          /* 7 */
 
-/* The backends read the hook when they are created: set it around the
- * session's creation only. */
-static tfg_session *session_with_fault(built *b, const char *device, const char *after) {
-  setenv("TFG_FAULT_DEVICE", device, 1);
-  setenv("TFG_FAULT_AFTER", after, 1);
-  tfg_session *s = tfg_session_new(b->p, b->d, &(tfg_session_opts){.threads = 1, .plan = b->plan});
-  unsetenv("TFG_FAULT_DEVICE");
-  unsetenv("TFG_FAULT_AFTER");
+/* A session whose backends fail device `device`'s after-th launch (the
+ * hook of runtime/backend_fault.h, read when a backend is created). */
+static tfg_session *session_with_fault(built *b, int device, int64_t after) {
+  tfg_session_opts o = {.threads = 1, .plan = b->plan, .sw = {.fault_device = device, .fault_after = after}};
+  tfg_session *s = tfg_session_new(b->p, b->d, &o);
   if (!s) ck_abort_msg("no session: %s", test_render(b->d, false));
   return s;
 }
@@ -230,7 +227,7 @@ START_TEST(injected_fault) {
   build(&b, FAULT, "host*2");
   tfg_node_id fetch[2] = {printed(&b, 0), printed(&b, 1)};
   ck_assert_int_eq(tfg_placement_device(b.pl, fetch[0]), 1);
-  tfg_session *s = session_with_fault(&b, "2", "2");
+  tfg_session *s = session_with_fault(&b, 2, 2);
   tfg_tensor out[2];
   ck_assert_int_eq(tfg_session_run(s, fetch, 2, out), TFG_ERR_DEVICE);
   char *e = test_render(b.d, false);
@@ -255,7 +252,7 @@ START_TEST(injected_fault_upstream) {
   built b;
   build(&b, FAULT, "host*2");
   tfg_node_id fetch[2] = {printed(&b, 0), printed(&b, 1)};
-  tfg_session *s = session_with_fault(&b, "1", "1");
+  tfg_session *s = session_with_fault(&b, 1, 1);
   tfg_tensor out[2];
   ck_assert_int_eq(tfg_session_run(s, fetch, 2, out), TFG_ERR_DEVICE);
   expect_one_error(&b, 2, (const char *const[]){"matmul on gpu:0 failed", "injected fault", NULL});
@@ -401,18 +398,19 @@ static const char MIRRORED[] = "input x: f32[8, 3]\n"
                                "loss = mse(tanh(matmul(x, w) + b), y)\n"
                                "train loss { optimizer = sgd(lr = 0.5); steps = 3%s }\n";
 
-/* One training setup: the program with or without a strategy. */
+/* One training setup: the program with or without a strategy, its
+ * session's host backends with captured runs (graphs) or without. */
 typedef struct trainer {
   built b;
   tfg_session *s;
   tfg_node_id x, y;
 } trainer;
 
-static void trainer_open(trainer *t, const char *strategy) {
+static void trainer_open(trainer *t, const char *strategy, bool graphs) {
   char text[1024];
   snprintf(text, sizeof text, MIRRORED, strategy);
   build(&t->b, text, strategy[0] ? "host*2" : NULL);
-  t->s = open_session(&t->b, strategy[0] != 0, (tfg_session_opts){.threads = 2});
+  t->s = open_session(&t->b, strategy[0] != 0, (tfg_session_opts){.threads = 2, .sw = {.host_graphs = graphs}});
   t->x = named(&t->b, "x");
   t->y = named(&t->b, "y");
   /* the same start on both setups (the program's own init would match too:
@@ -479,8 +477,8 @@ START_TEST(mirrored_replicas_identical) {
   for (int i = 0; i < 24; i++) xv[i] = (float)sin(0.7 * i + 0.2);
   for (int i = 0; i < 16; i++) yv[i] = (float)cos(1.1 * i);
   trainer m, one;
-  trainer_open(&m, "; strategy = mirrored([gpu:0, gpu:1])");
-  trainer_open(&one, "");
+  trainer_open(&m, "; strategy = mirrored([gpu:0, gpu:1])", false);
+  trainer_open(&one, "", false);
   const tfg_train_step *st = &m.b.steps[0];
   ck_assert_int_eq(st->nreplicas, 2);
   ck_assert_int_eq(st->nparams, 2);
@@ -570,18 +568,11 @@ START_TEST(trace_has_both_devices) {
 END_TEST
 
 /* ---- 9. captured runs (CUDA Graphs, emulated by host devices) ------------------------
- * TFG_HOST_GRAPHS=1 (runtime/backend.h) gives host backends made while it
- * is set the capture entries: the executor then runs gpu:0 and gpu:1
+ * The switch host_graphs (TFG_HOST_GRAPHS=1, runtime/backend.h) gives the
+ * host backends of a session made with it the capture entries: the executor then runs gpu:0 and gpu:1
  * through its CUDA Graphs path (cpu:0 feeding them), which is the GPU's
  * path but for the backend: a key's first run plain, its second captured
  * and replayed, the later ones replayed, host values through stages. */
-
-static void host_graphs(bool on) {
-  if (on)
-    setenv("TFG_HOST_GRAPHS", "1", 1);
-  else
-    unsetenv("TFG_HOST_GRAPHS");
-}
 
 /* Five mirrored SGD steps with another batch each step (a stage that was
  * not refilled would replay the first batch) against the same steps
@@ -590,10 +581,8 @@ static void host_graphs(bool on) {
  * memory; and 4 of the 5 runs were replays. */
 START_TEST(replays_equal_plain_runs) {
   trainer g, p;
-  host_graphs(true);
-  trainer_open(&g, "; strategy = mirrored([gpu:0, gpu:1])");
-  host_graphs(false);
-  trainer_open(&p, "; strategy = mirrored([gpu:0, gpu:1])");
+  trainer_open(&g, "; strategy = mirrored([gpu:0, gpu:1])", true);
+  trainer_open(&p, "; strategy = mirrored([gpu:0, gpu:1])", false);
   for (int k = 1; k <= 5; k++) {
     float xv[8 * 3], yv[8 * 2];
     for (int i = 0; i < 24; i++) xv[i] = (float)sin(0.7 * i + 0.3 * k);
@@ -625,9 +614,7 @@ START_TEST(many_keys_evict) {
   built b;
   tfg_node_id all[4];
   build_forward(&b, all);
-  host_graphs(true);
-  tfg_session *g = open_session(&b, true, (tfg_session_opts){.threads = 2});
-  host_graphs(false);
+  tfg_session *g = open_session(&b, true, (tfg_session_opts){.threads = 2, .sw = {.host_graphs = true}});
   tfg_session *p = open_session(&b, true, (tfg_session_opts){.threads = 2});
   /* key k fetches the nodes of the bits of k + 1 (1..10 over 4 nodes), one
    * of them twice when k is odd (duplicates are one key) */
@@ -673,9 +660,7 @@ START_TEST(replay_failure_located) {
   built b;
   build(&b, BAD_ID, "host*2");
   tfg_node_id ids = named(&b, "ids"), e = printed(&b, 0);
-  host_graphs(true);
-  tfg_session *s = open_session(&b, true, (tfg_session_opts){.threads = 1});
-  host_graphs(false);
+  tfg_session *s = open_session(&b, true, (tfg_session_opts){.threads = 1, .sw = {.host_graphs = true}});
   const int32_t feeds[3][2] = {{2, 0}, {1, 2}, {0, 7}};
   for (int r = 0; r < 3; r++) {
     tfg_node_id vn[1] = {ids};
