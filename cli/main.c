@@ -566,7 +566,8 @@ static int cmd_program(const cli_cmd *cmd, int argc, char **argv) {
     tfg_strbuf_free(&out);
   } else if (st == TFG_OK) {
     char buf[4096];
-    tfg_interp_opts io = {.sets = o->sets, .nsets = o->nsets, .stdlib_dir = cli_stdlib_dir(buf, sizeof buf)};
+    tfg_interp_opts io = {.sets = o->sets, .nsets = o->nsets, .path = cli_module_path(),
+                          .stdlib_dir = cli_stdlib_dir(buf, sizeof buf)};
     tfg_interp *I = tfg_interp_new(d, &io);
     st = tfg_interp_eval(I, src, prog);
     if (st == TFG_OK) st = tfg_interp_finish(I);

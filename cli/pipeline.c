@@ -90,6 +90,8 @@ const char *cli_stdlib_dir(char *buf, size_t n) {
   return TFG_STDLIB_DIR;
 }
 
+const char *cli_module_path(void) { return getenv("TFG_PATH"); }
+
 const tfg_feed *cli_feed_target(const tfg_program *p, const char *name) {
   for (int k = 0; k < p->nfeeds; k++)
     if (!strcmp(p->graph->nodes[p->feeds[k].node].name, name)) return &p->feeds[k];

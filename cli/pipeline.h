@@ -80,6 +80,9 @@ bool cli_color_mode(const char *opt);
 /* The folder of the standard library (TFG_STDLIB, beside the binary, the
  * source tree, or the installed default); buf is scratch of n bytes. */
 const char *cli_stdlib_dir(char *buf, size_t n);
+/* The folders `import NAME` looks in before the standard library:
+ * TFG_PATH (':'-separated), or NULL. For tfg_interp_opts.path. */
+const char *cli_module_path(void);
 
 /* The input of p that --feed NAME names, or NULL. */
 const tfg_feed *cli_feed_target(const tfg_program *p, const char *name);

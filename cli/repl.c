@@ -1088,7 +1088,8 @@ int cli_repl(const cli_opts *o) {
   r.tty = isatty(STDIN_FILENO);
   r.color = r.tty ? cli_color_mode(o->color) : (o->color && !strcmp(o->color, "always"));
   r.d = tfg_diag_new();
-  r.io = (tfg_interp_opts){.sets = o->sets, .nsets = o->nsets, .stdlib_dir = cli_stdlib_dir(r.stdlib, sizeof r.stdlib)};
+  r.io = (tfg_interp_opts){.sets = o->sets, .nsets = o->nsets, .path = cli_module_path(),
+                           .stdlib_dir = cli_stdlib_dir(r.stdlib, sizeof r.stdlib)};
   session_start(&r);
   active = &r;
 

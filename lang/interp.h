@@ -95,7 +95,12 @@ typedef struct tfg_set {
 typedef struct tfg_interp_opts {
   const tfg_set *sets;
   int nsets;
-  const char *stdlib_dir; /* NULL: TFG_STDLIB or the installed default */
+  /* Where `import NAME` looks after the importing file's folder: the
+   * folders of path, ':'-separated (TFG_PATH), then stdlib_dir (TFG_STDLIB
+   * or the installed default); the CLI reads both (cli/pipeline.h). NULL:
+   * not looked in. */
+  const char *path;
+  const char *stdlib_dir;
 } tfg_interp_opts;
 
 typedef struct tfg_interp tfg_interp;

@@ -72,13 +72,13 @@ tfg_module *tfg_interp_load_module(tfg_interp *I, const tfg_ast *s) {
     name = module_name(I, s->str);
     if (!file_exists(path, &id))
       tfg_interp_fail(I, TFG_ERR_DATA, &s->loc, "cannot find '%s' (looked for %s)", s->str, path);
-  } else { /* a module name: the importing folder, TFG_PATH, the stdlib */
+  } else { /* a module name: the importing folder, the path (TFG_PATH), the stdlib */
     name = s->str;
     char buf[4096];
-    const char *dirs[3] = {I->dir ? I->dir : ".", getenv("TFG_PATH"), I->opts->stdlib_dir};
+    const char *dirs[3] = {I->dir ? I->dir : ".", I->opts->path, I->opts->stdlib_dir};
     for (int i = 0; i < 3 && !path; i++) {
       if (!dirs[i]) continue;
-      /* TFG_PATH may list several folders, separated by ':'. */
+      /* The path may list several folders, separated by ':'. */
       const char *d = dirs[i];
       while (*d && !path) {
         const char *end = i == 1 ? strchr(d, ':') : NULL;

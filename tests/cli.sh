@@ -283,6 +283,17 @@ printf 'param w: f32[3] = normal(seed = 1)\nloss = sum(w * w)\ntrain loss { opti
 expect no-decay-unmatched 0 "$TFG" check --color=never "$tmp/nodecay.tfg" &&
   contains no-decay-unmatched "$tmp/err" 'nodecay.tfg:3:54: warning: no_decay pattern "*.bias" matches no param'
 
+# TFG_PATH: `import NAME` looks in its ':'-separated folders (after the
+# importing file's own, before the standard library); the CLI reads it
+# and hands it to the interpreter (tfg_interp_opts.path)
+mkdir -p "$tmp/tpath/a" "$tmp/tpath/b" "$tmp/tpath/prog"
+printf 'fn twice(x) {\n  return x * 2.0\n}\n' >"$tmp/tpath/b/mymod.tfg"
+printf 'import mymod\nprint mymod.twice(tensor([1.5]))\n' >"$tmp/tpath/prog/p.tfg"
+expect tfg-path 0 env TFG_PATH="$tmp/tpath/a:$tmp/tpath/b" "$TFG" run "$tmp/tpath/prog/p.tfg" &&
+  contains tfg-path "$tmp/out" "[3.]"
+expect tfg-path-unset 1 env -u TFG_PATH "$TFG" run --color=never "$tmp/tpath/prog/p.tfg" &&
+  contains tfg-path-unset "$tmp/err" "no module named 'mymod'"
+
 # log = "FILE": a CSV row per logged step (header step, loss, metrics, lr,
 # rows/s, seconds), written under --quiet too, which prints nothing at all
 # (no step, eval or restored line).
