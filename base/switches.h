@@ -12,7 +12,7 @@
  * cli/switches.c reads (cli_switches_from_env); everything below cli/
  * gets them in the option structs it is given (tfg_compile_opts,
  * tfg_session_opts, tfg_exec_opts, tfg_backend_opts), never from the
- * environment (docs/architecture.md). The one
+ * environment (docs/architecture.md; tests/layers.py checks it). The one
  * exception is the CPU kernels' two process-wide choices (no_vmath,
  * no_gemm_split), set once through kernels/cpu/config.h. */
 #ifndef TFG_SWITCHES_H

@@ -37,6 +37,9 @@ static void load(void) {
                                      "/usr/local/cuda/lib64/libnvrtc.so", "/usr/local/cuda/lib/libnvrtc.so"};
   void *h = NULL;
   char path[1024];
+  /* CUDA_HOME: where the toolkit is, the toolkit's own variable (nvcc's,
+   * the Makefile's); with runtime/mpi.c's launcher variables, the only
+   * getenv below cli/ (docs/architecture.md, tests/layers.py) */
   const char *home = getenv("CUDA_HOME");
   if (home && snprintf(path, sizeof path, "%s/lib64/libnvrtc.so", home) < (int)sizeof path)
     h = dlopen(path, RTLD_NOW | RTLD_LOCAL);

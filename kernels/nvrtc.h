@@ -17,7 +17,11 @@
  * in it per source and architecture (tfg_fused_source_hash), written to
  * a temporary name and renamed, so a reader never sees half a file. A
  * cache that cannot be made is no error: the source is compiled each
- * time. */
+ * time.
+ *
+ * The library is looked for under CUDA_HOME first (the toolkit's own
+ * variable, read here: the one environment variable kernels/ reads,
+ * docs/architecture.md), then by its names and the usual places. */
 #ifndef TFG_KERNELS_NVRTC_H
 #define TFG_KERNELS_NVRTC_H
 

@@ -19,6 +19,9 @@
 #include <mpi.h>
 #endif
 
+/* The launcher's variables, read here beside MPI_Init (which reads them
+ * too) rather than in cli/: with kernels/nvrtc.c's CUDA_HOME, the only
+ * getenv below cli/ (docs/architecture.md, tests/layers.py). */
 bool tfg_mpi_launched(void) {
   const char *n = getenv("OMPI_COMM_WORLD_SIZE");
   return (n && *n) || getenv("PMIX_RANK") != NULL;

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""tests/layers.py: the floor table of ARCHITECTURE.md, enforced.
+"""tests/layers.py: the floor table of ARCHITECTURE.md, enforced, and
+its rule that only cli/ reads the environment.
 
 Reads every `#include "..."` of the product code (base/ ir/ lang/ io/
 kernels/ compiler/ runtime/ cli/) and fails when one
@@ -30,6 +31,14 @@ Outside runtime/backend*, it fails when
     assigning an entry (a test's stand-in) is allowed, and so is calling
     an entry whose name the collectives' table shares (`c->i.free(c)`),
     which no text alone tells from the backend's.
+
+And it fails when the code below cli/ reads the environment (getenv,
+secure_getenv, environ) other than in the few places ENV_ALLOWED lists
+(a variable of another program's, in one file each; docs/architecture.md
+says why): the A/B switches are fields of tfg_switches (base/switches.h),
+read from TFG_* in cli/switches.c and passed down; other settings are
+read in cli/ and passed down too. Comments and string literals are not
+code: a getenv named in a comment is no read.
 
   python3 tests/layers.py [ROOT]     prints each violation as
                                      "FILE:LINE: reason", exits 1 if any
@@ -63,6 +72,22 @@ PART_OF = {"compiler/strategy": "compiler"}
 SIDEWAYS = {("lang", "io")}
 SOURCES = (".c", ".h", ".cu", ".cuh", ".y", ".re")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+# The environment variables code below cli/ may read, each in one file:
+# variables another program sets for tfg, whose reading belongs beside the
+# library that uses them (docs/architecture.md, "Options").
+ENV_ALLOWED = {
+    # whether mpirun (Open MPI) or a PMIx launcher started this process:
+    # the launcher's interface to the process, read where tfg meets MPI,
+    # as MPI_Init itself reads it
+    ("runtime/mpi.c", "OMPI_COMM_WORLD_SIZE"),
+    ("runtime/mpi.c", "PMIX_RANK"),
+    # where the CUDA toolkit is, to dlopen its libnvrtc: the toolkit's own
+    # variable (nvcc's, the Makefile's)
+    ("kernels/nvrtc.c", "CUDA_HOME"),
+}
+ENV_READ = re.compile(r"\b(secure_getenv|getenv|__environ|environ)\b")
+ENV_NAME = re.compile(r'\s*\(\s*"([^"\\]*)"\s*\)')
 
 
 def folder_of(path):
@@ -177,6 +202,30 @@ def cycles(files, mod):
     return ties
 
 
+def env_reads(root, files):
+    """"FILE:LINE: reason" for every read of the environment below cli/
+    that ENV_ALLOWED does not list."""
+    bad = []
+    for p in sorted(files):
+        if folder_of(p) == "cli":
+            continue
+        with open(os.path.join(root, p), encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+        code, bare = code_only(text, strings=False), code_only(text)
+        for m in ENV_READ.finditer(bare):
+            line = bare.count("\n", 0, m.start()) + 1
+            name = ENV_NAME.match(code, m.end()) if m.group(1).endswith("getenv") else None
+            if name and (p, name.group(1)) in ENV_ALLOWED:
+                continue
+            if name:
+                what = f'{m.group(1)}("{name.group(1)}")'
+            else:
+                what = m.group(1) + ("(...)" if m.group(1).endswith("getenv") else "")
+            bad.append(f"{p}:{line}: {what} below cli/: the environment is read in cli/ and passed "
+                       f"down (A/B switches: tfg_switches, base/switches.h; docs/architecture.md)")
+    return bad
+
+
 def check(root):
     files = scan(root)
     bad = []
@@ -191,6 +240,7 @@ def check(root):
     mod = modules(files)
     for group, (p, n, inc) in cycles(files, mod):
         bad.append(f"{p}:{n}: includes {inc}: a cycle between modules {' <-> '.join(group)}")
+    bad += env_reads(root, files)
     return files, bad
 
 
@@ -214,9 +264,11 @@ def table_entries(root, path, name):
     return set(ENTRY.findall(m.group(1))) if m else set()
 
 
-def code_only(text):
-    """text with comments, strings and character literals blanked (their
-    newlines kept, so line numbers hold)."""
+def code_only(text, strings=True):
+    """text with comments blanked, and with strings and character literals
+    blanked too unless strings is False (then they are kept, so a read's
+    argument can be named); newlines kept, so line numbers hold. A literal
+    ends at its closing quote or at the end of its line."""
     out, i, n = [], 0, len(text)
     while i < n:
         c = text[i]
@@ -231,6 +283,10 @@ def code_only(text):
             while j < n and text[j] != c and text[j] != "\n":
                 j += 2 if text[j] == "\\" else 1
             j = min(j + 1, n)
+            if not strings:
+                out.append(text[i:j])
+                i = j
+                continue
         else:
             out.append(c)
             i += 1

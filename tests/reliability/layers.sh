@@ -2,11 +2,14 @@
 # (tests/layers.py): no #include goes up a floor or sideways, and no two
 # modules include each other; outside runtime/backend*, no file reads the
 # backend's table of entries (a NULL test of one guesses a capability the
-# backend declares) nor includes runtime/backend_impl.h. It also shows the
-# checker can fail: copies of the tree with one forbidden include, one
-# cycle, one NULL test of a table entry and one include of the table must
-# each be refused, naming the file and line. Sourced by tests/run.sh with
-# $ROOT, $tmp and tests/lib.sh's helpers.
+# backend declares) nor includes runtime/backend_impl.h; nothing below
+# cli/ reads the environment but the variables tests/layers.py's
+# ENV_ALLOWED lists. It also shows the checker can fail: copies of the
+# tree with one forbidden include, one cycle, one NULL test of a table
+# entry, one include of the table and ones with a getenv below cli/ must
+# each be refused, naming the file and line (and a getenv in a comment
+# must not). Sourced by tests/run.sh with $ROOT, $tmp and tests/lib.sh's
+# helpers.
 
 suite=layers
 
@@ -60,3 +63,23 @@ printf '#include "runtime/backend_impl.h"\n' >>"$tmp/lay-impl/runtime/exec.c"
 lay_impl_line=$(wc -l <"$tmp/lay-impl/runtime/exec.c" | tr -d ' ')
 lay_refused impl "$tmp/lay-impl" \
   "runtime/exec.c:$lay_impl_line: includes runtime/backend_impl.h: the backend table is the backends' own"
+
+# the environment read below cli/: an A/B switch read in the placer
+# instead of arriving in tfg_switches from cli/switches.c
+lay_copy "$tmp/lay-env"
+printf 'static const char *tfg_leak(void) { return getenv("TFG_LEAK"); }\n' >>"$tmp/lay-env/compiler/place.c"
+lay_refused getenv "$tmp/lay-env" \
+  "compiler/place.c:$(wc -l <"$tmp/lay-env/compiler/place.c" | tr -d ' '): getenv(\"TFG_LEAK\") below cli/"
+
+# an allowed variable is allowed in its one file only (kernels/nvrtc.c)
+lay_copy "$tmp/lay-env2"
+printf 'static const char *tfg_home(void) { return getenv("CUDA_HOME"); }\n' >>"$tmp/lay-env2/kernels/kernel.c"
+lay_refused getenv-elsewhere "$tmp/lay-env2" \
+  "kernels/kernel.c:$(wc -l <"$tmp/lay-env2/kernels/kernel.c" | tr -d ' '): getenv(\"CUDA_HOME\") below cli/"
+
+# a getenv a comment or a string names is no read: the copy passes
+lay_copy "$tmp/lay-env3"
+printf '/* not a read: getenv("TFG_OPT") */\nstatic const char tfg_said[] = "getenv(\\"TFG_OPT\\")";\n' \
+  >>"$tmp/lay-env3/compiler/place.c"
+if python3 "$ROOT/tests/layers.py" "$tmp/lay-env3" >"$tmp/layers.out" 2>&1; then ok
+else ko "$suite getenv-in-comment: refused:"; sed 's/^/    /' "$tmp/layers.out"; fi
