@@ -8,8 +8,10 @@
  * the chain: ir/fused.h). A run then only decides
  * which steps its fetches need and queues them, so the hot path is a walk
  * over arrays with no allocation and no lock of its own: the backends'
- * queues are the only synchronization. */
-#include "runtime/exec.h"
+ * queues are the only synchronization. Runs captured as CUDA Graphs and
+ * replayed are runtime/exec_graph.c's; the state both share is
+ * runtime/exec_impl.h. */
+#include "runtime/exec_impl.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -26,142 +28,6 @@
 #include "runtime/registry.h"
 #include "runtime/trace.h"
 
-typedef struct exec_dev exec_dev;
-
-/* The kernel context of a device: its kernels run one at a time (on the
- * host device's worker, or on the caller's thread when a CUDA launch
- * queues them), so one context serves them all. */
-typedef struct exec_kctx {
-  tfg_kernel_ctx k; /* first: the backend hands kernels &k */
-  exec_dev *dev;
-} exec_kctx;
-
-/* One LAUNCH, resolved: the node its kernel runs (the graph's, or the
- * FUSED node of its chain) and its tensors, which point into the arena. */
-typedef struct exec_launch {
-  const tfg_node *node;
-  tfg_tensor *in;
-  tfg_tensor out;
-} exec_launch;
-
-struct exec_dev {
-  tfg_exec *x;
-  const tfg_device *device;
-  tfg_backend *b;              /* NULL: not used by this executor */
-  tfg_stream *s[TFG_PLAN_STREAMS];
-  char *arena;
-  int64_t *own;                /* per node: offset of its value here (own or persistent buffer), -1 */
-  int64_t *copy;               /* per node: offset of its copy received here, -1 */
-  exec_launch *launch;         /* per step index (LAUNCH steps only) */
-  exec_kctx kctx;
-  /* Failure attribution: the node whose kernel failed, and the launches
-   * of this run in order with how many completed (an injected fault
-   * fails a launch without calling its kernel). Written by the worker. */
-  _Atomic tfg_node_id failed;
-  atomic_int done;
-  tfg_node_id *launched;
-  int nlaunched;
-  bool host_memory;            /* the backend's memory is host memory (caps.is_host): the
-                                * numerics check reads results here; else the backend checks */
-};
-
-/* A captured run (CUDA Graphs, see the top): the key it serves (the
- * fetched nodes, sorted and unique, and the training flag: they decide
- * what the run computes), how often that key has run, and what a replay
- * needs: the host values to stage first (fill: INPUT nodes of the
- * captured devices, and values copied in from feeders) and the fetched
- * values to hand out after (drain). */
-typedef struct exec_graph {
-  tfg_node_id *key;
-  int nkey;
-  bool training;
-  bool in_use;
-  int runs;
-  bool refused;         /* its capture failed: plain runs from now on */
-  uint64_t used;        /* for eviction: the clock of its last run */
-  tfg_replay *r;
-  tfg_node_id *fill;    /* nodes whose stages are refilled before each replay */
-  int *fill_src;        /* per fill: the feeder device holding the value, or -1 (the fed value) */
-  int nfill;
-  tfg_node_id *drain;   /* nodes whose stages hold fetched values after a replay */
-  int ndrain;
-} exec_graph;
-#define EXEC_GRAPHS 8
-
-/* A bucket's collective state. */
-typedef struct exec_bucket {
-  tfg_coll *coll;  /* shared by the buckets of one device group; owned when own_coll */
-  bool own_coll;
-  void **slots;    /* [nranks * nnodes]: each ALLREDUCE node's buffer */
-  size_t *counts;  /* [nnodes] elements */
-  uint32_t *at;    /* [nranks]: the run in which each rank's walk reached it */
-  uint32_t queued; /* the run that queued it */
-} exec_bucket;
-
-struct tfg_exec {
-  const tfg_plan *p;
-  const tfg_graph *g;
-  int ndev;
-  exec_dev *dev;
-  tfg_event **ev;
-  exec_bucket *buckets;
-  tfg_pool *pool;
-  /* tfg_exec_init's host backend and stream, made on its first call, and
-   * the description it runs as: cpu:0's, with index -1 (not one of the
-   * plan's devices, so the fault hooks and the trace never see it). */
-  tfg_backend *filler;
-  tfg_stream *filler_s;
-  tfg_device filler_dev;
-  bool check_numerics;
-  /* Per chain of the plan: the FUSED node its LAUNCH runs (inputs: the
-   * chain's; dtype, shape and location: its last member's) and the
-   * program the node's attrs.data points to. */
-  tfg_node *fused;
-  tfg_fused_prog *progs;
-  uint8_t *inner;              /* per node: an intermediate of a chain (it has no value) */
-  /* The step fault hook (exec.h): device index and training step, or -1. */
-  int fault_device;
-  int64_t fault_step;
-  bool fault_assert;           /* sw.fault_assert, TFG_FAULT_ASSERT=1 (exec.h) */
-  /* per run */
-  uint8_t *need;
-  const void **fed;            /* per node: the host value of a needed INPUT */
-  int *fetch_first, *fetch_next; /* per node: its first index in fetch; per fetch index: the next */
-  /* Views (the plan's view_of): per base its first view, per view the
-   * next of its base; a fetched view is copied out when its base is
-   * written. NULL when the plan has none. */
-  tfg_node_id *view_head, *view_next;
-  uint32_t *issued;            /* per event: the run that queued its RECORD */
-  uint32_t run;
-  /* CUDA Graphs (see the top). */
-  bool graphs;                 /* runs may be captured */
-  uint8_t *captured;           /* per device: its work is captured (else it feeds them, or is unused) */
-  int origin;                  /* the captured device whose compute stream captures and replays */
-  int *ev_dev;                 /* per event: the device whose step records it (a valid plan records each) */
-  void **stage;                /* per node: its host buffer for captured copies (host_alloc), or NULL */
-  tfg_event *fork, **join;     /* fork: the captured streams join the capture; join: and leave it */
-  int njoin;
-  exec_graph cache[EXEC_GRAPHS];
-  uint64_t clock;
-  exec_graph *staging;         /* the capture in progress: host values go through stages */
-  uint8_t *mark;               /* per node, during a capture: STAGE_FILL, STAGE_DRAIN once listed */
-  int64_t replays;             /* runs replayed so far */
-  bool stage_failed;           /* a stage could not be allocated during the capture */
-};
-
-enum { STAGE_FILL = 1, STAGE_DRAIN = 2 };
-
-/* Frees a cache entry's replay and lists and empties it. */
-static void graph_clear(tfg_exec *x, exec_graph *gr) {
-  if (gr->r) tfg_backend_replay_free(x->dev[x->origin].b, gr->r);
-  free(gr->key);
-  free(gr->fill);
-  free(gr->fill_src);
-  free(gr->drain);
-  memset(gr, 0, sizeof *gr);
-}
-
-static size_t node_bytes(const tfg_node *n) { return (size_t)tfg_shape_numel(&n->shape) * tfg_dtype_size(n->dtype); }
 
 /* Whether n's value is in its device's persistent region (the plan's
  * tfg_plan_persistent): a param, optimizer state, or a constant, which
@@ -172,7 +38,7 @@ static bool persistent(const tfg_node *n) {
 
 /* The address of node id's value on device d (its own value or the copy
  * received there). Empty tensors have no buffer: the arena itself. */
-static void *addr(const exec_dev *dv, tfg_node_id id) {
+void *exec_addr(const exec_dev *dv, tfg_node_id id) {
   int64_t off = dv->own[id] >= 0 ? dv->own[id] : dv->copy[id];
   return off >= 0 ? dv->arena + off : dv->arena;
 }
@@ -311,9 +177,9 @@ static void resolve(tfg_exec *x, int d) {
     TFG_ASSERT(l->in != NULL);
     for (int j = 0; j < nd->ninputs; j++) {
       const tfg_node *in = &x->g->nodes[nd->inputs[j]];
-      l->in[j] = (tfg_tensor){addr(dv, nd->inputs[j]), in->dtype, in->shape};
+      l->in[j] = (tfg_tensor){exec_addr(dv, nd->inputs[j]), in->dtype, in->shape};
     }
-    l->out = (tfg_tensor){addr(dv, st->node), nd->dtype, nd->shape};
+    l->out = (tfg_tensor){exec_addr(dv, st->node), nd->dtype, nd->shape};
   }
 }
 
@@ -372,7 +238,7 @@ static tfg_status open_buckets(tfg_exec *x, tfg_diag *d) {
     for (int k = 0; k < pb->nnodes; k++) eb->counts[k] = (size_t)tfg_shape_numel(&x->g->nodes[pb->nodes[k]].shape);
     for (int r = 0; r < pb->nranks; r++)
       for (int k = 0; k < pb->nnodes; k++)
-        eb->slots[r * pb->nnodes + k] = addr(&x->dev[pb->devices[r]], pb->nodes[r * pb->nnodes + k]);
+        eb->slots[r * pb->nnodes + k] = exec_addr(&x->dev[pb->devices[r]], pb->nodes[r * pb->nnodes + k]);
   }
   return TFG_OK;
 }
@@ -426,51 +292,6 @@ static void make_fused(tfg_exec *x) {
   }
 }
 
-/* Whether this executor's runs may be captured (CUDA Graphs, see the top),
- * and which devices: those whose backend can capture, but cpu:0 (the
- * host feeding them). Every other used device must be a feeder a capture
- * can run before: host memory, and what tfg_plan_capturable asks (never
- * waiting for or copying from a captured device, in no bucket with one);
- * and every bucket's collective is the built-in ring (not NCCL: below). Off with sw.no_cuda_graphs,
- * --trace, --check-numerics and the fault hooks (each needs every launch
- * to go through the executor's walk). */
-static void graph_setup(tfg_exec *x, const tfg_exec_opts *o) {
-  const tfg_plan *p = x->p;
-  if (o->sw.no_cuda_graphs || o->trace || o->check_numerics || x->fault_device >= 0) return;
-  x->captured = calloc((size_t)x->ndev + 1, 1);
-  TFG_ASSERT(x->captured != NULL);
-  int ncaptured = 0;
-  bool ok = true;
-  x->origin = -1;
-  for (int dv = 0; dv < x->ndev; dv++) {
-    exec_dev *e = &x->dev[dv];
-    if (!e->b) continue;
-    char msg[96];
-    ok &= tfg_backend_fault_after(&o->sw, e->device, msg, sizeof msg) == 0;
-    x->captured[dv] = tfg_backend_get_caps(e->b)->can_capture && e->device->kind != TFG_DEVICE_CPU;
-    ok &= x->captured[dv] || tfg_backend_is_host(e->b); /* a feeder's values are read from host memory */
-    ncaptured += x->captured[dv];
-    if (x->captured[dv] && x->origin < 0) x->origin = dv;
-  }
-  tfg_strbuf why = {0};
-  ok = ok && tfg_plan_capturable(p, x->captured, &why);
-  tfg_strbuf_free(&why);
-  /* NCCL warns that capturing its collectives for several GPUs driven by
-   * one thread may deadlock at cudaGraphLaunch (its guide, "CUDA Graph
-   * support": multiple GPUs per process), which is how tfg drives them:
-   * only collectives that declare themselves capturable (the built-in
-   * ring's) are captured. */
-  for (int b = 0; b < p->nbuckets && ok; b++) {
-    const tfg_coll *c = x->buckets[b].coll;
-    ok &= !c || c->capturable;
-  }
-  if (!ok || ncaptured == 0) return;
-  x->stage = calloc((size_t)x->g->nnodes + 1, sizeof *x->stage);
-  x->mark = calloc((size_t)x->g->nnodes + 1, 1);
-  TFG_ASSERT(x->stage && x->mark);
-  x->graphs = true;
-}
-
 /* Writes every constant's value into its persistent buffer on each used
  * device, once: the plan never launches a constant, so no run (and no
  * replay of a captured one) uploads it again. The copies are
@@ -485,7 +306,7 @@ static tfg_status write_constants(tfg_exec *x, tfg_diag *d) {
     for (int k = 0; k < pd->nbuffers && pd->buffers[k].persistent; k++) {
       const tfg_node *nd = &x->g->nodes[pd->buffers[k].node];
       if (nd->op != TFG_OP_CONST || pd->buffers[k].copy) continue;
-      tfg_backend_copy_from_host(e->b, e->s[0], e->arena + pd->buffers[k].offset, nd->attrs.data, node_bytes(nd));
+      tfg_backend_copy_from_host(e->b, e->s[0], e->arena + pd->buffers[k].offset, nd->attrs.data, (size_t)tfg_node_bytes(nd));
       any = true;
     }
     if (!any) continue;
@@ -569,7 +390,7 @@ tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, 
     *out = NULL;
     return st;
   }
-  graph_setup(x, o);
+  exec_graph_setup(x, o);
   *out = x;
   return TFG_OK;
 }
@@ -587,7 +408,7 @@ void tfg_exec_free(tfg_exec *x) {
   if (!x) return;
   if (x->graphs) {
     tfg_backend *ob = x->dev[x->origin].b;
-    for (int i = 0; i < EXEC_GRAPHS; i++) graph_clear(x, &x->cache[i]);
+    for (int i = 0; i < EXEC_GRAPHS; i++) exec_graph_clear(x, &x->cache[i]);
     for (int32_t i = 0; i < x->g->nnodes; i++)
       if (x->stage[i]) tfg_backend_host_free(ob, x->stage[i]);
     if (x->fork) tfg_backend_event_free(ob, x->fork);
@@ -655,19 +476,19 @@ static exec_dev *holder(tfg_exec *x, tfg_node_id id) {
 }
 
 void tfg_exec_write(tfg_exec *x, tfg_node_id id, const void *host) {
-  size_t n = node_bytes(&x->g->nodes[id]);
+  size_t n = (size_t)tfg_node_bytes(&x->g->nodes[id]);
   if (n == 0) return;
   exec_dev *dv = holder(x, id);
-  tfg_backend_copy_from_host(dv->b, dv->s[0], addr(dv, id), host, n);
+  tfg_backend_copy_from_host(dv->b, dv->s[0], exec_addr(dv, id), host, n);
   tfg_status st = tfg_backend_synchronize(dv->b, dv->s[0], NULL);
   TFG_ASSERT(st == TFG_OK || !"a copy into a failed device");
 }
 
 void tfg_exec_read(tfg_exec *x, tfg_node_id id, void *host) {
-  size_t n = node_bytes(&x->g->nodes[id]);
+  size_t n = (size_t)tfg_node_bytes(&x->g->nodes[id]);
   if (n == 0) return;
   exec_dev *dv = holder(x, id);
-  tfg_backend_copy_to_host(dv->b, dv->s[0], host, addr(dv, id), n);
+  tfg_backend_copy_to_host(dv->b, dv->s[0], host, exec_addr(dv, id), n);
   tfg_status st = tfg_backend_synchronize(dv->b, dv->s[0], NULL);
   TFG_ASSERT(st == TFG_OK || !"a copy out of a failed device");
 }
@@ -695,7 +516,7 @@ tfg_status tfg_exec_init(tfg_exec *x, tfg_node_id id, const tfg_attrs *a, tfg_st
   tfg_backend *b = x->filler;
   tfg_node init = {.op = TFG_OP_INIT, .dtype = nd->dtype, .shape = nd->shape, .attrs = *a, .name = nd->name,
                    .loc = nd->loc, .pin = nd->pin};
-  size_t n = node_bytes(nd);
+  size_t n = (size_t)tfg_node_bytes(nd);
   bool in_place = tfg_backend_is_host(dv->b);
   void *host = NULL;
   if (in_place) {
@@ -706,7 +527,7 @@ tfg_status tfg_exec_init(tfg_exec *x, tfg_node_id id, const tfg_attrs *a, tfg_st
     host = malloc(n ? n : 1);
     TFG_ASSERT(host != NULL);
   }
-  tfg_tensor out = {in_place ? addr(dv, id) : host, nd->dtype, nd->shape};
+  tfg_tensor out = {in_place ? exec_addr(dv, id) : host, nd->dtype, nd->shape};
   tfg_kernel_ctx ctx = {.pool = x->pool, .node = id};
   tfg_kernel_fn fn = tfg_backend_kernel(b, &init);
   TFG_ASSERT(fn != NULL);
@@ -725,73 +546,18 @@ tfg_status tfg_exec_init(tfg_exec *x, tfg_node_id id, const tfg_attrs *a, tfg_st
 
 static bool bucket_needed(const tfg_exec *x, int b) { return x->need[x->p->buckets[b].nodes[0]] != 0; }
 
-/* ---- stages (captured runs) ------------------------------------------------------
- * A captured copy keeps its host address and may not use pageable memory,
- * so during a capture every value that crosses between the host and a
- * captured device goes through the node's stage: host memory from the
- * origin's host_alloc (pinned on a GPU), kept as long as the executor. */
-
-/* Node id's stage, allocated on first use. NULL when host_alloc fails:
- * the capture is then refused (stage_failed) and the run goes on
- * uncaptured. (No constant needs one: constants are persistent, written
- * before any run.) */
-static void *stage(tfg_exec *x, tfg_node_id id) {
-  if (!x->stage[id]) {
-    exec_dev *o = &x->dev[x->origin];
-    const tfg_node *nd = &x->g->nodes[id];
-    x->stage[id] = tfg_backend_host_alloc(o->b, node_bytes(nd));
-    if (!x->stage[id]) {
-      x->stage_failed = true;
-      return NULL;
-    }
-  }
-  return x->stage[id];
-}
-
-/* The stage a captured copy into a device reads node id from, listed for
- * refilling before each replay from the fed value (src -1) or from feeder
- * device src's memory. */
-static const void *stage_fill(tfg_exec *x, tfg_node_id id, int src) {
-  void *p = stage(x, id);
-  exec_graph *gr = x->staging;
-  if (p && !(x->mark[id] & STAGE_FILL)) {
-    x->mark[id] |= STAGE_FILL;
-    gr->fill = realloc(gr->fill, sizeof *gr->fill * ((size_t)gr->nfill + 1));
-    gr->fill_src = realloc(gr->fill_src, sizeof *gr->fill_src * ((size_t)gr->nfill + 1));
-    TFG_ASSERT(gr->fill && gr->fill_src);
-    gr->fill[gr->nfill] = id;
-    gr->fill_src[gr->nfill++] = src;
-  }
-  return p ? p : src >= 0 ? addr(&x->dev[src], id) : x->fed[id];
-}
-
-/* The stage a captured copy out of node id writes, listed for handing
- * out after each replay; NULL when it is listed already (one copy
- * serves every fetch of the node). */
-static void *stage_drain(tfg_exec *x, tfg_node_id id) {
-  if (x->mark[id] & STAGE_DRAIN) return NULL;
-  x->mark[id] |= STAGE_DRAIN;
-  void *p = stage(x, id);
-  if (!p) return NULL;
-  exec_graph *gr = x->staging;
-  gr->drain = realloc(gr->drain, sizeof *gr->drain * ((size_t)gr->ndrain + 1));
-  TFG_ASSERT(gr->drain != NULL);
-  gr->drain[gr->ndrain++] = id;
-  return p;
-}
-
 /* Queues the copies out of node id's value on device dv's stream s into
  * every fetch slot that asks for it (during a capture: into its stage). */
 static void fetch_out(tfg_exec *x, exec_dev *dv, int s, tfg_node_id id, void *const *out) {
-  size_t n = node_bytes(&x->g->nodes[id]);
+  size_t n = (size_t)tfg_node_bytes(&x->g->nodes[id]);
   if (n == 0) return;
   if (x->staging) {
-    void *p = stage_drain(x, id);
-    if (p) tfg_backend_copy_to_host(dv->b, dv->s[s], p, addr(dv, id), n);
+    void *p = exec_stage_drain(x, id);
+    if (p) tfg_backend_copy_to_host(dv->b, dv->s[s], p, exec_addr(dv, id), n);
     return;
   }
   for (int f = x->fetch_first[id]; f >= 0; f = x->fetch_next[f])
-    tfg_backend_copy_to_host(dv->b, dv->s[s], out[f], addr(dv, id), n);
+    tfg_backend_copy_to_host(dv->b, dv->s[s], out[f], exec_addr(dv, id), n);
 }
 
 /* Queues the steps of device d's stream `stream` from *pos (an index
@@ -820,9 +586,9 @@ static bool advance(tfg_exec *x, int d, int stream, int *pos, void *const *out) 
       tfg_node_id id = st->node;
       if (!x->need[id]) break;
       const tfg_node *nd = &x->g->nodes[id];
-      size_t n = node_bytes(nd);
+      size_t n = (size_t)tfg_node_bytes(nd);
       if (nd->op == TFG_OP_INPUT) {
-        if (n) tfg_backend_copy_from_host(dv->b, s, addr(dv, id), x->staging ? stage_fill(x, id, -1) : x->fed[id], n);
+        if (n) tfg_backend_copy_from_host(dv->b, s, exec_addr(dv, id), x->staging ? exec_stage_fill(x, id, -1) : x->fed[id], n);
       } else {
         dv->launched[dv->nlaunched++] = id;
         exec_launch *l = &dv->launch[*pos];
@@ -836,14 +602,14 @@ static bool advance(tfg_exec *x, int d, int stream, int *pos, void *const *out) 
     }
     case TFG_PLAN_COPY: {
       if (!x->need[st->node]) break;
-      size_t n = node_bytes(&x->g->nodes[st->node]);
+      size_t n = (size_t)tfg_node_bytes(&x->g->nodes[st->node]);
       exec_dev *src = &x->dev[st->src];
       TFG_ASSERT(src->b != NULL); /* mark_needed put the source in this run */
       if (n == 0) break;
       if (x->staging && !x->captured[st->src]) /* from a feeder's memory, which ran already */
-        tfg_backend_copy_from_host(dv->b, s, dv->arena + dv->copy[st->node], stage_fill(x, st->node, st->src), n);
+        tfg_backend_copy_from_host(dv->b, s, dv->arena + dv->copy[st->node], exec_stage_fill(x, st->node, st->src), n);
       else
-        tfg_backend_copy_peer(dv->b, s, dv->arena + dv->copy[st->node], src->b, addr(src, st->node), n);
+        tfg_backend_copy_peer(dv->b, s, dv->arena + dv->copy[st->node], src->b, exec_addr(src, st->node), n);
       break;
     }
     case TFG_PLAN_RECORD:
@@ -878,8 +644,8 @@ static bool advance(tfg_exec *x, int d, int stream, int *pos, void *const *out) 
         tfg_stream *rs = rd->s[TFG_PLAN_STREAM_COLLECTIVE];
         for (int k = 0; k < pb->nnodes; k++) {
           tfg_node_id node = pb->nodes[r * pb->nnodes + k];
-          size_t n = node_bytes(&x->g->nodes[node]);
-          if (n) tfg_backend_copy_peer(rd->b, rs, addr(rd, node), rd->b, addr(rd, x->g->nodes[node].inputs[0]), n);
+          size_t n = (size_t)tfg_node_bytes(&x->g->nodes[node]);
+          if (n) tfg_backend_copy_peer(rd->b, rs, exec_addr(rd, node), rd->b, exec_addr(rd, x->g->nodes[node].inputs[0]), n);
         }
       }
       eb->coll->i.allreduce(eb->coll, eb->slots, eb->counts, pb->nnodes, x->g->nodes[pb->nodes[0]].dtype, TFG_COLL_MEAN);
@@ -918,10 +684,6 @@ static void report(tfg_exec *x, int d, int s, tfg_status st, const char *msg, tf
   }
 }
 
-/* Which devices a walk moves: every used one, or (in a run with CUDA
- * Graphs) the feeders or the captured devices. */
-enum { WALK_ALL = -1, WALK_FEEDERS = 0, WALK_CAPTURED = 1 };
-
 static bool walks(const tfg_exec *x, int d, int which) {
   return x->dev[d].b && (which == WALK_ALL || (x->captured && x->captured[d]) == which);
 }
@@ -950,7 +712,7 @@ static void walk(tfg_exec *x, int which, void *const *out) {
 /* Sets the step and seed the devices' kernels read on the device
  * (backends with caps.device_step: GPUs): queued on each compute
  * stream, or only written for a replay (queue false). */
-static void set_steps(tfg_exec *x, int which, const tfg_exec_run_opts *ro, bool queue) {
+void exec_set_steps(tfg_exec *x, int which, const tfg_exec_run_opts *ro, bool queue) {
   for (int dv = 0; dv < x->ndev; dv++) {
     exec_dev *e = &x->dev[dv];
     if (walks(x, dv, which) && tfg_backend_get_caps(e->b)->device_step)
@@ -961,20 +723,20 @@ static void set_steps(tfg_exec *x, int which, const tfg_exec_run_opts *ro, bool 
 /* Queues one run's work on the devices `which` selects: the step, the
  * walk, then the fetched persistent values (after everything this run did
  * to them; during a capture into their stages). */
-static void queue_run(tfg_exec *x, int which, const tfg_exec_run_opts *ro, const tfg_node_id *fetch, int nfetch,
+void exec_queue_run(tfg_exec *x, int which, const tfg_exec_run_opts *ro, const tfg_node_id *fetch, int nfetch,
                       void *const *out) {
-  set_steps(x, which, ro, true);
+  exec_set_steps(x, which, ro, true);
   walk(x, which, out);
   for (int f = 0; f < nfetch; f++) {
     const tfg_node *nd = &x->g->nodes[fetch[f]];
     /* a view of a constant is fetched as the constant is */
     tfg_node_id base = x->p->view_of && x->p->view_of[fetch[f]] >= 0 ? x->p->view_of[fetch[f]] : fetch[f];
-    if (!persistent(&x->g->nodes[base]) || node_bytes(nd) == 0) continue;
+    if (!persistent(&x->g->nodes[base]) || (size_t)tfg_node_bytes(nd) == 0) continue;
     int d = tfg_placement_device(x->p->pl, fetch[f]);
     if (!walks(x, d, which)) continue;
     exec_dev *dv = holder(x, base);
-    void *dst = x->staging ? stage_drain(x, fetch[f]) : out[f];
-    if (dst) tfg_backend_copy_to_host(dv->b, dv->s[0], dst, addr(dv, fetch[f]), node_bytes(nd));
+    void *dst = x->staging ? exec_stage_drain(x, fetch[f]) : out[f];
+    if (dst) tfg_backend_copy_to_host(dv->b, dv->s[0], dst, exec_addr(dv, fetch[f]), (size_t)tfg_node_bytes(nd));
   }
 }
 
@@ -1010,123 +772,6 @@ static tfg_status sync_report(tfg_exec *x, int which, tfg_diag *d) {
   tfg_strbuf_free(&msg);
   tfg_strbuf_free(&m);
   return first;
-}
-
-/* ---- captured runs (CUDA Graphs) ------------------------------------------------- */
-
-static int cmp_id(const void *a, const void *b) {
-  tfg_node_id x = *(const tfg_node_id *)a, y = *(const tfg_node_id *)b;
-  return (x > y) - (x < y);
-}
-
-
-/* The cache entry of this run's key (the fetched nodes, the training
- * flag): its own, or a new one in a free slot or the least recently used
- * one's (whose replay is freed). */
-static exec_graph *graph_for(tfg_exec *x, const tfg_node_id *fetch, int nfetch, bool training) {
-  tfg_node_id *key = malloc(sizeof *key * ((size_t)nfetch + 1));
-  TFG_ASSERT(key != NULL);
-  memcpy(key, fetch, sizeof *key * (size_t)nfetch);
-  qsort(key, (size_t)nfetch, sizeof *key, cmp_id);
-  int nk = 0;
-  for (int i = 0; i < nfetch; i++)
-    if (nk == 0 || key[nk - 1] != key[i]) key[nk++] = key[i];
-  exec_graph *victim = NULL;
-  for (int i = 0; i < EXEC_GRAPHS; i++) {
-    exec_graph *gr = &x->cache[i];
-    if (gr->in_use && gr->training == training && gr->nkey == nk && memcmp(gr->key, key, sizeof *key * (size_t)nk) == 0) {
-      free(key);
-      gr->used = ++x->clock;
-      return gr;
-    }
-    if (!victim || (victim->in_use && (!gr->in_use || gr->used < victim->used))) victim = gr;
-  }
-  graph_clear(x, victim);
-  *victim = (exec_graph){.key = key, .nkey = nk, .training = training, .in_use = true, .used = ++x->clock};
-  return victim;
-}
-
-/* After a capture that failed: the walk's marks of the captured devices
- * (their events' records, the buckets' arrivals) are forgotten, so they
- * can be walked again in this run. */
-static void forget_walk(tfg_exec *x) {
-  for (int e = 0; e < x->p->nevents; e++)
-    if (x->ev_dev[e] >= 0 && x->captured[x->ev_dev[e]]) x->issued[e] = 0;
-  for (int b = 0; b < x->p->nbuckets; b++) {
-    if (!x->buckets[b].at) continue;
-    x->buckets[b].queued = 0;
-    memset(x->buckets[b].at, 0, sizeof *x->buckets[b].at * (size_t)x->p->buckets[b].nranks);
-  }
-  for (int dv = 0; dv < x->ndev; dv++)
-    if (x->captured[dv]) {
-      x->dev[dv].nlaunched = 0;
-      atomic_store(&x->dev[dv].done, 0);
-    }
-}
-
-/* Captures this run of the captured devices into gr->r on the origin's
- * compute stream: the other streams join the capture by waiting for the
- * fork event and leave it through their join events. When the backend
- * refuses (gr->r NULL: a call that cannot be captured, or an operation
- * failing), the key runs uncaptured from now on, with a warning, and this
- * run is queued again, plainly. */
-static void capture(tfg_exec *x, exec_graph *gr, const tfg_exec_run_opts *ro, const tfg_node_id *fetch, int nfetch,
-                    void *const *out, tfg_diag *d) {
-  exec_dev *o = &x->dev[x->origin];
-  tfg_backend *ob = o->b;
-  if (!x->fork) {
-    x->fork = tfg_backend_event_create(ob);
-    for (int dv = 0; dv < x->ndev; dv++) x->njoin += x->captured[dv] ? TFG_PLAN_STREAMS : 0;
-    x->njoin--; /* the origin's compute stream */
-    x->join = malloc(sizeof *x->join * ((size_t)x->njoin + 1));
-    TFG_ASSERT(x->join != NULL);
-    for (int j = 0; j < x->njoin; j++) x->join[j] = tfg_backend_event_create(ob);
-  }
-  memset(x->mark, 0, (size_t)x->g->nnodes);
-  x->stage_failed = false;
-  tfg_strbuf why = {0};
-  if (tfg_backend_capture_begin(ob, o->s[0], &why)) {
-    tfg_backend_event_record(ob, o->s[0], x->fork);
-    for (int dv = 0; dv < x->ndev; dv++)
-      for (int s = 0; x->captured[dv] && s < TFG_PLAN_STREAMS; s++)
-        if (dv != x->origin || s != 0) tfg_backend_event_wait(x->dev[dv].b, x->dev[dv].s[s], x->fork);
-    x->staging = gr;
-    queue_run(x, WALK_CAPTURED, ro, fetch, nfetch, out);
-    x->staging = NULL;
-    int j = 0;
-    for (int dv = 0; dv < x->ndev; dv++)
-      for (int s = 0; x->captured[dv] && s < TFG_PLAN_STREAMS; s++)
-        if (dv != x->origin || s != 0) {
-          tfg_backend_event_record(x->dev[dv].b, x->dev[dv].s[s], x->join[j]);
-          tfg_backend_event_wait(ob, o->s[0], x->join[j++]);
-        }
-    gr->r = tfg_backend_capture_end(ob, o->s[0], &why);
-    if (gr->r && x->stage_failed) {
-      tfg_backend_replay_free(ob, gr->r);
-      gr->r = NULL;
-      tfg_strbuf_puts(&why, "no host memory for its copies (host_alloc failed)");
-    }
-  }
-  if (!gr->r) {
-    gr->refused = true;
-    tfg_diag_warning(d, NULL, "%s runs without CUDA Graphs: %s", o->device->name, why.data ? why.data : "refused");
-    forget_walk(x);
-    queue_run(x, WALK_CAPTURED, ro, fetch, nfetch, out);
-  }
-  tfg_strbuf_free(&why);
-}
-
-/* Replays gr: refills the stages from this run's feeds and feeders, writes
- * the step, and queues the captured work on the origin's compute stream. */
-static void replay(tfg_exec *x, exec_graph *gr, const tfg_exec_run_opts *ro) {
-  for (int k = 0; k < gr->nfill; k++) {
-    tfg_node_id id = gr->fill[k];
-    const void *src = gr->fill_src[k] < 0 ? x->fed[id] : addr(&x->dev[gr->fill_src[k]], id);
-    memcpy(x->stage[id], src, node_bytes(&x->g->nodes[id]));
-  }
-  set_steps(x, WALK_CAPTURED, ro, false);
-  exec_dev *o = &x->dev[x->origin];
-  tfg_backend_replay(o->b, o->s[0], gr->r);
 }
 
 tfg_status tfg_exec_run(tfg_exec *x, const tfg_node_id *fetch, int nfetch, void *const *out, const tfg_exec_run_opts *ro,
@@ -1181,21 +826,21 @@ tfg_status tfg_exec_run(tfg_exec *x, const tfg_node_id *fetch, int nfetch, void 
     atomic_store(&e->done, 0);
   }
 
-  exec_graph *gr = x->graphs ? graph_for(x, fetch, nfetch, ro->training) : NULL;
+  exec_graph *gr = x->graphs ? exec_graph_for(x, fetch, nfetch, ro->training) : NULL;
   bool replayed = false;
   tfg_status first = TFG_OK;
   if (!gr) {
-    queue_run(x, WALK_ALL, ro, fetch, nfetch, out);
+    exec_queue_run(x, WALK_ALL, ro, fetch, nfetch, out);
   } else {
     /* The feeders first, to the end: what they computed is staged. */
-    queue_run(x, WALK_FEEDERS, ro, fetch, nfetch, out);
+    exec_queue_run(x, WALK_FEEDERS, ro, fetch, nfetch, out);
     first = sync_report(x, WALK_FEEDERS, d);
     if (first == TFG_OK && (gr->runs++ == 0 || gr->refused)) {
-      queue_run(x, WALK_CAPTURED, ro, fetch, nfetch, out); /* the first run warms up: plain */
+      exec_queue_run(x, WALK_CAPTURED, ro, fetch, nfetch, out); /* the first run warms up: plain */
     } else if (first == TFG_OK) {
-      if (!gr->r) capture(x, gr, ro, fetch, nfetch, out, d);
+      if (!gr->r) exec_capture(x, gr, ro, fetch, nfetch, out, d);
       if (gr->r) {
-        replay(x, gr, ro);
+        exec_replay(x, gr, ro);
         replayed = true;
         x->replays++;
       }
@@ -1206,7 +851,7 @@ tfg_status tfg_exec_run(tfg_exec *x, const tfg_node_id *fetch, int nfetch, void 
     for (int k = 0; k < gr->ndrain; k++) {
       tfg_node_id id = gr->drain[k];
       for (int f = x->fetch_first[id]; f >= 0; f = x->fetch_next[f])
-        memcpy(out[f], x->stage[id], node_bytes(&g->nodes[id]));
+        memcpy(out[f], x->stage[id], (size_t)tfg_node_bytes(&g->nodes[id]));
     }
   for (int f = 0; f < nfetch; f++) x->fetch_first[fetch[f]] = -1;
   return first;
