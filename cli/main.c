@@ -523,7 +523,7 @@ static int cmd_devices(const cli_cmd *cmd, int argc, char **argv) {
         if (tfg_mpi_rank() == 0) tfg_strbuf_printf(&out, "job: %d ranks (mpirun), the devices of each\n\n%s", tfg_mpi_size(), all.data);
         tfg_strbuf_free(&all);
       }
-      fwrite(out.data, 1, out.len, stdout);
+      if (out.len) fwrite(out.data, 1, out.len, stdout); /* an empty buffer has no data pointer */
       tfg_strbuf_free(&out);
       tfg_diag_render(d, stderr, cli_color_mode(o->color));
       tfg_devices_free(ds);

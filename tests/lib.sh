@@ -89,3 +89,16 @@ mlp_program() {
     echo "}"
   } >"$1.tfg"
 }
+
+# mpi_off SUITE: true when $TFG was built without MPI (make asan, MPI=0),
+# after checking that such a tfg, started by mpirun, says so and exits 3;
+# the suites of an mpirun job then have nothing else to run.
+mpi_off() {
+  "$TFG" version 2>/dev/null | grep -q '^mpi: off' || return 1
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun --oversubscribe -np 1 \
+    "$TFG" version >"$tmp/out" 2>"$tmp/err"
+  mpi_off_rc=$?
+  if [ $mpi_off_rc -eq 3 ] && grep -q "this build has no MPI" "$tmp/err"; then ok
+  else ko "$1 mpi-off: a tfg without MPI under mpirun: exit $mpi_off_rc"; tail -3 "$tmp/err"; fi
+  return 0
+}
