@@ -5,14 +5,7 @@
 # root unless told (CI runs as root); --oversubscribe lets 4 ranks share 2
 # cores.
 suite=mpi
-if ! command -v mpirun >/dev/null 2>&1; then
-  ko "$suite: no mpirun (run \`make deps\`: it installs openmpi-bin)"
-elif mpi_off "$suite"; then
-  : # a build without MPI: mpi_off checked that it says so
-else
-  OMPI_ALLOW_RUN_AS_ROOT=1
-  OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
+if mpi_ready "$suite"; then
   mpi_run() { timeout 120 mpirun --oversubscribe "$@"; }
 
   # every rank joins the job and knows its place in it

@@ -65,17 +65,12 @@ py_checks "tsan repl terminal" "$ROOT/tests/repl_pty.py" "$TFG"
 grep -A30 -m1 'WARNING: ThreadSanitizer' "$tmp/py.out"
 
 # ---- 4. mpirun --------------------------------------------------------------------
-if command -v mpirun >/dev/null 2>&1; then
-  OMPI_ALLOW_RUN_AS_ROOT=1 # CI runs as root
-  OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
+if mpi_ready tsan; then
   mlp_program "$tmp/mpi" "adam(lr = 1e-2)" "mirrored()"
   timeout 300 mpirun --oversubscribe -np 2 -x TSAN_OPTIONS -x CUDA_VISIBLE_DEVICES \
     "$TFG" run --quiet --threads 2 --devices 'host*2' "$tmp/mpi.tfg" >"$tmp/out" 2>"$tmp/err"
   rc=$?
   if [ $rc -eq 0 ]; then ok; else ko "tsan mpirun -np 2: exit $rc"; grep -A30 -m1 'WARNING: ThreadSanitizer' "$tmp/err" || tail -5 "$tmp/err"; fi
-else
-  ko "tsan: no mpirun (make deps installs openmpi-bin)"
 fi
 
 echo "tsan: $pass passed, $fail failed"

@@ -7,14 +7,7 @@
 # ranks still runs. Sourced by tests/run.sh ($TFG, $ROOT, $tmp, expect,
 # contains, ok, ko); as tests/mpi.sh, it fails where mpirun is missing.
 suite=mpi-programs
-if ! command -v mpirun >/dev/null 2>&1; then
-  ko "$suite: no mpirun (run \`make deps\`: it installs openmpi-bin)"
-elif mpi_off "$suite"; then
-  : # a build without MPI: mpi_off checked that it says so
-else
-  OMPI_ALLOW_RUN_AS_ROOT=1
-  OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
+if mpi_ready "$suite"; then
   rm2="$tmp/round2-mpi"
   mkdir -p "$rm2"
   cat >"$rm2/a.tfg" <<'TFG'
