@@ -82,8 +82,7 @@ const char *tfg_path_base(const char *path) {
 
 /* ---- writing a file whole --------------------------------------------------------- */
 
-/* The folder of a path ("." for a bare name); the caller frees it. */
-static char *folder_of(const char *path) {
+char *tfg_path_folder(const char *path) {
   const char *slash = strrchr(path, '/');
   char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
   TFG_ASSERT(dir != NULL);
@@ -121,7 +120,7 @@ char *tfg_file_out_target(const char *path, const char **why) {
     if (link[0] == '/') {
       next = strdup(link);
     } else { /* relative to the link's own folder */
-      char *dir = folder_of(p);
+      char *dir = tfg_path_folder(p);
       size_t len = strlen(dir) + 1 + (size_t)n + 1;
       next = malloc(len);
       TFG_ASSERT(next != NULL);
@@ -221,7 +220,7 @@ int tfg_file_out_commit(tfg_file_out *o) {
   o->tmp = NULL; /* renamed: nothing to remove */
   /* The rename survives a power cut only once the folder is synced: the
    * caller asked for a durable file, so a failure here is an error too. */
-  char *dir = folder_of(o->target);
+  char *dir = tfg_path_folder(o->target);
   int err = sync_folder(dir);
   free(dir);
   if (err) {

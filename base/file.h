@@ -40,6 +40,10 @@ int tfg_file_open_regular(const char *path, struct stat *st, const char **why);
  * "stdlib/nn.tfg"): how plans and explanations name a source. */
 const char *tfg_path_base(const char *path);
 
+/* The folder holding path, in a new string the caller frees: "out/m.st"
+ * -> "out", "m.st" -> ".", "/m.st" -> "/". */
+char *tfg_path_folder(const char *path);
+
 /* Reads exactly len bytes from fd into buf, retrying short reads and
  * EINTR, in calls of at most 1 GiB (Linux moves at most ~2 GB per call).
  * Returns 0, an errno value, or -1 when the file ended first. */

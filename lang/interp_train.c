@@ -396,18 +396,10 @@ static void decode_metrics(tfg_interp *I, const train_setting *ts, tfg_train_con
   c->metric_names = metric_names(I, k->a, v.u.list.n);
 }
 
-/* The folder of a file path ("." for a bare name); the caller frees it. */
-static char *folder_of(const char *path) {
-  const char *slash = strrchr(path, '/');
-  char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-  TFG_ASSERT(dir != NULL);
-  return dir;
-}
-
 /* What names the file path, the same for two spellings of one file: the
  * real path of its folder, then its name. The caller frees it. */
 static char *file_key(const char *path) {
-  char *dir = folder_of(path), *real = realpath(dir, NULL);
+  char *dir = tfg_path_folder(path), *real = realpath(dir, NULL);
   const char *slash = strrchr(path, '/');
   tfg_strbuf b = {0};
   tfg_strbuf_printf(&b, "%s/%s", real ? real : dir, slash ? slash + 1 : path);
@@ -422,7 +414,7 @@ static void check_out_path(tfg_interp *I, const char *what, const char *path, co
   struct stat sb;
   if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
     tfg_interp_fail(I, TFG_ERR_DATA, at, "%s '%s' is not a regular file", what, path);
-  char *dir = folder_of(path);
+  char *dir = tfg_path_folder(path);
   int err = stat(dir, &sb) != 0 ? errno : !S_ISDIR(sb.st_mode) ? ENOTDIR : access(dir, W_OK | X_OK) != 0 ? errno : 0;
   if (err == ENOENT) {
     tfg_diag_error(I->diag, at, "the folder '%s' of %s '%s' does not exist", dir, what, path);
@@ -463,7 +455,7 @@ static void check_ckpt_path(tfg_interp *I, const char *path, const tfg_loc *at) 
     if (access(path, R_OK) != 0)
       tfg_interp_fail(I, TFG_ERR_DATA, at, "checkpoint '%s' cannot be read to resume from it: %s", path, strerror(errno));
   }
-  char *dir = folder_of(path);
+  char *dir = tfg_path_folder(path);
   int err = stat(dir, &sb) != 0 ? errno : !S_ISDIR(sb.st_mode) ? ENOTDIR : access(dir, W_OK | X_OK) != 0 ? errno : 0;
   if (err == ENOENT) {
     tfg_diag_error(I->diag, at, "the folder '%s' of checkpoint '%s' does not exist", dir, path);

@@ -27,16 +27,6 @@
 
 /* ---- saving ------------------------------------------------------------- */
 
-/* The folder holding path: "out/m.st" -> "out", "m.st" -> ".", "/m.st" ->
- * "/". The caller frees. */
-static char *folder_of(const char *path) {
-  const char *slash = strrchr(path, '/');
-  char *dir = !slash ? strdup(".") : slash == path ? strdup("/")
-                                                   : strndup(path, (size_t)(slash - path));
-  TFG_ASSERT(dir != NULL);
-  return dir;
-}
-
 /* Removes the temporaries "<path>.tmp.<pid>" that writers killed mid-save
  * (kill -9, a crash) left beside path: those whose pid names no live
  * process (kill(pid, 0) fails with ESRCH). A live pid is another writer
@@ -47,7 +37,7 @@ static void remove_stale_temps(const char *path) {
   const char *slash = strrchr(path, '/');
   const char *base = slash ? slash + 1 : path;
   size_t blen = strlen(base);
-  char *dir = folder_of(path);
+  char *dir = tfg_path_folder(path);
   DIR *dp = opendir(dir);
   free(dir);
   if (!dp) return;
