@@ -58,11 +58,12 @@ static void job_devspec(tfg_strbuf *t, const tfg_devspec *s) {
   tfg_strbuf_puts(t, "?");
 }
 
-/* A strategy's device argument as the program wrote it. */
+/* A strategy's argument as the program wrote it. */
 static void job_devarg(tfg_strbuf *t, const tfg_devarg *a) {
   switch (a->kind) {
   case TFG_DEVARG_NONE: tfg_strbuf_puts(t, "none"); return;
   case TFG_DEVARG_DEVICE: job_devspec(t, &a->dev); return;
+  case TFG_DEVARG_INT: tfg_strbuf_printf(t, "%lld", (long long)a->i); return;
   case TFG_DEVARG_OTHER: tfg_strbuf_puts(t, a->what ? a->what : "?"); return;
   case TFG_DEVARG_LIST:
     tfg_strbuf_putc(t, '[');
@@ -242,16 +243,10 @@ static void job_train(tfg_strbuf *t, const tfg_action *a) {
   job_num(t, c->clip_grad_norm);
   tfg_strbuf_printf(t, ", precision %s, accumulate %d, no_decay [", tfg_dtype_name(c->precision), c->accumulate);
   for (int i = 0; i < c->nno_decay; i++) tfg_strbuf_printf(t, "%s\"%s\"", i ? ", " : "", c->no_decay[i]);
-  tfg_strbuf_printf(t, "]\ntrain at line %u: strategy %s(", line, tfg_strategy_lookup(c->strategy.kind)->name);
-  switch (c->strategy.kind) {
-  case TFG_STRATEGY_SINGLE: break;
-  case TFG_STRATEGY_MIRRORED: job_devarg(t, &c->strategy.devices); break;
-  case TFG_STRATEGY_PS:
-    tfg_strbuf_puts(t, "workers = ");
-    job_devarg(t, &c->strategy.workers);
-    tfg_strbuf_puts(t, ", ps = ");
-    job_devarg(t, &c->strategy.ps);
-    break;
+  tfg_strbuf_printf(t, "]\ntrain at line %u: strategy %s(", line, c->strategy.name);
+  for (int i = 0; i < c->strategy.nargs; i++) {
+    tfg_strbuf_printf(t, "%s%s = ", i ? ", " : "", c->strategy.arg_names[i]);
+    job_devarg(t, &c->strategy.args[i]);
   }
   tfg_strbuf_printf(t, ") over %d gpus, %lld steps, %lld epochs, seed %lld\n", c->strategy.gpus, (long long)c->steps,
                     (long long)c->epochs, (long long)c->seed);

@@ -135,9 +135,11 @@ int cli_gpus_named(const tfg_program *p, tfg_loc *where) {
   for (int a = 0; a < p->nactions; a++) {
     const tfg_strategy_config *s = &p->actions[a].config.strategy;
     if (p->actions[a].kind != TFG_ACTION_TRAIN) continue;
-    /* devices, workers, ps: lists (possibly nested) of devices */
-    if (devarg_gpus(&s->devices, &n) | devarg_gpus(&s->workers, &n) | devarg_gpus(&s->ps, &n)) at = s->at;
-    if (tfg_strategy_lookup(s->kind)->spans_gpus(s) && n < 1) n = 1, at = s->at; /* mirrored(): one at least */
+    /* its arguments' devices: lists (possibly nested) of them */
+    bool raised = false;
+    for (int k = 0; k < s->nargs; k++) raised |= devarg_gpus(&s->args[k], &n);
+    if (raised) at = s->at;
+    if (tfg_strategy_lookup(s)->spans_gpus(s) && n < 1) n = 1, at = s->at; /* mirrored(): one at least */
   }
   if (where) *where = at;
   return n;
@@ -197,7 +199,7 @@ static void verbose_steps(const cli_opts *o, const tfg_program *p, const tfg_tra
     if (a->kind != TFG_ACTION_TRAIN) continue;
     const tfg_train_step *st = &steps[i];
     char how[64];
-    tfg_strategy_lookup(a->config.strategy.kind)->describe(st, how, sizeof how);
+    tfg_strategy_lookup(&a->config.strategy)->describe(st, how, sizeof how);
     cli_verbose(o, "built the training step of the train at line %u: %s, %d params trained, %s", a->loc.line, how,
                 st->nparams, st->optimizer ? st->optimizer : "no optimizer");
   }

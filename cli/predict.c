@@ -135,7 +135,7 @@ int cli_predict(const cli_opts *o, tfg_program *p, const tfg_source *src, const 
     trains++;
     tfg_strbuf_printf(&out, "%strain at %s:%u\n", trains > 1 ? "\n" : "",
                       act->loc.src ? tfg_path_base(act->loc.src->name) : "?", act->loc.line);
-    const tfg_strategy_i *si = tfg_strategy_lookup(act->config.strategy.kind);
+    const tfg_strategy_i *si = tfg_strategy_lookup(&act->config.strategy);
     if (si->not_predicted) {
       tfg_strbuf_printf(&out, "not predicted: %s\n", si->not_predicted);
       continue;

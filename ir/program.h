@@ -14,7 +14,7 @@
  *     const tfg_action *a = &p->actions[i];
  *     if (a->kind != TFG_ACTION_TRAIN) continue;
  *     const tfg_train_config *c = &a->config;
- *     // c->optimizer.kind, c->optimizer.lr, c->strategy.kind, c->steps ...
+ *     // c->optimizer.kind, c->optimizer.lr, c->strategy.name, c->steps ...
  *   }
  *
  * Adding a train setting is a field here and a row in the interpreter's
@@ -97,45 +97,52 @@ typedef struct tfg_lr_schedule {
 
 /* ---- train: the strategy ------------------------------------------------------ */
 
-typedef enum tfg_strategy_kind {
-  TFG_STRATEGY_SINGLE,
-  TFG_STRATEGY_MIRRORED,
-  TFG_STRATEGY_PS,
-} tfg_strategy_kind;
-
 typedef enum tfg_devarg_kind {
-  TFG_DEVARG_NONE,   /* not given */
+  TFG_DEVARG_NONE,   /* not given (or its default none) */
   TFG_DEVARG_DEVICE,
   TFG_DEVARG_LIST,
-  TFG_DEVARG_OTHER,  /* a value that is not a device */
+  TFG_DEVARG_INT,
+  TFG_DEVARG_OTHER,  /* another value, kept only as words for a message */
 } tfg_devarg_kind;
 
-/* A device argument of a strategy as the program wrote it: a device, a
- * list of arguments (mirrored's groups are lists of lists), or another
- * value, kept only as words for a message. compiler/strategy.c checks it
- * (a device a replica can run on, named once, groups of one size) and
- * reports what is wrong, where. */
+/* An argument of a strategy as the program wrote it: a device, an int,
+ * a list of arguments (mirrored's groups are lists of lists), or another
+ * value, kept only as words for a message. The strategy's module
+ * (compiler/strategy/) checks it (a device a replica can run on, named
+ * once, groups of one size, a count in range) and reports what is
+ * wrong, where. */
 typedef struct tfg_devarg {
   tfg_devarg_kind kind;
   tfg_devspec dev;                /* DEVICE, with its location */
+  int64_t i;                      /* INT */
+  tfg_loc loc;                    /* INT, LIST, OTHER: the value (DEVICE: dev.loc) */
   const char *what;               /* OTHER: what it is ("an int", "a string") */
   int32_t n;                      /* LIST: its items */
   const struct tfg_devarg *items;
 } tfg_devarg;
 
+/* A train action's `strategy = NAME(ARGS)` as plain data: the
+ * constructor's name, which compiler/strategy/registry.c maps to the
+ * module that reads it, and every argument of its signature
+ * (lang/builtins.c) in signature order, defaults filled in. Nothing
+ * below the strategy modules reads an argument by a strategy's name, so
+ * a new strategy adds no field here. */
 typedef struct tfg_strategy_config {
-  tfg_strategy_kind kind;
+  const char *name;   /* "single" (the default), "mirrored", ... */
   tfg_loc loc;        /* the value (mirrored(...)); the train statement without one */
   tfg_loc at;         /* the setting `strategy = ...`; {0} without one */
-  tfg_devarg devices; /* mirrored */
-  tfg_devarg workers; /* parameter_server */
-  tfg_devarg ps;      /* parameter_server (cpu unless given) */
+  int nargs;
+  const char *const *arg_names;
+  const tfg_devarg *args;
   /* mirrored() and mirrored(gpu:*) (devices not given, or gpu:*): every
    * GPU entry of the run, which the compile driver counts once it has
    * the devices (compiler/compile.h) and writes here; 0 before (tfg
    * check): one replica. */
   int gpus;
 } tfg_strategy_config;
+
+/* The argument called name of c: a NONE argument when c has none. */
+const tfg_devarg *tfg_strategy_config_arg(const tfg_strategy_config *c, const char *name);
 
 /* ---- train: the whole configuration ------------------------------------------- */
 

@@ -108,6 +108,20 @@ const tfg_builtin *tfg_builtin_find(const tfg_interp *I, const char *name) {
   return NULL;
 }
 
+bool tfg_builtin_is_config(const tfg_builtin *b, int family) { return b->fn == bi_record && b->kind == family; }
+
+void tfg_builtin_config_names(const tfg_interp *I, int family, tfg_strbuf *out) {
+  int n = 0, k = 0;
+  for (int i = 0; i < I->nbuiltins; i++) n += tfg_builtin_is_config(&I->builtins[i], family);
+  for (int i = 0; i < I->nbuiltins; i++) {
+    const tfg_builtin *b = &I->builtins[i];
+    if (!tfg_builtin_is_config(b, family)) continue;
+    if (k > 0) tfg_strbuf_puts(out, k == n - 1 ? " or " : ", ");
+    tfg_strbuf_printf(out, "%s(%s)", b->name, b->sig[0] ? "..." : "");
+    k++;
+  }
+}
+
 /* ---- argument conversion ------------------------------------------------------ */
 
 static int64_t arg_int(tfg_interp *I, tfg_args *a, int i) {

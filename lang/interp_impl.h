@@ -255,6 +255,12 @@ tfg_value tfg_builtin_call(struct tfg_interp *I, const tfg_builtin *b, const tfg
 /* Binds name in the root scope (builtins, dtype names). */
 void tfg_interp_bind_root(struct tfg_interp *I, const char *name, tfg_value v);
 const tfg_builtin *tfg_builtin_find(const struct tfg_interp *I, const char *name);
+/* The record builtins a setting takes (lang/builtins.c's table, its kind
+ * column): family 0 the strategies, 1 the optimizers, 2 the lr
+ * schedules. Whether b is one of family's; and their names as a message
+ * lists them, "single(), mirrored(...) or parameter_server(...)". */
+bool tfg_builtin_is_config(const tfg_builtin *b, int family);
+void tfg_builtin_config_names(const struct tfg_interp *I, int family, struct tfg_strbuf *out);
 /* Binds call arguments to a parameter list (a FN's list: NAME or KWARG
  * with default); evaluates defaults in the builtin's own terms. */
 void tfg_interp_bind(struct tfg_interp *I, const char *fname, const tfg_ast *params,

@@ -61,14 +61,19 @@ static tfg_node_id params_read(const tfg_program *p, tfg_node_id x, tfg_node_id 
  * an argument says which (optimizer = sgd: lr), located at the name.
  * v is the value expression e evaluated to. */
 static const tfg_record *config_record(tfg_interp *I, bool opt, tfg_value v, const tfg_ast *e) {
-  static const char *const kinds[2][3] = {{"sgd", "adam", "adamw"}, {"single", "mirrored", "parameter_server"}};
-  const char *got = v.kind == TFG_V_RECORD ? v.u.record->name : v.kind == TFG_V_BUILTIN ? v.u.builtin->name : NULL;
-  bool ok = false;
-  for (int i = 0; got && i < 3; i++) ok |= strcmp(got, kinds[!opt][i]) == 0;
-  if (!ok)
-    tfg_interp_fail(I, TFG_ERR_NAME, &e->loc, "%s must be %s, got %s%s", opt ? "optimizer" : "strategy",
-                    opt ? "sgd(...), adam(...) or adamw(...)" : "single(), mirrored(...) or parameter_server(...)",
-                    got ? got : tfg_vkind_name(v.kind), v.kind == TFG_V_RECORD ? "(...)" : "");
+  /* optimizers and strategies: the record builtins of family 1 and 0 (lang/builtins.c) */
+  const tfg_builtin *b = v.kind == TFG_V_BUILTIN ? v.u.builtin
+                         : v.kind == TFG_V_RECORD ? tfg_builtin_find(I, v.u.record->name)
+                                                  : NULL;
+  if (!b || !tfg_builtin_is_config(b, opt ? 1 : 0)) {
+    const char *got = b ? b->name : tfg_vkind_name(v.kind);
+    tfg_strbuf names = {0};
+    tfg_builtin_config_names(I, opt ? 1 : 0, &names);
+    tfg_diag_error(I->diag, &e->loc, "%s must be %s, got %s%s", opt ? "optimizer" : "strategy", names.data, got,
+                   v.kind == TFG_V_RECORD ? "(...)" : "");
+    tfg_strbuf_free(&names);
+    tfg_interp_unwind(I, TFG_ERR_NAME);
+  }
   if (v.kind == TFG_V_BUILTIN) v = tfg_builtin_call(I, v.u.builtin, e, NULL, NULL, 0, NULL, NULL, NULL, 0);
   return v.u.record;
 }
@@ -108,15 +113,18 @@ static const char *devarg_what(tfg_vkind k) {
 /* A strategy's device argument v (NULL: not given) as plain data: lists
  * copied whole, however deep, so that compiler/strategy.c can say what is
  * wrong with any item and cli/ can count the GPUs it names. */
-static tfg_devarg devarg_of(tfg_interp *I, const tfg_value *v) {
-  tfg_devarg d = {.kind = TFG_DEVARG_NONE};
+static tfg_devarg devarg_of(tfg_interp *I, const tfg_value *v, const tfg_loc *at) {
+  tfg_devarg d = {.kind = TFG_DEVARG_NONE, .loc = *at};
   if (!v || v->kind == TFG_V_NONE) return d; /* not given, or its default none */
-  if (v->kind == TFG_V_DEVICE) {
+  if (v->kind == TFG_V_INT) {
+    d.kind = TFG_DEVARG_INT;
+    d.i = v->u.i;
+  } else if (v->kind == TFG_V_DEVICE) {
     d.kind = TFG_DEVARG_DEVICE;
     d.dev = v->u.dev;
   } else if (v->kind == TFG_V_LIST) {
     tfg_devarg *items = tfg_arena_alloc(&I->arena, sizeof *items * (size_t)(v->u.list.n ? v->u.list.n : 1));
-    for (int32_t i = 0; i < v->u.list.n; i++) items[i] = devarg_of(I, &v->u.list.items[i]);
+    for (int32_t i = 0; i < v->u.list.n; i++) items[i] = devarg_of(I, &v->u.list.items[i], at);
     d.kind = TFG_DEVARG_LIST;
     d.n = v->u.list.n;
     d.items = items;
@@ -182,21 +190,22 @@ static void decode_lr_schedule(tfg_interp *I, const train_setting *ts, tfg_train
   s->gamma = opt_arg(r, "gamma");
 }
 
-/* The devices are checked by compiler/strategy.c, which knows what each
- * strategy needs of them. */
+/* strategy = NAME(ARGS): every argument of the constructor's signature
+ * as plain data (tfg_strategy_config). Its module (compiler/strategy/)
+ * checks them, knowing what each strategy needs of them. */
 static void decode_strategy(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v,
                             const tfg_ast *k) {
   (void)ts;
   const tfg_record *r = config_record(I, false, v, k->a);
   tfg_strategy_config *s = &c->strategy;
-  s->kind = strcmp(r->name, "mirrored") == 0           ? TFG_STRATEGY_MIRRORED
-            : strcmp(r->name, "parameter_server") == 0 ? TFG_STRATEGY_PS
-                                                       : TFG_STRATEGY_SINGLE;
+  s->name = r->name;
   s->loc = r->loc;
   s->at = k->loc;
-  s->devices = devarg_of(I, record_arg(r, "devices"));
-  s->workers = devarg_of(I, record_arg(r, "workers"));
-  s->ps = devarg_of(I, record_arg(r, "ps"));
+  tfg_devarg *args = tfg_arena_alloc(&I->arena, sizeof *args * (size_t)(r->nargs ? r->nargs : 1));
+  for (int i = 0; i < r->nargs; i++) args[i] = devarg_of(I, &r->args[i], &r->loc);
+  s->nargs = r->nargs;
+  s->arg_names = r->arg_names;
+  s->args = args;
 }
 
 /* epochs = n, at `at`: the first input fed from a dataset sets the batch
@@ -617,9 +626,13 @@ static void check_output(tfg_interp *I, const tfg_action *a, const char *what, c
 
 /* ---- the statement ------------------------------------------------------------------- */
 
+/* Whether strategy s is asynchronous: parameter_server's workers push
+ * their gradients as they come, with no step they all share. */
+static bool asynchronous(const tfg_strategy_config *s) { return strcmp(s->name, "parameter_server") == 0; }
+
 /* Whether train action a runs alone, not in its group: a parameter_server
  * job has sessions of its own (cli/main.c runs it by itself). */
-static bool runs_alone(const tfg_action *a) { return a->config.strategy.kind == TFG_STRATEGY_PS; }
+static bool runs_alone(const tfg_action *a) { return asynchronous(&a->config.strategy); }
 
 /* The jobs of one group (consecutive train actions, but for a job that
  * runs alone) train at the same time, so two may not share a param
@@ -663,7 +676,7 @@ void tfg_interp_exec_train(tfg_interp *I, tfg_env *env, const tfg_ast *s) {
     tfg_interp_fail(I, TFG_ERR_NAME, &s->a->loc, "the loss does not depend on any param: there is nothing to train");
   tfg_action a = {.kind = TFG_ACTION_TRAIN, .loc = s->loc, .loss = loss.u.tensor};
   tfg_train_config *c = &a.config;
-  c->strategy = (tfg_strategy_config){.kind = TFG_STRATEGY_SINGLE, .loc = s->loc};
+  c->strategy = (tfg_strategy_config){.name = "single", .loc = s->loc};
   bool given[NSETTINGS] = {0};
   const tfg_ast *both = NULL; /* the second of steps and epochs */
   bool has_opt = false, has_len = false;
@@ -686,13 +699,13 @@ void tfg_interp_exec_train(tfg_interp *I, tfg_env *env, const tfg_ast *s) {
     tfg_diag_help(I->diag, "for example: train loss { optimizer = adam(lr = 1e-3); steps = 500 }");
     tfg_interp_unwind(I, TFG_ERR_NAME);
   }
-  if (c->precision == TFG_DTYPE_F16 && c->strategy.kind == TFG_STRATEGY_PS) {
+  if (c->precision == TFG_DTYPE_F16 && asynchronous(&c->strategy)) {
     tfg_diag_error(I->diag, &c->precision_at, "precision = f16 needs a synchronous strategy");
     tfg_diag_note(I->diag, &c->strategy.loc, "parameter_server workers push gradients no grad scaler has checked");
     tfg_diag_help(I->diag, "use precision = bf16, which needs no loss scaling, or mirrored(...)");
     tfg_interp_unwind(I, TFG_ERR_NAME);
   }
-  if (c->accumulate > 1 && c->strategy.kind == TFG_STRATEGY_PS) {
+  if (c->accumulate > 1 && asynchronous(&c->strategy)) {
     tfg_diag_error(I->diag, &c->accumulate_at, "accumulate needs a synchronous strategy");
     tfg_diag_note(I->diag, &c->strategy.loc, "parameter_server workers push every batch's gradients as they come");
     tfg_diag_help(I->diag, "use mirrored(...) or single(), or give each worker a larger batch");

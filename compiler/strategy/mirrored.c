@@ -17,7 +17,7 @@
 /* mirrored() and mirrored(gpu:*): one replica per GPU entry of the run,
  * as TensorFlow's MirroredStrategy() takes every visible GPU. */
 static bool mirrored_spans_gpus(const tfg_strategy_config *s) {
-  const tfg_devarg *v = &s->devices;
+  const tfg_devarg *v = tfg_strategy_config_arg(s, "devices");
   return v->kind == TFG_DEVARG_NONE || (v->kind == TFG_DEVARG_DEVICE && v->dev.kind == TFG_DEV_GPU_ANY);
 }
 
@@ -34,7 +34,7 @@ static tfg_status read_all(const tfg_strategy_config *s, tfg_strategy *out) {
 
 /* mirrored(devices): a list of devices, or a list of equal-sized groups. */
 static tfg_status mirrored_read(const tfg_strategy_config *s, tfg_strategy *out, tfg_diag *d) {
-  const tfg_devarg *v = &s->devices;
+  const tfg_devarg *v = tfg_strategy_config_arg(s, "devices");
   if (mirrored_spans_gpus(s)) return read_all(s, out);
   if (v->kind != TFG_DEVARG_LIST) {
     tfg_diag_error(d, &s->loc, "mirrored takes a list of devices, got %s", tfg_replicate_arg_what(v));
@@ -324,6 +324,6 @@ static void mirrored_describe(const tfg_train_step *st, char *buf, size_t n) {
 }
 
 const tfg_strategy_i tfg_strategy_mirrored = {
-    .kind = TFG_STRATEGY_MIRRORED, .name = "mirrored", .run = TFG_STEP_GROUP, .read = mirrored_read,
+    .name = "mirrored", .run = TFG_STEP_GROUP, .read = mirrored_read,
     .rewrite = mirrored_rewrite, .describe = mirrored_describe, .spans_gpus = mirrored_spans_gpus,
     .not_predicted = NULL};

@@ -14,7 +14,7 @@
 
 /* parameter_server(workers, ps = cpu). */
 static tfg_status ps_read(const tfg_strategy_config *s, tfg_strategy *out, tfg_diag *d) {
-  const tfg_devarg *w = &s->workers, *ps = &s->ps;
+  const tfg_devarg *w = tfg_strategy_config_arg(s, "workers"), *ps = tfg_strategy_config_arg(s, "ps");
   if (w->kind != TFG_DEVARG_LIST || w->n == 0) {
     if (w->kind != TFG_DEVARG_NONE && w->kind != TFG_DEVARG_LIST)
       tfg_diag_error(d, &s->loc, "parameter_server: workers must be a list of devices, got %s",
@@ -116,6 +116,6 @@ static void ps_describe(const tfg_train_step *st, char *buf, size_t n) {
 }
 
 const tfg_strategy_i tfg_strategy_parameter_server = {
-    .kind = TFG_STRATEGY_PS, .name = "parameter_server", .run = TFG_STEP_SERVER, .read = ps_read,
+    .name = "parameter_server", .run = TFG_STEP_SERVER, .read = ps_read,
     .rewrite = ps_rewrite, .describe = ps_describe, .spans_gpus = tfg_strategy_names_devices,
     .not_predicted = "parameter_server's workers run asynchronously, a step of each is not a step of the job"};

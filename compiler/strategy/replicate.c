@@ -19,6 +19,7 @@ const char *tfg_replicate_arg_what(const tfg_devarg *v) {
   case TFG_DEVARG_NONE: return "nothing";
   case TFG_DEVARG_DEVICE: return "a device";
   case TFG_DEVARG_LIST: return "a list";
+  case TFG_DEVARG_INT: return "an int";
   case TFG_DEVARG_OTHER: break;
   }
   return v->what;

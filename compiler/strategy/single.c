@@ -25,6 +25,6 @@ static void single_describe(const tfg_train_step *st, char *buf, size_t n) {
 }
 
 const tfg_strategy_i tfg_strategy_single = {
-    .kind = TFG_STRATEGY_SINGLE, .name = "single", .run = TFG_STEP_GROUP, .read = single_read,
+    .name = "single", .run = TFG_STEP_GROUP, .read = single_read,
     .rewrite = single_rewrite, .describe = single_describe, .spans_gpus = tfg_strategy_names_devices,
     .not_predicted = NULL};

@@ -87,7 +87,6 @@ struct tfg_strategy_i;
 /* A train action's strategy setting, read and checked by its module. */
 typedef struct tfg_strategy {
   const struct tfg_strategy_i *i; /* the module */
-  tfg_strategy_kind kind;
   tfg_loc loc;          /* the strategy setting's value, or the action */
   int nreplicas;        /* mirrored: replicas; parameter_server: workers; single: 1 */
   int group;            /* mirrored: devices per replica (1 unless a list of lists) */
@@ -98,12 +97,11 @@ typedef struct tfg_strategy {
 /* One strategy: what the driver, explain, predict and the runtime ask of
  * it. Every function is set (none is tested for NULL). */
 typedef struct tfg_strategy_i {
-  tfg_strategy_kind kind; /* the setting's tag (ir/program.h) this module reads */
-  const char *name;       /* as a train block writes it: "mirrored" */
+  const char *name; /* the constructor it reads, as a train block writes it: "mirrored" */
   /* How the runtime runs the steps this strategy builds; also written to
    * each step's kind, which is what the runtime and the CLI read. */
   tfg_step_kind run;
-  /* Settings: reads c into *out, whose kind, loc, nreplicas (1) and group
+  /* Settings: reads c into *out, whose i, loc, nreplicas (1) and group
    * (1) are set already, and checks them; errors are located at the
    * setting or the device. out->devices is malloc'ed (or NULL). */
   tfg_status (*read)(const tfg_strategy_config *c, tfg_strategy *out, tfg_diag *d);
@@ -129,8 +127,9 @@ typedef struct tfg_strategy_i {
 /* spans_gpus of a strategy whose devices the setting names: false. */
 bool tfg_strategy_names_devices(const tfg_strategy_config *c);
 
-/* The module of kind k (every kind has one: registry.c). */
-const tfg_strategy_i *tfg_strategy_lookup(tfg_strategy_kind k);
+/* The module of strategy c (every strategy constructor of lang/builtins.c
+ * has one: registry.c). */
+const tfg_strategy_i *tfg_strategy_lookup(const tfg_strategy_config *c);
 
 /* Reads a train action's strategy (a->config.strategy) with its module's
  * read and checks its devices. Errors, located at the strategy or the

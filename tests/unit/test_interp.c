@@ -599,7 +599,7 @@ START_TEST(train_settings_decoded) {
   ck_assert(a->config.optimizer.lr == 0.001); /* the defaults, resolved */
   ck_assert(a->config.optimizer.b2 == 0.999);
   ck_assert(a->config.optimizer.weight_decay == 0);
-  ck_assert_int_eq(a->config.strategy.kind, TFG_STRATEGY_SINGLE);
+  ck_assert_str_eq(a->config.strategy.name, "single");
   ck_assert_int_ne(a->config.strategy.loc.off, a->loc.off); /* the call single() stands for */
   ck_assert_int_eq(a->config.seed, 2);
   ck_assert_int_eq(a->config.log_every, 0); /* not given: the runtime's default */
