@@ -140,6 +140,8 @@ int cli_gpus_named(const tfg_program *p, tfg_loc *where) {
     for (int k = 0; k < s->nargs; k++) raised |= devarg_gpus(&s->args[k], &n);
     if (raised) at = s->at;
     if (tfg_strategy_lookup(s)->spans_gpus(s) && n < 1) n = 1, at = s->at; /* mirrored(): one at least */
+    int asked = tfg_strategy_lookup(s)->gpus(s); /* parallel(data = 2, pipeline = 2): 4 */
+    if (asked > n) n = asked, at = s->at;
   }
   if (where) *where = at;
   return n;

@@ -36,11 +36,28 @@ typedef struct ad {
   /* per node: it depends on a param the gradient is for (from), it
    * reaches the loss (to): the inputs whose gradients are wanted */
   const uint8_t *from, *to;
+  /* tfg_autodiff_traced: the forward node `at` last chose (cur), and per
+   * node added since origin_from, the forward node it was made for */
+  tfg_node_id cur;
+  tfg_node_id *origin;
+  int32_t origin_from, origin_cap;
 } ad;
 
 static void at(ad *c, tfg_node_id id) {
   c->loc = c->g->nodes[id].loc;
   c->pin = c->g->nodes[id].pin;
+  c->cur = id;
+}
+
+/* Records that node id (just added) was made for the current forward node. */
+static void trace_origin(ad *c, tfg_node_id id) {
+  int32_t k = id - c->origin_from;
+  if (k >= c->origin_cap) {
+    c->origin_cap = c->origin_cap ? 2 * c->origin_cap : 256;
+    c->origin = realloc(c->origin, sizeof *c->origin * (size_t)c->origin_cap);
+    TFG_ASSERT(c->origin != NULL);
+  }
+  c->origin[k] = c->cur;
 }
 
 /* Adds a node; its shape rule must accept it (anything else is a bug). */
@@ -51,6 +68,7 @@ static tfg_node_id add(ad *c, tfg_op_id op, const tfg_node_id *in, int nin, cons
   n->pin = c->pin;
   tfg_status s = tfg_op_get(op)->infer(c->g, n, c->diag);
   TFG_ASSERT(s == TFG_OK);
+  if (c->origin_from > 0) trace_origin(c, id);
   return id;
 }
 
@@ -450,7 +468,7 @@ static void cut_at(cuts *c, tfg_node_id id) {
  * that shows every pass's gain side by side (docs/plan.md), and
  * no_attention_grad. */
 static void differentiate(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt, int n, tfg_node_id *grads,
-                          const tfg_switches *sw, cuts *cut) {
+                          const tfg_switches *sw, cuts *cut, tfg_node_id **origin) {
   int32_t count = loss + 1;
   /* Relevant nodes: reachable from a wrt node and reaching the loss. */
   uint8_t *from = calloc((size_t)count, 1), *to = calloc((size_t)count, 1);
@@ -469,7 +487,8 @@ static void differentiate(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt
       for (int k = 0; k < g->nodes[i].ninputs; k++) to[g->nodes[i].inputs[k]] = 1;
 
   ad c = {.g = g, .opt = !(sw && sw->no_opt), .fused_attention = !(sw && sw->no_attention_grad),
-          .att_fwd = -1, .att_dy = -1, .att_pack = -1, .from = from, .to = to};
+          .att_fwd = -1, .att_dy = -1, .att_pack = -1, .from = from, .to = to, .cur = loss,
+          .origin_from = origin ? g->nnodes : 0};
   at(&c, loss);
   adj[loss] = scalar(&c, 1.0, g->nodes[loss].dtype);
   for (int32_t i = loss; i >= 0; i--) {
@@ -492,6 +511,7 @@ static void differentiate(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt
     }
   }
   for (int i = 0; i < n; i++) grads[i] = wrt[i] < count ? adj[wrt[i]] : -1;
+  if (origin) *origin = c.origin;
   free(from);
   free(to);
   free(adj);
@@ -499,8 +519,16 @@ static void differentiate(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt
 
 tfg_status tfg_autodiff(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt, int n, tfg_node_id *grads,
                         const tfg_switches *sw) {
-  differentiate(g, loss, wrt, n, grads, sw, NULL);
+  differentiate(g, loss, wrt, n, grads, sw, NULL, NULL);
   return TFG_OK;
+}
+
+tfg_node_id *tfg_autodiff_traced(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt, int n, tfg_node_id *grads,
+                                 const tfg_switches *sw) {
+  TFG_ASSERT(g->nnodes > 0); /* the loss exists: origin_from 0 means "not tracing" */
+  tfg_node_id *origin = NULL;
+  differentiate(g, loss, wrt, n, grads, sw, NULL, &origin);
+  return origin;
 }
 
 /* Warns at train action a, whose loss reads params but whose gradient
@@ -529,7 +557,7 @@ int tfg_autodiff_trained_params(tfg_graph *g, const tfg_action *a, const tfg_pro
   TFG_ASSERT(grads != NULL);
   int32_t mark = g->nnodes;
   cuts cut = {0};
-  differentiate(g, a->loss, p->params, p->nparams, grads, sw, &cut);
+  differentiate(g, a->loss, p->params, p->nparams, grads, sw, &cut, NULL);
   tfg_graph_truncate(g, mark);
   int n = 0;
   for (int i = 0; i < p->nparams; i++)
@@ -657,10 +685,13 @@ static tfg_node_id scalar_state(ad *c, const char *name, double v) {
 tfg_node_id tfg_autodiff_scale_loss(tfg_graph *g, tfg_node_id loss, tfg_amp *amp) {
   ad c = {.g = g};
   at(&c, loss);
-  amp->scale = scalar_state(&c, "grad_scaler:scale", TFG_AMP_INIT_SCALE);
-  amp->tracker = scalar_state(&c, "grad_scaler:growth_tracker", 0);
-  amp->skipped = scalar_state(&c, "grad_scaler:skipped", 0);
-  amp->update = -1;
+  if (!amp->made) {
+    amp->scale = scalar_state(&c, "grad_scaler:scale", TFG_AMP_INIT_SCALE);
+    amp->tracker = scalar_state(&c, "grad_scaler:growth_tracker", 0);
+    amp->skipped = scalar_state(&c, "grad_scaler:skipped", 0);
+    amp->update = -1;
+    amp->made = true;
+  }
   tfg_node_id k = amp->scale;
   tfg_dtype dt = node(&c, loss)->dtype;
   if (dt != TFG_DTYPE_F32) {
@@ -780,9 +811,9 @@ tfg_status tfg_autodiff_train_step(tfg_graph *g, const tfg_action *a, const tfg_
   tfg_node_id *grads = malloc(sizeof *grads * (size_t)(p->nparams + 1));
   TFG_ASSERT(grads != NULL);
   cuts cut = {0};
-  tfg_amp amp, *scaler = c->precision == TFG_DTYPE_F16 ? &amp : NULL;
+  tfg_amp amp = {0}, *scaler = c->precision == TFG_DTYPE_F16 ? &amp : NULL;
   tfg_node_id loss = scaler ? tfg_autodiff_scale_loss(g, a->loss, scaler) : a->loss;
-  differentiate(g, loss, p->params, p->nparams, grads, sw, &cut);
+  differentiate(g, loss, p->params, p->nparams, grads, sw, &cut, NULL);
   out->params = malloc(sizeof *out->params * (size_t)(p->nparams + 1));
   out->updates = malloc(sizeof *out->updates * (size_t)(p->nparams + 1));
   out->states = malloc(sizeof *out->states * (size_t)(2 * p->nparams + 1));
@@ -807,6 +838,43 @@ tfg_status tfg_autodiff_train_step(tfg_graph *g, const tfg_action *a, const tfg_
   }
   free(grads);
   return TFG_OK;
+}
+
+/* Every id of ids[0..n) through map (NULL ids: none). */
+static void remap(tfg_node_id *ids, int n, const tfg_node_id *map) {
+  for (int i = 0; ids && i < n; i++) ids[i] = map[ids[i]];
+}
+
+void tfg_train_step_remap(tfg_train_step *st, const tfg_node_id *map) {
+  int W = st->nreplicas, P = st->nparams;
+  st->loss = map[st->loss];
+  remap(st->params, P, map);
+  remap(st->updates, st->nupdates, map);
+  remap(st->states, st->nstates, map);
+  remap(st->metrics, st->nmetrics, map);
+  remap(st->losses, W, map);
+  remap(st->replica_metrics, W * st->nmetrics, map);
+  remap(st->mirror_src, st->nmirrors, map);
+  remap(st->mirror_dst, st->nmirrors, map);
+  remap(st->worker_grads, W * P, map);
+  remap(st->worker_params, W * P, map);
+  remap(st->grad_inputs, P, map);
+  remap(st->accs, st->nupdates, map);
+  remap(st->acc_first, st->nupdates, map);
+  remap(st->acc_add, st->nupdates, map);
+  remap(st->scalers, st->nscalers, map);
+}
+
+void tfg_autodiff_micro_mean(tfg_graph *g, int k, const tfg_node_id *params, const tfg_node_id *grads, int stride,
+                             int n, tfg_node_id *out) {
+  for (int i = 0; i < n; i++) {
+    out[i] = grads[i];
+    if (k == 1) continue;
+    ad c = {.g = g};
+    at(&c, params[i]); /* where the param and its update are */
+    for (int m = 1; m < k; m++) out[i] = op2(&c, TFG_OP_ADD, out[i], grads[m * stride + i]);
+    out[i] = op2(&c, TFG_OP_DIV, out[i], scalar(&c, (double)k, g->nodes[params[i]].dtype));
+  }
 }
 
 void tfg_train_step_free(tfg_train_step *st) {

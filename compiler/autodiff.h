@@ -30,6 +30,14 @@
 tfg_status tfg_autodiff(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt, int n, tfg_node_id *grads,
                         const tfg_switches *sw);
 
+/* tfg_autodiff, and for each node it adds (ids from the graph's node
+ * count at the call on), the forward node whose gradient rule made it
+ * (the loss for the seed): origin[id - count], malloc'ed (NULL when it
+ * added none). A pipeline (compiler/strategy/parallel.c) schedules each
+ * gradient node with the stage of its forward node. */
+tfg_node_id *tfg_autodiff_traced(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt, int n, tfg_node_id *grads,
+                                 const tfg_switches *sw);
+
 /* What one step of a train action runs. A strategy (compiler/strategy.h)
  * may replicate the step: then every replica has its own loss and
  * metrics, and persistent copies of the program's params and state. */
@@ -106,10 +114,12 @@ typedef struct tfg_amp {
   tfg_node_id tracker; /* "grad_scaler:growth_tracker": good steps in a row */
   tfg_node_id skipped; /* "grad_scaler:skipped": steps skipped so far (the updates' step is the step less these) */
   tfg_node_id update;  /* the AMP_UPDATE that moves them after a step (tfg_autodiff_updates) */
+  bool made;           /* the state exists: a pipeline's later micro-batches scale by it too */
 } tfg_amp;
 
-/* Creates amp's state beside loss (its location and pin) and returns the
- * scaled loss, loss * scale, to differentiate instead of loss. */
+/* Creates amp's state beside loss (its location and pin) unless amp has
+ * it already (amp->made: another micro-batch of the same replica), and
+ * returns the scaled loss, loss * scale, to differentiate instead of loss. */
 tfg_node_id tfg_autodiff_scale_loss(tfg_graph *g, tfg_node_id loss, tfg_amp *amp);
 
 /* Adds the optimizer update of each params[i] with gradient grads[i]
@@ -151,5 +161,16 @@ int tfg_autodiff_trained_params(tfg_graph *g, const tfg_action *a, const tfg_pro
 tfg_status tfg_autodiff_train_step(tfg_graph *g, const tfg_action *a, const tfg_program *p, const tfg_switches *sw,
                                    tfg_train_step *out, tfg_diag *d);
 void tfg_train_step_free(tfg_train_step *st);
+/* Renumbers every node id of st through map (tfg_graph_reorder's). */
+void tfg_train_step_remap(tfg_train_step *st, const tfg_node_id *map);
+
+/* A pipeline's micro-batches (compiler/strategy/parallel.c): out[i] is
+ * the mean of grads[m * stride + i] over m < k, the gradients of
+ * params[i] on the step's k micro-batches, summed in micro-batch order
+ * where the param is, then divided by k (as accumulate's mean; the
+ * order is the schedule's own, so gpipe and 1f1b sum alike). With k = 1
+ * it is grads[i] and adds nothing. */
+void tfg_autodiff_micro_mean(tfg_graph *g, int k, const tfg_node_id *params, const tfg_node_id *grads, int stride,
+                             int n, tfg_node_id *out);
 
 #endif

@@ -104,3 +104,24 @@ void tfg_graph_truncate(tfg_graph *g, int32_t n) {
   TFG_ASSERT(n >= 0 && n <= g->nnodes);
   g->nnodes = n; /* arena memory stays until the graph is freed */
 }
+
+void tfg_graph_reorder(tfg_graph *g, int32_t from, const tfg_node_id *order, tfg_node_id *map) {
+  TFG_ASSERT(from >= 0 && from <= g->nnodes);
+  int32_t n = g->nnodes - from;
+  for (int32_t i = 0; i < from; i++) map[i] = i;
+  for (int32_t k = 0; k < n; k++) map[order[k]] = from + k;
+  tfg_node *moved = malloc(sizeof *moved * ((size_t)n + 1));
+  TFG_ASSERT(moved != NULL);
+  for (int32_t k = 0; k < n; k++) moved[k] = g->nodes[order[k]];
+  for (int32_t k = 0; k < n; k++) {
+    tfg_node *nd = &g->nodes[from + k];
+    *nd = moved[k];
+    /* each node's inputs are its own arena array (tfg_graph_add copies them) */
+    tfg_node_id *in = (tfg_node_id *)(uintptr_t)nd->inputs;
+    for (int i = 0; i < nd->ninputs; i++) {
+      in[i] = map[in[i]];
+      TFG_ASSERT(in[i] < from + k); /* still topological */
+    }
+  }
+  free(moved);
+}

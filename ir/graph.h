@@ -189,5 +189,12 @@ tfg_node_id tfg_graph_add(tfg_graph *g, tfg_op_id op, const tfg_node_id *inputs,
 static inline tfg_node *tfg_graph_node(tfg_graph *g, tfg_node_id id) { return &g->nodes[id]; }
 /* Removes every node with id >= n (the REPL undoes a rejected input). */
 void tfg_graph_truncate(tfg_graph *g, int32_t n);
+/* Renumbers the nodes from `from` on: the node that was order[k] gets id
+ * from + k, and every input follows it. order is a permutation of
+ * [from, nnodes) that keeps the ids a topological order (asserted). map
+ * (room for nnodes) gets each node's new id by its old one (itself below
+ * from), for the caller's own ids. A pipeline's schedule is such an
+ * order (compiler/strategy/schedule.h). */
+void tfg_graph_reorder(tfg_graph *g, int32_t from, const tfg_node_id *order, tfg_node_id *map);
 
 #endif

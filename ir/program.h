@@ -144,6 +144,21 @@ typedef struct tfg_strategy_config {
 /* The argument called name of c: a NONE argument when c has none. */
 const tfg_devarg *tfg_strategy_config_arg(const tfg_strategy_config *c, const char *name);
 
+/* schedule = ...: the order in which a pipeline's stages run their
+ * micro-batches' forward and backward steps (LANGUAGE.md 6.1;
+ * compiler/strategy/schedule.h). */
+typedef enum tfg_schedule_kind {
+  TFG_SCHEDULE_1F1B,        /* the default: PipeDream-Flush */
+  TFG_SCHEDULE_GPIPE,       /* every forward, then every backward */
+  TFG_SCHEDULE_INTERLEAVED, /* Megatron-LM's interleaved 1F1B over `chunks` stages per device */
+} tfg_schedule_kind;
+
+typedef struct tfg_schedule {
+  tfg_schedule_kind kind;
+  int chunks;               /* interleaved: stages per device (v, at least 2); else 1 */
+  tfg_loc at;               /* the setting `schedule = ...`; {0} without one */
+} tfg_schedule;
+
 /* ---- train: the whole configuration ------------------------------------------- */
 
 /* A train statement's settings (LANGUAGE.md section 6), decoded and
@@ -161,6 +176,9 @@ typedef struct tfg_train_config {
   int nno_decay;               /* no_decay = [...]: params whose names match one of these */
   const char *const *no_decay; /* fnmatch patterns ("*.b") get no weight decay */
   tfg_strategy_config strategy;
+  int micro_batches;           /* a pipeline's micro-batches per step (0: not given) */
+  tfg_loc micro_batches_at;    /* the setting; {0} without one */
+  tfg_schedule schedule;       /* 1f1b unless given */
   int64_t steps;            /* 0: given as epochs */
   int64_t epochs;           /* 0: given as steps */
   int64_t log_every;        /* 0: not given: tfg_train_config_log_every's default */

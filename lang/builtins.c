@@ -60,6 +60,11 @@ static const struct {
     {"single", "", bi_record, 0},
     {"mirrored", "devices = none", bi_record, 0},
     {"parameter_server", "workers, ps = cpu", bi_record, 0},
+    {"parallel", "data = 1, tensor = 1, pipeline = 1", bi_record, 0},
+    /* schedule = ...: a pipeline's order (LANGUAGE.md 6.1) */
+    {"gpipe", "", bi_record, 3},
+    {"1f1b", "", bi_record, 3},
+    {"interleaved", "chunks = 2", bi_record, 3},
     /* lr_schedule = ...: LANGUAGE.md section 6's factors of the lr */
     {"constant", "", bi_record, 2},
     {"linear", "warmup = 0, total = none, min = 0", bi_record, 2},

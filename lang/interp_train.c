@@ -365,6 +365,48 @@ static void decode_accumulate(tfg_interp *I, const train_setting *ts, tfg_train_
   c->accumulate_at = k->loc;
 }
 
+/* micro_batches = m: the micro-batches a pipeline splits each replica's
+ * batch into (whether the batch divides is the strategy's check, which
+ * knows the replicas). */
+static void decode_micro_batches(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v,
+                                 const tfg_ast *k) {
+  (void)ts;
+  if (v.kind != TFG_V_INT || v.u.i < 1 || v.u.i > 4096)
+    tfg_interp_fail(I, TFG_ERR_NAME, &k->a->loc, "micro_batches must be an integer from 1 to 4096, got %s",
+                    v.kind == TFG_V_INT ? "a number out of range" : tfg_vkind_name(v.kind));
+  c->micro_batches = (int)v.u.i;
+  c->micro_batches_at = k->loc;
+}
+
+/* schedule = gpipe | 1f1b | interleaved(chunks = v): the schedule
+ * builtins (family 3 of lang/builtins.c's records). */
+static void decode_schedule(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v,
+                            const tfg_ast *k) {
+  (void)ts;
+  const tfg_builtin *b = v.kind == TFG_V_BUILTIN ? v.u.builtin
+                         : v.kind == TFG_V_RECORD ? tfg_builtin_find(I, v.u.record->name)
+                                                  : NULL;
+  if (!b || !tfg_builtin_is_config(b, 3)) {
+    tfg_strbuf names = {0};
+    tfg_builtin_config_names(I, 3, &names);
+    tfg_diag_error(I->diag, &k->a->loc, "schedule must be %s, got %s", names.data, b ? b->name : tfg_vkind_name(v.kind));
+    tfg_strbuf_free(&names);
+    tfg_interp_unwind(I, TFG_ERR_NAME);
+  }
+  if (v.kind == TFG_V_BUILTIN) v = tfg_builtin_call(I, v.u.builtin, k->a, NULL, NULL, 0, NULL, NULL, NULL, 0);
+  const tfg_record *r = v.u.record;
+  c->schedule.kind = strcmp(r->name, "gpipe") == 0 ? TFG_SCHEDULE_GPIPE
+                     : strcmp(r->name, "1f1b") == 0 ? TFG_SCHEDULE_1F1B
+                                                    : TFG_SCHEDULE_INTERLEAVED;
+  c->schedule.chunks = 1;
+  c->schedule.at = k->loc;
+  const tfg_value *chunks = record_arg(r, "chunks");
+  if (c->schedule.kind != TFG_SCHEDULE_INTERLEAVED) return;
+  if (!chunks || chunks->kind != TFG_V_INT || chunks->u.i < 2 || chunks->u.i > 64)
+    tfg_interp_fail(I, TFG_ERR_NAME, &k->a->loc, "interleaved: chunks must be an integer from 2 to 64, the stages each device holds");
+  c->schedule.chunks = (int)chunks->u.i;
+}
+
 /* The names of n metrics written as the expression e: each item's source
  * text when e is a list literal (`[accuracy(l, y), accuracy(l * 2.0, y)]`
  * names its two "accuracy(l, y)" and "accuracy(l * 2.0, y)", where their
@@ -522,6 +564,8 @@ static const train_setting train_settings[] = {
     {"steps", decode_count, offsetof(tfg_train_config, steps)},
     {"epochs", decode_count, offsetof(tfg_train_config, epochs)},
     {"strategy", decode_strategy, 0},
+    {"micro_batches", decode_micro_batches, 0},
+    {"schedule", decode_schedule, 0},
     {"log_every", decode_count, offsetof(tfg_train_config, log_every)},
     {"metrics", decode_metrics, 0},
     {"eval_every", decode_eval_every, offsetof(tfg_train_config, eval_every)},
@@ -677,6 +721,7 @@ void tfg_interp_exec_train(tfg_interp *I, tfg_env *env, const tfg_ast *s) {
   tfg_action a = {.kind = TFG_ACTION_TRAIN, .loc = s->loc, .loss = loss.u.tensor};
   tfg_train_config *c = &a.config;
   c->strategy = (tfg_strategy_config){.name = "single", .loc = s->loc};
+  c->schedule = (tfg_schedule){.kind = TFG_SCHEDULE_1F1B, .chunks = 1};
   bool given[NSETTINGS] = {0};
   const tfg_ast *both = NULL; /* the second of steps and epochs */
   bool has_opt = false, has_len = false;

@@ -490,6 +490,9 @@ static int lex_scan(tfg_lexer *lx, tfg_token *t) {
       "load" { return next_is_string(lx->cur) ? TFG_TOK_LOAD : lex_ident(lx, t); }
 
       [A-Za-z_] idch* { return lex_ident(lx, t); }
+      /* the 1F1B pipeline schedule (LANGUAGE.md 6.1: schedule = 1f1b), the
+       * one name that starts with a digit; first among rules of its length */
+      "1f1b" { return lex_ident(lx, t); }
 
       dig+ { lex_int(lx, t); return TFG_TOK_INT; }
       dig+ "." dig+ exp? | dig+ exp { lex_float(lx, t); return TFG_TOK_FLOAT; }

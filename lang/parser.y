@@ -81,6 +81,11 @@ static tfg_ast *named(tfg_parser *P, tfg_ast_kind kind, tfg_loc loc, tfg_token n
   return n;
 }
 
+/* The token of reserved word w used as a name (a keyword argument's). */
+static tfg_token word(tfg_loc loc, const char *w) {
+  return (tfg_token){.kind = TFG_TOK_IDENT, .loc = loc, .s = w, .len = (uint32_t)strlen(w)};
+}
+
 /* Moves the items of a temporary LIST node into n's list. */
 static tfg_ast *adopt(tfg_ast *n, tfg_ast *list) {
   if (!n) return NULL;
@@ -113,6 +118,7 @@ static tfg_ast *adopt(tfg_ast *n, tfg_ast *list) {
 %type <node> expr range_expr or_expr and_expr cmp_expr add_expr mul_expr unary postfix
 %type <node> primary device dev_index args arg_list arg items item_list print_list string
 %type <op> cmp_op mul_op add_op
+%type <tok> reserved
 
 %initial-action { @$ = tfg_source_loc(P->src, 0, 0); }
 
@@ -219,6 +225,7 @@ param_list:
 param:
     IDENT           { $$ = named(P, TFG_AST_NAME, @$, $1, NULL, NULL, NULL); CHECK($$); }
   | IDENT "=" expr  { $$ = named(P, TFG_AST_KWARG, @$, $1, $3, NULL, NULL); CHECK($$); }
+  | reserved "=" expr { $$ = named(P, TFG_AST_KWARG, @$, $1, $3, NULL, NULL); CHECK($$); }
   ;
 
 type: IDENT "[" dims "]" { $$ = $3; $$->kind = TFG_AST_TYPE; $$->name = $1.s; $$->loc = @$; } ;
@@ -346,6 +353,21 @@ arg_list:
 arg:
     expr
   | IDENT "=" expr  { $$ = named(P, TFG_AST_KWARG, @$, $1, $3, NULL, NULL); CHECK($$); }
+  | reserved "=" expr { $$ = named(P, TFG_AST_KWARG, @$, $1, $3, NULL, NULL); CHECK($$); }
+  ;
+
+/* A keyword argument's name (and a parameter's with a default, as the
+ * builtins' signatures declare them) may be a reserved word that cannot
+ * start an expression (LANGUAGE.md 6.1: parallel(data = 2, ...)). */
+reserved:
+    "data"   { $$ = word(@$, "data"); }
+  | "param"  { $$ = word(@$, "param"); }
+  | "input"  { $$ = word(@$, "input"); }
+  | "train"  { $$ = word(@$, "train"); }
+  | "print"  { $$ = word(@$, "print"); }
+  | "scope"  { $$ = word(@$, "scope"); }
+  | "with"   { $$ = word(@$, "with"); }
+  | "from"   { $$ = word(@$, "from"); }
   ;
 
 items:
@@ -415,6 +437,14 @@ static bool has_all(const tokset *s, const yysymbol_kind_t *v, size_t n) {
     if (!s->has[v[i]]) return false;
   return true;
 }
+
+/* The reserved words a keyword argument's name may be (the rule
+ * `reserved`): wherever they fit as names, a name fits too, and "a
+ * name" says it for them. */
+static const yysymbol_kind_t reserved_names[] = {
+    YYSYMBOL_DATA, YYSYMBOL_PARAM, YYSYMBOL_INPUT, YYSYMBOL_TRAIN,
+    YYSYMBOL_PRINT, YYSYMBOL_SCOPE, YYSYMBOL_WITH, YYSYMBOL_FROM,
+};
 
 static void drop(tokset *s, const yysymbol_kind_t *v, size_t n) {
   for (size_t i = 0; i < n; i++) s->has[v[i]] = false;
@@ -512,6 +542,7 @@ static void tfg_parse_report(tfg_parser *P, const yypcontext_t *ctx) {
    * alternatives would bury the useful ones. */
   if (s.has[YYSYMBOL_PLUS] && s.has[YYSYMBOL_STAR] && s.has[YYSYMBOL_EQEQ])
     drop(&s, continuations, COUNT(continuations));
+  if (s.has[YYSYMBOL_IDENT] && !want_stmt) drop(&s, reserved_names, COUNT(reserved_names));
 
   if (la->kind == TFG_TOK_RBRACE && P->lex.has_dropped) {
     /* The '}' closed its block over a ( or [ left open inside it. */

@@ -1,7 +1,8 @@
 /* compiler/strategy/mirrored.c: mirrored(devices), synchronous data
- * parallel (compiler/strategy/strategy.h says what it builds): the
- * replicas' clones, the batch split, the all-reduce of the gradients and
- * the same update on every replica. */
+ * parallel (compiler/strategy/strategy.h says what it builds): reading
+ * the devices, and where each replica runs a node; the clones, the batch
+ * split, the all-reduce and the updates are data parallelism's
+ * (compiler/strategy/replicate.h). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,7 +96,8 @@ static tfg_status mirrored_read(const tfg_strategy_config *s, tfg_strategy *out,
  * cpu (the user's own pin is kept, it says why); no pin and gpu:* go to
  * the replica's first device; gpu:K to the K-th device of its group. A
  * gpu:K past the group is an error at the program's pin. */
-static tfg_status mirrored_pin(tfg_replicate *c, const tfg_devspec *p, int r, tfg_devspec *out) {
+static tfg_status mirrored_pin(tfg_replicate *c, int32_t i, const tfg_devspec *p, int r, tfg_devspec *out) {
+  (void)i;
   const tfg_strategy *s = c->s;
   const tfg_devspec *grp = &s->devices[r * s->group];
   if (p->kind == TFG_DEV_CPU) {
@@ -128,192 +130,22 @@ static tfg_status mirrored_pin(tfg_replicate *c, const tfg_devspec *p, int r, tf
  * replicas 1.. copies of them, recorded as mirrors. */
 static tfg_status mirrored_param(tfg_replicate *c, int r, int32_t i, const tfg_node *nd, tfg_train_step *out) {
   tfg_devspec pin;
-  tfg_status st = mirrored_pin(c, &nd->pin, r, &pin);
-  if (st != TFG_OK) return st;
-  if (r == 0) {
-    c->g->nodes[i].pin = pin;
-    c->map[i] = i;
-    return TFG_OK;
-  }
-  st = tfg_replicate_add(c, nd, NULL, &pin, &c->map[i]);
-  TFG_ASSERT(st == TFG_OK);
-  out->mirror_src[out->nmirrors] = i;
-  out->mirror_dst[out->nmirrors++] = c->map[i];
-  return TFG_OK;
-}
-
-static void mirrored_cloned(tfg_replicate *c, int r, int32_t i, tfg_status st) {
-  if (st != TFG_OK) {
-    tfg_diag_note(c->d, &c->s->loc, "the batch is split %d ways by mirrored here", c->s->nreplicas);
-    return;
-  }
-  /* A replica's dropout draws its rows' part of the whole batch's mask
-   * (batch-major tensors: replica r's elements start at r times its
-   * size), so mirrored trains as one device would. */
-  tfg_node *m = &c->g->nodes[c->map[i]];
-  if (m->op == TFG_OP_DROPOUT) m->attrs.offset = (c->job.rank * c->s->nreplicas + r) * tfg_shape_numel(&m->shape);
+  tfg_status st = mirrored_pin(c, i, &nd->pin, r, &pin);
+  if (st == TFG_OK) tfg_replicate_param_copy(c, r, i, nd, &pin, out);
+  return st;
 }
 
 static const tfg_replicate_hooks mirrored_hooks = {
-    .pin = mirrored_pin, .param = mirrored_param, .cloned = mirrored_cloned};
-
-/* Checks that every input the cone reads splits into R equal row blocks
- * per process of the job. */
-static tfg_status check_batches(tfg_replicate *c) {
-  int R = c->s->nreplicas * c->job.size;
-  for (int32_t i = 0; i <= c->top; i++) {
-    const tfg_node *nd = &c->g->nodes[i];
-    if (!c->cone[i] || nd->op != TFG_OP_INPUT || nd->shape.rank == 0) continue;
-    int64_t b = nd->shape.dim[0];
-    if (b % R == 0) continue;
-    tfg_diag_error(c->d, &nd->loc, "input %s: a global batch of %" PRId64 " rows does not split evenly over %d replicas",
-                   nd->name, b, R);
-    if (c->job.size > 1)
-      tfg_diag_note(c->d, &c->s->loc, "mirrored makes %d replicas here on each of %d ranks: %d in all",
-                    c->s->nreplicas, c->job.size, R);
-    else
-      tfg_diag_note(c->d, &c->s->loc, "mirrored makes %d replicas here", R);
-    int64_t lo = b / R * R, hi = lo + R;
-    if (lo > 0) tfg_diag_help(c->d, "make the batch a multiple of %d, like %" PRId64 " or %" PRId64, R, lo, hi);
-    else tfg_diag_help(c->d, "make the batch a multiple of %d, like %" PRId64, R, hi);
-    return TFG_ERR_SHAPE;
-  }
-  return TFG_OK;
-}
-
-/* Adds every replica's SLICE of every batched input of the cone (on
- * cpu, where data is loaded) before any replica's clone: in graph order,
- * hence in the feeder's step order, every replica's rows are cut first,
- * so a replica on another device starts while a replica on the cpu
- * itself (mirrored([cpu, gpu:0])) still computes. */
-static void add_slices(tfg_replicate *c) {
-  int R = c->s->nreplicas, first = c->job.rank * R; /* this process's replicas among the job's */
-  size_t span = (size_t)c->top + 1;
-  c->slices = malloc(sizeof *c->slices * (size_t)R * span);
-  TFG_ASSERT(c->slices != NULL);
-  for (int r = 0; r < R; r++)
-    for (int32_t i = 0; i <= c->top; i++) {
-      const tfg_node *nd = &c->g->nodes[i];
-      c->slices[(size_t)r * span + (size_t)i] = -1;
-      if (!c->cone[i] || nd->op != TFG_OP_INPUT || nd->shape.rank == 0) continue; /* a scalar has no batch */
-      int64_t rows = nd->shape.dim[0] / (R * c->job.size);
-      tfg_node slice = *nd;
-      slice.op = TFG_OP_SLICE;
-      slice.ninputs = 1;
-      slice.name = NULL;
-      memset(&slice.attrs, 0, sizeof slice.attrs);
-      slice.attrs.axis = 0;
-      slice.attrs.start = (first + r) * rows;
-      slice.attrs.end = (first + r + 1) * rows;
-      tfg_devspec pin = tfg_replicate_cpu_pin(c);
-      tfg_node_id in = i;
-      tfg_status st = tfg_replicate_add(c, &slice, &in, &pin, &c->slices[(size_t)r * span + (size_t)i]);
-      TFG_ASSERT(st == TFG_OK);
-    }
-}
-
-/* Whether pin names one of replica r's devices (the groups are disjoint:
- * mirrored_read refuses a device named twice). */
-static bool in_group(const tfg_strategy *s, int r, const tfg_devspec *pin) {
-  for (int j = 0; j < s->group; j++) {
-    const tfg_devspec *d = &s->devices[r * s->group + j];
-    if (d->kind == pin->kind && d->index == pin->index) return true;
-  }
-  return false;
-}
-
-/* The mean of each gradient over the replicas, where it was computed.
- * The key is replica 0's all-reduce node id: the same in every replica,
- * and unique in the graph, so the all-reduces of several train actions
- * (an ensemble of mirrored jobs, a pretraining and a fine-tuning of one
- * param) never share a key. A group has one node per device: a gradient
- * the program pinned to a cpu outside the replica's devices is reduced
- * on the replica's first device. */
-static void all_reduce(tfg_replicate *c, const tfg_train_step *out) {
-  const tfg_strategy *s = c->s;
-  int R = s->nreplicas, n = c->n;
-  int64_t key0 = c->g->nnodes;
-  for (int r = 0; r < R; r++)
-    for (int i = 0; i < n; i++) {
-      tfg_node_id gi = c->grads[r * n + i];
-      const tfg_node pn = c->g->nodes[out->params[i]];
-      tfg_devspec pin = c->g->nodes[gi].pin;
-      if (!in_group(s, r, &pin)) pin = tfg_replicate_pin(c, &s->devices[r * s->group]);
-      tfg_node ar = {.op = TFG_OP_ALLREDUCE, .ninputs = 1, .loc = pn.loc};
-      ar.attrs.n = R;
-      ar.attrs.key = key0 + i;
-      tfg_status ok = tfg_replicate_add(c, &ar, &gi, &pin, &c->grads[r * n + i]);
-      TFG_ASSERT(ok == TFG_OK);
-    }
-}
-
-/* Every replica applies the same update to its own copy; the state of
- * replicas 1.. mirrors replica 0's, slot for slot. */
-static tfg_status updates(tfg_replicate *c, tfg_train_step *out) {
-  int R = c->s->nreplicas, n = c->n;
-  tfg_status st = TFG_OK;
-  tfg_node_id *states = malloc(sizeof *states * (size_t)(2 * n + 1));
-  TFG_ASSERT(states != NULL);
-  for (int r = 0; r < R && st == TFG_OK; r++) {
-    int ns = 0;
-    st = tfg_autodiff_updates(c->g, c->a, &c->rparams[r * n], &c->grads[r * n], n, c->amps ? &c->amps[r] : NULL,
-                              &out->updates[r * n], r == 0 ? out->states : states, r == 0 ? &out->nstates : &ns, c->d);
-    if (st != TFG_OK || r == 0) continue;
-    TFG_ASSERT(ns == out->nstates);
-    for (int j = 0; j < ns; j++) {
-      out->mirror_src[out->nmirrors] = out->states[j];
-      out->mirror_dst[out->nmirrors++] = states[j];
-    }
-  }
-  free(states);
-  out->nupdates = R * n;
-  if (c->amps && st == TFG_OK) {
-    out->nscalers = R;
-    out->scalers = malloc(sizeof *out->scalers * (size_t)R);
-    TFG_ASSERT(out->scalers != NULL);
-    for (int r = 0; r < R; r++) out->scalers[r] = c->amps[r].update;
-  }
-  return st;
-}
+    .pin = mirrored_pin, .param = mirrored_param, .cloned = tfg_replicate_cloned, .traced = NULL};
 
 static tfg_status mirrored_rewrite(tfg_graph *g, const tfg_action *a, const tfg_program *p, const tfg_strategy *s,
                                    const tfg_job *job, const tfg_switches *sw, tfg_train_step *out, tfg_diag *d) {
   tfg_replicate c;
   tfg_replicate_begin(&c, &mirrored_hooks, g, a, p, s, job, sw, d, out);
-  int R = s->nreplicas, n = c.n;
-  out->updates = malloc(sizeof *out->updates * (size_t)(R * n + 1));
-  /* Replicas 1..: a copy of every param of the cone and of every state. */
-  size_t m = (size_t)(R - 1) * (size_t)(c.ncone_params + 2 * n) + 1;
-  out->mirror_src = malloc(sizeof *out->mirror_src * m);
-  out->mirror_dst = malloc(sizeof *out->mirror_dst * m);
-  TFG_ASSERT(out->updates && out->mirror_src && out->mirror_dst);
-  /* precision = f16: a grad scaler per replica; all replicas see the same
-   * all-reduced gradients, so their scalers move alike */
-  if (a->config.precision == TFG_DTYPE_F16) {
-    c.amps = calloc((size_t)R, sizeof *c.amps);
-    TFG_ASSERT(c.amps != NULL);
-  }
-
-  tfg_status st = check_batches(&c);
-  if (st == TFG_OK) add_slices(&c);
+  tfg_replicate_data_begin(&c, out);
+  tfg_status st = tfg_replicate_split_batch(&c);
   if (st == TFG_OK) st = tfg_replicate_replicas(&c, out);
-  if (st == TFG_OK && a->config.accumulate > 1) {
-    /* Each replica sums its micro-batches' gradients where it keeps its
-     * params; the step's last micro-batch goes on to the all-reduce. */
-    int k = a->config.accumulate;
-    out->accumulate = k;
-    out->accs = malloc(sizeof *out->accs * (size_t)(R * n + 1));
-    out->acc_first = malloc(sizeof *out->acc_first * (size_t)(R * n + 1));
-    out->acc_add = malloc(sizeof *out->acc_add * (size_t)(R * n + 1));
-    TFG_ASSERT(out->accs && out->acc_first && out->acc_add);
-    for (int r = 0; r < R; r++)
-      tfg_autodiff_accumulate(g, k, &c.rparams[r * n], &c.grads[r * n], n, &out->accs[r * n], &out->acc_first[r * n],
-                              &out->acc_add[r * n], d);
-  }
-  if (st == TFG_OK) {
-    all_reduce(&c, out);
-    st = updates(&c, out);
-  }
+  if (st == TFG_OK) st = tfg_replicate_data_end(&c, out);
   return tfg_replicate_end(&c, st, out);
 }
 
@@ -325,5 +157,5 @@ static void mirrored_describe(const tfg_train_step *st, char *buf, size_t n) {
 
 const tfg_strategy_i tfg_strategy_mirrored = {
     .name = "mirrored", .run = TFG_STEP_GROUP, .read = mirrored_read,
-    .rewrite = mirrored_rewrite, .describe = mirrored_describe, .spans_gpus = mirrored_spans_gpus,
+    .rewrite = mirrored_rewrite, .describe = mirrored_describe, .spans_gpus = mirrored_spans_gpus, .gpus = tfg_strategy_no_gpus,
     .not_predicted = NULL};

@@ -45,7 +45,8 @@ static tfg_status ps_read(const tfg_strategy_config *s, tfg_strategy *out, tfg_d
 
 /* A worker is one device: the program's cpu pins stay, every other pin
  * goes to the worker. */
-static tfg_status ps_pin(tfg_replicate *c, const tfg_devspec *p, int r, tfg_devspec *out) {
+static tfg_status ps_pin(tfg_replicate *c, int32_t i, const tfg_devspec *p, int r, tfg_devspec *out) {
+  (void)i;
   *out = p->kind == TFG_DEV_CPU ? *p : tfg_replicate_pin(c, &c->s->devices[r]);
   return TFG_OK;
 }
@@ -66,7 +67,7 @@ static tfg_status ps_param(tfg_replicate *c, int r, int32_t i, const tfg_node *n
   return TFG_OK;
 }
 
-static const tfg_replicate_hooks ps_hooks = {.pin = ps_pin, .param = ps_param, .cloned = NULL};
+static const tfg_replicate_hooks ps_hooks = {.pin = ps_pin, .param = ps_param, .cloned = NULL, .traced = NULL};
 
 static tfg_status ps_rewrite(tfg_graph *g, const tfg_action *a, const tfg_program *p, const tfg_strategy *s,
                              const tfg_job *job, const tfg_switches *sw, tfg_train_step *out, tfg_diag *d) {
@@ -117,5 +118,5 @@ static void ps_describe(const tfg_train_step *st, char *buf, size_t n) {
 
 const tfg_strategy_i tfg_strategy_parameter_server = {
     .name = "parameter_server", .run = TFG_STEP_SERVER, .read = ps_read,
-    .rewrite = ps_rewrite, .describe = ps_describe, .spans_gpus = tfg_strategy_names_devices,
+    .rewrite = ps_rewrite, .describe = ps_describe, .spans_gpus = tfg_strategy_names_devices, .gpus = tfg_strategy_no_gpus,
     .not_predicted = "parameter_server's workers run asynchronously, a step of each is not a step of the job"};

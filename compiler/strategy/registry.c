@@ -9,12 +9,14 @@
 #include "compiler/strategy/strategy.h"
 
 /* Each defined in the file of its name. */
-extern const tfg_strategy_i tfg_strategy_single, tfg_strategy_mirrored, tfg_strategy_parameter_server;
+extern const tfg_strategy_i tfg_strategy_single, tfg_strategy_mirrored, tfg_strategy_parameter_server,
+    tfg_strategy_parallel;
 
 static const tfg_strategy_i *const strategies[] = {
     &tfg_strategy_single,
     &tfg_strategy_mirrored,
     &tfg_strategy_parameter_server,
+    &tfg_strategy_parallel,
 };
 
 const tfg_strategy_i *tfg_strategy_lookup(const tfg_strategy_config *c) {
@@ -29,6 +31,24 @@ bool tfg_strategy_names_devices(const tfg_strategy_config *c) {
   return false;
 }
 
+int tfg_strategy_no_gpus(const tfg_strategy_config *c) {
+  (void)c;
+  return 0;
+}
+
+/* micro_batches and schedule split a pipeline's batch: set without one,
+ * they would change nothing, which is more likely a mistake. */
+static tfg_status check_pipeline_settings(const tfg_action *a, const tfg_strategy *s, tfg_diag *d) {
+  const tfg_train_config *c = &a->config;
+  const tfg_loc *at = c->micro_batches ? &c->micro_batches_at : c->schedule.at.src ? &c->schedule.at : NULL;
+  if (!at || s->stages > 1) return TFG_OK;
+  tfg_diag_error(d, at, "%s orders a pipeline's micro-batches, but this train has no pipeline",
+                 c->micro_batches ? "micro_batches" : "schedule");
+  tfg_diag_note(d, &c->strategy.loc, "the strategy is %s", s->i->name);
+  tfg_diag_help(d, "use strategy = parallel(pipeline = 2) (or more stages), or remove the setting");
+  return TFG_ERR_NAME;
+}
+
 tfg_status tfg_strategy_of(const tfg_action *a, tfg_strategy *out, tfg_diag *d) {
   const tfg_strategy_config *s = &a->config.strategy;
   memset(out, 0, sizeof *out);
@@ -36,7 +56,9 @@ tfg_status tfg_strategy_of(const tfg_action *a, tfg_strategy *out, tfg_diag *d) 
   out->loc = s->loc; /* the train statement without a strategy */
   out->nreplicas = 1;
   out->group = 1;
+  out->stages = 1;
   tfg_status st = out->i->read(s, out, d);
+  if (st == TFG_OK) st = check_pipeline_settings(a, out, d);
   if (st != TFG_OK) {
     tfg_strategy_free(out);
     out->loc = s->loc;
@@ -47,7 +69,7 @@ tfg_status tfg_strategy_of(const tfg_action *a, tfg_strategy *out, tfg_diag *d) 
 void tfg_strategy_free(tfg_strategy *s) {
   free(s->devices);
   memset(s, 0, sizeof *s);
-  s->nreplicas = s->group = 1;
+  s->nreplicas = s->group = s->stages = 1;
 }
 
 tfg_status tfg_strategy_train_step(tfg_graph *g, const tfg_action *a, const tfg_program *p, const tfg_job *job,

@@ -1,6 +1,7 @@
-/* compiler/strategy/replicate.c: the replica cloning mirrored and
- * parameter_server share (see compiler/strategy/replicate.h), and the
- * checks of the device arguments they read. */
+/* compiler/strategy/replicate.c: the cloning mirrored, parameter_server
+ * and parallel share, data parallelism's split, all-reduce and updates
+ * (see compiler/strategy/replicate.h), and the checks of the device
+ * arguments they read. */
 #include "compiler/strategy/replicate.h"
 
 #include <inttypes.h>
@@ -89,7 +90,7 @@ void tfg_replicate_begin(tfg_replicate *c, const tfg_replicate_hooks *h, tfg_gra
                          const tfg_program *p, const tfg_strategy *s, const tfg_job *job, const tfg_switches *sw,
                          tfg_diag *d, tfg_train_step *out) {
   *c = (tfg_replicate){.h = h, .g = g, .a = a, .s = s, .job = job ? *job : (tfg_job){0, 1}, .sw = sw, .d = d,
-                       .n0 = g->nnodes};
+                       .per = 1, .n0 = g->nnodes};
   int R = s->nreplicas;
 
   /* The metrics, the cone. */
@@ -125,21 +126,17 @@ void tfg_replicate_begin(tfg_replicate *c, const tfg_replicate_hooks *h, tfg_gra
   out->optimizer = tfg_optimizer_name(a->config.optimizer.kind);
   out->nreplicas = R;
   out->nmetrics = nm;
-  out->losses = malloc(sizeof *out->losses * (size_t)R);
   out->metrics = malloc(sizeof *out->metrics * (size_t)(nm + 1));
-  out->replica_metrics = malloc(sizeof *out->replica_metrics * (size_t)(R * nm + 1));
   out->states = malloc(sizeof *out->states * (size_t)(2 * n + 1));
-  c->rparams = malloc(sizeof *c->rparams * (size_t)(R * n + 1));
-  c->grads = malloc(sizeof *c->grads * (size_t)(R * n + 1));
-  TFG_ASSERT(out->losses && out->metrics && out->replica_metrics && out->states && c->rparams && c->grads);
+  TFG_ASSERT(out->metrics && out->states);
   out->accumulate = 1;
 }
 
-/* Clones the cone for replica r into c->map: an input through its slice
+/* Clones the cone for clone q into c->map: an input through its slice
  * when the strategy cut one (else whole, re-pinned to the cpu where data
  * is loaded), a param as the strategy's hook says, every other node
  * where the hook pins it. */
-static tfg_status clone_replica(tfg_replicate *c, int r, tfg_train_step *out) {
+static tfg_status clone_replica(tfg_replicate *c, int q, tfg_train_step *out) {
   size_t span = (size_t)c->top + 1;
   tfg_status st = TFG_OK;
   for (int32_t i = 0; i <= c->top && st == TFG_OK; i++) {
@@ -149,15 +146,15 @@ static tfg_status clone_replica(tfg_replicate *c, int r, tfg_train_step *out) {
     if (nd.op == TFG_OP_INPUT) {
       c->g->nodes[i].pin = tfg_replicate_cpu_pin(c); /* data is loaded on the host */
       c->map[i] = i;
-      if (c->slices && c->slices[(size_t)r * span + (size_t)i] >= 0) c->map[i] = c->slices[(size_t)r * span + (size_t)i];
+      if (c->slices && c->slices[(size_t)q * span + (size_t)i] >= 0) c->map[i] = c->slices[(size_t)q * span + (size_t)i];
       continue;
     }
     if (nd.op == TFG_OP_PARAM) {
-      st = c->h->param(c, r, i, &nd, out);
+      st = c->h->param(c, q, i, &nd, out);
       continue;
     }
     tfg_devspec pin;
-    if ((st = c->h->pin(c, &nd.pin, r, &pin)) != TFG_OK) break;
+    if ((st = c->h->pin(c, i, &nd.pin, q, &pin)) != TFG_OK) break;
     if (nd.ninputs > c->cap) {
       c->cap = nd.ninputs * 2;
       c->ins = realloc(c->ins, sizeof *c->ins * (size_t)c->cap);
@@ -165,7 +162,7 @@ static tfg_status clone_replica(tfg_replicate *c, int r, tfg_train_step *out) {
     }
     for (int k = 0; k < nd.ninputs; k++) c->ins[k] = c->map[nd.inputs[k]];
     st = tfg_replicate_add(c, &nd, c->ins, &pin, &c->map[i]);
-    if (c->h->cloned) c->h->cloned(c, r, i, st);
+    if (c->h->cloned) c->h->cloned(c, q, i, st);
   }
   return st;
 }
@@ -183,19 +180,32 @@ static void pin_unpinned(tfg_replicate *c, int32_t from, int r) {
 
 tfg_status tfg_replicate_replicas(tfg_replicate *c, tfg_train_step *out) {
   const tfg_action *a = c->a;
-  int R = c->s->nreplicas, n = c->n, nm = a->config.nmetrics;
+  int Q = c->nclones = c->s->nreplicas * c->per, n = c->n, nm = a->config.nmetrics;
+  out->nreplicas = Q;
+  out->losses = malloc(sizeof *out->losses * (size_t)Q);
+  out->replica_metrics = malloc(sizeof *out->replica_metrics * (size_t)(Q * nm + 1));
+  c->rparams = malloc(sizeof *c->rparams * (size_t)(Q * n + 1));
+  c->grads = malloc(sizeof *c->grads * (size_t)(Q * n + 1));
+  TFG_ASSERT(out->losses && out->replica_metrics && c->rparams && c->grads);
   tfg_status st = TFG_OK;
-  for (int r = 0; r < R && st == TFG_OK; r++) {
-    if ((st = clone_replica(c, r, out)) != TFG_OK) break;
-    out->losses[r] = c->map[a->loss];
-    for (int k = 0; k < nm; k++) out->replica_metrics[r * nm + k] = c->map[a->config.metrics[k]];
-    for (int i = 0; i < n; i++) c->rparams[r * n + i] = c->map[out->params[i]];
+  for (int q = 0; q < Q && st == TFG_OK; q++) {
+    if ((st = clone_replica(c, q, out)) != TFG_OK) break;
+    out->losses[q] = c->map[a->loss];
+    for (int k = 0; k < nm; k++) out->replica_metrics[q * nm + k] = c->map[a->config.metrics[k]];
+    for (int i = 0; i < n; i++) c->rparams[q * n + i] = c->map[out->params[i]];
     int32_t from = c->g->nnodes;
-    tfg_node_id loss = out->losses[r];
-    if (c->amps) loss = tfg_autodiff_scale_loss(c->g, loss, &c->amps[r]); /* precision = f16 */
-    tfg_autodiff(c->g, loss, &c->rparams[r * n], n, &c->grads[r * n], c->sw);
-    for (int i = 0; i < n; i++) TFG_ASSERT(c->grads[r * n + i] >= 0); /* a clone differentiates like the original */
-    pin_unpinned(c, from, r);
+    tfg_node_id loss = out->losses[q];
+    if (c->amps) loss = tfg_autodiff_scale_loss(c->g, loss, &c->amps[q / c->per]); /* precision = f16 */
+    if (c->h->traced) {
+      int32_t grads_from = c->g->nnodes;
+      tfg_node_id *origin = tfg_autodiff_traced(c->g, loss, &c->rparams[q * n], n, &c->grads[q * n], c->sw);
+      c->h->traced(c, q, grads_from, origin);
+      free(origin);
+    } else {
+      tfg_autodiff(c->g, loss, &c->rparams[q * n], n, &c->grads[q * n], c->sw);
+    }
+    for (int i = 0; i < n; i++) TFG_ASSERT(c->grads[q * n + i] >= 0); /* a clone differentiates like the original */
+    pin_unpinned(c, from, q / c->per);
   }
   if (st == TFG_OK) {
     out->loss = out->losses[0];
@@ -220,4 +230,187 @@ tfg_status tfg_replicate_end(tfg_replicate *c, tfg_status st, tfg_train_step *ou
   free(c->grads);
   free(c->amps);
   return st;
+}
+
+/* ---- data parallelism ---------------------------------------------------------- */
+
+void tfg_replicate_data_begin(tfg_replicate *c, tfg_train_step *out) {
+  int R = c->s->nreplicas, n = c->n;
+  out->updates = malloc(sizeof *out->updates * (size_t)(R * n + 1));
+  /* Replicas 1..: a copy of every param of the cone and of every state. */
+  size_t m = (size_t)(R - 1) * (size_t)(c->ncone_params + 2 * n) + 1;
+  out->mirror_src = malloc(sizeof *out->mirror_src * m);
+  out->mirror_dst = malloc(sizeof *out->mirror_dst * m);
+  TFG_ASSERT(out->updates && out->mirror_src && out->mirror_dst);
+  /* precision = f16: a grad scaler per replica; all replicas see the same
+   * all-reduced gradients, so their scalers move alike */
+  if (c->a->config.precision == TFG_DTYPE_F16) {
+    c->amps = calloc((size_t)R, sizeof *c->amps);
+    TFG_ASSERT(c->amps != NULL);
+  }
+}
+
+tfg_status tfg_replicate_split_batch(tfg_replicate *c) {
+  int Q = c->s->nreplicas * c->per; /* this process's clones */
+  int all = Q * c->job.size, first = c->job.rank * Q;
+  for (int32_t i = 0; i <= c->top; i++) {
+    const tfg_node *nd = &c->g->nodes[i];
+    if (!c->cone[i] || nd->op != TFG_OP_INPUT || nd->shape.rank == 0) continue;
+    int64_t b = nd->shape.dim[0];
+    if (b % all == 0) continue;
+    const char *name = c->s->i->name;
+    if (c->per > 1)
+      tfg_diag_error(c->d, &nd->loc, "input %s: a global batch of %" PRId64 " rows does not split evenly into %d micro-batches",
+                     nd->name, b, all);
+    else
+      tfg_diag_error(c->d, &nd->loc, "input %s: a global batch of %" PRId64 " rows does not split evenly over %d replicas",
+                     nd->name, b, all);
+    if (c->per > 1 && c->s->nreplicas > 1)
+      tfg_diag_note(c->d, &c->a->config.micro_batches_at, "%d micro-batches for each of %s's %d replicas", c->per, name,
+                    c->s->nreplicas);
+    else if (c->per > 1)
+      tfg_diag_note(c->d, &c->a->config.micro_batches_at, "the pipeline's micro-batches");
+    else if (c->job.size > 1)
+      tfg_diag_note(c->d, &c->s->loc, "%s makes %d replicas here on each of %d ranks: %d in all", name,
+                    c->s->nreplicas, c->job.size, all);
+    else
+      tfg_diag_note(c->d, &c->s->loc, "%s makes %d replicas here", name, all);
+    int64_t lo = b / all * all, hi = lo + all;
+    if (lo > 0) tfg_diag_help(c->d, "make the batch a multiple of %d, like %" PRId64 " or %" PRId64, all, lo, hi);
+    else tfg_diag_help(c->d, "make the batch a multiple of %d, like %" PRId64, all, hi);
+    return TFG_ERR_SHAPE;
+  }
+  /* Every clone's rows are cut first: in graph order, hence in the
+   * feeder's step order. */
+  size_t span = (size_t)c->top + 1;
+  c->slices = malloc(sizeof *c->slices * (size_t)Q * span);
+  TFG_ASSERT(c->slices != NULL);
+  for (int q = 0; q < Q; q++)
+    for (int32_t i = 0; i <= c->top; i++) {
+      const tfg_node *nd = &c->g->nodes[i];
+      c->slices[(size_t)q * span + (size_t)i] = -1;
+      if (!c->cone[i] || nd->op != TFG_OP_INPUT || nd->shape.rank == 0) continue; /* a scalar has no batch */
+      int64_t rows = nd->shape.dim[0] / all;
+      tfg_node slice = *nd;
+      slice.op = TFG_OP_SLICE;
+      slice.ninputs = 1;
+      slice.name = NULL;
+      memset(&slice.attrs, 0, sizeof slice.attrs);
+      slice.attrs.axis = 0;
+      slice.attrs.start = (first + q) * rows;
+      slice.attrs.end = (first + q + 1) * rows;
+      tfg_devspec pin = tfg_replicate_cpu_pin(c);
+      tfg_node_id in = i;
+      tfg_status st = tfg_replicate_add(c, &slice, &in, &pin, &c->slices[(size_t)q * span + (size_t)i]);
+      TFG_ASSERT(st == TFG_OK);
+    }
+  return TFG_OK;
+}
+
+void tfg_replicate_param_copy(tfg_replicate *c, int r, int32_t i, const tfg_node *nd, const tfg_devspec *pin,
+                              tfg_train_step *out) {
+  if (r == 0) {
+    c->g->nodes[i].pin = *pin;
+    c->map[i] = i;
+    return;
+  }
+  tfg_status st = tfg_replicate_add(c, nd, NULL, pin, &c->map[i]);
+  TFG_ASSERT(st == TFG_OK);
+  out->mirror_src[out->nmirrors] = i;
+  out->mirror_dst[out->nmirrors++] = c->map[i];
+}
+
+void tfg_replicate_cloned(tfg_replicate *c, int q, int32_t i, tfg_status st) {
+  if (st != TFG_OK) {
+    if (c->per > 1) tfg_diag_note(c->d, &c->a->config.micro_batches_at, "the batch is split into %d micro-batches here", c->per);
+    else tfg_diag_note(c->d, &c->s->loc, "the batch is split %d ways by %s here", c->s->nreplicas, c->s->i->name);
+    return;
+  }
+  /* A clone's dropout draws its rows' part of the whole batch's mask
+   * (batch-major tensors: clone q's elements start at q times its size),
+   * so the clones train as one device would. */
+  tfg_node *m = &c->g->nodes[c->map[i]];
+  if (m->op == TFG_OP_DROPOUT) m->attrs.offset = (c->job.rank * c->nclones + q) * tfg_shape_numel(&m->shape);
+}
+
+/* Whether pin names one of replica r's devices (the groups are disjoint:
+ * the strategy's read refuses a device named twice). */
+static bool in_group(const tfg_strategy *s, int r, const tfg_devspec *pin) {
+  for (int j = 0; j < s->group; j++) {
+    const tfg_devspec *d = &s->devices[r * s->group + j];
+    if (d->kind == pin->kind && d->index == pin->index) return true;
+  }
+  return false;
+}
+
+/* The mean of each gradient over the replicas, where it was computed.
+ * The key is replica 0's all-reduce node id: the same in every replica,
+ * and unique in the graph, so the all-reduces of several train actions
+ * (an ensemble of mirrored jobs, a pretraining and a fine-tuning of one
+ * param) never share a key. A group has one node per device: a gradient
+ * the program pinned to a cpu outside the replica's devices is reduced
+ * on the replica's first device. */
+static void all_reduce(tfg_replicate *c, const tfg_train_step *out) {
+  const tfg_strategy *s = c->s;
+  int R = s->nreplicas, n = c->n;
+  int64_t key0 = c->g->nnodes;
+  for (int r = 0; r < R; r++)
+    for (int i = 0; i < n; i++) {
+      tfg_node_id gi = c->grads[r * n + i];
+      const tfg_node pn = c->g->nodes[out->params[i]];
+      tfg_devspec pin = c->g->nodes[gi].pin;
+      if (!in_group(s, r, &pin)) pin = tfg_replicate_pin(c, &s->devices[r * s->group]);
+      tfg_node ar = {.op = TFG_OP_ALLREDUCE, .ninputs = 1, .loc = pn.loc};
+      ar.attrs.n = R;
+      ar.attrs.key = key0 + i;
+      tfg_status ok = tfg_replicate_add(c, &ar, &gi, &pin, &c->grads[r * n + i]);
+      TFG_ASSERT(ok == TFG_OK);
+    }
+}
+
+/* Every replica applies the same update to its own copy; the state of
+ * replicas 1.. mirrors replica 0's, slot for slot. */
+static tfg_status updates(tfg_replicate *c, tfg_train_step *out) {
+  int R = c->s->nreplicas, n = c->n;
+  tfg_status st = TFG_OK;
+  tfg_node_id *states = malloc(sizeof *states * (size_t)(2 * n + 1));
+  TFG_ASSERT(states != NULL);
+  for (int r = 0; r < R && st == TFG_OK; r++) {
+    int ns = 0;
+    st = tfg_autodiff_updates(c->g, c->a, &c->rparams[r * n], &c->grads[r * n], n, c->amps ? &c->amps[r] : NULL,
+                              &out->updates[r * n], r == 0 ? out->states : states, r == 0 ? &out->nstates : &ns, c->d);
+    if (st != TFG_OK || r == 0) continue;
+    TFG_ASSERT(ns == out->nstates);
+    for (int j = 0; j < ns; j++) {
+      out->mirror_src[out->nmirrors] = out->states[j];
+      out->mirror_dst[out->nmirrors++] = states[j];
+    }
+  }
+  free(states);
+  out->nupdates = R * n;
+  if (c->amps && st == TFG_OK) {
+    out->nscalers = R;
+    out->scalers = malloc(sizeof *out->scalers * (size_t)R);
+    TFG_ASSERT(out->scalers != NULL);
+    for (int r = 0; r < R; r++) out->scalers[r] = c->amps[r].update;
+  }
+  return st;
+}
+
+tfg_status tfg_replicate_data_end(tfg_replicate *c, tfg_train_step *out) {
+  int R = c->s->nreplicas, n = c->n, k = c->a->config.accumulate;
+  if (k > 1) {
+    /* Each replica sums its runs' gradients where it keeps its params;
+     * the step's last run goes on to the all-reduce. */
+    out->accumulate = k;
+    out->accs = malloc(sizeof *out->accs * (size_t)(R * n + 1));
+    out->acc_first = malloc(sizeof *out->acc_first * (size_t)(R * n + 1));
+    out->acc_add = malloc(sizeof *out->acc_add * (size_t)(R * n + 1));
+    TFG_ASSERT(out->accs && out->acc_first && out->acc_add);
+    for (int r = 0; r < R; r++)
+      tfg_autodiff_accumulate(c->g, k, &c->rparams[r * n], &c->grads[r * n], n, &out->accs[r * n],
+                              &out->acc_first[r * n], &out->acc_add[r * n], c->d);
+  }
+  all_reduce(c, out);
+  return updates(c, out);
 }

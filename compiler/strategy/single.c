@@ -26,5 +26,5 @@ static void single_describe(const tfg_train_step *st, char *buf, size_t n) {
 
 const tfg_strategy_i tfg_strategy_single = {
     .name = "single", .run = TFG_STEP_GROUP, .read = single_read,
-    .rewrite = single_rewrite, .describe = single_describe, .spans_gpus = tfg_strategy_names_devices,
+    .rewrite = single_rewrite, .describe = single_describe, .spans_gpus = tfg_strategy_names_devices, .gpus = tfg_strategy_no_gpus,
     .not_predicted = NULL};

@@ -46,6 +46,10 @@
  *   global batch split over all of them, this rank's replicas taking the
  *   rows of replicas rank * R + r; the all-reduce's mean is over all of
  *   them (runtime/collective.h).
+ * parallel(data = D, tensor = 1, pipeline = P) (parallel.c): D replicas
+ *   of a pipeline of P stages on gpu:0 .. gpu:(D P - 1), each replica's
+ *   batch in micro_batches clones scheduled as the schedule setting says
+ *   (parallel.c and schedule.h say how).
  * parameter_server(ps = D, workers = [W0, W1, ...]) (parameter_server.c):
  *   asynchronous. Worker w gets a clone of the forward cone reading the
  *   program's inputs (each worker step takes its own whole batch), with
@@ -88,9 +92,10 @@ struct tfg_strategy_i;
 typedef struct tfg_strategy {
   const struct tfg_strategy_i *i; /* the module */
   tfg_loc loc;          /* the strategy setting's value, or the action */
-  int nreplicas;        /* mirrored: replicas; parameter_server: workers; single: 1 */
-  int group;            /* mirrored: devices per replica (1 unless a list of lists) */
-  tfg_devspec *devices; /* mirrored: [nreplicas * group]; parameter_server: the workers */
+  int nreplicas;        /* mirrored, parallel: replicas; parameter_server: workers; single: 1 */
+  int group;            /* mirrored: devices per replica (1 unless a list of lists); parallel: pipeline */
+  int stages;           /* parallel: the pipeline's devices per replica (P); else 1 */
+  tfg_devspec *devices; /* mirrored, parallel: [nreplicas * group]; parameter_server: the workers */
   tfg_devspec ps;       /* parameter_server: where params and updates live */
 } tfg_strategy;
 
@@ -119,6 +124,10 @@ typedef struct tfg_strategy_i {
    * shows how the step scales with the GPU count. A strategy whose
    * devices are named uses tfg_strategy_names_devices. */
   bool (*spans_gpus)(const tfg_strategy_config *c);
+  /* The devices: how many GPUs the setting asks for without naming them
+   * (parallel(data = 2, pipeline = 2): 4), which the run's devices must
+   * give; 0 for none (tfg_strategy_no_gpus). */
+  int (*gpus)(const tfg_strategy_config *c);
   /* Predict: NULL when the cost model can time a step of the whole job;
    * else why not (a sentence, no newline). */
   const char *not_predicted;
@@ -126,6 +135,8 @@ typedef struct tfg_strategy_i {
 
 /* spans_gpus of a strategy whose devices the setting names: false. */
 bool tfg_strategy_names_devices(const tfg_strategy_config *c);
+/* gpus of a strategy that asks for no GPU count: 0. */
+int tfg_strategy_no_gpus(const tfg_strategy_config *c);
 
 /* The module of strategy c (every strategy constructor of lang/builtins.c
  * has one: registry.c). */

@@ -1,0 +1,445 @@
+/* compiler/strategy/parallel.c: parallel(data, tensor, pipeline)
+ * (LANGUAGE.md 6.1), data parallelism over replicas of a pipeline.
+ *
+ * Stages. The forward cone of the loss is cut into V = pipeline * chunks
+ * contiguous stages in program order (node ids): an op the program
+ * pinned to gpu:K is in stage K; elsewhere the cuts minimise the slowest
+ * stage, each stage's cost being its ops' (FLOPs and bytes, the
+ * roofline's terms) plus the bytes it sends to the next (a dynamic
+ * program over the cut points). A node with no inputs (a param, a
+ * constant) goes with the first stage that reads it. Stage s of replica
+ * r runs on gpu:(r * pipeline + s % pipeline), as Megatron-LM lays ranks
+ * out with tensor = 1.
+ *
+ * Micro-batches. Each replica's rows of the global batch are split into
+ * M = micro_batches equal blocks; the cone is cloned once per
+ * micro-batch and replica (compiler/strategy/replicate.h: clone q is
+ * micro-batch q % M of replica q / M), every clone reading its replica's
+ * params; autodiff of each clone's loss lands on the stages of the
+ * forward nodes it differentiates. Each param's gradient is the mean over
+ * the micro-batches, summed in micro-batch order where the param is
+ * (tfg_autodiff_micro_mean); then data parallelism's accumulate,
+ * all-reduce and updates, as mirrored's. One optimizer step per step.
+ *
+ * Schedule. Every node the rewrite adds belongs to a unit (the forward
+ * or backward of a micro-batch on a stage: clones by their cone node's
+ * stage, gradients by the stage of the forward node they were made for)
+ * or comes before them all (the batch's slices, mirrors) or after them
+ * all (all-reduce, clipping, updates); a node of neither kind takes the
+ * latest unit it reads. The nodes are renumbered in the order of their
+ * units' start under the schedule (compiler/strategy/schedule.h), which
+ * is the order the planner sweeps. */
+#include <float.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/assert.h"
+#include "compiler/strategy/replicate.h"
+#include "compiler/strategy/schedule.h"
+#include "compiler/strategy/strategy.h"
+#include "ir/ops.h"
+
+/* ---- reading the setting ------------------------------------------------------ */
+
+/* Argument name of s: an int of at least 1, else an error at it. */
+static bool factor(const tfg_strategy_config *s, const char *name, int *out, tfg_diag *d) {
+  const tfg_devarg *v = tfg_strategy_config_arg(s, name);
+  if (v->kind != TFG_DEVARG_INT || v->i < 1 || v->i > TFG_MAX_DEVICE_INDEX + 1) {
+    tfg_diag_error(d, &s->loc, "parallel: %s must be an integer from 1 to %d, got %s", name, TFG_MAX_DEVICE_INDEX + 1,
+                   v->kind == TFG_DEVARG_INT ? "a number out of range" : tfg_replicate_arg_what(v));
+    tfg_diag_help(d, "for example parallel(data = 2, pipeline = 2)");
+    return false;
+  }
+  *out = (int)v->i;
+  return true;
+}
+
+/* The GPUs parallel(...) spreads over: data * tensor * pipeline (0 when
+ * an argument is not a count: its read reports it). */
+static int parallel_gpus(const tfg_strategy_config *s) {
+  int64_t n = 1;
+  const char *names[] = {"data", "tensor", "pipeline"};
+  for (int k = 0; k < 3; k++) {
+    const tfg_devarg *v = tfg_strategy_config_arg(s, names[k]);
+    if (v->kind != TFG_DEVARG_INT || v->i < 1 || v->i > TFG_MAX_DEVICE_INDEX + 1) return 0;
+    n *= v->i;
+  }
+  return n <= TFG_MAX_DEVICE_INDEX + 1 ? (int)n : 0;
+}
+
+static tfg_status parallel_read(const tfg_strategy_config *s, tfg_strategy *out, tfg_diag *d) {
+  int D, T, P;
+  if (!factor(s, "data", &D, d) || !factor(s, "tensor", &T, d) || !factor(s, "pipeline", &P, d)) return TFG_ERR_NAME;
+  if (T > 1) {
+    tfg_diag_error(d, &s->loc, "parallel: tensor = %d: tensor parallelism is not available in this version", T);
+    tfg_diag_help(d, "use tensor = 1: data and pipeline parallelism are");
+    return TFG_ERR_NAME;
+  }
+  if ((int64_t)D * P > TFG_MAX_DEVICE_INDEX + 1) {
+    tfg_diag_error(d, &s->loc, "parallel: data * pipeline = %" PRId64 " GPUs, more than the %d a run may have",
+                   (int64_t)D * P, TFG_MAX_DEVICE_INDEX + 1);
+    return TFG_ERR_NAME;
+  }
+  if (s->gpus > 0 && D * P != s->gpus) { /* s->gpus is 0 before the devices are known (tfg check) */
+    tfg_diag_error(d, &s->loc, "parallel(data = %d, pipeline = %d) needs %d GPUs, but the run has %d", D, P, D * P,
+                   s->gpus);
+    tfg_diag_help(d, "data * tensor * pipeline must equal the run's GPUs: give --devices %d of them, "
+                     "like --devices host*%d", D * P, D * P);
+    return TFG_ERR_DEVICE;
+  }
+  out->nreplicas = D;
+  out->group = P;
+  out->stages = P;
+  out->devices = malloc(sizeof *out->devices * (size_t)D * (size_t)P);
+  TFG_ASSERT(out->devices != NULL);
+  for (int k = 0; k < D * P; k++) out->devices[k] = (tfg_devspec){.kind = TFG_DEV_GPU, .index = k, .loc = s->loc};
+  return TFG_OK;
+}
+
+/* ---- stages ------------------------------------------------------------------ */
+
+/* Unit codes of the nodes the rewrite adds (pipe.unit[id - n0]): a
+ * forward is s * M + m, a backward V * M + s * M + m. */
+enum { UNIT_LATEST = -1, UNIT_FIRST = -2, UNIT_LAST = -3 };
+
+typedef struct pipe {
+  tfg_pipe pp;
+  int V, M;
+  int *stage;       /* [top + 1]: each cone node's stage, -1 outside the cone */
+  double *fwd;      /* [V]: each stage's predicted forward cost */
+  int32_t *unit;    /* [added]: each added node's unit or UNIT_* */
+  int32_t cap;
+} pipe;
+
+/* The unit code of node id (one the rewrite added). */
+static int32_t *unit_of(tfg_replicate *c, tfg_node_id id) {
+  pipe *pp = c->ctx;
+  int32_t k = id - c->n0;
+  while (k >= pp->cap) {
+    int32_t old = pp->cap;
+    pp->cap = pp->cap ? 2 * pp->cap : 1024;
+    pp->unit = realloc(pp->unit, sizeof *pp->unit * (size_t)pp->cap);
+    TFG_ASSERT(pp->unit != NULL);
+    for (int32_t j = old; j < pp->cap; j++) pp->unit[j] = UNIT_LATEST;
+  }
+  return &pp->unit[k];
+}
+
+/* Marks the nodes from `from` to the graph's end with unit u. */
+static void mark_from(tfg_replicate *c, int32_t from, int32_t u) {
+  for (int32_t id = from; id < c->g->nnodes; id++) *unit_of(c, id) = u;
+}
+
+/* An op's cost for balancing: its FLOPs and the bytes it reads and
+ * writes, weighted as a device that does 10 FLOPs in the time it moves a
+ * byte (the roofline's terms at an H100's f32 balance, near a CPU's). */
+static double op_cost(const tfg_graph *g, const tfg_node *nd) {
+  double bytes = (double)tfg_node_bytes(nd);
+  for (int k = 0; k < nd->ninputs; k++) bytes += (double)tfg_node_bytes(&g->nodes[nd->inputs[k]]);
+  return tfg_op_get(nd->op)->flops(g, nd) + 10.0 * bytes;
+}
+
+/* The cut of ops[0..N) (the cone's ops in program order, costs w,
+ * program pins pin or -1) into V stages minimising the slowest stage's
+ * cost plus what it sends on (send[j]: the bytes live across a cut after
+ * op j, weighted as op_cost weights bytes). first[s]: stage s's first op. */
+static void balance(int N, int V, const double *w, const double *send, const int *pin, int *first) {
+  double *sum = malloc(sizeof *sum * (size_t)(N + 1));
+  double *best = malloc(sizeof *best * (size_t)V * (size_t)(N + 1));
+  int *from = malloc(sizeof *from * (size_t)V * (size_t)(N + 1));
+  TFG_ASSERT(sum && best && from);
+  sum[0] = 0;
+  for (int j = 0; j < N; j++) sum[j + 1] = sum[j] + w[j];
+  /* best[s][j]: the slowest of stages 0..s when they hold ops [0, j) */
+  for (int s = 0; s < V; s++)
+    for (int j = 0; j <= N; j++) {
+      double *b = &best[(size_t)s * (size_t)(N + 1) + (size_t)j];
+      *b = DBL_MAX;
+      from[(size_t)s * (size_t)(N + 1) + (size_t)j] = -1;
+      for (int i = j - 1; i >= s; i--) { /* stage s holds ops [i, j) */
+        if (pin[i] >= 0 && pin[i] != s) break;
+        double before = s == 0 ? (i == 0 ? 0 : DBL_MAX) : best[(size_t)(s - 1) * (size_t)(N + 1) + (size_t)i];
+        if (before == DBL_MAX) continue;
+        double cost = sum[j] - sum[i] + (j < N ? 10.0 * send[j - 1] : 0);
+        double slowest = before > cost ? before : cost;
+        if (slowest < *b) *b = slowest, from[(size_t)s * (size_t)(N + 1) + (size_t)j] = i;
+      }
+    }
+  int j = N;
+  for (int s = V - 1; s >= 0; s--) {
+    first[s] = from[(size_t)s * (size_t)(N + 1) + (size_t)j];
+    TFG_ASSERT(first[s] >= 0); /* the caller checked that a cut exists */
+    j = first[s];
+  }
+  free(sum);
+  free(best);
+  free(from);
+}
+
+/* Cuts the cone into stages (pp->stage, pp->fwd). Errors: fewer ops
+ * than stages (at the strategy), a pin past the stages or against
+ * program order (at the pin). */
+static tfg_status cut_stages(tfg_replicate *c, pipe *pp) {
+  const tfg_graph *g = c->g;
+  int V = pp->V, N = 0;
+  int32_t span = c->top + 1;
+  int *pos = malloc(sizeof *pos * (size_t)span);
+  TFG_ASSERT(pos != NULL);
+  for (int32_t i = 0; i < span; i++) pos[i] = c->cone[i] && g->nodes[i].ninputs > 0 ? N++ : -1;
+  if (N < V) {
+    tfg_diag_error(c->d, &c->s->loc, "a pipeline of %d stages needs at least %d ops to cut, but the loss's forward pass has %d",
+                   V, V, N);
+    tfg_diag_help(c->d, "use fewer stages");
+    free(pos);
+    return TFG_ERR_PLACE;
+  }
+  double *w = calloc((size_t)N, sizeof *w), *send = calloc((size_t)N + 1, sizeof *send);
+  int *pin = malloc(sizeof *pin * (size_t)N), *ops = malloc(sizeof *ops * (size_t)N), *last = malloc(sizeof *last * (size_t)N);
+  int *first = malloc(sizeof *first * (size_t)V);
+  TFG_ASSERT(w && send && pin && ops && last && first);
+  tfg_status st = TFG_OK;
+  int32_t prev = -1; /* the last pinned op */
+  for (int32_t i = 0; i < span; i++) {
+    if (pos[i] < 0) continue;
+    const tfg_node *nd = &g->nodes[i];
+    int j = pos[i];
+    ops[j] = i;
+    w[j] = op_cost(g, nd);
+    last[j] = j;
+    pin[j] = nd->pin.kind == TFG_DEV_GPU ? (int)(nd->pin.index < V ? nd->pin.index : V) : -1;
+    for (int k = 0; k < nd->ninputs; k++)
+      if (pos[nd->inputs[k]] >= 0) last[pos[nd->inputs[k]]] = j;
+    if (pin[j] < 0 || st != TFG_OK) continue;
+    if (pin[j] == V) {
+      tfg_diag_error(c->d, &nd->pin.loc, "gpu:%" PRId64 " has no stage: the pipeline has %d, gpu:0 to gpu:%d",
+                     nd->pin.index, V, V - 1);
+      tfg_diag_note(c->d, &c->s->loc, "the pipeline's stages are set here");
+      st = TFG_ERR_PLACE;
+    } else if (prev >= 0 && g->nodes[prev].pin.index > nd->pin.index) {
+      tfg_diag_error(c->d, &nd->pin.loc, "gpu:%" PRId64 " comes after gpu:%" PRId64
+                     " in program order, but a pipeline's stages follow the program", nd->pin.index,
+                     g->nodes[prev].pin.index);
+      tfg_diag_note(c->d, &g->nodes[prev].pin.loc, "gpu:%" PRId64 " is pinned here, earlier", g->nodes[prev].pin.index);
+      tfg_diag_help(c->d, "pin the program's layers to ascending stages, gpu:0 first");
+      st = TFG_ERR_PLACE;
+    }
+    prev = i;
+  }
+  if (st == TFG_OK) {
+    /* the bytes live across the cut after op j: each value from its op to its last reader */
+    double *diff = calloc((size_t)N + 1, sizeof *diff);
+    TFG_ASSERT(diff != NULL);
+    for (int j = 0; j < N; j++) {
+      diff[j] += (double)tfg_node_bytes(&g->nodes[ops[j]]);
+      diff[last[j]] -= (double)tfg_node_bytes(&g->nodes[ops[j]]);
+    }
+    for (int j = 0; j < N; j++) send[j] = (j ? send[j - 1] : 0) + diff[j];
+    free(diff);
+    /* a pin that leaves too few ops before or after it for the stages between */
+    for (int j = 0; j < N && st == TFG_OK; j++)
+      if (pin[j] >= 0 && (pin[j] > j || V - 1 - pin[j] > N - 1 - j)) {
+        const tfg_node *nd = &g->nodes[ops[j]];
+        tfg_diag_error(c->d, &nd->pin.loc, "gpu:%" PRId64 " leaves no op for every stage %s it", nd->pin.index,
+                       pin[j] > j ? "before" : "after");
+        st = TFG_ERR_PLACE;
+      }
+  }
+  if (st == TFG_OK) {
+    balance(N, V, w, send, pin, first);
+    pp->fwd = calloc((size_t)V, sizeof *pp->fwd);
+    TFG_ASSERT(pp->fwd != NULL);
+    for (int32_t i = 0; i < span; i++) pp->stage[i] = -1;
+    for (int s = 0, j = 0; j < N; j++) {
+      while (s + 1 < V && j >= first[s + 1]) s++;
+      pp->stage[ops[j]] = s;
+      pp->fwd[s] += w[j];
+    }
+    /* a node with no inputs goes with the first stage that reads it */
+    for (int32_t i = span - 1; i >= 0; i--) {
+      if (!c->cone[i]) continue;
+      const tfg_node *nd = &g->nodes[i];
+      for (int k = 0; k < nd->ninputs; k++) {
+        int32_t x = nd->inputs[k];
+        if (pos[x] < 0 && (pp->stage[x] < 0 || pp->stage[x] > pp->stage[i])) pp->stage[x] = pp->stage[i];
+      }
+    }
+    for (int s = 0; s < V; s++) pp->fwd[s] += 1.0; /* every unit takes some time: the order stays strict */
+  }
+  free(pos);
+  free(w);
+  free(send);
+  free(pin);
+  free(ops);
+  free(last);
+  free(first);
+  return st;
+}
+
+/* ---- the clones ---------------------------------------------------------------- */
+
+/* Clone q of cone node i runs on its stage's device of q's replica; a
+ * cpu pin the program wrote stays. */
+static tfg_status parallel_pin(tfg_replicate *c, int32_t i, const tfg_devspec *p, int q, tfg_devspec *out) {
+  const pipe *pp = c->ctx;
+  int r = q / c->per, s = pp->stage[i] >= 0 ? pp->stage[i] : 0;
+  *out = p->kind == TFG_DEV_CPU ? *p : tfg_replicate_pin(c, &c->s->devices[r * c->s->group + s % c->s->group]);
+  return TFG_OK;
+}
+
+/* A replica's micro-batches read its params: the program's for replica
+ * 0, copies for the others, made with its first micro-batch. */
+static tfg_status parallel_param(tfg_replicate *c, int q, int32_t i, const tfg_node *nd, tfg_train_step *out) {
+  if (q % c->per != 0) return TFG_OK; /* c->map[i] is the replica's already */
+  tfg_devspec pin;
+  parallel_pin(c, i, &nd->pin, q, &pin);
+  int32_t from = c->g->nnodes;
+  tfg_replicate_param_copy(c, q / c->per, i, nd, &pin, out);
+  mark_from(c, from, UNIT_FIRST);
+  return TFG_OK;
+}
+
+static void parallel_cloned(tfg_replicate *c, int q, int32_t i, tfg_status st) {
+  tfg_replicate_cloned(c, q, i, st);
+  if (st != TFG_OK) return;
+  const pipe *pp = c->ctx;
+  *unit_of(c, c->map[i]) = pp->stage[i] * pp->M + q % c->per;
+}
+
+/* The forward unit of node id, made for a clone's forward: its own, or
+ * for a node the rewrite put after the clone's loss (precision = f16's
+ * scaled loss), that of the first input with one. */
+static int32_t forward_unit(tfg_replicate *c, tfg_node_id id) {
+  int32_t u = *unit_of(c, id);
+  for (int k = 0; u < 0 && k < c->g->nodes[id].ninputs; k++)
+    if (c->g->nodes[id].inputs[k] >= c->n0) u = *unit_of(c, c->g->nodes[id].inputs[k]);
+  return u;
+}
+
+/* A gradient node is in the backward of its forward node's stage. */
+static void parallel_traced(tfg_replicate *c, int q, int32_t from, const tfg_node_id *origin) {
+  const pipe *pp = c->ctx;
+  for (int32_t id = from; id < c->g->nnodes; id++) {
+    int32_t u = forward_unit(c, origin[id - from]); /* a clone's forward: s * M + m */
+    TFG_ASSERT(u >= 0 && u < pp->V * pp->M && u % pp->M == q % c->per);
+    *unit_of(c, id) = pp->V * pp->M + u;
+  }
+}
+
+static const tfg_replicate_hooks parallel_hooks = {
+    .pin = parallel_pin, .param = parallel_param, .cloned = parallel_cloned, .traced = parallel_traced};
+
+/* ---- the schedule ------------------------------------------------------------- */
+
+typedef struct keyed {
+  double t;
+  tfg_node_id id;
+} keyed;
+
+static int by_time(const void *a, const void *b) {
+  const keyed *x = a, *y = b;
+  if (x->t != y->t) return x->t < y->t ? -1 : 1;
+  return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Renumbers the nodes the rewrite added in the order of their units'
+ * start under the schedule, and out's ids with them. */
+static void order_by_schedule(tfg_replicate *c, pipe *pp, tfg_train_step *out) {
+  tfg_graph *g = c->g;
+  int V = pp->V, M = pp->M;
+  double *bwd = malloc(sizeof *bwd * (size_t)V), *start = malloc(sizeof *start * 2 * (size_t)V * (size_t)M);
+  TFG_ASSERT(bwd && start);
+  for (int s = 0; s < V; s++) bwd[s] = 2 * pp->fwd[s]; /* a backward does about twice a forward's work */
+  tfg_pipe_times(&pp->pp, pp->fwd, bwd, start);
+  int32_t n = g->nnodes - c->n0;
+  keyed *k = malloc(sizeof *k * ((size_t)n + 1));
+  double *t = malloc(sizeof *t * ((size_t)n + 1));
+  TFG_ASSERT(k && t);
+  for (int32_t j = 0; j < n; j++) {
+    tfg_node_id id = c->n0 + j;
+    int32_t u = *unit_of(c, id);
+    if (u == UNIT_FIRST) t[j] = -1;
+    else if (u == UNIT_LAST) t[j] = DBL_MAX;
+    else if (u >= 0) t[j] = start[u];
+    else { /* the latest unit it reads */
+      t[j] = -1;
+      for (int q = 0; q < g->nodes[id].ninputs; q++) {
+        tfg_node_id x = g->nodes[id].inputs[q];
+        if (x >= c->n0 && t[x - c->n0] > t[j]) t[j] = t[x - c->n0];
+      }
+    }
+    k[j] = (keyed){t[j], id};
+  }
+  qsort(k, (size_t)n, sizeof *k, by_time);
+  tfg_node_id *order = malloc(sizeof *order * ((size_t)n + 1)), *map = malloc(sizeof *map * ((size_t)g->nnodes + 1));
+  TFG_ASSERT(order && map);
+  for (int32_t j = 0; j < n; j++) order[j] = k[j].id;
+  tfg_graph_reorder(g, c->n0, order, map);
+  tfg_train_step_remap(out, map);
+  free(order);
+  free(map);
+  free(k);
+  free(t);
+  free(bwd);
+  free(start);
+}
+
+/* ---- the rewrite ------------------------------------------------------------- */
+
+static tfg_status parallel_rewrite(tfg_graph *g, const tfg_action *a, const tfg_program *p, const tfg_strategy *s,
+                                   const tfg_job *job, const tfg_switches *sw, tfg_train_step *out, tfg_diag *d) {
+  if (job && job->size > 1) {
+    tfg_diag_error(d, &s->loc, "parallel(...) runs in one process in this version, not across the %d ranks of an "
+                               "mpirun job", job->size);
+    tfg_diag_help(d, "run it without mpirun on the devices of one process, or use mirrored(...) across the ranks");
+    return TFG_ERR_PLACE;
+  }
+  const tfg_train_config *cfg = &a->config;
+  int P = s->stages, v = cfg->schedule.chunks, M = cfg->micro_batches ? cfg->micro_batches : P;
+  if (cfg->schedule.kind == TFG_SCHEDULE_INTERLEAVED && M % P != 0) {
+    tfg_diag_error(d, &cfg->schedule.at, "interleaved needs micro_batches to be a multiple of the pipeline's %d devices, "
+                   "got %d", P, M);
+    if (cfg->micro_batches) tfg_diag_note(d, &cfg->micro_batches_at, "the micro-batches are set here");
+    tfg_diag_help(d, "use micro_batches = %d, or 1f1b", (M / P + 1) * P);
+    return TFG_ERR_NAME;
+  }
+  pipe pp = {.pp = {.kind = cfg->schedule.kind, .devices = P, .chunks = v, .micro = M}, .V = P * v, .M = M};
+  tfg_replicate c;
+  tfg_replicate_begin(&c, &parallel_hooks, g, a, p, s, job, sw, d, out);
+  c.ctx = &pp;
+  c.per = M;
+  pp.stage = malloc(sizeof *pp.stage * ((size_t)c.top + 1));
+  TFG_ASSERT(pp.stage != NULL);
+  tfg_replicate_data_begin(&c, out);
+  tfg_status st = cut_stages(&c, &pp);
+  int32_t mark = g->nnodes;
+  if (st == TFG_OK) st = tfg_replicate_split_batch(&c);
+  if (st == TFG_OK) mark_from(&c, mark, UNIT_FIRST);
+  if (st == TFG_OK) st = tfg_replicate_replicas(&c, out);
+  if (st == TFG_OK) {
+    /* each replica's mean over its micro-batches, into its slot r */
+    int R = s->nreplicas, n = c.n;
+    for (int r = 0; r < R; r++) {
+      tfg_autodiff_micro_mean(g, M, &c.rparams[r * M * n], &c.grads[r * M * n], n, n, &c.grads[r * n]);
+      memmove(&c.rparams[r * n], &c.rparams[r * M * n], sizeof *c.rparams * (size_t)n);
+    }
+    mark = g->nnodes;
+    st = tfg_replicate_data_end(&c, out);
+    mark_from(&c, mark, UNIT_LAST);
+  }
+  if (st == TFG_OK) order_by_schedule(&c, &pp, out);
+  free(pp.stage);
+  free(pp.fwd);
+  free(pp.unit);
+  return tfg_replicate_end(&c, st, out);
+}
+
+static void parallel_describe(const tfg_train_step *st, char *buf, size_t n) {
+  snprintf(buf, n, "parallel over %d clones", st->nreplicas);
+}
+
+const tfg_strategy_i tfg_strategy_parallel = {
+    .name = "parallel", .run = TFG_STEP_GROUP, .read = parallel_read, .rewrite = parallel_rewrite,
+    .describe = parallel_describe, .spans_gpus = tfg_strategy_names_devices, .gpus = parallel_gpus,
+    .not_predicted = NULL};
