@@ -863,7 +863,7 @@ static tfg_status build(const tfg_graph *g, const tfg_placement *pl, const tfg_d
     for (int r = 0; r < p->buckets[bk].nranks; r++) wait_bucket(&b, bk, r);
 
   /* The live ranges that do not end at a last reader. */
-  tfg_plan_close_live_ranges(p, b.dev, b.own_buf, b.copy_head);
+  tfg_plan_close_live_ranges(p, b.dev, b.own_buf);
 
   /* Pass 3: memory. A COPY's buffer starts at the COPY's place in the
    * device's list, as docs/plan.md defines liveness, so it may take

@@ -98,10 +98,12 @@ int tfg_plan_treap_floor_below(const tfg_plan_treap *t, int64_t a, int64_t b);
 
 /* After the step sweep: the live ranges that do not end at a tensor's
  * last reader (docs/plan.md, Memory). A tensor sent to another device
- * (copy_head[i] >= 0) or read by no op (a result) lives to the end of its
- * device's list; persistent buffers span the whole list. dev[i] is node
- * i's device, own_buf[i] its buffer there or -1. */
-void tfg_plan_close_live_ranges(tfg_plan *p, const int *dev, const int *own_buf, const int *copy_head);
+ * lives until the first compute step of its device that happens after
+ * every copy of it (the events of a pipeline's returning gradients order
+ * one), else to the end of the list; one read by no op (a result) lives
+ * to the end; persistent buffers span the whole list. dev[i] is node i's
+ * device, own_buf[i] its buffer there or -1. */
+void tfg_plan_close_live_ranges(tfg_plan *p, const int *dev, const int *own_buf);
 
 /* Pass 3: assigns offsets on device d by best fit and sets its peak.
  * Returns false after reporting to diag when the device is too small

@@ -5,6 +5,7 @@
  * order a COPY after the compute steps that last used its memory (pass
  * 4, a max tree over the device's offsets). O(log n) per buffer. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/assert.h"
 #include "ir/ops.h"
@@ -14,21 +15,153 @@ static int64_t align_up(int64_t x) { return (x + TFG_PLAN_ALIGN - 1) / TFG_PLAN_
 
 /* ---- liveness ---------------------------------------------------------------------- */
 
-void tfg_plan_close_live_ranges(tfg_plan *p, const int *dev, const int *own_buf, const int *copy_head) {
+/* Each step's vector clock over every stream of the plan (stream k of
+ * S = TFG_PLAN_STREAMS * ndev is device k / TFG_PLAN_STREAMS's stream
+ * k % TFG_PLAN_STREAMS), replayed as the executor runs the streams: each
+ * in list order, a WAIT once its event is recorded, an ALLREDUCE once
+ * every rank's collective stream has reached it (its clock then joins
+ * theirs). Device d's step s has its clock at clk[(base[d] + s) * S].
+ * A plan the builder made never deadlocks (the validator checks it). */
+static int32_t *replay_clocks(const tfg_plan *p, const int *base, int S) {
+  size_t nsteps = (size_t)base[p->ndev];
+  int32_t *clk = calloc(nsteps * (size_t)S + 1, sizeof *clk), *cur = calloc((size_t)S * (size_t)S, sizeof *cur);
+  int32_t *ev = malloc(sizeof *ev * ((size_t)p->nevents * (size_t)S + 1));
+  bool *recorded = calloc((size_t)p->nevents + 1, sizeof *recorded);
+  int *pos = calloc((size_t)S, sizeof *pos), *arrived = calloc((size_t)p->nbuckets + 1, sizeof *arrived);
+  bool *waiting = calloc((size_t)S, sizeof *waiting); /* a collective stream at an ALLREDUCE not every rank reached */
+  TFG_ASSERT(clk && cur && ev && recorded && pos && arrived && waiting);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int k = 0; k < S; k++) {
+      int d = k / TFG_PLAN_STREAMS;
+      const tfg_plan_device *pd = &p->dev[d];
+      int32_t *c = &cur[(size_t)k * (size_t)S];
+      for (;;) {
+        while (pos[k] < pd->nsteps && pd->steps[pos[k]].stream != k % TFG_PLAN_STREAMS) pos[k]++;
+        if (pos[k] >= pd->nsteps) break;
+        const tfg_plan_step *st = &pd->steps[pos[k]];
+        if (st->kind == TFG_PLAN_WAIT && !recorded[st->event]) break;
+        if (st->kind == TFG_PLAN_ALLREDUCE) {
+          /* a rendezvous: the last rank to arrive runs it on every rank */
+          const tfg_plan_bucket *pb = &p->buckets[st->bucket];
+          if (!waiting[k]) {
+            waiting[k] = true;
+            arrived[st->bucket]++;
+            progress = true;
+          }
+          if (arrived[st->bucket] < pb->nranks) break; /* each rank's stream stops here until all have come */
+          int32_t *join = malloc(sizeof *join * (size_t)S);
+          TFG_ASSERT(join != NULL);
+          for (int j = 0; j < S; j++) join[j] = 0;
+          for (int q = 0; q < pb->nranks; q++)
+            for (int j = 0; j < S; j++) {
+              int32_t v = cur[(size_t)(TFG_PLAN_STREAMS * pb->devices[q] + TFG_PLAN_STREAM_COLLECTIVE) * (size_t)S + (size_t)j];
+              if (v > join[j]) join[j] = v;
+            }
+          for (int q = 0; q < pb->nranks; q++) {
+            int e = pb->devices[q], kq = TFG_PLAN_STREAMS * e + TFG_PLAN_STREAM_COLLECTIVE;
+            int32_t *cq = &cur[(size_t)kq * (size_t)S];
+            memcpy(cq, join, sizeof *cq * (size_t)S);
+            cq[kq]++;
+            memcpy(&clk[((size_t)base[e] + (size_t)pos[kq]) * (size_t)S], cq, sizeof *cq * (size_t)S);
+            pos[kq]++;
+            waiting[kq] = false;
+          }
+          free(join);
+          continue;
+        }
+        if (st->kind == TFG_PLAN_WAIT)
+          for (int j = 0; j < S; j++)
+            if (ev[(size_t)st->event * (size_t)S + (size_t)j] > c[j]) c[j] = ev[(size_t)st->event * (size_t)S + (size_t)j];
+        c[k]++;
+        if (st->kind == TFG_PLAN_RECORD) {
+          memcpy(&ev[(size_t)st->event * (size_t)S], c, sizeof *c * (size_t)S);
+          recorded[st->event] = true;
+        }
+        memcpy(&clk[((size_t)base[d] + (size_t)pos[k]) * (size_t)S], c, sizeof *c * (size_t)S);
+        pos[k]++;
+        progress = true;
+      }
+    }
+  }
+  free(cur);
+  free(ev);
+  free(recorded);
+  free(pos);
+  free(arrived);
+  free(waiting);
+  return clk;
+}
+
+/* The first compute step of device d at or after step `from` whose clock
+ * has component k at least t, or -1. Compute steps' clocks only grow
+ * along the stream, so a binary search over them finds it. */
+static int first_after(const int32_t *clk, const int *base, int S, const int *compute, const int *ncompute, int d,
+                       int from, int k, int32_t t) {
+  const int *cs = &compute[base[d]];
+  int lo = 0, hi = ncompute[d];
+  while (lo < hi) { /* the first whose clock has seen t */
+    int mid = (lo + hi) / 2;
+    if (clk[((size_t)base[d] + (size_t)cs[mid]) * (size_t)S + (size_t)k] >= t) hi = mid;
+    else lo = mid + 1;
+  }
+  int lo2 = 0;
+  hi = ncompute[d];
+  while (lo2 < hi) { /* the first at or after from */
+    int mid = (lo2 + hi) / 2;
+    if (cs[mid] >= from) hi = mid;
+    else lo2 = mid + 1;
+  }
+  if (lo2 > lo) lo = lo2;
+  return lo < ncompute[d] ? cs[lo] : -1;
+}
+
+void tfg_plan_close_live_ranges(tfg_plan *p, const int *dev, const int *own_buf) {
   const tfg_graph *g = p->g;
   int32_t n = g->nnodes;
-  /* A tensor sent to another device stays live to the end of its own
-   * device's steps. The COPY that reads it runs on the destination's copy
-   * stream, and nothing in the plan tells the source when that copy has
-   * finished (the only events go the other way), so no later step on the
-   * source may reuse its memory. An executor must still keep it until the
-   * copy finished before the next run of the plan (it synchronizes the
-   * devices at the end of a step). */
-  for (int32_t i = 0; i < n; i++)
-    if (copy_head[i] >= 0 && own_buf[i] >= 0) {
-      tfg_plan_device *pd = &p->dev[dev[i]];
-      if (!pd->buffers[own_buf[i]].persistent) pd->buffers[own_buf[i]].last = pd->nsteps - 1;
+  /* A tensor sent to another device lives until the first compute step
+   * of its own device that happens after every copy of it: the copy runs
+   * on the destination's copy stream, and only a chain of events from it
+   * back to the source (a pipeline's gradients coming back) tells the
+   * source it is done. Without one it lives to the end of the list (the
+   * executor synchronizes the devices at the end of a run). */
+  int S = TFG_PLAN_STREAMS * p->ndev;
+  int *base = malloc(sizeof *base * ((size_t)p->ndev + 1)), *ncompute = calloc((size_t)p->ndev + 1, sizeof *ncompute);
+  TFG_ASSERT(base && ncompute);
+  base[0] = 0;
+  for (int d = 0; d < p->ndev; d++) base[d + 1] = base[d] + p->dev[d].nsteps;
+  int *compute = malloc(sizeof *compute * ((size_t)base[p->ndev] + 1));
+  TFG_ASSERT(compute != NULL);
+  for (int d = 0; d < p->ndev; d++)
+    for (int s = 0; s < p->dev[d].nsteps; s++)
+      if (p->dev[d].steps[s].stream == TFG_PLAN_STREAM_COMPUTE) compute[base[d] + ncompute[d]++] = s;
+  int32_t *clk = replay_clocks(p, base, S);
+  int *release = malloc(sizeof *release * ((size_t)n + 1)); /* per node: the step its sent buffer lives to, or -1 */
+  TFG_ASSERT(release != NULL);
+  for (int32_t i = 0; i < n; i++) release[i] = -1;
+  for (int e = 0; e < p->ndev; e++)
+    for (int s = 0; s < p->dev[e].nsteps; s++) {
+      const tfg_plan_step *st = &p->dev[e].steps[s];
+      if (st->kind != TFG_PLAN_COPY) continue;
+      tfg_node_id x = st->node;
+      int d = st->src, bi = own_buf[x];
+      if (dev[x] != d || bi < 0 || p->dev[d].buffers[bi].persistent) continue; /* a view: own_buf is its base's */
+      int k = TFG_PLAN_STREAMS * e + TFG_PLAN_STREAM_COPY;
+      int32_t t = clk[((size_t)base[e] + (size_t)s) * (size_t)S + (size_t)k];
+      int r = first_after(clk, base, S, compute, ncompute, d, p->dev[d].buffers[bi].last, k, t);
+      if (r < 0) r = p->dev[d].nsteps - 1;
+      if (r > release[x]) release[x] = r;
     }
+  for (int32_t i = 0; i < n; i++)
+    if (release[i] >= 0) {
+      tfg_plan_buffer *bf = &p->dev[dev[i]].buffers[own_buf[i]];
+      if (release[i] > bf->last) bf->last = release[i];
+    }
+  free(release);
+  free(clk);
+  free(compute);
+  free(ncompute);
+  free(base);
   /* A value no op reads is a result: the loss, a metric, a printed tensor.
    * It is fetched after the step, so it too lives to the end of the list
    * (else the next op would reuse its memory before anyone read it). */

@@ -50,7 +50,7 @@ typedef struct checker {
   int *ar_seq;        /* per slot: its place among the rank's ALLREDUCE steps */
   /* per step of every device (device d's step s at step_base[d] + s) */
   int *step_base;
-  int32_t *sclock;    /* TFG_PLAN_STREAMS per step once replayed: its stream's clock for each of the device's streams */
+  int32_t *clock;     /* nstreams per step once replayed: its stream's clock for every stream of the plan */
   int *release;       /* an ALLREDUCE's first compute step on the device ordered after it, or -1 */
   int *ch_of;         /* per node: the chain it is a member of, or -1 */
 } checker;
@@ -468,16 +468,26 @@ static bool check_steps(checker *ck, int *rec_dev, int *rec_step, int *nwaits, t
  * k runs next, given k's vector clock. */
 static bool before(const int32_t *clock_k, int from, int32_t t) { return t > 0 && clock_k[from] >= t; }
 
+/* Whether a step whose clock saw `seen` of a stream happens after that
+ * stream's step at time t. */
+static bool before_seen(int32_t seen, int32_t t) { return t > 0 && seen >= t; }
+
+/* Device d's step s's clock for device e's stream j once replayed (the
+ * time of the last step of that stream it happens after), else 0. */
+static int32_t seen_by(const checker *ck, int d, int s, int e, int j) {
+  return ck->clock[(size_t)ck->nstreams * ((size_t)ck->step_base[d] + (size_t)s) + (size_t)(TFG_PLAN_STREAMS * e + j)];
+}
+
 /* The time of device d's step s on its own stream once replayed, else 0. */
 static int32_t step_time(const checker *ck, int d, int s) {
-  return ck->sclock[TFG_PLAN_STREAMS * ((size_t)ck->step_base[d] + (size_t)s) + (size_t)ck->p->dev[d].steps[s].stream];
+  return seen_by(ck, d, s, d, ck->p->dev[d].steps[s].stream);
 }
 
 /* Records the clock of the step just run (device d's step s) for the
- * memory checks: its view of the device's three streams. */
+ * memory checks: its view of every stream. */
 static void note_clock(checker *ck, int d, int s, const int32_t *clock_k) {
-  int32_t *c = &ck->sclock[TFG_PLAN_STREAMS * ((size_t)ck->step_base[d] + (size_t)s)];
-  for (int j = 0; j < TFG_PLAN_STREAMS; j++) c[j] = clock_k[TFG_PLAN_STREAMS * d + j];
+  memcpy(&ck->clock[(size_t)ck->nstreams * ((size_t)ck->step_base[d] + (size_t)s)], clock_k,
+         sizeof *clock_k * (size_t)ck->nstreams);
 }
 
 /* Whether x's value, read on device d by a step whose stream has clock
@@ -871,7 +881,7 @@ static bool check_reuse(checker *ck, int d, const int *by_first, int np, int nt)
       for (int j = 0; j < TFG_PLAN_STREAMS && ok; j++) {
         int a = acc[TFG_PLAN_STREAMS * pred[q] + j];
         if (a < 0) continue;
-        int32_t ta = step_time(ck, d, a), seen = ck->sclock[TFG_PLAN_STREAMS * ((size_t)ck->step_base[d] + (size_t)w) + (size_t)j];
+        int32_t ta = step_time(ck, d, a), seen = seen_by(ck, d, w, d, j);
         if (ta > 0 && seen >= ta) continue;
         char *t = ntext(ck, bf->node), *u = ntext(ck, o->node);
         ok = fail(ck,
@@ -913,7 +923,8 @@ static bool check_memory(checker *ck, int d) {
     if (pd->buffers[i].offset + pd->buffers[i].bytes > end) end = pd->buffers[i].offset + pd->buffers[i].bytes;
 
   /* Every step's value has its buffer, live at the step; a tensor sent
-   * elsewhere lives to the end of the list (see tfg_plan_build). */
+   * elsewhere lives until a compute step of its device that happens
+   * after the copy, or to the end of the list (see tfg_plan_build). */
   for (int s = 0; s < pd->nsteps; s++) {
     const tfg_plan_step *st = &pd->steps[s];
     if (st->kind == TFG_PLAN_LAUNCH || st->kind == TFG_PLAN_COPY) {
@@ -930,10 +941,14 @@ static bool check_memory(checker *ck, int d) {
       int src = st->src;
       int bi = ck->own_buf[vbase(ck, st->node, src)];
       const tfg_plan_device *ps = &p->dev[src];
-      if (bi >= 0 && ps->buffers[bi].last != ps->nsteps - 1) {
+      int L = bi >= 0 ? ps->buffers[bi].last : -1;
+      if (bi >= 0 && L != ps->nsteps - 1 &&
+          (L < 0 || ps->steps[L].stream != TFG_PLAN_STREAM_COMPUTE ||
+           !before_seen(seen_by(ck, src, L, d, TFG_PLAN_STREAM_COPY), vfind(ck, st->node, d)->time))) {
         char *t = ntext(ck, st->node);
-        fail(ck, "%s: the buffer of %s is freed after step %d, but %s copies it: a tensor sent elsewhere lives to the end",
-             tfg_plan_dev_name(p, src), t, ps->buffers[bi].last, dn);
+        fail(ck, "%s: the buffer of %s is freed after step %d, but %s copies it (its step %d) and that step is not a "
+                 "compute step ordered after the copy: a tensor sent elsewhere lives until one, or to the end",
+             tfg_plan_dev_name(p, src), t, L, dn, s);
         free(t);
         return false;
       }
@@ -1084,14 +1099,14 @@ bool tfg_plan_validate(const tfg_plan *p, tfg_strbuf *why) {
   ck.ar_step = malloc(sizeof *ck.ar_step * ((size_t)nslots + 1));
   ck.ar_seq = calloc((size_t)nslots + 1, sizeof *ck.ar_seq);
   ck.step_base = malloc(sizeof *ck.step_base * ((size_t)p->ndev + 1));
-  ck.sclock = calloc(TFG_PLAN_STREAMS * (size_t)nsteps + 1, sizeof *ck.sclock);
+  ck.clock = calloc((size_t)ck.nstreams * (size_t)nsteps + 1, sizeof *ck.clock);
   ck.release = malloc(sizeof *ck.release * ((size_t)nsteps + 1));
   ck.ch_of = malloc(sizeof *ck.ch_of * ((size_t)n + 1));
   int *rec_dev = malloc(sizeof *rec_dev * ((size_t)p->nevents + 1));
   int *rec_step = malloc(sizeof *rec_step * ((size_t)p->nevents + 1));
   int *nwaits = calloc((size_t)p->nevents + 1, sizeof *nwaits);
   TFG_ASSERT(ck.l_dev && ck.l_step && ck.l_stream && ck.l_time && ck.p_dev && ck.c_head && ck.own_buf && ck.c &&
-             ck.b_of && ck.r_of && ck.br_base && ck.ar_step && ck.ar_seq && ck.step_base && ck.sclock && ck.release &&
+             ck.b_of && ck.r_of && ck.br_base && ck.ar_step && ck.ar_seq && ck.step_base && ck.clock && ck.release &&
              ck.ch_of && rec_dev && rec_step && nwaits);
   for (int32_t i = 0; i < n; i++)
     ck.l_dev[i] = ck.l_step[i] = ck.p_dev[i] = ck.c_head[i] = ck.own_buf[i] = ck.b_of[i] = ck.r_of[i] = ck.ch_of[i] = -1;
@@ -1144,7 +1159,7 @@ bool tfg_plan_validate(const tfg_plan *p, tfg_strbuf *why) {
   free(ck.ar_step);
   free(ck.ar_seq);
   free(ck.step_base);
-  free(ck.sclock);
+  free(ck.clock);
   free(ck.release);
   free(ck.ch_of);
   free(rec_dev);
