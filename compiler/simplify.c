@@ -211,12 +211,14 @@ int tfg_simplify(tfg_graph *g, const uint8_t *roots, uint8_t *mark) {
       for (int k = 0; k < nd->ninputs; k++) readers[nd->inputs[k]]--; /* it no longer runs */
     }
   }
-  /* What lost every reader to the pass (and is no root, nor a source,
-   * random op or update) runs for nobody: removed, in reverse, so
-   * its inputs' counts drop before they are looked at. */
+  /* What has no reader left (and is no root, nor a source, random op or
+   * update) runs for nobody: removed, in reverse, so its inputs' counts
+   * drop before they are looked at. With roots, that is also a result no
+   * run fetches (the program's own forward pass of a loss a strategy
+   * cloned); without, every result is kept. */
   for (int32_t i = n - 1; i >= 0; i--) {
     tfg_node *nd = &g->nodes[i];
-    if (tfg_fold_removed(mark[i]) || readers[i] > 0 || !had[i] || (roots && roots[i])) continue;
+    if (tfg_fold_removed(mark[i]) || readers[i] > 0 || (roots ? roots[i] : !had[i])) continue;
     if (!tfg_op_pure(nd)) continue; /* sources, random ops, updates: kept as they were */
     mark[i] = TFG_FOLD_SIMPLIFIED;
     count++;

@@ -30,9 +30,11 @@
  * the replaced node is marked TFG_FOLD_SIMPLIFIED in mark unless roots
  * marks it (nonzero: a value a run may fetch or a training step reads;
  * may be NULL), which keeps it running so its id still answers. Then a
- * node whose readers were all removed this way, and not a root, is
- * removed too (only what the pass made dead: an op nobody read before
- * stays). Nodes mark already shows removed (tfg_fold_removed) are
+ * pure node with no reader left that is not a root is removed too: one
+ * whose readers were all removed, or, with roots given, one nobody
+ * reads that no run fetches (the program's own forward pass of a loss a
+ * strategy cloned; without roots every result stays). Nodes mark
+ * already shows removed (tfg_fold_removed) are
  * skipped: nothing that runs reads them. Node ids, dtypes and shapes
  * are unchanged. Returns the count of nodes replaced or removed. */
 int tfg_simplify(tfg_graph *g, const uint8_t *roots, uint8_t *mark);
