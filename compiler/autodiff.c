@@ -863,16 +863,24 @@ void tfg_train_step_remap(tfg_train_step *st, const tfg_node_id *map) {
   remap(st->acc_first, st->nupdates, map);
   remap(st->acc_add, st->nupdates, map);
   remap(st->scalers, st->nscalers, map);
+  remap(st->staged, st->nstaged, map);
 }
 
 void tfg_autodiff_micro_mean(tfg_graph *g, int k, const tfg_node_id *params, const tfg_node_id *grads, int stride,
-                             int n, tfg_node_id *out) {
+                             int n, tfg_node_id *out, tfg_train_step *st) {
+  if (k > 1) {
+    st->staged = realloc(st->staged, sizeof *st->staged * ((size_t)st->nstaged + (size_t)n * (size_t)k));
+    TFG_ASSERT(st->staged != NULL);
+  }
   for (int i = 0; i < n; i++) {
     out[i] = grads[i];
     if (k == 1) continue;
     ad c = {.g = g};
     at(&c, params[i]); /* where the param and its update are */
-    for (int m = 1; m < k; m++) out[i] = op2(&c, TFG_OP_ADD, out[i], grads[m * stride + i]);
+    for (int m = 1; m < k; m++) {
+      out[i] = op2(&c, TFG_OP_ADD, out[i], grads[m * stride + i]);
+      st->staged[st->nstaged++] = out[i];
+    }
     out[i] = op2(&c, TFG_OP_DIV, out[i], scalar(&c, (double)k, g->nodes[params[i]].dtype));
   }
 }
@@ -893,5 +901,6 @@ void tfg_train_step_free(tfg_train_step *st) {
   free(st->acc_first);
   free(st->acc_add);
   free(st->scalers);
+  free(st->staged);
   memset(st, 0, sizeof *st);
 }

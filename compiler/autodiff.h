@@ -98,6 +98,12 @@ typedef struct tfg_train_step {
    * without a scaler. */
   int nscalers;
   tfg_node_id *scalers;
+  /* Nodes a schedule needs computed where they stand (a pipeline's
+   * partial sums of its micro-batches' gradients): fusion keeps them
+   * materialized, so each micro-batch's gradient is freed once added
+   * rather than held for one launch at the end. */
+  int nstaged;
+  tfg_node_id *staged;
 } tfg_train_step;
 
 /* precision = f16's dynamic loss scaling, torch.cuda.amp.GradScaler with
@@ -169,8 +175,9 @@ void tfg_train_step_remap(tfg_train_step *st, const tfg_node_id *map);
  * params[i] on the step's k micro-batches, summed in micro-batch order
  * where the param is, then divided by k (as accumulate's mean; the
  * order is the schedule's own, so gpipe and 1f1b sum alike). With k = 1
- * it is grads[i] and adds nothing. */
+ * it is grads[i] and adds nothing. The partial sums are appended to
+ * st->staged (grown here). */
 void tfg_autodiff_micro_mean(tfg_graph *g, int k, const tfg_node_id *params, const tfg_node_id *grads, int stride,
-                             int n, tfg_node_id *out);
+                             int n, tfg_node_id *out, tfg_train_step *st);
 
 #endif

@@ -106,7 +106,8 @@ static tfg_status place_fit(const tfg_graph *g, const tfg_devices *ds, const tfg
  * materialized: the tensors its print actions show, and per train step
  * what the training loop (runtime/train.c) fetches (losses, metrics,
  * updates, a parameter server's worker gradients) or reads and writes
- * (params, state, mirrors, fed gradients). */
+ * (params, state, mirrors, fed gradients), and what a schedule needs
+ * where it stands (staged). */
 static void mark_fetched(const tfg_program *p, const tfg_train_step *packed, int npacked, uint8_t *keep) {
   for (int a = 0; a < p->nactions; a++)
     for (int i = 0; p->actions[a].kind == TFG_ACTION_PRINT && i < p->actions[a].nitems; i++)
@@ -122,6 +123,7 @@ static void mark_fetched(const tfg_program *p, const tfg_train_step *packed, int
     for (int i = 0; i < P; i++) keep[st->params[i]] = 1;
     for (int i = 0; i < st->nstates; i++) keep[st->states[i]] = 1;
     for (int i = 0; i < st->nmirrors; i++) keep[st->mirror_src[i]] = keep[st->mirror_dst[i]] = 1;
+    for (int i = 0; i < st->nstaged; i++) keep[st->staged[i]] = 1;
     for (int i = 0; st->kind == TFG_STEP_SERVER && i < W * P; i++) keep[st->worker_grads[i]] = keep[st->worker_params[i]] = 1;
     for (int i = 0; st->kind == TFG_STEP_SERVER && i < P; i++) keep[st->grad_inputs[i]] = 1;
   }

@@ -327,6 +327,18 @@ static void parallel_traced(tfg_replicate *c, int q, int32_t from, const tfg_nod
   }
 }
 
+/* A clone's rows of an input are cut with the forward of the first
+ * stage that reads the input, so that they are copied to it just in
+ * time, not every micro-batch's at the start. */
+static void mark_slices(tfg_replicate *c, const pipe *pp) {
+  size_t span = (size_t)c->top + 1;
+  for (int q = 0; q < c->s->nreplicas * c->per; q++)
+    for (int32_t i = 0; i <= c->top; i++) {
+      tfg_node_id sl = c->slices[(size_t)q * span + (size_t)i];
+      if (sl >= 0) *unit_of(c, sl) = pp->stage[i] * pp->M + q % c->per;
+    }
+}
+
 static const tfg_replicate_hooks parallel_hooks = {
     .pin = parallel_pin, .param = parallel_param, .cloned = parallel_cloned, .traced = parallel_traced};
 
@@ -413,18 +425,17 @@ static tfg_status parallel_rewrite(tfg_graph *g, const tfg_action *a, const tfg_
   TFG_ASSERT(pp.stage != NULL);
   tfg_replicate_data_begin(&c, out);
   tfg_status st = cut_stages(&c, &pp);
-  int32_t mark = g->nnodes;
   if (st == TFG_OK) st = tfg_replicate_split_batch(&c);
-  if (st == TFG_OK) mark_from(&c, mark, UNIT_FIRST);
+  if (st == TFG_OK) mark_slices(&c, &pp);
   if (st == TFG_OK) st = tfg_replicate_replicas(&c, out);
   if (st == TFG_OK) {
     /* each replica's mean over its micro-batches, into its slot r */
     int R = s->nreplicas, n = c.n;
     for (int r = 0; r < R; r++) {
-      tfg_autodiff_micro_mean(g, M, &c.rparams[r * M * n], &c.grads[r * M * n], n, n, &c.grads[r * n]);
+      tfg_autodiff_micro_mean(g, M, &c.rparams[r * M * n], &c.grads[r * M * n], n, n, &c.grads[r * n], out);
       memmove(&c.rparams[r * n], &c.rparams[r * M * n], sizeof *c.rparams * (size_t)n);
     }
-    mark = g->nnodes;
+    int32_t mark = g->nnodes;
     st = tfg_replicate_data_end(&c, out);
     mark_from(&c, mark, UNIT_LAST);
   }
