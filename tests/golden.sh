@@ -11,7 +11,8 @@
 #                 out of the compare)
 #   NAME.plan     exact stdout of `tfg plan` with those devices
 #   NAME.runerr   exact stderr of `tfg run` (exit: its "# exit: N" line,
-#                 default 1; stdout empty unless the program prints)
+#                 default 1; stdout empty unless the program prints), with
+#                 the devices of its "# devices: SPEC" line when it has one
 #   NAME.out      exact stdout of `tfg run` (exit 0)
 cd "$ROOT/tests/golden" || exit 1
 golden_i=0
@@ -55,7 +56,8 @@ for src in *.tfg; do
     else ok; fi
   elif [ -f "$name.runerr" ]; then
     want_rc=$(sed -n 's/^# exit: //p' "$src" | head -1)
-    "$TFG" run --color=never "$src" >"$tmp/out" 2>"$tmp/err"
+    spec=$(sed -n 's/^# devices: //p' "$src" | head -1)
+    "$TFG" run --color=never ${spec:+--devices "$spec"} "$src" >"$tmp/out" 2>"$tmp/err"
     rc=$?
     if [ $rc -ne "${want_rc:-1}" ]; then ko "golden $src: exit $rc, expected ${want_rc:-1}"; head -5 "$tmp/err"
     elif ! cmp -s "$tmp/err" "$name.runerr"; then

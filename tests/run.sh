@@ -48,7 +48,7 @@ serial=
 if [ "$QUICK" = --quick ]; then
   parallel="$parallel examples"
 else
-  parallel="emu conformance cli reliability/half $parallel strategies oracle repl fuzz"
+  parallel="emu conformance cli reliability/half $parallel strategies pipeline oracle repl fuzz"
   for f in "$ROOT"/tests/reliability/*.sh; do
     r="reliability/$(basename "$f" .sh)"
     case $r in reliability/half | reliability/round2_mpi) ;; *) parallel="$parallel $r" ;; esac

@@ -12,7 +12,7 @@
 #                    tolerances and bad-data cases are exercised (on a GPU
 #                    machine tests/gpu/run.sh runs them on cuda:0)
 #   emu              the CUDA kernels of tests/emu, emulated on the CPU
-#   cli strategies oracle repl mpi
+#   cli strategies pipeline oracle repl mpi
 #                    tests/NAME.sh (command line, several devices end to
 #                    end, training against PyTorch, the REPL, mpirun)
 #   interrupt        Ctrl-C during training (tests/interrupt.py)
@@ -78,7 +78,7 @@ SUITE_FILE="$SUITE_OUT/$(echo "$SUITE_JOB" | tr / _).out"
     done
     [ "$emu_ran" -gt 0 ] || ko "no program of tests/emu was built in $emu_dir (make test builds them)"
     ;;
-  cli | strategies | oracle | repl | mpi) . "$ROOT/tests/$SUITE_JOB.sh" ;;
+  cli | strategies | pipeline | oracle | repl | mpi) . "$ROOT/tests/$SUITE_JOB.sh" ;;
   interrupt) py_checks interrupt "$ROOT/tests/interrupt.py" "$TFG" ;;
   progress)
     mkdir -p "$tmp/progress"

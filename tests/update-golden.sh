@@ -6,7 +6,8 @@
 #   run-*.tfg    -> .out  (tfg run)
 #   place-*.tfg  -> .explain (tfg place --explain, devices from "# devices: SPEC")
 #   plan-*.tfg   -> .plan (tfg plan, devices from "# devices: SPEC")
-#   rerr-*.tfg   -> .runerr (tfg run, stderr; exit code from "# exit: N")
+#   rerr-*.tfg   -> .runerr (tfg run, stderr; exit code from "# exit: N";
+#                   devices from "# devices: SPEC")
 #   err-*, build-* and anything else -> .err (tfg check, stderr)
 BUILD=${1:-build}
 TFG="$(cd "$(dirname "$0")/.." && pwd)/$BUILD/tfg"
@@ -16,7 +17,10 @@ for src in *.tfg; do
   case $name in
     ok-*) "$TFG" check --ast --color=never "$src" >"$name.ast" ;;
     run-*) "$TFG" run --color=never "$src" >"$name.out" ;;
-    rerr-*) "$TFG" run --color=never "$src" >/dev/null 2>"$name.runerr" ;;
+    rerr-*)
+      spec=$(sed -n 's/^# devices: //p' "$src" | head -1)
+      "$TFG" run --color=never ${spec:+--devices "$spec"} "$src" >/dev/null 2>"$name.runerr"
+      ;;
     place-*)
       spec=$(sed -n 's/^# devices: //p' "$src" | head -1)
       "$TFG" place --explain --memory-limit 1G --color=never ${spec:+--devices "$spec"} "$src" >"$name.explain" ;;

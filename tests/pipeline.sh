@@ -1,0 +1,132 @@
+# tests/pipeline.sh: parallel(data, pipeline) end to end on host devices
+# (LANGUAGE.md 6.1), sourced by tests/suite.sh (it uses expect, contains
+# and ok/ko, tests/lib.sh).
+#
+# Equality. A pipeline trains the same program as one device with the
+# same global batch: each micro-batch's gradient is a sum over its rows,
+# the micro-batches' are summed and divided by their count, and the
+# data-parallel replicas' all-reduced, where one device sums all the rows
+# at once. The f32 sums differ only in their order, about 1e-7 relative
+# per step; 10 steps of AdamW, which divides by the gradient's running
+# RMS, carry that to a few 1e-6 at most, so params agree within 2e-5
+# relative (the tolerance tests/strategies.sh derives for mirrored). A
+# wrong stage, a lost micro-batch or a missing 1/M is off by far more
+# (1e-3 and up). gpipe and 1f1b sum the same micro-batches in the same
+# order (the order is in the graph, not the schedule), so they give the
+# same bytes.
+
+# same_params NAME A B: checkpoints A and B hold the same tensors within 2e-5
+same_params() {
+  if python3 "$ROOT/tests/ckpt_compare.py" "$2" "$3" 2e-5 >"$tmp/cmp" 2>&1; then ok
+  else ko "pipeline $1: $(cat "$tmp/cmp")"; fi
+}
+
+# pipe_mlp FILE SETTINGS: a 5-layer MLP of the digits data, 10 AdamW steps
+pipe_mlp() {
+  cat >"$1.tfg" <<EOF
+import nn
+data digits = csv("$digits", label = -1, test = 0.2, shuffle = true, seed = 7)
+input x: f32[16, 64] from digits.x
+input y: i32[16] from digits.y
+logits = nn.mlp(x / 16.0, [48, 40, 32, 24, 10])
+train cross_entropy(logits, y) {
+  optimizer = adamw(lr = 1e-2)
+  steps = 10
+  $2
+  checkpoint = "$1.safetensors"
+  log_every = 10
+}
+EOF
+}
+
+# pipe_gpt FILE SETTINGS: four transformer blocks of the standard library
+# over a fed batch, 10 AdamW steps
+pipe_gpt() {
+  cat >"$1.tfg" <<EOF
+import nn
+input x: f32[8, 8, 16]
+h = x
+for i in 0..4 { h = nn.transformer_block(h, 2, 32) }
+train mean(h * h) {
+  optimizer = adamw(lr = 1e-2)
+  steps = 10
+  $2
+  checkpoint = "$1.safetensors"
+}
+EOF
+}
+
+mkdir -p "$tmp/pp"
+python3 "$ROOT/bench/make_batch.py" "$tmp/pp" normal 8x8x16
+for model in mlp gpt; do
+  feed=
+  [ $model = gpt ] && feed="--feed x=$tmp/pp/x.npy"
+  base="$tmp/pp/$model-single"
+  pipe_$model "$base" ""
+  expect "$model-single" 0 "$TFG" run --devices host*4 $feed "$base.tfg" || continue
+  for P in 2 4; do
+    for sched in gpipe 1f1b "interleaved(chunks = 2)"; do
+      tag=$(echo "$sched" | cut -c1-5)
+      f="$tmp/pp/$model-p$P-$tag"
+      pipe_$model "$f" "strategy = parallel(pipeline = $P); micro_batches = 4; schedule = $sched"
+      expect "$model-p$P-$tag" 0 "$TFG" run --devices host*$P $feed "$f.tfg" &&
+        same_params "$model-p$P-$tag" "$f.safetensors" "$base.safetensors"
+    done
+    if cmp -s "$tmp/pp/$model-p$P-gpipe.safetensors" "$tmp/pp/$model-p$P-1f1b.safetensors"; then ok
+    else ko "pipeline $model-p$P: gpipe and 1f1b differ (they sum the same micro-batches in the same order)"; fi
+  done
+  f="$tmp/pp/$model-d2p2"
+  pipe_$model "$f" "strategy = parallel(data = 2, pipeline = 2); micro_batches = 2"
+  expect "$model-d2p2" 0 "$TFG" run --devices host*4 $feed "$f.tfg" &&
+    same_params "$model-d2p2" "$f.safetensors" "$base.safetensors"
+done
+
+# Memory. With 32 rows per micro-batch (the batch grows with M), stage 0
+# holds every micro-batch's activations until its backward under gpipe,
+# so its planned activations grow with M; under 1f1b at most P = 2
+# micro-batches are in flight, so they stay flat. Measured on the plan
+# of gpu:0 (tfg plan --json): the most bytes of non-persistent buffers
+# live at one step, for M = 2, 4, 8, 16. From M = 4 on 1f1b's are the
+# same bytes (M = 2 holds one partial sum of the micro-batches' gradients
+# less: its only sum is made at the end); gpipe's grow at each doubling.
+# The planned peak of 1f1b (best fit places the same buffers with a few
+# gaps) stays within 25% from M = 4 to 16.
+live_of() { # live_of PLAN_JSON: gpu:0's most live non-persistent bytes, and its peak less the persistent bytes
+  python3 -c '
+import json, sys
+d = [x for x in json.load(open(sys.argv[1]))["devices"] if x["name"] == "gpu:0"][0]
+live = [0] * (len(d["steps"]) + 1)
+for b in d["buffers"]:
+    if b["live"] is not None:
+        for s in range(b["live"][0], b["live"][1] + 1): live[s] += b["bytes"]
+print(max(live), d["peak_bytes"] - d["persistent_bytes"])' "$1"
+}
+for sched in gpipe 1f1b; do
+  lives= peaks=
+  for M in 2 4 8 16; do
+    cat >"$tmp/pp/mem.tfg" <<EOF
+import nn
+input x: f32[$((32 * M)), 32]
+logits = nn.mlp(x, [128, 128, 128, 128, 10])
+train mean(logits * logits) { optimizer = sgd(lr = 0.1); steps = 1; strategy = parallel(pipeline = 2); micro_batches = $M; schedule = $sched }
+EOF
+    if "$TFG" plan --json --devices host*2 "$tmp/pp/mem.tfg" >"$tmp/pp/mem.json" 2>"$tmp/err"; then
+      set -- $(live_of "$tmp/pp/mem.json")
+      lives="$lives $1" peaks="$peaks $2"
+    else
+      ko "pipeline memory $sched M=$M: $(head -3 "$tmp/err")"
+    fi
+  done
+  set -- $lives
+  [ $# -eq 4 ] || continue
+  if [ $sched = gpipe ]; then
+    if [ "$1" -lt "$2" ] && [ "$2" -lt "$3" ] && [ "$3" -lt "$4" ]; then ok
+    else ko "pipeline memory: gpipe's stage 0 activations do not grow with M = 2, 4, 8, 16:$lives"; fi
+  else
+    if [ "$1" -le "$2" ] && [ "$2" -eq "$3" ] && [ "$3" -eq "$4" ]; then ok
+    else ko "pipeline memory: 1f1b's stage 0 activations are not flat over M = 2, 4, 8, 16:$lives"; fi
+    set -- $peaks
+    if [ $(($4 * 4)) -le $(($2 * 5)) ]; then ok
+    else ko "pipeline memory: 1f1b's stage 0 planned peak grows by more than 25% from M = 4 to 16:$peaks"; fi
+  fi
+done
