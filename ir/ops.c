@@ -54,6 +54,14 @@ static const char *ty(const tfg_node *n) {
   return buf;
 }
 
+/* Gives n the dtype and shape of x, the output of every op shaped like
+ * an input; returns TFG_OK, so a shape rule can end with it. */
+static tfg_status like(tfg_node *n, const tfg_node *x) {
+  n->dtype = x->dtype;
+  n->shape = x->shape;
+  return TFG_OK;
+}
+
 static tfg_status need_float(tfg_diag *d, tfg_node *n, const tfg_node *x) {
   if (tfg_dtype_is_float(x->dtype)) return TFG_OK;
   tfg_status s = fail(d, n, "needs a float tensor, got %s", ty(x));
@@ -79,6 +87,27 @@ static bool norm_axis(int64_t a, int r, int64_t *out) {
   if (a < 0 || a >= r) return false;
   *out = a;
   return true;
+}
+
+/* A float matrix m and the integer ids that pick its rows or columns
+ * (cross_entropy's logits and labels, embedding's table and ids); form
+ * says in the message what m must be, what names the ids. */
+static tfg_status need_matrix_ids(tfg_diag *d, tfg_node *n, const tfg_node *m, const char *form,
+                                  const tfg_node *ids, const char *what) {
+  tfg_status s = need_float(d, n, m);
+  if (s != TFG_OK) return s;
+  if (m->shape.rank != 2) return fail(d, n, "%s, got %s", form, ty(m));
+  return need_int(d, n, ids, what);
+}
+
+/* Normalizes n's attrs.axis, an axis of x, in place (the kernels read
+ * it from 0), or reports it out of range. */
+static tfg_status need_axis(tfg_diag *d, tfg_node *n, const tfg_node *x) {
+  int64_t a;
+  if (!norm_axis(n->attrs.axis, x->shape.rank, &a))
+    return fail(d, n, "axis %lld is out of range for %s", (long long)n->attrs.axis, ty(x));
+  n->attrs.axis = a;
+  return TFG_OK;
 }
 
 /* NumPy broadcasting of a and b into out; on failure *bad is the output
@@ -126,9 +155,7 @@ static tfg_status infer_unary(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
   const tfg_node *x = input(g, n, 0);
   tfg_status s = tfg_op_get(n->op)->ints ? need_numeric(d, n, x) : need_float(d, n, x);
   if (s != TFG_OK) return s;
-  n->dtype = x->dtype;
-  n->shape = x->shape;
-  return TFG_OK;
+  return like(n, x);
 }
 
 static tfg_status infer_cast(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
@@ -259,10 +286,8 @@ static tfg_status infer_argmax(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
   const tfg_node *x = input(g, n, 0);
   tfg_status s = need_numeric(d, n, x);
   if (s != TFG_OK) return s;
-  int64_t a;
-  if (!norm_axis(n->attrs.axis, x->shape.rank, &a))
-    return fail(d, n, "axis %lld is out of range for %s", (long long)n->attrs.axis, ty(x));
-  n->attrs.axis = a;
+  if ((s = need_axis(d, n, x)) != TFG_OK) return s;
+  int64_t a = n->attrs.axis;
   n->dtype = TFG_DTYPE_I32;
   n->shape.rank = 0;
   for (int i = 0; i < x->shape.rank; i++)
@@ -349,16 +374,15 @@ static tfg_status infer_transpose(const tfg_graph *g, tfg_node *n, tfg_diag *d) 
 static tfg_status infer_concat(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
   if (n->ninputs < 1) return fail(d, n, "needs a non-empty list of tensors");
   const tfg_node *x0 = input(g, n, 0);
-  int64_t a;
-  if (!norm_axis(n->attrs.axis, x0->shape.rank, &a))
-    return fail(d, n, "axis %lld is out of range for %s", (long long)n->attrs.axis, ty(x0));
-  n->attrs.axis = a;
+  tfg_status s = need_axis(d, n, x0);
+  if (s != TFG_OK) return s;
+  int64_t a = n->attrs.axis;
   n->dtype = x0->dtype;
   n->shape = x0->shape;
   for (int k = 1; k < n->ninputs; k++) {
     const tfg_node *xk = input(g, n, k);
     if (xk->dtype != x0->dtype) {
-      tfg_status s = fail(d, n, "%s and %s: dtypes differ", ty(x0), ty(xk));
+      s = fail(d, n, "%s and %s: dtypes differ", ty(x0), ty(xk));
       tfg_diag_help(d, "convert one: cast(x, %s)", tfg_dtype_name(x0->dtype));
       return s;
     }
@@ -420,23 +444,16 @@ static tfg_status infer_broadcast(const tfg_graph *g, tfg_node *n, tfg_diag *d) 
 static tfg_status infer_softmax(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
   const tfg_node *x = input(g, n, 0);
   tfg_status s = need_float(d, n, x);
+  if (s == TFG_OK) s = need_axis(d, n, x);
   if (s != TFG_OK) return s;
-  int64_t a;
-  if (!norm_axis(n->attrs.axis, x->shape.rank, &a))
-    return fail(d, n, "axis %lld is out of range for %s", (long long)n->attrs.axis, ty(x));
-  n->attrs.axis = a;
-  n->dtype = x->dtype;
-  n->shape = x->shape;
-  return TFG_OK;
+  return like(n, x);
 }
 
 /* logits [N, C] with int labels [N]: cross_entropy and accuracy. */
 static tfg_status check_logits_labels(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
   const tfg_node *l = input(g, n, 0), *y = input(g, n, 1);
-  tfg_status s = need_float(d, n, l);
+  tfg_status s = need_matrix_ids(d, n, l, "logits must be [batch, classes]", y, "labels");
   if (s != TFG_OK) return s;
-  if (l->shape.rank != 2) return fail(d, n, "logits must be [batch, classes], got %s", ty(l));
-  if ((s = need_int(d, n, y, "labels")) != TFG_OK) return s;
   if (y->shape.rank != 1 || y->shape.dim[0] != l->shape.dim[0]) {
     s = fail(d, n, "labels must be [%lld] to match logits %s, got %s",
              (long long)l->shape.dim[0], ty(l), ty(y));
@@ -549,9 +566,7 @@ static tfg_status infer_layer_norm(const tfg_graph *g, tfg_node *n, tfg_diag *d)
       return fail(d, n, "%s must be %s[%lld] to match the last axis of %s, got %s",
                   i ? "beta" : "gamma", tfg_dtype_name(x->dtype), (long long)dim, ty(x), ty(p[i]));
   if (!(n->attrs.value > 0)) return fail(d, n, "eps must be positive");
-  n->dtype = x->dtype;
-  n->shape = x->shape;
-  return TFG_OK;
+  return like(n, x);
 }
 
 /* ATTENTION (q, k, v) and ATTENTION_PROBS (q, k): one float dtype, the
@@ -619,17 +634,13 @@ static tfg_status infer_dropout(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
   if (s != TFG_OK) return s;
   if (!(n->attrs.value >= 0 && n->attrs.value <= 1))
     return fail(d, n, "rate must be in [0, 1], got %g", n->attrs.value);
-  n->dtype = x->dtype;
-  n->shape = x->shape;
-  return TFG_OK;
+  return like(n, x);
 }
 
 static tfg_status infer_embedding(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
   const tfg_node *t = input(g, n, 0), *ids = input(g, n, 1);
-  tfg_status s = need_float(d, n, t);
+  tfg_status s = need_matrix_ids(d, n, t, "the table must be [vocabulary, dim]", ids, "ids");
   if (s != TFG_OK) return s;
-  if (t->shape.rank != 2) return fail(d, n, "the table must be [vocabulary, dim], got %s", ty(t));
-  if ((s = need_int(d, n, ids, "ids")) != TFG_OK) return s;
   if (ids->shape.rank >= TFG_MAX_RANK) return fail(d, n, "ids %s have too many dimensions", ty(ids));
   n->dtype = t->dtype;
   n->shape = ids->shape;
@@ -655,10 +666,7 @@ static tfg_status infer_one_hot(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
  * layer_norm_grad, max_pool_grad: the gradient of that input). */
 static tfg_status infer_like_input(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
   (void)d;
-  const tfg_node *x = input(g, n, 0);
-  n->dtype = x->dtype;
-  n->shape = x->shape;
-  return TFG_OK;
+  return like(n, input(g, n, 0));
 }
 
 /* The shape autodiff asks for in attrs.iv (the forward input's shape),
