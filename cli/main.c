@@ -11,6 +11,7 @@
 #include <getopt.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,29 +75,35 @@ enum { OPT_COLOR = 256, OPT_AST, OPT_SET, OPT_FEED, OPT_SEED, OPT_PRINT_ALL, OPT
        OPT_QUIET, OPT_DEVICES, OPT_MEMORY_LIMIT, OPT_EXPLAIN, OPT_JSON, OPT_DOT, OPT_TRACE, OPT_BUCKET_SIZE,
        OPT_MEMORY, OPT_TF32, OPT_VERBOSE, OPT_PROFILE, OPT_LOG_ALL_RANKS, OPT_PREDICT };
 
-/* The ALLOW_* bit a command needs to take each option; 0: every command
- * takes it. Another command's option is an unknown option. */
-static const int opt_allow[] = {
-    [OPT_AST - OPT_COLOR] = ALLOW_AST,
-    [OPT_FEED - OPT_COLOR] = ALLOW_RUN,
-    [OPT_SEED - OPT_COLOR] = ALLOW_RUN,
-    [OPT_PRINT_ALL - OPT_COLOR] = ALLOW_RUN,
-    [OPT_THREADS - OPT_COLOR] = ALLOW_RUN | ALLOW_PREDICT,
-    [OPT_CHECK_NUMERICS - OPT_COLOR] = ALLOW_RUN,
-    [OPT_QUIET - OPT_COLOR] = ALLOW_RUN,
-    [OPT_DEVICES - OPT_COLOR] = ALLOW_PLACE,
-    [OPT_MEMORY_LIMIT - OPT_COLOR] = ALLOW_PLACE,
-    [OPT_EXPLAIN - OPT_COLOR] = ALLOW_EXPLAIN,
-    [OPT_JSON - OPT_COLOR] = ALLOW_JSON,
-    [OPT_DOT - OPT_COLOR] = ALLOW_EXPLAIN,
-    [OPT_TRACE - OPT_COLOR] = ALLOW_TRACE,
-    [OPT_BUCKET_SIZE - OPT_COLOR] = ALLOW_PLACE,
-    [OPT_MEMORY - OPT_COLOR] = ALLOW_PLACE,
-    [OPT_TF32 - OPT_COLOR] = ALLOW_RUN,
-    [OPT_VERBOSE - OPT_COLOR] = ALLOW_VERBOSE,
-    [OPT_PROFILE - OPT_COLOR] = ALLOW_TRACE,
-    [OPT_LOG_ALL_RANKS - OPT_COLOR] = ALLOW_TRACE,
-    [OPT_PREDICT - OPT_COLOR] = ALLOW_PREDICT,
+/* What parse_opts knows of each option: the ALLOW_* bit a command needs
+ * to take it (0: every command takes it; another command's option is an
+ * unknown option), and for an option that takes no value and turns a
+ * flag of cli_opts on, that flag's offset (0: none; the first field,
+ * color, is not a flag). */
+static const struct {
+  int allow;
+  size_t flag;
+} opt_info[] = {
+    [OPT_AST - OPT_COLOR] = {ALLOW_AST, offsetof(cli_opts, ast)},
+    [OPT_FEED - OPT_COLOR] = {ALLOW_RUN, 0},
+    [OPT_SEED - OPT_COLOR] = {ALLOW_RUN, 0},
+    [OPT_PRINT_ALL - OPT_COLOR] = {ALLOW_RUN, offsetof(cli_opts, print_all)},
+    [OPT_THREADS - OPT_COLOR] = {ALLOW_RUN | ALLOW_PREDICT, 0},
+    [OPT_CHECK_NUMERICS - OPT_COLOR] = {ALLOW_RUN, offsetof(cli_opts, check_numerics)},
+    [OPT_QUIET - OPT_COLOR] = {ALLOW_RUN, offsetof(cli_opts, quiet)},
+    [OPT_DEVICES - OPT_COLOR] = {ALLOW_PLACE, 0},
+    [OPT_MEMORY_LIMIT - OPT_COLOR] = {ALLOW_PLACE, 0},
+    [OPT_EXPLAIN - OPT_COLOR] = {ALLOW_EXPLAIN, offsetof(cli_opts, explain)},
+    [OPT_JSON - OPT_COLOR] = {ALLOW_JSON, offsetof(cli_opts, json)},
+    [OPT_DOT - OPT_COLOR] = {ALLOW_EXPLAIN, offsetof(cli_opts, dot)},
+    [OPT_TRACE - OPT_COLOR] = {ALLOW_TRACE, 0},
+    [OPT_BUCKET_SIZE - OPT_COLOR] = {ALLOW_PLACE, 0},
+    [OPT_MEMORY - OPT_COLOR] = {ALLOW_PLACE, 0},
+    [OPT_TF32 - OPT_COLOR] = {ALLOW_RUN, offsetof(cli_opts, tf32)},
+    [OPT_VERBOSE - OPT_COLOR] = {ALLOW_VERBOSE, offsetof(cli_opts, verbose)},
+    [OPT_PROFILE - OPT_COLOR] = {ALLOW_TRACE, offsetof(cli_opts, profile)},
+    [OPT_LOG_ALL_RANKS - OPT_COLOR] = {ALLOW_TRACE, offsetof(cli_opts, log_all_ranks)},
+    [OPT_PREDICT - OPT_COLOR] = {ALLOW_PREDICT, offsetof(cli_opts, predict)},
 };
 
 /* Splits "NAME=VALUE"; false when there is no '=' or no name. */
@@ -148,8 +155,12 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
   while ((c = getopt_long(argc, argv, ":h", longopts, &li)) != -1) {
     const char *name, *value;
     char *end;
-    if (c >= OPT_COLOR && opt_allow[c - OPT_COLOR] && !(allow & opt_allow[c - OPT_COLOR]))
-      return usage_error(cmd, "unknown option '--%s'", longopts[li].name);
+    int need = c >= OPT_COLOR ? opt_info[c - OPT_COLOR].allow : 0;
+    if (need && !(allow & need)) return usage_error(cmd, "unknown option '--%s'", longopts[li].name);
+    if (c >= OPT_COLOR && opt_info[c - OPT_COLOR].flag) {
+      *(bool *)((char *)o + opt_info[c - OPT_COLOR].flag) = true;
+      continue;
+    }
     switch (c) {
     case 'h':
       printf("usage: %s", cmd->help);
@@ -158,9 +169,6 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
       if (strcmp(optarg, "auto") && strcmp(optarg, "always") && strcmp(optarg, "never"))
         return usage_error(cmd, "--color takes auto, always or never, not '%s'", optarg);
       o->color = optarg;
-      break;
-    case OPT_AST:
-      o->ast = true;
       break;
     case OPT_SET:
       if (!split_assign(optarg, &name, &value)) return usage_error(cmd, "--set takes NAME=VALUE, not '%s'", optarg);
@@ -179,17 +187,9 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
       o->seed = strtoull(optarg, &end, 10);
       if (errno || *end || !*optarg || optarg[0] == '-') return usage_error(cmd, "--seed takes a non-negative integer, not '%s'", optarg);
       break;
-    case OPT_PRINT_ALL:
-      o->print_all = true;
-      break;
     case OPT_THREADS:
       o->threads = (int)strtol(optarg, &end, 10);
       if (*end || o->threads < 1 || o->threads > 256) return usage_error(cmd, "--threads takes 1 to 256, not '%s'", optarg);
-      break;
-    case OPT_CHECK_NUMERICS:
-    case OPT_QUIET:
-      if (c == OPT_QUIET) o->quiet = true;
-      else o->check_numerics = true;
       break;
     case OPT_DEVICES:
       o->devices = optarg;
@@ -203,35 +203,13 @@ static int parse_opts(const cli_cmd *cmd, int argc, char **argv, int allow, cli_
                            optarg);
       break;
     }
-    case OPT_EXPLAIN:
-    case OPT_JSON:
-    case OPT_DOT:
-      if (c == OPT_EXPLAIN) o->explain = true;
-      else if (c == OPT_JSON) o->json = true;
-      else o->dot = true;
-      break;
     case OPT_TRACE:
       o->trace = optarg;
-      break;
-    case OPT_PREDICT:
-      o->predict = true;
-      break;
-    case OPT_PROFILE:
-      o->profile = true;
-      break;
-    case OPT_LOG_ALL_RANKS:
-      o->log_all_ranks = true;
       break;
     case OPT_MEMORY:
       if (strcmp(optarg, "growth") && strcmp(optarg, "preallocate"))
         return usage_error(cmd, "--memory takes growth or preallocate, not '%s'", optarg);
       o->preallocate = strcmp(optarg, "preallocate") == 0;
-      break;
-    case OPT_TF32:
-      o->tf32 = true;
-      break;
-    case OPT_VERBOSE:
-      o->verbose = true;
       break;
     case ':':
       return usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
