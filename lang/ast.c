@@ -69,6 +69,11 @@ tfg_loc tfg_loc_join(tfg_loc a, tfg_loc b) {
   return a;
 }
 
+/* names[k] of a table of n, or "?" for a k past its end or without a name. */
+static const char *name_in(const char *const *names, size_t n, unsigned k) {
+  return k < n && names[k] ? names[k] : "?";
+}
+
 const char *tfg_ast_kind_name(tfg_ast_kind k) {
   static const char *const names[] = {
       [TFG_AST_BLOCK] = "block",     [TFG_AST_IMPORT] = "import", [TFG_AST_LET] = "let",
@@ -84,18 +89,20 @@ const char *tfg_ast_kind_name(tfg_ast_kind k) {
       [TFG_AST_INDEX] = "index",     [TFG_AST_UNARY] = "unary",   [TFG_AST_BINARY] = "binary",
       [TFG_AST_RANGE] = "range",     [TFG_AST_KWARG] = "kwarg",   [TFG_AST_TYPE] = "type",
   };
-  return (unsigned)k < sizeof names / sizeof names[0] && names[k] ? names[k] : "?";
+  return name_in(names, sizeof names / sizeof names[0], (unsigned)k);
 }
 
 const char *tfg_ast_op_str(tfg_ast_op op) {
+  /* Grouped as the enum is: arithmetic, equality, order, logic, unary. */
   static const char *const ops[] = {
-      [TFG_AST_OP_ADD] = "+",  [TFG_AST_OP_SUB] = "-",  [TFG_AST_OP_MUL] = "*",
-      [TFG_AST_OP_DIV] = "/",  [TFG_AST_OP_MOD] = "%",  [TFG_AST_OP_EQ] = "==",
-      [TFG_AST_OP_NE] = "!=",  [TFG_AST_OP_LT] = "<",   [TFG_AST_OP_LE] = "<=",
-      [TFG_AST_OP_GT] = ">",   [TFG_AST_OP_GE] = ">=",  [TFG_AST_OP_AND] = "&&",
-      [TFG_AST_OP_OR] = "||",  [TFG_AST_OP_NEG] = "-",  [TFG_AST_OP_NOT] = "!",
+      [TFG_AST_OP_ADD] = "+", [TFG_AST_OP_SUB] = "-", [TFG_AST_OP_MUL] = "*", [TFG_AST_OP_DIV] = "/",
+      [TFG_AST_OP_MOD] = "%",
+      [TFG_AST_OP_EQ] = "==", [TFG_AST_OP_NE] = "!=",
+      [TFG_AST_OP_LT] = "<", [TFG_AST_OP_LE] = "<=", [TFG_AST_OP_GT] = ">", [TFG_AST_OP_GE] = ">=",
+      [TFG_AST_OP_AND] = "&&", [TFG_AST_OP_OR] = "||",
+      [TFG_AST_OP_NEG] = "-", [TFG_AST_OP_NOT] = "!",
   };
-  return (unsigned)op < sizeof ops / sizeof ops[0] && ops[op] ? ops[op] : "?";
+  return name_in(ops, sizeof ops / sizeof ops[0], (unsigned)op);
 }
 
 /* ---- dump ------------------------------------------------------------- */
@@ -140,6 +147,28 @@ static void dump_list(const tfg_ast *first, tfg_strbuf *out) {
   }
 }
 
+/* The items of a list one space apart, in brackets: "[1 2 3]". */
+static void dump_bracketed(const tfg_ast *first, tfg_strbuf *out) {
+  tfg_strbuf_putc(out, '[');
+  for (const tfg_ast *it = first; it; it = it->next) {
+    if (it != first) tfg_strbuf_putc(out, ' ');
+    dump_expr(it, out);
+  }
+  tfg_strbuf_putc(out, ']');
+}
+
+/* Ends a form whose head the caller wrote ("(index"): each operand that
+ * is there after a space, then ")". */
+static void dump_operands(const tfg_ast *a, const tfg_ast *b, tfg_strbuf *out) {
+  const tfg_ast *operand[2] = {a, b};
+  for (int i = 0; i < 2; i++) {
+    if (!operand[i]) continue;
+    tfg_strbuf_putc(out, ' ');
+    dump_expr(operand[i], out);
+  }
+  tfg_strbuf_putc(out, ')');
+}
+
 static void dump_expr(const tfg_ast *n, tfg_strbuf *out) {
   switch (n->kind) {
   case TFG_AST_INT: tfg_strbuf_printf(out, "%" PRId64, n->ival); break;
@@ -158,14 +187,7 @@ static void dump_expr(const tfg_ast *n, tfg_strbuf *out) {
       dump_expr(n->a, out);
     }
     break;
-  case TFG_AST_LIST:
-    tfg_strbuf_putc(out, '[');
-    for (const tfg_ast *it = n->list.head; it; it = it->next) {
-      if (it != n->list.head) tfg_strbuf_putc(out, ' ');
-      dump_expr(it, out);
-    }
-    tfg_strbuf_putc(out, ']');
-    break;
+  case TFG_AST_LIST: dump_bracketed(n->list.head, out); break;
   case TFG_AST_CALL:
     tfg_strbuf_puts(out, "(call ");
     dump_expr(n->a, out);
@@ -178,37 +200,25 @@ static void dump_expr(const tfg_ast *n, tfg_strbuf *out) {
     tfg_strbuf_printf(out, " %s)", n->name);
     break;
   case TFG_AST_INDEX:
-    tfg_strbuf_puts(out, "(index ");
-    dump_expr(n->a, out);
-    tfg_strbuf_putc(out, ' ');
-    dump_expr(n->b, out);
-    tfg_strbuf_putc(out, ')');
+    tfg_strbuf_puts(out, "(index");
+    dump_operands(n->a, n->b, out);
     break;
   case TFG_AST_UNARY:
-    tfg_strbuf_printf(out, "(%s ", tfg_ast_op_str(n->op));
-    dump_expr(n->a, out);
-    tfg_strbuf_putc(out, ')');
+    tfg_strbuf_printf(out, "(%s", tfg_ast_op_str(n->op));
+    dump_operands(n->a, NULL, out);
     break;
   case TFG_AST_BINARY:
   case TFG_AST_RANGE:
-    tfg_strbuf_printf(out, "(%s ", n->kind == TFG_AST_RANGE ? ".." : tfg_ast_op_str(n->op));
-    dump_expr(n->a, out);
-    tfg_strbuf_putc(out, ' ');
-    dump_expr(n->b, out);
-    tfg_strbuf_putc(out, ')');
+    tfg_strbuf_printf(out, "(%s", n->kind == TFG_AST_RANGE ? ".." : tfg_ast_op_str(n->op));
+    dump_operands(n->a, n->b, out);
     break;
   case TFG_AST_KWARG:
-    tfg_strbuf_printf(out, "(%s = ", n->name);
-    dump_expr(n->a, out);
-    tfg_strbuf_putc(out, ')');
+    tfg_strbuf_printf(out, "(%s =", n->name);
+    dump_operands(n->a, NULL, out);
     break;
   case TFG_AST_TYPE:
-    tfg_strbuf_printf(out, "%s[", n->name);
-    for (const tfg_ast *it = n->list.head; it; it = it->next) {
-      if (it != n->list.head) tfg_strbuf_putc(out, ' ');
-      dump_expr(it, out);
-    }
-    tfg_strbuf_putc(out, ']');
+    tfg_strbuf_puts(out, n->name);
+    dump_bracketed(n->list.head, out);
     break;
   default:
     tfg_strbuf_printf(out, "<%s>", tfg_ast_kind_name(n->kind));
@@ -234,6 +244,12 @@ static void dump_block(const tfg_ast *block, int indent, tfg_strbuf *out) {
   }
 }
 
+/* The block that ends a form (fn, with, for, scope), then the form's ")". */
+static void dump_body(const tfg_ast *block, int indent, tfg_strbuf *out) {
+  dump_block(block, indent, out);
+  tfg_strbuf_putc(out, ')');
+}
+
 static void dump_stmt_body(const tfg_ast *n, int indent, tfg_strbuf *out) {
   switch (n->kind) {
   case TFG_AST_IMPORT:
@@ -246,9 +262,13 @@ static void dump_stmt_body(const tfg_ast *n, int indent, tfg_strbuf *out) {
   case TFG_AST_LET:
   case TFG_AST_ASSIGN:
   case TFG_AST_DATA:
-    tfg_strbuf_printf(out, "(%s %s ", tfg_ast_kind_name(n->kind), n->name);
-    dump_expr(n->a, out);
-    tfg_strbuf_putc(out, ')');
+  case TFG_AST_RETURN:
+  case TFG_AST_EXPR_STMT:
+    /* "(let x a)", "(return a)", "(return)": a return and an expression
+     * statement have no name, a bare return no value. */
+    tfg_strbuf_printf(out, "(%s", tfg_ast_kind_name(n->kind));
+    if (n->name) tfg_strbuf_printf(out, " %s", n->name);
+    dump_operands(n->a, NULL, out);
     break;
   case TFG_AST_PARAM:
   case TFG_AST_INPUT:
@@ -261,22 +281,9 @@ static void dump_stmt_body(const tfg_ast *n, int indent, tfg_strbuf *out) {
     tfg_strbuf_putc(out, ')');
     break;
   case TFG_AST_FN:
-    tfg_strbuf_printf(out, "(fn %s [", n->name);
-    for (const tfg_ast *p = n->list.head; p; p = p->next) {
-      if (p != n->list.head) tfg_strbuf_putc(out, ' ');
-      dump_expr(p, out);
-    }
-    tfg_strbuf_putc(out, ']');
-    dump_block(n->a, indent + 1, out);
-    tfg_strbuf_putc(out, ')');
-    break;
-  case TFG_AST_RETURN:
-    tfg_strbuf_puts(out, "(return");
-    if (n->a) {
-      tfg_strbuf_putc(out, ' ');
-      dump_expr(n->a, out);
-    }
-    tfg_strbuf_putc(out, ')');
+    tfg_strbuf_printf(out, "(fn %s ", n->name);
+    dump_bracketed(n->list.head, out);
+    dump_body(n->a, indent + 1, out);
     break;
   case TFG_AST_AT:
     tfg_strbuf_puts(out, "(@ ");
@@ -290,13 +297,11 @@ static void dump_stmt_body(const tfg_ast *n, int indent, tfg_strbuf *out) {
     tfg_strbuf_printf(out, "(%s ", tfg_ast_kind_name(n->kind));
     if (n->kind == TFG_AST_FOR) tfg_strbuf_printf(out, "%s ", n->name);
     dump_expr(n->a, out);
-    dump_block(n->b, indent + 1, out);
-    tfg_strbuf_putc(out, ')');
+    dump_body(n->b, indent + 1, out);
     break;
   case TFG_AST_SCOPE:
     tfg_strbuf_printf(out, "(scope %s", n->name);
-    dump_block(n->a, indent + 1, out);
-    tfg_strbuf_putc(out, ')');
+    dump_body(n->a, indent + 1, out);
     break;
   case TFG_AST_IF:
     tfg_strbuf_puts(out, "(if ");
@@ -329,11 +334,6 @@ static void dump_stmt_body(const tfg_ast *n, int indent, tfg_strbuf *out) {
       dump_prefix(&s->loc, indent + 1, out);
       dump_expr(s, out);
     }
-    tfg_strbuf_putc(out, ')');
-    break;
-  case TFG_AST_EXPR_STMT:
-    tfg_strbuf_puts(out, "(expr ");
-    dump_expr(n->a, out);
     tfg_strbuf_putc(out, ')');
     break;
   default:
