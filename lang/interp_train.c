@@ -95,6 +95,18 @@ static double opt_arg(const tfg_record *r, const char *name) {
   return v->kind == TFG_V_FLOAT ? v->u.f : (double)v->u.b;
 }
 
+/* A float argument of a configuration and the field that stores it. */
+typedef struct float_arg {
+  const char *name;
+  double *field;
+} float_arg;
+
+/* Stores each of the n arguments of r that args name in its field
+ * (opt_arg: 0 for one r has not). */
+static void read_float_args(const tfg_record *r, const float_arg *args, size_t n) {
+  for (size_t i = 0; i < n; i++) *args[i].field = opt_arg(r, args[i].name);
+}
+
 /* What a value that cannot be a device is, in the words the strategy's
  * messages use ("mirrored: item 1 is an int, not a device"). */
 static const char *devarg_what(tfg_vkind k) {
@@ -152,18 +164,15 @@ typedef struct train_setting {
 static void decode_optimizer(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v,
                              const tfg_ast *k) {
   (void)ts;
-  const tfg_record *r = config_record(I, true, v, k->a);
   tfg_optimizer_config *o = &c->optimizer;
+  const tfg_record *r = config_record(I, true, v, k->a);
   o->kind = strcmp(r->name, "sgd") == 0    ? TFG_OPTIMIZER_SGD
             : strcmp(r->name, "adam") == 0 ? TFG_OPTIMIZER_ADAM
                                            : TFG_OPTIMIZER_ADAMW;
-  o->lr = opt_arg(r, "lr");
-  o->weight_decay = opt_arg(r, "weight_decay");
-  o->momentum = opt_arg(r, "momentum");
+  const float_arg args[] = {{"lr", &o->lr}, {"weight_decay", &o->weight_decay}, {"momentum", &o->momentum},
+                            {"b1", &o->b1}, {"b2", &o->b2},                     {"eps", &o->eps}};
+  read_float_args(r, args, sizeof args / sizeof args[0]);
   o->nesterov = opt_arg(r, "nesterov") != 0;
-  o->b1 = opt_arg(r, "b1");
-  o->b2 = opt_arg(r, "b2");
-  o->eps = opt_arg(r, "eps");
 }
 
 /* lr_schedule = constant() | linear(...) | cosine(...) | step(...): the
@@ -183,11 +192,9 @@ static void decode_lr_schedule(tfg_interp *I, const train_setting *ts, tfg_train
   const tfg_record *r = v.u.record;
   tfg_lr_schedule *s = &c->lr_schedule;
   s->kind = (tfg_lr_kind)kind;
-  s->warmup = opt_arg(r, "warmup");
-  s->total = opt_arg(r, "total");
-  s->min = opt_arg(r, "min");
-  s->every = opt_arg(r, "every");
-  s->gamma = opt_arg(r, "gamma");
+  const float_arg args[] = {{"warmup", &s->warmup}, {"total", &s->total}, {"min", &s->min},
+                            {"every", &s->every},   {"gamma", &s->gamma}};
+  read_float_args(r, args, sizeof args / sizeof args[0]);
 }
 
 /* strategy = NAME(ARGS): every argument of the constructor's signature
