@@ -10,6 +10,14 @@
 
 /* ---- what a backend is ----------------------------------------------------------- */
 
+void tfg_backend_init(tfg_backend *b, const tfg_backend_i *i, const tfg_backend_caps *caps, const tfg_device *dev,
+                      void *ctx) {
+  b->i = *i;
+  b->caps = *caps;
+  b->device = dev;
+  b->ctx = ctx;
+}
+
 const tfg_backend_caps *tfg_backend_get_caps(const tfg_backend *b) { return &b->caps; }
 
 bool tfg_backend_is_host(const tfg_backend *b) { return b->caps.is_host; }
@@ -18,7 +26,18 @@ const tfg_device *tfg_backend_device(const tfg_backend *b) { return b->device; }
 
 const char *tfg_backend_name(tfg_backend *b) { return b->i.name(b); }
 
-bool tfg_backend_supports_op(tfg_backend *b, const tfg_node *node) { return b->i.supports_op(b, node); }
+/* The sources, whose values the executor places in memory itself (they
+ * have no kernel), and every op the backend has a kernel for: the same
+ * rule on every backend, so it is not an entry of the table. */
+bool tfg_backend_supports_op(tfg_backend *b, const tfg_node *node) {
+  switch (node->op) {
+  case TFG_OP_PARAM:
+  case TFG_OP_INPUT:
+  case TFG_OP_STATE:
+  case TFG_OP_CONST: return true;
+  default: return b->i.kernel(b, node) != NULL;
+  }
+}
 
 tfg_kernel_fn tfg_backend_kernel(tfg_backend *b, const tfg_node *node) { return b->i.kernel(b, node); }
 

@@ -322,19 +322,6 @@ static const char *cuda_name(tfg_backend *b) {
   return "cuda";
 }
 
-/* Every op with a CUDA kernel, and the sources whose values the executor
- * copies in itself (they have no kernel). */
-static bool cuda_supports_op(tfg_backend *b, const tfg_node *node) {
-  (void)b;
-  switch (node->op) {
-  case TFG_OP_PARAM:
-  case TFG_OP_INPUT:
-  case TFG_OP_STATE:
-  case TFG_OP_CONST: return true;
-  default: return tfg_cuda_kernel(node->op) != NULL;
-  }
-}
-
 /* Not stream-ordered, like the host backend's: the caller frees only
  * memory no queued operation still uses. */
 static void *cuda_alloc(tfg_backend *b, size_t bytes) { return tfg_mem_alloc(cuda_of(b)->pe->pool, bytes); }
@@ -707,7 +694,6 @@ static const tfg_backend_caps cuda_caps = {
 
 static const tfg_backend_i cuda_i = {
     .name = cuda_name,
-    .supports_op = cuda_supports_op,
     .alloc = cuda_alloc,
     .free = cuda_free,
     .stream_create = cuda_stream_create,
@@ -756,10 +742,7 @@ tfg_backend *tfg_backend_cuda_new(const tfg_device *dev, const tfg_backend_opts 
   }
   cuda_backend *cb = calloc(1, sizeof *cb);
   TFG_ASSERT(cb != NULL);
-  cb->base.i = cuda_i;
-  cb->base.caps = cuda_caps;
-  cb->base.device = dev;
-  cb->base.ctx = cb;
+  tfg_backend_init(&cb->base, &cuda_i, &cuda_caps, dev, cb);
   cb->gpu = dev->physical;
   cb->o = *o;
   cb->dev_node_id = -1;

@@ -615,18 +615,6 @@ static const char *host_name(tfg_backend *b) {
   return "host";
 }
 
-/* Every op with a CPU kernel, and the sources whose values the executor
- * places in memory itself (they have no kernel). */
-static bool host_supports_op(tfg_backend *b, const tfg_node *node) {
-  (void)b;
-  switch (node->op) {
-  case TFG_OP_PARAM:
-  case TFG_OP_INPUT:
-  case TFG_OP_STATE: return true;
-  default: return tfg_cpu_kernel(node->op) != NULL;
-  }
-}
-
 /* Not stream-ordered: the caller frees only memory no queued operation
  * still uses (after a synchronize, or an event it waited for). */
 static void *host_alloc(tfg_backend *b, size_t bytes) { return tfg_mem_alloc(host_of(b)->pool, bytes); }
@@ -921,7 +909,6 @@ static const tfg_backend_caps host_graph_caps = {
 
 static const tfg_backend_i host_i = {
     .name = host_name,
-    .supports_op = host_supports_op,
     .alloc = host_alloc,
     .free = host_free,
     .stream_create = host_stream_create,
@@ -962,10 +949,7 @@ tfg_backend *tfg_backend_host_new_with(const tfg_device *dev, const tfg_backend_
   if (!pool) return NULL;
   host_backend *hb = calloc(1, sizeof *hb);
   TFG_ASSERT(hb != NULL);
-  hb->base.i = host_i;
-  hb->base.caps = host_caps;
-  hb->base.device = dev;
-  hb->base.ctx = hb;
+  tfg_backend_init(&hb->base, &host_i, &host_caps, dev, hb);
   pthread_mutex_init(&hb->mu, NULL);
   pthread_cond_init(&hb->wake, NULL);
   pthread_cond_init(&hb->idle, NULL);

@@ -8,7 +8,7 @@
  *
  *   static const tfg_backend_caps my_caps = {.is_host = true, .reduce_all = true};
  *   static const tfg_backend_i my_i = {.name = my_name, .alloc = my_alloc, ...};
- *   b->i = my_i; b->caps = my_caps; b->device = dev; b->ctx = state;
+ *   tfg_backend_init(b, &my_i, &my_caps, dev, state);
  *
  * Each entry does what the function of the same name in
  * runtime/backend.h says (tfg_backend_alloc calls alloc, ...). Every
@@ -27,7 +27,6 @@
 
 typedef struct tfg_backend_i {
   const char *(*name)(tfg_backend *b);
-  bool (*supports_op)(tfg_backend *b, const tfg_node *node);
 
   void *(*alloc)(tfg_backend *b, size_t bytes);
   void (*free)(tfg_backend *b, void *ptr);
@@ -78,5 +77,10 @@ struct tfg_backend {
   const tfg_device *device;
   void *ctx; /* the backend's own state */
 };
+
+/* Fills b's body: the table i and the capabilities caps its backend
+ * declares (both copied), the device it runs and the backend's state. */
+void tfg_backend_init(tfg_backend *b, const tfg_backend_i *i, const tfg_backend_caps *caps, const tfg_device *dev,
+                      void *ctx);
 
 #endif
