@@ -294,11 +294,7 @@ static void nccl_free(tfg_coll *c) {
 }
 
 static const tfg_coll_i nccl_i = {
-    .name = nccl_name,
-    .allreduce = nccl_allreduce,
-    .allreduce_scaled = nccl_allreduce_scaled,
-    .free = nccl_free,
-};
+    .name = nccl_name, .allreduce = nccl_allreduce, .allreduce_scaled = nccl_allreduce_scaled, .free = nccl_free};
 
 bool tfg_backend_cuda_nccl_id(void *id, tfg_strbuf *why) {
   _Static_assert(sizeof(ncclUniqueId) == TFG_NCCL_ID_BYTES, "NCCL's unique id is 128 bytes");
@@ -368,12 +364,8 @@ static tfg_coll *nccl_new(int nranks, tfg_backend *const *b, tfg_stream *const *
     nccl_destroy(g);
     return NULL;
   }
-  tfg_coll *c = calloc(1, sizeof *c);
-  TFG_ASSERT(c != NULL);
-  c->i = nccl_i;
-  c->nranks = nranks;
+  tfg_coll *c = tfg_coll_new(&nccl_i, nranks, g);
   c->processes = id ? world / nranks : 1;
-  c->ctx = g;
   return c;
 }
 

@@ -63,13 +63,16 @@
 #include "base/assert.h"
 #include "runtime/collective.h"
 
+/* The state of the ring, and of the shared all-reduce (below), whose
+ * calls are one step where the ring's are 2 (R - 1): the ranks, and the
+ * events made once and recorded again by every call. */
 typedef struct ring {
   int nranks;
   tfg_backend **b;
   tfg_stream **s;
   tfg_event **start; /* start[r]: recorded on s[r] when a call begins */
   tfg_event **step;  /* step[r * nsteps + S]: rank r's step S is done */
-  int nsteps;        /* 2 (nranks - 1) */
+  int nsteps;        /* the ring's 2 (nranks - 1); the shared all-reduce's 1 */
 } ring;
 
 static ring *ring_of(tfg_coll *c) { return c->ctx; }
@@ -215,14 +218,15 @@ static void ring_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *
   free(off);
 }
 
-/* Frees the events: operations still queued on them keep them alive on
- * backends that refcount them (host), and on CUDA freeing an event with
- * pending work is allowed too, so the streams need not be drained. */
+/* The ring's free, and the shared all-reduce's. Frees the events:
+ * operations still queued on them keep them alive on backends that
+ * refcount them (host), and on CUDA freeing an event with pending work
+ * is allowed too, so the streams need not be drained. */
 static void ring_free(tfg_coll *c) {
   if (!c) return;
   ring *g = ring_of(c);
-  for (int r = 0; r < g->nranks; r++) {
-    if (g->start) tfg_backend_event_free(g->b[r], g->start[r]);
+  for (int r = 0; g->start && r < g->nranks; r++) {
+    tfg_backend_event_free(g->b[r], g->start[r]);
     for (int S = 0; S < g->nsteps; S++) tfg_backend_event_free(g->b[r], g->step[r * g->nsteps + S]);
   }
   free(g->start);
@@ -234,33 +238,33 @@ static void ring_free(tfg_coll *c) {
 }
 
 static const tfg_coll_i ring_i = {
-    .name = ring_name,
-    .allreduce = allreduce_of_op,
-    .allreduce_scaled = ring_allreduce_scaled,
-    .free = ring_free,
-};
+    .name = ring_name, .allreduce = allreduce_of_op, .allreduce_scaled = ring_allreduce_scaled, .free = ring_free};
 
-tfg_coll *tfg_coll_ring_new(int nranks, tfg_backend *const *b, tfg_stream *const *s) {
-  TFG_ASSERT(nranks >= 1 && b && s);
-  tfg_coll *c = calloc(1, sizeof *c);
+/* A collective under the table i with the ring's state: nranks ranks
+ * (b and s copied) whose calls take nsteps steps, and their events. */
+static tfg_coll *ring_state_new(const tfg_coll_i *i, int nranks, tfg_backend *const *b, tfg_stream *const *s,
+                                int nsteps) {
   ring *g = calloc(1, sizeof *g);
-  TFG_ASSERT(c && g);
+  TFG_ASSERT(g != NULL);
   g->nranks = nranks;
-  g->nsteps = 2 * (nranks - 1);
+  g->nsteps = nsteps;
   copy_ranks(nranks, b, s, &g->b, &g->s);
   if (nranks > 1) { /* one rank queues nothing, so it needs no events */
     g->start = malloc((size_t)nranks * sizeof *g->start);
-    g->step = malloc((size_t)nranks * (size_t)g->nsteps * sizeof *g->step);
+    g->step = malloc((size_t)nranks * (size_t)nsteps * sizeof *g->step);
     TFG_ASSERT(g->start && g->step);
     for (int r = 0; r < nranks; r++) {
       g->start[r] = tfg_backend_event_create(b[r]);
-      for (int S = 0; S < g->nsteps; S++) g->step[r * g->nsteps + S] = tfg_backend_event_create(b[r]);
+      for (int S = 0; S < nsteps; S++) g->step[r * nsteps + S] = tfg_backend_event_create(b[r]);
     }
   }
-  c->i = ring_i;
-  c->nranks = nranks;
+  return tfg_coll_new(i, nranks, g);
+}
+
+tfg_coll *tfg_coll_ring_new(int nranks, tfg_backend *const *b, tfg_stream *const *s) {
+  TFG_ASSERT(nranks >= 1 && b && s);
+  tfg_coll *c = ring_state_new(&ring_i, nranks, b, s, 2 * (nranks - 1));
   c->capturable = true; /* events, reduce_peer and copy_peer: what a capture holds */
-  c->ctx = g;
   return c;
 }
 
@@ -365,37 +369,24 @@ static void hier_allreduce(tfg_coll *c, void *const *bufs, const size_t *counts,
 }
 
 /* Frees the leaders' collective and the events (queued work keeps what it
- * still needs alive, as in ring_free). */
-static void hier_destroy(hier *h) {
+ * still needs alive, as in ring_free), then the arrays. */
+static void hier_free(tfg_coll *c) {
+  if (!c) return;
+  hier *h = c->ctx;
   if (h->inter) h->inter->i.free(h->inter);
   for (int r = 0; r < h->nranks; r++) {
     tfg_event *ev[3] = {h->start[r], h->copied[r], h->ready[r]};
     for (int i = 0; i < 3; i++)
       if (ev[i]) tfg_backend_event_free(h->b[r], ev[i]);
   }
-  free(h->start);
-  free(h->copied);
-  free(h->ready);
-  free(h->lead);
-  free(h->leaders);
-  free(h->has_members);
-  free(h->b);
-  free(h->s);
+  void *arrays[] = {h->start, h->copied, h->ready, h->lead, h->leaders, h->has_members, h->b, h->s};
+  for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) free(arrays[i]);
   free(h);
-}
-
-static void hier_free(tfg_coll *c) {
-  if (!c) return;
-  hier_destroy(c->ctx);
   free(c);
 }
 
 static const tfg_coll_i hier_i = {
-    .name = hier_name,
-    .allreduce = hier_allreduce,
-    .allreduce_scaled = hier_allreduce_scaled,
-    .free = hier_free,
-};
+    .name = hier_name, .allreduce = hier_allreduce, .allreduce_scaled = hier_allreduce_scaled, .free = hier_free};
 
 /* The hierarchical all-reduce; `outer`: its leaders' step spans
  * processes, so it runs even with one group. */
@@ -404,6 +395,7 @@ static tfg_coll *hier_new(int nranks, tfg_backend *const *b, tfg_stream *const *
   TFG_ASSERT(nranks >= 1 && b && s && group && leaders);
   hier *h = calloc(1, sizeof *h);
   TFG_ASSERT(h != NULL);
+  tfg_coll *c = tfg_coll_new(&hier_i, nranks, h);
   size_t R = (size_t)nranks;
   h->nranks = nranks;
   h->b = malloc(R * sizeof *h->b);
@@ -441,7 +433,7 @@ static tfg_coll *hier_new(int nranks, tfg_backend *const *b, tfg_stream *const *
     free(lb);
     free(ls);
     if (!h->inter) {
-      hier_destroy(h);
+      hier_free(c);
       return NULL;
     }
     TFG_ASSERT(h->inter->nranks == h->ngroups && h->inter->i.allreduce_scaled != NULL);
@@ -455,12 +447,7 @@ static tfg_coll *hier_new(int nranks, tfg_backend *const *b, tfg_stream *const *
     }
   }
   snprintf(h->name, sizeof h->name, "hier+%s", h->inter ? h->inter->i.name(h->inter) : "none");
-  tfg_coll *c = calloc(1, sizeof *c);
-  TFG_ASSERT(c != NULL);
-  c->i = hier_i;
-  c->nranks = nranks;
   c->processes = h->inter ? h->inter->processes : 1;
-  c->ctx = h;
   return c;
 }
 
@@ -491,13 +478,8 @@ tfg_coll *tfg_coll_hier_outer_new(int nranks, tfg_backend *const *b, tfg_stream 
  * rank's start (their buffers hold what their streams computed), runs its
  * chunk and records "done"; at the end rank r waits for every other
  * rank's done (they wrote into its buffer and read it): its buffers are
- * its own again, as after the ring. */
-typedef struct shared {
-  int nranks;
-  tfg_backend **b;
-  tfg_stream **s;
-  tfg_event **start, **done;
-} shared;
+ * its own again, as after the ring. Its state is the ring's, with one
+ * step: rank r's "done" is its step[r]. */
 
 static const char *shared_name(tfg_coll *c) {
   (void)c;
@@ -518,7 +500,7 @@ static size_t aligned_begin(const layout *L, size_t n, int nranks, int c) {
 
 static void shared_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
                                     double scale) {
-  shared *g = c->ctx;
+  ring *g = ring_of(c);
   int R = g->nranks;
   TFG_ASSERT(nseg >= 0 && (nseg == 0 || (bufs && counts)));
   if (R == 1) {
@@ -546,35 +528,16 @@ static void shared_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t
       tfg_backend_reduce_all(b, g->s[r], ptrs, R, end - e, dt, scale);
       e = end;
     }
-    tfg_backend_event_record(b, g->s[r], g->done[r]);
+    tfg_backend_event_record(b, g->s[r], g->step[r]);
   }
   for (int r = 0; r < R; r++)
     for (int q = 0; q < R; q++)
-      if (q != r) tfg_backend_event_wait(g->b[r], g->s[r], g->done[q]);
+      if (q != r) tfg_backend_event_wait(g->b[r], g->s[r], g->step[q]);
   free(off);
 }
 
-static void shared_free(tfg_coll *c) {
-  if (!c) return;
-  shared *g = c->ctx;
-  for (int r = 0; r < g->nranks; r++) {
-    if (g->start) tfg_backend_event_free(g->b[r], g->start[r]);
-    if (g->done) tfg_backend_event_free(g->b[r], g->done[r]);
-  }
-  free(g->start);
-  free(g->done);
-  free(g->b);
-  free(g->s);
-  free(g);
-  free(c);
-}
-
 static const tfg_coll_i shared_i = {
-    .name = shared_name,
-    .allreduce = allreduce_of_op,
-    .allreduce_scaled = shared_allreduce_scaled,
-    .free = shared_free,
-};
+    .name = shared_name, .allreduce = allreduce_of_op, .allreduce_scaled = shared_allreduce_scaled, .free = ring_free};
 
 tfg_coll *tfg_coll_shared_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why) {
   TFG_ASSERT(nranks >= 1 && b && s);
@@ -587,23 +550,15 @@ tfg_coll *tfg_coll_shared_new(int nranks, tfg_backend *const *b, tfg_stream *con
       tfg_strbuf_printf(why, "%s's backend has no reduce_all", tfg_backend_device(b[r])->name);
       return NULL;
     }
+  return ring_state_new(&shared_i, nranks, b, s, 1);
+}
+
+tfg_coll *tfg_coll_new(const tfg_coll_i *i, int nranks, void *ctx) {
   tfg_coll *c = calloc(1, sizeof *c);
-  shared *g = calloc(1, sizeof *g);
-  TFG_ASSERT(c && g);
-  g->nranks = nranks;
-  copy_ranks(nranks, b, s, &g->b, &g->s);
-  if (nranks > 1) {
-    g->start = malloc((size_t)nranks * sizeof *g->start);
-    g->done = malloc((size_t)nranks * sizeof *g->done);
-    TFG_ASSERT(g->start && g->done);
-    for (int r = 0; r < nranks; r++) {
-      g->start[r] = tfg_backend_event_create(b[r]);
-      g->done[r] = tfg_backend_event_create(b[r]);
-    }
-  }
-  c->i = shared_i;
+  TFG_ASSERT(c != NULL);
+  c->i = *i;
   c->nranks = nranks;
-  c->ctx = g;
+  c->ctx = ctx;
   return c;
 }
 

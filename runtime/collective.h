@@ -83,6 +83,12 @@ struct tfg_coll {
   void *ctx;
 };
 
+/* What an implementation's constructor returns: a collective of nranks
+ * ranks whose entries i run on its state ctx, processes 0 (this process
+ * alone; one that spans processes sets it) and not capturable. Its free
+ * entry frees both. */
+tfg_coll *tfg_coll_new(const tfg_coll_i *i, int nranks, void *ctx);
+
 /* The built-in ring over nranks backends, rank r on b[r] with its
  * collectives queued on s[r] (the arrays are copied). A chunked ring:
  * the buffer is cut into nranks chunks; reduce-scatter (nranks - 1 steps,

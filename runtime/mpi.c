@@ -405,11 +405,7 @@ static void mpi_free(tfg_coll *c) {
 }
 
 static const tfg_coll_i mpi_i = {
-    .name = mpi_name,
-    .allreduce = mpi_allreduce,
-    .allreduce_scaled = mpi_allreduce_scaled,
-    .free = mpi_free,
-};
+    .name = mpi_name, .allreduce = mpi_allreduce, .allreduce_scaled = mpi_allreduce_scaled, .free = mpi_free};
 
 /* The leaders' step: one rank (this process's leader) among the job's
  * processes. */
@@ -432,12 +428,8 @@ static tfg_coll *mpi_coll_new(int nranks, tfg_backend *const *b, tfg_stream *con
   m->s = s[0];
   m->node.op = TFG_OP_ALLREDUCE;
   m->done = tfg_event_new();
-  tfg_coll *c = calloc(1, sizeof *c);
-  TFG_ASSERT(c != NULL);
-  c->i = mpi_i;
-  c->nranks = 1;
+  tfg_coll *c = tfg_coll_new(&mpi_i, 1, m);
   c->processes = job.size;
-  c->ctx = m;
   return c;
 }
 
