@@ -580,10 +580,8 @@ static void enqueue(host_backend *hb, tfg_stream *s, const host_op *tmpl) {
   }
   pthread_mutex_lock(&hb->mu);
   host_op *op = hb->spare;
-  if (op)
-    hb->spare = op->next;
-  else
-    op = malloc(sizeof *op);
+  if (op) hb->spare = op->next;
+  else op = malloc(sizeof *op);
   TFG_ASSERT(op != NULL);
   *op = *tmpl;
   op->next = NULL;
@@ -821,6 +819,10 @@ static void host_destroy(tfg_backend *b) {
   pthread_cond_signal(&hb->wake);
   pthread_mutex_unlock(&hb->mu);
   TFG_ASSERT(pthread_join(hb->thread, NULL) == 0);
+  /* what the worker waited and signalled on goes with it */
+  pthread_cond_destroy(&hb->wake);
+  pthread_cond_destroy(&hb->idle);
+  pthread_mutex_destroy(&hb->mu);
   for (size_t i = 0; i < hb->nstreams; i++) {
     TFG_ASSERT(hb->streams[i]->head == NULL);
     tfg_strbuf_free(&hb->streams[i]->err);
@@ -834,9 +836,6 @@ static void host_destroy(tfg_backend *b) {
   }
   tfg_mem_pool_free(hb->pool);
   tfg_strbuf_free(&hb->scratch);
-  pthread_cond_destroy(&hb->wake);
-  pthread_cond_destroy(&hb->idle);
-  pthread_mutex_destroy(&hb->mu);
   free(hb);
 }
 

@@ -447,18 +447,10 @@ void tfg_exec_free(tfg_exec *x) {
     free(e->copy);
     tfg_strbuf_free(&e->kctx.k.err);
   }
-  free(x->dev);
-  free(x->ev);
-  free(x->issued);
-  free(x->need);
-  free(x->fed);
-  free(x->fetch_first);
-  free(x->view_head);
-  free(x->view_next);
-  free(x->fetch_next);
-  free(x->fused);
-  free(x->progs);
-  free(x->inner);
+  /* The arrays sized by the plan (per device, event, node, fetch, chain). */
+  void *arrays[] = {x->dev,       x->ev,        x->issued,     x->need,  x->fed,   x->fetch_first,
+                    x->view_head, x->view_next, x->fetch_next, x->fused, x->progs, x->inner};
+  for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) free(arrays[i]);
   filler_close(x);
   tfg_pool_free(x->pool);
   free(x);

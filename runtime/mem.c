@@ -74,10 +74,8 @@ static uint64_t addr_hash(uintptr_t a) {
 
 static block *block_new(tfg_mem_pool *p, uintptr_t addr, size_t size) {
   block *b = p->spare;
-  if (b)
-    p->spare = b->next;
-  else
-    b = malloc(sizeof *b);
+  if (b) p->spare = b->next;
+  else b = malloc(sizeof *b);
   TFG_ASSERT(b != NULL);
   *b = (block){.addr = addr, .size = size};
   return b;
@@ -86,6 +84,15 @@ static block *block_new(tfg_mem_pool *p, uintptr_t addr, size_t size) {
 static void block_recycle(tfg_mem_pool *p, block *b) {
   b->next = p->spare;
   p->spare = b;
+}
+
+/* Merges hi, the block right after lo, into lo: lo's record stays and
+ * grows, hi's is recycled. */
+static void block_absorb(tfg_mem_pool *p, block *lo, block *hi) {
+  lo->size += hi->size;
+  lo->next = hi->next;
+  if (hi->next) hi->next->prev = lo;
+  block_recycle(p, hi);
 }
 
 /* ---- treaps ---------------------------------------------------------------
@@ -312,17 +319,11 @@ void tfg_mem_free(tfg_mem_pool *p, void *ptr) {
   block *prev = b->prev, *next = b->next;
   if (next && next->free) {
     free_remove(p, next);
-    b->size += next->size;
-    b->next = next->next;
-    if (next->next) next->next->prev = b;
-    block_recycle(p, next);
+    block_absorb(p, b, next);
   }
   if (prev && prev->free) {
     free_remove(p, prev);
-    prev->size += b->size;
-    prev->next = b->next;
-    if (b->next) b->next->prev = prev;
-    block_recycle(p, b);
+    block_absorb(p, prev, b);
     b = prev;
   }
   free_insert(p, b);

@@ -88,10 +88,8 @@ void tfg_trace_free(tfg_trace *t) {
     free(t->names[i].process);
     free(t->names[i].thread);
   }
-  free(t->strs);
-  free(t->set);
-  free(t->slices);
-  free(t->names);
+  void *arrays[] = {t->strs, t->set, t->slices, t->names};
+  for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) free(arrays[i]);
   pthread_mutex_destroy(&t->mu);
   free(t);
 }
