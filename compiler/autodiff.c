@@ -608,6 +608,13 @@ static void update_attrs(const tfg_optimizer_config *o, const tfg_lr_schedule *s
   }
 }
 
+/* x cast to dt, or x itself when it has that dtype. */
+static tfg_node_id as_dtype(ad *c, tfg_node_id x, tfg_dtype dt) {
+  if (node(c, x)->dtype == dt) return x;
+  tfg_attrs to = {.dtype = dt};
+  return add(c, TFG_OP_CAST, &x, 1, &to);
+}
+
 /* clip_grad_norm: grads[0..n) scaled as torch.nn.utils.clip_grad_norm_
  * does, by min(1, max / (norm + 1e-6)), norm the 2-norm of all of them
  * together, into out. The squares are summed per gradient in its dtype,
@@ -633,13 +640,7 @@ static void clip_grads(tfg_graph *g, tfg_diag *d, double max, const tfg_node_id 
   coef = op2(&c, TFG_OP_MINIMUM, coef, scalar(&c, 1.0, TFG_DTYPE_F64));
   for (int i = 0; i < n; i++) {
     at(&c, grads[i]); /* each scaled gradient where its gradient is */
-    tfg_dtype dt = node(&c, grads[i])->dtype;
-    tfg_node_id k = coef;
-    if (dt != TFG_DTYPE_F64) {
-      tfg_attrs to = {.dtype = dt};
-      k = add(&c, TFG_OP_CAST, &coef, 1, &to);
-    }
-    out[i] = op2(&c, TFG_OP_MUL, grads[i], k);
+    out[i] = op2(&c, TFG_OP_MUL, grads[i], as_dtype(&c, coef, node(&c, grads[i])->dtype));
   }
 }
 
@@ -716,12 +717,7 @@ static tfg_node_id unscale(tfg_graph *g, tfg_diag *d, tfg_amp *amp, const tfg_no
   for (int i = 0; i < n; i++) {
     at(&c, grads[i]);
     tfg_dtype dt = node(&c, grads[i])->dtype;
-    tfg_node_id k = inv;
-    if (dt != TFG_DTYPE_F32) {
-      tfg_attrs to = {.dtype = dt};
-      k = add(&c, TFG_OP_CAST, &inv, 1, &to);
-    }
-    out[i] = op2(&c, TFG_OP_MUL, grads[i], k);
+    out[i] = op2(&c, TFG_OP_MUL, grads[i], as_dtype(&c, inv, dt));
     tfg_attrs all = {.iv_none = true};
     tfg_node_id z = op2(&c, TFG_OP_MUL, out[i], scalar(&c, 0.0, dt));
     z = add(&c, TFG_OP_SUM, &z, 1, &all);
