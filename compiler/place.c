@@ -93,9 +93,8 @@ tfg_place_totals tfg_placement_totals(const tfg_placement *pl, int device) { ret
 
 void tfg_placement_free(tfg_placement *pl) {
   if (!pl) return;
-  free(pl->rec);
-  free(pl->parent);
-  free(pl->totals);
+  void *arrays[] = {pl->rec, pl->parent, pl->totals};
+  for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) free(arrays[i]);
   free(pl);
 }
 

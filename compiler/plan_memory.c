@@ -200,11 +200,8 @@ void tfg_plan_treap_init(tfg_plan_treap *t, int n) {
 }
 
 void tfg_plan_treap_free(tfg_plan_treap *t) {
-  free(t->l);
-  free(t->r);
-  free(t->prio);
-  free(t->ka);
-  free(t->kb);
+  void *arrays[] = {t->l, t->r, t->prio, t->ka, t->kb};
+  for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) free(arrays[i]);
 }
 
 static bool key_less(const tfg_plan_treap *t, int x, int64_t a, int64_t b) {

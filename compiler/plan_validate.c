@@ -696,15 +696,8 @@ static bool replay(checker *ck, const int *nwaits) {
                   tfg_plan_dev_name(p, k / TFG_PLAN_STREAMS), pos[k], st->event);
     }
   for (int e = 0; e < p->nevents; e++) free(ev[e]);
-  free(clock);
-  free(ev);
-  free(waits_left);
-  free(recorded);
-  free(pos);
-  free(narrived);
-  free(arrived);
-  free(rel_pos);
-  free(join);
+  void *arrays[] = {clock, ev, waits_left, recorded, pos, narrived, arrived, rel_pos, join};
+  for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) free(arrays[i]);
   return ok;
 }
 
@@ -914,8 +907,8 @@ static bool check_memory(checker *ck, int d) {
   const tfg_plan *p = ck->p;
   const tfg_graph *g = ck->g;
   const tfg_plan_device *pd = &p->dev[d];
-  const char *dn = tfg_plan_dev_name(p, d);
   int nb = pd->nbuffers;
+  const char *dn = tfg_plan_dev_name(p, d);
   int64_t capacity = tfg_devices_at(p->ds, d)->memory;
   int64_t end = 0;
   bool ok = true;
