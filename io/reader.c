@@ -25,14 +25,13 @@ tfg_status tfg_reader_open(tfg_reader *r, tfg_diag *d, const tfg_loc *loc, const
   struct stat st;
   const char *why;
   int fd = tfg_file_open_regular(path, &st, &why);
-  if (fd < 0) {
-    tfg_diag_error(d, loc, "cannot open '%s': %s", path, why);
-    return TFG_ERR_IO;
-  }
-  gzFile gz = gzdopen(fd, "rb");
+  gzFile gz = fd >= 0 ? gzdopen(fd, "rb") : NULL;
   if (!gz) {
-    close(fd);
-    tfg_diag_error(d, loc, "cannot open '%s': %s", path, strerror(ENOMEM));
+    if (fd >= 0) { /* zlib could not allocate its state */
+      close(fd);
+      why = strerror(ENOMEM);
+    }
+    tfg_diag_error(d, loc, "cannot open '%s': %s", path, why);
     return TFG_ERR_IO;
   }
   gzbuffer(gz, 256 * 1024); /* fewer system calls than zlib's 8 KB */
