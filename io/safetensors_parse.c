@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/assert.h"
+#include "base/grow.h"
 #include "base/strbuf.h"
 #include "base/utf8.h"
 
@@ -269,12 +270,10 @@ static bool parse_meta(hdr_parser *p) {
       free(key);
       return false;
     }
-    if (c->nmeta == c->metacap) {
+    if (c->nmeta == c->metacap) { /* meta_at grows with meta */
       TFG_ASSERT(c->metacap < INT_MAX / 2);
-      c->metacap = c->metacap ? 2 * c->metacap : 8;
-      c->meta = realloc(c->meta, sizeof *c->meta * (size_t)c->metacap);
-      p->meta_at = realloc(p->meta_at, sizeof *p->meta_at * (size_t)c->metacap);
-      TFG_ASSERT(c->meta && p->meta_at);
+      TFG_GROW(c->meta, c->nmeta, c->metacap, 8);
+      p->meta_at = tfg_grow_to(p->meta_at, (size_t)c->metacap, sizeof *p->meta_at);
     }
     p->meta_at[c->nmeta] = key_at;
     c->meta[c->nmeta++] = (tfg_safetensors_meta){key, xstrdup(p->str.data)};
@@ -348,12 +347,10 @@ static bool parse_offsets(hdr_parser *p, tensor_span *sp) {
  * its span. */
 static bool parse_tensor(hdr_parser *p, size_t key_at) {
   tfg_safetensors *c = p->c;
-  if (c->n == c->cap) {
+  if (c->n == c->cap) { /* span grows with e */
     TFG_ASSERT(c->cap < INT_MAX / 2);
-    c->cap = c->cap ? 2 * c->cap : 16;
-    c->e = realloc(c->e, sizeof *c->e * (size_t)c->cap);
-    p->span = realloc(p->span, sizeof *p->span * (size_t)c->cap);
-    TFG_ASSERT(c->e && p->span);
+    TFG_GROW(c->e, c->n, c->cap, 16);
+    p->span = tfg_grow_to(p->span, (size_t)c->cap, sizeof *p->span);
   }
   /* Appended first, so that c owns the name on every path. */
   tfg_safetensors_tensor *t = &c->e[c->n];
@@ -473,12 +470,12 @@ static bool check_unique(hdr_parser *p) {
 static bool tensor_error(hdr_parser *p, int i, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static bool tensor_error(hdr_parser *p, int i, const char *fmt, ...) {
+  char *s = tfg_safetensors_show(p->c->e[i].name);
   tfg_strbuf m = {0};
   va_list ap;
   va_start(ap, fmt);
   tfg_strbuf_vprintf(&m, fmt, ap);
   va_end(ap);
-  char *s = tfg_safetensors_show(p->c->e[i].name);
   tfg_diag_error(p->d, p->loc, "'%s': tensor '%s': %s", p->path, s, m.data);
   free(s);
   tfg_strbuf_free(&m);
