@@ -693,37 +693,17 @@ static const tfg_backend_caps cuda_caps = {
     .is_host = false, .sets_threads = false, .reduce_all = true, .can_capture = true, .device_step = true};
 
 static const tfg_backend_i cuda_i = {
-    .name = cuda_name,
-    .alloc = cuda_alloc,
-    .free = cuda_free,
-    .stream_create = cuda_stream_create,
-    .stream_free = cuda_stream_free,
-    .event_create = tfg_backend_cuda_event_create,
-    .event_free = tfg_backend_cuda_event_free,
-    .event_record = tfg_backend_cuda_event_record,
-    .event_wait = tfg_backend_cuda_event_wait,
-    .copy_from_host = cuda_copy_from_host,
-    .copy_to_host = cuda_copy_to_host,
-    .copy_peer = cuda_copy_peer,
-    .reduce_peer = cuda_reduce_peer,
-    .reduce_all = cuda_reduce_all,
-    .kernel = cuda_kernel,
-    .set_trace = cuda_set_trace,
-    .launch = cuda_launch,
-    .read_now = cuda_read_now,
-    .mem_stats = cuda_mem_stats,
-    .synchronize = cuda_synchronize,
-    .failed_here = cuda_failed_here,
-    .failed_node = cuda_failed_node,
-    .host_alloc = tfg_backend_cuda_host_alloc,
-    .host_free = tfg_backend_cuda_host_free,
-    .set_step = tfg_backend_cuda_set_step,
-    .capture_begin = tfg_backend_cuda_capture_begin,
-    .capture_end = tfg_backend_cuda_capture_end,
-    .replay = tfg_backend_cuda_replay,
-    .replay_free = tfg_backend_cuda_replay_free,
-    .destroy = cuda_destroy,
-};
+    .name = cuda_name, .alloc = cuda_alloc, .free = cuda_free, .stream_create = cuda_stream_create,
+    .stream_free = cuda_stream_free, .event_create = tfg_backend_cuda_event_create,
+    .event_free = tfg_backend_cuda_event_free, .event_record = tfg_backend_cuda_event_record,
+    .event_wait = tfg_backend_cuda_event_wait, .copy_from_host = cuda_copy_from_host,
+    .copy_to_host = cuda_copy_to_host, .copy_peer = cuda_copy_peer, .reduce_peer = cuda_reduce_peer,
+    .reduce_all = cuda_reduce_all, .kernel = cuda_kernel, .set_trace = cuda_set_trace, .launch = cuda_launch,
+    .read_now = cuda_read_now, .mem_stats = cuda_mem_stats, .synchronize = cuda_synchronize,
+    .failed_here = cuda_failed_here, .failed_node = cuda_failed_node, .host_alloc = tfg_backend_cuda_host_alloc,
+    .host_free = tfg_backend_cuda_host_free, .set_step = tfg_backend_cuda_set_step,
+    .capture_begin = tfg_backend_cuda_capture_begin, .capture_end = tfg_backend_cuda_capture_end,
+    .replay = tfg_backend_cuda_replay, .replay_free = tfg_backend_cuda_replay_free, .destroy = cuda_destroy};
 
 /* ---- creation ------------------------------------------------------------------- */
 

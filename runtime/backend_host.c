@@ -907,30 +907,13 @@ static const tfg_backend_caps host_graph_caps = {
     .is_host = true, .sets_threads = true, .reduce_all = true, .can_capture = true, .device_step = false};
 
 static const tfg_backend_i host_i = {
-    .name = host_name,
-    .alloc = host_alloc,
-    .free = host_free,
-    .stream_create = host_stream_create,
-    .stream_free = host_stream_free,
-    .event_create = host_event_create,
-    .event_free = host_event_free,
-    .event_record = host_event_record,
-    .event_wait = host_event_wait,
-    .copy_from_host = host_copy_from_host,
-    .copy_to_host = host_copy_to_host,
-    .copy_peer = host_copy_peer,
-    .reduce_peer = host_reduce_peer,
-    .reduce_all = host_reduce_all,
-    .kernel = host_kernel,
-    .set_threads = host_set_threads,
-    .set_trace = host_set_trace,
-    .launch = host_launch,
-    .mem_stats = host_mem_stats,
-    .synchronize = host_synchronize,
-    .failed_here = host_failed_here,
-    .failed_node = host_failed_node,
-    .destroy = host_destroy,
-};
+    .name = host_name, .alloc = host_alloc, .free = host_free, .stream_create = host_stream_create,
+    .stream_free = host_stream_free, .event_create = host_event_create, .event_free = host_event_free,
+    .event_record = host_event_record, .event_wait = host_event_wait, .copy_from_host = host_copy_from_host,
+    .copy_to_host = host_copy_to_host, .copy_peer = host_copy_peer, .reduce_peer = host_reduce_peer,
+    .reduce_all = host_reduce_all, .kernel = host_kernel, .set_threads = host_set_threads,
+    .set_trace = host_set_trace, .launch = host_launch, .mem_stats = host_mem_stats, .synchronize = host_synchronize,
+    .failed_here = host_failed_here, .failed_node = host_failed_node, .destroy = host_destroy};
 
 /* ---- creation ------------------------------------------------------------------ */
 
