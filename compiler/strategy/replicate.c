@@ -411,6 +411,6 @@ tfg_status tfg_replicate_data_end(tfg_replicate *c, tfg_train_step *out) {
       tfg_autodiff_accumulate(c->g, k, &c->rparams[r * n], &c->grads[r * n], n, &out->accs[r * n],
                               &out->acc_first[r * n], &out->acc_add[r * n], c->d);
   }
-  all_reduce(c, out);
+  if (R * c->job.size > 1) all_reduce(c, out); /* the mean over one replica is its gradient */
   return updates(c, out);
 }
