@@ -104,6 +104,12 @@ typedef struct tfg_train_step {
    * rather than held for one launch at the end. */
   int nstaged;
   tfg_node_id *staged;
+  /* A pipeline's shape (parallel(pipeline = P > 1)), for predict's
+   * bubble; zero otherwise. Its nodes from pipe_post on (ids, the graph's
+   * order) come after every stage's last backward: the all-reduce,
+   * clipping and the updates. */
+  tfg_pipe pipe;
+  tfg_node_id pipe_post;
 } tfg_train_step;
 
 /* precision = f16's dynamic loss scaling, torch.cuda.amp.GradScaler with

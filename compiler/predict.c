@@ -83,7 +83,9 @@ static double launch_time(const tfg_plan *p, const tfg_cost_device *c, const tfg
   double flops = 0, bytes = (double)tfg_node_bytes(n);
   int nin = 0;
   const tfg_node_id *in = tfg_plan_step_inputs(p, st, &nin);
-  for (int k = 0; k < nin; k++) bytes += (double)tfg_node_bytes(&g->nodes[in[k]]);
+  if (n->op == TFG_OP_SLICE) bytes *= 2; /* it reads only the part it writes (a replica's rows of a batch) */
+  else
+    for (int k = 0; k < nin; k++) bytes += (double)tfg_node_bytes(&g->nodes[in[k]]);
   if (st->chain >= 0) {
     const tfg_plan_chain *ch = &p->chains[st->chain];
     for (int k = 0; k < ch->nnodes; k++) flops += tfg_op_get(g->nodes[ch->nodes[k]].op)->flops(g, &g->nodes[ch->nodes[k]]);
@@ -185,6 +187,7 @@ typedef struct replay {
   bool *arrived;                       /* [nbuckets * ndev]: rank r has reached bucket b */
   double *launch_from, *launch_to;     /* every launch's interval, in order run */
   int *launch_dev, nlaunch, caplaunch;
+  tfg_node_id *launch_node;
   double *ar_from, *ar_to;             /* [nbuckets * ndev]: each rank's all-reduce interval */
   tfg_prediction *out;
 } replay;
@@ -245,8 +248,10 @@ static void finish(replay *R, int d, lane *L) {
       R->launch_from = realloc(R->launch_from, sizeof *R->launch_from * (size_t)R->caplaunch);
       R->launch_to = realloc(R->launch_to, sizeof *R->launch_to * (size_t)R->caplaunch);
       R->launch_dev = realloc(R->launch_dev, sizeof *R->launch_dev * (size_t)R->caplaunch);
-      TFG_ASSERT(R->launch_from && R->launch_to && R->launch_dev);
+      R->launch_node = realloc(R->launch_node, sizeof *R->launch_node * (size_t)R->caplaunch);
+      TFG_ASSERT(R->launch_from && R->launch_to && R->launch_dev && R->launch_node);
     }
+    R->launch_node[R->nlaunch] = st->node;
     R->launch_from[R->nlaunch] = L->from;
     R->launch_to[R->nlaunch] = R->now;
     R->launch_dev[R->nlaunch++] = d;
@@ -365,7 +370,7 @@ static double host_rate(const replay *R) {
 
 void tfg_predict(const tfg_plan *p, const tfg_cost_table *t, const tfg_train_step *st, tfg_prediction *out) {
   int ndev = p->ndev, nb = p->nbuckets;
-  *out = (tfg_prediction){.ndev = ndev, .nreplicas = st->nreplicas};
+  *out = (tfg_prediction){.ndev = ndev, .nreplicas = st->nreplicas, .pipe = st->pipe};
   out->dev = calloc((size_t)ndev + 1, sizeof *out->dev);
   /* what the step's run fetches, as runtime/train.c fetches it */
   int nfetch = st->nreplicas + st->nreplicas * st->nmetrics + st->nupdates + st->nscalers;
@@ -464,8 +469,23 @@ void tfg_predict(const tfg_plan *p, const tfg_cost_table *t, const tfg_train_ste
         }
       }
   }
+  /* A pipeline's span on its stages (the GPUs: the host cuts the batch):
+   * from the first launch to the end of the last before its updates, and
+   * each stage's launches in it. */
+  if (st->pipe.devices > 1) {
+    double lo = -1, hi = 0;
+    for (int k = 0; k < R.nlaunch; k++) {
+      int d = R.launch_dev[k];
+      if (R.launch_node[k] >= st->pipe_post || tfg_devices_at(p->ds, d)->kind == TFG_DEVICE_CPU) continue;
+      out->dev[d].pipe_s += R.launch_to[k] - R.launch_from[k];
+      if (lo < 0 || R.launch_from[k] < lo) lo = R.launch_from[k];
+      if (R.launch_to[k] > hi) hi = R.launch_to[k];
+    }
+    out->pipe_s = lo >= 0 ? hi - lo : 0;
+  }
   free(R.s);
   free(R.lanes);
+  free(R.launch_node);
   free(R.recorded);
   free(R.recorder);
   free(R.arrived);
@@ -514,8 +534,21 @@ void tfg_prediction_print(const tfg_plan *p, const tfg_cost_table *t, const tfg_
                       "%d cores, %d threads\n",
                       t->host->flops / 1e9, t->host->mem_bw / 1e9, t->host->copy_bw / 1e9, t->host->launch_s * 1e6, t->host->run_s * 1e6, t->host->hop_s * 1e6,
                       t->host->cores, t->host->threads);
-  tfg_strbuf_printf(out, "%-8s %11s %11s %11s %11s %11s\n", "device", "compute", "copies", "all-reduce", "hidden",
-                    "ends");
+  /* A pipeline: each stage device's bubble, the part of the step it does
+   * not compute, and what equal stages would give (Megatron-LM's
+   * (P - 1) / (v m + P - 1)). */
+  const tfg_pipe *pp = &r->pipe;
+  bool pipe = pp->devices > 1;
+  if (pipe) {
+    int P = pp->devices, v = pp->chunks, M = pp->micro;
+    tfg_strbuf_printf(out, "pipeline: %d devices, %d stages, %d micro-batches, %s; equal stages would idle "
+                           "(P - 1) / (%sm + P - 1) = %.1f%%\n"
+                           "of its span, from the first forward to the last backward (the updates after it not counted)\n",
+                      P, P * v, M, pp->kind == TFG_SCHEDULE_GPIPE ? "gpipe" : pp->kind == TFG_SCHEDULE_1F1B ? "1f1b" : "interleaved",
+                      v > 1 ? "v " : "", 100.0 * (P - 1) / ((double)v * M + P - 1));
+  }
+  tfg_strbuf_printf(out, "%-8s %11s %11s %11s %11s %11s%s\n", "device", "compute", "copies", "all-reduce", "hidden",
+                    "ends", pipe ? "      bubble" : "");
   for (int d = 0; d < r->ndev; d++) {
     const tfg_predicted_device *pd = &r->dev[d];
     if (pd->end_s <= 0) continue; /* nothing of this step runs there */
@@ -526,6 +559,9 @@ void tfg_prediction_print(const tfg_plan *p, const tfg_cost_table *t, const tfg_
     if (pd->allreduce_s > 0) tfg_strbuf_printf(out, " %10.0f%%", 100 * pd->hidden_s / pd->allreduce_s);
     else tfg_strbuf_printf(out, " %11s", "-");
     put_cell(out, pd->end_s);
+    /* the stages are the GPUs (parallel(...) spans them); the host cuts the batch */
+    if (pipe && tfg_devices_at(p->ds, d)->kind != TFG_DEVICE_CPU && r->pipe_s > 0)
+      tfg_strbuf_printf(out, " %10.1f%%", 100 * (1 - pd->pipe_s / r->pipe_s));
     tfg_strbuf_putc(out, '\n');
   }
 }

@@ -92,6 +92,7 @@ typedef struct tfg_predicted_device {
   double hidden_s;    /* of allreduce_s, the time its launches ran meanwhile (a GPU's other stream):
                        * behind the backward pass; none on a host device, whose one worker runs either */
   double end_s;       /* when its last step ends */
+  double pipe_s;      /* a pipeline's stage: its launches before the step's updates (tfg_train_step.pipe_post) */
 } tfg_predicted_device;
 
 typedef struct tfg_prediction {
@@ -99,6 +100,8 @@ typedef struct tfg_prediction {
   int ndev;
   tfg_predicted_device *dev;    /* [ndev] */
   int nreplicas;                /* the train's replicas (in this process) */
+  tfg_pipe pipe;                /* the train's pipeline (zero: none) */
+  double pipe_s;                /* from its first launch on a stage to its last backward's end */
 } tfg_prediction;
 
 /* Predicts one step of the train whose step is st: the plan's steps

@@ -159,6 +159,15 @@ typedef struct tfg_schedule {
   tfg_loc at;               /* the setting `schedule = ...`; {0} without one */
 } tfg_schedule;
 
+/* A pipeline as a schedule sees it: `devices` devices (P) per replica,
+ * each holding `chunks` stages (v; 1 but for interleaved), so V = v P
+ * stages, stage s on the replica's device s % P, and `micro`
+ * micro-batches (M) per step. All zero: no pipeline. */
+typedef struct tfg_pipe {
+  tfg_schedule_kind kind;
+  int devices, chunks, micro;
+} tfg_pipe;
+
 /* ---- train: the whole configuration ------------------------------------------- */
 
 /* A train statement's settings (LANGUAGE.md section 6), decoded and

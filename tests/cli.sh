@@ -502,7 +502,7 @@ expect predict-one-node 0 "$TFG" plan --predict --devices sim:h100*32 --set 'str
   else ko "predict-nodes: the all-reduce over 4 nodes ($four us) is not well above one node's ($one us)"; fi
 # its scaling keeps to whole nodes past one: 1..8, then 16 and 32, never 9
 contains predict-nodes-scaling "$tmp/out" "scaling: mirrored() over 1..32 replicas, the global batch fixed (past one node, whole nodes)" &&
-  if grep -Eq '^ +16 +[0-9.]+ ms ' "$tmp/out" && grep -Eq '^ +32 +[0-9.]+ ms ' "$tmp/out" && ! grep -Eq '^ +9 ' "$tmp/out"; then ok
+  if grep -Eq '^ +16 +[0-9.]+ [mu]s ' "$tmp/out" && grep -Eq '^ +32 +[0-9.]+ [mu]s ' "$tmp/out" && ! grep -Eq '^ +9 ' "$tmp/out"; then ok
   else ko "predict-nodes-scaling: not whole nodes past 8"; fi
 printf 'print 1 + 2\n' >"$tmp/notrain.tfg"
 expect predict-none 0 "$TFG" plan --predict "$tmp/notrain.tfg" && contains predict-none "$tmp/out" "nothing to predict"

@@ -130,3 +130,33 @@ EOF
     else ko "pipeline memory: 1f1b's stage 0 planned peak grows by more than 25% from M = 4 to 16:$peaks"; fi
   fi
 done
+
+# Predict. Four equal stages on sim:h100*4 (a cheap first layer, then
+# eight 2048-wide layers: two to a stage; 32768 rows, so that summing a
+# micro-batch's weight gradient is about 1% of its matmuls). The bubble
+# plan --predict gives each stage, the part of the pipeline's span it
+# does not compute, must be within 2 points of the schedule's formula:
+# (P - 1) / (m + P - 1) for gpipe and 1f1b, (P - 1) / (v m + P - 1) for
+# interleaved with v chunks (Megatron-LM's). What the formula leaves out
+# (copies between stages, a stage's slightly longer first layer or loss,
+# the sums of the micro-batches' gradients) is under a point here.
+for case in "1f1b:4:1" "1f1b:8:1" "1f1b:16:1" "gpipe:8:1" "interleaved(chunks = 2):8:2"; do
+  sched=${case%%:*} v=${case##*:} M=${case#*:}
+  M=${M%:*}
+  cat >"$tmp/pp/pred.tfg" <<EOF
+import nn
+input x: f32[32768, 8]
+h = nn.dense(x, 2048)
+for i in 0..8 { h = nn.dense(h, 2048) }
+train mean(h * h) { optimizer = sgd(lr = 0.1); steps = 1; strategy = parallel(pipeline = 4); micro_batches = $M; schedule = $sched }
+EOF
+  if "$TFG" plan --predict --devices sim:h100*4 "$tmp/pp/pred.tfg" >"$tmp/pp/pred.out" 2>"$tmp/err"; then
+    want=$(awk -v m="$M" -v v="$v" 'BEGIN { printf "%.2f", 100 * 3 / (v * m + 3) }')
+    bad=$(awk -v w="$want" '/^gpu:/ { b = $NF; sub(/%/, "", b); d = b - w; if (d < 0) d = -d; if (d > 2) print $1 " " b "%" }' "$tmp/pp/pred.out")
+    n=$(grep -c '^gpu:' "$tmp/pp/pred.out")
+    if [ "$n" -eq 4 ] && [ -z "$bad" ]; then ok
+    else ko "pipeline predict $sched m=$M: bubble not within 2 points of $want%: ${bad:-$n stages}"; fi
+  else
+    ko "pipeline predict $sched m=$M: $(head -3 "$tmp/err")"
+  fi
+done

@@ -101,7 +101,8 @@ static tfg_status parallel_read(const tfg_strategy_config *s, tfg_strategy *out,
 /* ---- stages ------------------------------------------------------------------ */
 
 /* Unit codes of the nodes the rewrite adds (pipe.unit[id - n0]): a
- * forward is s * M + m, a backward V * M + s * M + m. */
+ * forward is s * M + m, a backward V * M + s * M + m, a batch's slice
+ * 2 V M plus the forward it feeds. */
 enum { UNIT_LATEST = -1, UNIT_FIRST = -2, UNIT_LAST = -3 };
 
 typedef struct pipe {
@@ -327,15 +328,16 @@ static void parallel_traced(tfg_replicate *c, int q, int32_t from, const tfg_nod
   }
 }
 
-/* A clone's rows of an input are cut with the forward of the first
- * stage that reads the input, so that they are copied to it just in
- * time, not every micro-batch's at the start. */
+/* A clone's rows of an input are cut while the first stage that reads
+ * the input runs the forward before theirs, so that they are copied to
+ * it in time (one micro-batch ahead), not every micro-batch's at the
+ * start. Unit code: 2 V M plus the forward they feed. */
 static void mark_slices(tfg_replicate *c, const pipe *pp) {
   size_t span = (size_t)c->top + 1;
   for (int q = 0; q < c->s->nreplicas * c->per; q++)
     for (int32_t i = 0; i <= c->top; i++) {
       tfg_node_id sl = c->slices[(size_t)q * span + (size_t)i];
-      if (sl >= 0) *unit_of(c, sl) = pp->stage[i] * pp->M + q % c->per;
+      if (sl >= 0) *unit_of(c, sl) = 2 * pp->V * pp->M + pp->stage[i] * pp->M + q % c->per;
     }
 }
 
@@ -364,17 +366,30 @@ static void order_by_schedule(tfg_replicate *c, pipe *pp, tfg_train_step *out) {
   TFG_ASSERT(bwd && start);
   for (int s = 0; s < V; s++) bwd[s] = 2 * pp->fwd[s]; /* a backward does about twice a forward's work */
   tfg_pipe_times(&pp->pp, pp->fwd, bwd, start);
-  int32_t n = g->nnodes - c->n0;
+  int32_t n = g->nnodes - c->n0, units = 2 * V * M;
   keyed *k = malloc(sizeof *k * ((size_t)n + 1));
   double *t = malloc(sizeof *t * ((size_t)n + 1));
-  TFG_ASSERT(k && t);
+  int *size = calloc((size_t)units + 1, sizeof *size), *rank = calloc((size_t)units + 1, sizeof *rank);
+  TFG_ASSERT(k && t && size && rank);
+  for (int32_t j = 0; j < n; j++) {
+    int32_t u = *unit_of(c, c->n0 + j);
+    if (u >= 0 && u < units) size[u]++;
+  }
   for (int32_t j = 0; j < n; j++) {
     tfg_node_id id = c->n0 + j;
     int32_t u = *unit_of(c, id);
     if (u == UNIT_FIRST) t[j] = -1;
     else if (u == UNIT_LAST) t[j] = DBL_MAX;
-    else if (u >= 0) t[j] = start[u];
-    else { /* the latest unit it reads */
+    else if (u >= units) { /* a slice: cut while the stage's forward before runs, so it is there in time */
+      int32_t f = u - units; /* the forward s * M + m it feeds */
+      t[j] = f % M > 0 ? start[f - 1] : -1;
+    } else if (u >= 0) {
+      /* spread over the unit's predicted time, so that what a unit sends
+       * to another device is listed (and its copy queued) about when it
+       * is made, not when the unit starts: a copy stream is one queue */
+      double dur = u < V * M ? pp->fwd[u / M] : bwd[(u - V * M) / M];
+      t[j] = start[u] + dur * (double)(++rank[u]) / (double)(size[u] + 1);
+    } else { /* the latest unit it reads */
       t[j] = -1;
       for (int q = 0; q < g->nodes[id].ninputs; q++) {
         tfg_node_id x = g->nodes[id].inputs[q];
@@ -384,6 +399,8 @@ static void order_by_schedule(tfg_replicate *c, pipe *pp, tfg_train_step *out) {
     k[j] = (keyed){t[j], id};
   }
   qsort(k, (size_t)n, sizeof *k, by_time);
+  out->pipe_post = g->nnodes; /* the first node after the pipeline, once renumbered */
+  for (int32_t j = n - 1; j >= 0 && k[j].t == DBL_MAX; j--) out->pipe_post = c->n0 + j;
   tfg_node_id *order = malloc(sizeof *order * ((size_t)n + 1)), *map = malloc(sizeof *map * ((size_t)g->nnodes + 1));
   TFG_ASSERT(order && map);
   for (int32_t j = 0; j < n; j++) order[j] = k[j].id;
@@ -393,6 +410,8 @@ static void order_by_schedule(tfg_replicate *c, pipe *pp, tfg_train_step *out) {
   free(map);
   free(k);
   free(t);
+  free(size);
+  free(rank);
   free(bwd);
   free(start);
 }
@@ -439,7 +458,10 @@ static tfg_status parallel_rewrite(tfg_graph *g, const tfg_action *a, const tfg_
     st = tfg_replicate_data_end(&c, out);
     mark_from(&c, mark, UNIT_LAST);
   }
-  if (st == TFG_OK) order_by_schedule(&c, &pp, out);
+  if (st == TFG_OK) {
+    order_by_schedule(&c, &pp, out);
+    out->pipe = pp.pp;
+  }
   free(pp.stage);
   free(pp.fwd);
   free(pp.unit);

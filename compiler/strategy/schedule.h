@@ -29,14 +29,6 @@
 
 #include "ir/program.h"
 
-/* A pipeline: `devices` devices (P), each holding `chunks` stages (v;
- * 1 but for interleaved), so V = v P stages, stage s on device s % P;
- * `micro` micro-batches (M) per step. */
-typedef struct tfg_pipe {
-  tfg_schedule_kind kind;
-  int devices, chunks, micro;
-} tfg_pipe;
-
 /* The stages of p (V). */
 static inline int tfg_pipe_stages(const tfg_pipe *p) { return p->devices * p->chunks; }
 
