@@ -470,6 +470,8 @@ static int place_program(const cli_opts *o, tfg_program *p, tfg_diag *d, bool co
     else if (o->json) tfg_place_json(c.pl, &out);
     else if (o->dot) tfg_place_dot(c.pl, &out);
     else tfg_place_explain(c.pl, &out);
+    for (int i = 0; !want_plan && !o->json && !o->dot && i < c.nactions; i++) /* a pipeline's cuts */
+      if (c.steps[i].explain) tfg_strbuf_printf(&out, "\n%s", c.steps[i].explain);
     fwrite(out.data, 1, out.len, stdout);
     tfg_strbuf_free(&out);
   }

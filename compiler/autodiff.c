@@ -898,5 +898,6 @@ void tfg_train_step_free(tfg_train_step *st) {
   free(st->acc_add);
   free(st->scalers);
   free(st->staged);
+  free(st->explain);
   memset(st, 0, sizeof *st);
 }

@@ -110,6 +110,10 @@ typedef struct tfg_train_step {
    * clipping and the updates. */
   tfg_pipe pipe;
   tfg_node_id pipe_post;
+  /* What the strategy decided that the placement does not show, as
+   * lines for place --explain (a pipeline's cuts and why each falls
+   * where it does); malloc'ed, or NULL. */
+  char *explain;
 } tfg_train_step;
 
 /* precision = f16's dynamic loss scaling, torch.cuda.amp.GradScaler with

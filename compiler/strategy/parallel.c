@@ -110,6 +110,7 @@ typedef struct pipe {
   int V, M;
   int *stage;       /* [top + 1]: each cone node's stage, -1 outside the cone */
   double *fwd;      /* [V]: each stage's predicted forward cost */
+  char *explain;    /* why the cuts fall where they do (the step's explain) */
   int32_t *unit;    /* [added]: each added node's unit or UNIT_* */
   int32_t cap;
 } pipe;
@@ -179,9 +180,69 @@ static void balance(int N, int V, const double *w, const double *send, const int
   free(from);
 }
 
-/* Cuts the cone into stages (pp->stage, pp->fwd). Errors: fewer ops
- * than stages (at the strategy), a pin past the stages or against
- * program order (at the pin). */
+/* The slowest of the V stages' costs when they hold ops first[s] .. of
+ * sum (prefix sums of the ops' costs) and send[] (the bytes after each
+ * op), as balance weighs them. */
+static double slowest(int N, int V, const double *sum, const double *send, const int *first) {
+  double worst = 0;
+  for (int s = 0; s < V; s++) {
+    int lo = first[s], hi = s + 1 < V ? first[s + 1] : N;
+    double cost = sum[hi] - sum[lo] + (hi < N ? 10.0 * send[hi - 1] : 0);
+    if (cost > worst) worst = cost;
+  }
+  return worst;
+}
+
+/* Writes why each cut falls where it does into *out (malloc'ed): the
+ * op each stage starts at, the stages' shares of the forward cost, and
+ * what moving the cut one op either way would make of the slowest
+ * stage, or that a pin put it there. */
+static char *explain_cuts(const tfg_replicate *c, int N, int V, const int *ops, const double *w, const double *send,
+                          const int *pin, int *first) {
+  const tfg_graph *g = c->g;
+  double *sum = malloc(sizeof *sum * (size_t)(N + 1)), total = 0;
+  TFG_ASSERT(sum != NULL);
+  sum[0] = 0;
+  for (int j = 0; j < N; j++) sum[j + 1] = sum[j] + w[j];
+  total = sum[N] > 0 ? sum[N] : 1;
+  tfg_strbuf b = {0};
+  tfg_strbuf_printf(&b, "pipeline of the train at line %u: %d stages, cut in program order; forward cost per stage",
+                    c->a->loc.line, V);
+  for (int s = 0; s < V; s++) {
+    int hi = s + 1 < V ? first[s + 1] : N;
+    tfg_strbuf_printf(&b, "%s%.0f%%", s ? "/" : " ", 100 * (sum[hi] - sum[first[s]]) / total);
+  }
+  tfg_strbuf_puts(&b, " (FLOPs and bytes, the roofline's terms)\n");
+  double best = slowest(N, V, sum, send, first);
+  for (int s = 1; s < V; s++) {
+    const tfg_node *nd = &g->nodes[ops[first[s]]];
+    tfg_strbuf_printf(&b, "  stage %d starts at %s (%s:%u): ", s, tfg_op_get(nd->op)->name,
+                      nd->loc.src ? nd->loc.src->name : "?", nd->loc.line);
+    if (pin[first[s]] == s) {
+      tfg_strbuf_printf(&b, "pinned to gpu:%d there\n", s);
+      continue;
+    }
+    tfg_strbuf_printf(&b, "the slowest stage is %.1f%% of the forward", 100 * best / total);
+    for (int dir = -1; dir <= 1; dir += 2) {
+      int at = first[s];
+      first[s] = at + dir;
+      bool ok = first[s] > first[s - 1] && (s + 1 >= V || first[s] < first[s + 1]) && first[s] < N;
+      for (int s2 = 0; ok && s2 < V; s2++) { /* the pins still hold */
+        int lo = first[s2], hi = s2 + 1 < V ? first[s2 + 1] : N;
+        for (int j = lo; ok && j < hi; j++) ok = pin[j] < 0 || pin[j] == s2;
+      }
+      if (ok) tfg_strbuf_printf(&b, "; one op %s, %.1f%%", dir < 0 ? "earlier" : "later", 100 * slowest(N, V, sum, send, first) / total);
+      first[s] = at;
+    }
+    tfg_strbuf_putc(&b, '\n');
+  }
+  free(sum);
+  return tfg_strbuf_take(&b);
+}
+
+/* Cuts the cone into stages (pp->stage, pp->fwd) and explains the cuts
+ * (pp->explain). Errors: fewer ops than stages (at the strategy), a pin
+ * past the stages or against program order (at the pin). */
 static tfg_status cut_stages(tfg_replicate *c, pipe *pp) {
   const tfg_graph *g = c->g;
   int V = pp->V, N = 0;
@@ -249,6 +310,7 @@ static tfg_status cut_stages(tfg_replicate *c, pipe *pp) {
   }
   if (st == TFG_OK) {
     balance(N, V, w, send, pin, first);
+    pp->explain = explain_cuts(c, N, V, ops, w, send, pin, first);
     pp->fwd = calloc((size_t)V, sizeof *pp->fwd);
     TFG_ASSERT(pp->fwd != NULL);
     for (int32_t i = 0; i < span; i++) pp->stage[i] = -1;
@@ -461,9 +523,12 @@ static tfg_status parallel_rewrite(tfg_graph *g, const tfg_action *a, const tfg_
   if (st == TFG_OK) {
     order_by_schedule(&c, &pp, out);
     out->pipe = pp.pp;
+    out->explain = pp.explain;
+    pp.explain = NULL;
   }
   free(pp.stage);
   free(pp.fwd);
+  free(pp.explain);
   free(pp.unit);
   return tfg_replicate_end(&c, st, out);
 }
