@@ -203,7 +203,9 @@ tfg_status tfg_compile(tfg_program *p, const tfg_compile_opts *o, tfg_diag *d, t
   /* Stage 2: the passes, a train action at a time, in program order. */
   for (int i = 0; i < p->nactions; i++) {
     if (p->actions[i].kind != TFG_ACTION_TRAIN) continue;
-    st = tfg_compile_train_step(p->graph, &p->actions[i], p, o->job, &o->sw, &c->steps[i], d);
+    tfg_job job = o->job ? *o->job : (tfg_job){.rank = 0, .size = 1};
+    job.ds = c->ds; /* a pipeline balances its stages on the devices' numbers */
+    st = tfg_compile_train_step(p->graph, &p->actions[i], p, &job, &o->sw, &c->steps[i], d);
     if (st != TFG_OK) return stage_failed(c, TFG_COMPILE_PASSES, st);
     c->packed[c->npacked++] = c->steps[i];
   }

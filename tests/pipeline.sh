@@ -132,22 +132,23 @@ EOF
 done
 
 # Predict. Four equal stages on sim:h100*4 (a cheap first layer, then
-# eight 2048-wide layers: two to a stage; 32768 rows, so that summing a
-# micro-batch's weight gradient is about 1% of its matmuls). The bubble
+# sixteen 4096-wide layers: four to a stage, two with interleaved's
+# eight; 32768 rows, so that summing a micro-batch's weight gradient is
+# about 1% of its matmuls). The bubble
 # plan --predict gives each stage, the part of the pipeline's span it
 # does not compute, must be within 2 points of the schedule's formula:
 # (P - 1) / (m + P - 1) for gpipe and 1f1b, (P - 1) / (v m + P - 1) for
 # interleaved with v chunks (Megatron-LM's). What the formula leaves out
-# (copies between stages, a stage's slightly longer first layer or loss,
-# the sums of the micro-batches' gradients) is under a point here.
-for case in "1f1b:4:1" "1f1b:8:1" "1f1b:16:1" "gpipe:8:1" "interleaved(chunks = 2):8:2"; do
+# (copies between stages, the first stage's cheap layer and the last's
+# loss, the sums of the micro-batches' gradients) is about a point here.
+for case in "1f1b:4:1" "1f1b:8:1" "1f1b:16:1" "gpipe:8:1" "interleaved(chunks = 2):8:2" "interleaved(chunks = 2):16:2"; do
   sched=${case%%:*} v=${case##*:} M=${case#*:}
   M=${M%:*}
   cat >"$tmp/pp/pred.tfg" <<EOF
 import nn
 input x: f32[32768, 8]
-h = nn.dense(x, 2048)
-for i in 0..8 { h = nn.dense(h, 2048) }
+h = nn.dense(x, 4096)
+for i in 0..16 { h = nn.dense(h, 4096) }
 train mean(h * h) { optimizer = sgd(lr = 0.1); steps = 1; strategy = parallel(pipeline = 4); micro_batches = $M; schedule = $sched }
 EOF
   if "$TFG" plan --predict --devices sim:h100*4 "$tmp/pp/pred.tfg" >"$tmp/pp/pred.out" 2>"$tmp/err"; then

@@ -134,19 +134,37 @@ static void mark_from(tfg_replicate *c, int32_t from, int32_t u) {
   for (int32_t id = from; id < c->g->nnodes; id++) *unit_of(c, id) = u;
 }
 
-/* An op's cost for balancing: its FLOPs and the bytes it reads and
- * writes, weighted as a device that does 10 FLOPs in the time it moves a
- * byte (the roofline's terms at an H100's f32 balance, near a CPU's). */
-static double op_cost(const tfg_graph *g, const tfg_node *nd) {
-  double bytes = (double)tfg_node_bytes(nd);
-  for (int k = 0; k < nd->ninputs; k++) bytes += (double)tfg_node_bytes(&g->nodes[nd->inputs[k]]);
-  return tfg_op_get(nd->op)->flops(g, nd) + 10.0 * bytes;
+/* What balancing weighs, in seconds on the pipeline's first device (the
+ * run's gpu:0) as the cost model times it (compiler/predict.h): a
+ * launch, then the longer of its FLOPs and its bytes at the device's
+ * rates; a send, its bytes over the link. Without the devices (tfg check)
+ * an H100's numbers. */
+typedef struct rates {
+  double launch_s, flops, mem_bw, link_bw;
+} rates;
+
+static rates rates_of(const tfg_replicate *c) {
+  const tfg_device *d = c->job.ds ? tfg_devices_gpu(c->job.ds, 0) : NULL;
+  if (d) return (rates){4e-6, d->flops, d->mem_bw, d->link_bw};
+  const tfg_sim_model *h100 = tfg_sim_model_of_gpu(NULL);
+  return (rates){4e-6, h100->flops, h100->mem_bw, h100->link_bw};
 }
 
-/* The cut of ops[0..N) (the cone's ops in program order, costs w,
+/* An op's time on the device of r for one micro-batch: its FLOPs and
+ * bytes as the program's whole batch has them over `clones`, the
+ * micro-batches of the job (a param's bytes do not shrink; a fair price
+ * for not cloning first). */
+static double op_cost(const tfg_graph *g, const tfg_node *nd, const rates *r, double clones) {
+  double bytes = (double)tfg_node_bytes(nd);
+  for (int k = 0; k < nd->ninputs; k++) bytes += (double)tfg_node_bytes(&g->nodes[nd->inputs[k]]);
+  double t = tfg_op_get(nd->op)->flops(g, nd) / r->flops / clones, tb = bytes / r->mem_bw / clones;
+  return r->launch_s + (t > tb ? t : tb);
+}
+
+/* The cut of ops[0..N) (the cone's ops in program order, times w,
  * program pins pin or -1) into V stages minimising the slowest stage's
- * cost plus what it sends on (send[j]: the bytes live across a cut after
- * op j, weighted as op_cost weights bytes). first[s]: stage s's first op. */
+ * time plus what it sends on (send[j]: the time to send what is live
+ * across a cut after op j). first[s]: stage s's first op. */
 static void balance(int N, int V, const double *w, const double *send, const int *pin, int *first) {
   double *sum = malloc(sizeof *sum * (size_t)(N + 1));
   double *best = malloc(sizeof *best * (size_t)V * (size_t)(N + 1));
@@ -164,7 +182,7 @@ static void balance(int N, int V, const double *w, const double *send, const int
         if (pin[i] >= 0 && pin[i] != s) break;
         double before = s == 0 ? (i == 0 ? 0 : DBL_MAX) : best[(size_t)(s - 1) * (size_t)(N + 1) + (size_t)i];
         if (before == DBL_MAX) continue;
-        double cost = sum[j] - sum[i] + (j < N ? 10.0 * send[j - 1] : 0);
+        double cost = sum[j] - sum[i] + (j < N ? send[j - 1] : 0);
         double slowest = before > cost ? before : cost;
         if (slowest < *b) *b = slowest, from[(size_t)s * (size_t)(N + 1) + (size_t)j] = i;
       }
@@ -187,7 +205,7 @@ static double slowest(int N, int V, const double *sum, const double *send, const
   double worst = 0;
   for (int s = 0; s < V; s++) {
     int lo = first[s], hi = s + 1 < V ? first[s + 1] : N;
-    double cost = sum[hi] - sum[lo] + (hi < N ? 10.0 * send[hi - 1] : 0);
+    double cost = sum[hi] - sum[lo] + (hi < N ? send[hi - 1] : 0);
     if (cost > worst) worst = cost;
   }
   return worst;
@@ -206,13 +224,14 @@ static char *explain_cuts(const tfg_replicate *c, int N, int V, const int *ops, 
   for (int j = 0; j < N; j++) sum[j + 1] = sum[j] + w[j];
   total = sum[N] > 0 ? sum[N] : 1;
   tfg_strbuf b = {0};
-  tfg_strbuf_printf(&b, "pipeline of the train at line %u: %d stages, cut in program order; forward cost per stage",
+  tfg_strbuf_printf(&b, "pipeline of the train at line %u: %d stages, cut in program order; each stage's forward",
                     c->a->loc.line, V);
   for (int s = 0; s < V; s++) {
     int hi = s + 1 < V ? first[s + 1] : N;
     tfg_strbuf_printf(&b, "%s%.0f%%", s ? "/" : " ", 100 * (sum[hi] - sum[first[s]]) / total);
   }
-  tfg_strbuf_puts(&b, " (FLOPs and bytes, the roofline's terms)\n");
+  tfg_strbuf_printf(&b, " of %.3g ms a micro-batch (the cost model on %s's numbers)\n", 1e3 * sum[N],
+                    c->job.ds && tfg_devices_gpu(c->job.ds, 0) ? "gpu:0" : "an H100");
   double best = slowest(N, V, sum, send, first);
   for (int s = 1; s < V; s++) {
     const tfg_node *nd = &g->nodes[ops[first[s]]];
@@ -245,6 +264,8 @@ static char *explain_cuts(const tfg_replicate *c, int N, int V, const int *ops, 
  * past the stages or against program order (at the pin). */
 static tfg_status cut_stages(tfg_replicate *c, pipe *pp) {
   const tfg_graph *g = c->g;
+  rates r = rates_of(c);
+  double clones = (double)c->per * c->s->nreplicas * c->job.size;
   int V = pp->V, N = 0;
   int32_t span = c->top + 1;
   int *pos = malloc(sizeof *pos * (size_t)span);
@@ -268,7 +289,7 @@ static tfg_status cut_stages(tfg_replicate *c, pipe *pp) {
     const tfg_node *nd = &g->nodes[i];
     int j = pos[i];
     ops[j] = i;
-    w[j] = op_cost(g, nd);
+    w[j] = op_cost(g, nd, &r, clones);
     last[j] = j;
     pin[j] = nd->pin.kind == TFG_DEV_GPU ? (int)(nd->pin.index < V ? nd->pin.index : V) : -1;
     for (int k = 0; k < nd->ninputs; k++)
@@ -298,6 +319,7 @@ static tfg_status cut_stages(tfg_replicate *c, pipe *pp) {
       diff[last[j]] -= (double)tfg_node_bytes(&g->nodes[ops[j]]);
     }
     for (int j = 0; j < N; j++) send[j] = (j ? send[j - 1] : 0) + diff[j];
+    for (int j = 0; j < N; j++) send[j] /= r.link_bw * clones; /* a micro-batch's bytes, in seconds */
     free(diff);
     /* a pin that leaves too few ops before or after it for the stages between */
     for (int j = 0; j < N && st == TFG_OK; j++)
@@ -328,7 +350,7 @@ static tfg_status cut_stages(tfg_replicate *c, pipe *pp) {
         if (pos[x] < 0 && (pp->stage[x] < 0 || pp->stage[x] > pp->stage[i])) pp->stage[x] = pp->stage[i];
       }
     }
-    for (int s = 0; s < V; s++) pp->fwd[s] += 1.0; /* every unit takes some time: the order stays strict */
+    for (int s = 0; s < V; s++) pp->fwd[s] += 1e-9; /* every unit takes some time: the order stays strict */
   }
   free(pos);
   free(w);

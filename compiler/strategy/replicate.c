@@ -89,7 +89,7 @@ tfg_status tfg_replicate_add(tfg_replicate *c, const tfg_node *src, const tfg_no
 void tfg_replicate_begin(tfg_replicate *c, const tfg_replicate_hooks *h, tfg_graph *g, const tfg_action *a,
                          const tfg_program *p, const tfg_strategy *s, const tfg_job *job, const tfg_switches *sw,
                          tfg_diag *d, tfg_train_step *out) {
-  *c = (tfg_replicate){.h = h, .g = g, .a = a, .s = s, .job = job ? *job : (tfg_job){0, 1}, .sw = sw, .d = d,
+  *c = (tfg_replicate){.h = h, .g = g, .a = a, .s = s, .job = job ? *job : (tfg_job){.rank = 0, .size = 1}, .sw = sw, .d = d,
                        .per = 1, .n0 = g->nnodes};
   int R = s->nreplicas;
 

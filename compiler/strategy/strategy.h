@@ -79,11 +79,14 @@
 #include "ir/device.h"
 
 /* The process a rewrite runs in, among the processes of an mpirun job
- * (runtime/mpi.h): rank of size, {0, 1} outside a job. Passed to each
- * rewrite rather than kept in a global, so two jobs can be compiled in
- * one process (a test, predict's scaling table). */
+ * (runtime/mpi.h): rank of size, {0, 1} outside a job; and the run's
+ * devices when they are known (the compile driver sets them; NULL in
+ * tfg check and tests), whose numbers a pipeline balances its stages
+ * with. Passed to each rewrite rather than kept in a global, so two jobs
+ * can be compiled in one process (a test, predict's scaling table). */
 typedef struct tfg_job {
   int rank, size;
+  const tfg_devices *ds;
 } tfg_job;
 
 struct tfg_strategy_i;
