@@ -74,14 +74,30 @@ constexpr int SLICE = 8;
        r += (long long)gridDim.x * blockDim.x / WARP)
 
 /* Query row r of the rows of every batch matrix (tq each): its batch
- * matrix, its index i there, the keys it sees (vis: 0..i when causal). */
+ * matrix bm, its index i there, the keys it sees (vis: 0..i when causal),
+ * and where the kernel's operands lie for it: q's and dy's row i (qr,
+ * dyr), k's and v's batch matrix (kb, vb) and the output's row i (o). An
+ * operand the kernel does not take (nullptr) stays nullptr. */
+template <typename T>
 struct qrow {
   long long bm, i, vis;
+  const T *qr, *kb, *vb, *dyr;
+  T *o;
 };
 
-__device__ __forceinline__ qrow qrow_of(long long r, long long tq, long long tk, bool causal) {
-  long long i = r % tq;
-  return {r / tq, i, causal ? (i + 1 < tk ? i + 1 : tk) : tk};
+template <typename T>
+__device__ __forceinline__ qrow<T> qrow_of(long long r, long long tq, long long tk, bool causal, const att_views &w,
+                                           const T *q, const T *k, const T *v, const T *dy, T *out) {
+  qrow<T> x;
+  x.bm = r / tq;
+  x.i = r % tq;
+  x.vis = causal ? (x.i + 1 < tk ? x.i + 1 : tk) : tk;
+  x.qr = q + rows_offset(w.q, x.bm) + x.i * w.q.ld;
+  x.kb = k + rows_offset(w.k, x.bm);
+  x.vb = v ? v + rows_offset(w.v, x.bm) : nullptr;
+  x.dyr = dy ? dy + rows_offset(w.dy, x.bm) + x.i * w.dy.ld : nullptr;
+  x.o = out ? out + rows_offset(w.o, x.bm) + x.i * w.o.ld : nullptr;
+  return x;
 }
 
 /* The dot product of q and k over hd, summed across the warp. */
@@ -99,28 +115,24 @@ __global__ void attention_rows(const T *__restrict__ q, const T *__restrict__ k,
                                long long hdv, T scale, bool causal) {
   int lane = threadIdx.x % WARP;
   WARP_ROWS(r, rows) {
-    qrow x = qrow_of(r, tq, tk, causal);
-    long long bm = x.bm, i = x.i, vis = x.vis;
-    const T *qr = q + rows_offset(w.q, bm) + i * w.q.ld, *kb = k + rows_offset(w.k, bm);
-    const T *vb = v + rows_offset(w.v, bm);
-    T *o = out + rows_offset(w.o, bm) + i * w.o.ld;
+    qrow<T> x = qrow_of<T>(r, tq, tk, causal, w, q, k, v, nullptr, out);
     for (long long e0 = 0; e0 < hdv; e0 += WARP * SLICE) {
       double m = -INFINITY, l = 0, acc[SLICE];
       for (int t = 0; t < SLICE; t++) acc[t] = 0;
-      for (long long j = 0; j < vis; j++) {
-        T s = warp_dot(qr, kb + j * w.k.ld, hd, lane) * scale;
+      for (long long j = 0; j < x.vis; j++) {
+        T s = warp_dot(x.qr, x.kb + j * w.k.ld, hd, lane) * scale;
         double sd = (double)s, mn = sd > m ? sd : m;
         double c = exp(m - mn), p = exp(sd - mn); /* c = 0 the first time (m = -inf) */
         l = l * c + p;
         for (int t = 0; t < SLICE; t++) {
           long long e = e0 + lane + (long long)t * WARP;
-          acc[t] = acc[t] * c + (e < hdv ? p * (double)vb[j * w.v.ld + e] : 0.0);
+          acc[t] = acc[t] * c + (e < hdv ? p * (double)x.vb[j * w.v.ld + e] : 0.0);
         }
         m = mn;
       }
       for (int t = 0; t < SLICE; t++) {
         long long e = e0 + lane + (long long)t * WARP;
-        if (e < hdv) o[e] = vis > 0 ? (T)(acc[t] / l) : (T)0;
+        if (e < hdv) x.o[e] = x.vis > 0 ? (T)(acc[t] / l) : (T)0;
       }
     }
   }
@@ -131,20 +143,17 @@ __global__ void attention_probs_rows(const T *__restrict__ q, const T *__restric
                                      long long rows, long long tq, long long tk, long long hd, T scale, bool causal) {
   int lane = threadIdx.x % WARP;
   WARP_ROWS(r, rows) {
-    qrow x = qrow_of(r, tq, tk, causal);
-    long long bm = x.bm, i = x.i, vis = x.vis;
-    const T *qr = q + rows_offset(w.q, bm) + i * w.q.ld, *kb = k + rows_offset(w.k, bm);
-    T *pr = out + rows_offset(w.o, bm) + i * w.o.ld;
+    qrow<T> x = qrow_of<T>(r, tq, tk, causal, w, q, k, nullptr, nullptr, out);
     double m = -INFINITY, l = 0;
-    for (long long j = 0; j < vis; j++) {
-      double sd = (double)(warp_dot(qr, kb + j * w.k.ld, hd, lane) * scale), mn = sd > m ? sd : m;
+    for (long long j = 0; j < x.vis; j++) {
+      double sd = (double)(warp_dot(x.qr, x.kb + j * w.k.ld, hd, lane) * scale), mn = sd > m ? sd : m;
       l = l * exp(m - mn) + exp(sd - mn);
       m = mn;
     }
     for (long long j = 0; j < tk; j++) {
       double p = 0;
-      if (j < vis) p = exp((double)(warp_dot(qr, kb + j * w.k.ld, hd, lane) * scale) - m) / l;
-      if (lane == 0) pr[j] = (T)p;
+      if (j < x.vis) p = exp((double)(warp_dot(x.qr, x.kb + j * w.k.ld, hd, lane) * scale) - m) / l;
+      if (lane == 0) x.o[j] = (T)p;
     }
   }
 }
@@ -168,21 +177,18 @@ __global__ void attention_grad_stats(const T *__restrict__ q, const T *__restric
                                      bool want_d) {
   int lane = threadIdx.x % WARP;
   WARP_ROWS(r, rows) {
-    qrow x = qrow_of(r, tq, tk, causal);
-    long long bm = x.bm, i = x.i, vis = x.vis;
-    const T *qr = q + rows_offset(w.q, bm) + i * w.q.ld, *kb = k + rows_offset(w.k, bm);
-    const T *vb = v + rows_offset(w.v, bm), *dyr = dy + rows_offset(w.dy, bm) + i * w.dy.ld;
+    qrow<T> x = qrow_of<T>(r, tq, tk, causal, w, q, k, v, dy, nullptr);
     double m = -INFINITY, l = 0, acc = 0;
-    for (long long j = 0; j < vis; j++) {
-      double sd = (double)(warp_dot(qr, kb + j * w.k.ld, hd, lane) * scale), mn = sd > m ? sd : m;
+    for (long long j = 0; j < x.vis; j++) {
+      double sd = (double)(warp_dot(x.qr, x.kb + j * w.k.ld, hd, lane) * scale), mn = sd > m ? sd : m;
       double c = exp(m - mn), p = exp(sd - mn);
       l = l * c + p;
-      if (want_d) acc = acc * c + p * (double)warp_dot(dyr, vb + j * w.v.ld, hdv, lane);
+      if (want_d) acc = acc * c + p * (double)warp_dot(x.dyr, x.vb + j * w.v.ld, hdv, lane);
       m = mn;
     }
     if (lane == 0) {
-      st[2 * r] = vis > 0 ? m + log(l) : 0;
-      st[2 * r + 1] = vis > 0 ? acc / l : 0;
+      st[2 * r] = x.vis > 0 ? m + log(l) : 0;
+      st[2 * r + 1] = x.vis > 0 ? acc / l : 0;
     }
   }
 }
@@ -213,22 +219,18 @@ __global__ void attention_grad_q(const T *__restrict__ q, const T *__restrict__ 
                                  bool causal) {
   int lane = threadIdx.x % WARP;
   WARP_ROWS(r, rows) {
-    qrow x = qrow_of(r, tq, tk, causal);
-    long long bm = x.bm, i = x.i, vis = x.vis;
-    const T *qr = q + rows_offset(w.q, bm) + i * w.q.ld, *kb = k + rows_offset(w.k, bm);
-    const T *vb = v + rows_offset(w.v, bm), *dyr = dy + rows_offset(w.dy, bm) + i * w.dy.ld;
-    T *o = out + rows_offset(w.o, bm) + i * w.o.ld;
-    double lse = vis > 0 ? st[2 * r] : 0, d = vis > 0 ? st[2 * r + 1] : 0;
+    qrow<T> x = qrow_of<T>(r, tq, tk, causal, w, q, k, v, dy, out);
+    double lse = x.vis > 0 ? st[2 * r] : 0, d = x.vis > 0 ? st[2 * r + 1] : 0;
     for (long long e0 = 0; e0 < hd; e0 += WARP * SLICE) {
       double acc[SLICE];
       for (int t = 0; t < SLICE; t++) acc[t] = 0;
-      for (long long j = 0; j < vis; j++) {
-        const T *kj = kb + j * w.k.ld;
-        double p = exp((double)(warp_dot(qr, kj, hd, lane) * scale) - lse);
-        double ds = p * ((double)warp_dot(dyr, vb + j * w.v.ld, hdv, lane) - d) * (double)scale;
+      for (long long j = 0; j < x.vis; j++) {
+        const T *kj = x.kb + j * w.k.ld;
+        double p = exp((double)(warp_dot(x.qr, kj, hd, lane) * scale) - lse);
+        double ds = p * ((double)warp_dot(x.dyr, x.vb + j * w.v.ld, hdv, lane) - d) * (double)scale;
         slice_add(acc, ds, kj, e0, hd, lane);
       }
-      slice_store(o, acc, e0, hd, lane);
+      slice_store(x.o, acc, e0, hd, lane);
     }
   }
 }
@@ -333,14 +335,58 @@ TFG_ATT_UNROLL
   }
 }
 
-/* Block b of query rows (ROWS of them, from r0, in batch matrix bm): the
- * warp's row i, the keys the block's rows see (nk) and the keys row i
- * sees (vis: 0 for a row past tq). */
-struct qblock {
-  long long bm, r0, i, nk, vis;
+/* Stages tile c0 of two operands, by the whole block between two barriers
+ * (before: the readers of the last tile are done; after: all of this one
+ * is in): rows c0 .. c0 + COLS - 1 of a (rows av.ld apart, width wa) into
+ * ta and, with_b, of b into tb (bv.ld, wb), those from `limit` on as
+ * zeros (load_cols). Returns how many of them are below limit. A flag,
+ * not a null b: the compiler cannot drop a test of b, and with one in the
+ * loop ptxas spilled registers in dv's kernel (sm_80). */
+__device__ __forceinline__ int load_tiles(float *ta, const float *a, const tfg_rows_view &av, int wa, float *tb,
+                                          const float *b, const tfg_rows_view &bv, int wb, long long c0,
+                                          long long limit, bool with_b = true) {
+  __syncthreads();
+  load_cols(ta, a, av.ld, c0, limit, wa);
+  if (with_b) load_cols(tb, b, bv.ld, c0, limit, wb);
+  __syncthreads();
+  return limit - c0 < COLS ? (int)(limit - c0) : COLS;
+}
+
+/* Where a tiled kernel's operands sit in its dynamic shared memory, as
+ * tiled_smem(hd, hdv, hd, d) counts it: first the two tiles of COLS rows
+ * that the block's warps share (each row pitch() apart), then the block's
+ * own ROWS rows of two operands (hd and d wide), then each warp's COLS
+ * weights, ps[ROWS][COLS]. A block of query rows (the forward pass, the
+ * statistics, dq) takes k and v in tiles and has its rows of q and dy; a
+ * block of key rows (dk, dv: key_rows) takes q and dy in tiles and has
+ * its rows of k and v. Set by a constructor: returned from a function
+ * instead, the pointers lose what nvcc knows of their alignment, and it
+ * stops pairing the loads of the weights. */
+struct tiled_mem {
+  float *ks, *vs, *qs, *dys, *ps;
+
+  __device__ __forceinline__ tiled_mem(int hd, int hdv, int d, bool key_rows) {
+    TFG_CUDA_SHARED(float, sm);
+    float *ta = sm, *tb = ta + COLS * pitch(hd), *ra = tb + COLS * pitch(hdv), *rb = ra + ROWS * hd;
+    ks = key_rows ? ra : ta;
+    vs = key_rows ? rb : tb;
+    qs = key_rows ? ta : ra;
+    dys = key_rows ? tb : rb;
+    ps = rb + ROWS * d;
+  }
 };
 
-__device__ __forceinline__ qblock qblock_of(long long b, long long tq, long long tk, bool causal, int warp) {
+/* Block b of query rows (ROWS of them, from r0, in batch matrix bm): the
+ * warp's row i, the keys the block's rows see (nk), the keys row i sees
+ * (vis: 0 for a row past tq), and the batch matrices of k and v its key
+ * tiles come from (kb, vb). */
+struct qblock {
+  long long bm, r0, i, nk, vis;
+  const float *kb, *vb;
+};
+
+__device__ __forceinline__ qblock qblock_of(long long b, const float *k, const float *v, const att_views &w,
+                                            long long tq, long long tk, bool causal, int warp) {
   qblock x;
   long long nblk = (tq + ROWS - 1) / ROWS;
   x.bm = b / nblk;
@@ -349,7 +395,19 @@ __device__ __forceinline__ qblock qblock_of(long long b, long long tq, long long
   long long last = (x.r0 + ROWS < tq ? x.r0 + ROWS : tq) - 1;
   x.nk = causal ? (last + 1 < tk ? last + 1 : tk) : tk;
   x.vis = x.i < tq ? (causal ? (x.i + 1 < tk ? x.i + 1 : tk) : tk) : 0;
+  x.kb = k + rows_offset(w.k, x.bm);
+  x.vb = v + rows_offset(w.v, x.bm);
   return x;
+}
+
+/* Stages query block x's rows, by the whole block once the previous
+ * block's readers are done (a barrier): q's into sh.qs and, where dy is
+ * not null, dy's into sh.dys. */
+__device__ __forceinline__ void load_qblock(const tiled_mem &sh, const qblock &x, const float *q, const float *dy,
+                                            const att_views &w, long long tq, int hd, int hdv) {
+  __syncthreads();
+  load_rows(sh.qs, q + rows_offset(w.q, x.bm), w.q.ld, x.r0, tq, hd);
+  if (dy) load_rows(sh.dys, dy + rows_offset(w.dy, x.bm), w.dy.ld, x.r0, tq, hdv);
 }
 
 /* o[e] = acc[u] for the lane's dims e = lane + 32 u < width. */
@@ -366,39 +424,31 @@ __global__ void __launch_bounds__(ROWS *WARP) attention_tiled(const float *__res
                                                               const float *__restrict__ v, float *__restrict__ out,
                                                               att_views w, long long tq, long long tk, int hd, int hdv,
                                                               float scale, bool causal, long long blocks) {
-  TFG_CUDA_SHARED(float, sm);
-  float *ks = sm, *vs = ks + COLS * pitch(hd), *qs = vs + COLS * pitch(hdv), *ps = qs + ROWS * hd;
+  tiled_mem sh(hd, hdv, 0, false);
   int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
   for (long long b = blockIdx.x; b < blocks; b += gridDim.x) {
-    qblock x = qblock_of(b, tq, tk, causal, warp);
-    long long nk = x.nk, vis = x.vis;
-    const float *kb = k + rows_offset(w.k, x.bm), *vb = v + rows_offset(w.v, x.bm);
-    __syncthreads(); /* the previous block's readers of qs are done */
-    load_rows(qs, q + rows_offset(w.q, x.bm), w.q.ld, x.r0, tq, hd);
+    qblock x = qblock_of(b, k, v, w, tq, tk, causal, warp);
+    load_qblock(sh, x, q, nullptr, w, tq, hd, hdv);
     float m = -INFINITY, l = 0, acc[TMAX / WARP] = {0, 0, 0, 0};
-    for (long long c0 = 0; c0 < nk; c0 += COLS) {
-      int n = nk - c0 < COLS ? (int)(nk - c0) : COLS;
-      __syncthreads();
-      load_cols(ks, kb, w.k.ld, c0, nk, hd);
-      load_cols(vs, vb, w.v.ld, c0, nk, hdv);
-      __syncthreads();
-      if (c0 >= vis) continue; /* warp-uniform: this row sees none of the tile */
+    for (long long c0 = 0; c0 < x.nk; c0 += COLS) {
+      int n = load_tiles(sh.ks, x.kb, w.k, hd, sh.vs, x.vb, w.v, hdv, c0, x.nk);
+      if (c0 >= x.vis) continue; /* warp-uniform: this row sees none of the tile */
       long long j = c0 + lane;
-      float sc = j < vis ? dot_col(qs + warp * hd, ks + lane * pitch(hd), hd) * scale : -INFINITY;
+      float sc = j < x.vis ? dot_col(sh.qs + warp * hd, sh.ks + lane * pitch(hd), hd) * scale : -INFINITY;
       float mn = fmaxf(m, warp_max(sc)), c = expf(m - mn); /* c = 0 the first time (m = -inf) */
-      float pj = j < vis ? expf(sc - mn) : 0.0f;
+      float pj = j < x.vis ? expf(sc - mn) : 0.0f;
       l = l * c + warp_sum(pj);
-      ps[warp * COLS + lane] = pj;
+      sh.ps[warp * COLS + lane] = pj;
       __syncwarp();
 TFG_ATT_UNROLL
       for (int u = 0; u < TMAX / WARP; u++) acc[u] *= c;
-      add_weighted(acc, ps + warp * COLS, vs, n, hdv, lane);
+      add_weighted(acc, sh.ps + warp * COLS, sh.vs, n, hdv, lane);
       __syncwarp();
       m = mn;
     }
     if (x.i < tq) {
 TFG_ATT_UNROLL
-      for (int u = 0; u < TMAX / WARP; u++) acc[u] = vis > 0 ? acc[u] / l : 0.0f;
+      for (int u = 0; u < TMAX / WARP; u++) acc[u] = x.vis > 0 ? acc[u] / l : 0.0f;
       store_dims(out + rows_offset(w.o, x.bm) + x.i * w.o.ld, acc, hdv, lane);
     }
   }
@@ -410,34 +460,26 @@ __global__ void __launch_bounds__(ROWS *WARP) attention_grad_stats_tiled(
     const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,
     const float *__restrict__ dy, att_views w, double *__restrict__ st, long long tq, long long tk, int hd, int hdv,
     float scale, bool causal, bool want_d, long long blocks) {
-  TFG_CUDA_SHARED(float, sm);
-  float *ks = sm, *vs = ks + COLS * pitch(hd), *qs = vs + COLS * pitch(hdv), *dys = qs + ROWS * hd;
+  tiled_mem sh(hd, hdv, hdv, false);
   int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
   for (long long b = blockIdx.x; b < blocks; b += gridDim.x) {
-    qblock x = qblock_of(b, tq, tk, causal, warp);
-    long long nk = x.nk, vis = x.vis;
-    const float *kb = k + rows_offset(w.k, x.bm), *vb = v + rows_offset(w.v, x.bm);
-    __syncthreads();
-    load_rows(qs, q + rows_offset(w.q, x.bm), w.q.ld, x.r0, tq, hd);
-    if (want_d) load_rows(dys, dy + rows_offset(w.dy, x.bm), w.dy.ld, x.r0, tq, hdv);
+    qblock x = qblock_of(b, k, v, w, tq, tk, causal, warp);
+    load_qblock(sh, x, q, want_d ? dy : nullptr, w, tq, hd, hdv);
     float m = -INFINITY, l = 0, acc = 0;
-    for (long long c0 = 0; c0 < nk; c0 += COLS) {
-      __syncthreads();
-      load_cols(ks, kb, w.k.ld, c0, nk, hd);
-      if (want_d) load_cols(vs, vb, w.v.ld, c0, nk, hdv);
-      __syncthreads();
-      if (c0 >= vis) continue;
+    for (long long c0 = 0; c0 < x.nk; c0 += COLS) {
+      load_tiles(sh.ks, x.kb, w.k, hd, sh.vs, x.vb, w.v, hdv, c0, x.nk, want_d);
+      if (c0 >= x.vis) continue;
       long long j = c0 + lane;
-      float sc = j < vis ? dot_col(qs + warp * hd, ks + lane * pitch(hd), hd) * scale : -INFINITY;
-      float mn = fmaxf(m, warp_max(sc)), c = expf(m - mn), pj = j < vis ? expf(sc - mn) : 0.0f;
+      float sc = j < x.vis ? dot_col(sh.qs + warp * hd, sh.ks + lane * pitch(hd), hd) * scale : -INFINITY;
+      float mn = fmaxf(m, warp_max(sc)), c = expf(m - mn), pj = j < x.vis ? expf(sc - mn) : 0.0f;
       l = l * c + warp_sum(pj);
-      if (want_d) acc = acc * c + warp_sum(pj * dot_col(dys + warp * hdv, vs + lane * pitch(hdv), hdv));
+      if (want_d) acc = acc * c + warp_sum(pj * dot_col(sh.dys + warp * hdv, sh.vs + lane * pitch(hdv), hdv));
       m = mn;
     }
     if (x.i < tq && lane == 0) {
       long long r = x.bm * tq + x.i;
-      st[2 * r] = vis > 0 ? (double)m + log((double)l) : 0;
-      st[2 * r + 1] = vis > 0 ? (double)acc / (double)l : 0;
+      st[2 * r] = x.vis > 0 ? (double)m + log((double)l) : 0;
+      st[2 * r + 1] = x.vis > 0 ? (double)acc / (double)l : 0;
     }
   }
 }
@@ -448,35 +490,26 @@ __global__ void __launch_bounds__(ROWS *WARP) attention_grad_q_tiled(
     const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,
     const float *__restrict__ dy, float *__restrict__ out, att_views w, const double *__restrict__ st, long long tq,
     long long tk, int hd, int hdv, float scale, bool causal, long long blocks) {
-  TFG_CUDA_SHARED(float, sm);
-  float *ks = sm, *vs = ks + COLS * pitch(hd), *qs = vs + COLS * pitch(hdv), *dys = qs + ROWS * hd;
-  float *ps = dys + ROWS * hdv;
+  tiled_mem sh(hd, hdv, hdv, false);
   int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
   for (long long b = blockIdx.x; b < blocks; b += gridDim.x) {
-    qblock x = qblock_of(b, tq, tk, causal, warp);
-    long long nk = x.nk, vis = x.vis, r = x.bm * tq + x.i;
-    const float *kb = k + rows_offset(w.k, x.bm), *vb = v + rows_offset(w.v, x.bm);
-    float lse = vis > 0 ? (float)st[2 * r] : 0, dd = vis > 0 ? (float)st[2 * r + 1] : 0;
-    __syncthreads();
-    load_rows(qs, q + rows_offset(w.q, x.bm), w.q.ld, x.r0, tq, hd);
-    load_rows(dys, dy + rows_offset(w.dy, x.bm), w.dy.ld, x.r0, tq, hdv);
+    qblock x = qblock_of(b, k, v, w, tq, tk, causal, warp);
+    long long r = x.bm * tq + x.i;
+    float lse = x.vis > 0 ? (float)st[2 * r] : 0, dd = x.vis > 0 ? (float)st[2 * r + 1] : 0;
+    load_qblock(sh, x, q, dy, w, tq, hd, hdv);
     float acc[TMAX / WARP] = {0, 0, 0, 0};
-    for (long long c0 = 0; c0 < nk; c0 += COLS) {
-      int n = nk - c0 < COLS ? (int)(nk - c0) : COLS;
-      __syncthreads();
-      load_cols(ks, kb, w.k.ld, c0, nk, hd);
-      load_cols(vs, vb, w.v.ld, c0, nk, hdv);
-      __syncthreads();
-      if (c0 >= vis) continue;
+    for (long long c0 = 0; c0 < x.nk; c0 += COLS) {
+      int n = load_tiles(sh.ks, x.kb, w.k, hd, sh.vs, x.vb, w.v, hdv, c0, x.nk);
+      if (c0 >= x.vis) continue;
       long long j = c0 + lane;
       float dsj = 0;
-      if (j < vis) {
-        float pj = expf(dot_col(qs + warp * hd, ks + lane * pitch(hd), hd) * scale - lse);
-        dsj = pj * (dot_col(dys + warp * hdv, vs + lane * pitch(hdv), hdv) - dd) * scale;
+      if (j < x.vis) {
+        float pj = expf(dot_col(sh.qs + warp * hd, sh.ks + lane * pitch(hd), hd) * scale - lse);
+        dsj = pj * (dot_col(sh.dys + warp * hdv, sh.vs + lane * pitch(hdv), hdv) - dd) * scale;
       }
-      ps[warp * COLS + lane] = dsj;
+      sh.ps[warp * COLS + lane] = dsj;
       __syncwarp();
-      add_weighted(acc, ps + warp * COLS, ks, n, hd, lane);
+      add_weighted(acc, sh.ps + warp * COLS, sh.ks, n, hd, lane);
       __syncwarp();
     }
     if (x.i < tq) store_dims(out + rows_offset(w.o, x.bm) + x.i * w.o.ld, acc, hd, lane);
@@ -493,35 +526,29 @@ __global__ void __launch_bounds__(ROWS *WARP) attention_grad_kv_tiled(
     const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,
     const float *__restrict__ dy, float *__restrict__ out, att_views w, const double *__restrict__ st, long long tq,
     long long tk, int hd, int hdv, float scale, bool causal, long long blocks) {
-  TFG_CUDA_SHARED(float, sm);
-  float *qs = sm, *dys = qs + COLS * pitch(hd), *krow = dys + COLS * pitch(hdv), *vrow = krow + ROWS * hd;
-  float *ps = vrow + ROWS * hdv;
+  tiled_mem sh(hd, hdv, hdv, true);
   int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, width = DK ? hd : hdv;
   long long nblk = (tk + ROWS - 1) / ROWS;
   for (long long b = blockIdx.x; b < blocks; b += gridDim.x) {
     long long bm = b / nblk, r0 = b % nblk * ROWS, j = r0 + warp;
     const float *qb = q + rows_offset(w.q, bm), *dyb = dy + rows_offset(w.dy, bm);
     __syncthreads();
-    load_rows(krow, k + rows_offset(w.k, bm), w.k.ld, r0, tk, hd);
-    if (DK) load_rows(vrow, v + rows_offset(w.v, bm), w.v.ld, r0, tk, hdv);
+    load_rows(sh.ks, k + rows_offset(w.k, bm), w.k.ld, r0, tk, hd);
+    if (DK) load_rows(sh.vs, v + rows_offset(w.v, bm), w.v.ld, r0, tk, hdv);
     float acc[TMAX / WARP] = {0, 0, 0, 0};
     for (long long c0 = causal ? r0 : 0; c0 < tq; c0 += COLS) { /* causal: no query before r0 sees these keys */
-      int n = tq - c0 < COLS ? (int)(tq - c0) : COLS;
-      __syncthreads();
-      load_cols(qs, qb, w.q.ld, c0, tq, hd);
-      load_cols(dys, dyb, w.dy.ld, c0, tq, hdv);
-      __syncthreads();
+      int n = load_tiles(sh.qs, qb, w.q, hd, sh.dys, dyb, w.dy, hdv, c0, tq);
       if (j >= tk) continue; /* warp-uniform */
       long long i = c0 + lane;
       float f = 0;
       if (i < tq && (!causal || i >= j)) {
         const double *sr = st + 2 * (bm * tq + i);
-        float pij = expf(dot_col(krow + warp * hd, qs + lane * pitch(hd), hd) * scale - (float)sr[0]);
-        f = DK ? pij * (dot_col(vrow + warp * hdv, dys + lane * pitch(hdv), hdv) - (float)sr[1]) * scale : pij;
+        float pij = expf(dot_col(sh.ks + warp * hd, sh.qs + lane * pitch(hd), hd) * scale - (float)sr[0]);
+        f = DK ? pij * (dot_col(sh.vs + warp * hdv, sh.dys + lane * pitch(hdv), hdv) - (float)sr[1]) * scale : pij;
       }
-      ps[warp * COLS + lane] = f;
+      sh.ps[warp * COLS + lane] = f;
       __syncwarp();
-      add_weighted(acc, ps + warp * COLS, DK ? qs : dys, n, width, lane);
+      add_weighted(acc, sh.ps + warp * COLS, DK ? sh.qs : sh.dys, n, width, lane);
       __syncwarp();
     }
     if (j < tk) store_dims(out + rows_offset(w.o, bm) + j * w.o.ld, acc, width, lane);
@@ -530,7 +557,7 @@ __global__ void __launch_bounds__(ROWS *WARP) attention_grad_kv_tiled(
 
 /* Shared memory of a tiled kernel: two tiles of COLS rows (widths a and
  * b, each row pitch() apart), rows of ROWS x (c + d), and ROWS x COLS
- * weights. */
+ * weights (tiled_mem lays them out). */
 __host__ __device__ inline size_t tiled_smem(int a, int b, int c, int d) {
   return sizeof(float) * ((size_t)COLS * (pitch(a) + pitch(b)) + (size_t)ROWS * (c + d + COLS));
 }
