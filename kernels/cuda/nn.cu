@@ -373,36 +373,31 @@ __device__ __forceinline__ double ln_stats(const T *__restrict__ xr, long long d
   return 1.0 / sqrt(var + eps);
 }
 
-/* y = (T)(((double)x - mean) * rstd * (double)gamma + (double)beta). */
-template <class T, int G>
+/* Layer norm's rows, x [rows, d] with gamma [d] (gm) into y:
+ *   the forward pass (GRAD false, c = beta [d]):
+ *     y = (T)(((double)x - mean) * rstd * (double)gamma + (double)beta);
+ *   the gradient (GRAD true, c = dy [rows, d], y = dx): with g = dy * gamma
+ *   and xhat = (x - mu) rstd (grad.c's ln_grad),
+ *     dx = (T)(rstd * (g - mean(g) - xhat * mean(g * xhat))).
+ * g is rounded by __dmul_rn in both loops: contracted into the first
+ * loop's sum as an FMA it would be unrounded there and rounded in the
+ * second, and g - mean(g), exactly 0 when D = 1 (the CPU's result), would
+ * be that rounding times rstd = 1 / sqrt(eps): 2e-14 on an H100. */
+template <class T, bool GRAD, int G>
 __global__ void __launch_bounds__(THREADS)
-ln_rows(const T *__restrict__ x, const T *__restrict__ gm, const T *__restrict__ bt, T *__restrict__ y,
+ln_rows(const T *__restrict__ x, const T *__restrict__ gm, const T *__restrict__ c, T *__restrict__ y,
         long long rows, long long d, double eps) {
   const int lane = threadIdx.x % G;
   FOR_ROWS(G, r, rows) {
     const T *xr = x + r * d;
     T *yr = y + r * d;
     double mean, rstd = ln_stats<T, G>(xr, d, eps, lane, &mean);
-    for (long long t = lane; t < d; t += G)
-      yr[t] = (T)(((double)xr[t] - mean) * rstd * (double)gm[t] + (double)bt[t]);
-  }
-}
-
-/* With g = dy * gamma and xhat = (x - mu) rstd (grad.c's ln_grad):
- *   dx = (T)(rstd * (g - mean(g) - xhat * mean(g * xhat))).
- * g is rounded by __dmul_rn in both loops: contracted into the first
- * loop's sum as an FMA it would be unrounded there and rounded in the
- * second, and g - mean(g), exactly 0 when D = 1 (the CPU's result), would
- * be that rounding times rstd = 1 / sqrt(eps): 2e-14 on an H100. */
-template <class T, int G>
-__global__ void __launch_bounds__(THREADS)
-ln_grad_rows(const T *__restrict__ x, const T *__restrict__ gm, const T *__restrict__ dy, T *__restrict__ dx,
-             long long rows, long long d, double eps) {
-  const int lane = threadIdx.x % G;
-  FOR_ROWS(G, r, rows) {
-    const T *xr = x + r * d, *dyr = dy + r * d;
-    T *dxr = dx + r * d;
-    double mean, rstd = ln_stats<T, G>(xr, d, eps, lane, &mean);
+    if (!GRAD) {
+      for (long long t = lane; t < d; t += G)
+        yr[t] = (T)(((double)xr[t] - mean) * rstd * (double)gm[t] + (double)c[t]);
+      continue;
+    }
+    const T *dyr = c + r * d;
     double mg = 0, mgx = 0;
     for (long long t = lane; t < d; t += G) {
       double g = __dmul_rn((double)dyr[t], (double)gm[t]);
@@ -414,7 +409,7 @@ ln_grad_rows(const T *__restrict__ x, const T *__restrict__ gm, const T *__restr
     for (long long t = lane; t < d; t += G) {
       double g = __dmul_rn((double)dyr[t], (double)gm[t]);
       double xhat = ((double)xr[t] - mean) * rstd;
-      dxr[t] = (T)(rstd * (g - mg - xhat * mgx));
+      yr[t] = (T)(rstd * (g - mg - xhat * mgx));
     }
   }
 }
@@ -729,27 +724,37 @@ tfg_status cuda_mse(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor 
   return finish_mean(ctx, s, part, nchunks, n, out);
 }
 
-/* LAYER_NORM: x [..., D], gamma [D], beta [D], one float dtype;
- * normalizes each row of the last axis (eps = attrs.value). */
+/* Launches ln_rows<T, grad> on x, gamma g, c (beta, or dy for the
+ * gradient) into out: rows rows of d. */
+template <class T>
+void launch_ln(cudaStream_t st, bool grad, const tfg_tensor *x, const tfg_tensor *g, const tfg_tensor *c,
+               tfg_tensor *out, long long rows, long long d, double eps) {
+  const T *xp = (const T *)x->data, *gp = (const T *)g->data, *cp = (const T *)c->data;
+  T *yp = (T *)out->data;
+  if (grad) LAUNCH_ROWS(rows, d, st, (xp, gp, cp, yp, rows, d, eps), ln_rows, T, true);
+  else LAUNCH_ROWS(rows, d, st, (xp, gp, cp, yp, rows, d, eps), ln_rows, T, false);
+}
+
+/* LAYER_NORM: x [..., D], gamma [D], beta [D] -> [..., D], normalizing
+ * each row of the last axis; LAYER_NORM_GRAD: (x [..., D], gamma [D], dy
+ * [..., D]) -> dx. One float dtype, eps = attrs.value. */
 tfg_status cuda_layer_norm(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
-  const tfg_tensor *x = &in[0], *g = &in[1], *b = &in[2];
-  if (!is_float(x->dtype)) return unsupported(ctx, "layer_norm", x->dtype);
-  const tfg_tensor *same[] = {g, b, out};
-  tfg_status s = same_float(ctx, "layer_norm", x->dtype, same, 3);
+  const tfg_tensor *x = &in[0], *g = &in[1], *c = &in[2]; /* c: beta, or dy */
+  bool grad = node->op == TFG_OP_LAYER_NORM_GRAD;
+  const char *what = grad ? "layer_norm_grad" : "layer_norm";
+  const tfg_tensor *same[] = {g, c, out};
+  tfg_status s = same_float(ctx, what, x->dtype, same, 3);
   if (s != TFG_OK) return s;
-  if (x->shape.rank < 1 || !tfg_shape_eq(&out->shape, &x->shape)) return bad_shape(ctx, "layer_norm");
+  if (x->shape.rank < 1 || !tfg_shape_eq(&out->shape, &x->shape) || (grad && !tfg_shape_eq(&c->shape, &x->shape)))
+    return bad_shape(ctx, what);
   long long d = x->shape.dim[x->shape.rank - 1];
-  if (tfg_shape_numel(&g->shape) != d || tfg_shape_numel(&b->shape) != d) return bad_shape(ctx, "layer_norm");
+  if (tfg_shape_numel(&g->shape) != d || (!grad && tfg_shape_numel(&c->shape) != d)) return bad_shape(ctx, what);
   long long n = tfg_shape_numel(&x->shape);
   if (n == 0) return TFG_OK;
   long long rows = n / d;
-  double eps = node->attrs.value;
   cudaStream_t st = tfg_cuda_of(ctx)->stream;
-  if (x->dtype == TFG_DTYPE_F32)
-    LAUNCH_ROWS(rows, d, st, ((const float *)x->data, (const float *)g->data, (const float *)b->data, (float *)out->data, rows, d, eps), ln_rows, float);
-  else
-    LAUNCH_ROWS(rows, d, st, ((const double *)x->data, (const double *)g->data, (const double *)b->data, (double *)out->data, rows,
-                 d, eps), ln_rows, double);
+  if (x->dtype == TFG_DTYPE_F32) launch_ln<float>(st, grad, x, g, c, out, rows, d, node->attrs.value);
+  else launch_ln<double>(st, grad, x, g, c, out, rows, d, node->attrs.value);
   TFG_CUDA_LAUNCHED(ctx);
   return TFG_OK;
 }
@@ -889,32 +894,6 @@ tfg_status cuda_cross_entropy_grad(tfg_kernel_ctx *ctx, const tfg_node *node, co
   return TFG_OK;
 }
 
-/* LAYER_NORM_GRAD: (x [..., D], gamma [D], dy [..., D]) -> dx, one float
- * dtype, eps = attrs.value. */
-tfg_status cuda_layer_norm_grad(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
-  const tfg_tensor *x = &in[0], *gm = &in[1], *dy = &in[2];
-  const tfg_tensor *same[] = {gm, dy, out};
-  tfg_status s = same_float(ctx, "layer_norm_grad", x->dtype, same, 3);
-  if (s != TFG_OK) return s;
-  if (x->shape.rank < 1 || !tfg_shape_eq(&out->shape, &x->shape) || !tfg_shape_eq(&dy->shape, &x->shape))
-    return bad_shape(ctx, "layer_norm_grad");
-  long long d = x->shape.dim[x->shape.rank - 1];
-  if (tfg_shape_numel(&gm->shape) != d) return bad_shape(ctx, "layer_norm_grad");
-  long long n = tfg_shape_numel(&x->shape);
-  if (n == 0) return TFG_OK;
-  long long rows = n / d;
-  double eps = node->attrs.value;
-  cudaStream_t st = tfg_cuda_of(ctx)->stream;
-  if (x->dtype == TFG_DTYPE_F32)
-    LAUNCH_ROWS(rows, d, st, ((const float *)x->data, (const float *)gm->data, (const float *)dy->data, (float *)out->data, rows, d,
-                 eps), ln_grad_rows, float);
-  else
-    LAUNCH_ROWS(rows, d, st, ((const double *)x->data, (const double *)gm->data, (const double *)dy->data, (double *)out->data,
-                 rows, d, eps), ln_grad_rows, double);
-  TFG_CUDA_LAUNCHED(ctx);
-  return TFG_OK;
-}
-
 size_t align_up(size_t v) { return (v + 255) & ~(size_t)255; }
 
 /* EMBEDDING_GRAD: (ids i32/i64 [...], dy [..., D] f32/f64) -> the table's
@@ -1001,6 +980,6 @@ extern "C" void tfg_cuda_register_nn(tfg_kernel_fn *table) {
   table[TFG_OP_RELU_GRAD] = cuda_pointwise_grad;
   table[TFG_OP_GELU_GRAD] = cuda_pointwise_grad;
   table[TFG_OP_CROSS_ENTROPY_GRAD] = cuda_cross_entropy_grad;
-  table[TFG_OP_LAYER_NORM_GRAD] = cuda_layer_norm_grad;
+  table[TFG_OP_LAYER_NORM_GRAD] = cuda_layer_norm;
   table[TFG_OP_EMBEDDING_GRAD] = cuda_embedding_grad;
 }
