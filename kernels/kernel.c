@@ -1,7 +1,8 @@
 /* kernels/kernel.c: helpers shared by every backend's kernels: the error
- * message, op names, one element of a dtype from a double, and the checks
+ * message, op names, one element of a dtype from a double, the checks
  * of the elementwise and shape ops (which read the op's row, ir/ops.h:
- * its kind, and whether it takes integers). */
+ * its kind, and whether it takes integers), and the registration of the
+ * elementwise kernels by ir/op_list.h's lists. */
 #include "kernels/kernel.h"
 
 #include <stdarg.h>
@@ -97,6 +98,18 @@ tfg_status tfg_kernel_check_where(tfg_kernel_ctx *ctx, const tfg_tensor *in, con
   if (!tfg_index_broadcast(ix, &out->shape, in, 3))
     return tfg_kernel_fail(ctx, TFG_ERR_SHAPE, "where: inputs do not broadcast to the output");
   return TFG_OK;
+}
+
+void tfg_kernel_register_elementwise(tfg_kernel_fn *table, tfg_kernel_fn unary, tfg_kernel_fn binary) {
+#define REG_U(A, ID, formula, ints, flops, cheap) table[TFG_OP_##ID] = unary;
+  TFG_OPS_UNARY(REG_U, )
+#undef REG_U
+#define REG_B(A, ID, formula, sig, ints, flops, cheap) table[TFG_OP_##ID] = binary;
+  TFG_OPS_BINARY(REG_B, )
+#undef REG_B
+#define REG_C(A, ID, formula, oper) table[TFG_OP_##ID] = binary;
+  TFG_OPS_COMPARE(REG_C, )
+#undef REG_C
 }
 
 /* in[0..n) all f32 or all f64, with in[0]'s element count. */

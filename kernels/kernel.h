@@ -82,6 +82,12 @@ tfg_status tfg_kernel_check_binary_on(tfg_kernel_ctx *ctx, const tfg_node *node,
                                       const tfg_tensor *out, const char *where, bool half,
                                       tfg_index_map *ix);
 
+/* Registers a backend's elementwise kernels in its table (indexed by op
+ * id), one per kind: unary for every op of ir/op_list.h's TFG_OPS_UNARY,
+ * binary for every op of TFG_OPS_BINARY and TFG_OPS_COMPARE, so a new
+ * line there reaches every backend. */
+void tfg_kernel_register_elementwise(tfg_kernel_fn *table, tfg_kernel_fn unary, tfg_kernel_fn binary);
+
 /* The check every backend's optimizer update (SGD_UPDATE, ADAM_UPDATE)
  * makes, with the same messages: in[0..n) (the param, its gradient, its
  * state) all f32 or all f64 with one element count, and ctx->step from 1

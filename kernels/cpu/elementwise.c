@@ -494,15 +494,7 @@ TFG_CPU_KERNEL(tfg_cpu_cast) {
 
 /* The kernels of every op of ir/op_list.h's elementwise lists, by line. */
 void tfg_cpu_register_elementwise(tfg_kernel_fn *table) {
-#define REG_U(A, ID, formula, ints, flops, cheap) table[TFG_OP_##ID] = tfg_cpu_unary;
-  TFG_OPS_UNARY(REG_U, )
-#undef REG_U
-#define REG_B(A, ID, formula, sig, ints, flops, cheap) table[TFG_OP_##ID] = tfg_cpu_binary;
-  TFG_OPS_BINARY(REG_B, )
-#undef REG_B
-#define REG_C(A, ID, formula, oper) table[TFG_OP_##ID] = tfg_cpu_binary;
-  TFG_OPS_COMPARE(REG_C, )
-#undef REG_C
+  tfg_kernel_register_elementwise(table, tfg_cpu_unary, tfg_cpu_binary);
   table[TFG_OP_WHERE] = tfg_cpu_where;
   table[TFG_OP_CAST] = tfg_cpu_cast;
 }

@@ -517,15 +517,7 @@ static tfg_status cuda_dropout(tfg_kernel_ctx *ctx, const tfg_node *node, const 
 
 /* The kernels of every op of ir/op_list.h's elementwise lists, by line. */
 extern "C" void tfg_cuda_register_elementwise(tfg_kernel_fn *table) {
-#define REG_U(A, ID, formula, ints, flops, cheap) table[TFG_OP_##ID] = cuda_unary;
-  TFG_OPS_UNARY(REG_U, )
-#undef REG_U
-#define REG_B(A, ID, formula, sig, ints, flops, cheap) table[TFG_OP_##ID] = cuda_binary;
-  TFG_OPS_BINARY(REG_B, )
-#undef REG_B
-#define REG_C(A, ID, formula, oper) table[TFG_OP_##ID] = cuda_binary;
-  TFG_OPS_COMPARE(REG_C, )
-#undef REG_C
+  tfg_kernel_register_elementwise(table, cuda_unary, cuda_binary);
   table[TFG_OP_WHERE] = cuda_where;
   table[TFG_OP_CAST] = cuda_cast;
   table[TFG_OP_INIT] = cuda_init;
