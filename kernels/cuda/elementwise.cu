@@ -90,26 +90,6 @@ static tfg_status unary_dispatch(tfg_kernel_ctx *ctx, int op, const void *x, voi
                          tfg_kernel_op_name(op));
 }
 
-/* The ops of TFG_OPS_UNARY on f32/f64, and on i32/i64 those whose line
- * says ints (the CPU's tfg_cpu_unary). */
-static tfg_status cuda_unary(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
-  tfg_status st = tfg_kernel_check_unary(ctx, node, in, out, "GPU");
-  if (st != TFG_OK) return st;
-  int op = node->op;
-  tfg_dtype dt = in[0].dtype;
-  int64_t n = tfg_shape_numel(&out->shape);
-  if (n == 0) return TFG_OK;
-  switch (dt) {
-  case TFG_DTYPE_F32: return unary_dispatch<float>(ctx, op, in[0].data, out->data, n);
-  case TFG_DTYPE_F64: return unary_dispatch<double>(ctx, op, in[0].data, out->data, n);
-  case TFG_DTYPE_I32: return unary_dispatch<int32_t>(ctx, op, in[0].data, out->data, n);
-  case TFG_DTYPE_I64: return unary_dispatch<int64_t>(ctx, op, in[0].data, out->data, n);
-  default: /* checked: not reached */
-    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s on %s is not supported on the GPU", tfg_kernel_op_name(op),
-                           tfg_dtype_name(dt));
-  }
-}
-
 /* ---- binary ----------------------------------------------------------------- */
 
 /* o[i] = a[off_a(i)] OP b[off_b(i)]; T the inputs' type (f32 f64 i32
@@ -191,28 +171,43 @@ static tfg_status binary_dispatch(tfg_kernel_ctx *ctx, int op, const tfg_index_m
                          tfg_kernel_op_name(op), tfg_dtype_name(in[0].dtype));
 }
 
-/* The ops of TFG_OPS_BINARY on f32/f64, and on i32/i64 those whose line
- * says ints; those of TFG_OPS_COMPARE on f32 f64 i32 i64 bool with a bool
- * output (the CPU's tfg_cpu_binary). Both inputs share a dtype and
- * broadcast to out's shape. */
-static tfg_status cuda_binary(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
+/* The launch of op on inputs of type T by the dispatcher of its kind:
+ * unary, or binary (a comparison too), which alone reads ix. */
+template <typename T>
+static tfg_status elementwise_dispatch(tfg_kernel_ctx *ctx, bool unary, int op, const tfg_index_map &ix,
+                                       const tfg_tensor *in, tfg_tensor *out, int64_t n) {
+  if (unary) return unary_dispatch<T>(ctx, op, in[0].data, out->data, n);
+  return binary_dispatch<T>(ctx, op, ix, in, out, n);
+}
+
+/* The ops of TFG_OPS_UNARY and TFG_OPS_BINARY on f32/f64, and on i32/i64
+ * those whose line says ints; those of TFG_OPS_COMPARE on f32 f64 i32 i64
+ * bool with a bool output (the CPU's tfg_cpu_unary and tfg_cpu_binary).
+ * A binary op's inputs share a dtype and broadcast to out's shape. The op's
+ * kind (ir/ops.h) picks the checks and the dispatcher. */
+static tfg_status cuda_elementwise(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
+                                   tfg_tensor *out) {
+  bool unary = tfg_op_get(node->op)->kind == TFG_OP_KIND_UNARY;
   tfg_index_map ix;
-  tfg_status st = tfg_kernel_check_binary(ctx, node, in, out, "GPU", &ix);
+  tfg_status st = unary ? tfg_kernel_check_unary(ctx, node, in, out, "GPU")
+                        : tfg_kernel_check_binary(ctx, node, in, out, "GPU", &ix);
   if (st != TFG_OK) return st;
   int op = node->op;
   tfg_dtype dt = in[0].dtype;
   int64_t n = tfg_shape_numel(&out->shape);
   if (n == 0) return TFG_OK;
   switch (dt) {
-  case TFG_DTYPE_F32: return binary_dispatch<float>(ctx, op, ix, in, out, n);
-  case TFG_DTYPE_F64: return binary_dispatch<double>(ctx, op, ix, in, out, n);
-  case TFG_DTYPE_I32: return binary_dispatch<int32_t>(ctx, op, ix, in, out, n);
-  case TFG_DTYPE_I64: return binary_dispatch<int64_t>(ctx, op, ix, in, out, n);
-  case TFG_DTYPE_BOOL: return binary_dispatch<uint8_t>(ctx, op, ix, in, out, n); /* comparisons */
-  default: /* checked: not reached */
-    return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s on %s is not supported on the GPU", tfg_kernel_op_name(op),
-                           tfg_dtype_name(dt));
+  case TFG_DTYPE_F32: return elementwise_dispatch<float>(ctx, unary, op, ix, in, out, n);
+  case TFG_DTYPE_F64: return elementwise_dispatch<double>(ctx, unary, op, ix, in, out, n);
+  case TFG_DTYPE_I32: return elementwise_dispatch<int32_t>(ctx, unary, op, ix, in, out, n);
+  case TFG_DTYPE_I64: return elementwise_dispatch<int64_t>(ctx, unary, op, ix, in, out, n);
+  case TFG_DTYPE_BOOL: /* comparisons */
+    if (!unary) return binary_dispatch<uint8_t>(ctx, op, ix, in, out, n);
+    break;
+  default: break; /* checked: not reached */
   }
+  return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s on %s is not supported on the GPU", tfg_kernel_op_name(op),
+                         tfg_dtype_name(dt));
 }
 
 /* ---- where ------------------------------------------------------------------ */
@@ -517,7 +512,7 @@ static tfg_status cuda_dropout(tfg_kernel_ctx *ctx, const tfg_node *node, const 
 
 /* The kernels of every op of ir/op_list.h's elementwise lists, by line. */
 extern "C" void tfg_cuda_register_elementwise(tfg_kernel_fn *table) {
-  tfg_kernel_register_elementwise(table, cuda_unary, cuda_binary);
+  tfg_kernel_register_elementwise(table, cuda_elementwise, cuda_elementwise);
   table[TFG_OP_WHERE] = cuda_where;
   table[TFG_OP_CAST] = cuda_cast;
   table[TFG_OP_INIT] = cuda_init;
