@@ -111,23 +111,20 @@ static inline tfg_cuda_ctx *tfg_cuda_of(tfg_kernel_ctx *ctx) { return (tfg_cuda_
 /* Fails ctx with "CALL failed: ERROR (FILE:LINE)" and returns TFG_ERR_DEVICE. */
 tfg_status tfg_cuda_fail_call(tfg_kernel_ctx *ctx, const char *call, const char *error, const char *file, int line);
 
-#define TFG_CUDA_CHECK(ctx, call)                                                               \
-  do {                                                                                          \
-    cudaError_t tfg_e_ = (call);                                                                \
-    if (tfg_e_ != cudaSuccess) return tfg_cuda_fail_call(ctx, #call, cudaGetErrorString(tfg_e_), __FILE__, __LINE__); \
+/* Returns from the caller with tfg_cuda_fail_call when call returns a
+ * status of type T other than ok, naming the call by text (its source)
+ * and the status by describe(status): the body of the three checks
+ * below, for the CUDA runtime, cuBLAS and cuDNN. */
+#define TFG_CUDA_CHECK_STATUS(ctx, call, text, T, ok, describe)                                    \
+  do {                                                                                            \
+    T tfg_e_ = (call);                                                                            \
+    if (tfg_e_ != ok) return tfg_cuda_fail_call(ctx, text, describe(tfg_e_), __FILE__, __LINE__);   \
   } while (0)
-#define TFG_CUBLAS_CHECK(ctx, call)                                                             \
-  do {                                                                                          \
-    cublasStatus_t tfg_e_ = (call);                                                             \
-    if (tfg_e_ != CUBLAS_STATUS_SUCCESS)                                                        \
-      return tfg_cuda_fail_call(ctx, #call, cublasGetStatusString(tfg_e_), __FILE__, __LINE__); \
-  } while (0)
-#define TFG_CUDNN_CHECK(ctx, call)                                                              \
-  do {                                                                                          \
-    cudnnStatus_t tfg_e_ = (call);                                                              \
-    if (tfg_e_ != CUDNN_STATUS_SUCCESS)                                                         \
-      return tfg_cuda_fail_call(ctx, #call, cudnnGetErrorString(tfg_e_), __FILE__, __LINE__);   \
-  } while (0)
+#define TFG_CUDA_CHECK(ctx, call) TFG_CUDA_CHECK_STATUS(ctx, call, #call, cudaError_t, cudaSuccess, cudaGetErrorString)
+#define TFG_CUBLAS_CHECK(ctx, call) \
+  TFG_CUDA_CHECK_STATUS(ctx, call, #call, cublasStatus_t, CUBLAS_STATUS_SUCCESS, cublasGetStatusString)
+#define TFG_CUDNN_CHECK(ctx, call) \
+  TFG_CUDA_CHECK_STATUS(ctx, call, #call, cudnnStatus_t, CUDNN_STATUS_SUCCESS, cudnnGetErrorString)
 /* After a kernel launch (<<<...>>>): its launch error, if any. */
 #define TFG_CUDA_LAUNCHED(ctx) TFG_CUDA_CHECK(ctx, cudaGetLastError())
 
