@@ -1,7 +1,8 @@
 /* kernels/cuda/common.cuh: what the kernel files of kernels/cuda share:
  * the C headers with C linkage, grid sizes and grid-stride loops, launch
- * and scratch checks that do not return, the device side of strided and
- * broadcast index math, element-size dispatch and the device error flag.
+ * and scratch checks that do not return, library handles destroyed on
+ * every path out, the device side of strided and broadcast index math,
+ * element-size dispatch and the device error flag.
  *
  *   #include "kernels/cuda/common.cuh"
  *
@@ -125,6 +126,24 @@ static inline void tfg_cuda_free_scratch_(tfg_kernel_ctx *ctx, tfg_status *s, vo
   if (e != cudaSuccess && *s == TFG_OK)
     *s = tfg_cuda_fail_call(ctx, "cudaFreeAsync", cudaGetErrorString(e), file, line);
 }
+
+/* ---- library handles ---------------------------------------------------- */
+
+/* A cuDNN descriptor or cuBLASLt object that is destroyed on every path
+ * out of the scope holding it, if it was created: create it into &x.h,
+ * pass x where the handle goes. Destroy only frees host memory, so its
+ * status has nowhere to go. */
+template <typename H, auto Destroy>
+struct tfg_cuda_handle {
+  H h = nullptr;
+  tfg_cuda_handle() = default;
+  tfg_cuda_handle(const tfg_cuda_handle &) = delete;
+  tfg_cuda_handle &operator=(const tfg_cuda_handle &) = delete;
+  ~tfg_cuda_handle() {
+    if (h) (void)Destroy(h);
+  }
+  operator H() const { return h; }
+};
 
 /* ---- strided and broadcast indexing -------------------------------------- */
 

@@ -240,20 +240,12 @@ tfg_status too_big(tfg_kernel_ctx *ctx, const char *what) {
   return tfg_kernel_fail(ctx, TFG_ERR_LIMIT, "%s: a tensor exceeds cuDNN's 2^31-element range", what);
 }
 
-/* The cuDNN descriptors of one call, destroyed on every path out (their
- * destroy functions only free host memory; the status has nowhere to go). */
+/* The cuDNN descriptors of one call, destroyed on every path out. */
 struct cudnn_descs {
-  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
-  cudnnFilterDescriptor_t w = nullptr;
-  cudnnConvolutionDescriptor_t conv = nullptr;
-  cudnnPoolingDescriptor_t pool = nullptr;
-  ~cudnn_descs() {
-    if (x) (void)cudnnDestroyTensorDescriptor(x);
-    if (y) (void)cudnnDestroyTensorDescriptor(y);
-    if (w) (void)cudnnDestroyFilterDescriptor(w);
-    if (conv) (void)cudnnDestroyConvolutionDescriptor(conv);
-    if (pool) (void)cudnnDestroyPoolingDescriptor(pool);
-  }
+  tfg_cuda_handle<cudnnTensorDescriptor_t, cudnnDestroyTensorDescriptor> x, y;
+  tfg_cuda_handle<cudnnFilterDescriptor_t, cudnnDestroyFilterDescriptor> w;
+  tfg_cuda_handle<cudnnConvolutionDescriptor_t, cudnnDestroyConvolutionDescriptor> conv;
+  tfg_cuda_handle<cudnnPoolingDescriptor_t, cudnnDestroyPoolingDescriptor> pool;
 };
 
 /* A stream-ordered allocation, freed on the stream on every path out
@@ -429,10 +421,10 @@ tfg_status conv_run(tfg_kernel_ctx *ctx, const char *what, conv_dir dir, const c
     return too_big(ctx, what);
 
   cudnn_descs d;
-  TFG_CUDNN_CHECK(ctx, cudnnCreateTensorDescriptor(&d.x));
-  TFG_CUDNN_CHECK(ctx, cudnnCreateTensorDescriptor(&d.y));
-  TFG_CUDNN_CHECK(ctx, cudnnCreateFilterDescriptor(&d.w));
-  TFG_CUDNN_CHECK(ctx, cudnnCreateConvolutionDescriptor(&d.conv));
+  TFG_CUDNN_CHECK(ctx, cudnnCreateTensorDescriptor(&d.x.h));
+  TFG_CUDNN_CHECK(ctx, cudnnCreateTensorDescriptor(&d.y.h));
+  TFG_CUDNN_CHECK(ctx, cudnnCreateFilterDescriptor(&d.w.h));
+  TFG_CUDNN_CHECK(ctx, cudnnCreateConvolutionDescriptor(&d.conv.h));
   TFG_CUDNN_CHECK(ctx, cudnnSetFilter4dDescriptor(d.w, cdt, CUDNN_TENSOR_NCHW, (int)g.o, (int)g.c, (int)g.kh,
                                                   (int)g.kw));
 
@@ -623,9 +615,9 @@ tfg_status cuda_pool(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor
   bool f64 = dt == TFG_DTYPE_F64;
   cudnnDataType_t cdt = f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
   cudnn_descs d;
-  TFG_CUDNN_CHECK(ctx, cudnnCreateTensorDescriptor(&d.x));
-  TFG_CUDNN_CHECK(ctx, cudnnCreateTensorDescriptor(&d.y));
-  TFG_CUDNN_CHECK(ctx, cudnnCreatePoolingDescriptor(&d.pool));
+  TFG_CUDNN_CHECK(ctx, cudnnCreateTensorDescriptor(&d.x.h));
+  TFG_CUDNN_CHECK(ctx, cudnnCreateTensorDescriptor(&d.y.h));
+  TFG_CUDNN_CHECK(ctx, cudnnCreatePoolingDescriptor(&d.pool.h));
   TFG_CUDNN_CHECK(ctx, cudnnSetPooling2dDescriptor(d.pool,
                                                    avg ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING : CUDNN_POOLING_MAX,
                                                    CUDNN_PROPAGATE_NAN, (int)p.kh, (int)p.kw, 0, 0, (int)p.sh,

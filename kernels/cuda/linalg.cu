@@ -149,19 +149,12 @@ std::map<lt_key, lt_choice> lt_cache;
  * many (a shape sweep), it starts over rather than grow without bound. */
 const size_t LT_CACHE_MAX = 4096;
 
-/* The Lt objects of one call, destroyed on every path out. Destroy
- * functions only free host memory; their status has nowhere to go. */
+/* The Lt objects of one call, destroyed on every path out (in reverse:
+ * pref first, desc last). */
 struct lt_objects {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~lt_objects() {
-    if (pref) (void)cublasLtMatmulPreferenceDestroy(pref);
-    if (lc) (void)cublasLtMatrixLayoutDestroy(lc);
-    if (lb) (void)cublasLtMatrixLayoutDestroy(lb);
-    if (la) (void)cublasLtMatrixLayoutDestroy(la);
-    if (desc) (void)cublasLtMatmulDescDestroy(desc);
-  }
+  tfg_cuda_handle<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy> desc;
+  tfg_cuda_handle<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy> la, lb, lc;
+  tfg_cuda_handle<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy> pref;
 };
 
 /* A column-major layout of a stored rows x cols matrix, batched. */
@@ -191,18 +184,18 @@ tfg_status lt_gemm(tfg_kernel_ctx *ctx, const gemm_call &g, bool *done) {
   uint64_t ws = cx->workspace ? (uint64_t)cx->workspace_bytes : 0;
 
   lt_objects o;
-  TFG_CUBLAS_CHECK(ctx, cublasLtMatmulDescCreate(&o.desc, ct, CUDA_R_32F));
+  TFG_CUBLAS_CHECK(ctx, cublasLtMatmulDescCreate(&o.desc.h, ct, CUDA_R_32F));
   int32_t ta = (int32_t)g.op_a, tb = (int32_t)g.op_b;
   TFG_CUBLAS_CHECK(ctx, cublasLtMatmulDescSetAttribute(o.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   TFG_CUBLAS_CHECK(ctx, cublasLtMatmulDescSetAttribute(o.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
   /* Stored shapes: op N stores A' as m x k, op T as k x m; B' is k x n
    * under N and n x k under T; C' is m x n. */
   bool na = g.op_a == CUBLAS_OP_N, nb = g.op_b == CUBLAS_OP_N;
-  tfg_status s = lt_layout(ctx, &o.la, t, na ? g.m : g.k, na ? g.k : g.m, g.lda, g.batch, g.stride_a);
+  tfg_status s = lt_layout(ctx, &o.la.h, t, na ? g.m : g.k, na ? g.k : g.m, g.lda, g.batch, g.stride_a);
   if (s != TFG_OK) return s;
-  s = lt_layout(ctx, &o.lb, t, nb ? g.k : g.n, nb ? g.n : g.k, g.ldb, g.batch, g.stride_b);
+  s = lt_layout(ctx, &o.lb.h, t, nb ? g.k : g.n, nb ? g.n : g.k, g.ldb, g.batch, g.stride_b);
   if (s != TFG_OK) return s;
-  s = lt_layout(ctx, &o.lc, t, g.m, g.n, g.ldc, g.batch, g.stride_c);
+  s = lt_layout(ctx, &o.lc.h, t, g.m, g.n, g.ldc, g.batch, g.stride_c);
   if (s != TFG_OK) return s;
 
   lt_key key = {cx->device, g.dt,     g.op_a,  g.op_b,  g.m,  g.n,  g.k,  g.lda,  g.ldb,  g.ldc,
@@ -218,7 +211,7 @@ tfg_status lt_gemm(tfg_kernel_ctx *ctx, const gemm_call &g, bool *done) {
     }
   }
   if (!cached) {
-    TFG_CUBLAS_CHECK(ctx, cublasLtMatmulPreferenceCreate(&o.pref));
+    TFG_CUBLAS_CHECK(ctx, cublasLtMatmulPreferenceCreate(&o.pref.h));
     TFG_CUBLAS_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(o.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                                &ws, sizeof ws));
     if (g.dt == TFG_DTYPE_F16 || g.dt == TFG_DTYPE_BF16) { /* no split-K partial sums rounded to 16 bits */
