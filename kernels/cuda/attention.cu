@@ -191,7 +191,9 @@ tfg_status cuda_attention_grad(tfg_kernel_ctx *ctx, const tfg_node *node, const 
 } /* namespace */
 
 extern "C" void tfg_cuda_register_attention(tfg_kernel_fn *table) {
-  table[TFG_OP_ATTENTION] = cuda_attention;
-  table[TFG_OP_ATTENTION_PROBS] = cuda_attention;
-  table[TFG_OP_ATTENTION_GRAD] = cuda_attention_grad;
+  static const tfg_cuda_kernel_row rows[] = {
+      {TFG_OP_ATTENTION, cuda_attention}, {TFG_OP_ATTENTION_PROBS, cuda_attention},
+      {TFG_OP_ATTENTION_GRAD, cuda_attention_grad},
+  };
+  tfg_cuda_register_rows(table, rows);
 }

@@ -1,7 +1,7 @@
 /* kernels/cuda/common.cuh: what the kernel files of kernels/cuda share:
  * the C headers with C linkage, grid sizes and grid-stride loops, launch
- * and scratch checks that do not return, library handles destroyed on
- * every path out, the device side of strided and broadcast index math,
+ * and scratch checks that do not return, the registration of a file's
+ * kernels from its table, library handles destroyed on every path out, the device side of strided and broadcast index math,
  * element-size dispatch and the device error flag.
  *
  *   #include "kernels/cuda/common.cuh"
@@ -125,6 +125,22 @@ static inline void tfg_cuda_free_scratch_(tfg_kernel_ctx *ctx, tfg_status *s, vo
   cudaError_t e = cudaFreeAsync(p, tfg_cuda_of(ctx)->stream);
   if (e != cudaSuccess && *s == TFG_OK)
     *s = tfg_cuda_fail_call(ctx, "cudaFreeAsync", cudaGetErrorString(e), file, line);
+}
+
+/* ---- registration ------------------------------------------------------- */
+
+/* One row of a file's kernels: an op and the kernel that runs it. A file
+ * lists its rows a line per kernel, with every op that kernel runs. */
+struct tfg_cuda_kernel_row {
+  int op;
+  tfg_kernel_fn fn;
+};
+
+/* Registers a file's kernels, its table of rows, in the registry's table
+ * (indexed by op id): table[row.op] = row.fn for each row. */
+template <size_t N>
+static inline void tfg_cuda_register_rows(tfg_kernel_fn *table, const tfg_cuda_kernel_row (&rows)[N]) {
+  for (const tfg_cuda_kernel_row &r : rows) table[r.op] = r.fn;
 }
 
 /* ---- library handles ---------------------------------------------------- */

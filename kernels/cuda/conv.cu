@@ -675,11 +675,12 @@ tfg_status cuda_pool_grad(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_t
 } /* namespace */
 
 extern "C" void tfg_cuda_register_conv(tfg_kernel_fn *table) {
-  table[TFG_OP_CONV2D] = cuda_conv2d;
-  table[TFG_OP_CONV2D_GRAD_INPUT] = cuda_conv2d_grad_input;
-  table[TFG_OP_CONV2D_GRAD_WEIGHT] = cuda_conv2d_grad_weight;
-  table[TFG_OP_MAX_POOL] = cuda_pool;
-  table[TFG_OP_AVG_POOL] = cuda_pool;
-  table[TFG_OP_MAX_POOL_GRAD] = cuda_pool_grad;
-  table[TFG_OP_AVG_POOL_GRAD] = cuda_pool_grad;
+  static const tfg_cuda_kernel_row rows[] = {
+      {TFG_OP_CONV2D, cuda_conv2d},
+      {TFG_OP_CONV2D_GRAD_INPUT, cuda_conv2d_grad_input},
+      {TFG_OP_CONV2D_GRAD_WEIGHT, cuda_conv2d_grad_weight},
+      {TFG_OP_MAX_POOL, cuda_pool}, {TFG_OP_AVG_POOL, cuda_pool},
+      {TFG_OP_MAX_POOL_GRAD, cuda_pool_grad}, {TFG_OP_AVG_POOL_GRAD, cuda_pool_grad},
+  };
+  tfg_cuda_register_rows(table, rows);
 }

@@ -969,17 +969,17 @@ tfg_status cuda_embedding_grad(tfg_kernel_ctx *ctx, const tfg_node *node, const 
 } /* namespace */
 
 extern "C" void tfg_cuda_register_nn(tfg_kernel_fn *table) {
-  table[TFG_OP_SOFTMAX] = cuda_softmax;
-  table[TFG_OP_LOG_SOFTMAX] = cuda_softmax;
-  table[TFG_OP_CROSS_ENTROPY] = cuda_cross_entropy;
-  table[TFG_OP_MSE] = cuda_mse;
-  table[TFG_OP_LAYER_NORM] = cuda_layer_norm;
-  table[TFG_OP_EMBEDDING] = cuda_embedding;
-  table[TFG_OP_ONE_HOT] = cuda_one_hot;
-  table[TFG_OP_ACCURACY] = cuda_accuracy;
-  table[TFG_OP_RELU_GRAD] = cuda_pointwise_grad;
-  table[TFG_OP_GELU_GRAD] = cuda_pointwise_grad;
-  table[TFG_OP_CROSS_ENTROPY_GRAD] = cuda_cross_entropy_grad;
-  table[TFG_OP_LAYER_NORM_GRAD] = cuda_layer_norm;
-  table[TFG_OP_EMBEDDING_GRAD] = cuda_embedding_grad;
+  static const tfg_cuda_kernel_row rows[] = {
+      {TFG_OP_SOFTMAX, cuda_softmax}, {TFG_OP_LOG_SOFTMAX, cuda_softmax},
+      {TFG_OP_CROSS_ENTROPY, cuda_cross_entropy},
+      {TFG_OP_MSE, cuda_mse},
+      {TFG_OP_LAYER_NORM, cuda_layer_norm}, {TFG_OP_LAYER_NORM_GRAD, cuda_layer_norm},
+      {TFG_OP_EMBEDDING, cuda_embedding},
+      {TFG_OP_ONE_HOT, cuda_one_hot},
+      {TFG_OP_ACCURACY, cuda_accuracy},
+      {TFG_OP_RELU_GRAD, cuda_pointwise_grad}, {TFG_OP_GELU_GRAD, cuda_pointwise_grad},
+      {TFG_OP_CROSS_ENTROPY_GRAD, cuda_cross_entropy_grad},
+      {TFG_OP_EMBEDDING_GRAD, cuda_embedding_grad},
+  };
+  tfg_cuda_register_rows(table, rows);
 }

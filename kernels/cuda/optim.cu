@@ -195,9 +195,12 @@ static tfg_status cuda_allreduce_local(tfg_kernel_ctx *ctx, const tfg_node *node
 /* ---- registration ------------------------------------------------------------- */
 
 extern "C" void tfg_cuda_register_optim(tfg_kernel_fn *table) {
-  table[TFG_OP_SGD_UPDATE] = cuda_sgd_update;
-  table[TFG_OP_ADAM_UPDATE] = cuda_adam_update;
-  table[TFG_OP_GRAD_ACCUMULATE] = cuda_grad_accumulate;
-  table[TFG_OP_AMP_UPDATE] = cuda_amp_update;
-  table[TFG_OP_ALLREDUCE] = cuda_allreduce_local;
+  static const tfg_cuda_kernel_row rows[] = {
+      {TFG_OP_SGD_UPDATE, cuda_sgd_update},
+      {TFG_OP_ADAM_UPDATE, cuda_adam_update},
+      {TFG_OP_GRAD_ACCUMULATE, cuda_grad_accumulate},
+      {TFG_OP_AMP_UPDATE, cuda_amp_update},
+      {TFG_OP_ALLREDUCE, cuda_allreduce_local},
+  };
+  tfg_cuda_register_rows(table, rows);
 }

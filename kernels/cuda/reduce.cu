@@ -490,8 +490,9 @@ tfg_status cuda_argmax(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tens
 } /* namespace */
 
 extern "C" void tfg_cuda_register_reduce(tfg_kernel_fn *table) {
-  table[TFG_OP_SUM] = cuda_reduce;
-  table[TFG_OP_MEAN] = cuda_reduce;
-  table[TFG_OP_MAX] = cuda_reduce;
-  table[TFG_OP_ARGMAX] = cuda_argmax;
+  static const tfg_cuda_kernel_row rows[] = {
+      {TFG_OP_SUM, cuda_reduce}, {TFG_OP_MEAN, cuda_reduce}, {TFG_OP_MAX, cuda_reduce},
+      {TFG_OP_ARGMAX, cuda_argmax},
+  };
+  tfg_cuda_register_rows(table, rows);
 }

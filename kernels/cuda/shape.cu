@@ -296,10 +296,12 @@ static tfg_status cuda_slice(tfg_kernel_ctx *ctx, const tfg_node *node, const tf
 /* ---- registration ------------------------------------------------------------- */
 
 extern "C" void tfg_cuda_register_shape(tfg_kernel_fn *table) {
-  table[TFG_OP_RESHAPE] = cuda_copy;
-  table[TFG_OP_FLATTEN] = cuda_copy;
-  table[TFG_OP_TRANSPOSE] = cuda_transpose;
-  table[TFG_OP_CONCAT] = cuda_concat;
-  table[TFG_OP_SLICE] = cuda_slice;
-  table[TFG_OP_BROADCAST] = cuda_broadcast;
+  static const tfg_cuda_kernel_row rows[] = {
+      {TFG_OP_RESHAPE, cuda_copy}, {TFG_OP_FLATTEN, cuda_copy},
+      {TFG_OP_TRANSPOSE, cuda_transpose},
+      {TFG_OP_CONCAT, cuda_concat},
+      {TFG_OP_SLICE, cuda_slice},
+      {TFG_OP_BROADCAST, cuda_broadcast},
+  };
+  tfg_cuda_register_rows(table, rows);
 }
