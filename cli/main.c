@@ -355,6 +355,9 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
   const tfg_train_step *steps = c.steps;
   const tfg_plan *plan = c.plan;
   tfg_trace *trace = rc == 0 && (o->trace || o->profile) ? tfg_trace_new() : NULL;
+  /* a pipeline's launches named by their stage and micro-batch ("fwd s1 m3 matmul") */
+  char **labels = trace ? cli_trace_labels(p, &c) : NULL;
+  if (labels) tfg_trace_label_nodes(trace, p->graph->nodes, p->graph->nnodes, (const char *const *)labels);
   tfg_session_opts so = {.threads = o->threads, .feeds = o->feeds, .nfeeds = o->nfeeds, .seed = o->seed,
                          .check_numerics = o->check_numerics, .plan = plan, .trace = trace,
                          .preallocate = o->preallocate, .tf32 = o->tf32, .sw = o->sw};
@@ -386,6 +389,8 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
   cli_catch_interrupts(false);
   if (ranks_log) fclose(ranks_log);
   tfg_session_free(s);
+  tfg_trace_unlabel_nodes(trace, p->graph->nodes);
+  cli_trace_labels_free(labels, p);
   if (trace && o->profile) { /* the same events as --trace, by op (stderr, beside the progress) */
     tfg_strbuf tab = {0};
     tfg_trace_profile(trace, &tab);

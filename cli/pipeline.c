@@ -14,12 +14,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/assert.h"
 #include "base/diag.h"
 #include "base/strbuf.h"
 #include "cli/pipeline.h"
 #include "compiler/compile.h"
 #include "compiler/place.h"
 #include "compiler/plan.h"
+#include "compiler/strategy/schedule.h"
 #include "compiler/strategy/strategy.h"
 #include "lang/interp.h"
 #include "runtime/device.h"
@@ -434,4 +436,29 @@ tfg_status cli_run_actions(const cli_actions *r, int from, int to, tfg_diag *d) 
   free(gsteps);
   free(group);
   return st;
+}
+
+char **cli_trace_labels(const tfg_program *p, const cli_compiled *c) {
+  char **labels = NULL;
+  for (int i = 0; i < c->nactions; i++) {
+    const tfg_train_step *st = &c->steps[i];
+    for (tfg_node_id id = st->pipe_first; st->pipe_unit && id < st->pipe_post; id++) {
+      int32_t u = st->pipe_unit[id - st->pipe_first];
+      if (u < 0) continue;
+      if (!labels) {
+        labels = calloc((size_t)p->graph->nnodes + 1, sizeof *labels);
+        TFG_ASSERT(labels != NULL);
+      }
+      char buf[48];
+      tfg_pipe_label(&st->pipe, u, buf, sizeof buf);
+      labels[id] = strdup(buf);
+      TFG_ASSERT(labels[id] != NULL);
+    }
+  }
+  return labels;
+}
+
+void cli_trace_labels_free(char **labels, const tfg_program *p) {
+  for (int32_t i = 0; labels && i < p->graph->nnodes; i++) free(labels[i]);
+  free(labels);
 }

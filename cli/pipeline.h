@@ -113,6 +113,12 @@ typedef tfg_compiled cli_compiled;
  * --devices is EXIT_USAGE, an invalid plan (a bug) EXIT_RUNTIME. c is
  * always the caller's to free with cli_compiled_free. */
 int cli_compile(const cli_opts *o, tfg_program *p, tfg_diag *d, cli_compiled *c);
+
+/* --trace's launch labels of c's pipelines (compiler/strategy/schedule.h:
+ * "fwd s1 m3"), one per node of p's graph (NULL: none), or NULL when no
+ * train is a pipeline; free with cli_trace_labels_free(labels, p). */
+char **cli_trace_labels(const tfg_program *p, const cli_compiled *c);
+void cli_trace_labels_free(char **labels, const tfg_program *p);
 void cli_compiled_free(cli_compiled *c);
 
 /* cli_compile for the REPL: devices(ctx, ...) picks the devices (the

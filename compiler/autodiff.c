@@ -899,5 +899,6 @@ void tfg_train_step_free(tfg_train_step *st) {
   free(st->scalers);
   free(st->staged);
   free(st->explain);
+  free(st->pipe_unit);
   memset(st, 0, sizeof *st);
 }

@@ -110,6 +110,11 @@ typedef struct tfg_train_step {
    * clipping and the updates. */
   tfg_pipe pipe;
   tfg_node_id pipe_post;
+  /* Each node's unit from pipe_first to pipe_post (--trace's labels):
+   * the forward of micro-batch m on stage s is s * M + m, its backward
+   * V M + s M + m (V = pipe.devices * pipe.chunks), else -1. */
+  tfg_node_id pipe_first;
+  int32_t *pipe_unit;
   /* What the strategy decided that the placement does not show, as
    * lines for place --explain (a pipeline's cuts and why each falls
    * where it does); malloc'ed, or NULL. */

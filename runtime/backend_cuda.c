@@ -169,7 +169,8 @@ cudaEvent_t tfg_backend_cuda_trace_begin(cuda_backend *cb, tfg_stream *s) {
   return e;
 }
 
-void tfg_backend_cuda_trace_end(cuda_backend *cb, tfg_stream *s, cudaEvent_t t0, const char *name, const char *cat) {
+void tfg_backend_cuda_trace_end(cuda_backend *cb, tfg_stream *s, cudaEvent_t t0, const char *name, const char *cat,
+                                const char *label) {
   if (!t0) return;
   cudaEvent_t t1 = timing_event(cb);
   if (!t1 || cudaEventRecord(t1, s->s) != cudaSuccess) {
@@ -179,7 +180,7 @@ void tfg_backend_cuda_trace_end(cuda_backend *cb, tfg_stream *s, cudaEvent_t t0,
     return;
   }
   TFG_GROW(cb->slices, cb->nslices, cb->slices_cap, 64);
-  cb->slices[cb->nslices++] = (slice){t0, t1, name, cat, s};
+  cb->slices[cb->nslices++] = (slice){t0, t1, name, cat, label, s};
 }
 
 /* Turns the pending slices of s (NULL: of every stream) into trace slices:
@@ -199,8 +200,8 @@ static void trace_flush(cuda_backend *cb, tfg_stream *s, bool wait) {
     float ms0 = 0, ms1 = 0;
     if (ready == cudaSuccess && cb->trace && cudaEventElapsedTime(&ms0, cb->trace_base, sl->t0) == cudaSuccess &&
         cudaEventElapsedTime(&ms1, cb->trace_base, sl->t1) == cudaSuccess)
-      tfg_trace_add(cb->trace, cb->base.device->index, sl->s->index, sl->name, sl->cat,
-                    cb->trace_base_host + ms0 / 1e3, cb->trace_base_host + ms1 / 1e3);
+      tfg_trace_add_labeled(cb->trace, cb->base.device->index, sl->s->index, sl->name, sl->label, sl->cat,
+                            cb->trace_base_host + ms0 / 1e3, cb->trace_base_host + ms1 / 1e3);
     (void)cudaGetLastError(); /* NotReady, or a failed stream's events: the slice is dropped */
     tfg_backend_cuda_timing_event_put(cb, sl->t0);
     tfg_backend_cuda_timing_event_put(cb, sl->t1);
@@ -380,7 +381,7 @@ static void queue_copy(cuda_backend *cb, tfg_stream *s, void *dst, const void *s
   tfg_strbuf why = {0};
   cudaEvent_t t0 = tfg_backend_cuda_trace_begin(cb, s);
   if (CUDA_OK(cudaSetDevice(cb->gpu), &why) && CUDA_OK(cudaMemcpyAsync(dst, src, bytes, kind, s->s), &why))
-    tfg_backend_cuda_trace_end(cb, s, t0, name, "copy");
+    tfg_backend_cuda_trace_end(cb, s, t0, name, "copy", NULL);
   else {
     tfg_backend_cuda_timing_event_put(cb, t0);
     tfg_backend_cuda_stream_fail(s, TFG_ERR_DEVICE, true, why.data);
@@ -422,7 +423,7 @@ static void cuda_copy_peer(tfg_backend *b, tfg_stream *s, void *dst, tfg_backend
   tfg_strbuf why = {0};
   cudaEvent_t t0 = tfg_backend_cuda_trace_begin(cb, s);
   if (CUDA_OK(cudaSetDevice(cb->gpu), &why) && CUDA_OK(cudaMemcpyPeerAsync(dst, cb->gpu, src, sg, bytes, s->s), &why))
-    tfg_backend_cuda_trace_end(cb, s, t0, "copy", "copy");
+    tfg_backend_cuda_trace_end(cb, s, t0, "copy", "copy", NULL);
   else {
     tfg_backend_cuda_timing_event_put(cb, t0);
     tfg_backend_cuda_stream_fail(s, TFG_ERR_DEVICE, true, why.data);
@@ -444,7 +445,7 @@ static void cuda_reduce_all(tfg_backend *b, tfg_stream *s, void *const *bufs, in
   } else if (count > 0) {
     cudaEvent_t t0 = tfg_backend_cuda_trace_begin(cb, s);
     if (CUDA_OK(cudaSetDevice(cb->gpu), &m) && CUDA_OK(tfg_cuda_reduce_all(bufs, n, count, (int)dt, scale, s->s), &m))
-      tfg_backend_cuda_trace_end(cb, s, t0, "reduce", "collective");
+      tfg_backend_cuda_trace_end(cb, s, t0, "reduce", "collective", NULL);
     else
       tfg_backend_cuda_timing_event_put(cb, t0);
   }
@@ -475,7 +476,7 @@ static void cuda_reduce_peer(tfg_backend *b, tfg_stream *s, void *dst, tfg_backe
         CUDA_OK(half ? tfg_cuda_reduce_peer_half(dst, src, count, dt == TFG_DTYPE_BF16, scale, s->s)
                      : tfg_cuda_reduce_peer(dst, src, count, dt == TFG_DTYPE_F64, scale, s->s),
                 &m))
-      tfg_backend_cuda_trace_end(cb, s, t0, "reduce", "collective");
+      tfg_backend_cuda_trace_end(cb, s, t0, "reduce", "collective", NULL);
     else
       tfg_backend_cuda_timing_event_put(cb, t0);
   }
@@ -582,7 +583,8 @@ static void cuda_launch(tfg_backend *b, tfg_stream *s, tfg_kernel_fn fn, tfg_ker
       return;
     }
   }
-  tfg_backend_cuda_trace_end(cb, s, t0, node ? tfg_op_get(node->op)->name : "kernel", "op");
+  tfg_backend_cuda_trace_end(cb, s, t0, node ? tfg_op_get(node->op)->name : "kernel", "op",
+                             tfg_trace_label_of(cb->trace, node));
   tfg_strbuf_free(&why);
 }
 

@@ -110,6 +110,7 @@ typedef struct launch_rec {
 typedef struct slice {
   cudaEvent_t t0, t1;
   const char *name, *cat; /* static strings (op names live in the op table) */
+  const char *label;      /* a launch's label (tfg_trace_label_of, the caller's string), or NULL */
   tfg_stream *s;
 } slice;
 
@@ -184,8 +185,10 @@ bool tfg_backend_cuda_is(const tfg_backend *b);
 /* Before an operation on s: its start event, or NULL when not tracing
  * (or the event cannot be had: the slice is then dropped, the run goes on). */
 cudaEvent_t tfg_backend_cuda_trace_begin(cuda_backend *cb, tfg_stream *s);
-/* After it: the end event, and the slice to read later. */
-void tfg_backend_cuda_trace_end(cuda_backend *cb, tfg_stream *s, cudaEvent_t t0, const char *name, const char *cat);
+/* After it: the end event, and the slice to read later (label: a
+ * launch's, tfg_trace_label_of; NULL for none). */
+void tfg_backend_cuda_trace_end(cuda_backend *cb, tfg_stream *s, cudaEvent_t t0, const char *name, const char *cat,
+                                const char *label);
 /* Gives back a timing event (an operation that failed, or was not traced). */
 void tfg_backend_cuda_timing_event_put(cuda_backend *cb, cudaEvent_t e);
 

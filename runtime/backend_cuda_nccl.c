@@ -224,7 +224,7 @@ static bool nccl_queue(nccl_coll *g, void *const *bufs, const size_t *counts, in
   if (ok) dog_note(g);
   for (int r = 0; r < R; r++) {
     if (ok)
-      tfg_backend_cuda_trace_end(cuda_of(g->b[r]), g->s[r], t0[r], "allreduce", "collective");
+      tfg_backend_cuda_trace_end(cuda_of(g->b[r]), g->s[r], t0[r], "allreduce", "collective", NULL);
     else
       tfg_backend_cuda_timing_event_put(cuda_of(g->b[r]), t0[r]);
   }

@@ -481,7 +481,7 @@ static void trace_op(host_backend *hb, tfg_trace *tr, const tfg_stream *s, const
   switch (op->kind) {
   case HOST_OP_LAUNCH:
     if (op->fault) return;
-    tfg_trace_add(tr, pid, tid, op->u.launch.node ? tfg_op_get(op->u.launch.node->op)->name : "kernel", "op", t0, t1);
+    tfg_trace_add_launch(tr, pid, tid, op->u.launch.node, t0, t1);
     return;
   case HOST_OP_COPY: {
     static const char *const names[] = {[HOST_COPY_PEER] = "copy", [HOST_COPY_H2D] = "h2d", [HOST_COPY_D2H] = "d2h"};

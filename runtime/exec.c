@@ -272,6 +272,20 @@ static int share_cores(tfg_exec *x, const tfg_exec_opts *o) {
   return share;
 }
 
+/* --trace: a fused chain's launch carries its last member's label (the
+ * graph's, tfg_trace_label_nodes), as its own launch would have. */
+static void label_fused(tfg_exec *x, tfg_trace *t) {
+  if (!t || x->p->nchains == 0) return;
+  x->trace = t;
+  x->fused_labels = calloc((size_t)x->p->nchains, sizeof *x->fused_labels);
+  TFG_ASSERT(x->fused_labels != NULL);
+  for (int c = 0; c < x->p->nchains; c++) {
+    const tfg_plan_chain *ch = &x->p->chains[c];
+    x->fused_labels[c] = tfg_trace_label_of(t, &x->g->nodes[ch->nodes[ch->nnodes - 1]]);
+  }
+  tfg_trace_label_nodes(t, x->fused, x->p->nchains, x->fused_labels);
+}
+
 /* The FUSED node of each chain, with its program. The plan was validated,
  * so every chain compiles. */
 static void make_fused(tfg_exec *x) {
@@ -358,6 +372,7 @@ tfg_status tfg_exec_new(const tfg_plan *p, const tfg_exec_opts *o, tfg_diag *d, 
       }
   }
   make_fused(x);
+  label_fused(x, o->trace);
   tfg_status st = TFG_OK;
   for (int dv = 0; dv < x->ndev; dv++) {
     exec_dev *e = &x->dev[dv];
@@ -414,6 +429,8 @@ void tfg_exec_free(tfg_exec *x) {
     if (x->fork) tfg_backend_event_free(ob, x->fork);
     for (int j = 0; x->fork && j < x->njoin; j++) tfg_backend_event_free(ob, x->join[j]);
   }
+  tfg_trace_unlabel_nodes(x->trace, x->fused);
+  free(x->fused_labels);
   free(x->stage);
   free(x->mark);
   free(x->join);

@@ -105,6 +105,10 @@ struct tfg_exec {
    * program the node's attrs.data points to. */
   tfg_node *fused;
   tfg_fused_prog *progs;
+  /* --trace: each fused chain's launch label, its last member's (a
+   * pipeline's unit); registered with trace while the executor lives */
+  struct tfg_trace *trace;
+  const char **fused_labels;
   uint8_t *inner;              /* per node: an intermediate of a chain (it has no value) */
   /* The step fault hook (exec.h): device index and training step, or -1. */
   int fault_device;

@@ -39,13 +39,25 @@
 #include "base/file.h"
 #include "base/grow.h"
 #include "base/json.h"
+#include "ir/graph.h"
+#include "ir/ops.h"
 #include "runtime/trace.h"
 
 typedef struct trace_slice {
   int pid, tid;
   uint32_t name, cat; /* indices into the string table */
+  uint32_t label;     /* its index, or NO_LABEL */
   double t0, t1;      /* tfg_trace_now seconds */
 } trace_slice;
+
+#define NO_LABEL UINT32_MAX
+
+/* A table of launch labels (tfg_trace_label_nodes). */
+typedef struct trace_labels {
+  const tfg_node *nodes;
+  int32_t n;
+  const char *const *labels;
+} trace_labels;
 
 typedef struct trace_track_name {
   int pid, tid;
@@ -65,6 +77,8 @@ struct tfg_trace {
   size_t nstrs, strs_cap;
   uint32_t *set;
   size_t set_cap;
+  trace_labels *tables; /* set outside runs, read by the workers during them */
+  size_t ntables, tables_cap;
 };
 
 double tfg_trace_now(void) {
@@ -88,7 +102,7 @@ void tfg_trace_free(tfg_trace *t) {
     free(t->names[i].process);
     free(t->names[i].thread);
   }
-  void *arrays[] = {t->strs, t->set, t->slices, t->names};
+  void *arrays[] = {t->strs, t->set, t->slices, t->names, t->tables};
   for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) free(arrays[i]);
   pthread_mutex_destroy(&t->mu);
   free(t);
@@ -168,7 +182,8 @@ void tfg_trace_name(tfg_trace *t, int pid, int tid, const char *process, const c
   pthread_mutex_unlock(&t->mu);
 }
 
-void tfg_trace_add(tfg_trace *t, int pid, int tid, const char *name, const char *cat, double t0, double t1) {
+void tfg_trace_add_labeled(tfg_trace *t, int pid, int tid, const char *name, const char *label, const char *cat, double t0,
+                      double t1) {
   if (!t) return;
   pthread_mutex_lock(&t->mu);
   TFG_GROW(t->slices, t->nslices, t->slices_cap, 1024);
@@ -177,9 +192,38 @@ void tfg_trace_add(tfg_trace *t, int pid, int tid, const char *name, const char 
   s->tid = tid;
   s->name = intern(t, name ? name : "");
   s->cat = intern(t, cat ? cat : "");
+  s->label = label ? intern(t, label) : NO_LABEL;
   s->t0 = t0;
   s->t1 = t1;
   pthread_mutex_unlock(&t->mu);
+}
+
+void tfg_trace_add(tfg_trace *t, int pid, int tid, const char *name, const char *cat, double t0, double t1) {
+  tfg_trace_add_labeled(t, pid, tid, name, NULL, cat, t0, t1);
+}
+
+void tfg_trace_label_nodes(tfg_trace *t, const tfg_node *nodes, int32_t n, const char *const *labels) {
+  if (!t) return;
+  TFG_GROW(t->tables, t->ntables, t->tables_cap, 4);
+  t->tables[t->ntables++] = (trace_labels){nodes, n, labels};
+}
+
+void tfg_trace_unlabel_nodes(tfg_trace *t, const tfg_node *nodes) {
+  for (size_t i = 0; t && i < t->ntables; i++)
+    if (t->tables[i].nodes == nodes) t->tables[i--] = t->tables[--t->ntables];
+}
+
+const char *tfg_trace_label_of(const tfg_trace *t, const tfg_node *node) {
+  for (size_t i = 0; t && node && i < t->ntables; i++) {
+    const trace_labels *tb = &t->tables[i];
+    if (node >= tb->nodes && node < tb->nodes + tb->n) return tb->labels[node - tb->nodes];
+  }
+  return NULL;
+}
+
+void tfg_trace_add_launch(tfg_trace *t, int pid, int tid, const tfg_node *node, double t0, double t1) {
+  tfg_trace_add_labeled(t, pid, tid, node ? tfg_op_get(node->op)->name : "kernel", tfg_trace_label_of(t, node), "op", t0,
+                        t1);
 }
 
 /* ---- writing --------------------------------------------------------------------- */
@@ -282,7 +326,14 @@ static void render(const tfg_trace *t, tfg_strbuf *b) {
     double ts = usec(t, sl[i].t0), dur = usec(t, sl[i].t1) - ts;
     if (dur < 0) dur = 0; /* a slice given backwards: keep it, as an instant */
     tfg_strbuf_printf(b, "%s{\"name\":", sep);
-    tfg_json_put_string(b, t->strs[sl[i].name]);
+    if (sl[i].label != NO_LABEL) { /* "fwd s1 m3 matmul" */
+      tfg_strbuf lab = {0};
+      tfg_strbuf_printf(&lab, "%s %s", t->strs[sl[i].label], t->strs[sl[i].name]);
+      tfg_json_put_string(b, lab.data);
+      tfg_strbuf_free(&lab);
+    } else {
+      tfg_json_put_string(b, t->strs[sl[i].name]);
+    }
     tfg_strbuf_puts(b, ",\"cat\":");
     tfg_json_put_string(b, t->strs[sl[i].cat]);
     tfg_strbuf_printf(b, ",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}", sl[i].pid, sl[i].tid, ts,

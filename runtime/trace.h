@@ -16,6 +16,8 @@
 #ifndef TFG_TRACE_H
 #define TFG_TRACE_H
 
+#include <stdint.h>
+
 #include "base/status.h"
 #include "base/strbuf.h"
 
@@ -32,6 +34,26 @@ void tfg_trace_name(tfg_trace *t, int pid, int tid, const char *process, const c
 /* Adds a slice [t0, t1] (tfg_trace_now seconds) on track (pid, tid).
  * name and cat are copied. Safe from any thread. */
 void tfg_trace_add(tfg_trace *t, int pid, int tid, const char *name, const char *cat, double t0, double t1);
+
+/* Launch labels: what a launch of a node did in a schedule ("fwd s1 m3":
+ * a pipeline's forward of micro-batch 3 on stage 1), written before its
+ * op's name ("fwd s1 m3 matmul"), so a 1F1B staircase reads in Perfetto.
+ * tfg_trace_label_nodes gives labels[i] (NULL: none) to nodes[i] for i <
+ * n (a graph's nodes, or an executor's fused ones); the arrays are the
+ * caller's, read while launches are added, until tfg_trace_unlabel_nodes
+ * (nodes) or the trace's end. Set both outside a run. */
+struct tfg_node;
+void tfg_trace_label_nodes(tfg_trace *t, const struct tfg_node *nodes, int32_t n, const char *const *labels);
+void tfg_trace_unlabel_nodes(tfg_trace *t, const struct tfg_node *nodes);
+/* The label of node (NULL: none). */
+const char *tfg_trace_label_of(const tfg_trace *t, const struct tfg_node *node);
+/* tfg_trace_add with the label to write before name (NULL: none). */
+void tfg_trace_add_labeled(tfg_trace *t, int pid, int tid, const char *name, const char *label, const char *cat,
+                           double t0, double t1);
+/* tfg_trace_add of a kernel launch of node (NULL: an anonymous kernel):
+ * named by its op, labelled by its label (category "op"). Safe from any
+ * thread. */
+void tfg_trace_add_launch(tfg_trace *t, int pid, int tid, const struct tfg_node *node, double t0, double t1);
 /* Writes the trace to path through a temporary file and a rename.
  * Returns TFG_OK or TFG_ERR_IO with the reason in *err. */
 tfg_status tfg_trace_write(const tfg_trace *t, const char *path, tfg_strbuf *err);

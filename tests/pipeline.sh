@@ -161,3 +161,31 @@ EOF
     ko "pipeline predict $sched m=$M: $(head -3 "$tmp/err")"
   fi
 done
+
+# Trace. Every launch of a pipeline's stages but the updates after it is
+# labelled with its unit ("fwd s0 m3 matmul"), and gpu:0's compute track
+# runs its units in the 1F1B order of stage 0 of 2 with 8 micro-batches:
+# one forward ahead, then a forward and a backward in turn, then the
+# last backward (examples/pipeline.tfg, 2 steps).
+sed -e 's/epochs = 20/steps = 2/' -e "s|data/digits|$ROOT/examples/data/digits|" examples/pipeline.tfg >"$tmp/pp/pipe2.tfg"
+if "$TFG" run --devices host*2 --trace "$tmp/pp/trace.json" "$tmp/pp/pipe2.tfg" >"$tmp/out" 2>"$tmp/err"; then
+  why=$(python3 -c '
+import json, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "op"]
+gpus = [e for e in ev if e["pid"] in (1, 2)]
+bad = [e["name"] for e in gpus if not e["name"].startswith(("fwd ", "bwd ")) and not e["name"].endswith("_update")]
+if bad: sys.exit("unlabelled launches: %s" % sorted(set(bad))[:5])
+units = []
+for e in sorted((e for e in gpus if e["pid"] == 1 and e["tid"] == 0), key=lambda e: e["ts"]):
+    if e["name"].endswith("_update"): break
+    u = " ".join(e["name"].split()[:3])
+    if not units or units[-1] != u: units.append(u)
+want = ["fwd s0 m0"]
+for m in range(1, 8): want += ["fwd s0 m%d" % m, "bwd s0 m%d" % (m - 1)]
+want.append("bwd s0 m7")
+if units != want: sys.exit("gpu:0 ran %s, not 1F1B: %s" % (units, want))
+' "$tmp/pp/trace.json" 2>&1)
+  if [ -z "$why" ]; then ok; else ko "pipeline trace: $why"; fi
+else
+  ko "pipeline trace: $(head -3 "$tmp/err")"
+fi

@@ -473,11 +473,13 @@ static void order_by_schedule(tfg_replicate *c, pipe *pp, tfg_train_step *out) {
        * is made, not when the unit starts: a copy stream is one queue */
       double dur = u < V * M ? pp->fwd[u / M] : bwd[(u - V * M) / M];
       t[j] = start[u] + dur * (double)(++rank[u]) / (double)(size[u] + 1);
-    } else { /* the latest unit it reads */
+    } else { /* the latest unit it reads, whose label it takes too */
       t[j] = -1;
       for (int q = 0; q < g->nodes[id].ninputs; q++) {
         tfg_node_id x = g->nodes[id].inputs[q];
-        if (x >= c->n0 && t[x - c->n0] > t[j]) t[j] = t[x - c->n0];
+        if (x < c->n0 || t[x - c->n0] <= t[j]) continue;
+        t[j] = t[x - c->n0];
+        *unit_of(c, id) = *unit_of(c, x) >= 0 && *unit_of(c, x) < units ? *unit_of(c, x) : UNIT_LATEST;
       }
     }
     k[j] = (keyed){t[j], id};
@@ -485,6 +487,14 @@ static void order_by_schedule(tfg_replicate *c, pipe *pp, tfg_train_step *out) {
   qsort(k, (size_t)n, sizeof *k, by_time);
   out->pipe_post = g->nnodes; /* the first node after the pipeline, once renumbered */
   for (int32_t j = n - 1; j >= 0 && k[j].t == DBL_MAX; j--) out->pipe_post = c->n0 + j;
+  /* each renumbered node's unit, for the trace's labels */
+  out->pipe_first = c->n0;
+  out->pipe_unit = malloc(sizeof *out->pipe_unit * ((size_t)(out->pipe_post - c->n0) + 1));
+  TFG_ASSERT(out->pipe_unit != NULL);
+  for (int32_t j = 0; j < out->pipe_post - c->n0; j++) {
+    int32_t u = *unit_of(c, k[j].id);
+    out->pipe_unit[j] = u >= units ? u - units : u >= 0 ? u : -1; /* a slice: the forward it feeds */
+  }
   tfg_node_id *order = malloc(sizeof *order * ((size_t)n + 1)), *map = malloc(sizeof *map * ((size_t)g->nnodes + 1));
   TFG_ASSERT(order && map);
   for (int32_t j = 0; j < n; j++) order[j] = k[j].id;

@@ -2,6 +2,7 @@
  * pipeline schedule and their start times (compiler/strategy/schedule.h). */
 #include "compiler/strategy/schedule.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "base/assert.h"
@@ -47,6 +48,13 @@ void tfg_pipe_unit(const tfg_pipe *p, int d, int k, bool *fwd, int *stage, int *
     *fwd = false, j = k - w - steady;
   }
   nth(p, d, j, *fwd, stage, micro);
+}
+
+void tfg_pipe_label(const tfg_pipe *p, int32_t unit, char *buf, size_t n) {
+  int M = p->micro, V = tfg_pipe_stages(p);
+  bool fwd = unit < V * M;
+  int u = fwd ? unit : unit - V * M;
+  snprintf(buf, n, "%s s%d m%d", fwd ? "fwd" : "bwd", u / M, u % M);
 }
 
 double tfg_pipe_times(const tfg_pipe *p, const double *fwd, const double *bwd, double *start) {

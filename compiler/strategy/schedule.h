@@ -42,4 +42,9 @@ void tfg_pipe_unit(const tfg_pipe *p, int d, int k, bool *fwd, int *stage, int *
  * backward does. Returns when the last unit ends. */
 double tfg_pipe_times(const tfg_pipe *p, const double *fwd, const double *bwd, double *start);
 
+/* --trace's label of a unit of pipeline p (tfg_train_step.pipe_unit's
+ * code: a forward s M + m, a backward V M + s M + m) into buf of n
+ * bytes: "fwd s1 m3", "bwd s0 m7". */
+void tfg_pipe_label(const tfg_pipe *p, int32_t unit, char *buf, size_t n);
+
 #endif
