@@ -18,6 +18,8 @@
 #   4. on a machine with one GPU, a program naming gpu:1 is told to use
 #      --devices cuda:0*2, and runs with it
 #   5. f16 and bf16 params train on cuda:0 and mirrored on cuda:0*2
+#   6. a pipeline of two stages (parallel(pipeline = 2), each schedule) on
+#      cuda:0*2 equals one GPU, and gpipe and 1f1b give the same bytes
 #
 # Without a GPU (no driver, no device, or a build without CUDA) it prints
 # one line, "SKIP: no CUDA device (REASON)", and exits 0. Otherwise it
@@ -100,6 +102,22 @@ mlp_program "$tmp/drop2" "adam(lr = 1e-2)" "mirrored([gpu:0, gpu:1])" dropout
 expect dropout-one 0 "$TFG" run --devices cuda:0 "$tmp/drop1.tfg" &&
   expect dropout-mirrored 0 "$TFG" run --devices 'cuda:0*2' "$tmp/drop2.tfg" &&
   same dropout-mirrored "$tmp/drop2" "$tmp/drop1" 2e-5
+
+# A pipeline of two stages on the two logical devices of one GPU
+# equals one GPU within the same 2e-5 (the micro-batches' gradients are
+# summed and divided by their count where one GPU sums all the rows at
+# once: the order, as with mirrored's replicas); gpipe and 1f1b sum the
+# same micro-batches in the same order, so they give the same bytes.
+mlp_program "$tmp/pipe1" "adam(lr = 1e-2)" ""
+expect pipeline-one 0 "$TFG" run --devices cuda:0 "$tmp/pipe1.tfg"
+for sched in gpipe 1f1b "interleaved(chunks = 2)"; do
+  tag=$(echo "$sched" | cut -c1-5)
+  mlp_program "$tmp/pipe_$tag" "adam(lr = 1e-2)" "parallel(pipeline = 2); micro_batches = 4; schedule = $sched"
+  expect "pipeline-$tag" 0 "$TFG" run --devices 'cuda:0*2' "$tmp/pipe_$tag.tfg" &&
+    same "pipeline-$tag" "$tmp/pipe_$tag" "$tmp/pipe1" 2e-5
+done
+if cmp -s "$tmp/pipe_gpipe.safetensors" "$tmp/pipe_1f1b.safetensors"; then ok
+else ko "pipeline: gpipe and 1f1b differ on cuda:0*2"; fi
 
 # One GPU equals the CPU (a host device running the CPU kernels), within
 # the same 2e-5: sums in another order (cuBLAS against OpenBLAS, a GPU's
