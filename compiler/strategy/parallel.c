@@ -83,8 +83,8 @@ static tfg_status parallel_read(const tfg_strategy_config *s, tfg_strategy *out,
     return TFG_ERR_NAME;
   }
   if (s->gpus > 0 && D * P != s->gpus) { /* s->gpus is 0 before the devices are known (tfg check) */
-    tfg_diag_error(d, &s->loc, "parallel(data = %d, pipeline = %d) needs %d GPUs, but the run has %d", D, P, D * P,
-                   s->gpus);
+    tfg_diag_error(d, &s->loc, "parallel(data = %d, pipeline = %d) needs %d GPU%s, but the run has %d", D, P, D * P,
+                   D * P == 1 ? "" : "s", s->gpus);
     tfg_diag_help(d, "data * tensor * pipeline must equal the run's GPUs: give --devices %d of them, "
                      "like --devices host*%d", D * P, D * P);
     return TFG_ERR_DEVICE;
