@@ -224,3 +224,17 @@ if units != want: sys.exit("gpu:0 ran %s, not 1F1B: %s" % (units, want))
 else
   ko "pipeline trace: $(head -3 "$tmp/err")"
 fi
+
+# The cut keeps each stage's params within its device: two 1 MiB weights
+# with Adam (4 MiB each with gradient and state) then 200 cheap ops. The
+# fastest cut puts both weights on stage 0 (8 MiB), which a 7 MiB device
+# cannot hold; the cut that fits puts one on each stage.
+{
+  echo "input x: f32[2, 512]"
+  echo "param w1: f32[512, 512] = glorot(seed = 1)"
+  echo "param w2: f32[512, 512] = glorot(seed = 2)"
+  echo "h = matmul(matmul(x, w1), w2)"
+  echo "for i in 0..200 { h = tanh(h) }"
+  echo "train mean(h * h) { optimizer = adam(lr = 1e-3); steps = 1; strategy = parallel(pipeline = 2); micro_batches = 2 }"
+} >"$tmp/pp/memcut.tfg"
+expect pipeline-memory-cut 0 "$TFG" plan --devices host*2:7M "$tmp/pp/memcut.tfg"

@@ -164,14 +164,19 @@ static double op_cost(const tfg_graph *g, const tfg_node *nd, const rates *r, do
 /* The cut of ops[0..N) (the cone's ops in program order, times w,
  * program pins pin or -1) into V stages minimising the slowest stage's
  * time plus what it sends on (send[j]: the time to send what is live
- * across a cut after op j). first[s]: stage s's first op. */
-static void balance(int N, int V, const double *w, const double *send, const int *pin, int *first) {
-  double *sum = malloc(sizeof *sum * (size_t)(N + 1));
+ * across a cut after op j), each stage's params within its device's
+ * memory (mem[j]: the bytes of the params op j is the first to read,
+ * with their gradients and optimizer state; cap[s]: stage s's device's
+ * capacity). first[s]: stage s's first op. Returns false when no cut
+ * fits. */
+static bool balance(int N, int V, const double *w, const double *send, const double *mem, const double *cap,
+                    const int *pin, int *first) {
+  double *sum = malloc(sizeof *sum * (size_t)(N + 1)), *msum = malloc(sizeof *msum * (size_t)(N + 1));
   double *best = malloc(sizeof *best * (size_t)V * (size_t)(N + 1));
   int *from = malloc(sizeof *from * (size_t)V * (size_t)(N + 1));
-  TFG_ASSERT(sum && best && from);
-  sum[0] = 0;
-  for (int j = 0; j < N; j++) sum[j + 1] = sum[j] + w[j];
+  TFG_ASSERT(sum && msum && best && from);
+  sum[0] = msum[0] = 0;
+  for (int j = 0; j < N; j++) sum[j + 1] = sum[j] + w[j], msum[j + 1] = msum[j] + mem[j];
   /* best[s][j]: the slowest of stages 0..s when they hold ops [0, j) */
   for (int s = 0; s < V; s++)
     for (int j = 0; j <= N; j++) {
@@ -179,7 +184,7 @@ static void balance(int N, int V, const double *w, const double *send, const int
       *b = DBL_MAX;
       from[(size_t)s * (size_t)(N + 1) + (size_t)j] = -1;
       for (int i = j - 1; i >= s; i--) { /* stage s holds ops [i, j) */
-        if (pin[i] >= 0 && pin[i] != s) break;
+        if ((pin[i] >= 0 && pin[i] != s) || msum[j] - msum[i] > cap[s]) break; /* only more to the left */
         double before = s == 0 ? (i == 0 ? 0 : DBL_MAX) : best[(size_t)(s - 1) * (size_t)(N + 1) + (size_t)i];
         if (before == DBL_MAX) continue;
         double cost = sum[j] - sum[i] + (j < N ? send[j - 1] : 0);
@@ -187,15 +192,17 @@ static void balance(int N, int V, const double *w, const double *send, const int
         if (slowest < *b) *b = slowest, from[(size_t)s * (size_t)(N + 1) + (size_t)j] = i;
       }
     }
-  int j = N;
-  for (int s = V - 1; s >= 0; s--) {
+  bool fits = from[(size_t)(V - 1) * (size_t)(N + 1) + (size_t)N] >= 0;
+  for (int s = V - 1, j = N; fits && s >= 0; s--) {
     first[s] = from[(size_t)s * (size_t)(N + 1) + (size_t)j];
-    TFG_ASSERT(first[s] >= 0); /* the caller checked that a cut exists */
+    TFG_ASSERT(first[s] >= 0); /* a stage reached is reached from one before */
     j = first[s];
   }
   free(sum);
+  free(msum);
   free(best);
   free(from);
+  return fits;
 }
 
 /* The slowest of the V stages' costs when they hold ops first[s] .. of
@@ -295,10 +302,17 @@ static tfg_status cut_stages(tfg_replicate *c, pipe *pp) {
     for (int k = 0; k < nd->ninputs; k++)
       if (pos[nd->inputs[k]] >= 0) last[pos[nd->inputs[k]]] = j;
     if (pin[j] < 0 || st != TFG_OK) continue;
-    if (pin[j] == V) {
+    if (pin[j] == V && V == 1) {
+      tfg_diag_error(c->d, &nd->pin.loc, "gpu:%" PRId64 " has no place: each replica of parallel(...) here is one device, gpu:0",
+                     nd->pin.index);
+      tfg_diag_note(c->d, &c->s->loc, "the replicas are set here");
+      st = TFG_ERR_PLACE;
+    } else if (pin[j] == V) {
       tfg_diag_error(c->d, &nd->pin.loc, "gpu:%" PRId64 " has no stage: the pipeline has %d, gpu:0 to gpu:%d",
                      nd->pin.index, V, V - 1);
       tfg_diag_note(c->d, &c->s->loc, "the pipeline's stages are set here");
+      if (pp->pp.chunks > 1)
+        tfg_diag_help(c->d, "a pipeline's gpu:K is its stage K; interleaved's stage s runs on device s %% %d", pp->pp.devices);
       st = TFG_ERR_PLACE;
     } else if (prev >= 0 && g->nodes[prev].pin.index > nd->pin.index) {
       tfg_diag_error(c->d, &nd->pin.loc, "gpu:%" PRId64 " comes after gpu:%" PRId64
@@ -321,18 +335,70 @@ static tfg_status cut_stages(tfg_replicate *c, pipe *pp) {
     for (int j = 0; j < N; j++) send[j] = (j ? send[j - 1] : 0) + diff[j];
     for (int j = 0; j < N; j++) send[j] /= r.link_bw * clones; /* a micro-batch's bytes, in seconds */
     free(diff);
-    /* a pin that leaves too few ops before or after it for the stages between */
-    for (int j = 0; j < N && st == TFG_OK; j++)
-      if (pin[j] >= 0 && (pin[j] > j || V - 1 - pin[j] > N - 1 - j)) {
-        const tfg_node *nd = &g->nodes[ops[j]];
-        tfg_diag_error(c->d, &nd->pin.loc, "gpu:%" PRId64 " leaves no op for every stage %s it", nd->pin.index,
-                       pin[j] > j ? "before" : "after");
+    /* Every stage needs an op: between two pins, stages pa at op ja and
+     * pb at op jb (the ends count as stage -1 at op -1 and stage V at op
+     * N), the stages strictly between take the ops strictly between, so
+     * pb - pa <= jb - ja. */
+    for (int j = 0, ja = -1, pa = -1; j <= N && st == TFG_OK; j++) {
+      if (j < N && pin[j] < 0) continue;
+      int pb = j < N ? pin[j] : V;
+      if (pb - pa > j - ja) {
+        if (j == N) {
+          tfg_diag_error(c->d, &g->nodes[ops[ja]].pin.loc, "gpu:%d leaves no op for stage%s %d%s after it: %d op%s come after",
+                         pa, V - 1 - pa > 1 ? "s" : "", pa + 1, V - 1 - pa > 1 ? " and on" : "", N - 1 - ja,
+                         N - 1 - ja == 1 ? "" : "s");
+        } else if (ja < 0) {
+          tfg_diag_error(c->d, &g->nodes[ops[j]].pin.loc, "gpu:%d leaves no op for stage%s before it: %d op%s come first",
+                         pb, pb > 1 ? "s" : "", j, j == 1 ? "" : "s");
+        } else {
+          tfg_diag_error(c->d, &g->nodes[ops[j]].pin.loc, "gpu:%d leaves no op for stage%s %d%s between it and gpu:%d", pb,
+                         pb - pa > 2 ? "s" : "", pa + 1, pb - pa > 2 ? " and on" : "", pa);
+          tfg_diag_note(c->d, &g->nodes[ops[ja]].pin.loc, "gpu:%d is pinned here", pa);
+        }
+        tfg_diag_help(c->d, "each of the pipeline's %d stages needs an op of its own", V);
         st = TFG_ERR_PLACE;
       }
+      ja = j, pa = pb;
+    }
   }
+  /* memory: each param with its first reader, as stage_of places it,
+   * with its gradient and optimizer state (and accumulate's sum) */
+  double *mem = calloc((size_t)N + 1, sizeof *mem), *cap = malloc(sizeof *cap * (size_t)V);
+  TFG_ASSERT(mem && cap);
+  const tfg_optimizer_config *oc = &c->a->config.optimizer;
+  int copies = 2 + (oc->kind == TFG_OPTIMIZER_SGD ? oc->momentum != 0 : 2) + (c->a->config.accumulate > 1);
+  for (int j = 0; j < N; j++) {
+    const tfg_node *nd = &g->nodes[ops[j]];
+    for (int k = 0; k < nd->ninputs; k++) {
+      int32_t x = nd->inputs[k];
+      if (g->nodes[x].op != TFG_OP_PARAM || last[0] == -2) continue;
+      bool first_use = true; /* the earliest op reading x is j */
+      for (int q = 0; q < j && first_use; q++)
+        for (int e = 0; e < g->nodes[ops[q]].ninputs; e++) first_use &= g->nodes[ops[q]].inputs[e] != x;
+      if (first_use) mem[j] += (double)copies * (double)tfg_node_bytes(&g->nodes[x]);
+    }
+  }
+  for (int s = 0; s < V; s++) {
+    const tfg_device *dev = c->job.ds ? tfg_devices_gpu(c->job.ds, s % pp->pp.devices) : NULL;
+    cap[s] = dev ? (double)dev->memory : DBL_MAX;
+  }
+  if (st == TFG_OK && !balance(N, V, w, send, mem, cap, pin, first)) {
+    double all = 0;
+    for (int j = 0; j < N; j++) all += mem[j];
+    tfg_strbuf need = {0}, have = {0};
+    tfg_size_format(&need, (int64_t)all);
+    tfg_size_format(&have, (int64_t)cap[0]);
+    tfg_diag_error(c->d, &c->s->loc, "no cut into %d stages fits the devices: the params with their gradients and "
+                   "optimizer state need %s in all, a stage's device has %s", V, need.data, have.data);
+    tfg_diag_help(c->d, "use more stages, or devices with more memory");
+    tfg_strbuf_free(&need);
+    tfg_strbuf_free(&have);
+    st = TFG_ERR_OOM;
+  }
+  free(mem);
+  free(cap);
   if (st == TFG_OK) {
-    balance(N, V, w, send, pin, first);
-    pp->explain = explain_cuts(c, N, V, ops, w, send, pin, first);
+    if (V > 1) pp->explain = explain_cuts(c, N, V, ops, w, send, pin, first);
     pp->fwd = calloc((size_t)V, sizeof *pp->fwd);
     TFG_ASSERT(pp->fwd != NULL);
     for (int32_t i = 0; i < span; i++) pp->stage[i] = -1;

@@ -265,11 +265,13 @@ tfg_status tfg_replicate_split_batch(tfg_replicate *c) {
     else
       tfg_diag_error(c->d, &nd->loc, "input %s: a global batch of %" PRId64 " rows does not split evenly over %d replicas",
                      nd->name, b, all);
+    /* micro_batches not given: the pipeline's stages, set with the strategy */
+    const tfg_loc *mb = c->a->config.micro_batches ? &c->a->config.micro_batches_at : &c->s->loc;
+    const char *dflt = c->a->config.micro_batches ? "" : " (micro_batches not given: one per stage)";
     if (c->per > 1 && c->s->nreplicas > 1)
-      tfg_diag_note(c->d, &c->a->config.micro_batches_at, "%d micro-batches for each of %s's %d replicas", c->per, name,
-                    c->s->nreplicas);
+      tfg_diag_note(c->d, mb, "%d micro-batches for each of %s's %d replicas%s", c->per, name, c->s->nreplicas, dflt);
     else if (c->per > 1)
-      tfg_diag_note(c->d, &c->a->config.micro_batches_at, "the pipeline's micro-batches");
+      tfg_diag_note(c->d, mb, "the pipeline's %d micro-batches%s", c->per, dflt);
     else if (c->job.size > 1)
       tfg_diag_note(c->d, &c->s->loc, "%s makes %d replicas here on each of %d ranks: %d in all", name,
                     c->s->nreplicas, c->job.size, all);
@@ -322,7 +324,9 @@ void tfg_replicate_param_copy(tfg_replicate *c, int r, int32_t i, const tfg_node
 
 void tfg_replicate_cloned(tfg_replicate *c, int q, int32_t i, tfg_status st) {
   if (st != TFG_OK) {
-    if (c->per > 1) tfg_diag_note(c->d, &c->a->config.micro_batches_at, "the batch is split into %d micro-batches here", c->per);
+    if (c->per > 1)
+      tfg_diag_note(c->d, c->a->config.micro_batches ? &c->a->config.micro_batches_at : &c->s->loc,
+                    "the batch is split into %d micro-batches here", c->per);
     else tfg_diag_note(c->d, &c->s->loc, "the batch is split %d ways by %s here", c->s->nreplicas, c->s->i->name);
     return;
   }
