@@ -39,6 +39,15 @@
 #include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/parallel.h"
 
+/* The ops this file's kernels run (kernels/cpu/registry.c). */
+static const tfg_cpu_kernel_row kernels[] = {
+    {TFG_OP_ATTENTION, tfg_cpu_attention},
+    {TFG_OP_ATTENTION_PROBS, tfg_cpu_attention},
+    {TFG_OP_ATTENTION_GRAD, tfg_cpu_attention_grad},
+};
+
+void tfg_cpu_register_attention(tfg_kernel_fn *table) { TFG_CPU_REGISTER_ROWS(table, kernels); }
+
 /* Query rows per task: small enough that a causal task skips most of
  * the keys its rows cannot see, big enough for a gemm worth calling. */
 enum { QB = 32 };
@@ -293,10 +302,4 @@ TFG_CPU_KERNEL(tfg_cpu_attention_grad) {
   tfg_parallel_for(ctx->pool, tasks, 1, attg_chunk, &j);
   free(j.scratch);
   return TFG_OK;
-}
-
-void tfg_cpu_register_attention(tfg_kernel_fn *table) {
-  table[TFG_OP_ATTENTION] = tfg_cpu_attention;
-  table[TFG_OP_ATTENTION_PROBS] = tfg_cpu_attention;
-  table[TFG_OP_ATTENTION_GRAD] = tfg_cpu_attention_grad;
 }

@@ -31,6 +31,15 @@
 #include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/parallel.h"
 
+/* The ops this file's kernels run (kernels/cpu/registry.c). */
+static const tfg_cpu_kernel_row kernels[] = {
+    {TFG_OP_CONV2D, tfg_cpu_conv2d},
+    {TFG_OP_MAX_POOL, tfg_cpu_pool},
+    {TFG_OP_AVG_POOL, tfg_cpu_pool},
+};
+
+void tfg_cpu_register_conv(tfg_kernel_fn *table) { TFG_CPU_REGISTER_ROWS(table, kernels); }
+
 /* Scratch (col plus tmp) per group, in elements: 16 MiB of f32. The
  * gradients' groups (kernels/cpu/grad.c) take the same budget through
  * tfg_cpu_conv_group_images. */
@@ -277,10 +286,4 @@ TFG_CPU_KERNEL(tfg_cpu_pool) {
   tfg_parallel_for(ctx->pool, rows, GRAIN_ELEMS / (j.ow * j.kh * j.kw) + 1,
                    x->dtype == TFG_DTYPE_F32 ? pool_f32 : pool_f64, &j);
   return TFG_OK;
-}
-
-void tfg_cpu_register_conv(tfg_kernel_fn *table) {
-  table[TFG_OP_CONV2D] = tfg_cpu_conv2d;
-  table[TFG_OP_MAX_POOL] = tfg_cpu_pool;
-  table[TFG_OP_AVG_POOL] = tfg_cpu_pool;
 }

@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kernels/kernel.h"
@@ -62,7 +63,19 @@ tfg_status tfg_cpu_check_embedding_ids(tfg_kernel_ctx *ctx, const tfg_tensor *id
                                        int64_t rows);
 
 /* Each file of kernels/cpu registers its kernels in the table (indexed by
- * op id) that tfg_cpu_kernel (kernels/cpu/registry.c) reads. */
+ * op id) that tfg_cpu_kernel (kernels/cpu/registry.c) reads, from a table
+ * of its own: one row per op, naming the kernel that runs it. */
+typedef struct tfg_cpu_kernel_row {
+  tfg_op_id op;
+  tfg_kernel_fn fn;
+} tfg_cpu_kernel_row;
+
+/* table[row.op] = row.fn for each of the n rows (kernels/cpu/registry.c). */
+void tfg_cpu_register_rows(tfg_kernel_fn *table, const tfg_cpu_kernel_row *rows, size_t n);
+/* The same for an array `rows` in scope, counted with sizeof. */
+#define TFG_CPU_REGISTER_ROWS(table, rows) \
+  tfg_cpu_register_rows(table, rows, sizeof(rows) / sizeof((rows)[0]))
+
 void tfg_cpu_register_init(tfg_kernel_fn *table);        /* init.c: const, init */
 void tfg_cpu_register_elementwise(tfg_kernel_fn *table); /* elementwise.c: unary, binary, where, cast */
 void tfg_cpu_register_linalg(tfg_kernel_fn *table);      /* linalg.c: matmul (OpenBLAS) */

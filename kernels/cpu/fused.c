@@ -22,6 +22,13 @@
 #include "kernels/elementwise_math.h"
 #include "kernels/fused.h"
 
+/* The ops this file's kernels run (kernels/cpu/registry.c). */
+static const tfg_cpu_kernel_row kernels[] = {
+    {TFG_OP_FUSED, tfg_cpu_fused},
+};
+
+void tfg_cpu_register_fused(tfg_kernel_fn *table) { TFG_CPU_REGISTER_ROWS(table, kernels); }
+
 /* As in elementwise.c: GCC's -O2 cost model would vectorize none of
  * these loops (their trip counts are not known multiples of the width). */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -188,5 +195,3 @@ TFG_CPU_KERNEL(tfg_cpu_fused) {
   tfg_parallel_for(ctx->pool, n, GRAIN, fused_chunk, &j);
   return TFG_OK;
 }
-
-void tfg_cpu_register_fused(tfg_kernel_fn *table) { table[TFG_OP_FUSED] = tfg_cpu_fused; }

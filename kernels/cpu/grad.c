@@ -35,6 +35,21 @@
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vmath.h"
 
+/* The ops this file's kernels run (kernels/cpu/registry.c). */
+static const tfg_cpu_kernel_row kernels[] = {
+    {TFG_OP_RELU_GRAD, tfg_cpu_relu_grad},
+    {TFG_OP_GELU_GRAD, tfg_cpu_gelu_grad},
+    {TFG_OP_CROSS_ENTROPY_GRAD, tfg_cpu_cross_entropy_grad},
+    {TFG_OP_LAYER_NORM_GRAD, tfg_cpu_layer_norm_grad},
+    {TFG_OP_CONV2D_GRAD_INPUT, tfg_cpu_conv2d_grad_input},
+    {TFG_OP_CONV2D_GRAD_WEIGHT, tfg_cpu_conv2d_grad_weight},
+    {TFG_OP_MAX_POOL_GRAD, tfg_cpu_pool_grad},
+    {TFG_OP_AVG_POOL_GRAD, tfg_cpu_pool_grad},
+    {TFG_OP_EMBEDDING_GRAD, tfg_cpu_embedding_grad},
+};
+
+void tfg_cpu_register_grad(tfg_kernel_fn *table) { TFG_CPU_REGISTER_ROWS(table, kernels); }
+
 /* GCC's -O2 cost model vectorizes none of the row loops here (their trip
  * counts are not known multiples of the width; kernels/cpu/elementwise.c
  * says more): the dynamic model does, with a scalar epilogue. */
@@ -609,16 +624,4 @@ TFG_CPU_KERNEL(tfg_cpu_embedding_grad) {
   tfg_parallel_for(ctx->pool, rows, grain,
                    dy->dtype == TFG_DTYPE_F32 ? emb_grad_f32 : emb_grad_f64, &j);
   return TFG_OK;
-}
-
-void tfg_cpu_register_grad(tfg_kernel_fn *table) {
-  table[TFG_OP_RELU_GRAD] = tfg_cpu_relu_grad;
-  table[TFG_OP_GELU_GRAD] = tfg_cpu_gelu_grad;
-  table[TFG_OP_CROSS_ENTROPY_GRAD] = tfg_cpu_cross_entropy_grad;
-  table[TFG_OP_LAYER_NORM_GRAD] = tfg_cpu_layer_norm_grad;
-  table[TFG_OP_CONV2D_GRAD_INPUT] = tfg_cpu_conv2d_grad_input;
-  table[TFG_OP_CONV2D_GRAD_WEIGHT] = tfg_cpu_conv2d_grad_weight;
-  table[TFG_OP_MAX_POOL_GRAD] = tfg_cpu_pool_grad;
-  table[TFG_OP_AVG_POOL_GRAD] = tfg_cpu_pool_grad;
-  table[TFG_OP_EMBEDDING_GRAD] = tfg_cpu_embedding_grad;
 }

@@ -18,6 +18,14 @@
 #include "kernels/cpu/parallel.h"
 #include "kernels/init_math.h"
 
+/* The ops this file's kernels run (kernels/cpu/registry.c). */
+static const tfg_cpu_kernel_row kernels[] = {
+    {TFG_OP_CONST, tfg_cpu_const},
+    {TFG_OP_INIT, tfg_cpu_init},
+};
+
+void tfg_cpu_register_init(tfg_kernel_fn *table) { TFG_CPU_REGISTER_ROWS(table, kernels); }
+
 enum { GRAIN_CONST = 32768, GRAIN_RANDOM = 8192 };
 
 /* Copies the node's constant payload (attrs.data: numel * dtype-size
@@ -110,9 +118,4 @@ TFG_CPU_KERNEL(tfg_cpu_init) {
     return tfg_kernel_fail(ctx, s, "%s() cannot fill a %s tensor on the CPU",
                            tfg_init_name(node->attrs.init), tfg_dtype_name(out->dtype));
   return TFG_OK;
-}
-
-void tfg_cpu_register_init(tfg_kernel_fn *table) {
-  table[TFG_OP_CONST] = tfg_cpu_const;
-  table[TFG_OP_INIT] = tfg_cpu_init;
 }

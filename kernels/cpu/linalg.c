@@ -24,6 +24,13 @@
 #include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/parallel.h"
 
+/* The ops this file's kernels run (kernels/cpu/registry.c). */
+static const tfg_cpu_kernel_row kernels[] = {
+    {TFG_OP_MATMUL, tfg_cpu_matmul},
+};
+
+void tfg_cpu_register_linalg(tfg_kernel_fn *table) { TFG_CPU_REGISTER_ROWS(table, kernels); }
+
 /* Products per chunk when a batch is spread over the pool: about this
  * many multiply-adds each, so a chunk outweighs its hand-off. */
 #define CHUNK_MACS (1 << 18)
@@ -114,5 +121,3 @@ TFG_CPU_KERNEL(tfg_cpu_matmul) {
   }
   return TFG_OK;
 }
-
-void tfg_cpu_register_linalg(tfg_kernel_fn *table) { table[TFG_OP_MATMUL] = tfg_cpu_matmul; }

@@ -24,6 +24,21 @@
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/vmath.h"
 
+/* The ops this file's kernels run (kernels/cpu/registry.c). */
+static const tfg_cpu_kernel_row kernels[] = {
+    {TFG_OP_SOFTMAX, tfg_cpu_softmax},
+    {TFG_OP_LOG_SOFTMAX, tfg_cpu_softmax},
+    {TFG_OP_CROSS_ENTROPY, tfg_cpu_cross_entropy},
+    {TFG_OP_MSE, tfg_cpu_mse},
+    {TFG_OP_LAYER_NORM, tfg_cpu_layer_norm},
+    {TFG_OP_DROPOUT, tfg_cpu_dropout},
+    {TFG_OP_EMBEDDING, tfg_cpu_embedding},
+    {TFG_OP_ONE_HOT, tfg_cpu_one_hot},
+    {TFG_OP_ACCURACY, tfg_cpu_accuracy},
+};
+
+void tfg_cpu_register_nn(tfg_kernel_fn *table) { TFG_CPU_REGISTER_ROWS(table, kernels); }
+
 /* GCC's -O2 cost model vectorizes none of the row loops here (their trip
  * counts are not known multiples of the width; kernels/cpu/elementwise.c
  * says more): the dynamic model does, with a scalar epilogue. */
@@ -510,16 +525,4 @@ TFG_CPU_KERNEL(tfg_cpu_accuracy) {
   }
   store_mean(out, right, n);
   return TFG_OK;
-}
-
-void tfg_cpu_register_nn(tfg_kernel_fn *table) {
-  table[TFG_OP_SOFTMAX] = tfg_cpu_softmax;
-  table[TFG_OP_LOG_SOFTMAX] = tfg_cpu_softmax;
-  table[TFG_OP_CROSS_ENTROPY] = tfg_cpu_cross_entropy;
-  table[TFG_OP_MSE] = tfg_cpu_mse;
-  table[TFG_OP_LAYER_NORM] = tfg_cpu_layer_norm;
-  table[TFG_OP_DROPOUT] = tfg_cpu_dropout;
-  table[TFG_OP_EMBEDDING] = tfg_cpu_embedding;
-  table[TFG_OP_ONE_HOT] = tfg_cpu_one_hot;
-  table[TFG_OP_ACCURACY] = tfg_cpu_accuracy;
 }

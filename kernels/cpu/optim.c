@@ -37,6 +37,17 @@
 #include "kernels/cpu/parallel.h"
 #include "kernels/optim_math.h"
 
+/* The ops this file's kernels run (kernels/cpu/registry.c). */
+static const tfg_cpu_kernel_row kernels[] = {
+    {TFG_OP_SGD_UPDATE, tfg_cpu_sgd_update},
+    {TFG_OP_ADAM_UPDATE, tfg_cpu_adam_update},
+    {TFG_OP_GRAD_ACCUMULATE, tfg_cpu_grad_accumulate},
+    {TFG_OP_AMP_UPDATE, tfg_cpu_amp_update},
+    {TFG_OP_ALLREDUCE, tfg_cpu_allreduce_local},
+};
+
+void tfg_cpu_register_optim(tfg_kernel_fn *table) { TFG_CPU_REGISTER_ROWS(table, kernels); }
+
 #define GRAIN_ELEMS (1 << 15)
 
 /* The order of operations is the contract, so no multiply-add may be
@@ -212,12 +223,4 @@ TFG_CPU_KERNEL(tfg_cpu_allreduce_local) {
   size_t bytes = (size_t)tfg_shape_numel(&out->shape) * tfg_dtype_size(out->dtype);
   if (bytes) memcpy(out->data, in[0].data, bytes);
   return TFG_OK;
-}
-
-void tfg_cpu_register_optim(tfg_kernel_fn *table) {
-  table[TFG_OP_SGD_UPDATE] = tfg_cpu_sgd_update;
-  table[TFG_OP_ADAM_UPDATE] = tfg_cpu_adam_update;
-  table[TFG_OP_GRAD_ACCUMULATE] = tfg_cpu_grad_accumulate;
-  table[TFG_OP_AMP_UPDATE] = tfg_cpu_amp_update;
-  table[TFG_OP_ALLREDUCE] = tfg_cpu_allreduce_local;
 }

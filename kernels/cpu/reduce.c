@@ -45,6 +45,16 @@
 #include "kernels/cpu/parallel.h"
 #include "kernels/index_math.h"
 
+/* The ops this file's kernels run (kernels/cpu/registry.c). */
+static const tfg_cpu_kernel_row kernels[] = {
+    {TFG_OP_SUM, tfg_cpu_reduce},
+    {TFG_OP_MEAN, tfg_cpu_reduce},
+    {TFG_OP_MAX, tfg_cpu_reduce},
+    {TFG_OP_ARGMAX, tfg_cpu_argmax},
+};
+
+void tfg_cpu_register_reduce(tfg_kernel_fn *table) { TFG_CPU_REGISTER_ROWS(table, kernels); }
+
 #if defined(__GNUC__) && !defined(__clang__)
 /* See kernels/cpu/elementwise.c: lets GCC -O2 vectorize the row loops. */
 #pragma GCC optimize("vect-cost-model=dynamic")
@@ -588,11 +598,4 @@ TFG_CPU_KERNEL(tfg_cpu_argmax) {
                            (long long)j.len);
   tfg_parallel_for(ctx->pool, nout, tfg_parallel_grain(GRAIN, j.len), argmax_chunk, &j);
   return TFG_OK;
-}
-
-void tfg_cpu_register_reduce(tfg_kernel_fn *table) {
-  table[TFG_OP_SUM] = tfg_cpu_reduce;
-  table[TFG_OP_MEAN] = tfg_cpu_reduce;
-  table[TFG_OP_MAX] = tfg_cpu_reduce;
-  table[TFG_OP_ARGMAX] = tfg_cpu_argmax;
 }

@@ -29,6 +29,10 @@ static void build(void) {
   tfg_cpu_register_fused(table);
 }
 
+void tfg_cpu_register_rows(tfg_kernel_fn *into, const tfg_cpu_kernel_row *rows, size_t n) {
+  for (size_t i = 0; i < n; i++) into[rows[i].op] = rows[i].fn;
+}
+
 tfg_kernel_fn tfg_cpu_kernel(int op) {
   pthread_once(&built, build);
   if (op < 0 || op >= TFG_OP_COUNT) return NULL;

@@ -19,6 +19,18 @@
 #include "kernels/cpu/parallel.h"
 #include "kernels/index_math.h"
 
+/* The ops this file's kernels run (kernels/cpu/registry.c). */
+static const tfg_cpu_kernel_row kernels[] = {
+    {TFG_OP_RESHAPE, tfg_cpu_copy},
+    {TFG_OP_FLATTEN, tfg_cpu_copy},
+    {TFG_OP_TRANSPOSE, tfg_cpu_transpose},
+    {TFG_OP_CONCAT, tfg_cpu_concat},
+    {TFG_OP_SLICE, tfg_cpu_slice},
+    {TFG_OP_BROADCAST, tfg_cpu_broadcast},
+};
+
+void tfg_cpu_register_shape(tfg_kernel_fn *table) { TFG_CPU_REGISTER_ROWS(table, kernels); }
+
 enum {
   GRAIN_BYTES = 256 * 1024, /* bytes per parallel chunk of a copy */
   TILE = 32,                /* transpose tile edge, in elements */
@@ -259,13 +271,4 @@ TFG_CPU_KERNEL(tfg_cpu_slice) {
                 .dstep = (end - start) * inner};
   rows_run(&j, ctx->pool, outer);
   return TFG_OK;
-}
-
-void tfg_cpu_register_shape(tfg_kernel_fn *table) {
-  table[TFG_OP_RESHAPE] = tfg_cpu_copy;
-  table[TFG_OP_FLATTEN] = tfg_cpu_copy;
-  table[TFG_OP_TRANSPOSE] = tfg_cpu_transpose;
-  table[TFG_OP_CONCAT] = tfg_cpu_concat;
-  table[TFG_OP_SLICE] = tfg_cpu_slice;
-  table[TFG_OP_BROADCAST] = tfg_cpu_broadcast;
 }
