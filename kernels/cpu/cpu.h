@@ -30,9 +30,13 @@
  * the first call. */
 tfg_kernel_fn tfg_cpu_kernel(int op);
 
-/* kernels/cpu/init.c */
-TFG_CPU_KERNEL(tfg_cpu_const);   /* copies attrs.data */
-TFG_CPU_KERNEL(tfg_cpu_init);    /* INIT: fills per attrs.init */
+/* The type of every kernel below (a tfg_kernel_fn points to one), so that
+ * the kernels of a file are declared together. */
+typedef TFG_CPU_KERNEL(tfg_cpu_kernel_func);
+
+/* kernels/cpu/init.c: const copies attrs.data; init (INIT) fills per
+ * attrs.init. */
+tfg_cpu_kernel_func tfg_cpu_const, tfg_cpu_init;
 /* Fills t per initializer attrs a (PARAM and INIT). fan_in/fan_out come
  * from t's shape: [in, out] for rank 2 (w in matmul(x, w)); for rank >= 3
  * ([out, in, kh, kw], conv2d) fan_in = in * kh * kw, fan_out = out * kh * kw;
@@ -40,63 +44,47 @@ TFG_CPU_KERNEL(tfg_cpu_init);    /* INIT: fills per attrs.init */
  * a->seed at counter i. */
 tfg_status tfg_cpu_init_fill(tfg_tensor *t, const tfg_attrs *a);
 
-/* kernels/cpu/elementwise.c */
-TFG_CPU_KERNEL(tfg_cpu_unary);   /* the ops of TFG_OPS_UNARY (ir/op_list.h) */
-TFG_CPU_KERNEL(tfg_cpu_binary);  /* the ops of TFG_OPS_BINARY and TFG_OPS_COMPARE */
-TFG_CPU_KERNEL(tfg_cpu_where);
-TFG_CPU_KERNEL(tfg_cpu_cast);
+/* kernels/cpu/elementwise.c: unary runs the ops of TFG_OPS_UNARY
+ * (ir/op_list.h), binary those of TFG_OPS_BINARY and TFG_OPS_COMPARE. */
+tfg_cpu_kernel_func tfg_cpu_unary, tfg_cpu_binary, tfg_cpu_where, tfg_cpu_cast;
 
-/* kernels/cpu/fused.c */
-TFG_CPU_KERNEL(tfg_cpu_fused);  /* FUSED: a chain of elementwise ops (kernels/fused.h) */
+/* kernels/cpu/fused.c: FUSED, a chain of elementwise ops (kernels/fused.h). */
+tfg_cpu_kernel_func tfg_cpu_fused;
 
 /* kernels/cpu/linalg.c */
-TFG_CPU_KERNEL(tfg_cpu_matmul);
-/* kernels/cpu/reduce.c */
-TFG_CPU_KERNEL(tfg_cpu_reduce);  /* SUM MEAN MAX */
-TFG_CPU_KERNEL(tfg_cpu_argmax);
+tfg_cpu_kernel_func tfg_cpu_matmul;
 
-/* kernels/cpu/shape.c */
-TFG_CPU_KERNEL(tfg_cpu_copy);    /* RESHAPE FLATTEN: same bytes, new shape */
-TFG_CPU_KERNEL(tfg_cpu_transpose);
-TFG_CPU_KERNEL(tfg_cpu_concat);
-TFG_CPU_KERNEL(tfg_cpu_slice);
-TFG_CPU_KERNEL(tfg_cpu_broadcast);
+/* kernels/cpu/reduce.c: reduce runs SUM, MEAN and MAX. */
+tfg_cpu_kernel_func tfg_cpu_reduce, tfg_cpu_argmax;
 
-/* kernels/cpu/nn.c */
-TFG_CPU_KERNEL(tfg_cpu_softmax); /* SOFTMAX LOG_SOFTMAX */
-TFG_CPU_KERNEL(tfg_cpu_cross_entropy);
-TFG_CPU_KERNEL(tfg_cpu_mse);
-TFG_CPU_KERNEL(tfg_cpu_layer_norm);
-TFG_CPU_KERNEL(tfg_cpu_dropout);
-TFG_CPU_KERNEL(tfg_cpu_embedding);
-TFG_CPU_KERNEL(tfg_cpu_one_hot);
-TFG_CPU_KERNEL(tfg_cpu_accuracy);
+/* kernels/cpu/shape.c: copy runs RESHAPE and FLATTEN (same bytes, new
+ * shape). */
+tfg_cpu_kernel_func tfg_cpu_copy, tfg_cpu_transpose, tfg_cpu_concat, tfg_cpu_slice,
+    tfg_cpu_broadcast;
 
-/* kernels/cpu/attention.c */
-TFG_CPU_KERNEL(tfg_cpu_attention); /* ATTENTION ATTENTION_PROBS */
-TFG_CPU_KERNEL(tfg_cpu_attention_grad);
+/* kernels/cpu/nn.c: softmax runs SOFTMAX and LOG_SOFTMAX. */
+tfg_cpu_kernel_func tfg_cpu_softmax, tfg_cpu_cross_entropy, tfg_cpu_mse, tfg_cpu_layer_norm,
+    tfg_cpu_dropout, tfg_cpu_embedding, tfg_cpu_one_hot, tfg_cpu_accuracy;
 
-/* kernels/cpu/conv.c */
-TFG_CPU_KERNEL(tfg_cpu_conv2d);  /* im2col + gemm */
-TFG_CPU_KERNEL(tfg_cpu_pool);    /* MAX_POOL AVG_POOL */
+/* kernels/cpu/attention.c: attention runs ATTENTION and ATTENTION_PROBS. */
+tfg_cpu_kernel_func tfg_cpu_attention, tfg_cpu_attention_grad;
 
-/* kernels/cpu/grad.c: gradients that are not compositions of other ops */
-TFG_CPU_KERNEL(tfg_cpu_relu_grad);
-TFG_CPU_KERNEL(tfg_cpu_gelu_grad);
-TFG_CPU_KERNEL(tfg_cpu_cross_entropy_grad);
-TFG_CPU_KERNEL(tfg_cpu_layer_norm_grad);
-TFG_CPU_KERNEL(tfg_cpu_conv2d_grad_input);  /* gemm + col2im */
-TFG_CPU_KERNEL(tfg_cpu_conv2d_grad_weight); /* im2col + gemm */
-TFG_CPU_KERNEL(tfg_cpu_pool_grad);          /* MAX_POOL_GRAD AVG_POOL_GRAD */
-TFG_CPU_KERNEL(tfg_cpu_embedding_grad);
+/* kernels/cpu/conv.c: conv2d (im2col + gemm); pool runs MAX_POOL and
+ * AVG_POOL. */
+tfg_cpu_kernel_func tfg_cpu_conv2d, tfg_cpu_pool;
 
-/* kernels/cpu/optim.c: in-place updates of in[0] (param) and its state */
-TFG_CPU_KERNEL(tfg_cpu_sgd_update);
-TFG_CPU_KERNEL(tfg_cpu_adam_update);
-TFG_CPU_KERNEL(tfg_cpu_grad_accumulate);
-TFG_CPU_KERNEL(tfg_cpu_amp_update);
-/* ALLREDUCE over a group of one (the mean of one gradient): a copy. The
- * executor runs real groups through runtime/collective. */
-TFG_CPU_KERNEL(tfg_cpu_allreduce_local);
+/* kernels/cpu/grad.c: the gradients that are not compositions of other
+ * ops; conv2d_grad_input is gemm + col2im, conv2d_grad_weight im2col +
+ * gemm, pool_grad runs MAX_POOL_GRAD and AVG_POOL_GRAD. */
+tfg_cpu_kernel_func tfg_cpu_relu_grad, tfg_cpu_gelu_grad, tfg_cpu_cross_entropy_grad,
+    tfg_cpu_layer_norm_grad, tfg_cpu_conv2d_grad_input, tfg_cpu_conv2d_grad_weight,
+    tfg_cpu_pool_grad, tfg_cpu_embedding_grad;
+
+/* kernels/cpu/optim.c: in-place updates of in[0] (param) and its state;
+ * allreduce_local runs ALLREDUCE over a group of one (the mean of one
+ * gradient): a copy. The executor runs real groups through
+ * runtime/collective. */
+tfg_cpu_kernel_func tfg_cpu_sgd_update, tfg_cpu_adam_update, tfg_cpu_grad_accumulate,
+    tfg_cpu_amp_update, tfg_cpu_allreduce_local;
 
 #endif
