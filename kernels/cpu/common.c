@@ -15,23 +15,18 @@ static int64_t first_bad_id(const tfg_tensor *ids, int64_t n, int64_t hi) {
   return -1;
 }
 
-tfg_status tfg_cpu_check_labels(tfg_kernel_ctx *ctx, const tfg_tensor *labels, int64_t n,
-                                int64_t c) {
-  int64_t bad = first_bad_id(labels, n, c);
+tfg_status tfg_cpu_check_ids(tfg_kernel_ctx *ctx, tfg_cpu_ids_kind kind, const tfg_tensor *ids,
+                             int64_t n, int64_t hi) {
+  int64_t bad = first_bad_id(ids, n, hi);
   if (bad < 0) return TFG_OK;
-  return tfg_kernel_fail(ctx, TFG_ERR_NUMERIC,
-                         "label %lld in row %lld is outside [0, %lld) (the logits have %lld "
-                         "classes)",
-                         (long long)tfg_cpu_id_at(labels, bad), (long long)bad, (long long)c,
-                         (long long)c);
-}
-
-tfg_status tfg_cpu_check_embedding_ids(tfg_kernel_ctx *ctx, const tfg_tensor *ids, int64_t n,
-                                       int64_t rows) {
-  int64_t bad = first_bad_id(ids, n, rows);
-  if (bad < 0) return TFG_OK;
+  long long id = tfg_cpu_id_at(ids, bad), at = bad, end = hi;
+  if (kind == TFG_CPU_IDS_LABELS)
+    return tfg_kernel_fail(ctx, TFG_ERR_NUMERIC,
+                           "label %lld in row %lld is outside [0, %lld) (the logits have %lld "
+                           "classes)",
+                           id, at, end, end);
   return tfg_kernel_fail(ctx, TFG_ERR_NUMERIC,
                          "embedding id %lld (at flat position %lld of the ids) is outside "
                          "[0, %lld), the table's rows",
-                         (long long)tfg_cpu_id_at(ids, bad), (long long)bad, (long long)rows);
+                         id, at, end);
 }

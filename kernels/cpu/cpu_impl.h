@@ -52,15 +52,15 @@ static inline int64_t tfg_cpu_id_at(const tfg_tensor *ids, int64_t i) {
                                      : ((const int64_t *)ids->data)[i];
 }
 
-/* TFG_ERR_NUMERIC naming the first of the n labels outside [0, c), the
- * logits' classes; TFG_OK when all are inside. */
-tfg_status tfg_cpu_check_labels(tfg_kernel_ctx *ctx, const tfg_tensor *labels, int64_t n,
-                                int64_t c);
+/* What a tensor of ids indexes, which words an id out of range:
+ * classification labels (the logits' classes) or an embedding table's rows. */
+typedef enum tfg_cpu_ids_kind { TFG_CPU_IDS_LABELS, TFG_CPU_IDS_EMBEDDING } tfg_cpu_ids_kind;
 
-/* TFG_ERR_NUMERIC naming the first of the n ids outside [0, rows), the
- * embedding table's rows; TFG_OK when all are inside. */
-tfg_status tfg_cpu_check_embedding_ids(tfg_kernel_ctx *ctx, const tfg_tensor *ids, int64_t n,
-                                       int64_t rows);
+/* TFG_ERR_NUMERIC naming the first of the n ids outside [0, hi) (hi: the
+ * logits' classes, the table's rows) and its position; TFG_OK when all
+ * are inside. */
+tfg_status tfg_cpu_check_ids(tfg_kernel_ctx *ctx, tfg_cpu_ids_kind kind, const tfg_tensor *ids,
+                             int64_t n, int64_t hi);
 
 /* Each file of kernels/cpu registers its kernels in the table (indexed by
  * op id) that tfg_cpu_kernel (kernels/cpu/registry.c) reads, from a table

@@ -193,7 +193,7 @@ TFG_CPU_KERNEL(tfg_cpu_cross_entropy_grad) {
   TFG_ASSERT(x->shape.rank == 2 && lab->shape.rank == 1 && lab->shape.dim[0] == x->shape.dim[0]);
   TFG_ASSERT(tfg_shape_numel(&dy->shape) == 1 && tfg_shape_eq(&out->shape, &x->shape));
   int64_t n = x->shape.dim[0], c = x->shape.dim[1];
-  st = tfg_cpu_check_labels(ctx, lab, n, c);
+  st = tfg_cpu_check_ids(ctx, TFG_CPU_IDS_LABELS, lab, n, c);
   if (st != TFG_OK) return st;
   if (n == 0 || c == 0) return TFG_OK;
   double g = x->dtype == TFG_DTYPE_F32 ? *(const float *)dy->data : *(const double *)dy->data;
@@ -610,7 +610,7 @@ TFG_CPU_KERNEL(tfg_cpu_embedding_grad) {
   int64_t rows = out->shape.dim[0], d = out->shape.dim[1];
   int64_t nids = tfg_shape_numel(&ids->shape);
   TFG_ASSERT(tfg_shape_numel(&dy->shape) == nids * d);
-  st = tfg_cpu_check_embedding_ids(ctx, ids, nids, rows);
+  st = tfg_cpu_check_ids(ctx, TFG_CPU_IDS_EMBEDDING, ids, nids, rows);
   if (st != TFG_OK) return st;
   if (rows == 0 || d == 0) return TFG_OK;
   emb_grad_job j = {.ids = ids, .dy = dy->data, .dt = out->data, .nids = nids, .d = d};

@@ -227,7 +227,7 @@ TFG_CPU_KERNEL(tfg_cpu_cross_entropy) {
   TFG_ASSERT(x->shape.rank == 2 && lab->shape.rank == 1 && lab->shape.dim[0] == x->shape.dim[0]);
   TFG_ASSERT(out->dtype == x->dtype && out->shape.rank == 0);
   int64_t n = x->shape.dim[0], c = x->shape.dim[1];
-  tfg_status bad = tfg_cpu_check_labels(ctx, lab, n, c);
+  tfg_status bad = tfg_cpu_check_ids(ctx, TFG_CPU_IDS_LABELS, lab, n, c);
   if (bad != TFG_OK) return bad;
   ce_job j = {.logits = x->data, .labels = lab, .c = c};
   double total = 0;
@@ -424,7 +424,7 @@ TFG_CPU_KERNEL(tfg_cpu_embedding) {
   int64_t v = table->shape.dim[0], d = table->shape.dim[1];
   int64_t n = tfg_shape_numel(&ids->shape);
   TFG_ASSERT(tfg_shape_numel(&out->shape) == n * d);
-  tfg_status bad = tfg_cpu_check_embedding_ids(ctx, ids, n, v);
+  tfg_status bad = tfg_cpu_check_ids(ctx, TFG_CPU_IDS_EMBEDDING, ids, n, v);
   if (bad != TFG_OK) return bad;
   gather_job j = {.table = table->data, .ids = ids, .out = out->data,
                   .row_bytes = (size_t)d * tfg_dtype_size(table->dtype)};
