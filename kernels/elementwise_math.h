@@ -53,70 +53,54 @@
  * strict C11 and nvcc's device code do not both define. */
 #define TFG_EM_SQRT1_2 0.70710678118654752440
 
-/* ---- f32 -------------------------------------------------------------------- */
+/* ---- f32, f64 ----------------------------------------------------------------- */
 
-TFG_HD float tfg_em_neg_f32(float x) { return -x; }
-TFG_HD float tfg_em_exp_f32(float x) { return expf(x); }
-TFG_HD float tfg_em_log_f32(float x) { return logf(x); }
-TFG_HD float tfg_em_sqrt_f32(float x) { return TFG_RN_SQRT32(x); }
-TFG_HD float tfg_em_rsqrt_f32(float x) { return TFG_RN_DIV32(1.0f, TFG_RN_SQRT32(x)); }
-TFG_HD float tfg_em_abs_f32(float x) { return fabsf(x); }
-/* relu keeps NaN (NaN < 0 is false), as PyTorch does. */
-TFG_HD float tfg_em_relu_f32(float x) { return x < 0 ? 0.0f : x; }
+/* The float formulas, written once for both suffixes S of element type T:
+ * F is the suffix of libm's function for T (f for float, none for double)
+ * and B the width of its TFG_RN_* arithmetic (32, 64).
+ *   - relu keeps NaN (NaN < 0 is false), as PyTorch does.
+ *   - sigmoid only ever exponentiates -|x|, so it cannot overflow for any
+ *     x: s = 1 / (1 + e^-|x|) for x >= 0, and e^-|x| * s = e^x / (1 + e^x)
+ *     below, which keeps full relative accuracy down to the smallest
+ *     results.
+ *   - maximum/minimum propagate NaN from either side, as PyTorch does: a
+ *     comparison with NaN is false, so x != x picks a NaN x and the fall
+ *     through to y picks a NaN y. */
+#define TFG_EM_FLOAT(S, T, F, B)                                                      \
+  TFG_HD T tfg_em_neg_##S(T x) { return -x; }                                         \
+  TFG_HD T tfg_em_exp_##S(T x) { return exp##F(x); }                                  \
+  TFG_HD T tfg_em_log_##S(T x) { return log##F(x); }                                  \
+  TFG_HD T tfg_em_sqrt_##S(T x) { return TFG_RN_SQRT##B(x); }                         \
+  TFG_HD T tfg_em_rsqrt_##S(T x) { return TFG_RN_DIV##B((T)1, TFG_RN_SQRT##B(x)); }   \
+  TFG_HD T tfg_em_abs_##S(T x) { return fabs##F(x); }                                 \
+  TFG_HD T tfg_em_relu_##S(T x) { return x < 0 ? (T)0 : x; }                          \
+  TFG_HD T tfg_em_tanh_##S(T x) { return tanh##F(x); }                                \
+  TFG_HD T tfg_em_sigmoid_##S(T x) {                                                  \
+    T e = exp##F(-fabs##F(x)), s = TFG_RN_DIV##B((T)1, TFG_RN_ADD##B((T)1, e));       \
+    return x >= 0 ? s : TFG_RN_MUL##B(e, s);                                          \
+  }                                                                                   \
+  TFG_HD T tfg_em_add_##S(T x, T y) { return TFG_RN_ADD##B(x, y); }                   \
+  TFG_HD T tfg_em_sub_##S(T x, T y) { return TFG_RN_SUB##B(x, y); }                   \
+  TFG_HD T tfg_em_mul_##S(T x, T y) { return TFG_RN_MUL##B(x, y); }                   \
+  TFG_HD T tfg_em_div_##S(T x, T y) { return TFG_RN_DIV##B(x, y); }                   \
+  TFG_HD T tfg_em_pow_##S(T x, T y) { return pow##F(x, y); }                          \
+  TFG_HD T tfg_em_maximum_##S(T x, T y) { return (x > y || x != x) ? x : y; }         \
+  TFG_HD T tfg_em_minimum_##S(T x, T y) { return (x < y || x != x) ? x : y; }
+
+TFG_EM_FLOAT(f32, float, f, 32)
+TFG_EM_FLOAT(f64, double, , 64)
+
+#undef TFG_EM_FLOAT
+
 /* gelu(x) = x * (1 + erf(x / sqrt 2)) / 2, written with erfc(-x / sqrt 2),
  * which equals 1 + erf(x / sqrt 2) but keeps full relative accuracy where
- * that sum cancels (x below about -4). The f32 version also runs in
- * double: the relative error of erfc(z) is about 2z^2 times that of z, so
- * merely rounding x / sqrt 2 to f32 would cost ~30 ulp at x = -8. */
-TFG_HD float tfg_em_gelu_f32(float x) {
-  double xd = x;
-  return (float)TFG_RN_MUL64(TFG_RN_MUL64(0.5, xd), erfc(TFG_RN_MUL64(-xd, TFG_EM_SQRT1_2)));
-}
-TFG_HD float tfg_em_tanh_f32(float x) { return tanhf(x); }
-/* sigmoid only ever exponentiates -|x|, so it cannot overflow for any x:
- * s = 1 / (1 + e^-|x|) for x >= 0, and e^-|x| * s = e^x / (1 + e^x) below,
- * which keeps full relative accuracy down to the smallest results. */
-TFG_HD float tfg_em_sigmoid_f32(float x) {
-  float e = expf(-fabsf(x)), s = TFG_RN_DIV32(1.0f, TFG_RN_ADD32(1.0f, e));
-  return x >= 0 ? s : TFG_RN_MUL32(e, s);
-}
-
-TFG_HD float tfg_em_add_f32(float x, float y) { return TFG_RN_ADD32(x, y); }
-TFG_HD float tfg_em_sub_f32(float x, float y) { return TFG_RN_SUB32(x, y); }
-TFG_HD float tfg_em_mul_f32(float x, float y) { return TFG_RN_MUL32(x, y); }
-TFG_HD float tfg_em_div_f32(float x, float y) { return TFG_RN_DIV32(x, y); }
-TFG_HD float tfg_em_pow_f32(float x, float y) { return powf(x, y); }
-/* maximum/minimum propagate NaN from either side, as PyTorch does: a
- * comparison with NaN is false, so x != x picks a NaN x and the fall
- * through to y picks a NaN y. */
-TFG_HD float tfg_em_maximum_f32(float x, float y) { return (x > y || x != x) ? x : y; }
-TFG_HD float tfg_em_minimum_f32(float x, float y) { return (x < y || x != x) ? x : y; }
-
-/* ---- f64 (the same formulas) ------------------------------------------------------ */
-
-TFG_HD double tfg_em_neg_f64(double x) { return -x; }
-TFG_HD double tfg_em_exp_f64(double x) { return exp(x); }
-TFG_HD double tfg_em_log_f64(double x) { return log(x); }
-TFG_HD double tfg_em_sqrt_f64(double x) { return TFG_RN_SQRT64(x); }
-TFG_HD double tfg_em_rsqrt_f64(double x) { return TFG_RN_DIV64(1.0, TFG_RN_SQRT64(x)); }
-TFG_HD double tfg_em_abs_f64(double x) { return fabs(x); }
-TFG_HD double tfg_em_relu_f64(double x) { return x < 0 ? 0.0 : x; }
+ * that sum cancels (x below about -4). The f32 version runs in double,
+ * rounded once: the relative error of erfc(z) is about 2z^2 times that of
+ * z, so merely rounding x / sqrt 2 to f32 would cost ~30 ulp at x = -8. */
 TFG_HD double tfg_em_gelu_f64(double x) {
   return TFG_RN_MUL64(TFG_RN_MUL64(0.5, x), erfc(TFG_RN_MUL64(-x, TFG_EM_SQRT1_2)));
 }
-TFG_HD double tfg_em_tanh_f64(double x) { return tanh(x); }
-TFG_HD double tfg_em_sigmoid_f64(double x) {
-  double e = exp(-fabs(x)), s = TFG_RN_DIV64(1.0, TFG_RN_ADD64(1.0, e));
-  return x >= 0 ? s : TFG_RN_MUL64(e, s);
-}
-
-TFG_HD double tfg_em_add_f64(double x, double y) { return TFG_RN_ADD64(x, y); }
-TFG_HD double tfg_em_sub_f64(double x, double y) { return TFG_RN_SUB64(x, y); }
-TFG_HD double tfg_em_mul_f64(double x, double y) { return TFG_RN_MUL64(x, y); }
-TFG_HD double tfg_em_div_f64(double x, double y) { return TFG_RN_DIV64(x, y); }
-TFG_HD double tfg_em_pow_f64(double x, double y) { return pow(x, y); }
-TFG_HD double tfg_em_maximum_f64(double x, double y) { return (x > y || x != x) ? x : y; }
-TFG_HD double tfg_em_minimum_f64(double x, double y) { return (x < y || x != x) ? x : y; }
+TFG_HD float tfg_em_gelu_f32(float x) { return (float)tfg_em_gelu_f64(x); }
 
 /* ---- by op id ------------------------------------------------------------------ */
 
