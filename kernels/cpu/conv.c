@@ -18,9 +18,10 @@
  * output (kernels/cpu/blas.h).
  *
  * The pieces the conv gradients (kernels/cpu/grad.c) lower through as
- * well (the geometry, im2col, the gemm, the grouping and its scratch) are
- * declared in kernels/cpu/conv_impl.h and defined here, once, so both
- * directions read the same windows and group the same images. */
+ * well (the geometry, im2col, the walk over groups of images and its
+ * scratch) are declared in kernels/cpu/conv_impl.h and defined here,
+ * once, so both directions read the same windows and group the same
+ * images. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,7 +43,7 @@ void tfg_cpu_register_conv(tfg_kernel_fn *table) { TFG_CPU_REGISTER_ROWS(table, 
 
 /* Scratch (col plus tmp) per group, in elements: 16 MiB of f32. The
  * gradients' groups (kernels/cpu/grad.c) take the same budget through
- * tfg_cpu_conv_group_images. */
+ * the walk (tfg_cpu_conv_walk_begin). */
 #define COL_BUDGET ((int64_t)1 << 22)
 #define GRAIN_ELEMS (1 << 14)
 
@@ -73,18 +74,17 @@ void tfg_cpu_conv_geom_init(tfg_cpu_conv_geom *g, const tfg_attrs *at, const tfg
  * stride 1 the valid range is contiguous in the input row too, so it is
  * one memcpy. */
 #define DEFINE_IM2COL(T, SFX)                                                          \
-  void tfg_cpu_conv_im2col_##SFX(void *arg, int64_t plo, int64_t phi, int64_t chunk) { \
-    const tfg_cpu_conv_col_job *jb = arg;                                              \
-    const tfg_cpu_conv_geom *g = jb->g;                                                \
+  static void im2col_##SFX(void *arg, int64_t plo, int64_t phi, int64_t chunk) {       \
     (void)chunk;                                                                       \
+    const tfg_cpu_conv_walk *wk = arg;                                                 \
+    const tfg_cpu_conv_geom *g = &wk->g;                                               \
     for (int64_t t = plo; t < phi; t++) {                                              \
-      int64_t r = t / jb->nb, j = t % jb->nb;                                          \
+      int64_t r = t / wk->cnt, j = t % wk->cnt;                                        \
       int64_t c = r / (g->kh * g->kw), ky = r / g->kw % g->kh, kx = r % g->kw;         \
-      const T *src = (const T *)jb->x + (j * g->c + c) * g->h * g->w;                  \
-      T *dst = (T *)jb->col + r * jb->nb * g->p + j * g->p;                            \
-      /* input column of output column ox: ox * sw + kx - left */                      \
-      int64_t off = kx - g->left, lo, hi;                                              \
-      tfg_cpu_conv_valid_cols(g, kx, &lo, &hi);                                        \
+      const T *src = (const T *)wk->xg + (j * g->c + c) * g->h * g->w;                 \
+      T *dst = (T *)wk->col + r * wk->cnt * g->p + j * g->p;                           \
+      /* input column of output column ox: ox * sw + off */                            \
+      int64_t lo, hi, off = tfg_cpu_conv_valid_cols(g, kx, &lo, &hi);                  \
       for (int64_t oy = 0; oy < g->oh; oy++, dst += g->ow) {                           \
         int64_t iy = oy * g->sh + ky - g->top;                                         \
         if (iy < 0 || iy >= g->h) {                                                    \
@@ -104,7 +104,8 @@ void tfg_cpu_conv_geom_init(tfg_cpu_conv_geom *g, const tfg_attrs *at, const tfg
 DEFINE_IM2COL(float, f32)
 DEFINE_IM2COL(double, f64)
 
-int64_t tfg_cpu_conv_group_images(const tfg_cpu_conv_geom *g) {
+/* The walk's images per group (conv_impl.h says how many). */
+static int64_t group_images(const tfg_cpu_conv_geom *g) {
   int64_t per_img = (g->ckk + g->o) * g->p;
   int64_t nb = COL_BUDGET / (per_img > 0 ? per_img : 1);
   if (nb < 1) nb = 1;
@@ -113,37 +114,91 @@ int64_t tfg_cpu_conv_group_images(const tfg_cpu_conv_geom *g) {
   return nb;
 }
 
-tfg_status tfg_cpu_conv_scratch(tfg_kernel_ctx *ctx, const char *what, const tfg_cpu_conv_geom *g,
-                                int64_t nb, size_t es, char **col, char **tmp) {
-  *col = malloc((size_t)(g->ckk * nb * g->p) * es);
-  *tmp = nb > 1 ? malloc((size_t)(g->o * nb * g->p) * es) : NULL;
-  if (!*col || (nb > 1 && !*tmp)) {
-    free(*col);
-    free(*tmp);
-    return tfg_kernel_fail(ctx, TFG_ERR_NOMEM, "out of host memory for %s's %lld-element scratch",
-                           what, (long long)((g->ckk + g->o) * nb * g->p));
+/* A 1x1 kernel with stride 1 and no padding (conv_impl.h: no im2col). */
+static bool is_pointwise(const tfg_cpu_conv_geom *g, const tfg_attrs *at) {
+  return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && at->pad[0] == 0 &&
+         at->pad[1] == 0 && at->pad[2] == 0 && at->pad[3] == 0;
+}
+
+bool tfg_cpu_conv_walk_init(tfg_cpu_conv_walk *wk, const tfg_attrs *at, const tfg_tensor *x,
+                            const tfg_tensor *w, const tfg_tensor *y, tfg_tensor *out) {
+  *wk = (tfg_cpu_conv_walk){.f64 = out->dtype == TFG_DTYPE_F64, .es = tfg_dtype_size(out->dtype),
+                            .x = x->data, .w = w->data, .y = y->data};
+  tfg_cpu_conv_geom *g = &wk->g;
+  tfg_cpu_conv_geom_init(g, at, &x->shape, &w->shape, &y->shape);
+  wk->pointwise = is_pointwise(g, at);
+  int64_t total = tfg_shape_numel(&out->shape);
+  if (total == 0) return false;
+  if (g->n == 0 || g->o == 0 || g->p == 0 || g->ckk == 0) {
+    memset(out->data, 0, (size_t)total * wk->es);
+    return false;
   }
-  return TFG_OK;
+  return true;
+}
+
+tfg_status tfg_cpu_conv_walk_begin(tfg_kernel_ctx *ctx, const char *what, tfg_cpu_conv_walk *wk) {
+  const tfg_cpu_conv_geom *g = &wk->g;
+  wk->nb = wk->pointwise ? 1 : group_images(g);
+  if (wk->pointwise) return TFG_OK;
+  wk->col = malloc((size_t)(g->ckk * wk->nb * g->p) * wk->es);
+  wk->tmp = wk->nb > 1 ? malloc((size_t)(g->o * wk->nb * g->p) * wk->es) : NULL;
+  if (wk->col && (wk->nb == 1 || wk->tmp)) return TFG_OK;
+  free(wk->col);
+  free(wk->tmp);
+  wk->col = wk->tmp = NULL;
+  return tfg_kernel_fail(ctx, TFG_ERR_NOMEM, "out of host memory for %s's %lld-element scratch",
+                         what, (long long)((g->ckk + g->o) * wk->nb * g->p));
+}
+
+bool tfg_cpu_conv_walk_next(tfg_cpu_conv_walk *wk) {
+  const tfg_cpu_conv_geom *g = &wk->g;
+  wk->n0 += wk->cnt;
+  if (wk->n0 >= g->n) {
+    free(wk->col);
+    free(wk->tmp);
+    wk->col = wk->tmp = NULL;
+    return false;
+  }
+  wk->cnt = g->n - wk->n0 < wk->nb ? g->n - wk->n0 : wk->nb;
+  wk->xg = wk->x + (size_t)(wk->n0 * g->c * g->h * g->w) * wk->es;
+  wk->yg = wk->y + (size_t)(wk->n0 * g->o * g->p) * wk->es;
+  return true;
+}
+
+const char *tfg_cpu_conv_walk_col(tfg_pool *pool, tfg_cpu_conv_walk *wk, int64_t grain) {
+  if (wk->pointwise) return wk->xg;
+  tfg_parallel_for(pool, wk->g.ckk * wk->cnt, grain, wk->f64 ? im2col_f64 : im2col_f32, wk);
+  return wk->col;
+}
+
+typedef struct regroup_job {
+  char *images; /* the group's [cnt, o, p] images of y */
+  char *tmp;    /* [o, cnt * p] */
+  int64_t cnt, o;
+  size_t plane; /* bytes of p elements */
+  bool gather;  /* images -> tmp (else tmp -> images) */
+} regroup_job;
+
+/* Piece t = oc * cnt + j: the plane of output channel oc of image j. */
+static void regroup(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
+  const regroup_job *r = arg;
+  (void)chunk;
+  for (int64_t t = lo; t < hi; t++) {
+    int64_t oc = t / r->cnt, j = t % r->cnt;
+    char *img = r->images + (size_t)(j * r->o + oc) * r->plane;
+    char *blk = r->tmp + (size_t)t * r->plane;
+    memcpy(r->gather ? blk : img, r->gather ? img : blk, r->plane);
+  }
+}
+
+void tfg_cpu_conv_walk_regroup(tfg_pool *pool, const tfg_cpu_conv_walk *wk, bool gather,
+                               int64_t grain) {
+  regroup_job r = {.images = wk->yg, .tmp = wk->tmp, .cnt = wk->cnt, .o = wk->g.o,
+                   .plane = (size_t)wk->g.p * wk->es, .gather = gather};
+  tfg_parallel_for(pool, wk->g.o * wk->cnt, grain, regroup, &r);
 }
 
 /* ---- conv2d -------------------------------------------------------------- */
-
-typedef struct scatter_job {
-  const char *tmp; /* [o, nb * p] */
-  char *out;       /* the group's first image of the output, [nb, o, p] */
-  int64_t nb, o;
-  size_t plane;    /* bytes of p elements */
-} scatter_job;
-
-/* Piece t = oc * nb + j: tmp's block for output channel oc of image j. */
-static void scatter(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
-  const scatter_job *s = arg;
-  (void)chunk;
-  for (int64_t t = lo; t < hi; t++) {
-    int64_t oc = t / s->nb, j = t % s->nb;
-    memcpy(s->out + (size_t)(j * s->o + oc) * s->plane, s->tmp + (size_t)t * s->plane, s->plane);
-  }
-}
 
 /* CONV2D: x [N, C, H, W], w [O, C, KH, KW] -> out [N, O, OH, OW], f32 or
  * f64, stride attrs.stride (rows, cols), zero padding attrs.pad (top,
@@ -158,62 +213,28 @@ TFG_CPU_KERNEL(tfg_cpu_conv2d) {
     return tfg_kernel_fail(ctx, TFG_ERR_DEVICE,
                            "conv2d of %s and %s is not supported on the CPU (f32 and f64 are)",
                            tfg_dtype_name(x->dtype), tfg_dtype_name(w->dtype));
-  const tfg_attrs *at = &node->attrs;
-  tfg_cpu_conv_geom g;
-  tfg_cpu_conv_geom_init(&g, at, &x->shape, &w->shape, &out->shape);
-
-  bool f64 = dt == TFG_DTYPE_F64;
-  size_t es = tfg_dtype_size(dt);
-  int64_t total = tfg_shape_numel(&out->shape);
-  if (total == 0) return TFG_OK;
-  if (g.ckk == 0) { /* an empty sum */
-    memset(out->data, 0, (size_t)total * es);
-    return TFG_OK;
-  }
-  if (!tfg_cpu_fits_blasint(g.o) || !tfg_cpu_fits_blasint(g.ckk) ||
-      !tfg_cpu_fits_blasint(g.p))
+  tfg_cpu_conv_walk wk;
+  if (!tfg_cpu_conv_walk_init(&wk, &node->attrs, x, w, out, out)) return TFG_OK;
+  const tfg_cpu_conv_geom *g = &wk.g;
+  if (!tfg_cpu_conv_fits_blas(g))
     return tfg_kernel_fail(ctx, TFG_ERR_LIMIT,
                            "conv2d as a matrix product (%lld x %lld times %lld x %lld) exceeds "
                            "the BLAS integer range",
-                           (long long)g.o, (long long)g.ckk, (long long)g.ckk, (long long)g.p);
-
-  const char *xb = x->data;
-  char *ob = out->data;
-  size_t x_img = (size_t)(g.c * g.h * g.w) * es, o_img = (size_t)(g.o * g.p) * es;
-
-  /* 1x1, stride 1, no padding: image n is its own col [C, H * W], so
-   * out_n [O, HW] = w [O, C] @ x_n [C, HW]. */
-  if (tfg_cpu_conv_is_pointwise(&g, at)) {
-    for (int64_t i = 0; i < g.n; i++)
-      tfg_cpu_gemm(ctx->pool, f64, false, false, g.o, g.p, g.c, w->data, g.c, xb + (size_t)i * x_img,
-                        g.p, 0.0, ob + (size_t)i * o_img, g.p);
-    return TFG_OK;
-  }
-
-  int64_t nb = tfg_cpu_conv_group_images(&g);
-  char *col, *tmp;
-  tfg_status st = tfg_cpu_conv_scratch(ctx, "conv2d", &g, nb, es, &col, &tmp);
+                           (long long)g->o, (long long)g->ckk, (long long)g->ckk, (long long)g->p);
+  tfg_status st = tfg_cpu_conv_walk_begin(ctx, "conv2d", &wk);
   if (st != TFG_OK) return st;
-  for (int64_t n0 = 0; n0 < g.n; n0 += nb) {
-    int64_t cnt = g.n - n0 < nb ? g.n - n0 : nb;
-    tfg_cpu_conv_col_job cj = {.g = &g, .x = xb + (size_t)n0 * x_img, .col = col, .nb = cnt};
-    tfg_parallel_for(ctx->pool, g.ckk * cnt, GRAIN_ELEMS / g.p + 1,
-                     f64 ? tfg_cpu_conv_im2col_f64 : tfg_cpu_conv_im2col_f32, &cj);
-    char *dst = ob + (size_t)n0 * o_img;
-    /* One image: the gemm writes the output in place. Several: the gemm
-     * writes tmp [O, cnt * P] and scatter moves each image's block. */
-    if (cnt == 1) {
-      tfg_cpu_gemm(ctx->pool, f64, false, false, g.o, g.p, g.ckk, w->data, g.ckk, col, g.p, 0.0, dst,
-                        g.p);
-    } else {
-      tfg_cpu_gemm(ctx->pool, f64, false, false, g.o, cnt * g.p, g.ckk, w->data, g.ckk, col, cnt * g.p,
-                        0.0, tmp, cnt * g.p);
-      scatter_job sj = {.tmp = tmp, .out = dst, .nb = cnt, .o = g.o, .plane = (size_t)g.p * es};
-      tfg_parallel_for(ctx->pool, g.o * cnt, GRAIN_ELEMS / g.p + 1, scatter, &sj);
-    }
+  int64_t grain = GRAIN_ELEMS / g->p + 1;
+  /* One image (always, when pointwise): the gemm writes the output in
+   * place. Several: the gemm writes tmp [O, cnt * P], and each image's
+   * block moves to its place. */
+  while (tfg_cpu_conv_walk_next(&wk)) {
+    int64_t cols = wk.cnt * g->p;
+    const char *col = tfg_cpu_conv_walk_col(ctx->pool, &wk, grain);
+    char *dst = wk.cnt == 1 ? wk.yg : wk.tmp;
+    tfg_cpu_gemm(ctx->pool, wk.f64, false, false, g->o, cols, g->ckk, wk.w, g->ckk, col, cols, 0.0,
+                 dst, cols);
+    if (wk.cnt > 1) tfg_cpu_conv_walk_regroup(ctx->pool, &wk, false, grain);
   }
-  free(col);
-  free(tmp);
   return TFG_OK;
 }
 

@@ -280,19 +280,18 @@ TFG_CPU_KERNEL(tfg_cpu_layer_norm_grad) {
  * output. */
 #define DEFINE_COL2IM(T, SFX)                                                        \
   static void col2im_##SFX(void *arg, int64_t plo, int64_t phi, int64_t chunk) {    \
-    const tfg_cpu_conv_col_job *jb = arg;                                            \
-    const tfg_cpu_conv_geom *g = jb->g;                                              \
+    const tfg_cpu_conv_walk *wk = arg;                                               \
+    const tfg_cpu_conv_geom *g = &wk->g;                                             \
     (void)chunk;                                                                     \
     for (int64_t t = plo; t < phi; t++) {                                            \
       int64_t j = t / g->c, ch = t % g->c;                                           \
-      T *dst = (T *)jb->dx + t * g->h * g->w;                                        \
+      T *dst = (T *)wk->xg + t * g->h * g->w;                                        \
       memset(dst, 0, sizeof(T) * (size_t)(g->h * g->w));                            \
       for (int64_t ky = 0; ky < g->kh; ky++)                                         \
         for (int64_t kx = 0; kx < g->kw; kx++) {                                     \
           int64_t r = (ch * g->kh + ky) * g->kw + kx;                                \
-          const T *src = (const T *)jb->col + r * jb->nb * g->p + j * g->p;          \
-          int64_t off = kx - g->left, lo, hi;                                        \
-          tfg_cpu_conv_valid_cols(g, kx, &lo, &hi);                                  \
+          const T *src = (const T *)wk->col + r * wk->cnt * g->p + j * g->p;         \
+          int64_t lo, hi, off = tfg_cpu_conv_valid_cols(g, kx, &lo, &hi);            \
           for (int64_t oy = 0; oy < g->oh; oy++) {                                   \
             int64_t iy = oy * g->sh + ky - g->top;                                   \
             if (iy < 0 || iy >= g->h) continue;                                      \
@@ -306,34 +305,12 @@ TFG_CPU_KERNEL(tfg_cpu_layer_norm_grad) {
 DEFINE_COL2IM(float, f32)
 DEFINE_COL2IM(double, f64)
 
-typedef struct gather_job {
-  const char *dy; /* the group's first image of dy, [nb, o, p] */
-  char *tmp;      /* [o, nb * p] */
-  int64_t nb, o;
-  size_t plane;   /* bytes of p elements */
-} gather_job;
-
-/* Regroups dy [nb, o, p] as [o, nb * p] (the inverse of conv.c's
- * scatter), so a group's gemm sees one matrix: piece t = oc * nb + j. */
-static void gather_dy(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
-  const gather_job *s = arg;
-  (void)chunk;
-  for (int64_t t = lo; t < hi; t++) {
-    int64_t oc = t / s->nb, j = t % s->nb;
-    memcpy(s->tmp + (size_t)t * s->plane, s->dy + (size_t)(j * s->o + oc) * s->plane, s->plane);
-  }
-}
-
-/* The dy of images [n0, n0 + cnt) as one [o, cnt * p] matrix: dy itself
- * for one image, else regrouped into tmp. */
-static const char *group_dy(tfg_kernel_ctx *ctx, const tfg_cpu_conv_geom *g, const char *dy,
-                            char *tmp, int64_t n0, int64_t cnt, size_t es) {
-  size_t plane = (size_t)g->p * es;
-  const char *first = dy + (size_t)(n0 * g->o) * plane;
-  if (cnt == 1) return first;
-  gather_job gj = {.dy = first, .tmp = tmp, .nb = cnt, .o = g->o, .plane = plane};
-  tfg_parallel_for(ctx->pool, g->o * cnt, grain_for(g->p), gather_dy, &gj);
-  return tmp;
+/* The dy of the walk's group as one [o, cnt * p] matrix: dy itself for
+ * one image, else regrouped into the walk's tmp. */
+static const char *group_dy(tfg_kernel_ctx *ctx, const tfg_cpu_conv_walk *wk) {
+  if (wk->cnt == 1) return wk->yg;
+  tfg_cpu_conv_walk_regroup(ctx->pool, wk, true, grain_for(wk->g.p));
+  return wk->tmp;
 }
 
 static tfg_status blas_range(tfg_kernel_ctx *ctx, const char *what, const tfg_cpu_conv_geom *g) {
@@ -342,6 +319,50 @@ static tfg_status blas_range(tfg_kernel_ctx *ctx, const char *what, const tfg_cp
                          "integer range",
                          what, (long long)g->o, (long long)g->ckk, (long long)g->o,
                          (long long)g->p);
+}
+
+/* One group of conv2d_grad_input: col [CKK, cnt * P] = w^T [CKK, O] @
+ * dy [O, cnt * P], then col2im adds each column back onto the input
+ * pixels its window read. Pointwise, the product is dx's image itself. */
+static void grad_input_group(tfg_kernel_ctx *ctx, tfg_cpu_conv_walk *wk) {
+  const tfg_cpu_conv_geom *g = &wk->g;
+  int64_t cols = wk->cnt * g->p;
+  const char *dyg = group_dy(ctx, wk);
+  char *col = wk->pointwise ? wk->xg : wk->col;
+  tfg_cpu_gemm(ctx->pool, wk->f64, true, false, g->ckk, cols, g->o, wk->w, g->ckk, dyg, cols, 0.0,
+               col, cols);
+  if (wk->pointwise) return;
+  tfg_parallel_for(ctx->pool, wk->cnt * g->c, grain_for(g->h * g->w + g->kh * g->kw * g->p),
+                   wk->f64 ? col2im_f64 : col2im_f32, wk);
+}
+
+/* One group of conv2d_grad_weight: dw (+)= dy [O, cnt * P] @ im2col(x)^T
+ * [cnt * P, CKK], the first group writing and the later ones adding. */
+static void grad_weight_group(tfg_kernel_ctx *ctx, tfg_cpu_conv_walk *wk) {
+  const tfg_cpu_conv_geom *g = &wk->g;
+  int64_t cols = wk->cnt * g->p;
+  const char *col = tfg_cpu_conv_walk_col(ctx->pool, wk, grain_for(g->p));
+  const char *dyg = group_dy(ctx, wk);
+  tfg_cpu_gemm(ctx->pool, wk->f64, false, true, g->o, g->ckk, cols, dyg, cols, col, cols,
+               wk->n0 == 0 ? 0.0 : 1.0, wk->w, g->ckk);
+}
+
+/* Both conv gradients: in[0], in[1] and out, one float dtype, are x, w
+ * and y (dx, dw, dy) in the forward's places, and group computes each
+ * group of images of the walk over the batch. */
+static tfg_status conv_grad(tfg_kernel_ctx *ctx, const char *what, const tfg_node *node,
+                            const tfg_tensor *in, tfg_tensor *out, const tfg_tensor *x,
+                            const tfg_tensor *w, const tfg_tensor *y,
+                            void (*group)(tfg_kernel_ctx *, tfg_cpu_conv_walk *)) {
+  tfg_status st = same_float(ctx, what, in[0].dtype, (const tfg_tensor *const[]){&in[1], out}, 2);
+  if (st != TFG_OK) return st;
+  tfg_cpu_conv_walk wk;
+  if (!tfg_cpu_conv_walk_init(&wk, &node->attrs, x, w, y, out)) return TFG_OK;
+  if (!tfg_cpu_conv_fits_blas(&wk.g)) return blas_range(ctx, what, &wk.g);
+  st = tfg_cpu_conv_walk_begin(ctx, what, &wk);
+  if (st != TFG_OK) return st;
+  while (tfg_cpu_conv_walk_next(&wk)) group(ctx, &wk);
+  return TFG_OK;
 }
 
 /* CONV2D_GRAD_INPUT: (dy [N, O, OH, OW], w [O, C, KH, KW]) -> dx, the
@@ -354,54 +375,7 @@ static tfg_status blas_range(tfg_kernel_ctx *ctx, const char *what, const tfg_cp
  * the BLAS integer range. */
 TFG_CPU_KERNEL(tfg_cpu_conv2d_grad_input) {
   if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_conv2d_grad_input);
-  const tfg_tensor *dy = &in[0], *w = &in[1];
-  tfg_dtype dt = dy->dtype;
-  tfg_status st =
-      same_float(ctx, "conv2d_grad_input", dt, (const tfg_tensor *const[]){w, out}, 2);
-  if (st != TFG_OK) return st;
-  const tfg_attrs *at = &node->attrs;
-  tfg_cpu_conv_geom g;
-  tfg_cpu_conv_geom_init(&g, at, &out->shape, &w->shape, &dy->shape);
-  bool f64 = dt == TFG_DTYPE_F64;
-  size_t es = tfg_dtype_size(dt);
-  int64_t total = tfg_shape_numel(&out->shape);
-  if (total == 0) return TFG_OK;
-  if (g.o == 0 || g.p == 0 || g.ckk == 0) { /* no window reads anything: zero gradient */
-    memset(out->data, 0, (size_t)total * es);
-    return TFG_OK;
-  }
-  if (!tfg_cpu_fits_blasint(g.o) || !tfg_cpu_fits_blasint(g.ckk) ||
-      !tfg_cpu_fits_blasint(g.p))
-    return blas_range(ctx, "conv2d_grad_input", &g);
-
-  const char *dyb = dy->data;
-  char *dxb = out->data;
-  size_t dx_img = (size_t)(g.c * g.h * g.w) * es, dy_img = (size_t)(g.o * g.p) * es;
-
-  /* 1x1, stride 1, no padding: dx_n [C, HW] = w^T [C, O] @ dy_n [O, HW]. */
-  if (tfg_cpu_conv_is_pointwise(&g, at)) {
-    for (int64_t i = 0; i < g.n; i++)
-      tfg_cpu_gemm(ctx->pool, f64, true, false, g.c, g.p, g.o, w->data, g.c, dyb + (size_t)i * dy_img,
-                        g.p, 0.0, dxb + (size_t)i * dx_img, g.p);
-    return TFG_OK;
-  }
-
-  int64_t nb = tfg_cpu_conv_group_images(&g);
-  char *col, *tmp;
-  st = tfg_cpu_conv_scratch(ctx, "conv2d_grad_input", &g, nb, es, &col, &tmp);
-  if (st != TFG_OK) return st;
-  for (int64_t n0 = 0; n0 < g.n; n0 += nb) {
-    int64_t cnt = g.n - n0 < nb ? g.n - n0 : nb;
-    const char *dyg = group_dy(ctx, &g, dyb, tmp, n0, cnt, es);
-    tfg_cpu_gemm(ctx->pool, f64, true, false, g.ckk, cnt * g.p, g.o, w->data, g.ckk, dyg, cnt * g.p,
-                      0.0, col, cnt * g.p);
-    tfg_cpu_conv_col_job cj = {.g = &g, .dx = dxb + (size_t)n0 * dx_img, .col = col, .nb = cnt};
-    tfg_parallel_for(ctx->pool, cnt * g.c, grain_for(g.h * g.w + g.kh * g.kw * g.p),
-                     f64 ? col2im_f64 : col2im_f32, &cj);
-  }
-  free(col);
-  free(tmp);
-  return TFG_OK;
+  return conv_grad(ctx, "conv2d_grad_input", node, in, out, out, &in[1], &in[0], grad_input_group);
 }
 
 /* CONV2D_GRAD_WEIGHT: (x [N, C, H, W], dy [N, O, OH, OW]) -> dw, the
@@ -412,53 +386,8 @@ TFG_CPU_KERNEL(tfg_cpu_conv2d_grad_input) {
  * is summed in the same order on every run. Errors as conv2d_grad_input. */
 TFG_CPU_KERNEL(tfg_cpu_conv2d_grad_weight) {
   if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_conv2d_grad_weight);
-  const tfg_tensor *x = &in[0], *dy = &in[1];
-  tfg_dtype dt = x->dtype;
-  tfg_status st =
-      same_float(ctx, "conv2d_grad_weight", dt, (const tfg_tensor *const[]){dy, out}, 2);
-  if (st != TFG_OK) return st;
-  const tfg_attrs *at = &node->attrs;
-  tfg_cpu_conv_geom g;
-  tfg_cpu_conv_geom_init(&g, at, &x->shape, &out->shape, &dy->shape);
-  bool f64 = dt == TFG_DTYPE_F64;
-  size_t es = tfg_dtype_size(dt);
-  int64_t total = tfg_shape_numel(&out->shape);
-  if (total == 0) return TFG_OK;
-  if (g.n == 0 || g.p == 0) { /* an empty sum over the batch or the pixels */
-    memset(out->data, 0, (size_t)total * es);
-    return TFG_OK;
-  }
-  if (!tfg_cpu_fits_blasint(g.o) || !tfg_cpu_fits_blasint(g.ckk) ||
-      !tfg_cpu_fits_blasint(g.p))
-    return blas_range(ctx, "conv2d_grad_weight", &g);
-
-  const char *xb = x->data, *dyb = dy->data;
-  size_t x_img = (size_t)(g.c * g.h * g.w) * es, dy_img = (size_t)(g.o * g.p) * es;
-
-  /* 1x1, stride 1, no padding: image n is its own col [C, HW]. */
-  if (tfg_cpu_conv_is_pointwise(&g, at)) {
-    for (int64_t i = 0; i < g.n; i++)
-      tfg_cpu_gemm(ctx->pool, f64, false, true, g.o, g.c, g.p, dyb + (size_t)i * dy_img, g.p,
-                        xb + (size_t)i * x_img, g.p, i == 0 ? 0.0 : 1.0, out->data, g.c);
-    return TFG_OK;
-  }
-
-  int64_t nb = tfg_cpu_conv_group_images(&g);
-  char *col, *tmp;
-  st = tfg_cpu_conv_scratch(ctx, "conv2d_grad_weight", &g, nb, es, &col, &tmp);
-  if (st != TFG_OK) return st;
-  for (int64_t n0 = 0; n0 < g.n; n0 += nb) {
-    int64_t cnt = g.n - n0 < nb ? g.n - n0 : nb;
-    tfg_cpu_conv_col_job cj = {.g = &g, .x = xb + (size_t)n0 * x_img, .col = col, .nb = cnt};
-    tfg_parallel_for(ctx->pool, g.ckk * cnt, grain_for(g.p),
-                     f64 ? tfg_cpu_conv_im2col_f64 : tfg_cpu_conv_im2col_f32, &cj);
-    const char *dyg = group_dy(ctx, &g, dyb, tmp, n0, cnt, es);
-    tfg_cpu_gemm(ctx->pool, f64, false, true, g.o, g.ckk, cnt * g.p, dyg, cnt * g.p, col, cnt * g.p,
-                      n0 == 0 ? 0.0 : 1.0, out->data, g.ckk);
-  }
-  free(col);
-  free(tmp);
-  return TFG_OK;
+  return conv_grad(ctx, "conv2d_grad_weight", node, in, out, &in[0], out, &in[1],
+                   grad_weight_group);
 }
 
 /* ---- pool gradients ------------------------------------------------------ */
