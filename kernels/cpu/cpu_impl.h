@@ -138,6 +138,20 @@ TFG_CPU_DEFINE_ROW_SUMS(float, f32)
 TFG_CPU_DEFINE_ROW_SUMS(double, f64)
 #undef TFG_CPU_DEFINE_ROW_SUMS
 
+/* The maximum of the line x[t s], t < len (len >= 1), by x[t s] > m from
+ * the first element on, so a NaN counts only as the first element: the
+ * shift of the softmax family (kernels/cpu/nn.c, grad.c) before its exps. */
+#define TFG_CPU_DEFINE_LINE_MAX(T, SFX)                                              \
+  static inline T tfg_cpu_line_max_##SFX(const T *x, int64_t s, int64_t len) {       \
+    T m = x[0];                                                                      \
+    for (int64_t t = 1; t < len; t++)                                                \
+      if (x[t * s] > m) m = x[t * s];                                                \
+    return m;                                                                        \
+  }
+TFG_CPU_DEFINE_LINE_MAX(float, f32)
+TFG_CPU_DEFINE_LINE_MAX(double, f64)
+#undef TFG_CPU_DEFINE_LINE_MAX
+
 /* sum over t < len of exp(x[t s] - m): x - m formed in the dtype, the
  * exps taken in double, EXP_BLOCK at a time, by tfg_vm_exp
  * (kernels/cpu/vmath.h: libmvec's lanes, within 2 ulp of a double, so an

@@ -162,9 +162,7 @@ typedef struct ce_grad_job {
     for (int64_t r = lo; r < hi; r++) {                                              \
       const T *x = (const T *)j->logits + r * j->c;                                  \
       T *dx = (T *)j->dx + r * j->c;                                                 \
-      T m = x[0];                                                                    \
-      for (int64_t t = 1; t < j->c; t++)                                             \
-        if (x[t] > m) m = x[t];                                                      \
+      T m = tfg_cpu_line_max_##SFX(x, 1, j->c);                                      \
       double sum = tfg_cpu_exp_line_##SFX(x, 1, m, dx, j->c);                         \
       double inv = 1.0 / sum;                                                        \
       int64_t label = tfg_cpu_id_at(j->labels, r);                                           \

@@ -1,6 +1,6 @@
 /* kernels/cpu/nn.c: the neural-network ops on the CPU: softmax and
- * log_softmax, cross_entropy, mse, layer_norm, dropout, embedding,
- * one_hot and accuracy.
+ * log_softmax, cross_entropy and accuracy, mse, layer_norm, dropout,
+ * embedding and one_hot.
  *
  * Each math kernel is written once as a macro and instantiated for f32
  * and f64, so the inner loops see concrete types. Sums (softmax
@@ -56,24 +56,6 @@ void tfg_cpu_register_nn(tfg_kernel_fn *table) { TFG_CPU_REGISTER_ROWS(table, ke
 /* The grain, in rows, for loops whose unit of work is a row of len. */
 static int64_t rows_grain(int64_t len) { return tfg_parallel_grain(GRAIN_ELEMS, len); }
 
-/* Runs body over [0, n) in tfg_parallel_for's chunks with one double
- * partial per chunk (body stores chunk k's partial in (*slot)[k]) and
- * sums the partials in chunk order into *total. TFG_ERR_NOMEM if the
- * partials cannot be allocated. */
-static tfg_status sum_chunks(tfg_kernel_ctx *ctx, int64_t n, int64_t grain,
-                             tfg_parallel_body body, void *job, double **slot, double *total) {
-  int64_t nchunks = tfg_parallel_chunks(ctx->pool, n, grain);
-  double *partial = calloc((size_t)nchunks, sizeof *partial);
-  if (!partial) return tfg_kernel_fail(ctx, TFG_ERR_NOMEM, "out of host memory");
-  *slot = partial;
-  tfg_parallel_for(ctx->pool, n, grain, body, job);
-  double s = 0;
-  for (int64_t k = 0; k < nchunks; k++) s += partial[k];
-  free(partial);
-  *total = s;
-  return TFG_OK;
-}
-
 /* Stores total / n, NaN for n = 0 (an empty mean, as PyTorch), in out's
  * one element, f32 or f64. */
 static void store_mean(tfg_tensor *out, double total, int64_t n) {
@@ -82,6 +64,27 @@ static void store_mean(tfg_tensor *out, double total, int64_t n) {
     *(float *)out->data = (float)mean;
   else
     *(double *)out->data = mean;
+}
+
+/* A scalar mean: runs body over [0, n) in tfg_parallel_for's chunks with
+ * one double partial per chunk (body stores chunk k's partial in
+ * (*slot)[k]), sums the partials in chunk order and stores the sum over
+ * count (store_mean). n = 0 runs nothing. TFG_ERR_NOMEM if the partials
+ * cannot be allocated. */
+static tfg_status chunk_mean(tfg_kernel_ctx *ctx, tfg_tensor *out, int64_t n, int64_t grain,
+                             tfg_parallel_body body, void *job, double **slot, int64_t count) {
+  double s = 0;
+  if (n > 0) {
+    int64_t nchunks = tfg_parallel_chunks(ctx->pool, n, grain);
+    double *partial = calloc((size_t)nchunks, sizeof *partial);
+    if (!partial) return tfg_kernel_fail(ctx, TFG_ERR_NOMEM, "out of host memory");
+    *slot = partial;
+    tfg_parallel_for(ctx->pool, n, grain, body, job);
+    for (int64_t k = 0; k < nchunks; k++) s += partial[k];
+    free(partial);
+  }
+  store_mean(out, s, count);
+  return TFG_OK;
 }
 
 /* ---- softmax, log_softmax ---------------------------------------------- */
@@ -122,9 +125,7 @@ static int64_t line_base(const softmax_job *j, int64_t l) { return l / j->inner 
     return sum;                                                                         \
   }                                                                                     \
   static void softmax_line_##SFX(const T *x, T *y, int64_t len, int64_t s, bool lg) {  \
-    T m = x[0];                                                                         \
-    for (int64_t t = 1; t < len; t++)                                                   \
-      if (x[t * s] > m) m = x[t * s];                                                   \
+    T m = tfg_cpu_line_max_##SFX(x, s, len);                                            \
     double sum = tfg_cpu_exp_line_##SFX(x, s, m, lg ? NULL : y, len);                   \
     if (lg) {                                                                           \
       double ls = log(sum);                                                             \
@@ -185,33 +186,96 @@ TFG_CPU_KERNEL(tfg_cpu_softmax) {
   return TFG_OK;
 }
 
-/* ---- cross_entropy ----------------------------------------------------- */
+/* ---- cross_entropy, accuracy ------------------------------------------ */
 
-typedef struct ce_job {
+/* Both are means over the rows of logits [N, C] of a term of the row and
+ * its label. DEFINE_LABEL_ROWS(ROW, T, SFX) defines their chunk body
+ * ROWs_SFX, which sums ROW_SFX(x, c, labels, r) over its rows r into
+ * partial[chunk] (chunk_mean); the term reads row r's label when it
+ * needs it, after the row's own work. */
+typedef struct label_job {
   const void *logits;
   const tfg_tensor *labels;
   int64_t c;
   double *partial;
-} ce_job;
+} label_job;
 
-/* Row loss = logsumexp(x) - x[label] = log(sum exp(x - m)) + (m - x[label]),
- * the max-shifted form, so logits of +-1000 give exact finite losses. */
-#define DEFINE_CE(T, SFX)                                                      \
-  static void ce_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {    \
-    ce_job *j = arg;                                                           \
+#define DEFINE_LABEL_ROWS(ROW, T, SFX)                                         \
+  static void ROW##s_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) { \
+    label_job *j = arg;                                                        \
     double acc = 0;                                                            \
-    for (int64_t r = lo; r < hi; r++) {                                        \
-      const T *x = (const T *)j->logits + r * j->c;                            \
-      T m = x[0];                                                              \
-      for (int64_t t = 1; t < j->c; t++)                                       \
-        if (x[t] > m) m = x[t];                                                \
-      double sum = tfg_cpu_exp_line_##SFX(x, 1, m, NULL, j->c);                \
-      acc += log(sum) + ((double)m - (double)x[tfg_cpu_id_at(j->labels, r)]);  \
-    }                                                                          \
+    for (int64_t r = lo; r < hi; r++)                                          \
+      acc += ROW##_##SFX((const T *)j->logits + r * j->c, j->c, j->labels, r); \
     j->partial[chunk] = acc;                                                   \
   }
+
+/* A row's loss = logsumexp(x) - x[label] = log(sum exp(x - m)) +
+ * (m - x[label]), the max-shifted form, so logits of +-1000 give exact
+ * finite losses. */
+#define DEFINE_CE(T, SFX)                                                            \
+  static inline double ce_row_##SFX(const T *x, int64_t c, const tfg_tensor *labels, \
+                                    int64_t r) {                                     \
+    T m = tfg_cpu_line_max_##SFX(x, 1, c);                                           \
+    double sum = tfg_cpu_exp_line_##SFX(x, 1, m, NULL, c);                           \
+    return log(sum) + ((double)m - (double)x[tfg_cpu_id_at(labels, r)]);             \
+  }                                                                                  \
+  DEFINE_LABEL_ROWS(ce_row, T, SFX)
 DEFINE_CE(float, f32)
 DEFINE_CE(double, f64)
+
+/* 1 when the row's argmax is its label. The argmax is the first maximum;
+ * a NaN counts as the maximum (the first NaN wins, as NumPy's argmax), so
+ * a row gone NaN is never right by accident of its other values. A label
+ * outside [0, C) matches no column: the row is wrong. */
+#define DEFINE_ACC(T, SFX)                                                            \
+  static inline double acc_row_##SFX(const T *x, int64_t c, const tfg_tensor *labels, \
+                                     int64_t r) {                                     \
+    int64_t best = 0;                                                                 \
+    for (int64_t t = 1; t < c && x[best] == x[best]; t++)                             \
+      if (x[t] > x[best] || x[t] != x[t]) best = t;                                   \
+    return best == tfg_cpu_id_at(labels, r);                                          \
+  }                                                                                   \
+  DEFINE_LABEL_ROWS(acc_row, T, SFX)
+DEFINE_ACC(float, f32)
+DEFINE_ACC(double, f64)
+
+/* A mean over the rows of logits [N, C] against labels [N]: what its
+ * messages call its operands, and its row sums. */
+typedef struct label_mean_op {
+  const char *logits, *labels, *out; /* out NULL: the op fixes out's dtype, the logits' */
+  bool check_labels;                 /* a label outside [0, C) fails (else its row's term says) */
+  tfg_parallel_body f32, f64;
+} label_mean_op;
+
+static const label_mean_op cross_entropy_op = {"cross_entropy", "cross_entropy labels", NULL, true,
+                                               ce_rows_f32, ce_rows_f64};
+static const label_mean_op accuracy_op = {"accuracy", "accuracy labels", "accuracy output", false,
+                                          acc_rows_f32, acc_rows_f64};
+
+/* The kernel of op: checks that the logits in[0] are f32/f64, the labels
+ * in[1] i32/i64 (and in range when op->check_labels: TFG_ERR_NUMERIC
+ * naming the row) and out f32/f64 when op->out names it, then stores the
+ * mean of the rows' terms in out's one element (NaN for N = 0). */
+static tfg_status label_mean(tfg_kernel_ctx *ctx, const label_mean_op *op, const tfg_tensor *in,
+                             tfg_tensor *out) {
+  const tfg_tensor *x = &in[0], *lab = &in[1];
+  if (!tfg_cpu_is_float(x->dtype)) return tfg_cpu_unsupported(ctx, op->logits, x->dtype);
+  if (!tfg_dtype_is_int(lab->dtype)) return tfg_cpu_unsupported(ctx, op->labels, lab->dtype);
+  if (op->out && !tfg_cpu_is_float(out->dtype))
+    return tfg_cpu_unsupported(ctx, op->out, out->dtype);
+  TFG_ASSERT(x->shape.rank == 2 && lab->shape.rank == 1 && lab->shape.dim[0] == x->shape.dim[0]);
+  TFG_ASSERT((op->out || out->dtype == x->dtype) && out->shape.rank == 0);
+  int64_t n = x->shape.dim[0], c = x->shape.dim[1];
+  if (op->check_labels) {
+    tfg_status bad = tfg_cpu_check_ids(ctx, TFG_CPU_IDS_LABELS, lab, n, c);
+    if (bad != TFG_OK) return bad;
+  }
+  label_job j = {.logits = x->data, .labels = lab, .c = c};
+  /* C = 0: no row has a term (accuracy: an argmax, so none is right;
+   * cross_entropy has failed on the first label). */
+  return chunk_mean(ctx, out, c > 0 ? n : 0, rows_grain(c),
+                    x->dtype == TFG_DTYPE_F32 ? op->f32 : op->f64, &j, &j.partial, n);
+}
 
 /* CROSS_ENTROPY: logits [N, C] f32/f64, labels i32/i64 [N] -> scalar mean
  * over the rows of -log_softmax(logits)[n, label[n]]. A label outside
@@ -219,25 +283,15 @@ DEFINE_CE(double, f64)
  * mean, as PyTorch). */
 TFG_CPU_KERNEL(tfg_cpu_cross_entropy) {
   if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_cross_entropy);
-  const tfg_tensor *x = &in[0], *lab = &in[1];
-  (void)node;
-  if (!tfg_cpu_is_float(x->dtype)) return tfg_cpu_unsupported(ctx, "cross_entropy", x->dtype);
-  if (!tfg_dtype_is_int(lab->dtype))
-    return tfg_cpu_unsupported(ctx, "cross_entropy labels", lab->dtype);
-  TFG_ASSERT(x->shape.rank == 2 && lab->shape.rank == 1 && lab->shape.dim[0] == x->shape.dim[0]);
-  TFG_ASSERT(out->dtype == x->dtype && out->shape.rank == 0);
-  int64_t n = x->shape.dim[0], c = x->shape.dim[1];
-  tfg_status bad = tfg_cpu_check_ids(ctx, TFG_CPU_IDS_LABELS, lab, n, c);
-  if (bad != TFG_OK) return bad;
-  ce_job j = {.logits = x->data, .labels = lab, .c = c};
-  double total = 0;
-  if (n > 0) {
-    tfg_status st = sum_chunks(ctx, n, rows_grain(c), x->dtype == TFG_DTYPE_F32 ? ce_f32 : ce_f64,
-                               &j, &j.partial, &total);
-    if (st != TFG_OK) return st;
-  }
-  store_mean(out, total, n);
-  return TFG_OK;
+  return label_mean(ctx, &cross_entropy_op, in, out);
+}
+
+/* ACCURACY: logits [N, C] f32/f64, labels i32/i64 [N] -> scalar (f32 as
+ * the op defines; f64 also accepted): the fraction of rows whose argmax
+ * equals the label. N = 0 gives NaN. */
+TFG_CPU_KERNEL(tfg_cpu_accuracy) {
+  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_accuracy);
+  return label_mean(ctx, &accuracy_op, in, out);
 }
 
 /* ---- mse --------------------------------------------------------------- */
@@ -272,14 +326,8 @@ TFG_CPU_KERNEL(tfg_cpu_mse) {
   TFG_ASSERT(tfg_shape_eq(&a->shape, &b->shape));
   int64_t n = tfg_shape_numel(&a->shape);
   mse_job j = {.a = a->data, .b = b->data};
-  double total = 0;
-  if (n > 0) {
-    tfg_status st = sum_chunks(ctx, n, GRAIN_ELEMS, a->dtype == TFG_DTYPE_F32 ? mse_f32 : mse_f64,
-                               &j, &j.partial, &total);
-    if (st != TFG_OK) return st;
-  }
-  store_mean(out, total, n);
-  return TFG_OK;
+  return chunk_mean(ctx, out, n, GRAIN_ELEMS, a->dtype == TFG_DTYPE_F32 ? mse_f32 : mse_f64, &j,
+                    &j.partial, n);
 }
 
 /* ---- layer_norm -------------------------------------------------------- */
@@ -470,59 +518,5 @@ TFG_CPU_KERNEL(tfg_cpu_one_hot) {
   one_hot_job j = {.ids = ids, .out = out->data, .depth = depth,
                    .f64 = out->dtype == TFG_DTYPE_F64};
   tfg_parallel_for(ctx->pool, n, rows_grain(depth), one_hot_rows, &j);
-  return TFG_OK;
-}
-
-/* ---- accuracy ---------------------------------------------------------- */
-
-typedef struct acc_job {
-  const void *logits;
-  const tfg_tensor *labels;
-  int64_t c;
-  double *partial;
-} acc_job;
-
-/* Counts rows whose argmax equals the label. The argmax is the first
- * maximum; a NaN counts as the maximum (the first NaN wins, as NumPy's
- * argmax), so a row gone NaN is never right by accident of its other
- * values. A label outside [0, C) matches no column: the row is wrong. */
-#define DEFINE_ACC(T, SFX)                                                      \
-  static void acc_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {    \
-    acc_job *j = arg;                                                           \
-    double right = 0;                                                           \
-    for (int64_t r = lo; r < hi; r++) {                                         \
-      const T *x = (const T *)j->logits + r * j->c;                             \
-      int64_t best = 0;                                                         \
-      for (int64_t t = 1; t < j->c && x[best] == x[best]; t++)                  \
-        if (x[t] > x[best] || x[t] != x[t]) best = t;                           \
-      right += best == tfg_cpu_id_at(j->labels, r);                                     \
-    }                                                                           \
-    j->partial[chunk] = right;                                                  \
-  }
-DEFINE_ACC(float, f32)
-DEFINE_ACC(double, f64)
-
-/* ACCURACY: logits [N, C] f32/f64, labels i32/i64 [N] -> scalar (f32 as
- * the op defines; f64 also accepted): the fraction of rows whose argmax
- * equals the label. N = 0 gives NaN. */
-TFG_CPU_KERNEL(tfg_cpu_accuracy) {
-  if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_accuracy);
-  const tfg_tensor *x = &in[0], *lab = &in[1];
-  (void)node;
-  if (!tfg_cpu_is_float(x->dtype)) return tfg_cpu_unsupported(ctx, "accuracy", x->dtype);
-  if (!tfg_dtype_is_int(lab->dtype)) return tfg_cpu_unsupported(ctx, "accuracy labels", lab->dtype);
-  if (!tfg_cpu_is_float(out->dtype)) return tfg_cpu_unsupported(ctx, "accuracy output", out->dtype);
-  TFG_ASSERT(x->shape.rank == 2 && lab->shape.rank == 1 && lab->shape.dim[0] == x->shape.dim[0]);
-  TFG_ASSERT(out->shape.rank == 0);
-  int64_t n = x->shape.dim[0], c = x->shape.dim[1];
-  acc_job j = {.logits = x->data, .labels = lab, .c = c};
-  double right = 0;
-  if (n > 0 && c > 0) {
-    tfg_status st = sum_chunks(ctx, n, rows_grain(c),
-                               x->dtype == TFG_DTYPE_F32 ? acc_f32 : acc_f64, &j, &j.partial,
-                               &right);
-    if (st != TFG_OK) return st;
-  }
-  store_mean(out, right, n);
   return TFG_OK;
 }
