@@ -1,8 +1,8 @@
 /* kernels/cpu/cpu_impl.h: helpers the CPU kernel files share, outside the
  * kernel interface (kernels/cpu/cpu.h): dtype checks, integer ids and
  * their range checks (one wording for the forward and the gradient
- * kernels), and layer norm's row statistics, which the gradient must form
- * exactly as the forward pass does. */
+ * kernels), and layer norm's row statistics and walk over its rows,
+ * which the gradient must take exactly as the forward pass does. */
 #ifndef TFG_KERNELS_CPU_IMPL_H
 #define TFG_KERNELS_CPU_IMPL_H
 
@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/kernel.h"
 
 static inline bool tfg_cpu_is_float(tfg_dtype t) {
@@ -178,5 +179,41 @@ double tfg_cpu_exp_line_f64(const double *x, int64_t s, double m, double *y, int
 TFG_CPU_DEFINE_LN_STATS(float, f32)
 TFG_CPU_DEFINE_LN_STATS(double, f64)
 #undef TFG_CPU_DEFINE_LN_STATS
+
+/* A layer norm pass over the rows of x [rows, d]: the forward kernel
+ * (kernels/cpu/nn.c: aux is beta [d], out y) and its gradient (grad.c:
+ * aux is dy [rows, d], out dx), which walk the rows alike. */
+typedef struct tfg_cpu_ln_job {
+  const void *x, *gamma, *aux;
+  void *out; /* [rows, d] */
+  int64_t d;
+  double eps;
+} tfg_cpu_ln_job;
+
+/* Defines NAME_f32 and NAME_f64, the tfg_parallel_bodies over the rows
+ * [lo, hi) of a tfg_cpu_ln_job: for each row r, its statistics
+ * (tfg_cpu_ln_stats), then ROW_SFX(j, r, x, mean, rstd), x being the
+ * row's elements, which writes the row of out. */
+#define TFG_CPU_DEFINE_LN_ROWS(NAME, ROW)        \
+  TFG_CPU_DEFINE_LN_ROWS_(NAME, ROW, float, f32) \
+  TFG_CPU_DEFINE_LN_ROWS_(NAME, ROW, double, f64)
+#define TFG_CPU_DEFINE_LN_ROWS_(NAME, ROW, T, SFX)                             \
+  static void NAME##_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) { \
+    const tfg_cpu_ln_job *j = arg;                                             \
+    (void)chunk;                                                               \
+    for (int64_t r = lo; r < hi; r++) {                                        \
+      const T *x = (const T *)j->x + r * j->d;                                 \
+      double mean, rstd = tfg_cpu_ln_stats_##SFX(x, j->d, j->eps, &mean);      \
+      ROW##_##SFX(j, r, x, mean, rstd);                                        \
+    }                                                                          \
+  }
+
+/* Runs a layer norm pass over x = in[0] [..., D] with gamma = in[1] [D],
+ * aux = in[2] and out shaped like x (eps = attrs.value), by rows: f32 or
+ * f64 (by x's dtype, which all share; TFG_CPU_DEFINE_LN_ROWS bodies) over
+ * ctx->pool, `cost` elements of work per element of a row. Asserts the
+ * shapes of x, gamma and out; nothing to do for an empty x. */
+void tfg_cpu_ln_run(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
+                    tfg_tensor *out, int64_t cost, tfg_parallel_body f32, tfg_parallel_body f64);
 
 #endif

@@ -204,13 +204,6 @@ TFG_CPU_KERNEL(tfg_cpu_cross_entropy_grad) {
 
 /* ---- layer_norm_grad ---------------------------------------------------- */
 
-typedef struct ln_grad_job {
-  const void *x, *gamma, *dy;
-  void *dx;
-  int64_t d;
-  double eps;
-} ln_grad_job;
-
 /* Per row, in double: mu and rstd = 1 / sqrt(var + eps) from
  * tfg_cpu_ln_stats, as the forward kernel forms them, then with
  * xhat = (x - mu) rstd and g = dy * gamma,
@@ -218,28 +211,23 @@ typedef struct ln_grad_job {
  * the gradient of y = xhat * gamma + beta through both mu and rstd
  * (the two means project g off the directions the normalization removes:
  * constants and xhat itself); the sums in lanes (kernels/cpu/cpu_impl.h). */
-#define DEFINE_LN_GRAD(T, SFX)                                                       \
-  static void ln_grad_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {     \
-    const ln_grad_job *j = arg;                                                      \
-    const T *gm = j->gamma;                                                          \
-    int64_t d = j->d;                                                                \
-    (void)chunk;                                                                     \
-    for (int64_t r = lo; r < hi; r++) {                                              \
-      const T *x = (const T *)j->x + r * d, *dy = (const T *)j->dy + r * d;          \
-      T *dx = (T *)j->dx + r * d;                                                    \
-      double mean;                                                                   \
-      double rstd = tfg_cpu_ln_stats_##SFX(x, d, j->eps, &mean);                     \
-      double mg = tfg_cpu_row_dot_##SFX(dy, gm, d) / (double)d;                      \
-      double mgx = tfg_cpu_row_dot_dev_##SFX(dy, gm, x, d, mean) * rstd / (double)d;  \
-      for (int64_t t = 0; t < d; t++) {                                              \
-        double g = (double)dy[t] * (double)gm[t];                                    \
-        double xhat = ((double)x[t] - mean) * rstd;                                  \
-        dx[t] = (T)(rstd * (g - mg - xhat * mgx));                                   \
-      }                                                                              \
-    }                                                                                \
+#define DEFINE_LN_GRAD_ROW(T, SFX)                                                     \
+  static inline void ln_grad_row_##SFX(const tfg_cpu_ln_job *j, int64_t r, const T *x, \
+                                       double mean, double rstd) {                     \
+    int64_t d = j->d;                                                                  \
+    const T *gm = j->gamma, *dy = (const T *)j->aux + r * d;                           \
+    T *dx = (T *)j->out + r * d;                                                       \
+    double mg = tfg_cpu_row_dot_##SFX(dy, gm, d) / (double)d;                          \
+    double mgx = tfg_cpu_row_dot_dev_##SFX(dy, gm, x, d, mean) * rstd / (double)d;     \
+    for (int64_t t = 0; t < d; t++) {                                                  \
+      double g = (double)dy[t] * (double)gm[t];                                        \
+      double xhat = ((double)x[t] - mean) * rstd;                                      \
+      dx[t] = (T)(rstd * (g - mg - xhat * mgx));                                       \
+    }                                                                                  \
   }
-DEFINE_LN_GRAD(float, f32)
-DEFINE_LN_GRAD(double, f64)
+DEFINE_LN_GRAD_ROW(float, f32)
+DEFINE_LN_GRAD_ROW(double, f64)
+TFG_CPU_DEFINE_LN_ROWS(ln_grad, ln_grad_row)
 
 /* LAYER_NORM_GRAD: (x [..., D], gamma [D], dy [..., D]) -> dx [..., D],
  * all one float dtype: the input gradient of torch's layer_norm over the
@@ -247,20 +235,11 @@ DEFINE_LN_GRAD(double, f64)
  * gradients are sums over rows that autodiff builds from other ops. */
 TFG_CPU_KERNEL(tfg_cpu_layer_norm_grad) {
   if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_layer_norm_grad);
-  const tfg_tensor *x = &in[0], *gm = &in[1], *dy = &in[2];
-  tfg_status st = same_float(ctx, "layer_norm_grad", x->dtype,
-                             (const tfg_tensor *const[]){gm, dy, out}, 3);
+  tfg_status st = same_float(ctx, "layer_norm_grad", in[0].dtype,
+                             (const tfg_tensor *const[]){&in[1], &in[2], out}, 3);
   if (st != TFG_OK) return st;
-  TFG_ASSERT(x->shape.rank >= 1 && tfg_shape_eq(&out->shape, &x->shape));
-  TFG_ASSERT(tfg_shape_eq(&dy->shape, &x->shape));
-  int64_t d = x->shape.dim[x->shape.rank - 1];
-  TFG_ASSERT(tfg_shape_numel(&gm->shape) == d);
-  int64_t n = tfg_shape_numel(&x->shape);
-  if (n == 0) return TFG_OK;
-  ln_grad_job j = {.x = x->data, .gamma = gm->data, .dy = dy->data, .dx = out->data, .d = d,
-                   .eps = node->attrs.value};
-  tfg_parallel_for(ctx->pool, n / d, grain_for(3 * d),
-                   x->dtype == TFG_DTYPE_F32 ? ln_grad_f32 : ln_grad_f64, &j);
+  TFG_ASSERT(tfg_shape_eq(&in[2].shape, &in[0].shape)); /* dy like x */
+  tfg_cpu_ln_run(ctx, node, in, out, 3, ln_grad_f32, ln_grad_f64);
   return TFG_OK;
 }
 

@@ -332,51 +332,31 @@ TFG_CPU_KERNEL(tfg_cpu_mse) {
 
 /* ---- layer_norm -------------------------------------------------------- */
 
-typedef struct ln_job {
-  const void *x, *gamma, *beta;
-  void *y;
-  int64_t d;
-  double eps;
-} ln_job;
-
-/* Per row: the mean and rstd = 1 / sqrt(var + eps) (tfg_cpu_ln_stats),
- * then y = (x - mean) * rstd * gamma + beta, in double throughout and
- * rounded once to T. */
-#define DEFINE_LN(T, SFX)                                                      \
-  static void ln_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {    \
-    const ln_job *j = arg;                                                     \
-    const T *g = j->gamma, *b = j->beta;                                       \
-    int64_t d = j->d;                                                          \
-    (void)chunk;                                                               \
-    for (int64_t r = lo; r < hi; r++) {                                        \
-      const T *x = (const T *)j->x + r * d;                                    \
-      T *y = (T *)j->y + r * d;                                                \
-      double mean;                                                             \
-      double rstd = tfg_cpu_ln_stats_##SFX(x, d, j->eps, &mean);               \
-      for (int64_t t = 0; t < d; t++)                                          \
-        y[t] = (T)(((double)x[t] - mean) * rstd * (double)g[t] + (double)b[t]); \
-    }                                                                          \
+/* y = (x - mean) * rstd * gamma + beta for one row, in double throughout
+ * and rounded once to T. */
+#define DEFINE_LN_ROW(T, SFX)                                                                  \
+  static inline void ln_row_##SFX(const tfg_cpu_ln_job *j, int64_t r, const T *x, double mean, \
+                                  double rstd) {                                               \
+    const T *g = j->gamma, *b = j->aux;                                                        \
+    int64_t d = j->d;                                                                          \
+    T *y = (T *)j->out + r * d;                                                                \
+    for (int64_t t = 0; t < d; t++)                                                            \
+      y[t] = (T)(((double)x[t] - mean) * rstd * (double)g[t] + (double)b[t]);                  \
   }
-DEFINE_LN(float, f32)
-DEFINE_LN(double, f64)
+DEFINE_LN_ROW(float, f32)
+DEFINE_LN_ROW(double, f64)
+TFG_CPU_DEFINE_LN_ROWS(ln, ln_row)
 
 /* LAYER_NORM: x [..., D], gamma [D], beta [D], all f32 or all f64;
  * normalizes each row of the last axis as torch.nn.functional.layer_norm
  * with eps = attrs.value. */
 TFG_CPU_KERNEL(tfg_cpu_layer_norm) {
   if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_layer_norm);
-  const tfg_tensor *x = &in[0], *g = &in[1], *b = &in[2];
-  if (!tfg_cpu_is_float(x->dtype)) return tfg_cpu_unsupported(ctx, "layer_norm", x->dtype);
-  TFG_ASSERT(g->dtype == x->dtype && b->dtype == x->dtype && out->dtype == x->dtype);
-  TFG_ASSERT(x->shape.rank >= 1 && tfg_shape_eq(&out->shape, &x->shape));
-  int64_t d = x->shape.dim[x->shape.rank - 1];
-  TFG_ASSERT(tfg_shape_numel(&g->shape) == d && tfg_shape_numel(&b->shape) == d);
-  int64_t n = tfg_shape_numel(&x->shape);
-  if (n == 0) return TFG_OK;
-  ln_job j = {.x = x->data, .gamma = g->data, .beta = b->data, .y = out->data, .d = d,
-              .eps = node->attrs.value};
-  tfg_parallel_for(ctx->pool, n / d, rows_grain(d), x->dtype == TFG_DTYPE_F32 ? ln_f32 : ln_f64,
-                   &j);
+  tfg_dtype dt = in[0].dtype;
+  if (!tfg_cpu_is_float(dt)) return tfg_cpu_unsupported(ctx, "layer_norm", dt);
+  TFG_ASSERT(in[1].dtype == dt && in[2].dtype == dt && out->dtype == dt);
+  TFG_ASSERT(tfg_shape_numel(&in[2].shape) == tfg_shape_numel(&in[1].shape)); /* beta [D] */
+  tfg_cpu_ln_run(ctx, node, in, out, 1, ln_f32, ln_f64);
   return TFG_OK;
 }
 
