@@ -82,33 +82,32 @@ typedef struct pointwise_job {
   void *dx;
 } pointwise_job;
 
+/* Defines NAME_SFX, the tfg_parallel_body that runs the row function
+ * ROW(x, dy, dx, n) of T on its range of a pointwise_job. */
+#define DEFINE_POINTWISE_GRAD(NAME, ROW, T, SFX)                                \
+  static void NAME##_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {  \
+    const pointwise_job *j = arg;                                               \
+    (void)chunk;                                                                \
+    ROW((const T *)j->x + lo, (const T *)j->dy + lo, (T *)j->dx + lo, hi - lo); \
+  }
+
 /* relu_grad passes dy where x > 0 and gives 0 elsewhere, x = 0 included
  * (the subgradient PyTorch picks). A NaN x gives 0, as the op's contract
  * "dy where x > 0" says; PyTorch's threshold_backward tests "y <= 0"
  * instead and so passes dy through at a NaN. */
-#define DEFINE_RELU_GRAD(T, SFX)                                                     \
-  static void relu_grad_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {   \
-    const pointwise_job *j = arg;                                                    \
-    const T *x = j->x, *dy = j->dy;                                                  \
-    T *dx = j->dx;                                                                   \
-    (void)chunk;                                                                     \
-    for (int64_t i = lo; i < hi; i++) dx[i] = x[i] > 0 ? dy[i] : (T)0;               \
-  }
+#define DEFINE_RELU_GRAD(T, SFX)                                                      \
+  static inline void relu_grad_row_##SFX(const T *x, const T *dy, T *dx, int64_t n) { \
+    for (int64_t i = 0; i < n; i++) dx[i] = x[i] > 0 ? dy[i] : (T)0;                  \
+  }                                                                                   \
+  DEFINE_POINTWISE_GRAD(relu_grad, relu_grad_row_##SFX, T, SFX)
 DEFINE_RELU_GRAD(float, f32)
 DEFINE_RELU_GRAD(double, f64)
 
 /* gelu'(x) times dy, a row at a time (kernels/cpu/vmath.h: erfc and exp
  * over whole rows, in double, rounded once for both dtypes: f32 would
  * lose ~2z^2 ulp in erfc(z), as the forward gelu's comment explains). */
-#define DEFINE_GELU_GRAD(T, SFX)                                                     \
-  static void gelu_grad_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {   \
-    const pointwise_job *j = arg;                                                    \
-    (void)chunk;                                                                     \
-    tfg_vm_gelu_grad_##SFX((const T *)j->x + lo, (const T *)j->dy + lo, (T *)j->dx + lo, \
-                           hi - lo);                                                 \
-  }
-DEFINE_GELU_GRAD(float, f32)
-DEFINE_GELU_GRAD(double, f64)
+DEFINE_POINTWISE_GRAD(gelu_grad, tfg_vm_gelu_grad_f32, float, f32)
+DEFINE_POINTWISE_GRAD(gelu_grad, tfg_vm_gelu_grad_f64, double, f64)
 
 /* (x, dy) -> dx for RELU_GRAD / GELU_GRAD: x and dy have the output's
  * element count and dtype (f32/f64). */
