@@ -203,19 +203,18 @@ static void half_blocks(tfg_dtype dt, const void *x, int64_t n, acc *a, bool fir
   }
 }
 
+/* LOOP_SUF, the f16 or bf16 (DT) form of an f32 loop: LOOP_f32 on x
+ * widened a block at a time (half_blocks; ROWS for a rows loop, whose
+ * accumulators follow the blocks). */
+#define DEF_HALF_LOOP(LOOP, SUF, DT, ROWS)                                              \
+  static void LOOP##_##SUF(const void *x, int64_t n, acc *a, bool first) {              \
+    half_blocks(DT, x, n, a, first, ROWS, LOOP##_f32);                                  \
+  }
 #define DEF_HALF(SUF, DT, F64_TO_HALF)                                                  \
-  static void contig_sum_##SUF(const void *x, int64_t n, acc *a, bool first) {          \
-    half_blocks(DT, x, n, a, first, false, contig_sum_f32);                             \
-  }                                                                                     \
-  static void contig_max_##SUF(const void *x, int64_t n, acc *a, bool first) {          \
-    half_blocks(DT, x, n, a, first, false, contig_max_f32);                             \
-  }                                                                                     \
-  static void rows_sum_##SUF(const void *x, int64_t n, acc *a, bool first) {            \
-    half_blocks(DT, x, n, a, first, true, rows_sum_f32);                                \
-  }                                                                                     \
-  static void rows_max_##SUF(const void *x, int64_t n, acc *a, bool first) {            \
-    half_blocks(DT, x, n, a, first, true, rows_max_f32);                                \
-  }                                                                                     \
+  DEF_HALF_LOOP(contig_sum, SUF, DT, false)                                             \
+  DEF_HALF_LOOP(contig_max, SUF, DT, false)                                             \
+  DEF_HALF_LOOP(rows_sum, SUF, DT, true)                                                \
+  DEF_HALF_LOOP(rows_max, SUF, DT, true)                                                \
   static void store_##SUF(const acc *a, int64_t n, void *yv, bool mean, double count) { \
     uint16_t *y = yv;                                                                   \
     for (int64_t j = 0; j < n; j++) y[j] = F64_TO_HALF(mean ? a[j].d / count : a[j].d); \
