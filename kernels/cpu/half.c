@@ -72,34 +72,37 @@ static bool has_f16c(void) {
 }
 #endif
 
-void tfg_cpu_half_load(tfg_dtype dt, const void *src, float *dst, int64_t n) {
-  const uint16_t *s = src;
-  if (dt == TFG_DTYPE_BF16) {
-    for (int64_t i = 0; i < n; i++) dst[i] = tfg_cast_bf16_to_f32(s[i]);
-    return;
-  }
+/* Converts n values from f16 to f32 (widen) or back with F16C when the
+ * build and the CPU have it; false, with nothing converted, when not:
+ * then the portable loops do it. */
+static bool f16c_convert(bool widen, const void *from, void *to, int64_t n) {
 #ifdef HAVE_F16C_PATH
   if (has_f16c()) {
-    f16c_load(s, dst, n);
-    return;
+    if (widen)
+      f16c_load(from, to, n);
+    else
+      f16c_store(from, to, n);
+    return true;
   }
 #endif
-  for (int64_t i = 0; i < n; i++) dst[i] = tfg_cast_f16_to_f32(s[i]);
+  (void)widen, (void)from, (void)to, (void)n;
+  return false;
+}
+
+void tfg_cpu_half_load(tfg_dtype dt, const void *src, float *dst, int64_t n) {
+  const uint16_t *s = src;
+  if (dt == TFG_DTYPE_BF16)
+    for (int64_t i = 0; i < n; i++) dst[i] = tfg_cast_bf16_to_f32(s[i]);
+  else if (!f16c_convert(true, s, dst, n))
+    for (int64_t i = 0; i < n; i++) dst[i] = tfg_cast_f16_to_f32(s[i]);
 }
 
 void tfg_cpu_half_store(tfg_dtype dt, const float *src, void *dst, int64_t n) {
   uint16_t *d = dst;
-  if (dt == TFG_DTYPE_BF16) {
+  if (dt == TFG_DTYPE_BF16)
     for (int64_t i = 0; i < n; i++) d[i] = tfg_cast_f32_to_bf16(src[i]);
-    return;
-  }
-#ifdef HAVE_F16C_PATH
-  if (has_f16c()) {
-    f16c_store(src, d, n);
-    return;
-  }
-#endif
-  for (int64_t i = 0; i < n; i++) d[i] = tfg_cast_f32_to_f16(src[i]);
+  else if (!f16c_convert(false, src, d, n))
+    for (int64_t i = 0; i < n; i++) d[i] = tfg_cast_f32_to_f16(src[i]);
 }
 
 void tfg_cpu_half_load_strided(tfg_dtype dt, const void *src, int64_t stride, float *dst, int64_t n) {
