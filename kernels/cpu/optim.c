@@ -56,43 +56,60 @@ void tfg_cpu_register_optim(tfg_kernel_fn *table) { TFG_CPU_REGISTER_ROWS(table,
  * contraction off (GCC never contracts in ISO C mode, -std=c11). The
  * checks before an update are every backend's (tfg_kernel_check_update). */
 
-/* ---- the grad scaler's inputs ---------------------------------------------- */
+/* ---- SGD, Adam, AdamW ------------------------------------------------------- */
 
-/* The grad scaler's inputs from `at` on, when the node has them
- * (tfg_kernel_check_scaler): whether to apply the update, and the updates
- * applied, this one included; without them, true and ctx->step. */
-static tfg_status scaler_inputs(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, int at,
-                                const char *what, bool *apply, int64_t *applied) {
-  bool present;
-  tfg_status st = tfg_kernel_check_scaler(ctx, node, in, at, what, &present);
+/* The start of an update of the k tensors in[0..k) (param, grad and its
+ * state; tfg_kernel_check_update), with the grad scaler's inputs from
+ * in[at] on when the node has them (tfg_kernel_check_scaler): whether to
+ * apply the update, and the updates applied, this one included; without
+ * them, true and ctx->step. Sets *n to the elements to update, 0 when
+ * there is nothing to do (an empty param, or a step the scaler skips). */
+static tfg_status update_begin(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in,
+                               int k, int at, const char *what, int64_t *n, int64_t *applied) {
+  TFG_ASSERT(node->ninputs >= k);
+  tfg_status st = tfg_kernel_check_update(ctx, what, in, k, "CPU");
   if (st != TFG_OK) return st;
-  *apply = !present || *(const bool *)in[at].data;
+  bool present;
+  if ((st = tfg_kernel_check_scaler(ctx, node, in, at, what, &present)) != TFG_OK) return st;
+  bool apply = !present || *(const bool *)in[at].data;
   *applied = ctx->step - (present ? (int64_t)*(const float *)in[at + 1].data : 0);
-  return st;
+  *n = apply ? tfg_shape_numel(&in[0].shape) : 0;
+  return TFG_OK;
 }
 
-/* ---- SGD ------------------------------------------------------------------ */
-
-typedef struct sgd_job {
-  void *p, *buf;
+/* An update of a parameter p from its gradient g: its state tensors (SGD's
+ * momentum buffer; Adam's m and v) and the step's scalars in the
+ * parameter's dtype. */
+typedef struct update_job {
+  void *p, *state[2];
   const void *g;
-  tfg_sgd_f32 sf32; /* the step's scalars in the parameter's dtype */
-  tfg_sgd_f64 sf64;
-} sgd_job;
+  union {
+    tfg_sgd_f32 sgd;
+    tfg_adam_f32 adam;
+  } f32;
+  union {
+    tfg_sgd_f64 sgd;
+    tfg_adam_f64 adam;
+  } f64;
+} update_job;
 
-/* torch.optim.SGD per element: kernels/optim_math.h's tfg_sgd_step, in
- * the parameter's dtype T. */
-#define DEFINE_SGD(T, S)                                                             \
-  static void sgd_##S(void *arg, int64_t lo, int64_t hi, int64_t chunk) {           \
-    const sgd_job *j = arg;                                                          \
-    const tfg_sgd_##S s = j->s##S;                                                   \
-    T *p = j->p, *buf = j->buf;                                                      \
-    const T *grad = j->g;                                                            \
-    (void)chunk;                                                                     \
-    for (int64_t i = lo; i < hi; i++) tfg_sgd_step_##S(s, p, grad, buf, i);          \
+/* OPT_S, the chunk body of OPT (sgd, adam) for parameters of type T:
+ * kernels/optim_math.h's tfg_OPT_step_S per element. The trailing
+ * arguments are the state it takes, s0 and s1 being state[0] and
+ * state[1] (SGD takes s0 only). */
+#define DEFINE_UPDATE(OPT, T, S, ...)                                                    \
+  static void OPT##_##S(void *arg, int64_t lo, int64_t hi, int64_t chunk) {             \
+    const update_job *j = arg;                                                           \
+    const tfg_##OPT##_##S s = j->S.OPT;                                                  \
+    T *p = j->p, *s0 = j->state[0], *s1 = j->state[1];                                   \
+    const T *grad = j->g;                                                                \
+    (void)chunk, (void)s1;                                                               \
+    for (int64_t i = lo; i < hi; i++) tfg_##OPT##_step_##S(s, p, grad, __VA_ARGS__, i);  \
   }
-DEFINE_SGD(float, f32)
-DEFINE_SGD(double, f64)
+DEFINE_UPDATE(sgd, float, f32, s0)
+DEFINE_UPDATE(sgd, double, f64, s0)
+DEFINE_UPDATE(adam, float, f32, s0, s1)
+DEFINE_UPDATE(adam, double, f64, s0, s1)
 
 /* SGD_UPDATE: (param, grad, momentum_buf) -> param and momentum_buf
  * updated in place, torch.optim.SGD with attrs.opt.lr, momentum,
@@ -102,46 +119,18 @@ DEFINE_SGD(double, f64)
  * element count. out is not touched. TFG_ERR_NUMERIC for a step < 1. */
 TFG_CPU_KERNEL(tfg_cpu_sgd_update) {
   if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_sgd_update);
-  (void)out;
   const tfg_attrs *a = &node->attrs;
   bool mom = a->opt.momentum != 0;
-  TFG_ASSERT(node->ninputs >= (mom ? 3 : 2));
-  tfg_status st = tfg_kernel_check_update(ctx, "sgd_update", in, mom ? 3 : 2, "CPU");
-  if (st != TFG_OK) return st;
-  bool apply;
-  int64_t applied;
-  if ((st = scaler_inputs(ctx, node, in, 3, "sgd_update", &apply, &applied)) != TFG_OK) return st;
-  int64_t n = tfg_shape_numel(&in[0].shape);
-  if (n == 0 || !apply) return TFG_OK;
-  sgd_job j = {.p = in[0].data, .g = in[1].data, .buf = mom ? in[2].data : NULL,
-               .sf32 = tfg_sgd_setup_f32(a, ctx->step, applied), .sf64 = tfg_sgd_setup_f64(a, ctx->step, applied)};
+  int64_t n, applied;
+  tfg_status st = update_begin(ctx, node, in, mom ? 3 : 2, 3, "sgd_update", &n, &applied);
+  if (st != TFG_OK || n == 0) return st;
+  update_job j = {.p = in[0].data, .g = in[1].data, .state = {mom ? in[2].data : NULL},
+                  .f32.sgd = tfg_sgd_setup_f32(a, ctx->step, applied),
+                  .f64.sgd = tfg_sgd_setup_f64(a, ctx->step, applied)};
   tfg_parallel_for(ctx->pool, n, GRAIN_ELEMS, in[0].dtype == TFG_DTYPE_F32 ? sgd_f32 : sgd_f64,
                    &j);
   return TFG_OK;
 }
-
-/* ---- Adam, AdamW ---------------------------------------------------------- */
-
-typedef struct adam_job {
-  void *p, *m, *v;
-  const void *g;
-  tfg_adam_f32 sf32; /* the step's scalars in the parameter's dtype */
-  tfg_adam_f64 sf64;
-} adam_job;
-
-/* torch.optim.Adam / AdamW per element: kernels/optim_math.h's
- * tfg_adam_step, in the parameter's dtype T. */
-#define DEFINE_ADAM(T, S)                                                            \
-  static void adam_##S(void *arg, int64_t lo, int64_t hi, int64_t chunk) {          \
-    const adam_job *j = arg;                                                         \
-    const tfg_adam_##S s = j->s##S;                                                  \
-    T *p = j->p, *m = j->m, *v = j->v;                                               \
-    const T *grad = j->g;                                                            \
-    (void)chunk;                                                                     \
-    for (int64_t i = lo; i < hi; i++) tfg_adam_step_##S(s, p, grad, m, v, i);        \
-  }
-DEFINE_ADAM(float, f32)
-DEFINE_ADAM(double, f64)
 
 /* ADAM_UPDATE: (param, grad, m, v) -> param, m (exp_avg) and v
  * (exp_avg_sq) updated in place, torch.optim.Adam, or torch.optim.AdamW
@@ -151,18 +140,13 @@ DEFINE_ADAM(double, f64)
  * TFG_ERR_NUMERIC for a step < 1 (the bias corrections would be 0). */
 TFG_CPU_KERNEL(tfg_cpu_adam_update) {
   if (tfg_cpu_is_half(in[0].dtype)) return tfg_cpu_staged(ctx, node, in, out, tfg_cpu_adam_update);
-  (void)out;
   const tfg_attrs *a = &node->attrs;
-  TFG_ASSERT(node->ninputs >= 4);
-  tfg_status st = tfg_kernel_check_update(ctx, "adam_update", in, 4, "CPU");
-  if (st != TFG_OK) return st;
-  bool apply;
-  int64_t applied;
-  if ((st = scaler_inputs(ctx, node, in, 4, "adam_update", &apply, &applied)) != TFG_OK) return st;
-  int64_t n = tfg_shape_numel(&in[0].shape);
-  if (n == 0 || !apply) return TFG_OK;
-  adam_job j = {.p = in[0].data, .g = in[1].data, .m = in[2].data, .v = in[3].data,
-                .sf32 = tfg_adam_setup_f32(a, ctx->step, applied), .sf64 = tfg_adam_setup_f64(a, ctx->step, applied)};
+  int64_t n, applied;
+  tfg_status st = update_begin(ctx, node, in, 4, 4, "adam_update", &n, &applied);
+  if (st != TFG_OK || n == 0) return st;
+  update_job j = {.p = in[0].data, .g = in[1].data, .state = {in[2].data, in[3].data},
+                  .f32.adam = tfg_adam_setup_f32(a, ctx->step, applied),
+                  .f64.adam = tfg_adam_setup_f64(a, ctx->step, applied)};
   tfg_parallel_for(ctx->pool, n, GRAIN_ELEMS / 4,
                    in[0].dtype == TFG_DTYPE_F32 ? adam_f32 : adam_f64, &j);
   return TFG_OK;
