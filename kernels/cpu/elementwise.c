@@ -77,21 +77,12 @@ static void bcast_advance(const tfg_index_map *b, int64_t *idx, int64_t *off, in
 
 /* ---- unary ------------------------------------------------------------------ */
 
-typedef struct unary_job {
-  tfg_op_id op;
-  tfg_dtype dt;
-  const void *x;
-  void *y;
-} unary_job;
-
-#define MAP(T, EXPR)                                              \
+/* ys[i] = F(xs[i]) for i < n, in T. */
+#define MAP(T, F)                                                 \
   do {                                                            \
     const T *X_ = (const T *)xs;                                  \
     T *Y_ = (T *)ys;                                              \
-    for (int64_t i = 0; i < n; i++) {                             \
-      T x = X_[i];                                                \
-      Y_[i] = (EXPR);                                             \
-    }                                                             \
+    for (int64_t i = 0; i < n; i++) Y_[i] = F(X_[i]);             \
   } while (0)
 
 /* One MAP loop per unary op of ir/op_list.h, over elements of suffix S
@@ -99,7 +90,7 @@ typedef struct unary_job {
  * (kernels/elementwise_math.h); INT_CASE only for the ops that take
  * integers (their formulas wrap: INT_MIN negates to itself). */
 #define UNARY_CASE(S, ID, formula, ints, flops, cheap) \
-  case TFG_OP_##ID: MAP(TFG_EM_T_##S, tfg_em_##formula##_##S(x)); break;
+  case TFG_OP_##ID: MAP(TFG_EM_T_##S, tfg_em_##formula##_##S); break;
 #define UNARY_INT_CASE(S, ID, formula, ints, flops, cheap) \
   TFG_OPS_IF(ints, UNARY_CASE(S, ID, formula, ints, flops, cheap))
 
@@ -132,6 +123,13 @@ static void unary_row(tfg_op_id op, tfg_dtype dt, const void *xs, void *ys, int6
 
 /* f16/bf16 elements per f32 scratch block: 1 KiB per operand, in L1. */
 enum { HALF_BLOCK = 256 };
+
+typedef struct unary_job {
+  tfg_op_id op;
+  tfg_dtype dt;
+  const void *x;
+  void *y;
+} unary_job;
 
 /* f16/bf16 go through an f32 scratch block (kernels/cpu/half.c): widen,
  * run the f32 loop in place, round back. */
