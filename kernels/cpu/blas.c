@@ -59,15 +59,17 @@ void tfg_cpu_gemm_here(bool f64, bool ta, bool tb, int64_t m, int64_t n, int64_t
                 (blasint)lda, b, (blasint)ldb, (float)beta, c, (blasint)ldc);
 }
 
+/* A product split into blocks: tfg_cpu_gemm's arguments (a, b and c as
+ * bytes, es per element), then the split. */
 typedef struct gemm_job {
   bool f64, ta, tb;
-  bool by_rows;  /* blocks of rows of c (else of columns) */
-  int64_t step;  /* rows or columns per block */
   int64_t m, n, k, lda, ldb, ldc;
   const char *a, *b;
   char *c;
   double beta;
   size_t es;
+  bool by_rows;        /* blocks of rows of c (else of columns) */
+  int64_t step, total; /* rows or columns per block, and in all of c */
 } gemm_job;
 
 /* Blocks [lo, hi) of the job. Rows s..e of c are rows s..e of op(a):
@@ -76,9 +78,8 @@ typedef struct gemm_job {
 static void gemm_blocks(void *arg, int64_t lo, int64_t hi, int64_t chunk) {
   const gemm_job *j = arg;
   (void)chunk;
-  int64_t total = j->by_rows ? j->m : j->n;
   for (int64_t blk = lo; blk < hi; blk++) {
-    int64_t s = blk * j->step, e = s + j->step < total ? s + j->step : total;
+    int64_t s = blk * j->step, e = s + j->step < j->total ? s + j->step : j->total;
     if (s >= e) continue;
     if (j->by_rows) {
       const char *a = j->a + (size_t)(j->ta ? s : s * j->lda) * j->es;
@@ -110,9 +111,9 @@ void tfg_cpu_gemm(tfg_pool *pool, bool f64, bool ta, bool tb, int64_t m, int64_t
   if (step < MIN_BLOCK) step = MIN_BLOCK;
   int64_t blocks = (total + step - 1) / step;
   gemm_job j = {
-      .f64 = f64, .ta = ta, .tb = tb, .by_rows = by_rows, .step = step,
-      .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc,
+      .f64 = f64, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc,
       .a = a, .b = b, .c = c, .beta = beta, .es = f64 ? sizeof(double) : sizeof(float),
+      .by_rows = by_rows, .step = step, .total = total,
   };
   tfg_parallel_for(pool, blocks, 1, gemm_blocks, &j);
 }
