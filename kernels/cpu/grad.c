@@ -153,23 +153,23 @@ typedef struct ce_grad_job {
  * max-shifted form (exp of x - max <= 0 never overflows, so logits of
  * +-1000 give exact finite gradients), the exps the forward kernels take
  * (tfg_cpu_exp_line), parked in dx until the denominator, summed in
- * double, is known. */
-#define DEFINE_CE_GRAD(T, SFX)                                                 \
-  static void ce_grad_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {     \
-    const ce_grad_job *j = arg;                                                      \
-    (void)chunk;                                                                     \
-    for (int64_t r = lo; r < hi; r++) {                                              \
-      const T *x = (const T *)j->logits + r * j->c;                                  \
-      T *dx = (T *)j->dx + r * j->c;                                                 \
-      T m = tfg_cpu_line_max_##SFX(x, 1, j->c);                                      \
-      double sum = tfg_cpu_exp_line_##SFX(x, 1, m, dx, j->c);                         \
-      double inv = 1.0 / sum;                                                        \
-      int64_t label = tfg_cpu_id_at(j->labels, r);                                           \
-      for (int64_t t = 0; t < j->c; t++) {                                           \
-        double p = (double)dx[t] * inv;                                              \
-        dx[t] = (T)((p - (t == label ? 1.0 : 0.0)) * j->scale);                      \
-      }                                                                              \
-    }                                                                                \
+ * double, is known; a row function, as cross_entropy's term (nn.c). */
+#define DEFINE_CE_GRAD(T, SFX)                                                         \
+  static inline void ce_grad_row_##SFX(const ce_grad_job *j, int64_t r) {              \
+    const T *x = (const T *)j->logits + r * j->c;                                      \
+    T *dx = (T *)j->dx + r * j->c;                                                     \
+    T m = tfg_cpu_line_max_##SFX(x, 1, j->c);                                          \
+    double inv = 1.0 / tfg_cpu_exp_line_##SFX(x, 1, m, dx, j->c);                      \
+    int64_t label = tfg_cpu_id_at(j->labels, r);                                       \
+    for (int64_t t = 0; t < j->c; t++) {                                               \
+      double p = (double)dx[t] * inv;                                                  \
+      dx[t] = (T)((p - (t == label ? 1.0 : 0.0)) * j->scale);                          \
+    }                                                                                  \
+  }                                                                                    \
+  static void ce_grad_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {       \
+    const ce_grad_job *j = arg;                                                        \
+    (void)chunk;                                                                       \
+    for (int64_t r = lo; r < hi; r++) ce_grad_row_##SFX(j, r);                         \
   }
 DEFINE_CE_GRAD(float, f32)
 DEFINE_CE_GRAD(double, f64)
