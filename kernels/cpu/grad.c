@@ -485,16 +485,17 @@ typedef struct emb_grad_job {
 #define DEFINE_EMB_GRAD(T, SFX)                                                        \
   static void emb_grad_##SFX(void *arg, int64_t lo, int64_t hi, int64_t chunk) {      \
     const emb_grad_job *j = arg;                                                       \
+    int64_t d = j->d;                                                                  \
     T *out = j->dt;                                                                    \
     const T *dy = j->dy;                                                               \
     (void)chunk;                                                                       \
-    memset(out + lo * j->d, 0, sizeof(T) * (size_t)((hi - lo) * j->d));               \
+    memset(out + lo * d, 0, sizeof(T) * (size_t)((hi - lo) * d));                     \
     for (int64_t i = 0; i < j->nids; i++) {                                            \
-      int64_t r = tfg_cpu_id_at(j->ids, i);                                                    \
+      int64_t r = tfg_cpu_id_at(j->ids, i);                                            \
       if (r < lo || r >= hi) continue;                                                 \
-      T *row = out + r * j->d;                                                         \
-      const T *src = dy + i * j->d;                                                    \
-      for (int64_t c = 0; c < j->d; c++) row[c] += src[c];                             \
+      T *row = out + r * d;                                                            \
+      const T *src = dy + i * d;                                                       \
+      for (int64_t c = 0; c < d; c++) row[c] += src[c];                                \
     }                                                                                  \
   }
 DEFINE_EMB_GRAD(float, f32)
