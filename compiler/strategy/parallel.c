@@ -161,50 +161,6 @@ static double op_cost(const tfg_graph *g, const tfg_node *nd, const rates *r, do
   return r->launch_s + (t > tb ? t : tb);
 }
 
-/* The cut of ops[0..N) (the cone's ops in program order, times w,
- * program pins pin or -1) into V stages minimising the slowest stage's
- * time plus what it sends on (send[j]: the time to send what is live
- * across a cut after op j), each stage's params within its device's
- * memory (mem[j]: the bytes of the params op j is the first to read,
- * with their gradients and optimizer state; cap[s]: stage s's device's
- * capacity). first[s]: stage s's first op. Returns false when no cut
- * fits. */
-static bool balance(int N, int V, const double *w, const double *send, const double *mem, const double *cap,
-                    const int *pin, int *first) {
-  double *sum = malloc(sizeof *sum * (size_t)(N + 1)), *msum = malloc(sizeof *msum * (size_t)(N + 1));
-  double *best = malloc(sizeof *best * (size_t)V * (size_t)(N + 1));
-  int *from = malloc(sizeof *from * (size_t)V * (size_t)(N + 1));
-  TFG_ASSERT(sum && msum && best && from);
-  sum[0] = msum[0] = 0;
-  for (int j = 0; j < N; j++) sum[j + 1] = sum[j] + w[j], msum[j + 1] = msum[j] + mem[j];
-  /* best[s][j]: the slowest of stages 0..s when they hold ops [0, j) */
-  for (int s = 0; s < V; s++)
-    for (int j = 0; j <= N; j++) {
-      double *b = &best[(size_t)s * (size_t)(N + 1) + (size_t)j];
-      *b = DBL_MAX;
-      from[(size_t)s * (size_t)(N + 1) + (size_t)j] = -1;
-      for (int i = j - 1; i >= s; i--) { /* stage s holds ops [i, j) */
-        if ((pin[i] >= 0 && pin[i] != s) || msum[j] - msum[i] > cap[s]) break; /* only more to the left */
-        double before = s == 0 ? (i == 0 ? 0 : DBL_MAX) : best[(size_t)(s - 1) * (size_t)(N + 1) + (size_t)i];
-        if (before == DBL_MAX) continue;
-        double cost = sum[j] - sum[i] + (j < N ? send[j - 1] : 0);
-        double slowest = before > cost ? before : cost;
-        if (slowest < *b) *b = slowest, from[(size_t)s * (size_t)(N + 1) + (size_t)j] = i;
-      }
-    }
-  bool fits = from[(size_t)(V - 1) * (size_t)(N + 1) + (size_t)N] >= 0;
-  for (int s = V - 1, j = N; fits && s >= 0; s--) {
-    first[s] = from[(size_t)s * (size_t)(N + 1) + (size_t)j];
-    TFG_ASSERT(first[s] >= 0); /* a stage reached is reached from one before */
-    j = first[s];
-  }
-  free(sum);
-  free(msum);
-  free(best);
-  free(from);
-  return fits;
-}
-
 /* The slowest of the V stages' costs when they hold ops first[s] .. of
  * sum (prefix sums of the ops' costs) and send[] (the bytes after each
  * op), as balance weighs them. */
@@ -382,7 +338,7 @@ static tfg_status cut_stages(tfg_replicate *c, pipe *pp) {
     const tfg_device *dev = c->job.ds ? tfg_devices_gpu(c->job.ds, s % pp->pp.devices) : NULL;
     cap[s] = dev ? (double)dev->memory : DBL_MAX;
   }
-  if (st == TFG_OK && !balance(N, V, w, send, mem, cap, pin, first)) {
+  if (st == TFG_OK && !tfg_pipe_cut(N, V, w, send, mem, cap, pin, first)) {
     double all = 0;
     for (int j = 0; j < N; j++) all += mem[j];
     tfg_strbuf need = {0}, have = {0};

@@ -2,6 +2,7 @@
  * pipeline schedule and their start times (compiler/strategy/schedule.h). */
 #include "compiler/strategy/schedule.h"
 
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -99,4 +100,121 @@ double tfg_pipe_times(const tfg_pipe *p, const double *fwd, const double *bwd, d
   free(free_at);
   free(next);
   return last;
+}
+
+/* ---- the cut --------------------------------------------------------------------- */
+
+/* What the search over stage s's first op for the stage ending before j
+ * needs: prefix sums of times and memory, the best of the stages before
+ * (prev[i]: the slowest of stages 0..s-1 holding ops [0, i), DBL_MAX when
+ * they cannot), and where that best is finite and grows (run[i]: a run
+ * number, the same for consecutive finite entries that do not decrease). */
+typedef struct cut_ctx {
+  const double *sum, *msum, *send;
+  const double *prev;
+  const int *run;
+  int N;
+} cut_ctx;
+
+/* Stage [i, j)'s time with what it sends on. */
+static double stage_cost(const cut_ctx *x, int i, int j) {
+  return x->sum[j] - x->sum[i] + (j < x->N ? x->send[j - 1] : 0);
+}
+
+/* The slowest of stages 0..s when stage s is [i, j). */
+static double with_stage(const cut_ctx *x, int i, int j) {
+  double a = x->prev[i], b = stage_cost(x, i, j);
+  return a > b ? a : b;
+}
+
+/* The best start i in [lo, hi] of the stage ending before j, the last of
+ * the equal ones, or -1: a scan, exact whatever the prefixes do. */
+static int scan_start(const cut_ctx *x, int lo, int hi, int j, double *best) {
+  int at = -1;
+  *best = DBL_MAX;
+  for (int i = hi; i >= lo; i--) {
+    if (x->prev[i] == DBL_MAX) continue;
+    double v = with_stage(x, i, j);
+    if (v < *best) *best = v, at = i;
+  }
+  return at;
+}
+
+/* The same by binary search when prev is finite and does not decrease on
+ * [lo, hi] (one run): the stage's own cost only falls as it starts later,
+ * so the slowest is smallest where the two cross. */
+static int search_start(const cut_ctx *x, int lo, int hi, int j, double *best) {
+  if (lo > hi || x->prev[lo] == DBL_MAX || x->run[lo] != x->run[hi]) return scan_start(x, lo, hi, j, best);
+  int a = lo, b = hi + 1; /* the first i with prev[i] >= the stage's cost, or hi + 1 */
+  while (a < b) {
+    int m = a + (b - a) / 2;
+    if (x->prev[m] >= stage_cost(x, m, j)) b = m;
+    else a = m + 1;
+  }
+  *best = DBL_MAX;
+  int at = -1;
+  if (a <= hi) *best = x->prev[a], at = a;                         /* from a on, prev decides */
+  if (a - 1 >= lo && stage_cost(x, a - 1, j) < *best) *best = stage_cost(x, a - 1, j), at = a - 1;
+  if (at == a) { /* the last start with prev[i] at the best: prev does not decrease */
+    int c = a, d = hi;
+    while (c < d) {
+      int m = c + (d - c + 1) / 2;
+      if (x->prev[m] <= *best) c = m;
+      else d = m - 1;
+    }
+    at = c;
+  }
+  return at;
+}
+
+bool tfg_pipe_cut(int N, int V, const double *w, const double *send, const double *mem, const double *cap,
+                  const int *pin, int *first) {
+  size_t row = (size_t)N + 1;
+  double *sum = malloc(sizeof *sum * row), *msum = malloc(sizeof *msum * row);
+  double *best = malloc(sizeof *best * (size_t)V * row);
+  int *from = malloc(sizeof *from * (size_t)V * row), *run = malloc(sizeof *run * row);
+  double *start = malloc(sizeof *start * row); /* stage -1's "best": 0 for no ops */
+  TFG_ASSERT(sum && msum && best && from && run && start);
+  sum[0] = msum[0] = 0;
+  for (int j = 0; j < N; j++) sum[j + 1] = sum[j] + w[j], msum[j + 1] = msum[j] + mem[j];
+  for (int i = 0; i <= N; i++) start[i] = i == 0 ? 0 : DBL_MAX;
+  for (int s = 0; s < V; s++) {
+    const double *prev = s ? &best[(size_t)(s - 1) * row] : start;
+    int last = -1; /* the last prefix the stages before can hold */
+    for (int i = 0, r = 0; i <= N; i++) { /* runs of finite, non-decreasing prev */
+      if (i > 0 && (prev[i] == DBL_MAX || prev[i - 1] == DBL_MAX || prev[i] < prev[i - 1])) r++;
+      run[i] = r;
+      if (prev[i] < DBL_MAX) last = i;
+    }
+    cut_ctx x = {sum, msum, send, prev, run, N};
+    int bad = -1;     /* the last op before j pinned to another stage */
+    int mlo = 0;      /* the first start whose stage fits the memory */
+    for (int j = 0; j <= N; j++) {
+      double *b = &best[(size_t)s * row + (size_t)j];
+      int *f = &from[(size_t)s * row + (size_t)j];
+      if (j > 0 && pin[j - 1] >= 0 && pin[j - 1] != s) bad = j - 1;
+      while (mlo < j && msum[j] - msum[mlo] > cap[s]) mlo++;
+      *b = DBL_MAX, *f = -1;
+      int lo = s > bad + 1 ? s : bad + 1, hi = j - 1 < last ? j - 1 : last; /* stage s holds [i, j), i >= s */
+      if (lo < mlo) lo = mlo;
+      if (j == 0 || lo > hi) continue;
+      if (msum[j] - msum[hi] > cap[s]) continue; /* not even one op fits */
+      double v;
+      int i = search_start(&x, lo, hi, j, &v);
+      if (i >= 0 && v < DBL_MAX) *b = v, *f = i;
+    }
+  }
+  bool fits = from[(size_t)(V - 1) * row + (size_t)N] >= 0;
+  for (int s = V - 1, j = N; fits && s >= 0; s--) {
+    first[s] = from[(size_t)s * row + (size_t)j];
+    TFG_ASSERT(first[s] >= 0); /* a stage reached is reached from one before */
+    j = first[s];
+  }
+  free(sum);
+  free(msum);
+  free(best);
+  free(from);
+  free(run);
+  free(start);
+  return fits;
 }

@@ -42,6 +42,19 @@ void tfg_pipe_unit(const tfg_pipe *p, int d, int k, bool *fwd, int *stage, int *
  * backward does. Returns when the last unit ends. */
 double tfg_pipe_times(const tfg_pipe *p, const double *fwd, const double *bwd, double *start);
 
+/* The cut of N ops (a pipeline's forward ops in program order) into V
+ * stages of consecutive ops, each at least one, that minimises the
+ * slowest stage: stage [i, j) costs w[i] + ... + w[j - 1] plus send[j - 1]
+ * (what it sends on; nothing for the last). pin[k] >= 0 puts op k in that
+ * stage; mem[k] is what op k adds to its stage's memory, which must stay
+ * within cap[s] (stage s's device). first[s] gets stage s's first op.
+ * Among equal cuts, each stage ends as late as it can. Returns false
+ * when no cut meets the pins and the memory. O(V N log N) when the
+ * best prefixes grow with their length, as they do unless pins or memory
+ * say otherwise (then that stage's search is the exact O(N^2) one). */
+bool tfg_pipe_cut(int N, int V, const double *w, const double *send, const double *mem, const double *cap,
+                  const int *pin, int *first);
+
 /* --trace's label of a unit of pipeline p (tfg_train_step.pipe_unit's
  * code: a forward s M + m, a backward V M + s M + m) into buf of n
  * bytes: "fwd s1 m3", "bwd s0 m7". */
