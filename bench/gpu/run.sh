@@ -31,6 +31,12 @@
 #      --device cuda): eager with tfg's unfused attention math, eager and
 #      torch.compile'd with scaled_dot_product_attention, in f32, in TF32
 #      and under bf16 autocast; about six minutes of GPU time
+#   6. the same GPT (6 layers) as a pipeline of two stages on the two
+#      logical devices of one GPU (cuda:0*2, parallel(pipeline = 2),
+#      f32): one micro-batch (the stages one after the other, as model
+#      parallelism without a pipeline) against 8 micro-batches under
+#      1f1b, step time and the ratio (one GPU's two logical devices share
+#      its SMs, so the gain is what overlapping their launches gives)
 #
 # Output goes to the terminal and to bench/results/gpu-DEVICE-DATE.txt
 # (DEVICE: nvidia-smi's name with dashes for spaces). Timings are medians
@@ -163,6 +169,32 @@ main() {
   echo
   echo "## 5. GPT training step (AdamW), 12 layers, d 768, 12 heads, T 256, batch 16, --devices cuda:0"
   gpt_step
+
+  echo
+  echo "## 6. GPT as two pipeline stages on cuda:0*2, 6 layers, d 768, T 256, batch 16, f32"
+  pipe_step
+}
+
+# Section 6: tfg's step as in section 5 (runs of S and 2S steps), the
+# train block given the pipeline's settings.
+pipe_step() {
+  [ -f "$tmp/w257.npy" ] || { echo "pipeline: no windows of 257 bytes (section 5 makes them); skipped"; return; }
+  S=10
+  naive=""
+  for m in 1 8; do
+    sed -e "s|^  seed = 0|  seed = 0\n  strategy = parallel(pipeline = 2)\n  micro_batches = $m|" examples/gpt.tfg >"$tmp/pipe.tfg"
+    # shellcheck disable=SC2089
+    popts="--devices cuda:0*2 --set windows=\"$tmp/w257.npy\" --set window=257 --set d=768 --set layers=6 --set heads=12 --set T=256 --set batch=16 --set precision=f32"
+    # shellcheck disable=SC2086,SC2090
+    pipe_s() { "$TFG" run $popts --set steps="$1" --set log_every="$1" "$tmp/pipe.tfg" 2>&1 >/dev/null | awk '/^trained/ { print $5; exit }'; }
+    pipe_s "$S" >/dev/null
+    t1=$(pipe_s "$S")
+    t2=$(pipe_s $((2 * S)))
+    g=$(awk -v a="$t1" -v b="$t2" -v s="$S" 'BEGIN { if (a != "" && b != "") printf "%.4f", 1000 * (b - a) / s; else printf "n/a" }')
+    echo "tfg pipeline stages=2 micro_batches=$m schedule=1f1b devices=cuda:0*2 step_ms=$g (runs of $S and $((2 * S)) steps: $t1 s, $t2 s)"
+    [ "$m" = 1 ] && naive=$g
+  done
+  awk -v a="$g" -v b="$naive" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "ratio pipeline m=8/naive step time %.3f\n", a / b }'
 }
 
 # Section 5. tfg's step is the difference of two runs of its train loop, of
