@@ -862,8 +862,15 @@ void tfg_train_step_remap(tfg_train_step *st, const tfg_node_id *map) {
   remap(st->staged, st->nstaged, map);
 }
 
-void tfg_autodiff_micro_mean(tfg_graph *g, int k, const tfg_node_id *params, const tfg_node_id *grads, int stride,
-                             int n, tfg_node_id *out, tfg_train_step *st) {
+tfg_node_id tfg_autodiff_part(tfg_graph *g, tfg_node_id loss, int k) {
+  if (k == 1) return loss;
+  ad c = {.g = g};
+  at(&c, loss);
+  return op2(&c, TFG_OP_DIV, loss, scalar(&c, (double)k, g->nodes[loss].dtype));
+}
+
+void tfg_autodiff_micro_sum(tfg_graph *g, int k, const tfg_node_id *params, const tfg_node_id *grads, int stride,
+                            int n, tfg_node_id *out, tfg_train_step *st) {
   if (k > 1) {
     st->staged = realloc(st->staged, sizeof *st->staged * ((size_t)st->nstaged + (size_t)n * (size_t)k));
     TFG_ASSERT(st->staged != NULL);
@@ -875,9 +882,8 @@ void tfg_autodiff_micro_mean(tfg_graph *g, int k, const tfg_node_id *params, con
     at(&c, params[i]); /* where the param and its update are */
     for (int m = 1; m < k; m++) {
       out[i] = op2(&c, TFG_OP_ADD, out[i], grads[m * stride + i]);
-      st->staged[st->nstaged++] = out[i];
+      if (m < k - 1) st->staged[st->nstaged++] = out[i]; /* the last sum is the gradient itself */
     }
-    out[i] = op2(&c, TFG_OP_DIV, out[i], scalar(&c, (double)k, g->nodes[params[i]].dtype));
   }
 }
 

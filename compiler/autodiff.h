@@ -185,14 +185,20 @@ void tfg_train_step_free(tfg_train_step *st);
 /* Renumbers every node id of st through map (tfg_graph_reorder's). */
 void tfg_train_step_remap(tfg_train_step *st, const tfg_node_id *map);
 
-/* A pipeline's micro-batches (compiler/strategy/parallel.c): out[i] is
- * the mean of grads[m * stride + i] over m < k, the gradients of
- * params[i] on the step's k micro-batches, summed in micro-batch order
- * where the param is, then divided by k (as accumulate's mean; the
- * order is the schedule's own, so gpipe and 1f1b sum alike). With k = 1
- * it is grads[i] and adds nothing. The partial sums are appended to
- * st->staged (grown here). */
-void tfg_autodiff_micro_mean(tfg_graph *g, int k, const tfg_node_id *params, const tfg_node_id *grads, int stride,
-                             int n, tfg_node_id *out, tfg_train_step *st);
+/* A pipeline's micro-batch m of k (compiler/strategy/parallel.c): its
+ * loss, a mean over its rows, divided by k, so that its gradient is its
+ * share of the step's (Megatron-LM divides by the micro-batches the same
+ * way), and precision = f16's scaled values stay those of one device.
+ * With k = 1 the loss itself. */
+tfg_node_id tfg_autodiff_part(tfg_graph *g, tfg_node_id loss, int k);
+
+/* The step's gradients from a pipeline's k micro-batches: out[i] is the
+ * sum of grads[m * stride + i] over m < k (each the gradient of params[i]
+ * on micro-batch m's part of the loss), summed in micro-batch order where
+ * the param is (the order is the graph's, not the schedule's, so gpipe
+ * and 1f1b sum alike). With k = 1 it is grads[i] and adds nothing. The
+ * partial sums are appended to st->staged (grown here). */
+void tfg_autodiff_micro_sum(tfg_graph *g, int k, const tfg_node_id *params, const tfg_node_id *grads, int stride,
+                            int n, tfg_node_id *out, tfg_train_step *st);
 
 #endif

@@ -144,8 +144,9 @@ void tfg_plan_close_live_ranges(tfg_plan *p, const int *dev, const int *own_buf)
       const tfg_plan_step *st = &p->dev[e].steps[s];
       if (st->kind != TFG_PLAN_COPY) continue;
       tfg_node_id x = st->node;
-      int d = st->src, bi = own_buf[x];
-      if (dev[x] != d || bi < 0 || p->dev[d].buffers[bi].persistent) continue; /* a view: own_buf is its base's */
+      int d = st->src, bi = own_buf[x]; /* a view's own_buf is its base's */
+      TFG_ASSERT(dev[x] == d);
+      if (bi < 0 || p->dev[d].buffers[bi].persistent) continue;
       int k = TFG_PLAN_STREAMS * e + TFG_PLAN_STREAM_COPY;
       int32_t t = clk[((size_t)base[e] + (size_t)s) * (size_t)S + (size_t)k];
       int r = first_after(clk, base, S, compute, ncompute, d, p->dev[d].buffers[bi].last, k, t);

@@ -826,6 +826,15 @@ static bool check_reuse(checker *ck, int d, const int *by_first, int np, int nt)
     }
   }
 #undef TOUCH
+  /* A buffer's last step holds it too, read or not: a tensor sent to
+   * another device is held until a step ordered after the remote copy,
+   * and memory reused after it must be ordered after that step. */
+  for (int b = 0; b < nb; b++) {
+    const tfg_plan_buffer *bf = &pd->buffers[b];
+    if (bf->persistent || bf->last < 0 || bf->last >= pd->nsteps) continue;
+    int *a = &acc[TFG_PLAN_STREAMS * b + pd->steps[bf->last].stream];
+    if (bf->last > *a) *a = bf->last;
+  }
   /* intervals [ka, hi) held by owner; at most two new per buffer */
   tfg_plan_treap held;
   tfg_plan_treap_init(&held, 2 * nb + 2);

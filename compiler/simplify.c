@@ -219,7 +219,10 @@ int tfg_simplify(tfg_graph *g, const uint8_t *roots, uint8_t *mark) {
   for (int32_t i = n - 1; i >= 0; i--) {
     tfg_node *nd = &g->nodes[i];
     if (tfg_fold_removed(mark[i]) || readers[i] > 0 || (roots ? roots[i] : !had[i])) continue;
-    if (!tfg_op_pure(nd)) continue; /* sources, random ops, updates: kept as they were */
+    /* sources and updates (which write what they read) are kept; a random
+     * op has no effect but its value, so an unread one goes too (the
+     * program's own forward of a cloned loss, dropout and all) */
+    if (!tfg_op_pure(nd) && nd->op != TFG_OP_DROPOUT && nd->op != TFG_OP_INIT) continue;
     mark[i] = TFG_FOLD_SIMPLIFIED;
     count++;
     for (int k = 0; k < nd->ninputs; k++) readers[nd->inputs[k]]--;

@@ -30,7 +30,8 @@
  * the replaced node is marked TFG_FOLD_SIMPLIFIED in mark unless roots
  * marks it (nonzero: a value a run may fetch or a training step reads;
  * may be NULL), which keeps it running so its id still answers. Then a
- * pure node with no reader left that is not a root is removed too: one
+ * pure node (or random op: dropout, a random init) with no reader left
+ * that is not a root is removed too: one
  * whose readers were all removed, or, with roots given, one nobody
  * reads that no run fetches (the program's own forward pass of a loss a
  * strategy cloned; without roots every result stays). Nodes mark

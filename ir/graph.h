@@ -102,8 +102,8 @@ enum { TFG_VIEW_OUT = 4 };
 typedef struct tfg_attrs {
   int64_t axis;
   int64_t start, end;      /* slice: [start, end) along axis */
-  int64_t key;             /* ALLREDUCE: the key its replicas' nodes share (replica 0's node id;
-                            * unique per gradient, so two trains never share one) */
+  int64_t key;             /* ALLREDUCE: the key its replicas' nodes share (replica 0's node id when
+                            * made; unique per gradient, so two trains never share one) */
   int64_t offset;          /* DROPOUT, DROPOUT_GRAD: where the mask's counter starts (a mirrored
                             * replica's place in the global batch, so replicas draw apart) */
   uint32_t axes;           /* reductions: bit i set = input axis i reduced */

@@ -216,7 +216,8 @@ void tfg_trace_unlabel_nodes(tfg_trace *t, const tfg_node *nodes) {
 const char *tfg_trace_label_of(const tfg_trace *t, const tfg_node *node) {
   for (size_t i = 0; t && node && i < t->ntables; i++) {
     const trace_labels *tb = &t->tables[i];
-    if (node >= tb->nodes && node < tb->nodes + tb->n) return tb->labels[node - tb->nodes];
+    uintptr_t at = (uintptr_t)node, lo = (uintptr_t)tb->nodes; /* pointers into other arrays compare as integers */
+    if (at >= lo && at < lo + (uintptr_t)tb->n * sizeof *node) return tb->labels[(at - lo) / sizeof *node];
   }
   return NULL;
 }

@@ -1,8 +1,9 @@
 /* compiler/strategy/parallel.c: parallel(data, tensor, pipeline)
  * (LANGUAGE.md 6.1), data parallelism over replicas of a pipeline.
  *
- * Stages. The forward cone of the loss is cut into V = pipeline * chunks
- * contiguous stages in program order (node ids): an op the program
+ * Stages. The loss's forward cone is cut into V = pipeline * chunks
+ * contiguous stages in program order (node ids; a metric's own ops go
+ * with the latest stage they read): an op the program
  * pinned to gpu:K is in stage K; elsewhere the cuts minimise the slowest
  * stage, each stage's cost being its ops' (FLOPs and bytes, the
  * roofline's terms) plus the bytes it sends to the next (a dynamic
@@ -15,10 +16,11 @@
  * M = micro_batches equal blocks; the cone is cloned once per
  * micro-batch and replica (compiler/strategy/replicate.h: clone q is
  * micro-batch q % M of replica q / M), every clone reading its replica's
- * params; autodiff of each clone's loss lands on the stages of the
- * forward nodes it differentiates. Each param's gradient is the mean over
- * the micro-batches, summed in micro-batch order where the param is
- * (tfg_autodiff_micro_mean); then data parallelism's accumulate,
+ * params; autodiff of each clone's loss, divided by M (its share of the
+ * step: tfg_autodiff_part), lands on the stages of the forward nodes it
+ * differentiates. Each param's gradient is the sum of the shares, in
+ * micro-batch order where the param is (tfg_autodiff_micro_sum); then
+ * data parallelism's accumulate,
  * all-reduce and updates, as mirrored's. One optimizer step per step.
  *
  * Schedule. Every node the rewrite adds belongs to a unit (the forward
@@ -105,7 +107,7 @@ static tfg_status parallel_read(const tfg_strategy_config *s, tfg_strategy *out,
  * 2 V M plus the forward it feeds. */
 enum { UNIT_LATEST = -1, UNIT_FIRST = -2, UNIT_LAST = -3 };
 
-typedef struct pipe {
+typedef struct pipeline {
   tfg_pipe pp;
   int V, M;
   int *stage;       /* [top + 1]: each cone node's stage, -1 outside the cone */
@@ -113,11 +115,11 @@ typedef struct pipe {
   char *explain;    /* why the cuts fall where they do (the step's explain) */
   int32_t *unit;    /* [added]: each added node's unit or UNIT_* */
   int32_t cap;
-} pipe;
+} pipeline;
 
 /* The unit code of node id (one the rewrite added). */
 static int32_t *unit_of(tfg_replicate *c, tfg_node_id id) {
-  pipe *pp = c->ctx;
+  pipeline *pp = c->ctx;
   int32_t k = id - c->n0;
   while (k >= pp->cap) {
     int32_t old = pp->cap;
@@ -152,8 +154,8 @@ static rates rates_of(const tfg_replicate *c) {
 
 /* An op's time on the device of r for one micro-batch: its FLOPs and
  * bytes as the program's whole batch has them over `clones`, the
- * micro-batches of the job (a param's bytes do not shrink; a fair price
- * for not cloning first). */
+ * micro-batches of the job (a param read whole by every micro-batch is
+ * undercounted so: a fair price for not cloning first). */
 static double op_cost(const tfg_graph *g, const tfg_node *nd, const rates *r, double clones) {
   double bytes = (double)tfg_node_bytes(nd);
   for (int k = 0; k < nd->ninputs; k++) bytes += (double)tfg_node_bytes(&g->nodes[nd->inputs[k]]);
@@ -225,15 +227,19 @@ static char *explain_cuts(const tfg_replicate *c, int N, int V, const int *ops, 
 /* Cuts the cone into stages (pp->stage, pp->fwd) and explains the cuts
  * (pp->explain). Errors: fewer ops than stages (at the strategy), a pin
  * past the stages or against program order (at the pin). */
-static tfg_status cut_stages(tfg_replicate *c, pipe *pp) {
+static tfg_status cut_stages(tfg_replicate *c, pipeline *pp) {
   const tfg_graph *g = c->g;
   rates r = rates_of(c);
   double clones = (double)c->per * c->s->nreplicas * c->job.size;
   int V = pp->V, N = 0;
   int32_t span = c->top + 1;
   int *pos = malloc(sizeof *pos * (size_t)span);
-  TFG_ASSERT(pos != NULL);
-  for (int32_t i = 0; i < span; i++) pos[i] = c->cone[i] && g->nodes[i].ninputs > 0 ? N++ : -1;
+  uint8_t *lc = calloc((size_t)span, 1); /* the loss's cone: what the stages cut (metrics follow) */
+  TFG_ASSERT(pos && lc);
+  lc[c->a->loss] = 1;
+  for (int32_t i = c->a->loss; i >= 0; i--)
+    for (int k = 0; lc[i] && k < g->nodes[i].ninputs; k++) lc[g->nodes[i].inputs[k]] = 1;
+  for (int32_t i = 0; i < span; i++) pos[i] = lc[i] && g->nodes[i].ninputs > 0 ? N++ : -1;
   if (N < V) {
     tfg_diag_error(c->d, &c->s->loc, "a pipeline of %d stages needs at least %d ops to cut, but the loss's forward pass has %d",
                    V, V, N);
@@ -327,7 +333,7 @@ static tfg_status cut_stages(tfg_replicate *c, pipe *pp) {
     const tfg_node *nd = &g->nodes[ops[j]];
     for (int k = 0; k < nd->ninputs; k++) {
       int32_t x = nd->inputs[k];
-      if (g->nodes[x].op != TFG_OP_PARAM || last[0] == -2) continue;
+      if (g->nodes[x].op != TFG_OP_PARAM) continue;
       bool first_use = true; /* the earliest op reading x is j */
       for (int q = 0; q < j && first_use; q++)
         for (int e = 0; e < g->nodes[ops[q]].ninputs; e++) first_use &= g->nodes[ops[q]].inputs[e] != x;
@@ -336,16 +342,18 @@ static tfg_status cut_stages(tfg_replicate *c, pipe *pp) {
   }
   for (int s = 0; s < V; s++) {
     const tfg_device *dev = c->job.ds ? tfg_devices_gpu(c->job.ds, s % pp->pp.devices) : NULL;
-    cap[s] = dev ? (double)dev->memory : DBL_MAX;
+    cap[s] = dev ? (double)dev->memory / pp->pp.chunks : DBL_MAX; /* a device holds `chunks` stages */
   }
   if (st == TFG_OK && !tfg_pipe_cut(N, V, w, send, mem, cap, pin, first)) {
     double all = 0;
     for (int j = 0; j < N; j++) all += mem[j];
     tfg_strbuf need = {0}, have = {0};
     tfg_size_format(&need, (int64_t)all);
-    tfg_size_format(&have, (int64_t)cap[0]);
+    double least = DBL_MAX; /* the smallest device's share (every cap is finite here: pins alone always fit) */
+    for (int q = 0; q < V; q++) least = cap[q] < least ? cap[q] : least;
+    tfg_size_format(&have, least < 9e18 ? (int64_t)least : INT64_MAX);
     tfg_diag_error(c->d, &c->s->loc, "no cut into %d stages fits the devices: the params with their gradients and "
-                   "optimizer state need %s in all, a stage's device has %s", V, need.data, have.data);
+                   "optimizer state need %s in all, a stage gets %s of its device", V, need.data, have.data);
     tfg_diag_help(c->d, "use more stages, or devices with more memory");
     tfg_strbuf_free(&need);
     tfg_strbuf_free(&have);
@@ -363,6 +371,16 @@ static tfg_status cut_stages(tfg_replicate *c, pipe *pp) {
       pp->stage[ops[j]] = s;
       pp->fwd[s] += w[j];
     }
+    /* a metric's own op goes with the latest stage it reads (the loss's
+     * when it reads none) */
+    for (int32_t i = 0; i < span; i++) {
+      const tfg_node *nd = &g->nodes[i];
+      if (!c->cone[i] || lc[i] || nd->ninputs == 0) continue;
+      pp->stage[i] = -1;
+      for (int k = 0; k < nd->ninputs; k++)
+        if (pp->stage[nd->inputs[k]] > pp->stage[i]) pp->stage[i] = pp->stage[nd->inputs[k]];
+      if (pp->stage[i] < 0) pp->stage[i] = pp->stage[c->a->loss];
+    }
     /* a node with no inputs goes with the first stage that reads it */
     for (int32_t i = span - 1; i >= 0; i--) {
       if (!c->cone[i]) continue;
@@ -375,6 +393,7 @@ static tfg_status cut_stages(tfg_replicate *c, pipe *pp) {
     for (int s = 0; s < V; s++) pp->fwd[s] += 1e-9; /* every unit takes some time: the order stays strict */
   }
   free(pos);
+  free(lc);
   free(w);
   free(send);
   free(pin);
@@ -389,7 +408,7 @@ static tfg_status cut_stages(tfg_replicate *c, pipe *pp) {
 /* Clone q of cone node i runs on its stage's device of q's replica; a
  * cpu pin the program wrote stays. */
 static tfg_status parallel_pin(tfg_replicate *c, int32_t i, const tfg_devspec *p, int q, tfg_devspec *out) {
-  const pipe *pp = c->ctx;
+  const pipeline *pp = c->ctx;
   int r = q / c->per, s = pp->stage[i] >= 0 ? pp->stage[i] : 0;
   *out = p->kind == TFG_DEV_CPU ? *p : tfg_replicate_pin(c, &c->s->devices[r * c->s->group + s % c->s->group]);
   return TFG_OK;
@@ -410,23 +429,23 @@ static tfg_status parallel_param(tfg_replicate *c, int q, int32_t i, const tfg_n
 static void parallel_cloned(tfg_replicate *c, int q, int32_t i, tfg_status st) {
   tfg_replicate_cloned(c, q, i, st);
   if (st != TFG_OK) return;
-  const pipe *pp = c->ctx;
+  const pipeline *pp = c->ctx;
   *unit_of(c, c->map[i]) = pp->stage[i] * pp->M + q % c->per;
 }
 
 /* The forward unit of node id, made for a clone's forward: its own, or
- * for a node the rewrite put after the clone's loss (precision = f16's
- * scaled loss), that of the first input with one. */
+ * for a node the rewrite put after the clone's loss (its share of the
+ * step, precision = f16's scaling), that of the first input with one. */
 static int32_t forward_unit(tfg_replicate *c, tfg_node_id id) {
   int32_t u = *unit_of(c, id);
   for (int k = 0; u < 0 && k < c->g->nodes[id].ninputs; k++)
-    if (c->g->nodes[id].inputs[k] >= c->n0) u = *unit_of(c, c->g->nodes[id].inputs[k]);
+    if (c->g->nodes[id].inputs[k] >= c->n0) u = forward_unit(c, c->g->nodes[id].inputs[k]);
   return u;
 }
 
 /* A gradient node is in the backward of its forward node's stage. */
 static void parallel_traced(tfg_replicate *c, int q, int32_t from, const tfg_node_id *origin) {
-  const pipe *pp = c->ctx;
+  const pipeline *pp = c->ctx;
   for (int32_t id = from; id < c->g->nnodes; id++) {
     int32_t u = forward_unit(c, origin[id - from]); /* a clone's forward: s * M + m */
     TFG_ASSERT(u >= 0 && u < pp->V * pp->M && u % pp->M == q % c->per);
@@ -438,7 +457,7 @@ static void parallel_traced(tfg_replicate *c, int q, int32_t from, const tfg_nod
  * the input runs the forward before theirs, so that they are copied to
  * it in time (one micro-batch ahead), not every micro-batch's at the
  * start. Unit code: 2 V M plus the forward they feed. */
-static void mark_slices(tfg_replicate *c, const pipe *pp) {
+static void mark_slices(tfg_replicate *c, const pipeline *pp) {
   size_t span = (size_t)c->top + 1;
   for (int q = 0; q < c->s->nreplicas * c->per; q++)
     for (int32_t i = 0; i <= c->top; i++) {
@@ -465,7 +484,7 @@ static int by_time(const void *a, const void *b) {
 
 /* Renumbers the nodes the rewrite added in the order of their units'
  * start under the schedule, and out's ids with them. */
-static void order_by_schedule(tfg_replicate *c, pipe *pp, tfg_train_step *out) {
+static void order_by_schedule(tfg_replicate *c, pipeline *pp, tfg_train_step *out) {
   tfg_graph *g = c->g;
   int V = pp->V, M = pp->M;
   double *bwd = malloc(sizeof *bwd * (size_t)V), *start = malloc(sizeof *start * 2 * (size_t)V * (size_t)M);
@@ -551,7 +570,7 @@ static tfg_status parallel_rewrite(tfg_graph *g, const tfg_action *a, const tfg_
     tfg_diag_help(d, "use micro_batches = %d, or 1f1b", (M / P + 1) * P);
     return TFG_ERR_NAME;
   }
-  pipe pp = {.pp = {.kind = cfg->schedule.kind, .devices = P, .chunks = v, .micro = M}, .V = P * v, .M = M};
+  pipeline pp = {.pp = {.kind = cfg->schedule.kind, .devices = P, .chunks = v, .micro = M}, .V = P * v, .M = M};
   tfg_replicate c;
   tfg_replicate_begin(&c, &parallel_hooks, g, a, p, s, job, sw, d, out);
   c.ctx = &pp;
@@ -564,10 +583,10 @@ static tfg_status parallel_rewrite(tfg_graph *g, const tfg_action *a, const tfg_
   if (st == TFG_OK) mark_slices(&c, &pp);
   if (st == TFG_OK) st = tfg_replicate_replicas(&c, out);
   if (st == TFG_OK) {
-    /* each replica's mean over its micro-batches, into its slot r */
+    /* each replica's sum over its micro-batches' shares, into its slot r */
     int R = s->nreplicas, n = c.n;
     for (int r = 0; r < R; r++) {
-      tfg_autodiff_micro_mean(g, M, &c.rparams[r * M * n], &c.grads[r * M * n], n, n, &c.grads[r * n], out);
+      tfg_autodiff_micro_sum(g, M, &c.rparams[r * M * n], &c.grads[r * M * n], n, n, &c.grads[r * n], out);
       memmove(&c.rparams[r * n], &c.rparams[r * M * n], sizeof *c.rparams * (size_t)n);
     }
     int32_t mark = g->nnodes;

@@ -194,7 +194,7 @@ tfg_status tfg_replicate_replicas(tfg_replicate *c, tfg_train_step *out) {
     for (int k = 0; k < nm; k++) out->replica_metrics[q * nm + k] = c->map[a->config.metrics[k]];
     for (int i = 0; i < n; i++) c->rparams[q * n + i] = c->map[out->params[i]];
     int32_t from = c->g->nnodes;
-    tfg_node_id loss = out->losses[q];
+    tfg_node_id loss = tfg_autodiff_part(c->g, out->losses[q], c->per); /* a micro-batch's share of the step */
     if (c->amps) loss = tfg_autodiff_scale_loss(c->g, loss, &c->amps[q / c->per]); /* precision = f16 */
     if (c->h->traced) {
       int32_t grads_from = c->g->nnodes;
@@ -348,8 +348,9 @@ static bool in_group(const tfg_strategy *s, int r, const tfg_devspec *pin) {
 }
 
 /* The mean of each gradient over the replicas, where it was computed.
- * The key is replica 0's all-reduce node id: the same in every replica,
- * and unique in the graph, so the all-reduces of several train actions
+ * The key is the id replica 0's all-reduce node gets when it is made: the
+ * same in every replica, and unique in the graph (a pipeline renumbers
+ * only its own nodes, so the keys stay apart), so the all-reduces of several train actions
  * (an ensemble of mirrored jobs, a pretraining and a fine-tuning of one
  * param) never share a key. A group has one node per device: a gradient
  * the program pinned to a cpu outside the replica's devices is reduced
