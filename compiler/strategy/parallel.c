@@ -245,6 +245,7 @@ static tfg_status cut_stages(tfg_replicate *c, pipeline *pp) {
                    V, V, N);
     tfg_diag_help(c->d, "use fewer stages");
     free(pos);
+    free(lc);
     return TFG_ERR_PLACE;
   }
   double *w = calloc((size_t)N, sizeof *w), *send = calloc((size_t)N + 1, sizeof *send);
