@@ -330,17 +330,18 @@ static tfg_status cut_stages(tfg_replicate *c, pipeline *pp) {
   TFG_ASSERT(mem && cap);
   const tfg_optimizer_config *oc = &c->a->config.optimizer;
   int copies = 2 + (oc->kind == TFG_OPTIMIZER_SGD ? oc->momentum != 0 : 2) + (c->a->config.accumulate > 1);
+  uint8_t *counted = calloc((size_t)span, 1); /* a param whose first reader has it */
+  TFG_ASSERT(counted != NULL);
   for (int j = 0; j < N; j++) {
     const tfg_node *nd = &g->nodes[ops[j]];
     for (int k = 0; k < nd->ninputs; k++) {
       int32_t x = nd->inputs[k];
-      if (g->nodes[x].op != TFG_OP_PARAM) continue;
-      bool first_use = true; /* the earliest op reading x is j */
-      for (int q = 0; q < j && first_use; q++)
-        for (int e = 0; e < g->nodes[ops[q]].ninputs; e++) first_use &= g->nodes[ops[q]].inputs[e] != x;
-      if (first_use) mem[j] += (double)copies * (double)tfg_node_bytes(&g->nodes[x]);
+      if (g->nodes[x].op != TFG_OP_PARAM || counted[x]) continue;
+      counted[x] = 1;
+      mem[j] += (double)copies * (double)tfg_node_bytes(&g->nodes[x]);
     }
   }
+  free(counted);
   for (int s = 0; s < V; s++) {
     const tfg_device *dev = c->job.ds ? tfg_devices_gpu(c->job.ds, s % pp->pp.devices) : NULL;
     cap[s] = dev ? (double)dev->memory / pp->pp.chunks : DBL_MAX; /* a device holds `chunks` stages */
