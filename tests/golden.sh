@@ -20,6 +20,7 @@ for src in *.tfg; do
   golden_i=$((golden_i + 1))
   [ $((golden_i % golden_shards)) -eq "$golden_shard" ] || continue
   name=${src%.tfg}
+  spec=$(sed -n 's/^# devices: //p' "$src" | head -1) # the devices of place-, plan- and rerr- files
   if [ -f "$name.err" ]; then
     "$TFG" check --color=never "$src" >"$tmp/out" 2>"$tmp/err"
     rc=$?
@@ -37,7 +38,6 @@ for src in *.tfg; do
     elif [ -s "$tmp/err" ]; then ko "golden $src: unexpected stderr"
     else ok; fi
   elif [ -f "$name.explain" ]; then
-    spec=$(sed -n 's/^# devices: //p' "$src" | head -1)
     "$TFG" place --explain --memory-limit 1G --color=never ${spec:+--devices "$spec"} "$src" >"$tmp/out" 2>"$tmp/err"
     rc=$?
     grep -v '^  cpu:0 ' "$tmp/out" >"$tmp/out2"
@@ -47,7 +47,6 @@ for src in *.tfg; do
       ko "golden $src: explain differs from $name.explain"; diff "$tmp/want" "$tmp/out2" | head -20
     else ok; fi
   elif [ -f "$name.plan" ]; then
-    spec=$(sed -n 's/^# devices: //p' "$src" | head -1)
     "$TFG" plan --color=never ${spec:+--devices "$spec"} "$src" >"$tmp/out" 2>"$tmp/err"
     rc=$?
     if [ $rc -ne 0 ]; then ko "golden $src: exit $rc, expected 0"; head -5 "$tmp/err"
@@ -56,7 +55,6 @@ for src in *.tfg; do
     else ok; fi
   elif [ -f "$name.runerr" ]; then
     want_rc=$(sed -n 's/^# exit: //p' "$src" | head -1)
-    spec=$(sed -n 's/^# devices: //p' "$src" | head -1)
     "$TFG" run --color=never ${spec:+--devices "$spec"} "$src" >"$tmp/out" 2>"$tmp/err"
     rc=$?
     if [ $rc -ne "${want_rc:-1}" ]; then ko "golden $src: exit $rc, expected ${want_rc:-1}"; head -5 "$tmp/err"

@@ -14,19 +14,13 @@ TFG="$(cd "$(dirname "$0")/.." && pwd)/$BUILD/tfg"
 cd "$(dirname "$0")/golden" || exit 1
 for src in *.tfg; do
   name=${src%.tfg}
+  spec=$(sed -n 's/^# devices: //p' "$src" | head -1) # the devices of place-, plan- and rerr- files
   case $name in
     ok-*) "$TFG" check --ast --color=never "$src" >"$name.ast" ;;
     run-*) "$TFG" run --color=never "$src" >"$name.out" ;;
-    rerr-*)
-      spec=$(sed -n 's/^# devices: //p' "$src" | head -1)
-      "$TFG" run --color=never ${spec:+--devices "$spec"} "$src" >/dev/null 2>"$name.runerr"
-      ;;
-    place-*)
-      spec=$(sed -n 's/^# devices: //p' "$src" | head -1)
-      "$TFG" place --explain --memory-limit 1G --color=never ${spec:+--devices "$spec"} "$src" >"$name.explain" ;;
-    plan-*)
-      spec=$(sed -n 's/^# devices: //p' "$src" | head -1)
-      "$TFG" plan --color=never ${spec:+--devices "$spec"} "$src" >"$name.plan" ;;
+    rerr-*) "$TFG" run --color=never ${spec:+--devices "$spec"} "$src" >/dev/null 2>"$name.runerr" ;;
+    place-*) "$TFG" place --explain --memory-limit 1G --color=never ${spec:+--devices "$spec"} "$src" >"$name.explain" ;;
+    plan-*) "$TFG" plan --color=never ${spec:+--devices "$spec"} "$src" >"$name.plan" ;;
     *) "$TFG" check --color=never "$src" 2>"$name.err" ;;
   esac
 done
