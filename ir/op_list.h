@@ -172,6 +172,12 @@
   /* (grad) -> the mean of grad over the attrs.n nodes of its group, which share the \
      key attrs.key (one per replica, each on its replica's device); the CPU kernel \
      is the group of one: a copy */                                                     \
+  X(SEND, "send", "")                                                                   \
+  /* (x) -> nothing (bool[0]): x's value to rank attrs.n of the mpirun job, message \
+     attrs.key; (RECV) () -> the value rank attrs.n sent as message attrs.key, its \
+     dtype and shape set where made. A pipeline's stages on different ranks meet \
+     through these (compiler/ranks.h); host memory, through the job's transport */   \
+  X(RECV, "recv", "")                                                                   \
   /* fusion (the executor builds these from the plan's chains, compiler/plan.h) */      \
   X(FUSED, "fused", "")                                                                 \
   /* (the chain's external inputs) -> its last op's value; attrs.data: the chain's \

@@ -904,6 +904,8 @@ static const tfg_op_def ops[] = {
     ROW(AMP_UPDATE, UPDATE, false, IN(0) | IN(2) | IN(3), infer_amp_update, flops_none),
     /* the grad scaler's scale and its two counts */
     ROW(ALLREDUCE, COLLECTIVE, false, 0, infer_like_input, flops_out1), /* a rendezvous keyed per node */
+    ROW(SEND, COLLECTIVE, false, 0, infer_update, flops_none), /* nothing out: bool[0], as an update */
+    ROW(RECV, COLLECTIVE, false, 0, infer_source, flops_none), /* dtype and shape the sender's, set where made */
     ROW(FUSED, FUSED, false, 0, infer_fused, flops_fused), /* made by the executor; attrs.data its program */
 #undef ROW
 #undef EW

@@ -17,6 +17,18 @@
 
 struct tfg_pool;
 
+/* How the ranks of an mpirun job send each other values (SEND, RECV: a
+ * pipeline's stages on different ranks, compiler/ranks.h), given to the
+ * kernels by the runtime (runtime/mpi.h tfg_mpi_transport). send may
+ * return before the bytes leave (it keeps its own copy of them); recv
+ * returns once they are in. Messages between two ranks under one tag
+ * arrive in the order they were sent. On failure, an error status with
+ * the reason appended to *err. */
+typedef struct tfg_transport {
+  tfg_status (*send)(int peer, int64_t tag, const void *data, size_t n, tfg_strbuf *err);
+  tfg_status (*recv)(int peer, int64_t tag, void *data, size_t n, tfg_strbuf *err);
+} tfg_transport;
+
 typedef struct tfg_kernel_ctx {
   struct tfg_pool *pool; /* CPU worker threads; NULL runs everything on the caller */
   bool training;         /* dropout is active only while training */
@@ -27,6 +39,7 @@ typedef struct tfg_kernel_ctx {
                           * errors name it (kernels/cuda/cuda.h) */
   void *backend;         /* the backend's state for this launch (NULL on host devices; CUDA:
                           * a tfg_cuda_ctx, kernels/cuda/cuda.h), set by the backend's launch */
+  const tfg_transport *transport; /* SEND, RECV: the job's (NULL outside an mpirun job) */
 } tfg_kernel_ctx;
 
 /* Runs an op on a backend: in[] holds node->ninputs tensors, out is

@@ -25,6 +25,7 @@
 #include "kernels/fused.h"
 #include "runtime/backend_fault.h"
 #include "runtime/collective.h"
+#include "runtime/mpi.h"
 #include "runtime/registry.h"
 #include "runtime/trace.h"
 
@@ -149,6 +150,7 @@ static tfg_status open_backend(tfg_exec *x, int d, const tfg_exec_opts *o, tfg_d
     return TFG_ERR_OOM;
   }
   dv->kctx.dev = dv; /* its pool comes once every backend is open (share_cores) */
+  dv->kctx.k.transport = tfg_mpi_transport(); /* SEND, RECV: a pipeline across ranks */
   return TFG_OK;
 }
 
@@ -810,6 +812,12 @@ tfg_status tfg_exec_run(tfg_exec *x, const tfg_node_id *fetch, int nfetch, void 
                      tfg_op_get(g->nodes[i].op)->name, x->dev[dv].device->name);
       return TFG_ERR_DEVICE;
     }
+    if ((g->nodes[i].op == TFG_OP_SEND || g->nodes[i].op == TFG_OP_RECV) && !x->dev[dv].host_memory) {
+      tfg_diag_error(d, &g->nodes[i].loc, "%s between ranks on %s: a pipeline across the ranks of a job runs on host "
+                     "devices in this version", tfg_op_get(g->nodes[i].op)->name, x->dev[dv].device->name);
+      tfg_diag_help(d, "give each rank host devices (--devices host), or run the pipeline in one process");
+      return TFG_ERR_DEVICE;
+    }
     if (g->nodes[i].op != TFG_OP_INPUT) continue;
     tfg_status st = ro->feed ? ro->feed(ro->feed_arg, i, &x->fed[i]) : TFG_ERR_IO;
     if (st != TFG_OK) {
@@ -856,6 +864,9 @@ tfg_status tfg_exec_run(tfg_exec *x, const tfg_node_id *fetch, int nfetch, void 
     }
   }
   if (first == TFG_OK) first = sync_report(x, WALK_ALL, d);
+  /* the sends this run posted, delivered (a failed run ends the job
+   * instead: its receivers may never post theirs) */
+  if (first == TFG_OK) tfg_mpi_flush();
   if (first == TFG_OK && replayed)
     for (int k = 0; k < gr->ndrain; k++) {
       tfg_node_id id = gr->drain[k];

@@ -48,6 +48,117 @@ static void mpi_error(tfg_strbuf *why, const char *call, int code) {
   tfg_strbuf_printf(why, "%s failed: %.*s", call, len, text);
 }
 
+/* ---- point to point: a pipeline's stages on different ranks --------------------- */
+
+/* Sends and receives travel on a communicator of their own, so that no
+ * collective's message ever matches one. A send copies its bytes and
+ * posts MPI_Isend, so that the sender's device goes on (a stage sends an
+ * activation and computes the next micro-batch); the copies are freed
+ * once tfg_mpi_flush has waited for every posted send. A receive blocks
+ * its device until the bytes are in: the order each rank lists its
+ * sends and receives is one order of the whole job's graph, in which
+ * every send comes before its receive, so a rank waiting for a message
+ * waits for one that its sender will post (compiler/ranks.h). */
+static struct {
+  MPI_Comm comm;
+  int64_t tag_ub;
+  pthread_mutex_t mu;
+  int n, cap;
+  MPI_Request *req;
+  void **buf;
+} p2p = {.comm = MPI_COMM_NULL, .mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void p2p_start(void) {
+  MPI_Comm_dup(MPI_COMM_WORLD, &p2p.comm);
+  MPI_Comm_set_errhandler(p2p.comm, MPI_ERRORS_RETURN);
+  void *v = NULL;
+  int flag = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &v, &flag);
+  p2p.tag_ub = flag && v ? *(int *)v : 32767; /* the standard's least */
+}
+
+static void p2p_stop(void) {
+  tfg_mpi_flush();
+  if (p2p.comm != MPI_COMM_NULL) MPI_Comm_free(&p2p.comm);
+  free(p2p.req);
+  free(p2p.buf);
+  p2p.req = NULL;
+  p2p.buf = NULL;
+  p2p.cap = 0;
+}
+
+/* Whether a message of n bytes under tag fits MPI's int count and tags;
+ * else the reason in *err. */
+static bool p2p_fits(int64_t tag, size_t n, tfg_strbuf *err) {
+  if (n > (size_t)INT32_MAX) {
+    tfg_strbuf_printf(err, "a value of %zu bytes is more than one message carries (2 GiB)", n);
+    return false;
+  }
+  if (tag < 0 || tag > p2p.tag_ub) {
+    tfg_strbuf_printf(err, "message %lld is past this MPI's highest tag, %lld", (long long)tag, (long long)p2p.tag_ub);
+    return false;
+  }
+  return true;
+}
+
+static tfg_status p2p_send(int peer, int64_t tag, const void *data, size_t n, tfg_strbuf *err) {
+  if (!p2p_fits(tag, n, err)) return TFG_ERR_DEVICE;
+  void *copy = malloc(n ? n : 1);
+  TFG_ASSERT(copy != NULL);
+  if (n) memcpy(copy, data, n);
+  pthread_mutex_lock(&p2p.mu);
+  if (p2p.n == p2p.cap) {
+    p2p.cap = p2p.cap ? 2 * p2p.cap : 64;
+    p2p.req = realloc(p2p.req, sizeof *p2p.req * (size_t)p2p.cap);
+    p2p.buf = realloc(p2p.buf, sizeof *p2p.buf * (size_t)p2p.cap);
+    TFG_ASSERT(p2p.req && p2p.buf);
+  }
+  int rc = MPI_Isend(copy, (int)n, MPI_BYTE, peer, (int)tag, p2p.comm, &p2p.req[p2p.n]);
+  if (rc == MPI_SUCCESS) p2p.buf[p2p.n++] = copy;
+  pthread_mutex_unlock(&p2p.mu);
+  if (rc == MPI_SUCCESS) return TFG_OK;
+  free(copy);
+  mpi_error(err, "MPI_Isend", rc);
+  return TFG_ERR_DEVICE;
+}
+
+static tfg_status p2p_recv(int peer, int64_t tag, void *data, size_t n, tfg_strbuf *err) {
+  if (!p2p_fits(tag, n, err)) return TFG_ERR_DEVICE;
+  MPI_Status status;
+  int rc = MPI_Recv(data, (int)n, MPI_BYTE, peer, (int)tag, p2p.comm, &status), got = 0;
+  if (rc != MPI_SUCCESS) {
+    mpi_error(err, "MPI_Recv", rc);
+    return TFG_ERR_DEVICE;
+  }
+  MPI_Get_count(&status, MPI_BYTE, &got);
+  if ((size_t)got != n) {
+    tfg_strbuf_printf(err, "rank %d sent %d bytes as message %lld, %zu were expected", peer, got, (long long)tag, n);
+    return TFG_ERR_DEVICE;
+  }
+  return TFG_OK;
+}
+
+static const tfg_transport p2p_transport = {.send = p2p_send, .recv = p2p_recv};
+
+const tfg_transport *tfg_mpi_transport(void) { return job.started && job.size > 1 ? &p2p_transport : NULL; }
+
+void tfg_mpi_flush(void) {
+  pthread_mutex_lock(&p2p.mu);
+  if (p2p.n) MPI_Waitall(p2p.n, p2p.req, MPI_STATUSES_IGNORE);
+  for (int i = 0; i < p2p.n; i++) free(p2p.buf[i]);
+  p2p.n = 0;
+  pthread_mutex_unlock(&p2p.mu);
+}
+
+void tfg_mpi_bcast_from(int root, void *buf, size_t n) {
+  if (!job.started || job.size < 2) return;
+  for (size_t at = 0; at < n;) { /* in pieces an int counts */
+    size_t k = n - at < (size_t)INT32_MAX ? n - at : (size_t)INT32_MAX;
+    MPI_Bcast((char *)buf + at, (int)k, MPI_BYTE, root, MPI_COMM_WORLD);
+    at += k;
+  }
+}
+
 tfg_status tfg_mpi_start(tfg_strbuf *why) {
   if (job.started || !tfg_mpi_launched()) return TFG_OK;
   int provided = 0, rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
@@ -71,6 +182,7 @@ tfg_status tfg_mpi_start(tfg_strbuf *why) {
                            "run on the devices' threads)", provided);
     return TFG_ERR_DEVICE;
   }
+  p2p_start();
   return TFG_OK;
 }
 
@@ -79,6 +191,7 @@ static void progress_stop(void);
 void tfg_mpi_stop(void) {
   if (!job.started) return;
   progress_stop();
+  p2p_stop();
   MPI_Finalize();
   job.started = false;
 }
@@ -480,6 +593,16 @@ bool tfg_mpi_bcast(void *buf, size_t n, bool ok) {
 }
 
 void tfg_mpi_gather(const char *text, tfg_strbuf *all) { tfg_strbuf_printf(all, "rank 0:\n%s", text); }
+
+const tfg_transport *tfg_mpi_transport(void) { return NULL; }
+
+void tfg_mpi_flush(void) {}
+
+void tfg_mpi_bcast_from(int root, void *buf, size_t n) {
+  (void)root;
+  (void)buf;
+  (void)n;
+}
 
 void tfg_mpi_abort(int code) { (void)code; }
 

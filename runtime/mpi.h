@@ -80,6 +80,21 @@ void tfg_mpi_abort(int code);
  * Outside a job: ok. A collective: every rank calls it. */
 bool tfg_mpi_bcast(void *buf, size_t n, bool ok);
 
+/* Rank root's bytes buf[0..n) to every rank (MPI_Bcast): a value one
+ * rank computed that every rank returns (runtime/session.h, a job
+ * spanning ranks). A collective. Outside a job: nothing. */
+void tfg_mpi_bcast_from(int root, void *buf, size_t n);
+
+/* The job's point-to-point transport for the SEND and RECV kernels
+ * (kernels/kernel.h): sends posted without waiting (on a communicator of
+ * their own), receives that wait. NULL outside a job of two ranks or
+ * more. tfg_mpi_flush waits for every send posted so far and frees its
+ * copy: the end of a run, whose receivers all post theirs in the same
+ * run. */
+struct tfg_transport;
+const struct tfg_transport *tfg_mpi_transport(void);
+void tfg_mpi_flush(void);
+
 /* The all-reduce of a group of this process's nranks devices in an
  * mpirun job (runtime/collective.h): the hierarchical all-reduce, this
  * process's ranks one group (tfg_coll_hier_outer_new), its leaders' step

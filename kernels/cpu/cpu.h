@@ -83,8 +83,9 @@ tfg_cpu_kernel_func tfg_cpu_relu_grad, tfg_cpu_gelu_grad, tfg_cpu_cross_entropy_
 /* kernels/cpu/optim.c: in-place updates of in[0] (param) and its state;
  * allreduce_local runs ALLREDUCE over a group of one (the mean of one
  * gradient): a copy. The executor runs real groups through
- * runtime/collective. */
+ * runtime/collective. send and recv move a value between ranks through
+ * ctx->transport. */
 tfg_cpu_kernel_func tfg_cpu_sgd_update, tfg_cpu_adam_update, tfg_cpu_grad_accumulate,
-    tfg_cpu_amp_update, tfg_cpu_allreduce_local;
+    tfg_cpu_amp_update, tfg_cpu_allreduce_local, tfg_cpu_send, tfg_cpu_recv;
 
 #endif

@@ -44,6 +44,8 @@ static const tfg_cpu_kernel_row kernels[] = {
     {TFG_OP_GRAD_ACCUMULATE, tfg_cpu_grad_accumulate},
     {TFG_OP_AMP_UPDATE, tfg_cpu_amp_update},
     {TFG_OP_ALLREDUCE, tfg_cpu_allreduce_local},
+    {TFG_OP_SEND, tfg_cpu_send},
+    {TFG_OP_RECV, tfg_cpu_recv},
 };
 
 void tfg_cpu_register_optim(tfg_kernel_fn *table) { TFG_CPU_REGISTER_ROWS(table, kernels); }
@@ -207,4 +209,26 @@ TFG_CPU_KERNEL(tfg_cpu_allreduce_local) {
   size_t bytes = (size_t)tfg_shape_numel(&out->shape) * tfg_dtype_size(out->dtype);
   if (bytes) memcpy(out->data, in[0].data, bytes);
   return TFG_OK;
+}
+
+/* SEND and RECV hand host memory to the job's transport: the bytes of the
+ * value, as they are (the receiving node has the sender's dtype and
+ * shape). */
+static tfg_status p2p_missing(tfg_kernel_ctx *ctx, const tfg_node *node) {
+  return tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "%s needs the ranks of an mpirun job, and this process is not one",
+                         tfg_kernel_op_name(node->op));
+}
+
+TFG_CPU_KERNEL(tfg_cpu_send) {
+  (void)out;
+  if (!ctx->transport) return p2p_missing(ctx, node);
+  size_t bytes = (size_t)tfg_shape_numel(&in[0].shape) * tfg_dtype_size(in[0].dtype);
+  return ctx->transport->send((int)node->attrs.n, node->attrs.key, in[0].data, bytes, &ctx->err);
+}
+
+TFG_CPU_KERNEL(tfg_cpu_recv) {
+  (void)in;
+  if (!ctx->transport) return p2p_missing(ctx, node);
+  size_t bytes = (size_t)tfg_shape_numel(&out->shape) * tfg_dtype_size(out->dtype);
+  return ctx->transport->recv((int)node->attrs.n, node->attrs.key, out->data, bytes, &ctx->err);
 }
