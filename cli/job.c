@@ -170,12 +170,16 @@ static void job_attrs(tfg_strbuf *t, const tfg_node *n, bool values) {
  * start, left out). And a constant that folding computed is written
  * without its values: the CPU kernels made them from nodes written down
  * already, and two machines' BLAS may round them apart, which must not
- * refuse a job. */
+ * refuse a job (nor may a constant of a pipeline stage on another rank,
+ * whose rank alone knows whether folding made it: compiler/ranks.h). */
 static void job_nodes(tfg_strbuf *t, const tfg_graph *g, int32_t from, int32_t to, bool added,
-                      const uint8_t *folded) {
+                      const uint8_t *folded, const int16_t *owner) {
   for (int32_t i = from; i < to; i++) {
     tfg_node n = g->nodes[i]; /* a copy, made rank-independent below */
-    bool computed = folded && folded[i] == TFG_FOLD_CONST;
+    /* a pipeline across ranks: a node one rank runs is marked another
+     * rank's on the others (compiler/ranks.h), its pass's mark unseen
+     * there: written as a computed one, without the mark */
+    bool owned = owner && owner[i] >= 0, computed = folded && folded[i] == TFG_FOLD_CONST && !owned;
     if (added && n.op == TFG_OP_DROPOUT) n.attrs.offset = 0;
     if (added && n.op == TFG_OP_SLICE && n.ninputs == 1 && g->nodes[n.inputs[0]].op == TFG_OP_INPUT) {
       n.attrs.end -= n.attrs.start;
@@ -193,8 +197,9 @@ static void job_nodes(tfg_strbuf *t, const tfg_graph *g, int32_t from, int32_t t
       tfg_strbuf_puts(t, " @");
       job_devspec(t, &n.pin);
     }
-    job_attrs(t, &n, !computed);
-    if (folded && tfg_fold_removed(folded[i])) tfg_strbuf_printf(t, " removed=%d", folded[i]);
+    job_attrs(t, &n, !computed && !owned);
+    /* another rank's node is this rank's only (compiler/ranks.h) */
+    if (folded && tfg_fold_removed(folded[i]) && folded[i] != TFG_FOLD_REMOTE) tfg_strbuf_printf(t, " removed=%d", folded[i]);
     tfg_strbuf_putc(t, '\n');
   }
 }
@@ -265,7 +270,7 @@ static void job_train(tfg_strbuf *t, const tfg_action *a) {
  * the compile driver runs, whose passes rewrite nodes in place (folding
  * turns ops into constants). Appended to *t. */
 void cli_job_program(tfg_strbuf *t, const tfg_program *p) {
-  job_nodes(t, p->graph, 0, p->graph->nnodes, false, NULL);
+  job_nodes(t, p->graph, 0, p->graph->nnodes, false, NULL, NULL);
 }
 
 /* Under mpirun: every rank must mean the same job (runtime/mpi.h
@@ -307,7 +312,7 @@ int cli_same_job(const cli_opts *o, const tfg_program *p, const cli_compiled *c,
     tfg_strbuf_puts(&t, "\n");
   }
   if (written->data) tfg_strbuf_putn(&t, written->data, written->len);
-  job_nodes(&t, g, nwritten, g->nnodes, true, c->folded);
+  job_nodes(&t, g, nwritten, g->nnodes, true, c->folded, c->owner);
   int rc = 0;
   if (tfg_mpi_same("collective schedule", t.data ? t.data : "", &err) != TFG_OK) {
     fprintf(stderr, "tfg run: rank %d: %s\n", tfg_mpi_rank(), err.data);

@@ -360,7 +360,8 @@ static int run_actions(const cli_opts *o, tfg_program *p, tfg_diag *d, bool colo
   if (labels) tfg_trace_label_nodes(trace, p->graph->nodes, p->graph->nnodes, (const char *const *)labels);
   tfg_session_opts so = {.threads = o->threads, .feeds = o->feeds, .nfeeds = o->nfeeds, .seed = o->seed,
                          .check_numerics = o->check_numerics, .plan = plan, .trace = trace,
-                         .preallocate = o->preallocate, .tf32 = o->tf32, .sw = o->sw};
+                         .preallocate = o->preallocate, .tf32 = o->tf32, .sw = o->sw,
+                         .owner = c.owner, .rank = tfg_mpi_rank()};
   tfg_session *s = rc == 0 ? tfg_session_new(p, d, &so) : NULL;
   if (!s && rc == 0) rc = EXIT_RUNTIME;
   if (s) cli_verbose(o, "started the devices: memory, streams, params initialized");
@@ -454,7 +455,7 @@ static bool job_header(const cli_opts *o, const tfg_compiled *c, bool compiled, 
     tfg_strbuf_printf(out,
                       "job: %d ranks (mpirun), each placing and planning the program on its own devices; rank 0's "
                       "below. mirrored's replicas span the ranks, each all-reduce summing within a rank, then across "
-                      "the ranks\n%s\n",
+                      "the ranks; a pipeline's stages may too, each rank its own (docs/big-models.md)\n%s\n",
                       tfg_mpi_size(), all.data ? all.data : "");
   tfg_strbuf_free(&mine);
   tfg_strbuf_free(&all);

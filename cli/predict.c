@@ -140,6 +140,12 @@ int cli_predict(const cli_opts *o, tfg_program *p, const tfg_source *src, const 
       tfg_strbuf_printf(&out, "not predicted: %s\n", si->not_predicted);
       continue;
     }
+    if (c.steps[a].ranks > 1) { /* each rank plans its stages alone: its waits for the others are not in its plan */
+      tfg_strbuf_printf(&out, "not predicted: the pipeline spans the job's %d ranks, each planning only its own stages; "
+                              "predict it in one process over as many devices (tfg plan --predict --devices host*%d)\n",
+                        c.steps[a].ranks, c.steps[a].pipe.devices);
+      continue;
+    }
     predict_action(&c, a, measured ? &host : NULL, &out);
     bool all = si->spans_gpus(&act->config.strategy);
     if (all) scaling(o, &c, a, src, ast, io, measured ? &host : NULL, &out);

@@ -101,7 +101,8 @@ typedef struct tfg_train_step {
   /* Nodes a schedule needs computed where they stand (a pipeline's
    * partial sums of its micro-batches' gradients): fusion keeps them
    * materialized, so each micro-batch's gradient is freed once added
-   * rather than held for one launch at the end. */
+   * rather than held for one launch at the end; and the sends of a
+   * pipeline across ranks, which nothing reads (compiler/ranks.h). */
   int nstaged;
   tfg_node_id *staged;
   /* A pipeline's shape (parallel(pipeline = P > 1)), for predict's
@@ -115,6 +116,12 @@ typedef struct tfg_train_step {
    * V M + s M + m (V = pipe.devices * pipe.chunks), else -1. */
   tfg_node_id pipe_first;
   int32_t *pipe_unit;
+  /* The ranks of the mpirun job its one model spans: > 1 when a
+   * pipeline's stages are on several ranks, its pins naming the job's
+   * GPUs (gpu:k is GPU k % G of rank k / G, G a rank's GPUs) until the
+   * compile driver splits it (compiler/ranks.h); 1 otherwise, data
+   * replicas on every rank included (0 when zeroed: 1). */
+  int ranks;
   /* What the strategy decided that the placement does not show, as
    * lines for place --explain (a pipeline's cuts and why each falls
    * where it does); malloc'ed, or NULL. */

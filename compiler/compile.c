@@ -5,11 +5,13 @@
 #include "compiler/compile.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/assert.h"
 #include "compiler/autocast.h"
 #include "compiler/fold.h"
 #include "compiler/layout.h"
+#include "compiler/ranks.h"
 #include "compiler/simplify.h"
 #include "compiler/strategy/strategy.h"
 
@@ -26,7 +28,8 @@ static void placer_counted(const tfg_graph *g, const tfg_placement *pl, int ndev
                            int nsteps, const uint8_t *removed, int64_t *counted) {
   for (int k = 0; k < nsteps; k++)
     for (int i = 0; i < steps[k].nparams; i++)
-      counted[tfg_placement_device(pl, steps[k].params[i])] += tfg_node_bytes(&g->nodes[steps[k].params[i]]);
+      if (!removed || !tfg_fold_removed(removed[steps[k].params[i]])) /* another rank's: not here */
+        counted[tfg_placement_device(pl, steps[k].params[i])] += tfg_node_bytes(&g->nodes[steps[k].params[i]]);
   uint8_t *copied = calloc((size_t)g->nnodes * (size_t)ndev + 1, 1); /* [x * ndev + dv]: counted there */
   TFG_ASSERT(copied != NULL);
   for (int32_t i = 0; i < g->nnodes; i++) {
@@ -197,15 +200,18 @@ tfg_status tfg_compile(tfg_program *p, const tfg_compile_opts *o, tfg_diag *d, t
    * gpu:N it names), which mirrored() needs to know its replicas. */
   tfg_status st = o->devices(o->ctx, p, d, &c->ds);
   if (st != TFG_OK) return stage_failed(c, TFG_COMPILE_DEVICES, st);
-  for (int i = 0; i < p->nactions; i++) p->actions[i].config.strategy.gpus = tfg_devices_gpus(c->ds);
+  for (int i = 0; i < p->nactions; i++) {
+    p->actions[i].config.strategy.gpus = tfg_devices_gpus(c->ds);
+    p->actions[i].config.strategy.ranks = o->job && o->job->size > 1 ? o->job->size : 1;
+  }
   stage_done(o, TFG_COMPILE_DEVICES, c);
 
   /* Stage 2: the passes, a train action at a time, in program order. */
   for (int i = 0; i < p->nactions; i++) {
     if (p->actions[i].kind != TFG_ACTION_TRAIN) continue;
-    tfg_job job = o->job ? *o->job : (tfg_job){.rank = 0, .size = 1};
-    job.ds = c->ds; /* a pipeline balances its stages on the devices' numbers */
-    st = tfg_compile_train_step(p->graph, &p->actions[i], p, &job, &o->sw, &c->steps[i], d);
+    tfg_job one = o->job ? *o->job : (tfg_job){.rank = 0, .size = 1};
+    one.ds = c->ds; /* a pipeline balances its stages on the devices' numbers */
+    st = tfg_compile_train_step(p->graph, &p->actions[i], p, &one, &o->sw, &c->steps[i], d);
     if (st != TFG_OK) return stage_failed(c, TFG_COMPILE_PASSES, st);
     c->packed[c->npacked++] = c->steps[i];
   }
@@ -216,6 +222,33 @@ tfg_status tfg_compile(tfg_program *p, const tfg_compile_opts *o, tfg_diag *d, t
   TFG_ASSERT(keep != NULL);
   mark_fetched(p, c->packed, c->npacked, keep);
   for (int i = 0; i < o->nextra; i++) keep[o->extra[i]] = 1;
+
+  /* A pipeline across the ranks of the job: its sends and receives, the
+   * same on every rank (the passes then decide alike everywhere). */
+  tfg_job job = o->job ? *o->job : (tfg_job){.rank = 0, .size = 1};
+  int spans = -1; /* the train action whose step spans the ranks */
+  for (int i = 0; i < p->nactions; i++)
+    if (p->actions[i].kind == TFG_ACTION_TRAIN && c->steps[i].ranks > 1) spans = i;
+  if (spans >= 0 && c->npacked > 1) {
+    tfg_diag_error(d, &p->actions[spans].config.strategy.at, "a pipeline across the %d ranks of a job must be the "
+                   "program's only train, but it has %d", c->steps[spans].ranks, c->npacked);
+    tfg_diag_help(d, "train the others in a program of their own, or run this pipeline in one process");
+    free(keep);
+    return stage_failed(c, TFG_COMPILE_PASSES, TFG_ERR_PLACE);
+  }
+  if (spans >= 0) {
+    st = tfg_ranks_split(p->graph, &c->steps[spans], keep, job.size, tfg_devices_gpus(c->ds), &c->owner, d);
+    if (st != TFG_OK) {
+      free(keep);
+      return stage_failed(c, TFG_COMPILE_PASSES, st);
+    }
+    c->packed[0] = c->steps[spans]; /* its ids renumbered */
+    keep = realloc(keep, (size_t)p->graph->nnodes + 1);
+    TFG_ASSERT(keep != NULL);
+    memset(keep, 0, (size_t)p->graph->nnodes + 1);
+    mark_fetched(p, c->packed, c->npacked, keep); /* its sends now too */
+    for (int i = 0; i < o->nextra; i++) keep[o->extra[i]] = 1;
+  }
 
   /* The optimization passes over the whole graph (sw.no_opt: none, to
    * compare): constant folding, then CSE and exact simplification (which
@@ -230,6 +263,11 @@ tfg_status tfg_compile(tfg_program *p, const tfg_compile_opts *o, tfg_diag *d, t
     c->nsimplified = tfg_simplify(p->graph, keep, c->folded);
     if (!o->sw.no_layout) /* that pass alone off, to compare */
       c->nstrided = tfg_fold_transposes(p->graph, keep, c->folded);
+  }
+  if (spans >= 0) { /* this rank's share: its own GPUs, the other ranks' nodes marked */
+    if (!c->folded) c->folded = calloc((size_t)p->graph->nnodes + 1, 1);
+    TFG_ASSERT(c->folded != NULL);
+    tfg_ranks_place(p->graph, c->owner, job.rank, tfg_devices_gpus(c->ds), c->folded);
   }
   stage_done(o, TFG_COMPILE_PASSES, c);
 
@@ -246,5 +284,6 @@ void tfg_compiled_free(tfg_compiled *c) {
   free(c->packed); /* the same steps' arrays */
   tfg_strbuf_free(&c->why);
   free(c->folded);
+  free(c->owner);
   *c = (tfg_compiled){0};
 }

@@ -30,6 +30,10 @@
  *   3. place (compiler/place.h); with fit, where a device's planned peak
  *      passes its memory, bytes are kept free of params there and the
  *      graph is placed again;
+ *   A step whose pipeline spans the ranks of the job (tfg_train_step
+ *   ranks > 1) is split before the passes and each rank's share taken
+ *   after them (compiler/ranks.h): the passes see the same graph on
+ *   every rank; the placement and plan only this rank's nodes;
  *   4. plan (compiler/plan.h), fused when asked, every node a run may
  *      fetch kept materialized, no step or memory for what folding
  *      removed;
@@ -67,6 +71,8 @@ typedef struct tfg_compiled {
   tfg_plan *plan;
   uint8_t *folded;          /* tfg_compile: per node, the passes' TFG_FOLD_* mark (folding, simplify); NULL: no pass ran
                              * (no_passes, sw.no_opt) */
+  int16_t *owner;           /* tfg_compile, a pipeline across the ranks of a job: per node, the rank that runs it,
+                             * -1 every rank (compiler/ranks.h); NULL otherwise */
   int nfolded;              /* the ops folding computed at compile time */
   int nsimplified;          /* the nodes CSE and simplification replaced or removed (compiler/simplify.h) */
   int nstrided;             /* the transposes folded into matmuls and attentions (compiler/layout.h) */

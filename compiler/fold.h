@@ -26,14 +26,15 @@ enum {
   TFG_FOLD_CONST = 2,   /* computed at compile time, now a CONST holding its value */
   TFG_FOLD_SIMPLIFIED = 3, /* removed by simplify (compiler/simplify.h): its readers read an equal node */
   TFG_FOLD_LAYOUT = 4,  /* a transpose the layout pass folded into its readers (compiler/layout.h) */
+  TFG_FOLD_REMOTE = 5,  /* another rank of the mpirun job runs it (compiler/ranks.h); not a pass's doing */
 };
 
 /* Whether a pass removed the node of mark m (folding, simplify or the
- * layout pass): it gets no step and no buffer, and nothing that runs
- * reads it. The marks array is shared by the passes
+ * layout pass), or another rank runs it: it gets no step and no buffer
+ * here, and nothing that runs here reads it. The marks array is shared by the passes
  * (tfg_plan_opts.folded). */
 static inline bool tfg_fold_removed(uint8_t m) {
-  return m == TFG_FOLD_REMOVED || m == TFG_FOLD_SIMPLIFIED || m == TFG_FOLD_LAYOUT;
+  return m == TFG_FOLD_REMOVED || m == TFG_FOLD_SIMPLIFIED || m == TFG_FOLD_LAYOUT || m == TFG_FOLD_REMOTE;
 }
 
 /* The largest value folding computes (each op's output): a bigger one

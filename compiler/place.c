@@ -715,6 +715,28 @@ static void format_loc(tfg_strbuf *out, const tfg_loc *l) {
   else tfg_strbuf_puts(out, "?");
 }
 
+/* What a node that runs nowhere here says of why (the compiler/fold.h
+ * mark that removed it): place's reason, and --json's "by". */
+typedef struct remover {
+  uint8_t mark;
+  const char *why, *by;
+} remover;
+
+static const remover removers[] = {
+    {TFG_FOLD_REMOVED, "removed before placement: computed at compile time (constant folding); never runs", "fold"},
+    {TFG_FOLD_SIMPLIFIED, "removed before placement: merged into an equal op (simplify); never runs", "simplify"},
+    {TFG_FOLD_LAYOUT, "removed before placement: its readers read its input through strides (layout); never runs",
+     "layout"},
+    {TFG_FOLD_REMOTE, "runs on another rank of the job (its pipeline stage is there); not on this one", "rank"},
+};
+
+static const remover *remover_of(uint8_t mark) {
+  for (size_t i = 0; i < sizeof removers / sizeof removers[0]; i++)
+    if (removers[i].mark == mark) return &removers[i];
+  TFG_ASSERT(!"a removed node's mark is a remover's");
+  return &removers[0];
+}
+
 /* Appends a value, or "LO .. HI" when the records of a folded line
  * differ (fmt renders one value). */
 static void range(tfg_strbuf *out, double lo, double hi, void (*fmt)(tfg_strbuf *, double)) {
@@ -799,12 +821,7 @@ static void reason(const tfg_placement *pl, const tfg_place_record *const *rs, i
     tfg_strbuf_putc(out, ')');
     break;
   case TFG_CAUSE_FALLBACK: tfg_strbuf_puts(out, "pass 5: read by no op; the default device"); break;
-  case TFG_CAUSE_REMOVED:
-    tfg_strbuf_puts(out, r->by == TFG_FOLD_SIMPLIFIED ? "removed before placement: merged into an equal op (simplify); never runs"
-                         : r->by == TFG_FOLD_LAYOUT
-                             ? "removed before placement: its readers read its input through strides (layout); never runs"
-                             : "removed before placement: computed at compile time (constant folding); never runs");
-    break;
+  case TFG_CAUSE_REMOVED: tfg_strbuf_puts(out, remover_of(r->by)->why); break;
   }
 }
 
@@ -1120,7 +1137,7 @@ void tfg_place_json(const tfg_placement *pl, tfg_strbuf *out) {
     /* what a graph pass removed runs nowhere: device null, pass 0 */
     if (r->cause == TFG_CAUSE_REMOVED)
       tfg_strbuf_printf(out, "\"device\": null, \"pass\": 0, \"cause\": \"removed\", \"by\": \"%s\"",
-                        r->by == TFG_FOLD_SIMPLIFIED ? "simplify" : r->by == TFG_FOLD_LAYOUT ? "layout" : "fold");
+                        remover_of(r->by)->by);
     else
       tfg_strbuf_printf(out, "\"device\": \"%s\", \"pass\": %d, \"cause\": \"%s\"",
                         tfg_devices_at(pl->ds, r->device)->name, (int)r->cause, cause_name(r->cause));

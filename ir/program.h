@@ -139,6 +139,9 @@ typedef struct tfg_strategy_config {
    * the devices (compiler/compile.h) and writes here; 0 before (tfg
    * check): one replica. */
   int gpus;
+  /* The processes of the mpirun job, each with those GPUs (1 outside
+   * one; written with gpus): parallel(...) spreads over all of them. */
+  int ranks;
 } tfg_strategy_config;
 
 /* The argument called name of c: a NONE argument when c has none. */

@@ -17,6 +17,7 @@
 #include "runtime/ckpt.h"
 #include "runtime/device.h"
 #include "runtime/exec.h"
+#include "runtime/mpi.h"
 
 struct tfg_session {
   const tfg_program *prog;
@@ -32,7 +33,20 @@ struct tfg_session {
   void **kept;      /* fetched values of the last run, per fetch */
   int nkept;
   const tfg_run_opts *ro; /* the run in progress (for the feed callback) */
+  /* a pipeline across ranks (tfg_session_opts owner) */
+  const int16_t *owner;
+  int rank;
+  tfg_node_id *sent;      /* per node: a RECV's SEND (the same message), else -1 */
+  uint8_t *cone;          /* per node: in the cone of a run's fetches, on any rank */
 };
+
+/* The rank that computes node id, or -1: every rank (this one outside a
+ * pipeline across ranks). */
+static int owner_of(const tfg_session *s, tfg_node_id id) { return s->owner ? s->owner[id] : -1; }
+
+/* Whether this rank computes node id (ranks.h: always, outside a
+ * pipeline across ranks). */
+static bool mine(const tfg_session *s, tfg_node_id id) { return owner_of(s, id) < 0 || owner_of(s, id) == s->rank; }
 
 static void *alloc_bytes(size_t n) {
   void *p = malloc(n ? n : 1);
@@ -115,6 +129,24 @@ tfg_session *tfg_session_new(const tfg_program *p, tfg_diag *d, const tfg_sessio
   s->diag = d;
   int32_t n = p->graph->nnodes;
   s->nnodes = n;
+  if (o->owner) { /* a pipeline across ranks: each receive's send, by their message's tag */
+    s->owner = o->owner;
+    s->rank = o->rank;
+    s->sent = malloc(sizeof *s->sent * ((size_t)n + 1));
+    s->cone = calloc((size_t)n + 1, 1);
+    tfg_node_id *by_tag = malloc(sizeof *by_tag * ((size_t)n + 1));
+    TFG_ASSERT(s->sent && s->cone && by_tag);
+    for (int32_t i = 0; i < n; i++) s->sent[i] = by_tag[i] = -1;
+    for (int32_t i = 0; i < n; i++) {
+      const tfg_node *nd = &p->graph->nodes[i];
+      if (nd->op == TFG_OP_SEND && nd->attrs.key >= 0 && nd->attrs.key < n) by_tag[nd->attrs.key] = i;
+    }
+    for (int32_t i = 0; i < n; i++) {
+      const tfg_node *nd = &p->graph->nodes[i];
+      if (nd->op == TFG_OP_RECV && nd->attrs.key >= 0 && nd->attrs.key < n) s->sent[i] = by_tag[nd->attrs.key];
+    }
+    free(by_tag);
+  }
   s->fed = calloc((size_t)n + 1, sizeof *s->fed);
   s->batch = calloc((size_t)n + 1, sizeof *s->batch);
   TFG_ASSERT(s->fed && s->batch);
@@ -135,7 +167,7 @@ tfg_session *tfg_session_new(const tfg_program *p, tfg_diag *d, const tfg_sessio
    * first scale); every copy a strategy made included. */
   for (int32_t i = 0; i < n; i++) {
     const tfg_node *nd = &p->graph->nodes[i];
-    if ((nd->op != TFG_OP_PARAM && nd->op != TFG_OP_STATE) || !tfg_exec_holds(s->x, i)) continue;
+    if ((nd->op != TFG_OP_PARAM && nd->op != TFG_OP_STATE) || !mine(s, i) || !tfg_exec_holds(s->x, i)) continue;
     if (nd->op == TFG_OP_PARAM) {
       if (!param_init(s, i, o->seed)) goto fail;
       continue;
@@ -180,6 +212,8 @@ void tfg_session_free(tfg_session *s) {
   }
   for (int i = 0; i < s->nkept; i++) free(s->kept[i]);
   free(s->kept);
+  free(s->sent);
+  free(s->cone);
   free(s->fed);
   free(s->batch);
   tfg_exec_free(s->x);
@@ -207,9 +241,19 @@ tfg_status tfg_session_load_params(tfg_session *s) {
   return st;
 }
 
-void tfg_session_read(tfg_session *s, tfg_node_id id, void *host) { tfg_exec_read(s->x, id, host); }
-void tfg_session_write(tfg_session *s, tfg_node_id id, const void *host) { tfg_exec_write(s->x, id, host); }
-bool tfg_session_holds(const tfg_session *s, tfg_node_id id) { return id < s->nnodes && tfg_exec_holds(s->x, id); }
+
+void tfg_session_read(tfg_session *s, tfg_node_id id, void *host) {
+  int o = owner_of(s, id);
+  if (mine(s, id)) tfg_exec_read(s->x, id, host);
+  if (o >= 0) tfg_mpi_bcast_from(o, host, (size_t)tfg_node_bytes(&s->prog->graph->nodes[id]));
+}
+
+void tfg_session_write(tfg_session *s, tfg_node_id id, const void *host) {
+  if (mine(s, id)) tfg_exec_write(s->x, id, host);
+}
+bool tfg_session_holds(const tfg_session *s, tfg_node_id id) {
+  return id < s->nnodes && mine(s, id) && tfg_exec_holds(s->x, id);
+}
 
 /* The executor's feed callback: input id's value for the run in
  * progress: a value given to the run, --feed, or the batch it asks for. */
@@ -256,6 +300,28 @@ static tfg_status input_value(void *arg, tfg_node_id id, const void **out) {
   return TFG_ERR_IO;
 }
 
+/* What this rank runs for fetches fetch[0..n) of a pipeline across
+ * ranks: the fetched nodes it computes (into their kept buffers) and its
+ * sends that the whole job's cone of the fetches holds (a receive's
+ * send is in the cone with it), into ours[0..*count) and into[]. */
+static void local_fetches(tfg_session *s, const tfg_node_id *fetch, int n, tfg_node_id *ours, void **into, int *count) {
+  const tfg_graph *g = s->prog->graph;
+  static char nothing; /* a send's value has no bytes */
+  memset(s->cone, 0, (size_t)s->nnodes);
+  for (int i = 0; i < n; i++) s->cone[fetch[i]] = 1;
+  for (int32_t i = s->nnodes - 1; i >= 0; i--) {
+    if (!s->cone[i]) continue;
+    for (int k = 0; k < g->nodes[i].ninputs; k++) s->cone[g->nodes[i].inputs[k]] = 1;
+    if (s->sent[i] >= 0) s->cone[s->sent[i]] = 1; /* sent before it: ids are a topological order of the job */
+  }
+  int c = 0;
+  for (int i = 0; i < n; i++)
+    if (mine(s, fetch[i])) ours[c] = fetch[i], into[c++] = s->kept[i];
+  for (int32_t i = 0; i < s->nnodes; i++)
+    if (s->cone[i] && g->nodes[i].op == TFG_OP_SEND && owner_of(s, i) == s->rank) ours[c] = i, into[c++] = &nothing;
+  *count = c;
+}
+
 tfg_status tfg_session_run(tfg_session *s, const tfg_node_id *fetch, int nfetch, tfg_tensor *out) {
   tfg_run_opts ro = {.any_split = true};
   return tfg_session_run_with(s, fetch, nfetch, out, &ro);
@@ -276,7 +342,24 @@ tfg_status tfg_session_run_with(tfg_session *s, const tfg_node_id *fetch, int nf
   }
   s->ro = ro;
   tfg_exec_run_opts xo = {.training = ro->training, .step = ro->step, .seed = ro->seed, .feed = input_value, .feed_arg = s};
-  tfg_status st = tfg_exec_run(s->x, fetch, nfetch, s->kept, &xo, s->diag);
+  tfg_status st;
+  if (!s->owner) {
+    st = tfg_exec_run(s->x, fetch, nfetch, s->kept, &xo, s->diag);
+  } else {
+    int n;
+    tfg_node_id *ours = malloc(sizeof *ours * ((size_t)s->nnodes + (size_t)nfetch + 1));
+    void **into = malloc(sizeof *into * ((size_t)s->nnodes + (size_t)nfetch + 1));
+    TFG_ASSERT(ours && into);
+    local_fetches(s, fetch, nfetch, ours, into, &n);
+    st = tfg_exec_run(s->x, ours, n, into, &xo, s->diag);
+    free(ours);
+    free(into);
+    /* every fetched value on every rank, from the rank that computed it
+     * (a failed rank ends the job instead: runtime/mpi.h tfg_mpi_abort) */
+    for (int i = 0; i < nfetch && st == TFG_OK; i++)
+      if (owner_of(s, fetch[i]) >= 0)
+        tfg_mpi_bcast_from(owner_of(s, fetch[i]), s->kept[i], (size_t)tfg_node_bytes(&g->nodes[fetch[i]]));
+  }
   if (st != TFG_OK && ro->step) tfg_diag_note(s->diag, NULL, "in training step %lld", (long long)ro->step);
   s->ro = NULL;
   return st;

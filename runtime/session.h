@@ -43,6 +43,16 @@ typedef struct tfg_session_opts {
   bool preallocate;  /* --memory preallocate: device pools take their capacity at once */
   bool tf32;         /* --tf32: f32 matrix products on GPUs may use TF32 */
   tfg_switches sw;   /* the A/B switches and fault hooks of the executor and backends (tfg_exec_opts) */
+  /* A pipeline across the ranks of an mpirun job (compiler/ranks.h):
+   * per node, the rank that computes it, -1 every rank (tfg_compiled's
+   * owner); NULL: every node is this process's. With it, every rank runs
+   * the same runs (collectives: the same fetches in the same order), each
+   * computing its own nodes of the fetches' cone and sending what the
+   * others receive, and every fetched value is returned on every rank
+   * (broadcast from its owner); tfg_session_read is a collective too,
+   * tfg_session_write of another rank's node does nothing. */
+  const int16_t *owner;
+  int rank;          /* with owner: this process's rank */
 } tfg_session_opts;
 
 /* How one run feeds its inputs and runs its kernels. */

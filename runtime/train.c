@@ -124,7 +124,7 @@ tfg_status train_evaluate(tfg_session *s, const tfg_program *p, const tfg_action
     if (r == TFG_OK) r = tfg_session_run_with(s, rp.fetch, rp.n, rp.out, &ro);
     for (int i = 0; r == TFG_OK && i < nv; i++) tail[i] -= (double)(B - rest) * replica_mean(st, rp.out, i);
   }
-  if (r == TFG_OK) { /* under mpirun, the job's replicas all count (every rank gets here) */
+  if (r == TFG_OK && st->ranks <= 1) { /* under mpirun, the job's replicas all count (every rank gets here) */
     tfg_mpi_mean(sum, nv);
     tfg_mpi_mean(tail, nv);
   }
@@ -239,7 +239,9 @@ void train_job_take(job *j, int m) {
   double *mean = malloc(sizeof *mean * (size_t)nv);
   TFG_ASSERT(mean != NULL);
   for (int v = 0; v < nv; v++) mean[v] = replica_mean(j->st, j->rp.out, v);
-  tfg_mpi_mean(mean, nv); /* under mpirun, over every rank's replicas */
+  /* under mpirun, over every rank's replicas; a pipeline across ranks
+   * has one, whose values every rank got (runtime/session.h) */
+  if (j->st->ranks <= 1) tfg_mpi_mean(mean, nv);
   for (int v = 0; v < nv; v++) j->vals[v] = (m == 0 ? 0 : j->vals[v]) + mean[v] / (double)j->c.accumulate;
   free(mean);
 }

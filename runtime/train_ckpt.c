@@ -79,7 +79,10 @@ static tfg_node_id scaler_state(const tfg_program *p, const tfg_train_step *st, 
 
 tfg_status train_save(tfg_session *s, const tfg_program *p, const tfg_train_step *st, const cfg *c, int64_t step,
                        tfg_diag *d) {
-  if (tfg_mpi_rank() != 0) return TFG_OK; /* under mpirun, rank 0 writes for the job; every rank resumes from it */
+  /* Under mpirun, rank 0 writes for the job; every rank resumes from it.
+   * A pipeline across ranks has its tensors on several: every rank reads
+   * (a collective: each value from its rank, runtime/session.h). */
+  if (tfg_mpi_rank() != 0 && st->ranks <= 1) return TFG_OK;
   int n;
   tfg_ckpt_entry *e = ckpt_entries(s, p, st, &n, true);
   char stepbuf[32], scaler[3][32];
@@ -92,7 +95,7 @@ tfg_status train_save(tfg_session *s, const tfg_program *p, const tfg_train_step
     snprintf(scaler[k], sizeof scaler[k], "%.9g", (double)v);
     meta[nmeta++] = (tfg_ckpt_meta){scaler_keys[k], scaler[k]};
   }
-  tfg_status r = tfg_ckpt_save(d, &c->loc, c->checkpoint, e, n, meta, nmeta);
+  tfg_status r = tfg_mpi_rank() == 0 ? tfg_ckpt_save(d, &c->loc, c->checkpoint, e, n, meta, nmeta) : TFG_OK;
   ckpt_entries_free(e, n);
   return r;
 }

@@ -89,6 +89,72 @@ TFG
   expect mpi-uneven 1 mpi_run -np 3 "$TFG" run --color=never --devices host*2 "$tmp/mpi/odd.tfg" &&
     contains mpi-uneven "$tmp/err" "mirrored makes 2 replicas here on each of 3 ranks: 6 in all"
 
+  # a pipeline across the ranks (compiler/ranks.h): every rank builds the
+  # whole step, runs its own stages and sends the others what they read.
+  # The job runs the one process's ops in its order, on the same bytes (a
+  # send copies them), so the params after 10 AdamW steps are bit for bit
+  # the one process's (tolerance 0) and so is the log: each schedule, with
+  # clipping (its global norm reads every stage's gradients) and bf16; 4
+  # stages over 2 ranks of 2 devices; 2 data replicas of whole pipelines
+  # on 2 ranks (an all-reduce across them); and a resume under mpirun.
+  pipe_program() { # FILE STRATEGY SETTINGS: the digits MLP of 4 layers
+    cat >"$1.tfg" <<TFG
+import nn
+data digits = csv("$digits", label = -1, test = 0.2, shuffle = true, seed = 7)
+input x: f32[16, 64] from digits.x
+input y: i32[16] from digits.y
+logits = nn.mlp(x / 16.0, [48, 32, 24, 10])
+train cross_entropy(logits, y) {
+  optimizer = adamw(lr = 1e-2)
+  steps = 10
+  strategy = $2
+  checkpoint = "$1.safetensors"
+  log_every = 5
+  metrics = [accuracy(logits, y)]
+  $3
+}
+TFG
+  }
+  pipe_same() { # NAME ONE-PROCESS-DEVICES RANKS RANK-DEVICES STRATEGY SETTINGS
+    pipe_program "$tmp/mpi/$1-one" "$5" "$6"
+    pipe_program "$tmp/mpi/$1-job" "$5" "$6"
+    expect "mpi-$1-one" 0 "$TFG" run --devices "$2" "$tmp/mpi/$1-one.tfg" &&
+      grep -E '^(step|eval)' "$tmp/err" | sed 's/  [0-9.]* steps\/s//' >"$tmp/mpi/$1-one.log"
+    expect "mpi-$1" 0 mpi_run -np "$3" "$TFG" run --devices "$4" "$tmp/mpi/$1-job.tfg" &&
+      grep -E '^(step|eval)' "$tmp/err" | sed 's/  [0-9.]* steps\/s//' >"$tmp/mpi/$1-job.log" &&
+      if ! python3 "$ROOT/tests/ckpt_compare.py" "$tmp/mpi/$1-job.safetensors" "$tmp/mpi/$1-one.safetensors" 0 \
+        >"$tmp/cmp" 2>&1; then ko "$suite mpi-$1: $(cat "$tmp/cmp")"
+      elif ! [ -s "$tmp/mpi/$1-one.log" ] || ! cmp -s "$tmp/mpi/$1-job.log" "$tmp/mpi/$1-one.log"; then
+        ko "$suite mpi-$1: the job logged $(cat "$tmp/mpi/$1-job.log"), one process $(cat "$tmp/mpi/$1-one.log")"
+      else ok; fi
+  }
+  pipe_same pipe-1f1b host*2 2 host "parallel(pipeline = 2)" "micro_batches = 4; clip_grad_norm = 0.5"
+  pipe_same pipe-gpipe host*2 2 host "parallel(pipeline = 2)" "micro_batches = 4; schedule = gpipe"
+  pipe_same pipe-interleaved host*2 2 host "parallel(pipeline = 2)" "micro_batches = 4; schedule = interleaved(chunks = 2); precision = bf16"
+  pipe_same pipe-4x2 host*4 2 host*2 "parallel(pipeline = 4)" "micro_batches = 4"
+  pipe_same pipe-data host*4 2 host*2 "parallel(data = 2, pipeline = 2)" "micro_batches = 2"
+  # resumed: 5 steps, then 5 more from the checkpoint rank 0 wrote, as 10
+  pipe_program "$tmp/mpi/pipe-resume" "parallel(pipeline = 2)" "micro_batches = 4; clip_grad_norm = 0.5"
+  sed 's/steps = 10/steps = 5/' "$tmp/mpi/pipe-resume.tfg" >"$tmp/mpi/pipe-resume5.tfg"
+  expect mpi-pipe-resume5 0 mpi_run -np 2 "$TFG" run --devices host "$tmp/mpi/pipe-resume5.tfg"
+  expect mpi-pipe-resume 0 mpi_run -np 2 "$TFG" run --devices host "$tmp/mpi/pipe-resume.tfg" &&
+    contains mpi-pipe-resume "$tmp/err" "restored $tmp/mpi/pipe-resume.safetensors: 24 tensors, step 5" &&
+    if python3 "$ROOT/tests/ckpt_compare.py" "$tmp/mpi/pipe-resume.safetensors" "$tmp/mpi/pipe-1f1b-one.safetensors" 0 \
+      >"$tmp/cmp" 2>&1; then ok; else ko "$suite mpi-pipe-resume: $(cat "$tmp/cmp")"; fi
+  # what a pipeline across ranks cannot do is said where it is asked for:
+  # a print reading two ranks' stages; data replicas of a pipeline that
+  # spans ranks; a prediction (each rank plans its own stages only)
+  pipe_program "$tmp/mpi/pipe-print" "parallel(pipeline = 2)" "micro_batches = 4"
+  echo 'print sum(logits)' >>"$tmp/mpi/pipe-print.tfg"
+  expect mpi-pipe-print 1 mpi_run -np 2 "$TFG" run --color=never --devices host "$tmp/mpi/pipe-print.tfg" &&
+    contains mpi-pipe-print "$tmp/err" "error: matmul reads a value that rank 0 computes and one that rank 1 does" &&
+    contains mpi-pipe-print "$tmp/err" "pipe-print.tfg:15:7: note: a value shown here needs it"
+  pipe_program "$tmp/mpi/pipe-dp4" "parallel(data = 2, pipeline = 2)" "micro_batches = 2"
+  expect mpi-pipe-dp4 1 mpi_run -np 4 "$TFG" run --color=never --devices host "$tmp/mpi/pipe-dp4.tfg" &&
+    contains mpi-pipe-dp4 "$tmp/err" "parallel(data = 2, pipeline = 2) over 4 ranks of 1 GPU: a pipeline of 2 stages spans ranks"
+  expect mpi-pipe-predict 0 mpi_run -np 2 "$TFG" plan --predict --devices host "$tmp/mpi/pipe-1f1b-job.tfg" &&
+    contains mpi-pipe-predict "$tmp/out" "not predicted: the pipeline spans the job's 2 ranks"
+
   # every rank writes its own trace (rank 1's as .rank1.json); in rank
   # 0's, with small buckets posted while the backward pass still runs, the
   # leader's compute stream launches ops while its collective stream

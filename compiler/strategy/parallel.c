@@ -30,7 +30,13 @@
  * all (all-reduce, clipping, updates); a node of neither kind takes the
  * latest unit it reads. The nodes are renumbered in the order of their
  * units' start under the schedule (compiler/strategy/schedule.h), which
- * is the order the planner sweeps. */
+ * is the order the planner sweeps.
+ *
+ * Under mpirun, data * pipeline is the job's GPUs. A rank that holds
+ * whole pipelines takes its share of the replicas (the batch's rows and
+ * the all-reduce span the ranks, as mirrored's); a pipeline longer than a
+ * rank's GPUs (data = 1) is built here whole, as one process over the
+ * job's GPUs, and split by the compile driver (compiler/ranks.h). */
 #include <float.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -84,16 +90,35 @@ static tfg_status parallel_read(const tfg_strategy_config *s, tfg_strategy *out,
                    (int64_t)D * P, TFG_MAX_DEVICE_INDEX + 1);
     return TFG_ERR_NAME;
   }
-  if (s->gpus > 0 && D * P != s->gpus) { /* s->gpus is 0 before the devices are known (tfg check) */
+  int ranks = s->ranks > 1 ? s->ranks : 1, G = s->gpus; /* gpus is 0 before the devices are known (tfg check) */
+  if (G > 0 && ranks == 1 && D * P != G) {
     tfg_diag_error(d, &s->loc, "parallel(data = %d, pipeline = %d) needs %d GPU%s, but the run has %d", D, P, D * P,
-                   D * P == 1 ? "" : "s", s->gpus);
+                   D * P == 1 ? "" : "s", G);
     tfg_diag_help(d, "data * tensor * pipeline must equal the run's GPUs: give --devices %d of them, "
                      "like --devices host*%d", D * P, D * P);
     return TFG_ERR_DEVICE;
   }
+  if (G > 0 && ranks > 1 && (int64_t)D * P != (int64_t)G * ranks) {
+    tfg_diag_error(d, &s->loc, "parallel(data = %d, pipeline = %d) needs %d GPUs, but the job has %d: %d on each of "
+                   "its %d ranks", D, P, D * P, G * ranks, G, ranks);
+    tfg_diag_help(d, "data * tensor * pipeline must equal the job's GPUs, every rank's together");
+    return TFG_ERR_DEVICE;
+  }
+  /* Under mpirun, each rank holds whole pipelines (data parallelism
+   * across the ranks, as mirrored's), or the one pipeline spans them all,
+   * a stage per rank's GPU. */
+  bool whole = ranks == 1 || (P <= G && G % P == 0);
+  if (G > 0 && !whole && D > 1) {
+    tfg_diag_error(d, &s->loc, "parallel(data = %d, pipeline = %d) over %d ranks of %d GPU%s: a pipeline of %d stages "
+                   "spans ranks, and then it must be the only one (data = 1)", D, P, ranks, G, G == 1 ? "" : "s", P);
+    tfg_diag_help(d, "give each rank whole pipelines (a multiple of %d GPUs each), or use data = 1", P);
+    return TFG_ERR_DEVICE;
+  }
+  if (G > 0 && whole) D /= ranks; /* this rank's replicas */
   out->nreplicas = D;
   out->group = P;
   out->stages = P;
+  out->ranks = whole ? 1 : ranks;
   out->devices = malloc(sizeof *out->devices * (size_t)D * (size_t)P);
   TFG_ASSERT(out->devices != NULL);
   for (int k = 0; k < D * P; k++) out->devices[k] = (tfg_devspec){.kind = TFG_DEV_GPU, .index = k, .loc = s->loc};
@@ -343,7 +368,9 @@ static tfg_status cut_stages(tfg_replicate *c, pipeline *pp) {
   }
   free(counted);
   for (int s = 0; s < V; s++) {
-    const tfg_device *dev = c->job.ds ? tfg_devices_gpu(c->job.ds, s % pp->pp.devices) : NULL;
+    /* stage s's device, gpu:(s % P); across ranks, a rank's GPUs are alike */
+    int gpus = c->job.ds ? tfg_devices_gpus(c->job.ds) : 0;
+    const tfg_device *dev = gpus ? tfg_devices_gpu(c->job.ds, s % pp->pp.devices % gpus) : NULL;
     cap[s] = dev ? (double)dev->memory / pp->pp.chunks : DBL_MAX; /* a device holds `chunks` stages */
   }
   if (st == TFG_OK && !tfg_pipe_cut(N, V, w, send, mem, cap, pin, first)) {
@@ -557,12 +584,10 @@ static void order_by_schedule(tfg_replicate *c, pipeline *pp, tfg_train_step *ou
 
 static tfg_status parallel_rewrite(tfg_graph *g, const tfg_action *a, const tfg_program *p, const tfg_strategy *s,
                                    const tfg_job *job, const tfg_switches *sw, tfg_train_step *out, tfg_diag *d) {
-  if (job && job->size > 1) {
-    tfg_diag_error(d, &s->loc, "parallel(...) runs in one process in this version, not across the %d ranks of an "
-                               "mpirun job", job->size);
-    tfg_diag_help(d, "run it without mpirun on the devices of one process, or use mirrored(...) across the ranks");
-    return TFG_ERR_PLACE;
-  }
+  /* A pipeline across ranks is built whole, as one process over the job's
+   * GPUs, and split by the compile driver (compiler/ranks.h). */
+  tfg_job one = job ? *job : (tfg_job){.rank = 0, .size = 1};
+  if (s->ranks > 1) one.rank = 0, one.size = 1;
   const tfg_train_config *cfg = &a->config;
   int P = s->stages, v = cfg->schedule.chunks, M = cfg->micro_batches ? cfg->micro_batches : P;
   if (cfg->schedule.kind == TFG_SCHEDULE_INTERLEAVED && M % P != 0) {
@@ -574,7 +599,7 @@ static tfg_status parallel_rewrite(tfg_graph *g, const tfg_action *a, const tfg_
   }
   pipeline pp = {.pp = {.kind = cfg->schedule.kind, .devices = P, .chunks = v, .micro = M}, .V = P * v, .M = M};
   tfg_replicate c;
-  tfg_replicate_begin(&c, &parallel_hooks, g, a, p, s, job, sw, d, out);
+  tfg_replicate_begin(&c, &parallel_hooks, g, a, p, s, &one, sw, d, out);
   c.ctx = &pp;
   c.per = M;
   pp.stage = malloc(sizeof *pp.stage * ((size_t)c.top + 1));
@@ -598,6 +623,7 @@ static tfg_status parallel_rewrite(tfg_graph *g, const tfg_action *a, const tfg_
   if (st == TFG_OK) {
     order_by_schedule(&c, &pp, out);
     out->pipe = pp.pp;
+    out->ranks = s->ranks;
     out->explain = pp.explain;
     pp.explain = NULL;
   }

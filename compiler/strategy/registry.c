@@ -57,6 +57,7 @@ tfg_status tfg_strategy_of(const tfg_action *a, tfg_strategy *out, tfg_diag *d) 
   out->nreplicas = 1;
   out->group = 1;
   out->stages = 1;
+  out->ranks = 1;
   tfg_status st = out->i->read(s, out, d);
   if (st == TFG_OK) st = check_pipeline_settings(a, out, d);
   if (st != TFG_OK) {
@@ -69,7 +70,7 @@ tfg_status tfg_strategy_of(const tfg_action *a, tfg_strategy *out, tfg_diag *d) 
 void tfg_strategy_free(tfg_strategy *s) {
   free(s->devices);
   memset(s, 0, sizeof *s);
-  s->nreplicas = s->group = s->stages = 1;
+  s->nreplicas = s->group = s->stages = s->ranks = 1;
 }
 
 tfg_status tfg_strategy_train_step(tfg_graph *g, const tfg_action *a, const tfg_program *p, const tfg_job *job,
@@ -80,6 +81,7 @@ tfg_status tfg_strategy_train_step(tfg_graph *g, const tfg_action *a, const tfg_
   if (st != TFG_OK) return st;
   st = s.i->rewrite(g, a, p, &s, job, sw, out, d);
   if (st == TFG_OK) out->kind = s.i->run; /* what the runtime dispatches on */
+  if (st == TFG_OK && out->ranks < 1) out->ranks = 1;
   tfg_strategy_free(&s);
   return st;
 }

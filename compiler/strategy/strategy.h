@@ -98,6 +98,8 @@ typedef struct tfg_strategy {
   int nreplicas;        /* mirrored, parallel: replicas; parameter_server: workers; single: 1 */
   int group;            /* mirrored: devices per replica (1 unless a list of lists); parallel: pipeline */
   int stages;           /* parallel: the pipeline's devices per replica (P); else 1 */
+  int ranks;            /* parallel: the mpirun job's ranks its one pipeline spans (devices then the job's
+                         * GPUs, compiler/ranks.h); else 1 */
   tfg_devspec *devices; /* mirrored, parallel: [nreplicas * group]; parameter_server: the workers */
   tfg_devspec ps;       /* parameter_server: where params and updates live */
 } tfg_strategy;

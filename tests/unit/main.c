@@ -89,6 +89,7 @@ int main(void) {
   srunner_add_suite(sr, suite_codegen());
   srunner_add_suite(sr, suite_schedule());
   srunner_add_suite(sr, suite_pipe());
+  srunner_add_suite(sr, suite_ranks());
   srunner_add_suite(sr, suite_views());
   srunner_add_suite(sr, suite_mpi());
   srunner_add_suite(sr, suite_predict());

@@ -39,6 +39,7 @@ Suite *suite_layout(void);
 Suite *suite_codegen(void);
 Suite *suite_schedule(void);
 Suite *suite_pipe(void);
+Suite *suite_ranks(void);
 Suite *suite_views(void);
 Suite *suite_mpi(void);
 Suite *suite_predict(void);
