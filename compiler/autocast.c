@@ -27,6 +27,7 @@ static tfg_node_id add_like(cast_run *c, const tfg_node *src, const tfg_node_id 
   m->attrs = src->attrs;
   m->name = src->name;
   m->pin = src->pin;
+  m->call = src->call; /* in the fn call its source is in (recompute's regions) */
   tfg_status st = tfg_op_get(src->op)->infer(c->g, m, c->d);
   TFG_ASSERT(st == TFG_OK); /* the same op on the same shapes (the dtype aside) */
   return id;
@@ -34,7 +35,7 @@ static tfg_node_id add_like(cast_run *c, const tfg_node *src, const tfg_node_id 
 
 /* x cast to dtype dt, where and as `at` is (its location and pin). */
 static tfg_node_id cast_to(cast_run *c, tfg_node_id x, tfg_dtype dt, const tfg_node *at) {
-  tfg_node cast = {.op = TFG_OP_CAST, .ninputs = 1, .loc = at->loc, .pin = at->pin};
+  tfg_node cast = {.op = TFG_OP_CAST, .ninputs = 1, .loc = at->loc, .pin = at->pin, .call = at->call};
   cast.attrs.dtype = dt;
   return add_like(c, &cast, &x);
 }

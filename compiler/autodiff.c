@@ -41,6 +41,8 @@ typedef struct ad {
   tfg_node_id cur;
   tfg_node_id *origin;
   int32_t origin_from, origin_cap;
+  /* recompute: per forward node, its replay for this backward, or -1 */
+  tfg_node_id *replayed;
 } ad;
 
 static void at(ad *c, tfg_node_id id) {
@@ -336,7 +338,8 @@ static tfg_node_id rule(ad *c, tfg_node_id yid, int k, tfg_node_id dy) {
       int r = qs.rank;
       int64_t hd = qs.dim[r - 1], hdv = node(c, y.inputs[2])->shape.dim[r - 1];
       int wanted = 0; /* of q, k and v: one alone is cheaper by its own op (no products for the others) */
-      for (int m = 0; m < 3; m++) wanted += c->from[y.inputs[m]] && c->to[y.inputs[m]];
+      const tfg_node_id *fin = node(c, c->cur)->inputs; /* the forward's own (y may be its replay) */
+      for (int m = 0; m < 3; m++) wanted += c->from[fin[m]] && c->to[fin[m]];
       if (qs.dim[r - 2] != ks.dim[r - 2] || wanted < 2) { /* Tq != Tk, or one input: one op per input */
         a.axis = k;
         return add(c, TFG_OP_ATTENTION_GRAD, in, 4, &a);
@@ -460,6 +463,64 @@ static void cut_at(cuts *c, tfg_node_id id) {
   if (c->n < (int)(sizeof c->id / sizeof c->id[0])) c->id[c->n++] = id;
 }
 
+/* The value of forward node id that its backward reads: the node
+ * itself, or, for one recompute drops (tfg_node.recompute), its replay,
+ * made once per differentiation when the backward first needs it, so
+ * just before the backward of its call: the same op, attrs and device
+ * on the replays of its inputs from the same call, and on the forward's
+ * own values of the others (the call's inputs, params, constants). So
+ * the replay computes the same values, and the forward's own are read
+ * by the forward alone (compiler/recompute.h). */
+static tfg_node_id replay(ad *c, tfg_node_id id) {
+  if (!node(c, id)->recompute || node(c, id)->ninputs == 0) return id;
+  if (c->replayed[id] >= 0) return c->replayed[id];
+  /* post-order without recursion: a call may hold thousands of ops */
+  tfg_node_id *stack = malloc(sizeof *stack * 64);
+  int n = 0, cap = 64;
+  TFG_ASSERT(stack != NULL);
+  stack[n++] = id;
+  while (n > 0) {
+    tfg_node_id top = stack[n - 1];
+    const tfg_node *t = node(c, top);
+    bool ready = true;
+    for (int k = 0; k < t->ninputs; k++) {
+      tfg_node_id x = t->inputs[k];
+      const tfg_node *nx = node(c, x);
+      if (nx->recompute != t->recompute || nx->ninputs == 0 || c->replayed[x] >= 0) continue;
+      if (n == cap) {
+        cap *= 2;
+        stack = realloc(stack, sizeof *stack * (size_t)cap);
+        TFG_ASSERT(stack != NULL);
+      }
+      stack[n++] = x;
+      ready = false;
+    }
+    if (!ready) continue;
+    n--;
+    if (c->replayed[top] >= 0) continue; /* reached twice before its replay */
+    const tfg_node f = *t; /* a copy: adding moves the array */
+    tfg_node_id *in = malloc(sizeof *in * ((size_t)f.ninputs + 1));
+    TFG_ASSERT(in != NULL);
+    for (int k = 0; k < f.ninputs; k++) {
+      tfg_node_id x = f.inputs[k];
+      in[k] = node(c, x)->recompute == f.recompute && c->replayed[x] >= 0 ? c->replayed[x] : x;
+    }
+    tfg_node_id r = tfg_graph_add(c->g, f.op, in, f.ninputs, &f.loc);
+    free(in);
+    tfg_node *rn = tfg_graph_node(c->g, r);
+    rn->dtype = f.dtype;
+    rn->shape = f.shape;
+    rn->attrs = f.attrs;
+    rn->pin = f.pin;
+    rn->call = f.call;
+    rn->replay = true;
+    if (c->origin_from > 0) trace_origin(c, r);
+    c->replayed[top] = r;
+  }
+  free(stack);
+  return c->replayed[id];
+}
+
 /* tfg_autodiff, noting in *cut (when not NULL) each op on a path from a
  * wrt node to the loss that the gradient could not cross: an op with a
  * value no gradient is carried by (argmax's i32, a comparison's bool, a
@@ -489,6 +550,9 @@ static void differentiate(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt
   ad c = {.g = g, .opt = !(sw && sw->no_opt), .fused_attention = !(sw && sw->no_attention_grad),
           .att_fwd = -1, .att_dy = -1, .att_pack = -1, .from = from, .to = to, .cur = loss,
           .origin_from = origin ? g->nnodes : 0};
+  c.replayed = malloc(sizeof *c.replayed * (size_t)count);
+  TFG_ASSERT(c.replayed != NULL);
+  for (int32_t i = 0; i < count; i++) c.replayed[i] = -1;
   at(&c, loss);
   adj[loss] = scalar(&c, 1.0, g->nodes[loss].dtype);
   for (int32_t i = loss; i >= 0; i--) {
@@ -502,7 +566,7 @@ static void differentiate(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt
         continue;
       }
       at(&c, i);
-      tfg_node_id gk = rule(&c, i, k, adj[i]);
+      tfg_node_id gk = rule(&c, replay(&c, i), k, adj[i]);
       if (gk < 0) {
         cut_at(cut, i);
         continue;
@@ -512,6 +576,7 @@ static void differentiate(tfg_graph *g, tfg_node_id loss, const tfg_node_id *wrt
   }
   for (int i = 0; i < n; i++) grads[i] = wrt[i] < count ? adj[wrt[i]] : -1;
   if (origin) *origin = c.origin;
+  free(c.replayed);
   free(from);
   free(to);
   free(adj);

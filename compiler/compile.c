@@ -12,6 +12,7 @@
 #include "compiler/fold.h"
 #include "compiler/layout.h"
 #include "compiler/ranks.h"
+#include "compiler/recompute.h"
 #include "compiler/simplify.h"
 #include "compiler/strategy/strategy.h"
 
@@ -141,7 +142,9 @@ tfg_status tfg_compile_train_step(tfg_graph *g, const tfg_action *a, const tfg_p
   int32_t n0 = g->nnodes;
   tfg_action cast;
   tfg_node_id *cast_metrics = tfg_autocast(g, a, &cast, d);
+  tfg_recompute_mark(g, p, a); /* the casts autocast made in a call are the call's */
   tfg_status st = tfg_strategy_train_step(g, &cast, p, job, sw, out, d);
+  tfg_recompute_clear(g);
   if (st != TFG_OK) tfg_graph_truncate(g, n0); /* the strategy put back its own nodes; these are the cast's */
   free(cast_metrics);
   return st;

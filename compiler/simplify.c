@@ -51,6 +51,7 @@ static bool same_node(const tfg_node *a, const tfg_node *b) {
   if (a->op != b->op || a->dtype != b->dtype || !tfg_shape_eq(&a->shape, &b->shape) || a->ninputs != b->ninputs)
     return false;
   if (a->pin.kind != b->pin.kind || (a->pin.kind != TFG_DEV_NONE && a->pin.index != b->pin.index)) return false;
+  if (a->replay != b->replay) return false; /* recompute's replay is the point: never the forward's own */
   for (int k = 0; k < a->ninputs; k++)
     if (a->inputs[k] != b->inputs[k]) return false;
   return same_attrs(a, b);

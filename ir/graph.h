@@ -169,6 +169,16 @@ typedef struct tfg_node {
   const char *name; /* PARAM: dotted path (checkpoint key); INPUT: its name; else NULL */
   tfg_loc loc;      /* the source expression that built the node */
   tfg_devspec pin;  /* the device annotation in force when it was built */
+  /* The innermost call of a program fn that built it: the program's
+   * calls[call - 1] (ir/program.h); 0: built outside every call. Copies of
+   * a node keep it. */
+  int32_t call;
+  /* Activation recompute (compiler/recompute.h): nonzero while a train
+   * step is built for a node its backward replays rather than keeps (the
+   * recomputed call, as `call`); replay marks a node made by such a
+   * replay, which CSE never merges with the forward's own. */
+  int32_t recompute;
+  bool replay;
 } tfg_node;
 
 /* The bytes of node n's value (its shape times its dtype's size). */

@@ -185,6 +185,10 @@ typedef struct tfg_train_config {
   tfg_loc precision_at;        /* the setting; {0} without one */
   int accumulate;              /* micro-batches per optimizer step (0 or 1: one) */
   tfg_loc accumulate_at;       /* the setting `accumulate = ...`; {0} without one */
+  int nrecompute;              /* recompute = ["block"]: calls of these fns are replayed for the */
+  const char *const *recompute; /* backward, their activations not kept (compiler/recompute.h) */
+  bool recompute_auto;         /* recompute = "auto": the calls chosen so that the plan fits */
+  tfg_loc recompute_at;        /* the setting; {0} without one */
   int nno_decay;               /* no_decay = [...]: params whose names match one of these */
   const char *const *no_decay; /* fnmatch patterns ("*.b") get no weight decay */
   tfg_strategy_config strategy;
@@ -233,8 +237,19 @@ typedef struct tfg_feed {
   tfg_split split;
 } tfg_feed;
 
+/* A call of a program fn (not a builtin), in the order the calls began:
+ * the nodes it built carry its number (tfg_node.call: its index + 1), or
+ * a nested call's, whose parent it is. */
+typedef struct tfg_call {
+  const char *fn;   /* the fn's name as defined ("block") */
+  int32_t parent;   /* the call it was made in (as tfg_node.call), 0: none */
+  tfg_loc loc;      /* the call expression */
+} tfg_call;
+
 typedef struct tfg_program {
   tfg_graph *graph;
+  tfg_call *calls;     /* every call of a program fn, in the order they began */
+  int32_t ncalls;
   tfg_action *actions;
   int nactions;
   tfg_node_id *params; /* every PARAM node, in creation order */

@@ -689,8 +689,18 @@ static tfg_value call_fn(tfg_interp *I, tfg_env *env, const tfg_fn *fn, const tf
   const char *saved_dir = I->dir;
   I->dir = fn->dir;
   I->call_depth++;
+  /* The call's record: the nodes its body builds carry its number (a
+   * nested call's stamped first, on its return), which recompute reads. */
+  tfg_program *p = &I->prog;
+  TFG_GROW(p->calls, p->ncalls, I->cap_calls, 16);
+  p->calls[p->ncalls++] = (tfg_call){.fn = def->name, .parent = I->cur_call, .loc = call->loc};
+  int32_t me = p->ncalls, outer = I->cur_call, first = p->graph->nnodes;
+  I->cur_call = me;
   flow f = {0};
   tfg_status st = guarded_body(I, local, fn, &b, &f);
+  I->cur_call = outer;
+  for (int32_t i = first; i < p->graph->nnodes; i++)
+    if (p->graph->nodes[i].call == 0) p->graph->nodes[i].call = me;
   I->call_depth--;
   I->dir = saved_dir;
   if (st != TFG_OK) {

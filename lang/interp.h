@@ -138,7 +138,7 @@ tfg_status tfg_interp_eval_stmt(tfg_interp *in, const tfg_source *src, const tfg
  * statement of it failed, or it failed at run time), and after a bare
  * expression has been shown, so that neither leaves anything behind. */
 typedef struct tfg_interp_mark {
-  int32_t nodes, params, feeds, actions, loads, taken, binds, modules, datasets;
+  int32_t nodes, params, feeds, actions, loads, taken, binds, modules, datasets, calls;
 } tfg_interp_mark;
 
 tfg_interp_mark tfg_interp_mark_now(const tfg_interp *in);

@@ -121,6 +121,8 @@ struct tfg_interp {
   const char *dir; /* folder of the module running now: relative paths start here */
   tfg_env root;    /* builtins and dtype names, below every module's globals */
   int call_depth;
+  int32_t cur_call;  /* the program fn call in progress (tfg_node.call), 0: none */
+  int32_t cap_calls;
   /* The scope of the fn call at each depth, its buffers kept from call
    * to call: a build may make a million calls, and allocating a scope
    * for each is most of their cost. */

@@ -198,6 +198,7 @@ void tfg_interp_free(tfg_interp *I) {
   tfg_graph_free(I->prog.graph);
   free(I->prog.actions);
   free(I->prog.params);
+  free(I->prog.calls);
   free(I->prog.feeds);
   free(I->prog.loads);
   free(I->taken);
@@ -240,7 +241,7 @@ tfg_interp_mark tfg_interp_mark_now(const tfg_interp *I) {
   return (tfg_interp_mark){.nodes = I->prog.graph->nnodes, .params = I->prog.nparams, .feeds = I->prog.nfeeds,
                            .actions = I->prog.nactions, .loads = I->prog.nloads, .taken = I->ntaken,
                            .binds = I->main.env.n,
-                           .modules = I->nmodules, .datasets = I->ndatasets};
+                           .modules = I->nmodules, .datasets = I->ndatasets, .calls = I->prog.ncalls};
 }
 
 void tfg_interp_rollback(tfg_interp *I, const tfg_interp_mark *m) {
@@ -250,6 +251,7 @@ void tfg_interp_rollback(tfg_interp *I, const tfg_interp_mark *m) {
   I->prog.nactions = m->actions < I->prog.nactions ? m->actions : I->prog.nactions;
   I->prog.nfeeds = m->feeds < I->prog.nfeeds ? m->feeds : I->prog.nfeeds;
   I->prog.nloads = m->loads < I->prog.nloads ? m->loads : I->prog.nloads;
+  I->prog.ncalls = m->calls < I->prog.ncalls ? m->calls : I->prog.ncalls;
   tfg_interp_untake(I, m->taken);
   tfg_env_truncate(&I->main.env, m->binds);
   /* A module imported since the mark may hold values that point at the

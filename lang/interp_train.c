@@ -336,6 +336,44 @@ static void decode_no_decay(tfg_interp *I, const train_setting *ts, tfg_train_co
   c->no_decay = pats;
 }
 
+/* recompute = ["block", ...]: fns some call of which built the model
+ * (a name no call has is an error, with the nearest called name), or
+ * recompute = "auto". */
+static void decode_recompute(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v,
+                             const tfg_ast *k) {
+  (void)ts;
+  c->recompute_at = k->loc;
+  if (v.kind == TFG_V_STRING && v.u.str.len == 4 && memcmp(v.u.str.s, "auto", 4) == 0) {
+    tfg_diag_error(I->diag, &k->a->loc, "recompute = \"auto\" is not in this version");
+    tfg_diag_help(I->diag, "name the fns whose calls to recompute, like recompute = [\"block\"]");
+    tfg_interp_unwind(I, TFG_ERR_NAME);
+  }
+  bool ok = v.kind == TFG_V_LIST && v.u.list.n > 0;
+  for (int32_t i = 0; ok && i < v.u.list.n; i++) ok = v.u.list.items[i].kind == TFG_V_STRING;
+  if (!ok)
+    tfg_interp_fail(I, TFG_ERR_NAME, &k->a->loc, "recompute must be a list of fn names, like [\"block\"], or \"auto\"");
+  const char **names = tfg_arena_alloc(&I->arena, sizeof *names * (size_t)v.u.list.n);
+  for (int32_t i = 0; i < v.u.list.n; i++) {
+    const tfg_value *sv = &v.u.list.items[i];
+    names[i] = tfg_interp_strdup(I, sv->u.str.s, sv->u.str.len);
+    const char *best = NULL;
+    int bestd = 3;
+    bool called = false;
+    for (int32_t q = 0; q < I->prog.ncalls && !called; q++) {
+      called = strcmp(I->prog.calls[q].fn, names[i]) == 0;
+      int dist = tfg_interp_edit_distance(names[i], I->prog.calls[q].fn);
+      if (dist < bestd) bestd = dist, best = I->prog.calls[q].fn;
+    }
+    if (called) continue;
+    tfg_diag_error(I->diag, &k->a->loc, "recompute: no call of a fn named '%s' built the model", names[i]);
+    if (best) tfg_diag_help(I->diag, "did you mean '%s'?", best);
+    else tfg_diag_help(I->diag, "name a fn the model is built by calling, like the fn of a transformer block");
+    tfg_interp_unwind(I, TFG_ERR_NAME);
+  }
+  c->nrecompute = (int)v.u.list.n;
+  c->recompute = names;
+}
+
 /* clip_grad_norm = x: a positive finite number. NaN and inf are named
  * as such ("above 0" alone would not say what is wrong with inf). */
 static void decode_clip(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v, const tfg_ast *k) {
@@ -573,6 +611,7 @@ static const train_setting train_settings[] = {
     {"strategy", decode_strategy, 0},
     {"micro_batches", decode_micro_batches, 0},
     {"schedule", decode_schedule, 0},
+    {"recompute", decode_recompute, 0},
     {"log_every", decode_count, offsetof(tfg_train_config, log_every)},
     {"metrics", decode_metrics, 0},
     {"eval_every", decode_eval_every, offsetof(tfg_train_config, eval_every)},

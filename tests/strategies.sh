@@ -222,3 +222,40 @@ expect memory-split-place 0 "$TFG" place --devices host*2:16M "$tmp/split_two.tf
 expect memory-split-two 0 "$TFG" run --devices host*2:16M "$tmp/split_two.tfg"
 expect memory-split-one 0 "$TFG" run --devices host*1 "$tmp/split_one.tfg" &&
   same memory-split "$tmp/split_two" "$tmp/split_one"
+
+# activation recompute (compiler/recompute.h): recompute = ["block"] on the
+# 4-block GPT replays each block's forward for its backward. The replay
+# runs the same ops in the same order on the same inputs, so 5 AdamW steps
+# (bf16 autocast, clipping) give bit for bit the params without it
+# (tolerance 0), on one device, mirrored and as a pipeline; and the planned
+# activation peak (peak less persistent bytes, tfg plan --json) is cut by
+# at least half (only each block's input is kept, and one block's
+# activations at a time are replayed)
+rc_program() { # FILE SETTING...: examples/gpt.tfg writing a checkpoint, with the settings
+  rc_file=$1
+  shift
+  rc_more=$(printf '\\n  %s' "checkpoint = \"$rc_file.safetensors\"" "$@")
+  sed -e "s|\"data/constitution.npy\"|\"$ROOT/examples/data/constitution.npy\"|" \
+    -e "s|^  seed = 0\$|  seed = 0$rc_more|" "$ROOT/examples/gpt.tfg" >"$rc_file.tfg"
+}
+rc_set="--set layers=4 --set steps=5 --set warmup=2 --set decay=5 --set log_every=5"
+for rc_strategy in "" "strategy = mirrored()" "strategy = parallel(pipeline = 2)"; do
+  rc_tag=$(echo "${rc_strategy:-single}" | sed 's/strategy = //; s/(.*//')
+  rc_program "$tmp/rc-$rc_tag-kept" "$rc_strategy"
+  rc_program "$tmp/rc-$rc_tag-replayed" "$rc_strategy" 'recompute = ["block"]'
+  expect "recompute-$rc_tag-kept" 0 "$TFG" run --devices host*2 $rc_set "$tmp/rc-$rc_tag-kept.tfg"
+  expect "recompute-$rc_tag" 0 "$TFG" run --devices host*2 $rc_set "$tmp/rc-$rc_tag-replayed.tfg" &&
+    if python3 "$ROOT/tests/ckpt_compare.py" "$tmp/rc-$rc_tag-replayed.safetensors" "$tmp/rc-$rc_tag-kept.safetensors" 0 \
+      >"$tmp/cmp" 2>&1; then ok; else ko "strategies recompute-$rc_tag: $(cat "$tmp/cmp")"; fi
+done
+for rc_kind in kept replayed; do
+  "$TFG" plan --json --devices host $rc_set "$tmp/rc-single-$rc_kind.tfg" >"$tmp/rc-$rc_kind.json" 2>"$tmp/err" ||
+    ko "strategies recompute-plan-$rc_kind: $(cat "$tmp/err")"
+done
+if python3 - "$tmp/rc-kept.json" "$tmp/rc-replayed.json" >"$tmp/cmp" 2>&1 <<'PY'
+import json, sys
+act = [sum(d["peak_bytes"] - d["persistent_bytes"] for d in json.load(open(f))["devices"]) for f in sys.argv[1:]]
+print("activations %d bytes kept, %d replayed: %.0f%% less" % (act[0], act[1], 100 * (1 - act[1] / act[0])))
+sys.exit(0 if act[1] <= act[0] / 2 else 1)
+PY
+then ok; else ko "strategies recompute-peak: $(cat "$tmp/cmp")"; fi

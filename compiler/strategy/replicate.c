@@ -82,6 +82,8 @@ tfg_status tfg_replicate_add(tfg_replicate *c, const tfg_node *src, const tfg_no
   m->dtype = src->dtype; /* sources keep theirs: their shape rule has nothing to infer */
   m->shape = src->shape;
   m->pin = *pin;
+  m->call = src->call;           /* a clone is in its source's call, */
+  m->recompute = src->recompute; /* and recomputed as it is (compiler/recompute.h) */
   *out = id;
   return tfg_op_get(src->op)->infer(c->g, m, c->d);
 }
