@@ -1999,9 +1999,14 @@ static const family_fn families[TFG_OP_COUNT] = {
     [TFG_OP_FUSED] = fam_fused,
 };
 
-/* Ops with a CPU kernel that no backend ever launches, and why. */
+/* Ops with a CPU kernel that conformance does not run, and why: no
+ * backend launches a constant; send and recv move a value's bytes
+ * between the ranks of an mpirun job, on host devices only (the executor
+ * refuses them elsewhere), and tests/mpi.sh runs them. */
 static const char *never_launched(tfg_op_id op) {
-  return op == TFG_OP_CONST ? "the executor copies a constant's payload (copy_from_host)" : NULL;
+  if (op == TFG_OP_CONST) return "the executor copies a constant's payload (copy_from_host)";
+  if (op == TFG_OP_SEND || op == TFG_OP_RECV) return "bytes between ranks on host devices (tests/mpi.sh)";
+  return NULL;
 }
 
 static bool selected(const char *name) {
