@@ -18,3 +18,12 @@ tfg_trained() {
 bench_python() {
   if [ -x /usr/bin/python3 ]; then echo /usr/bin/python3; else echo python3; fi
 }
+
+# bench_torch PY: 1 when PY imports torch, else 0 after saying so on
+# stderr (the script then runs tfg's side only).
+bench_torch() {
+  if "$1" -c 'import torch' 2>/dev/null; then echo 1; else
+    echo "pytorch: not installed (apt-get install python3-torch); tfg's side only" >&2
+    echo 0
+  fi
+}

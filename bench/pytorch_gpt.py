@@ -89,6 +89,8 @@ def parse_args(argv):
                    help="autocast dtype of the forward pass (gpt.tfg's precision; default f32)")
     p.add_argument("--clip", type=float, default=1.0, help="clip_grad_norm_ max norm (gpt.tfg's clip; 0: none)")
     p.add_argument("--total-steps", type=int, default=200, help="the schedule's total steps (gpt.tfg's decay)")
+    p.add_argument("--checkpoint", action="store_true",
+                   help="torch.utils.checkpoint around each block (tfg's recompute = [\"block\"])")
     a = p.parse_args(argv)
     if a.threads < 1 or a.steps < 1 or a.warmup < 0:
         p.error("--threads and --steps must be >= 1, --warmup >= 0")
@@ -160,7 +162,11 @@ def build(torch, a, dev):
         def forward(self, x):
             h = F.embedding(x, self.wte) + self.wpe
             for b in self.blocks:
-                h = b(h)
+                if a.checkpoint:  # the block's activations replayed for its backward
+                    from torch.utils.checkpoint import checkpoint
+                    h = checkpoint(b, h, use_reentrant=False)
+                else:
+                    h = b(h)
             return torch.matmul(self.ln(h), self.wte.t())
 
     return GPT(a.d, a.layers, a.heads, a.T).to(dev)

@@ -32,13 +32,9 @@ THREADS=${1:-$(nproc)}
 ROUNDS=${2:-3}
 TFG=${TFG:-build/tfg}
 export OPENBLAS_NUM_THREADS="$THREADS"
-. bench/lib.sh # bench_python
+. bench/lib.sh # bench_python, bench_torch
 PY=$(bench_python)
-have_torch=1
-if ! $PY -c 'import torch' 2>/dev/null; then
-  have_torch=0
-  echo "pytorch: not installed (apt-get install python3-torch); tfg's side only" >&2
-fi
+have_torch=$(bench_torch "$PY")
 
 # trained_s STEPS SIZE-OPTIONS...: seconds of tfg's train loop for STEPS steps
 trained_s() {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/assert.h"
+#include "base/file.h"
 #include "compiler/autocast.h"
 #include "compiler/fold.h"
 #include "compiler/layout.h"
@@ -136,17 +137,152 @@ static void mark_fetched(const tfg_program *p, const tfg_train_step *packed, int
 /* ---- stage 2: a train action's step ---------------------------------------------- */
 
 /* Autocast first, as a pass of its own: the strategy trains whatever
- * action it is given, so no strategy needs to know about precision. */
-tfg_status tfg_compile_train_step(tfg_graph *g, const tfg_action *a, const tfg_program *p, const tfg_job *job,
-                                  const tfg_switches *sw, tfg_train_step *out, tfg_diag *d) {
+ * action it is given, so no strategy needs to know about precision.
+ * Then the calls `chosen` marks (per call; NULL: none) are marked for
+ * recompute (compiler/recompute.h) while the strategy builds the step. */
+static tfg_status build_step(tfg_graph *g, const tfg_action *a, const tfg_program *p, const tfg_job *job,
+                             const tfg_switches *sw, const uint8_t *chosen, tfg_train_step *out, tfg_diag *d) {
   int32_t n0 = g->nnodes;
   tfg_action cast;
   tfg_node_id *cast_metrics = tfg_autocast(g, a, &cast, d);
-  tfg_recompute_mark(g, p, a); /* the casts autocast made in a call are the call's */
+  tfg_recompute_mark(g, p, chosen); /* the casts autocast made in a call are the call's */
   tfg_status st = tfg_strategy_train_step(g, &cast, p, job, sw, out, d);
   tfg_recompute_clear(g);
   if (st != TFG_OK) tfg_graph_truncate(g, n0); /* the strategy put back its own nodes; these are the cast's */
   free(cast_metrics);
+  return st;
+}
+
+tfg_status tfg_compile_train_step(tfg_graph *g, const tfg_action *a, const tfg_program *p, const tfg_job *job,
+                                  const tfg_switches *sw, tfg_train_step *out, tfg_diag *d) {
+  uint8_t *named = tfg_recompute_named(p, a);
+  tfg_status st = build_step(g, a, p, job, sw, named, out, d);
+  free(named);
+  return st;
+}
+
+/* ---- stage 2: recompute = "auto" ------------------------------------------------- */
+
+/* How far step st's plan on ds passes the most full device's memory
+ * (<= 0: it fits): a trial placement (as the driver places) and plan
+ * (views, no passes), nothing reported; *dev gets that device. */
+static int64_t plan_over(const tfg_program *p, const tfg_devices *ds, const tfg_train_step *st, int *dev,
+                         int64_t *peak) {
+  const tfg_graph *g = p->graph;
+  /* ds's GPUs, or cpu:0 when there are none (as the placer weighs them) */
+  int lo = tfg_devices_gpus(ds) ? 1 : 0;
+  tfg_diag *quiet = tfg_diag_new();
+  tfg_placement *pl = NULL;
+  tfg_plan *plan = NULL;
+  int64_t over = INT64_MAX / 4; /* the params alone do not fit: the placer says so later */
+  *dev = lo;
+  *peak = 0;
+  /* as the passes will leave it: what no run reads removed (simplify's
+   * part that matters here: the program's own forward of a cloned loss),
+   * fused and with views */
+  uint8_t *keep = calloc((size_t)g->nnodes + 1, 1), *removed = calloc((size_t)g->nnodes + 1, 1);
+  TFG_ASSERT(keep && removed);
+  mark_fetched(p, st, 1, keep);
+  for (int32_t i = g->nnodes - 1; i >= 0; i--) {
+    if (!keep[i] && !removed[i]) continue; /* removed[] holds "needed" until the second loop */
+    removed[i] = 1;
+    for (int k = 0; k < g->nodes[i].ninputs; k++) removed[g->nodes[i].inputs[k]] = 1;
+  }
+  for (int32_t i = 0; i < g->nnodes; i++)
+    removed[i] = !removed[i] && g->nodes[i].ninputs > 0 ? TFG_FOLD_SIMPLIFIED : TFG_FOLD_KEPT;
+  tfg_plan_opts po = {.views = true, .fuse = true, .keep = keep, .folded = removed};
+  /* placed to fit; when it cannot be, as placed with the params alone counted (what it lacks) */
+  tfg_status placed = place_fit(g, ds, st, 1, removed, quiet, &pl);
+  if (placed != TFG_OK) placed = tfg_place(g, ds, st, 1, NULL, removed, quiet, &pl);
+  if (placed == TFG_OK && tfg_plan_build_with(g, pl, ds, &po, NULL, &plan) == TFG_OK) {
+    over = INT64_MIN;
+    for (int k = lo; k < plan->ndev; k++) {
+      int64_t o = plan->dev[k].peak - tfg_devices_at(ds, k)->memory;
+      if (o > over) over = o, *dev = k, *peak = plan->dev[k].peak;
+    }
+  }
+  tfg_plan_free(plan);
+  tfg_placement_free(pl);
+  tfg_diag_free(quiet);
+  free(keep);
+  free(removed);
+  return over;
+}
+
+/* recompute = "auto" (compiler/recompute.h): the step without recompute
+ * when its plan fits ds; else, the candidate calls in order (fewest FLOPs
+ * replayed per byte freed), at each round enough more to free what the
+ * plan lacks (at least one), the step rebuilt and planned again, until it
+ * fits or every candidate is chosen (the driver's plan then says what is
+ * missing). What it chose and why is appended to the step's explain. */
+static tfg_status step_auto(tfg_graph *g, const tfg_action *a, const tfg_program *p, const tfg_job *job,
+                            const tfg_switches *sw, tfg_train_step *out, tfg_diag *d) {
+  const tfg_devices *ds = job->ds;
+  int32_t n0 = g->nnodes;
+  tfg_devspec *pins = malloc(sizeof *pins * ((size_t)n0 + 1)); /* what a built step changes below n0 */
+  uint8_t *chosen = calloc((size_t)p->ncalls + 1, 1);
+  TFG_ASSERT(pins && chosen);
+  for (int32_t i = 0; i < n0; i++) pins[i] = g->nodes[i].pin;
+  tfg_recompute_candidate *cand = NULL;
+  int ncand = tfg_recompute_candidates(g, p, a, &cand), k = 0, dev = 0;
+  int64_t first_over = 0, first_peak = 0, peak = 0, over = 0;
+  double flops = 0;
+  tfg_status st;
+  for (int round = 0;; round++) {
+    st = build_step(g, a, p, job, sw, chosen, out, d);
+    if (st != TFG_OK || !ds) break;
+    over = plan_over(p, ds, out, &dev, &peak);
+    if (round == 0) first_over = over, first_peak = peak;
+    if (over <= 0 || k == ncand) break;
+    double freed = 0; /* what the plan lacks, freed by the next candidates (their activations, at most) */
+    do {
+      chosen[cand[k].call] = 1;
+      freed += cand[k].bytes;
+      flops += cand[k].flops;
+      k++;
+    } while (k < ncand && freed < (double)over);
+    tfg_train_step_free(out); /* build it again, with those */
+    tfg_graph_truncate(g, n0);
+    for (int32_t i = 0; i < n0; i++) g->nodes[i].pin = pins[i];
+  }
+  if (st == TFG_OK && ds) {
+    tfg_strbuf b = {0}, have = {0}, need = {0}, now = {0};
+    const char *name = tfg_devices_at(ds, dev)->name;
+    tfg_size_format(&have, tfg_devices_at(ds, dev)->memory);
+    tfg_size_format(&need, first_peak);
+    tfg_size_format(&now, peak);
+    if (k == 0) {
+      tfg_strbuf_printf(&b, "recompute = \"auto\" (train at line %u): nothing recomputed: the plan fits, its fullest "
+                        "device %s at %s of %s\n", a->loc.line, name, need.data, have.data);
+    } else {
+      tfg_strbuf_printf(&b, "recompute = \"auto\" (train at line %u): without it the plan needs %s on %s, which has %s; "
+                        "recomputing %d of %d calls (fewest FLOPs replayed per byte freed first) replays %.3g GFLOP a "
+                        "step and %s %s\n", a->loc.line, need.data, name, have.data, k, ncand, flops / 1e9,
+                        over <= 0 ? "brings its fullest device to" : "still needs", now.data);
+      for (int q = 0; q < k; q++) {
+        const tfg_call *c = &p->calls[cand[q].call];
+        tfg_strbuf_printf(&b, "  %s (%s:%u): %.3g MB of activations, %.3g GFLOP\n", c->fn,
+                          c->loc.src ? tfg_path_base(c->loc.src->name) : "?", c->loc.line, cand[q].bytes / 1e6,
+                          cand[q].flops / 1e9);
+      }
+    }
+    (void)first_over;
+    if (out->explain) {
+      tfg_strbuf all = {0};
+      tfg_strbuf_printf(&all, "%s%s", out->explain, b.data);
+      free(out->explain);
+      out->explain = tfg_strbuf_take(&all);
+      tfg_strbuf_free(&b);
+    } else {
+      out->explain = tfg_strbuf_take(&b);
+    }
+    tfg_strbuf_free(&have);
+    tfg_strbuf_free(&need);
+    tfg_strbuf_free(&now);
+  }
+  free(cand);
+  free(chosen);
+  free(pins);
   return st;
 }
 
@@ -214,7 +350,8 @@ tfg_status tfg_compile(tfg_program *p, const tfg_compile_opts *o, tfg_diag *d, t
     if (p->actions[i].kind != TFG_ACTION_TRAIN) continue;
     tfg_job one = o->job ? *o->job : (tfg_job){.rank = 0, .size = 1};
     one.ds = c->ds; /* a pipeline balances its stages on the devices' numbers */
-    st = tfg_compile_train_step(p->graph, &p->actions[i], p, &one, &o->sw, &c->steps[i], d);
+    st = p->actions[i].config.recompute_auto ? step_auto(p->graph, &p->actions[i], p, &one, &o->sw, &c->steps[i], d)
+                                             : tfg_compile_train_step(p->graph, &p->actions[i], p, &one, &o->sw, &c->steps[i], d);
     if (st != TFG_OK) return stage_failed(c, TFG_COMPILE_PASSES, st);
     c->packed[c->npacked++] = c->steps[i];
   }

@@ -344,9 +344,8 @@ static void decode_recompute(tfg_interp *I, const train_setting *ts, tfg_train_c
   (void)ts;
   c->recompute_at = k->loc;
   if (v.kind == TFG_V_STRING && v.u.str.len == 4 && memcmp(v.u.str.s, "auto", 4) == 0) {
-    tfg_diag_error(I->diag, &k->a->loc, "recompute = \"auto\" is not in this version");
-    tfg_diag_help(I->diag, "name the fns whose calls to recompute, like recompute = [\"block\"]");
-    tfg_interp_unwind(I, TFG_ERR_NAME);
+    c->recompute_auto = true;
+    return;
   }
   bool ok = v.kind == TFG_V_LIST && v.u.list.n > 0;
   for (int32_t i = 0; ok && i < v.u.list.n; i++) ok = v.u.list.items[i].kind == TFG_V_STRING;

@@ -259,3 +259,22 @@ print("activations %d bytes kept, %d replayed: %.0f%% less" % (act[0], act[1], 1
 sys.exit(0 if act[1] <= act[0] / 2 else 1)
 PY
 then ok; else ko "strategies recompute-peak: $(cat "$tmp/cmp")"; fi
+# recompute = "auto": the GPT (batch 32) mirrored over host*4:8M does not
+# fit (tfg plan refuses it, out of memory); "auto" recomputes the calls that
+# free most per FLOP replayed until the plan fits (place --explain names
+# them), and trains the params the unconstrained run does, bit for bit
+rc_set32="$rc_set --set batch=32"
+rc_program "$tmp/rc-auto-none" "strategy = mirrored()"
+rc_program "$tmp/rc-auto" "strategy = mirrored()" 'recompute = "auto"'
+expect recompute-auto-refused 1 "$TFG" plan --color=never --devices host*4:8M $rc_set32 "$tmp/rc-auto-none.tfg" &&
+  contains recompute-auto-refused "$tmp/err" "error: out of memory on gpu:0"
+expect recompute-auto-explain 0 "$TFG" place --explain --devices host*4:8M $rc_set32 "$tmp/rc-auto.tfg" &&
+  contains recompute-auto-explain "$tmp/out" "recomputing 3 of 5 calls" &&
+  contains recompute-auto-explain "$tmp/out" "  block (rc-auto.tfg:"
+expect recompute-auto-unlimited 0 "$TFG" run --devices host*4 $rc_set32 "$tmp/rc-auto-none.tfg"
+expect recompute-auto 0 "$TFG" run --devices host*4:8M $rc_set32 "$tmp/rc-auto.tfg" &&
+  if python3 "$ROOT/tests/ckpt_compare.py" "$tmp/rc-auto.safetensors" "$tmp/rc-auto-none.safetensors" 0 \
+    >"$tmp/cmp" 2>&1; then ok; else ko "strategies recompute-auto: $(cat "$tmp/cmp")"; fi
+# and "auto" recomputes nothing where the plan fits
+expect recompute-auto-fits 0 "$TFG" place --explain --devices host*4 $rc_set32 "$tmp/rc-auto.tfg" &&
+  contains recompute-auto-fits "$tmp/out" "nothing recomputed: the plan fits"
