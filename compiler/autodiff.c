@@ -68,6 +68,7 @@ static tfg_node_id add(ad *c, tfg_op_id op, const tfg_node_id *in, int nin, cons
   tfg_node *n = tfg_graph_node(c->g, id);
   if (attrs) n->attrs = *attrs;
   n->pin = c->pin;
+  n->backward = true;
   tfg_status s = tfg_op_get(op)->infer(c->g, n, c->diag);
   TFG_ASSERT(s == TFG_OK);
   if (c->origin_from > 0) trace_origin(c, id);

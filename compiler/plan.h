@@ -178,6 +178,23 @@ bool tfg_plan_validate(const tfg_plan *p, tfg_strbuf *why);
  * (its step 12)"). */
 bool tfg_plan_capturable(const tfg_plan *p, const uint8_t *captured, tfg_strbuf *why);
 
+/* What device d of p holds at its fullest step (the most bytes live at
+ * once; docs/plan.md, Memory), by kind: params and constants (persistent
+ * PARAM and CONST), optimizer state (STATE: moments, momentum, an
+ * accumulation's sums, a grad scaler), gradients (values made for the
+ * backward: tfg_node.backward, the all-reduces) and activations (every
+ * other value, recompute's replays included); gaps is the planned peak
+ * less those (free space between buffers then, and the peak's own step
+ * when it is another). A copy counts as the value it copies. */
+typedef struct tfg_plan_memory {
+  int step;
+  int64_t params, state, grads, activations, gaps;
+} tfg_plan_memory;
+void tfg_plan_memory_of(const tfg_plan *p, int d, tfg_plan_memory *out);
+/* The same as text: " (step S): params 1.0 MiB, gradients 1.0 MiB,
+ * optimizer state 2.0 MiB, activations 3.5 MiB, free gaps 0 B". */
+void tfg_plan_memory_text(const tfg_plan *p, int d, tfg_strbuf *out);
+
 /* `tfg plan`: per device its streams and steps in order (with the source
  * line of each op; an all-reduce with its bucket's tensors, size and
  * ranks; a chain as "fused relu(add(mul)) n12 (t.tfg:3), members n10

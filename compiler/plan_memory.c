@@ -567,3 +567,38 @@ void tfg_plan_order_copies(tfg_plan *p, int d) {
   free(rec_after);
   free(wait_before);
 }
+
+/* ---- what a device holds at its fullest ------------------------------------------- */
+
+void tfg_plan_memory_of(const tfg_plan *p, int d, tfg_plan_memory *out) {
+  const tfg_plan_device *pd = &p->dev[d];
+  const tfg_graph *g = p->g;
+  *out = (tfg_plan_memory){0};
+  /* the bytes live at each step: a difference array over the live ranges */
+  int64_t *delta = calloc((size_t)pd->nsteps + 2, sizeof *delta);
+  TFG_ASSERT(delta != NULL);
+  for (int i = 0; i < pd->nbuffers; i++) {
+    const tfg_plan_buffer *b = &pd->buffers[i];
+    if (!b->persistent && b->first >= 0 && b->last >= b->first && b->last < pd->nsteps) {
+      delta[b->first] += b->bytes;
+      delta[b->last + 1] -= b->bytes;
+    }
+  }
+  int64_t live = 0, most = -1;
+  for (int s = 0; s < pd->nsteps; s++) {
+    live += delta[s];
+    if (live > most) most = live, out->step = s;
+  }
+  free(delta);
+  for (int i = 0; i < pd->nbuffers; i++) {
+    const tfg_plan_buffer *b = &pd->buffers[i];
+    if (!b->persistent && !(b->first <= out->step && out->step <= b->last)) continue;
+    const tfg_node *n = b->node >= 0 && b->node < g->nnodes ? &g->nodes[b->node] : NULL;
+    if (!n) out->activations += b->bytes;
+    else if (b->persistent) *(n->op == TFG_OP_STATE ? &out->state : &out->params) += b->bytes;
+    else if (n->backward || tfg_op_get(n->op)->kind == TFG_OP_KIND_COLLECTIVE) out->grads += b->bytes;
+    else out->activations += b->bytes;
+  }
+  int64_t held = out->params + out->state + out->grads + out->activations;
+  out->gaps = pd->peak > held ? pd->peak - held : 0;
+}

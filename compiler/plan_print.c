@@ -137,6 +137,21 @@ static void print_graphs(const tfg_plan *p, tfg_strbuf *out) {
   free(gpu);
 }
 
+void tfg_plan_memory_text(const tfg_plan *p, int d, tfg_strbuf *out) {
+  tfg_plan_memory m;
+  tfg_plan_memory_of(p, d, &m);
+  const struct {
+    const char *what;
+    int64_t bytes;
+  } part[] = {{"params", m.params}, {"gradients", m.grads}, {"optimizer state", m.state},
+              {"activations", m.activations}, {"free gaps", m.gaps}};
+  tfg_strbuf_printf(out, " (step %d): ", m.step);
+  for (size_t k = 0; k < sizeof part / sizeof part[0]; k++) {
+    tfg_strbuf_printf(out, "%s%s ", k ? ", " : "", part[k].what);
+    tfg_size_format(out, part[k].bytes);
+  }
+}
+
 void tfg_plan_print(const tfg_plan *p, tfg_strbuf *out) {
   const tfg_graph *g = p->g;
   /* Who records and who waits on each event, for the text beside them:
@@ -232,6 +247,11 @@ void tfg_plan_print(const tfg_plan *p, tfg_strbuf *out) {
     tfg_strbuf_puts(out, ", peak ");
     tfg_size_format(out, pd->peak);
     tfg_strbuf_printf(out, " (%" PRId64 " bytes)\n", pd->peak);
+    if (pd->nsteps) {
+      tfg_strbuf_puts(out, "  at its fullest");
+      tfg_plan_memory_text(p, d, out);
+      tfg_strbuf_putc(out, '\n');
+    }
     if (pd->nsteps) tfg_strbuf_printf(out, "  %5s  %-*s  %-*s  %s\n", "step", sw, "stream", kw, "kind", "what");
     for (int s = 0; s < pd->nsteps; s++) {
       const tfg_plan_step *st = &pd->steps[s];
@@ -374,8 +394,12 @@ void tfg_plan_json(const tfg_plan *p, tfg_strbuf *out) {
     tfg_strbuf_puts(out, d ? ",\n{" : "\n{");
     tfg_strbuf_puts(out, "\"name\": ");
     json_dev(p, d, out);
-    tfg_strbuf_printf(out, ", \"persistent_bytes\": %" PRId64 ", \"peak_bytes\": %" PRId64 ",\n \"steps\": [",
-                      pd->persistent_bytes, pd->peak);
+    tfg_plan_memory m;
+    tfg_plan_memory_of(p, d, &m);
+    tfg_strbuf_printf(out, ", \"persistent_bytes\": %" PRId64 ", \"peak_bytes\": %" PRId64 ",\n \"memory\": {\"step\": %d, "
+                      "\"params\": %" PRId64 ", \"gradients\": %" PRId64 ", \"optimizer_state\": %" PRId64
+                      ", \"activations\": %" PRId64 ", \"gaps\": %" PRId64 "},\n \"steps\": [",
+                      pd->persistent_bytes, pd->peak, m.step, m.params, m.grads, m.state, m.activations, m.gaps);
     for (int s = 0; s < pd->nsteps; s++) {
       const tfg_plan_step *st = &pd->steps[s];
       bool known = st->kind >= TFG_PLAN_LAUNCH && st->kind <= TFG_PLAN_ALLREDUCE;

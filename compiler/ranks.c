@@ -127,6 +127,7 @@ tfg_status tfg_ranks_split(tfg_graph *g, tfg_train_step *st, const uint8_t *keep
         nr->pin = g->nodes[y].pin;
         nr->attrs.n = ox;
         nr->attrs.key = npairs;
+        nr->backward = nx.backward; /* a gradient received is a gradient (compiler/plan.h memory) */
         pairs[npairs] = (pair){x, s, r, y};
         pair_of[at] = npairs++;
       }

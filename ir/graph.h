@@ -179,6 +179,10 @@ typedef struct tfg_node {
    * replay, which CSE never merges with the forward's own. */
   int32_t recompute;
   bool replay;
+  /* Made for the backward (autodiff's gradients and the step's arithmetic
+   * on them, the all-reduces): what the memory plan counts as gradients
+   * (compiler/plan.h tfg_plan_memory_of); a replay is an activation. */
+  bool backward;
 } tfg_node;
 
 /* The bytes of node n's value (its shape times its dtype's size). */

@@ -28,6 +28,7 @@ struct tfg_session {
   tfg_placement *own_pl;
   tfg_plan *own_plan;
   tfg_exec *x;
+  const tfg_plan *plan; /* what x runs */
   void **fed;       /* per node id: --feed data for an input, or NULL */
   void **batch;     /* per node id: an input's host batch for the run */
   void **kept;      /* fetched values of the last run, per fetch */
@@ -162,6 +163,7 @@ tfg_session *tfg_session_new(const tfg_program *p, tfg_diag *d, const tfg_sessio
   tfg_exec_opts xo = {.threads = o->threads, .check_numerics = o->check_numerics, .use = o->use, .trace = o->trace,
                       .preallocate = o->preallocate, .tf32 = o->tf32, .sw = o->sw};
   if (tfg_exec_new(plan, &xo, d, &s->x) != TFG_OK) goto fail;
+  s->plan = plan;
   /* Params start from their initializers, optimizer state at zero (as
    * torch.optim's buffers do) unless it names a value (a grad scaler's
    * first scale); every copy a strategy made included. */
@@ -375,6 +377,14 @@ void tfg_session_memory_report(const tfg_session *s, FILE *out) {
     tfg_size_format(&a, planned);
     tfg_size_format(&b, measured);
     fprintf(out, "memory %s: planned peak %s, measured peak %s\n", name, a.data, b.data);
+    /* the plan's peak by kind, and what the pool took beyond it (the
+     * backend's own: workspaces, the pool's rounding) */
+    tfg_strbuf m = {0}, w = {0};
+    tfg_plan_memory_text(s->plan, d, &m);
+    tfg_size_format(&w, measured > planned ? measured - planned : 0);
+    fprintf(out, "  planned at its fullest%s; measured beyond the plan %s\n", m.data, w.data);
+    tfg_strbuf_free(&m);
+    tfg_strbuf_free(&w);
     tfg_strbuf_free(&a);
     tfg_strbuf_free(&b);
   }

@@ -278,3 +278,25 @@ expect recompute-auto 0 "$TFG" run --devices host*4:8M $rc_set32 "$tmp/rc-auto.t
 # and "auto" recomputes nothing where the plan fits
 expect recompute-auto-fits 0 "$TFG" place --explain --devices host*4 $rc_set32 "$tmp/rc-auto.tfg" &&
   contains recompute-auto-fits "$tmp/out" "nothing recomputed: the plan fits"
+# the plan's memory at a device's fullest step by kind (tfg plan --json
+# "memory"): for the GPT under AdamW, the optimizer state is its two
+# moments of every trained param, the bytes of the checkpoint's
+# "PARAM:m" and "PARAM:v" tensors exactly; params hold at least the
+# checkpoint's params (constants count with them); the kinds and the
+# gaps add up to the peak
+if python3 - "$tmp/rc-kept.json" "$tmp/rc-single-kept.safetensors" >"$tmp/cmp" 2>&1 <<'PY'
+import json, struct, sys
+plan = json.load(open(sys.argv[1]))
+with open(sys.argv[2], "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    head = json.loads(f.read(n))
+size = {k: v["data_offsets"][1] - v["data_offsets"][0] for k, v in head.items() if k != "__metadata__"}
+state = sum(b for k, b in size.items() if ":" in k)
+params = sum(b for k, b in size.items() if ":" not in k)
+dev = [d for d in plan["devices"] if d["name"] != "cpu:0" or len(plan["devices"]) == 1][0]
+m = dev["memory"]
+print("plan %s, checkpoint params %d, state %d" % (m, params, state))
+parts = m["params"] + m["gradients"] + m["optimizer_state"] + m["activations"] + m["gaps"]
+sys.exit(0 if m["optimizer_state"] == state and m["params"] >= params and parts == dev["peak_bytes"] else 1)
+PY
+then ok; else ko "strategies memory-kinds: $(cat "$tmp/cmp")"; fi

@@ -84,6 +84,7 @@ tfg_status tfg_replicate_add(tfg_replicate *c, const tfg_node *src, const tfg_no
   m->pin = *pin;
   m->call = src->call;           /* a clone is in its source's call, */
   m->recompute = src->recompute; /* and recomputed as it is (compiler/recompute.h) */
+  m->backward = src->backward;
   *out = id;
   return tfg_op_get(src->op)->infer(c->g, m, c->d);
 }
@@ -367,7 +368,7 @@ static void all_reduce(tfg_replicate *c, const tfg_train_step *out) {
       const tfg_node pn = c->g->nodes[out->params[i]];
       tfg_devspec pin = c->g->nodes[gi].pin;
       if (!in_group(s, r, &pin)) pin = tfg_replicate_pin(c, &s->devices[r * s->group]);
-      tfg_node ar = {.op = TFG_OP_ALLREDUCE, .ninputs = 1, .loc = pn.loc};
+      tfg_node ar = {.op = TFG_OP_ALLREDUCE, .ninputs = 1, .loc = pn.loc, .backward = true};
       ar.attrs.n = R;
       ar.attrs.key = key0 + i;
       tfg_status ok = tfg_replicate_add(c, &ar, &gi, &pin, &c->grads[r * n + i]);

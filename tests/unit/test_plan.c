@@ -242,12 +242,23 @@ START_TEST(chain_offsets) {
     ck_assert_int_eq(bf->first, want[i][2]);
     ck_assert_int_eq(bf->last, want[i][3]);
   }
+  /* at its fullest, step 1: w (40 B, a param), x and h (400 B each,
+   * activations) live together; the peak's other 328 B are the region's
+   * rounding of w up to 256 and the gap h's offset leaves */
+  tfg_plan_memory m;
+  tfg_plan_memory_of(b.plan, 1, &m);
+  ck_assert_int_eq(m.step, 1);
+  ck_assert_int_eq(m.params, 40);
+  ck_assert_int_eq(m.activations, 800);
+  ck_assert_int_eq(m.grads + m.state, 0);
+  ck_assert_int_eq(m.gaps, 1168 - 840);
   char *text = plan_text(b.plan);
   const char *golden = "plan: 2 devices, 0 copies, 0 events\n"
                        "\n"
                        "cpu:0: 2 streams (0 compute, 1 copy-in), 0 steps, 0 buffers, persistent 0 B, peak 0 B (0 bytes)\n"
                        "\n"
                        "gpu:0: 2 streams (0 compute, 1 copy-in), 3 steps, 4 buffers, persistent 256 B, peak 1.1 KiB (1168 bytes)\n"
+                       "  at its fullest (step 1): params 40 B, gradients 0 B, optimizer state 0 B, activations 800 B, free gaps 328 B\n"
                        "   step  stream   kind    what\n"
                        "      0  compute  launch  n1 init (t.tfg:2)\n"
                        "      1  compute  launch  n2 mul (t.tfg:3)\n"
