@@ -157,6 +157,13 @@ tfg_status tfg_compile_train_step(tfg_graph *g, const tfg_action *a, const tfg_p
                                   const tfg_switches *sw, tfg_train_step *out, tfg_diag *d) {
   uint8_t *named = tfg_recompute_named(p, a);
   tfg_status st = build_step(g, a, p, job, sw, named, out, d);
+  if (st == TFG_OK && a->config.nrecompute > 0) { /* what it saved, for place --explain */
+    tfg_strbuf b = {0};
+    if (out->explain) tfg_strbuf_puts(&b, out->explain);
+    tfg_recompute_explain(g, p, a, named, &b);
+    free(out->explain);
+    out->explain = tfg_strbuf_take(&b);
+  }
   free(named);
   return st;
 }

@@ -45,18 +45,14 @@ static int by_cost_per_byte(const void *x, const void *y) {
   return (a->call > b->call) - (a->call < b->call);
 }
 
-int tfg_recompute_candidates(const tfg_graph *g, const tfg_program *p, const tfg_action *a,
-                             tfg_recompute_candidate **out) {
+/* Per call: the bytes and FLOPs of the ops of a's loss it (or a call in
+ * it) built; calls[] (ncalls entries) with .call set. */
+static tfg_recompute_candidate *call_costs(const tfg_graph *g, const tfg_program *p, const tfg_action *a) {
   int32_t nc = p->ncalls;
-  int *depth = malloc(sizeof *depth * ((size_t)nc + 1));
   uint8_t *cone = calloc((size_t)a->loss + 1, 1);
   tfg_recompute_candidate *c = calloc((size_t)nc + 1, sizeof *c);
-  int *count = calloc((size_t)nc + 2, sizeof *count); /* calls per depth with loss ops */
-  TFG_ASSERT(depth && cone && c && count);
-  for (int32_t q = 0; q < nc; q++) {
-    depth[q] = p->calls[q].parent ? depth[p->calls[q].parent - 1] + 1 : 0;
-    c[q].call = q;
-  }
+  TFG_ASSERT(cone && c);
+  for (int32_t q = 0; q < nc; q++) c[q].call = q;
   cone[a->loss] = 1;
   for (int32_t i = a->loss; i >= 0; i--)
     for (int k = 0; cone[i] && k < g->nodes[i].ninputs; k++) cone[g->nodes[i].inputs[k]] = 1;
@@ -69,6 +65,41 @@ int tfg_recompute_candidates(const tfg_graph *g, const tfg_program *p, const tfg
       c[q - 1].flops += tfg_op_get(nd->op)->flops(g, nd);
     }
   }
+  free(cone);
+  return c;
+}
+
+void tfg_recompute_explain(const tfg_graph *g, const tfg_program *p, const tfg_action *a, const uint8_t *chosen,
+                           tfg_strbuf *out) {
+  tfg_recompute_candidate *c = call_costs(g, p, a);
+  int n = 0;
+  double bytes = 0, flops = 0;
+  tfg_strbuf fns = {0};
+  for (int32_t q = 0; q < p->ncalls; q++) {
+    bool outer = chosen[q];
+    for (int32_t up = p->calls[q].parent; up > 0 && outer; up = p->calls[up - 1].parent) outer = !chosen[up - 1];
+    if (!outer || c[q].bytes == 0) continue; /* counted with the call it is in, or built none of the loss */
+    n++;
+    bytes += c[q].bytes;
+    flops += c[q].flops;
+  }
+  for (int k = 0; k < a->config.nrecompute; k++)
+    tfg_strbuf_printf(&fns, "%s\"%s\"", k ? ", " : "", a->config.recompute[k]);
+  if (n > 0)
+    tfg_strbuf_printf(out, "recompute = [%s] (train at line %u): %d call%s replayed for the backward, %.3g GFLOP a "
+                      "step; the %.3g MB of activations made in them are not kept for it\n", fns.data, a->loc.line, n, n == 1 ? "" : "s", flops / 1e9, bytes / 1e6);
+  tfg_strbuf_free(&fns);
+  free(c);
+}
+
+int tfg_recompute_candidates(const tfg_graph *g, const tfg_program *p, const tfg_action *a,
+                             tfg_recompute_candidate **out) {
+  int32_t nc = p->ncalls;
+  int *depth = malloc(sizeof *depth * ((size_t)nc + 1));
+  tfg_recompute_candidate *c = call_costs(g, p, a);
+  int *count = calloc((size_t)nc + 2, sizeof *count); /* calls per depth with loss ops */
+  TFG_ASSERT(depth && count);
+  for (int32_t q = 0; q < nc; q++) depth[q] = p->calls[q].parent ? depth[p->calls[q].parent - 1] + 1 : 0;
   for (int32_t q = 0; q < nc; q++) count[depth[q]] += c[q].bytes > 0;
   int level = -1;
   for (int dl = 0; dl <= nc && level < 0; dl++) level = count[dl] >= 2 ? dl : -1;
@@ -77,7 +108,6 @@ int tfg_recompute_candidates(const tfg_graph *g, const tfg_program *p, const tfg
     if (depth[q] == level && c[q].bytes > 0) c[n++] = c[q];
   qsort(c, (size_t)n, sizeof *c, by_cost_per_byte);
   free(depth);
-  free(cone);
   free(count);
   *out = c;
   return n;

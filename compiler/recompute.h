@@ -24,6 +24,7 @@
 
 #include <stdint.h>
 
+#include "base/strbuf.h"
 #include "ir/program.h"
 
 /* Per call of p (calls[q], 1 when chosen; malloc'ed, ncalls + 1 entries):
@@ -53,5 +54,12 @@ typedef struct tfg_recompute_candidate {
  * bytes and FLOPs. *out malloc'ed; returns the count. */
 int tfg_recompute_candidates(const tfg_graph *g, const tfg_program *p, const tfg_action *a,
                              tfg_recompute_candidate **out);
+
+/* place --explain's line for the calls `chosen` marks (per call, as
+ * tfg_recompute_named gives) in a's step: how many calls of which fns
+ * are replayed, the bytes of activations in them the backward no longer
+ * keeps, the FLOPs a step replays. Appended to *out; nothing when none. */
+void tfg_recompute_explain(const tfg_graph *g, const tfg_program *p, const tfg_action *a, const uint8_t *chosen,
+                           tfg_strbuf *out);
 
 #endif

@@ -300,3 +300,6 @@ parts = m["params"] + m["gradients"] + m["optimizer_state"] + m["activations"] +
 sys.exit(0 if m["optimizer_state"] == state and m["params"] >= params and parts == dev["peak_bytes"] else 1)
 PY
 then ok; else ko "strategies memory-kinds: $(cat "$tmp/cmp")"; fi
+# place --explain says what the named recompute replays and drops
+expect recompute-explain 0 "$TFG" place --explain --devices host $rc_set "$tmp/rc-single-replayed.tfg" &&
+  contains recompute-explain "$tmp/out" 'recompute = ["block"] (train at line 78): 4 calls replayed for the backward, 0.484 GFLOP a step; the 32.5 MB of activations made in them are not kept for it'
