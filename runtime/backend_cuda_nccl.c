@@ -190,10 +190,29 @@ static const char *nccl_name(tfg_coll *c) {
   return "nccl";
 }
 
+/* What a call queues: ncclAllReduce, or ZeRO's pair (in place: rank r's
+ * piece r of each segment is its part, NCCL's recvbuff = sendbuff + r
+ * count and the other way round). */
+typedef enum nccl_kind { NCCL_ALLREDUCE, NCCL_REDUCE_SCATTER, NCCL_ALL_GATHER } nccl_kind;
+static const char *const kind_names[] = {"allreduce", "reduce_scatter", "all_gather"};
+
+/* Queues rank r's call of kind on segment p of count elements. */
+static ncclResult_t nccl_call(nccl_kind kind, void *p, size_t count, tfg_dtype dt, ncclDataType_t type, ncclRedOp_t op,
+                              int r, int R, ncclComm_t comm, cudaStream_t s) {
+  size_t per = count / (size_t)R, at = (size_t)r * per * tfg_dtype_size(dt);
+  switch (kind) {
+  case NCCL_ALLREDUCE: return ncclAllReduce(p, p, count, type, op, comm, s);
+  case NCCL_REDUCE_SCATTER: return ncclReduceScatter(p, (char *)p + at, per, type, op, comm, s);
+  case NCCL_ALL_GATHER: /* bytes, whatever the dtype */
+    return ncclAllGather((char *)p + at, p, per * tfg_dtype_size(dt), ncclUint8, comm, s);
+  }
+  return ncclInvalidArgument;
+}
+
 /* Queues the group on every rank (see the top); false with *m when an
  * NCCL or CUDA call failed. */
-static bool nccl_queue(nccl_coll *g, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt, double scale,
-                       tfg_strbuf *m) {
+static bool nccl_queue(nccl_coll *g, nccl_kind kind, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                       double scale, tfg_strbuf *m) {
   int R = g->nranks;
   bool f64 = dt == TFG_DTYPE_F64;
   ncclDataType_t type = f64 ? ncclFloat64 : ncclFloat32;
@@ -209,7 +228,7 @@ static bool nccl_queue(nccl_coll *g, void *const *bufs, const size_t *counts, in
       for (int k = 0; k < nseg && ok; k++)
         if (counts[k]) {
           void *p = bufs[(size_t)r * (size_t)nseg + (size_t)k];
-          ok = NCCL_OK(ncclAllReduce(p, p, counts[k], type, op, g->comms[r], g->s[r]->s), m);
+          ok = NCCL_OK(nccl_call(kind, p, counts[k], dt, type, op, r, R, g->comms[r], g->s[r]->s), m);
         }
     /* Always closed: a failed call inside the group makes ncclGroupEnd
      * fail too, and launch nothing. */
@@ -218,13 +237,17 @@ static bool nccl_queue(nccl_coll *g, void *const *bufs, const size_t *counts, in
   for (int r = 0; r < R && ok && post; r++) {
     cuda_backend *cb = cuda_of(g->b[r]);
     ok = CUDA_OK(cudaSetDevice(cb->gpu), m);
-    for (int k = 0; k < nseg && ok; k++)
-      ok = CUDA_OK(tfg_cuda_scale(bufs[(size_t)r * (size_t)nseg + (size_t)k], counts[k], f64, scale, g->s[r]->s), m);
+    for (int k = 0; k < nseg && ok; k++) { /* a reduce-scatter's own piece only */
+      size_t per = kind == NCCL_REDUCE_SCATTER ? counts[k] / (size_t)R : counts[k];
+      char *p = (char *)bufs[(size_t)r * (size_t)nseg + (size_t)k];
+      if (kind == NCCL_REDUCE_SCATTER) p += (size_t)r * per * tfg_dtype_size(dt);
+      ok = CUDA_OK(tfg_cuda_scale(p, per, f64, scale, g->s[r]->s), m);
+    }
   }
   if (ok) dog_note(g);
   for (int r = 0; r < R; r++) {
     if (ok)
-      tfg_backend_cuda_trace_end(cuda_of(g->b[r]), g->s[r], t0[r], "allreduce", "collective", NULL);
+      tfg_backend_cuda_trace_end(cuda_of(g->b[r]), g->s[r], t0[r], kind_names[kind], "collective", NULL);
     else
       tfg_backend_cuda_timing_event_put(cuda_of(g->b[r]), t0[r]);
   }
@@ -232,8 +255,8 @@ static bool nccl_queue(nccl_coll *g, void *const *bufs, const size_t *counts, in
   return ok;
 }
 
-static void nccl_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
-                                  double scale) {
+static void nccl_run(tfg_coll *c, nccl_kind kind, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                     double scale) {
   nccl_coll *g = c->ctx;
   TFG_ASSERT(nseg >= 0 && (nseg == 0 || (bufs && counts)));
   size_t n = 0;
@@ -248,20 +271,35 @@ static void nccl_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *
       began = r;
       tfg_strbuf_puts(&m, g->s[r]->err.data ? g->s[r]->err.data : tfg_status_str(st));
     }
-  if (st == TFG_OK && dt != TFG_DTYPE_F32 && dt != TFG_DTYPE_F64) {
+  if (st == TFG_OK && kind != NCCL_ALL_GATHER && dt != TFG_DTYPE_F32 && dt != TFG_DTYPE_F64) {
     st = TFG_ERR_DEVICE;
-    tfg_strbuf_printf(&m, "nccl all-reduce: cannot reduce %s elements (tfg's all-reduce takes f32 and f64)",
+    tfg_strbuf_printf(&m, "nccl %s: cannot reduce %s elements (tfg's reductions take f32 and f64)", kind_names[kind],
                       tfg_dtype_name(dt));
   }
-  if (st == TFG_OK && !nccl_queue(g, bufs, counts, nseg, dt, scale, &m)) st = TFG_ERR_DEVICE;
+  for (int k = 0; k < nseg && kind != NCCL_ALLREDUCE; k++) TFG_ASSERT(counts[k] % (size_t)g->nranks == 0);
+  if (st == TFG_OK && !nccl_queue(g, kind, bufs, counts, nseg, dt, scale, &m)) st = TFG_ERR_DEVICE;
   if (st != TFG_OK)
     for (int r = 0; r < g->nranks; r++) tfg_backend_cuda_stream_fail(g->s[r], st, began < 0, m.data);
   tfg_strbuf_free(&m);
 }
 
+static void nccl_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                                  double scale) {
+  nccl_run(c, NCCL_ALLREDUCE, bufs, counts, nseg, dt, scale);
+}
+
 static void nccl_allreduce(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
                            tfg_coll_op op) {
   nccl_allreduce_scaled(c, bufs, counts, nseg, dt, op == TFG_COLL_MEAN ? 1.0 / c->nranks : 1.0);
+}
+
+static void nccl_reduce_scatter(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                                double scale) {
+  nccl_run(c, NCCL_REDUCE_SCATTER, bufs, counts, nseg, dt, scale);
+}
+
+static void nccl_all_gather(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt) {
+  nccl_run(c, NCCL_ALL_GATHER, bufs, counts, nseg, dt, 1.0);
 }
 
 /* Finalizes the communicators in one group (finalizing is collective: one
@@ -293,8 +331,9 @@ static void nccl_free(tfg_coll *c) {
   free(c);
 }
 
-static const tfg_coll_i nccl_i = {
-    .name = nccl_name, .allreduce = nccl_allreduce, .allreduce_scaled = nccl_allreduce_scaled, .free = nccl_free};
+static const tfg_coll_i nccl_i = {.name = nccl_name, .allreduce = nccl_allreduce,
+                                   .allreduce_scaled = nccl_allreduce_scaled, .reduce_scatter = nccl_reduce_scatter,
+                                   .all_gather = nccl_all_gather, .free = nccl_free};
 
 bool tfg_backend_cuda_nccl_id(void *id, tfg_strbuf *why) {
   _Static_assert(sizeof(ncclUniqueId) == TFG_NCCL_ID_BYTES, "NCCL's unique id is 128 bytes");

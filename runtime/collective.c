@@ -170,6 +170,19 @@ static void copy_ranks(int nranks, tfg_backend *const *b, tfg_stream *const *s, 
   }
 }
 
+/* Queues on rank r's stream the waits before its step S (see the top):
+ * its predecessor's start or step S - 1 (the data it reads), and its
+ * successor's step S - 1 (which has read what this step overwrites). */
+static void ring_step_waits(ring *g, int r, int S) {
+  int R = g->nranks, pred = (r + R - 1) % R, succ = (r + 1) % R;
+  if (S == 0) {
+    tfg_backend_event_wait(g->b[r], g->s[r], g->start[pred]);
+    return;
+  }
+  tfg_backend_event_wait(g->b[r], g->s[r], g->step[pred * g->nsteps + S - 1]);
+  if (succ != pred) tfg_backend_event_wait(g->b[r], g->s[r], g->step[succ * g->nsteps + S - 1]);
+}
+
 /* See the top for the schedule and why it is queued step by step. The
  * last reduce-scatter step multiplies by last_scale. */
 static void ring_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
@@ -197,13 +210,7 @@ static void ring_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *
     for (int r = 0; r < R; r++) {
       tfg_backend *b = g->b[r];
       tfg_stream *s = g->s[r];
-      int pred = (r + R - 1) % R, succ = (r + 1) % R;
-      if (S == 0) {
-        tfg_backend_event_wait(b, s, g->start[pred]);
-      } else {
-        tfg_backend_event_wait(b, s, g->step[pred * g->nsteps + S - 1]);
-        if (succ != pred) tfg_backend_event_wait(b, s, g->step[succ * g->nsteps + S - 1]);
-      }
+      ring_step_waits(g, r, S);
       if (S < R - 1) /* reduce-scatter step s = S */
         queue_chunk(g, &L, r, ((r - S - 1) % R + R) % R, true, dt, S == R - 2 ? last_scale : 1.0);
       else /* all-gather step t = S - (R - 1) */
@@ -216,6 +223,99 @@ static void ring_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *
     tfg_backend_event_wait(g->b[r], g->s[r], g->step[succ * g->nsteps + g->nsteps - 1]);
   }
   free(off);
+}
+
+/* ---- the ring's reduce-scatter and all-gather (collective.h) ----
+ * One phase of the ring each, on pieces: piece p of a call is piece p of
+ * every segment (segment k's elements [p c_k / R, (p + 1) c_k / R)),
+ * rank p's at the end. Step S = 0..R-2 of rank r takes piece
+ * (r - S - 2) mod R (reduce-scatter: its predecessor's partial sum, which
+ * its step S - 1 made; rank r's last step finishes piece r) or
+ * (r - S - 1) mod R (all-gather: rank r - 1's own piece at step 0, then
+ * what the predecessor received at S - 1), ordered by the all-reduce's
+ * events (the first R - 1 step events). */
+
+/* Asserts that every segment of counts splits into R equal pieces. */
+static size_t pieces_total(const size_t *counts, int nseg, int R) {
+  size_t n = 0;
+  for (int k = 0; k < nseg; k++) {
+    TFG_ASSERT(counts[k] % (size_t)R == 0);
+    n += counts[k];
+  }
+  return n;
+}
+
+/* Queues on rank r's stream the step that takes piece p of every segment
+ * from rank `from`: added into its own (times scale) or copied. */
+static void queue_piece(tfg_backend *b, tfg_stream *s, tfg_backend *fb, void *const *bufs, const size_t *counts,
+                        int nseg, int R, int r, int from, int p, bool reduce, tfg_dtype dt, double scale) {
+  size_t es = tfg_dtype_size(dt);
+  for (int k = 0; k < nseg; k++) {
+    size_t per = counts[k] / (size_t)R;
+    if (per == 0) continue;
+    char *dst = (char *)bufs[(size_t)r * (size_t)nseg + (size_t)k] + (size_t)p * per * es;
+    const char *src = (const char *)bufs[(size_t)from * (size_t)nseg + (size_t)k] + (size_t)p * per * es;
+    if (reduce)
+      tfg_backend_reduce_peer(b, s, dst, fb, src, per, dt, scale);
+    else
+      tfg_backend_copy_peer(b, s, dst, fb, src, per * es);
+  }
+}
+
+static void ring_phase(ring *g, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt, bool reduce,
+                       double last_scale) {
+  int R = g->nranks;
+  TFG_ASSERT(nseg >= 0 && (nseg == 0 || (bufs && counts)));
+  if (R == 1) {
+    TFG_ASSERT(last_scale == 1.0);
+    return;
+  }
+  if (pieces_total(counts, nseg, R) == 0) return;
+  for (int r = 0; r < R; r++) tfg_backend_event_record(g->b[r], g->s[r], g->start[r]);
+  for (int S = 0; S < R - 1; S++)
+    for (int r = 0; r < R; r++) {
+      tfg_backend *b = g->b[r];
+      tfg_stream *s = g->s[r];
+      int pred = (r + R - 1) % R;
+      ring_step_waits(g, r, S);
+      int p = ((r - S - (reduce ? 2 : 1)) % R + R) % R;
+      queue_piece(b, s, g->b[pred], bufs, counts, nseg, R, r, pred, p, reduce, dt, S == R - 2 ? last_scale : 1.0);
+      tfg_backend_event_record(b, s, g->step[r * g->nsteps + S]);
+    }
+  for (int r = 0; r < R; r++) /* the successor's last read of this rank's buffers */
+    tfg_backend_event_wait(g->b[r], g->s[r], g->step[(r + 1) % R * g->nsteps + R - 2]);
+}
+
+static void ring_reduce_scatter(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                                double scale) {
+  ring_phase(ring_of(c), bufs, counts, nseg, dt, true, scale);
+}
+
+static void ring_all_gather(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt) {
+  ring_phase(ring_of(c), bufs, counts, nseg, dt, false, 1.0);
+}
+
+/* The shared collective's all-gather: ranks that address each other's
+ * memory copy every other rank's piece straight from it, each after the
+ * others' start, and wait for the others' copies at the end (as the
+ * shared all-reduce orders itself). Its reduce-scatter is its all-reduce,
+ * whose result holds every piece on every rank. */
+static void shared_all_gather(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt) {
+  ring *g = ring_of(c);
+  int R = g->nranks;
+  TFG_ASSERT(nseg >= 0 && (nseg == 0 || (bufs && counts)));
+  if (R == 1 || pieces_total(counts, nseg, R) == 0) return;
+  for (int r = 0; r < R; r++) tfg_backend_event_record(g->b[r], g->s[r], g->start[r]);
+  for (int r = 0; r < R; r++) {
+    for (int q = 0; q < R; q++)
+      if (q != r) tfg_backend_event_wait(g->b[r], g->s[r], g->start[q]);
+    for (int q = 0; q < R; q++)
+      if (q != r) queue_piece(g->b[r], g->s[r], g->b[q], bufs, counts, nseg, R, r, q, q, false, dt, 1.0);
+    tfg_backend_event_record(g->b[r], g->s[r], g->step[r]);
+  }
+  for (int r = 0; r < R; r++)
+    for (int q = 0; q < R; q++)
+      if (q != r) tfg_backend_event_wait(g->b[r], g->s[r], g->step[q]);
 }
 
 /* The ring's free, and the shared all-reduce's. Frees the events:
@@ -237,8 +337,9 @@ static void ring_free(tfg_coll *c) {
   free(c);
 }
 
-static const tfg_coll_i ring_i = {
-    .name = ring_name, .allreduce = allreduce_of_op, .allreduce_scaled = ring_allreduce_scaled, .free = ring_free};
+static const tfg_coll_i ring_i = {.name = ring_name, .allreduce = allreduce_of_op,
+                                   .allreduce_scaled = ring_allreduce_scaled, .reduce_scatter = ring_reduce_scatter,
+                                   .all_gather = ring_all_gather, .free = ring_free};
 
 /* A collective under the table i with the ring's state: nranks ranks
  * (b and s copied) whose calls take nsteps steps, and their events. */
@@ -312,6 +413,25 @@ static void hier_reduce_group(hier *h, int L, void *const *bufs, const size_t *c
   }
 }
 
+/* Whether h's groups are consecutive ranks, all of one size: then group
+ * g's pieces are consecutive, one piece of the leaders' collective. */
+static bool hier_blocked(const hier *h) {
+  int m = h->nranks / h->ngroups;
+  bool ok = h->ngroups * m == h->nranks;
+  for (int r = 0; r < h->nranks && ok; r++) ok = h->lead[r] == r - r % m;
+  return ok;
+}
+
+/* Leaders' buffers: segment k of leader g at [g * nseg + k] (malloc'ed). */
+static void **leader_bufs(const hier *h, void *const *bufs, int nseg) {
+  void **lbufs = malloc(((size_t)h->ngroups * (size_t)nseg + 1) * sizeof *lbufs);
+  TFG_ASSERT(lbufs != NULL);
+  for (int g = 0; g < h->ngroups; g++)
+    for (int k = 0; k < nseg; k++)
+      lbufs[(size_t)g * (size_t)nseg + (size_t)k] = bufs[(size_t)h->leaders[g] * (size_t)nseg + (size_t)k];
+  return lbufs;
+}
+
 static void hier_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
                                   double scale) {
   hier *h = c->ctx;
@@ -332,11 +452,7 @@ static void hier_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *
     if (h->has_members[h->leaders[g]]) hier_reduce_group(h, h->leaders[g], bufs, counts, nseg, dt, scale);
   /* 2. The leaders' all-reduce of the groups' sums, scaled once. */
   if (h->inter) {
-    void **lbufs = malloc(((size_t)h->ngroups * (size_t)nseg + 1) * sizeof *lbufs);
-    TFG_ASSERT(lbufs != NULL);
-    for (int g = 0; g < h->ngroups; g++)
-      for (int k = 0; k < nseg; k++)
-        lbufs[(size_t)g * (size_t)nseg + (size_t)k] = bufs[(size_t)h->leaders[g] * (size_t)nseg + (size_t)k];
+    void **lbufs = leader_bufs(h, bufs, nseg);
     h->inter->i.allreduce_scaled(h->inter, lbufs, counts, nseg, dt, scale);
     free(lbufs); /* the collectives resolve their pointers when they queue */
   }
@@ -368,6 +484,97 @@ static void hier_allreduce(tfg_coll *c, void *const *bufs, const size_t *counts,
   hier_allreduce_scaled(c, bufs, counts, nseg, dt, op == TFG_COLL_MEAN ? 1.0 / all : 1.0);
 }
 
+/* Queues on rank `to`'s stream the copy of global rank (me R + r)'s
+ * piece of every segment from rank `from`'s buffers into its own (pieces
+ * of R P a segment: hier_reduce_scatter, hier_all_gather). */
+static void hier_copy_piece(hier *h, void *const *bufs, const size_t *counts, int nseg, size_t es, int P, int me,
+                            int r, int to, int from) {
+  for (int k = 0; k < nseg; k++) {
+    size_t per = counts[k] / ((size_t)h->nranks * (size_t)P), at = ((size_t)me * (size_t)h->nranks + (size_t)r) * per * es;
+    if (per)
+      tfg_backend_copy_peer(h->b[to], h->s[to], (char *)bufs[(size_t)to * (size_t)nseg + (size_t)k] + at, h->b[from],
+                            (const char *)bufs[(size_t)from * (size_t)nseg + (size_t)k] + at, per * es);
+  }
+}
+
+/* The last phase of the hierarchical collectives: each leader's result
+ * is final (its "ready"), every member copies from it its own piece
+ * (piece) or everything, and the leader waits for those copies. */
+static void hier_copy_back(hier *h, void *const *bufs, const size_t *counts, int nseg, size_t es, int P, int me,
+                           bool piece) {
+  for (int g = 0; g < h->ngroups; g++) {
+    int L = h->leaders[g];
+    if (h->has_members[L]) tfg_backend_event_record(h->b[L], h->s[L], h->ready[L]);
+  }
+  for (int r = 0; r < h->nranks; r++) {
+    int L = h->lead[r];
+    if (L == r) continue;
+    tfg_backend_event_wait(h->b[r], h->s[r], h->ready[L]);
+    if (piece) hier_copy_piece(h, bufs, counts, nseg, es, P, me, r, r, L);
+    for (int k = 0; k < nseg && !piece; k++)
+      if (counts[k])
+        tfg_backend_copy_peer(h->b[r], h->s[r], bufs[(size_t)r * (size_t)nseg + (size_t)k], h->b[L],
+                              bufs[(size_t)L * (size_t)nseg + (size_t)k], counts[k] * es);
+    tfg_backend_event_record(h->b[r], h->s[r], h->copied[r]);
+  }
+  for (int r = 0; r < h->nranks; r++)
+    if (h->lead[r] != r) tfg_backend_event_wait(h->b[h->lead[r]], h->s[h->lead[r]], h->copied[r]);
+}
+
+/* The hierarchical reduce-scatter: with blocked groups, each leader sums
+ * its group (phase 1 of the all-reduce), the leaders reduce-scatter the
+ * sums (each leader's block: its group's pieces, scaled once), and each
+ * member copies its own piece from its leader; else the all-reduce,
+ * whose result holds every piece. */
+static void hier_reduce_scatter(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                                double scale) {
+  hier *h = c->ctx;
+  int R = h->nranks, P = c->processes > 1 ? c->processes : 1;
+  if (!hier_blocked(h) || !h->inter) { /* one group in one process: its sum is the leader's, every piece */
+    hier_allreduce_scaled(c, bufs, counts, nseg, dt, scale);
+    return;
+  }
+  TFG_ASSERT(nseg >= 0 && (nseg == 0 || (bufs && counts)));
+  if (pieces_total(counts, nseg, R * P) == 0) return;
+  size_t es = tfg_dtype_size(dt);
+  int me = c->processes > 1 ? c->process : 0;
+  for (int r = 0; r < R; r++)
+    if (h->lead[r] != r) tfg_backend_event_record(h->b[r], h->s[r], h->start[r]);
+  for (int g = 0; g < h->ngroups; g++)
+    if (h->has_members[h->leaders[g]]) hier_reduce_group(h, h->leaders[g], bufs, counts, nseg, dt, scale);
+  void **lbufs = leader_bufs(h, bufs, nseg);
+  h->inter->i.reduce_scatter(h->inter, lbufs, counts, nseg, dt, scale);
+  free(lbufs);
+  hier_copy_back(h, bufs, counts, nseg, es, P, me, true);
+}
+
+/* The hierarchical all-gather, blocked groups only: each leader takes its
+ * members' pieces (after their start), the leaders all-gather those
+ * blocks, and the members copy the whole result back, as the
+ * all-reduce's third phase does. */
+static void hier_all_gather(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt) {
+  hier *h = c->ctx;
+  int R = h->nranks, P = c->processes > 1 ? c->processes : 1;
+  TFG_ASSERT(nseg >= 0 && (nseg == 0 || (bufs && counts)));
+  TFG_ASSERT(hier_blocked(h)); /* what the pieces need (collective.h) */
+  if ((R == 1 && !h->inter) || pieces_total(counts, nseg, R * P) == 0) return;
+  size_t es = tfg_dtype_size(dt);
+  int me = c->processes > 1 ? c->process : 0; /* this process's place: its ranks' pieces follow earlier processes' */
+  for (int r = 0; r < R; r++)
+    if (h->lead[r] != r) tfg_backend_event_record(h->b[r], h->s[r], h->start[r]);
+  for (int r = 0; r < R; r++) {
+    if (h->lead[r] == r) continue;
+    tfg_backend_event_wait(h->b[h->lead[r]], h->s[h->lead[r]], h->start[r]);
+    hier_copy_piece(h, bufs, counts, nseg, es, P, me, r, h->lead[r], r);
+  }
+  if (h->inter) {
+    void **lbufs = leader_bufs(h, bufs, nseg);
+    h->inter->i.all_gather(h->inter, lbufs, counts, nseg, dt);
+    free(lbufs);
+  }
+  hier_copy_back(h, bufs, counts, nseg, es, P, me, false);
+}
+
 /* Frees the leaders' collective and the events (queued work keeps what it
  * still needs alive, as in ring_free), then the arrays. */
 static void hier_free(tfg_coll *c) {
@@ -385,8 +592,9 @@ static void hier_free(tfg_coll *c) {
   free(c);
 }
 
-static const tfg_coll_i hier_i = {
-    .name = hier_name, .allreduce = hier_allreduce, .allreduce_scaled = hier_allreduce_scaled, .free = hier_free};
+static const tfg_coll_i hier_i = {.name = hier_name, .allreduce = hier_allreduce,
+                                   .allreduce_scaled = hier_allreduce_scaled, .reduce_scatter = hier_reduce_scatter,
+                                   .all_gather = hier_all_gather, .free = hier_free};
 
 /* The hierarchical all-reduce; `outer`: its leaders' step spans
  * processes, so it runs even with one group. */
@@ -448,6 +656,7 @@ static tfg_coll *hier_new(int nranks, tfg_backend *const *b, tfg_stream *const *
   }
   snprintf(h->name, sizeof h->name, "hier+%s", h->inter ? h->inter->i.name(h->inter) : "none");
   c->processes = h->inter ? h->inter->processes : 1;
+  c->process = h->inter ? h->inter->process : 0;
   return c;
 }
 
@@ -536,8 +745,9 @@ static void shared_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t
   free(off);
 }
 
-static const tfg_coll_i shared_i = {
-    .name = shared_name, .allreduce = allreduce_of_op, .allreduce_scaled = shared_allreduce_scaled, .free = ring_free};
+static const tfg_coll_i shared_i = {.name = shared_name, .allreduce = allreduce_of_op,
+                                     .allreduce_scaled = shared_allreduce_scaled, .reduce_scatter = shared_allreduce_scaled,
+                                     .all_gather = shared_all_gather, .free = ring_free};
 
 tfg_coll *tfg_coll_shared_new(int nranks, tfg_backend *const *b, tfg_stream *const *s, tfg_strbuf *why) {
   TFG_ASSERT(nranks >= 1 && b && s);

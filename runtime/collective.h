@@ -66,6 +66,23 @@ typedef struct tfg_coll_i {
    * queued, so scale must be 1 there. */
   void (*allreduce_scaled)(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
                            double scale);
+  /* ZeRO's pair, in place, on the same buffers: every segment k (counts[k]
+   * elements, a multiple of the ranks it spans: nranks, times processes
+   * when it spans them) is cut into as many equal pieces, piece p held by
+   * rank p (rank-major over the processes: process P's rank r is rank
+   * P * nranks + r).
+   * reduce_scatter: afterwards rank p's piece p of every segment holds
+   * the sum over every rank of that piece times scale (1: the sum; 1 /
+   * the ranks of every process: the mean), f32 or f64; the other pieces
+   * are unspecified (an implementation may leave there what an
+   * all-reduce would). all_gather: rank p's piece p is its part;
+   * afterwards every rank's segments hold every rank's pieces, bit for bit
+   * (any dtype: bytes are copied). A hierarchical collective gathers only
+   * when its groups are consecutive ranks, all of one size (the ranks of
+   * each GPU in device order, as tfg_coll_choose groups them): asserted. */
+  void (*reduce_scatter)(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                         double scale);
+  void (*all_gather)(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt);
   void (*free)(tfg_coll *c);
 } tfg_coll_i;
 
@@ -73,6 +90,7 @@ struct tfg_coll {
   tfg_coll_i i;
   int nranks;
   int processes; /* the processes it spans, each with nranks ranks (0 or 1: this one) */
+  int process;   /* this process's place among them (0 for one) */
   /* Declared by the collective: what it queues may be captured into a
    * replayed run (runtime/exec.h's CUDA Graphs), which the executor asks
    * of every bucket's collective. Only the built-in ring declares it:

@@ -339,8 +339,11 @@ typedef struct mpi_coll {
 
 /* One call's work, queued on the stream as a kernel's input (self.data is
  * the job); the progress thread frees it. */
+typedef enum mpi_kind { MPI_JOB_ALLREDUCE, MPI_JOB_REDUCE_SCATTER, MPI_JOB_ALL_GATHER } mpi_kind;
+
 typedef struct mpi_job {
   MPI_Comm comm;
+  mpi_kind kind;
   int nseg;
   tfg_dtype dt;
   double scale;
@@ -378,15 +381,23 @@ static void job_finish(mpi_job *j) {
   tfg_strbuf why = {0};
   int rc = MPI_Waitall(j->nreqs, j->reqs, MPI_STATUSES_IGNORE);
   if (rc != MPI_SUCCESS) {
-    tfg_strbuf_puts(&why, "allreduce across the job's processes: ");
-    mpi_error(&why, "MPI_Iallreduce", rc);
+    tfg_strbuf_puts(&why, "a collective across the job's processes: ");
+    mpi_error(&why, "MPI_Waitall", rc);
     st = TFG_ERR_DEVICE;
   }
-  for (int k = 0; k < j->nseg && st == TFG_OK && j->scale != 1.0; k++) {
+  size_t es = tfg_dtype_size(j->dt);
+  for (int k = 0; k < j->nseg && st == TFG_OK && j->kind != MPI_JOB_ALL_GATHER; k++) {
+    /* in place, MPI puts this process's reduced piece first: to its place */
+    size_t lo = 0, n = j->counts[k], per = j->counts[k] / (size_t)job.size;
+    if (j->kind == MPI_JOB_REDUCE_SCATTER) {
+      lo = (size_t)job.rank * per, n = per;
+      memmove((char *)j->bufs[k] + lo * es, j->bufs[k], per * es);
+    }
+    if (j->scale == 1.0) continue;
     if (j->dt == TFG_DTYPE_F64)
-      for (size_t i = 0; i < j->counts[k]; i++) ((double *)j->bufs[k])[i] *= j->scale;
+      for (size_t i = lo; i < lo + n; i++) ((double *)j->bufs[k])[i] *= j->scale;
     else
-      for (size_t i = 0; i < j->counts[k]; i++) ((float *)j->bufs[k])[i] *= (float)j->scale;
+      for (size_t i = lo; i < lo + n; i++) ((float *)j->bufs[k])[i] *= (float)j->scale;
   }
   tfg_event_complete(j->done, j->gen, st, why.data);
   tfg_strbuf_free(&why);
@@ -435,7 +446,22 @@ static void progress_stop(void) {
   progress.running = false;
 }
 
-/* Runs on the leader's stream: posts each segment's sum over the
+/* Posts job j's call on n elements at p (a segment, or a piece of one
+ * for an all-reduce) in place; MPI's return code. */
+static int mpi_post(mpi_job *j, void *p, size_t n, MPI_Datatype type) {
+  MPI_Request *r = &j->reqs[j->nreqs];
+  size_t per = n / (size_t)job.size; /* a segment's piece, for the other two */
+  switch (j->kind) {
+  case MPI_JOB_ALLREDUCE: return MPI_Iallreduce(MPI_IN_PLACE, p, (int)n, type, MPI_SUM, j->comm, r);
+  case MPI_JOB_REDUCE_SCATTER: return MPI_Ireduce_scatter_block(MPI_IN_PLACE, p, (int)per, type, MPI_SUM, j->comm, r);
+  case MPI_JOB_ALL_GATHER:
+    return MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p, (int)(per * tfg_dtype_size(j->dt)), MPI_BYTE, j->comm,
+                          r);
+  }
+  return MPI_ERR_OTHER;
+}
+
+/* Runs on the leader's stream: posts each segment's collective over the
  * processes in place (MPI counts are ints: a segment past 2^31 elements
  * in pieces) and hands the job to the progress thread. */
 static tfg_status mpi_post_kernel(tfg_kernel_ctx *ctx, const tfg_node *node, const tfg_tensor *in, tfg_tensor *out) {
@@ -447,15 +473,19 @@ static tfg_status mpi_post_kernel(tfg_kernel_ctx *ctx, const tfg_node *node, con
   for (int k = 0; k < j->nseg; k++) cap += (int)(j->counts[k] / (size_t)INT32_MAX) + 1;
   j->reqs = malloc(sizeof *j->reqs * (size_t)(cap + 1));
   TFG_ASSERT(j->reqs != NULL);
+  static const char *const calls[] = {"MPI_Iallreduce", "MPI_Ireduce_scatter_block", "MPI_Iallgather"};
+  size_t es = tfg_dtype_size(j->dt);
   for (int k = 0; k < j->nseg; k++) {
-    for (size_t done = 0; done < j->counts[k];) {
-      size_t n = j->counts[k] - done < (size_t)INT32_MAX ? j->counts[k] - done : (size_t)INT32_MAX;
-      char *p = (char *)j->bufs[k] + done * tfg_dtype_size(j->dt);
-      int rc = MPI_Iallreduce(MPI_IN_PLACE, p, (int)n, type, MPI_SUM, j->comm, &j->reqs[j->nreqs]);
+    /* an all-reduce in pieces of at most 2^31 - 1 elements; the others one
+     * call a segment (an int counts a piece's bytes: checked when queued) */
+    size_t step = j->kind == MPI_JOB_ALLREDUCE ? (size_t)INT32_MAX : j->counts[k];
+    for (size_t done = 0; done < j->counts[k]; done += step) {
+      size_t n = j->counts[k] - done < step ? j->counts[k] - done : step;
+      int rc = mpi_post(j, (char *)j->bufs[k] + done * es, n, type);
       if (rc != MPI_SUCCESS) {
         tfg_strbuf why = {0};
-        mpi_error(&why, "MPI_Iallreduce", rc);
-        tfg_status st = tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "allreduce across the job's processes: %s", why.data);
+        mpi_error(&why, calls[j->kind], rc);
+        tfg_status st = tfg_kernel_fail(ctx, TFG_ERR_DEVICE, "a collective across the job's processes: %s", why.data);
         /* the requests posted so far still run; their sums are not used */
         MPI_Waitall(j->nreqs, j->reqs, MPI_STATUSES_IGNORE);
         tfg_event_complete(j->done, j->gen, st, why.data);
@@ -464,7 +494,6 @@ static tfg_status mpi_post_kernel(tfg_kernel_ctx *ctx, const tfg_node *node, con
         return st;
       }
       j->nreqs++;
-      done += n;
     }
   }
   progress_push(j);
@@ -476,12 +505,16 @@ static const char *mpi_name(tfg_coll *c) {
   return "mpi";
 }
 
-static void mpi_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
-                                 double scale) {
+/* Queues a job of kind on the leader's stream, then the wait for it. */
+static void mpi_queue(tfg_coll *c, mpi_kind kind, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                      double scale) {
   mpi_coll *m = c->ctx;
-  TFG_ASSERT(dt == TFG_DTYPE_F32 || dt == TFG_DTYPE_F64);
+  TFG_ASSERT(kind == MPI_JOB_ALL_GATHER || dt == TFG_DTYPE_F32 || dt == TFG_DTYPE_F64);
+  for (int k = 0; kind != MPI_JOB_ALLREDUCE && k < nseg; k++) /* one message a piece: an int counts it */
+    TFG_ASSERT(counts[k] % (size_t)job.size == 0 && counts[k] / (size_t)job.size * tfg_dtype_size(dt) <= INT32_MAX);
   mpi_job *j = calloc(1, sizeof *j);
   TFG_ASSERT(j != NULL);
+  j->kind = kind;
   j->comm = m->comm;
   j->nseg = nseg;
   j->dt = dt;
@@ -500,9 +533,23 @@ static void mpi_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *c
   tfg_backend_event_wait(m->b, m->s, m->done);
 }
 
+static void mpi_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                                 double scale) {
+  mpi_queue(c, MPI_JOB_ALLREDUCE, bufs, counts, nseg, dt, scale);
+}
+
 static void mpi_allreduce(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
                           tfg_coll_op op) {
   mpi_allreduce_scaled(c, bufs, counts, nseg, dt, op == TFG_COLL_MEAN ? 1.0 / job.size : 1.0);
+}
+
+static void mpi_reduce_scatter(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                               double scale) {
+  mpi_queue(c, MPI_JOB_REDUCE_SCATTER, bufs, counts, nseg, dt, scale);
+}
+
+static void mpi_all_gather(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt) {
+  mpi_queue(c, MPI_JOB_ALL_GATHER, bufs, counts, nseg, dt, 1.0);
 }
 
 static void mpi_free(tfg_coll *c) {
@@ -517,8 +564,8 @@ static void mpi_free(tfg_coll *c) {
   free(c);
 }
 
-static const tfg_coll_i mpi_i = {
-    .name = mpi_name, .allreduce = mpi_allreduce, .allreduce_scaled = mpi_allreduce_scaled, .free = mpi_free};
+static const tfg_coll_i mpi_i = {.name = mpi_name, .allreduce = mpi_allreduce, .allreduce_scaled = mpi_allreduce_scaled,
+                                  .reduce_scatter = mpi_reduce_scatter, .all_gather = mpi_all_gather, .free = mpi_free};
 
 /* The leaders' step: one rank (this process's leader) among the job's
  * processes. */
@@ -543,6 +590,7 @@ static tfg_coll *mpi_coll_new(int nranks, tfg_backend *const *b, tfg_stream *con
   m->done = tfg_event_new();
   tfg_coll *c = tfg_coll_new(&mpi_i, 1, m);
   c->processes = job.size;
+  c->process = job.rank;
   return c;
 }
 

@@ -16,11 +16,12 @@ if mpi_ready "$suite"; then
   # the job's collectives one by one (tests/unit/test_mpi.c): the
   # broadcast that carries NCCL's unique id for CUDA devices across
   # processes (the NCCL side needs a GPU per rank: not run here), the
-  # schedule check, the mean of logged values
+  # schedule check, the mean of logged values, the all-reduce's overlap,
+  # the reduce-scatter and all-gather across processes
   unit_bin="$ROOT/$BUILD/unit"
   [ -x "$unit_bin" ] || unit_bin="$BUILD/unit"
   expect mpi-unit 0 mpi_run -x CK_FORK=no -x CK_RUN_SUITE=mpi -np 2 "$unit_bin" &&
-    if [ "$(grep -c '100%: Checks: 3, Failures: 0, Errors: 0' "$tmp/out")" = 2 ]; then ok
+    if [ "$(grep -c '100%: Checks: 4, Failures: 0, Errors: 0' "$tmp/out")" = 2 ]; then ok
     else ko "$suite mpi-unit: $(grep -E 'Checks|:F:|:E:' "$tmp/out" | head -4)"; fi
 
   # ranks that would not build the same collectives are refused before

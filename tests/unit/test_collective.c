@@ -575,6 +575,121 @@ START_TEST(shared_too_many_ranks) {
 }
 END_TEST
 
+/* ---- ZeRO's pair: reduce-scatter and all-gather in pieces ---------------------------- */
+
+/* One reduce-scatter then one all-gather on R host ranks (the
+ * collective ctor makes; hier: grouped by group[]) over nseg segments
+ * (counts, multiples of R), dtype dt, checked exactly: after the
+ * reduce-scatter, rank p's piece p of every segment is the sum over the
+ * ranks of integer inputs (ival: exact in any float type; a MEAN's
+ * division by R = 3 rounds once: 2 eps); after the all-gather of pieces
+ * each rank wrote (its rank's ival, the rest of its buffer -999), every
+ * rank holds every rank's piece bit for bit. */
+static void check_pieces(tfg_coll *coll, ranks *k, const size_t *counts, int nseg, tfg_dtype dt, tfg_coll_op op,
+                         const char *what) {
+  int R = k->R;
+  size_t es = tfg_dtype_size(dt), n = 0;
+  for (int j = 0; j < nseg; j++) n += counts[j];
+  void *dev[4 * 4];
+  char *in = malloc((size_t)R * (n + 1) * es), *out = malloc((size_t)R * (n + 1) * es);
+  ck_assert(in && out && nseg <= 4);
+  for (int r = 0; r < R; r++)
+    for (int j = 0; j < nseg; j++) dev[r * nseg + j] = tfg_backend_alloc(k->b[r], counts[j] ? counts[j] * es : 1);
+  for (int phase = 0; phase < 2; phase++) {
+    /* the inputs: every element for the reduce-scatter, a rank's own pieces for the all-gather */
+    for (int r = 0; r < R; r++)
+      for (int j = 0, o = 0; j < nseg; o += (int)counts[j], j++)
+        for (size_t e = 0; e < counts[j]; e++) {
+          bool own = e / (counts[j] / (size_t)R) == (size_t)r;
+          double v = phase == 0 || own ? ival(r, (size_t)o + e, phase) : -999;
+          char *at = in + ((size_t)r * n + (size_t)o + e) * es;
+          if (dt == TFG_DTYPE_F32) *(float *)at = (float)v;
+          else if (dt == TFG_DTYPE_F64) *(double *)at = v;
+          else *(int32_t *)at = (int32_t)v;
+        }
+    for (int r = 0; r < R; r++)
+      for (int j = 0, o = 0; j < nseg; o += (int)counts[j], j++)
+        tfg_backend_copy_from_host(k->b[r], k->s[r], dev[r * nseg + j], in + ((size_t)r * n + (size_t)o) * es,
+                                   counts[j] * es);
+    if (phase == 0) coll->i.reduce_scatter(coll, dev, counts, nseg, dt, op == TFG_COLL_MEAN ? 1.0 / R : 1.0);
+    else coll->i.all_gather(coll, dev, counts, nseg, dt);
+    for (int r = 0; r < R; r++)
+      for (int j = 0, o = 0; j < nseg; o += (int)counts[j], j++)
+        tfg_backend_copy_to_host(k->b[r], k->s[r], out + ((size_t)r * n + (size_t)o) * es, dev[r * nseg + j],
+                                 counts[j] * es);
+    sync_all_ok(k);
+    for (int r = 0; r < R; r++)
+      for (int j = 0, o = 0; j < nseg; o += (int)counts[j], j++)
+        for (size_t e = 0; e < counts[j]; e++) {
+          size_t per = counts[j] / (size_t)R, owner = e / per;
+          const char *got = out + ((size_t)r * n + (size_t)o + e) * es;
+          if (phase == 1) { /* the owner's bytes */
+            const char *want = in + ((size_t)owner * n + (size_t)o + e) * es;
+            if (memcmp(got, want, es) != 0)
+              ck_abort_msg("%s %s all-gather: rank %d segment %d element %zu is not rank %zu's", what,
+                           tfg_dtype_name(dt), r, j, e, owner);
+            continue;
+          }
+          if (owner != (size_t)r) continue; /* unspecified */
+          double sum = 0;
+          for (int q = 0; q < R; q++) sum += ival(q, (size_t)o + e, 0);
+          double want = op == TFG_COLL_MEAN ? sum / R : sum, v = dt == TFG_DTYPE_F32 ? *(const float *)got : *(const double *)got;
+          double tol = op == TFG_COLL_MEAN && R == 3 ? 2 * (dt == TFG_DTYPE_F32 ? FLT_EPSILON : DBL_EPSILON) * fabs(want) : 0;
+          if (!(fabs(v - want) <= tol))
+            ck_abort_msg("%s %s reduce-scatter: rank %d segment %d element %zu = %.17g, want %.17g", what,
+                         tfg_dtype_name(dt), r, j, e, v, want);
+        }
+  }
+  for (int r = 0; r < R; r++)
+    for (int j = 0; j < nseg; j++) tfg_backend_free(k->b[r], dev[r * nseg + j]);
+  free(in);
+  free(out);
+}
+
+START_TEST(ring_and_shared_pieces) {
+  for (int R = 1; R <= 4; R++)
+    for (int which = 0; which < 2; which++)
+      for (int dt = 0; dt < 2; dt++)
+        for (int op = 0; op < 2; op++) {
+          ranks k;
+          ranks_init(&k, R);
+          tfg_coll *coll = which ? shared_new(R, k.b, k.s) : tfg_coll_ring_new(R, k.b, k.s);
+          size_t counts[3] = {(size_t)R * 5, 0, (size_t)R * 1001};
+          char what[32];
+          snprintf(what, sizeof what, "%s R=%d", which ? "shared" : "ring", R);
+          check_pieces(coll, &k, counts, 3, dt ? TFG_DTYPE_F64 : TFG_DTYPE_F32, op ? TFG_COLL_MEAN : TFG_COLL_SUM, what);
+          coll->i.free(coll);
+          ranks_free(&k);
+        }
+}
+END_TEST
+
+/* The all-gather copies bytes: an i32 segment too (the reduce-scatter
+ * half of check_pieces is for floats; here the all-gather alone). */
+START_TEST(ring_all_gather_ints) {
+  ranks k;
+  ranks_init(&k, 3);
+  tfg_coll *coll = tfg_coll_ring_new(3, k.b, k.s);
+  int32_t host[3][6];
+  void *dev[3];
+  for (int r = 0; r < 3; r++) {
+    for (int e = 0; e < 6; e++) host[r][e] = e / 2 == r ? 100 * r + e : -1;
+    dev[r] = tfg_backend_alloc(k.b[r], sizeof host[r]);
+    tfg_backend_copy_from_host(k.b[r], k.s[r], dev[r], host[r], sizeof host[r]);
+  }
+  size_t count = 6;
+  coll->i.all_gather(coll, dev, &count, 1, TFG_DTYPE_I32);
+  int32_t got[3][6];
+  for (int r = 0; r < 3; r++) tfg_backend_copy_to_host(k.b[r], k.s[r], got[r], dev[r], sizeof got[r]);
+  sync_all_ok(&k);
+  for (int r = 0; r < 3; r++)
+    for (int e = 0; e < 6; e++) ck_assert_int_eq(got[r][e], 100 * (e / 2) + e);
+  for (int r = 0; r < 3; r++) tfg_backend_free(k.b[r], dev[r]);
+  coll->i.free(coll);
+  ranks_free(&k);
+}
+END_TEST
+
 Suite *suite_collective(void) {
   Suite *s = suite_create("collective");
   TCase *prim = tcase_create("reduce_peer");
@@ -595,6 +710,8 @@ Suite *suite_collective(void) {
   tcase_add_test(ring, ring_free_while_queued_and_one_rank);
   tcase_add_test(ring, shared_bits);
   tcase_add_test(ring, shared_too_many_ranks);
+  tcase_add_test(ring, ring_and_shared_pieces);
+  tcase_add_test(ring, ring_all_gather_ints);
   suite_add_tcase(s, ring);
   return s;
 }
@@ -828,13 +945,31 @@ static void spy_allreduce(tfg_coll *c, void *const *bufs, const size_t *counts, 
   ck_abort_msg("the hierarchical all-reduce calls its leaders' allreduce_scaled only");
 }
 
-static void spy_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
-                                 double scale) {
-  (void)c;
+/* Notes a call of the leaders' collective: its scale and first buffers. */
+static void spy_saw(void *const *bufs, int nseg, double scale) {
   spy.calls++;
   spy.scale = scale;
   for (int g = 0; g < spy.nranks; g++) spy.first[g] = nseg ? bufs[g * nseg] : NULL;
+}
+
+static void spy_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                                 double scale) {
+  (void)c;
+  spy_saw(bufs, nseg, scale);
   spy.ring->i.allreduce_scaled(spy.ring, bufs, counts, nseg, dt, scale);
+}
+
+static void spy_reduce_scatter(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
+                               double scale) {
+  (void)c;
+  spy_saw(bufs, nseg, scale);
+  spy.ring->i.reduce_scatter(spy.ring, bufs, counts, nseg, dt, scale);
+}
+
+static void spy_all_gather(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt) {
+  (void)c;
+  spy_saw(bufs, nseg, 1.0);
+  spy.ring->i.all_gather(spy.ring, bufs, counts, nseg, dt);
 }
 
 static void spy_free(tfg_coll *c) {
@@ -856,8 +991,9 @@ static tfg_coll *spy_new(int nranks, tfg_backend *const *b, tfg_stream *const *s
   spy.ring = tfg_coll_ring_new(nranks, b, s);
   tfg_coll *c = calloc(1, sizeof *c);
   ck_assert_ptr_nonnull(c);
-  static const tfg_coll_i spy_i = {
-      .name = spy_name, .allreduce = spy_allreduce, .allreduce_scaled = spy_allreduce_scaled, .free = spy_free};
+  static const tfg_coll_i spy_i = {.name = spy_name, .allreduce = spy_allreduce,
+                                   .allreduce_scaled = spy_allreduce_scaled, .reduce_scatter = spy_reduce_scatter,
+                                   .all_gather = spy_all_gather, .free = spy_free};
   c->i = spy_i;
   c->nranks = nranks;
   return c;
@@ -1008,6 +1144,33 @@ START_TEST(hier_leaders_fail_and_free_while_queued) {
 }
 END_TEST
 
+/* The hierarchical pair over consecutive groups of one size (its
+ * reduce-scatter is its all-reduce; its all-gather takes the members'
+ * pieces to the leader, all-gathers blocks among the leaders, copies
+ * back): one group, singletons, pairs. */
+START_TEST(hier_pieces) {
+  static const struct {
+    int R, group[4];
+  } blocked[] = {{1, {0}}, {2, {0, 0}}, {2, {0, 1}}, {4, {0, 0, 1, 1}}, {4, {0, 1, 2, 3}}, {4, {2, 2, 2, 2}}};
+  for (size_t i = 0; i < sizeof blocked / sizeof blocked[0]; i++)
+    for (int dt = 0; dt < 2; dt++) {
+      ranks k;
+      ranks_init(&k, blocked[i].R);
+      memset(&spy, 0, sizeof spy);
+      tfg_strbuf why = {0};
+      tfg_coll *coll = tfg_coll_hier_new(blocked[i].R, k.b, k.s, blocked[i].group, spy_new, &why);
+      ck_assert_ptr_nonnull(coll);
+      size_t counts[2] = {(size_t)blocked[i].R * 3, (size_t)blocked[i].R * 257};
+      char what[32];
+      snprintf(what, sizeof what, "hier grouping %zu", i);
+      check_pieces(coll, &k, counts, 2, dt ? TFG_DTYPE_F64 : TFG_DTYPE_F32, dt ? TFG_COLL_MEAN : TFG_COLL_SUM, what);
+      coll->i.free(coll);
+      tfg_strbuf_free(&why);
+      ranks_free(&k);
+    }
+}
+END_TEST
+
 Suite *suite_collective_groups(void) {
   Suite *s = suite_create("collective_groups");
   TCase *choose = tcase_create("choose");
@@ -1026,6 +1189,7 @@ Suite *suite_collective_groups(void) {
   tcase_add_test(hier, hier_64mib);
   tcase_add_test(hier, hier_failures_reach_every_rank);
   tcase_add_test(hier, hier_leaders_fail_and_free_while_queued);
+  tcase_add_test(hier, hier_pieces);
   suite_add_tcase(s, hier);
   return s;
 }

@@ -140,12 +140,73 @@ START_TEST(job_allreduce_overlaps) {
 }
 END_TEST
 
+/* ZeRO's pair across the job: 2 host ranks in each process (global rank
+ * P * 2 + r), one segment of 4 pieces a global rank. The reduce-scatter
+ * leaves global rank g's piece g the sum over every rank (exact:
+ * integers); the all-gather of pieces each rank wrote gives every rank
+ * every piece. */
+START_TEST(job_reduce_scatter_and_all_gather) {
+  if (!in_job()) {
+    printf("mpi: not started by mpirun: the reduce-scatter and all-gather across processes are checked by tests/mpi.sh\n");
+    return;
+  }
+  int P = tfg_mpi_rank(), NP = tfg_mpi_size(), G = 2 * NP;
+  tfg_device dev[2] = {{.index = 1, .kind = TFG_DEVICE_HOST, .name = "gpu:0", .memory = (int64_t)1 << 20},
+                       {.index = 2, .kind = TFG_DEVICE_HOST, .name = "gpu:1", .memory = (int64_t)1 << 20}};
+  tfg_backend *b[2];
+  tfg_stream *s[2];
+  for (int r = 0; r < 2; r++) {
+    b[r] = tfg_backend_host_new(&dev[r]);
+    s[r] = tfg_backend_stream_create(b[r]);
+  }
+  tfg_strbuf why = {0};
+  tfg_coll *c = tfg_mpi_job_coll_new(2, b, s, &why);
+  ck_assert_msg(c != NULL, "%s", why.data);
+  enum { PER = 4 };
+  float x[2][8 * PER]; /* up to 8 global ranks */
+  ck_assert_int_le(G, 8);
+  size_t count = (size_t)G * PER;
+  void *bufs[2] = {x[0], x[1]};
+  for (int phase = 0; phase < 2; phase++) {
+    for (int r = 0; r < 2; r++) {
+      int g = P * 2 + r;
+      for (size_t e = 0; e < count; e++)
+        x[r][e] = phase == 0 || (int)(e / PER) == g ? (float)(g * 100 + (int)e) : -999.0f;
+    }
+    if (phase == 0) c->i.reduce_scatter(c, bufs, &count, 1, TFG_DTYPE_F32, 1.0);
+    else c->i.all_gather(c, bufs, &count, 1, TFG_DTYPE_F32);
+    for (int r = 0; r < 2; r++) ck_assert_int_eq(tfg_backend_synchronize(b[r], s[r], NULL), TFG_OK);
+    for (int r = 0; r < 2; r++) {
+      int g = P * 2 + r;
+      for (size_t e = 0; e < count; e++) {
+        int owner = (int)(e / PER);
+        if (phase == 0 && owner != g) continue; /* unspecified */
+        float want = 0;
+        if (phase == 0)
+          for (int q = 0; q < G; q++) want += (float)(q * 100 + (int)e);
+        else
+          want = (float)(owner * 100 + (int)e);
+        ck_assert_msg(x[r][e] == want, "%s: global rank %d element %zu = %g, want %g",
+                      phase ? "all-gather" : "reduce-scatter", g, e, (double)x[r][e], (double)want);
+      }
+    }
+  }
+  c->i.free(c);
+  for (int r = 0; r < 2; r++) {
+    tfg_backend_stream_free(b[r], s[r]);
+    tfg_backend_destroy(b[r]);
+  }
+  tfg_strbuf_free(&why);
+}
+END_TEST
+
 Suite *suite_mpi(void) {
   Suite *s = suite_create("mpi");
   TCase *tc = tcase_create("mpi");
   tcase_add_test(tc, first_difference);
   tcase_add_test(tc, job_collectives);
   tcase_add_test(tc, job_allreduce_overlaps);
+  tcase_add_test(tc, job_reduce_scatter_and_all_gather);
   suite_add_tcase(s, tc);
   return s;
 }
