@@ -309,8 +309,9 @@ int cli_same_job(const cli_opts *o, const tfg_program *p, const cli_compiled *c,
   const tfg_graph *g = p->graph;
   for (int32_t i = 0; i < g->nnodes; i++) {
     const tfg_node *n = &g->nodes[i];
-    if (n->op != TFG_OP_ALLREDUCE) continue;
-    tfg_strbuf_printf(&t, "allreduce key %lld over %lld replicas: ", (long long)n->attrs.key, (long long)n->attrs.n);
+    if (!tfg_op_bucketed(n->op)) continue;
+    tfg_strbuf_printf(&t, "%s key %lld over %lld replicas: ", tfg_op_get(n->op)->name, (long long)n->attrs.key,
+                      (long long)n->attrs.n);
     tfg_shape_format(&t, n->dtype, &n->shape);
     tfg_strbuf_puts(&t, "\n");
   }

@@ -442,7 +442,8 @@ static tfg_node_id rule(ad *c, tfg_node_id yid, int k, tfg_node_id dy) {
   case TFG_OP_CONV2D_GRAD_INPUT: case TFG_OP_CONV2D_GRAD_WEIGHT: case TFG_OP_MAX_POOL_GRAD:
   case TFG_OP_AVG_POOL_GRAD: case TFG_OP_ATTENTION_PROBS: case TFG_OP_ATTENTION_GRAD: case TFG_OP_EMBEDDING_GRAD:
   case TFG_OP_SGD_UPDATE: case TFG_OP_ADAM_UPDATE: case TFG_OP_GRAD_ACCUMULATE: case TFG_OP_AMP_UPDATE:
-  case TFG_OP_ALLREDUCE: case TFG_OP_SEND: case TFG_OP_RECV: case TFG_OP_FUSED:
+  case TFG_OP_ALLREDUCE: case TFG_OP_REDUCE_SCATTER: case TFG_OP_ALL_GATHER: case TFG_OP_SEND: case TFG_OP_RECV:
+  case TFG_OP_FUSED:
     return -1;
   case TFG_OP_COUNT: break;
   }

@@ -232,7 +232,7 @@ static bool grad_passes_through(tfg_op_id op) {
  * replica. A node two groups mark is GRAD_SHARED: neither claims it. */
 static void grad_mark(placer *P, tfg_node_id x, int32_t leader, int64_t numel) {
   const tfg_node *n = &P->g->nodes[x];
-  if (P->pl->rec[x].cause == TFG_CAUSE_REMOVED || n->ninputs == 0 || persistent(n) || n->op == TFG_OP_ALLREDUCE) return;
+  if (P->pl->rec[x].cause == TFG_CAUSE_REMOVED || n->ninputs == 0 || persistent(n) || tfg_op_bucketed(n->op)) return;
   if (P->group_bytes[find(P->pl->parent, x)] > 0 || tfg_shape_numel(&n->shape) != numel) return;
   P->grad_of[x] = P->grad_of[x] == GRAD_NONE || P->grad_of[x] == leader ? leader : GRAD_SHARED;
 }

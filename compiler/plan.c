@@ -166,12 +166,14 @@ static bool ar_less(const void *ctx, int a, int b) {
   return c->dev[a] < c->dev[b];
 }
 
-/* Keys of one group (same devices) and dtype together, then by gradient
+/* Keys of one group (same collective and devices) and dtype together, then by gradient
  * order on the group's first device, then by key. */
 static bool key_less_by_group(const void *ctx, int a, int b) {
   const pass0 *c = ctx;
   const key_rec *x = &c->keys[a], *y = &c->keys[b];
   if (x->n != y->n) return x->n < y->n;
+  tfg_op_id ox = c->g->nodes[c->ar[x->first]].op, oy = c->g->nodes[c->ar[y->first]].op;
+  if (ox != oy) return ox < oy; /* a bucket runs one collective */
   for (int r = 0; r < x->n; r++) {
     int dx = c->dev[c->ar[x->first + r]], dy = c->dev[c->ar[y->first + r]];
     if (dx != dy) return dx < dy;
@@ -182,10 +184,11 @@ static bool key_less_by_group(const void *ctx, int a, int b) {
   return c->g->nodes[c->ar[x->first]].attrs.key < c->g->nodes[c->ar[y->first]].attrs.key;
 }
 
-/* Whether keys a and b have the same devices and dtype (one group). */
+/* Whether keys a and b have the same devices, dtype and collective (one group). */
 static bool same_group(const pass0 *c, int a, int b) {
   const key_rec *x = &c->keys[a], *y = &c->keys[b];
-  if (x->n != y->n || c->g->nodes[c->ar[x->first]].dtype != c->g->nodes[c->ar[y->first]].dtype) return false;
+  const tfg_node *nx = &c->g->nodes[c->ar[x->first]], *ny = &c->g->nodes[c->ar[y->first]];
+  if (x->n != y->n || nx->dtype != ny->dtype || nx->op != ny->op) return false;
   for (int r = 0; r < x->n; r++)
     if (c->dev[c->ar[x->first + r]] != c->dev[c->ar[y->first + r]]) return false;
   return true;
@@ -211,7 +214,7 @@ static void make_buckets(builder *b, int64_t cap) {
   int nar = 0;
   for (int32_t i = 0; i < n; i++) {
     b->bucket_of[i] = b->rank_of[i] = -1;
-    nar += g->nodes[i].op == TFG_OP_ALLREDUCE;
+    nar += tfg_op_bucketed(g->nodes[i].op);
   }
   if (nar == 0) return;
   int *ar = malloc(sizeof *ar * (size_t)nar);
@@ -220,7 +223,7 @@ static void make_buckets(builder *b, int64_t cap) {
   nar = 0;
   for (int32_t i = 0; i < n; i++) {
     reader[i] = INT32_MAX;
-    if (g->nodes[i].op == TFG_OP_ALLREDUCE) ar[nar++] = i;
+    if (tfg_op_bucketed(g->nodes[i].op)) ar[nar++] = i;
   }
   for (int32_t i = n - 1; i >= 0; i--) /* backwards: the first reader is written last */
     for (int k = 0; k < g->nodes[i].ninputs; k++) reader[g->nodes[i].inputs[k]] = i;
@@ -239,8 +242,8 @@ static void make_buckets(builder *b, int64_t cap) {
     for (; j < nar && g->nodes[ar[j]].attrs.key == n0->attrs.key; j++) {
       const tfg_node *nd = &g->nodes[ar[j]];
       TFG_ASSERT(j == i || b->dev[ar[j]] > b->dev[ar[j - 1]]); /* one node per device per key */
-      TFG_ASSERT(nd->ninputs == 1 && g->nodes[nd->inputs[0]].op != TFG_OP_ALLREDUCE);
-      TFG_ASSERT(nd->dtype == n0->dtype && tfg_shape_eq(&nd->shape, &n0->shape));
+      TFG_ASSERT(nd->ninputs == 1 && !tfg_op_bucketed(g->nodes[nd->inputs[0]].op));
+      TFG_ASSERT(nd->op == n0->op && nd->dtype == n0->dtype && tfg_shape_eq(&nd->shape, &n0->shape));
       if (nd->inputs[0] > k.in) k.in = nd->inputs[0];
       if (reader[ar[j]] < k.out) k.out = reader[ar[j]];
     }
@@ -298,6 +301,7 @@ static void make_buckets(builder *b, int64_t cap) {
     const key_rec *k0 = &keys[o->key0];
     tfg_plan_bucket *pb = &p->buckets[i];
     pb->nranks = k0->n;
+    pb->op = g->nodes[ar[k0->first]].op;
     pb->devices = malloc(sizeof *pb->devices * (size_t)k0->n);
     pb->nodes = malloc(sizeof *pb->nodes * (size_t)k0->n * (size_t)o->nkeys);
     TFG_ASSERT(pb->devices && pb->nodes);
@@ -842,7 +846,7 @@ static tfg_status build(const tfg_graph *g, const tfg_placement *pl, const tfg_d
    * the bucket (so no copy stream waits for a rank that is still far
    * behind in the sweep). */
   for (int32_t i = 0; i < n; i++) {
-    bool ar = g->nodes[i].op == TFG_OP_ALLREDUCE;
+    bool ar = tfg_op_bucketed(g->nodes[i].op);
     int c = b.chain_of ? b.chain_of[i] : -1;
     bool inner = c >= 0 && p->chains[c].nodes[p->chains[c].nnodes - 1] != i; /* runs in its chain's LAUNCH */
     TFG_ASSERT(!inner || b.copy_head[i] < 0); /* read by one op, on its device */

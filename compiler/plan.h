@@ -42,6 +42,8 @@ enum { TFG_PLAN_STREAM_COMPUTE, TFG_PLAN_STREAM_COPY, TFG_PLAN_STREAM_COLLECTIVE
  * node's own buffer, and reduces those buffers in place across the
  * group (the mean): afterwards every rank holds the same values. */
 typedef struct tfg_plan_bucket {
+  tfg_op_id op;        /* its nodes' collective: ALLREDUCE, REDUCE_SCATTER or ALL_GATHER (ir/ops.h
+                        * tfg_op_bucketed); an ALL_GATHER copies its input into its rank's piece */
   int nranks;          /* devices in the group */
   int *devices;        /* [nranks], ascending device index */
   int nnodes;          /* ALLREDUCE nodes per rank */

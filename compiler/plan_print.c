@@ -34,9 +34,20 @@ const char *tfg_plan_stream_name(int s) { return s >= 0 && s < TFG_PLAN_STREAMS 
 
 static const char *const kind_names[] = {"launch", "copy", "record", "wait", "allreduce"};
 
-/* "3 tensors, 1.5 MiB, ranks gpu:0 gpu:1" */
+/* A step's kind as printed: a collective step by its bucket's op
+ * ("allreduce", "reduce_scatter", "all_gather"). */
+static const char *step_kind(const tfg_plan *p, const tfg_plan_step *st) {
+  bool known = st->kind >= TFG_PLAN_LAUNCH && st->kind <= TFG_PLAN_ALLREDUCE;
+  if (st->kind == TFG_PLAN_ALLREDUCE && st->bucket >= 0 && st->bucket < p->nbuckets)
+    return tfg_op_get(p->buckets[st->bucket].op)->name;
+  return known ? kind_names[st->kind] : "?";
+}
+
+/* "3 tensors, 1.5 MiB, ranks gpu:0 gpu:1" ("reduce_scatter of 3 tensors, ..."
+ * for ZeRO's collectives) */
 static void bucket_text(const tfg_plan *p, int b, tfg_strbuf *out) {
   const tfg_plan_bucket *pb = &p->buckets[b];
+  if (pb->op != TFG_OP_ALLREDUCE) tfg_strbuf_printf(out, "%s of ", tfg_op_get(pb->op)->name); /* ZeRO's */
   tfg_strbuf_printf(out, "%d tensor%s, ", pb->nnodes, pb->nnodes == 1 ? "" : "s");
   tfg_size_format(out, pb->bytes);
   tfg_strbuf_puts(out, ", ranks");
@@ -190,10 +201,15 @@ void tfg_plan_print(const tfg_plan *p, tfg_strbuf *out) {
       else whead[st->event] = nw;
       wtail[st->event] = nw++;
     }
-  /* With buckets the columns widen for "collective" and "allreduce";
-   * plans without keep the narrow ones. */
+  /* With buckets the columns widen for "collective" and the widest
+   * collective's name ("allreduce", "reduce_scatter"); plans without keep
+   * the narrow ones. */
   bool coll = p->nbuckets > 0;
-  int sw = coll ? 10 : 7, kw = coll ? 9 : 6;
+  int sw = coll ? 10 : 7, kw = 6;
+  for (int b = 0; b < p->nbuckets; b++) {
+    int w = (int)strlen(tfg_op_get(p->buckets[b].op)->name);
+    if (w > kw) kw = w;
+  }
   tfg_strbuf_printf(out, "plan: %d device%s, %d cop%s, %d event%s", p->ndev, p->ndev == 1 ? "" : "s", ncopies,
                     ncopies == 1 ? "y" : "ies", p->nevents, p->nevents == 1 ? "" : "s");
   if (coll) tfg_strbuf_printf(out, ", %d bucket%s", p->nbuckets, p->nbuckets == 1 ? "" : "s");
@@ -255,9 +271,8 @@ void tfg_plan_print(const tfg_plan *p, tfg_strbuf *out) {
     if (pd->nsteps) tfg_strbuf_printf(out, "  %5s  %-*s  %-*s  %s\n", "step", sw, "stream", kw, "kind", "what");
     for (int s = 0; s < pd->nsteps; s++) {
       const tfg_plan_step *st = &pd->steps[s];
-      bool known = st->kind >= TFG_PLAN_LAUNCH && st->kind <= TFG_PLAN_ALLREDUCE;
       tfg_strbuf_printf(out, "  %5d  %-*s  %-*s  ", s, sw, tfg_plan_stream_name(st->stream), kw,
-                        known ? kind_names[st->kind] : "?");
+                        step_kind(p, st));
       bool ev_ok = st->event >= 0 && st->event < p->nevents;
       switch (st->kind) {
       case TFG_PLAN_LAUNCH:
@@ -402,9 +417,8 @@ void tfg_plan_json(const tfg_plan *p, tfg_strbuf *out) {
                       pd->persistent_bytes, pd->peak, m.step, m.params, m.grads, m.state, m.activations, m.gaps);
     for (int s = 0; s < pd->nsteps; s++) {
       const tfg_plan_step *st = &pd->steps[s];
-      bool known = st->kind >= TFG_PLAN_LAUNCH && st->kind <= TFG_PLAN_ALLREDUCE;
       tfg_strbuf_printf(out, "%s\n  {\"step\": %d, \"stream\": \"%s\", \"kind\": \"%s\"", s ? "," : "", s,
-                        tfg_plan_stream_name(st->stream), known ? kind_names[st->kind] : "?");
+                        tfg_plan_stream_name(st->stream), step_kind(p, st));
       switch (st->kind) {
       case TFG_PLAN_LAUNCH:
       case TFG_PLAN_COPY:
@@ -449,7 +463,8 @@ void tfg_plan_json(const tfg_plan *p, tfg_strbuf *out) {
   tfg_strbuf_puts(out, "],\n\"buckets\": [");
   for (int b = 0; b < p->nbuckets; b++) {
     const tfg_plan_bucket *pb = &p->buckets[b];
-    tfg_strbuf_printf(out, "%s\n{\"bucket\": %d, \"bytes\": %" PRId64 ", \"ranks\": [", b ? "," : "", b, pb->bytes);
+    tfg_strbuf_printf(out, "%s\n{\"bucket\": %d, \"op\": \"%s\", \"bytes\": %" PRId64 ", \"ranks\": [", b ? "," : "", b,
+                      tfg_op_get(pb->op)->name, pb->bytes);
     for (int r = 0; r < pb->nranks; r++) {
       tfg_strbuf_puts(out, r ? ", {\"device\": " : "{\"device\": ");
       json_dev(p, pb->devices[r], out);

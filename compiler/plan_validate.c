@@ -162,14 +162,14 @@ static bool check_buckets(checker *ck) {
         char *t = ntext(ck, x);
         bool ok = true;
         int placed = tfg_placement_device(p->pl, x);
-        if (nd->op != TFG_OP_ALLREDUCE || nd->ninputs != 1)
-          ok = fail(ck, "bucket %d holds %s, which is not an all-reduce of one tensor", b, t);
+        if (nd->op != pb->op || !tfg_op_bucketed(nd->op) || nd->ninputs != 1)
+          ok = fail(ck, "bucket %d holds %s, which is not a %s of one tensor", b, t, tfg_op_get(pb->op)->name);
         else if (ck->b_of[x] >= 0)
           ok = fail(ck, "%s is in bucket %d and bucket %d", t, ck->b_of[x], b);
         else if (placed != pb->devices[r])
           ok = fail(ck, "bucket %d: %s is placed on %s, but is rank %d's (%s)", b, t, tfg_plan_dev_name(p, placed), r,
                     tfg_plan_dev_name(p, pb->devices[r]));
-        else if (n0->op == TFG_OP_ALLREDUCE && nd->attrs.key != n0->attrs.key)
+        else if (tfg_op_bucketed(n0->op) && nd->attrs.key != n0->attrs.key)
           ok = fail(ck, "bucket %d: %s has key %" PRId64 ", but rank 0's tensor %d has key %" PRId64, b, t,
                     nd->attrs.key, k, n0->attrs.key);
         else if (nd->dtype != f->dtype || !tfg_shape_eq(&nd->shape, &n0->shape))
@@ -187,7 +187,7 @@ static bool check_buckets(checker *ck) {
       return fail(ck, "bucket %d has %" PRId64 " bytes, but its tensors have %" PRId64, b, pb->bytes, bytes);
   }
   for (tfg_node_id i = 0; i < g->nnodes; i++)
-    if (g->nodes[i].op == TFG_OP_ALLREDUCE && ck->b_of[i] < 0) {
+    if (tfg_op_bucketed(g->nodes[i].op) && ck->b_of[i] < 0) {
       char *t = ntext(ck, i);
       fail(ck, "%s is in no bucket", t);
       free(t);

@@ -131,6 +131,9 @@ static bool shared_allreduce(const tfg_plan *p, const tfg_plan_bucket *pb) {
 static double allreduce_time(const tfg_plan *p, const tfg_cost_table *t, const tfg_plan_bucket *pb, int r, double *lat) {
   const tfg_cost_device *c = &t->dev[pb->devices[r]];
   double B = (double)pb->bytes, R = pb->nranks, time = c->launch_s + B / c->copy_bw;
+  /* a reduce-scatter or an all-gather is one of the ring's two phases:
+   * half its steps and traffic (the shared pass is costed whole) */
+  double phases = pb->op == TFG_OP_ALLREDUCE ? 2 : 1;
   /* the ring runs at its slowest hop: the network, when its ranks span nodes */
   double ring = c->copy_bw;
   bool across = false;
@@ -145,13 +148,13 @@ static double allreduce_time(const tfg_plan *p, const tfg_cost_table *t, const t
     time += c->launch_s + 2 * B / c->mem_bw;
     *lat += c->hop_s;
   } else if (R > 1) {
-    time += 2 * (R - 1) * c->launch_s + 2 * (R - 1) / R * B / ring + (R - 1) / R * 3 * B / c->mem_bw;
-    *lat += 2 * (R - 1) * (c->hop_s + (across ? NET_LATENCY_S : 0));
+    time += phases * (R - 1) * c->launch_s + phases * (R - 1) / R * B / ring + (R - 1) / R * 3 * B / c->mem_bw;
+    *lat += phases * (R - 1) * (c->hop_s + (across ? NET_LATENCY_S : 0));
   }
   if (t->ranks > 1) {
     double N = t->ranks;
-    time += 2 * (N - 1) / N * B / t->net_bw;
-    *lat += 2 * (N - 1) * t->net_s;
+    time += phases * (N - 1) / N * B / t->net_bw;
+    *lat += phases * (N - 1) * t->net_s;
   }
   return time;
 }

@@ -687,6 +687,15 @@ static tfg_status infer_embedding_grad(const tfg_graph *g, tfg_node *n, tfg_diag
   return TFG_OK;
 }
 
+/* ALL_GATHER: the group's attrs.n pieces side by side, flat. */
+static tfg_status infer_all_gather(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
+  (void)d;
+  const tfg_node *x = input(g, n, 0);
+  n->dtype = x->dtype;
+  n->shape = (tfg_shape){1, {n->attrs.n * tfg_shape_numel(&x->shape)}};
+  return TFG_OK;
+}
+
 /* An update has no value of its own: an empty marker others can depend on. */
 static tfg_status infer_update(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
   (void)g;
@@ -904,6 +913,8 @@ static const tfg_op_def ops[] = {
     ROW(AMP_UPDATE, UPDATE, false, IN(0) | IN(2) | IN(3), infer_amp_update, flops_none),
     /* the grad scaler's scale and its two counts */
     ROW(ALLREDUCE, COLLECTIVE, false, 0, infer_like_input, flops_out1), /* a rendezvous keyed per node */
+    ROW(REDUCE_SCATTER, COLLECTIVE, false, 0, infer_like_input, flops_out1), /* bucketed as ALLREDUCE */
+    ROW(ALL_GATHER, COLLECTIVE, false, 0, infer_all_gather, flops_none),      /* likewise */
     ROW(SEND, COLLECTIVE, false, 0, infer_update, flops_none), /* nothing out: bool[0], as an update */
     ROW(RECV, COLLECTIVE, false, 0, infer_source, flops_none), /* dtype and shape the sender's, set where made */
     ROW(FUSED, FUSED, false, 0, infer_fused, flops_fused), /* made by the executor; attrs.data its program */

@@ -94,4 +94,11 @@ int tfg_op_lookup(const char *name);
  * left to the device that fills it. */
 bool tfg_op_pure(const struct tfg_node *n);
 
+/* Whether op is one the planner groups into buckets of a collective
+ * across devices (compiler/plan.h): ALLREDUCE, REDUCE_SCATTER and
+ * ALL_GATHER, one node per device per attrs.key. */
+static inline bool tfg_op_bucketed(int op) {
+  return op == TFG_OP_ALLREDUCE || op == TFG_OP_REDUCE_SCATTER || op == TFG_OP_ALL_GATHER;
+}
+
 #endif

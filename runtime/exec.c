@@ -650,16 +650,27 @@ static bool advance(tfg_exec *x, int d, int stream, int *pos, void *const *out) 
       }
       if (arrived < pb->nranks) return *pos > start || newly;
       eb->queued = x->run;
+      /* each node's input into its buffer: the whole, or an all-gather's
+       * piece at its rank's place (rank-major over the job's processes) */
+      int P = eb->coll->processes > 1 ? eb->coll->processes : 1, me = P > 1 ? eb->coll->process : 0;
       for (int r = 0; r < pb->nranks; r++) {
         exec_dev *rd = &x->dev[pb->devices[r]];
         tfg_stream *rs = rd->s[TFG_PLAN_STREAM_COLLECTIVE];
         for (int k = 0; k < pb->nnodes; k++) {
           tfg_node_id node = pb->nodes[r * pb->nnodes + k];
-          size_t n = (size_t)tfg_node_bytes(&x->g->nodes[node]);
-          if (n) tfg_backend_copy_peer(rd->b, rs, exec_addr(rd, node), rd->b, exec_addr(rd, x->g->nodes[node].inputs[0]), n);
+          const tfg_node *in = &x->g->nodes[x->g->nodes[node].inputs[0]];
+          size_t n = (size_t)tfg_node_bytes(in), at = pb->op == TFG_OP_ALL_GATHER ? ((size_t)me * (size_t)pb->nranks + (size_t)r) * n : 0;
+          if (n) tfg_backend_copy_peer(rd->b, rs, (char *)exec_addr(rd, node) + at, rd->b, exec_addr(rd, x->g->nodes[node].inputs[0]), n);
         }
       }
-      eb->coll->i.allreduce(eb->coll, eb->slots, eb->counts, pb->nnodes, x->g->nodes[pb->nodes[0]].dtype, TFG_COLL_MEAN);
+      tfg_dtype dt = x->g->nodes[pb->nodes[0]].dtype;
+      TFG_ASSERT(tfg_op_bucketed(pb->op));
+      if (pb->op == TFG_OP_REDUCE_SCATTER) /* the mean over every rank of the job */
+        eb->coll->i.reduce_scatter(eb->coll, eb->slots, eb->counts, pb->nnodes, dt, 1.0 / (double)(pb->nranks * P));
+      else if (pb->op == TFG_OP_ALL_GATHER)
+        eb->coll->i.all_gather(eb->coll, eb->slots, eb->counts, pb->nnodes, dt);
+      else
+        eb->coll->i.allreduce(eb->coll, eb->slots, eb->counts, pb->nnodes, dt, TFG_COLL_MEAN);
       for (int r = 0; r < pb->nranks; r++) {
         exec_dev *rd = &x->dev[pb->devices[r]];
         for (int k = 0; k < pb->nnodes; k++) {

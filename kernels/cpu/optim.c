@@ -44,6 +44,8 @@ static const tfg_cpu_kernel_row kernels[] = {
     {TFG_OP_GRAD_ACCUMULATE, tfg_cpu_grad_accumulate},
     {TFG_OP_AMP_UPDATE, tfg_cpu_amp_update},
     {TFG_OP_ALLREDUCE, tfg_cpu_allreduce_local},
+    {TFG_OP_REDUCE_SCATTER, tfg_cpu_allreduce_local}, /* a group of one: every piece its own */
+    {TFG_OP_ALL_GATHER, tfg_cpu_allreduce_local},
     {TFG_OP_SEND, tfg_cpu_send},
     {TFG_OP_RECV, tfg_cpu_recv},
 };

@@ -201,6 +201,8 @@ extern "C" void tfg_cuda_register_optim(tfg_kernel_fn *table) {
       {TFG_OP_GRAD_ACCUMULATE, cuda_grad_accumulate},
       {TFG_OP_AMP_UPDATE, cuda_amp_update},
       {TFG_OP_ALLREDUCE, cuda_allreduce_local},
+      {TFG_OP_REDUCE_SCATTER, cuda_allreduce_local}, /* a group of one: a copy, as ALLREDUCE's */
+      {TFG_OP_ALL_GATHER, cuda_allreduce_local},
   };
   tfg_cuda_register_rows(table, rows);
 }

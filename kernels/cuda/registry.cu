@@ -38,7 +38,8 @@ static void build(void) {
   tfg_cuda_register_fused(table);
   tfg_cuda_register_attention(table);
   static const int native[] = {TFG_OP_CAST,      TFG_OP_MATMUL,    TFG_OP_INIT,      TFG_OP_WHERE,
-                               TFG_OP_EMBEDDING, TFG_OP_ALLREDUCE, TFG_OP_RESHAPE,   TFG_OP_FLATTEN,
+                               TFG_OP_EMBEDDING, TFG_OP_ALLREDUCE, TFG_OP_REDUCE_SCATTER, TFG_OP_ALL_GATHER,
+                               TFG_OP_RESHAPE,   TFG_OP_FLATTEN,
                                TFG_OP_TRANSPOSE, TFG_OP_CONCAT,    TFG_OP_SLICE,     TFG_OP_BROADCAST,
                                TFG_OP_FUSED};
   for (int op : native) native_half[op] = true;

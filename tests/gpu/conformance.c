@@ -1779,7 +1779,7 @@ static void fam_adam(tfg_op_id op) {
 
 /* ALLREDUCE on its own is the group of one: a copy, exact, every dtype
  * (groups of several run through runtime/collective, tested end to end by
- * tests/gpu/run.sh). */
+ * tests/gpu/run.sh); so are REDUCE_SCATTER and ALL_GATHER. */
 static void fam_allreduce(tfg_op_id op) {
   const tfg_shape shapes[] = {SH(5), SH(33, 65), SH(1048583)};
   for (int d = 0; d < COUNT(ALL_DTYPES); d++)
@@ -1996,6 +1996,8 @@ static const family_fn families[TFG_OP_COUNT] = {
     [TFG_OP_SGD_UPDATE] = fam_sgd, [TFG_OP_ADAM_UPDATE] = fam_adam, [TFG_OP_GRAD_ACCUMULATE] = fam_accumulate,
     [TFG_OP_AMP_UPDATE] = fam_amp_update,
     [TFG_OP_ALLREDUCE] = fam_allreduce,
+    [TFG_OP_REDUCE_SCATTER] = fam_allreduce, /* groups of one: copies too */
+    [TFG_OP_ALL_GATHER] = fam_allreduce,
     [TFG_OP_FUSED] = fam_fused,
 };
 

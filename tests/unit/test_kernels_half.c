@@ -263,11 +263,11 @@ static bool build(hcase *c, tfg_op_id op) {
 
 /* Ops with a CPU kernel that are not run here: CONST (the executor copies
  * its payload), INIT (init_half below), FUSED (its chains are tested in
- * test_fuse.c), ALLREDUCE (a copy of any dtype), AMP_UPDATE (f32 and bool
+ * test_fuse.c), ALLREDUCE, REDUCE_SCATTER and ALL_GATHER (copies of any dtype), AMP_UPDATE (f32 and bool
  * scalars only, never 16-bit: test_kernels_grad.c), SEND and RECV (bytes
  * to and from another rank: tests/mpi.sh). */
 static bool skipped(tfg_op_id op) {
-  return op == TFG_OP_CONST || op == TFG_OP_INIT || op == TFG_OP_FUSED || op == TFG_OP_ALLREDUCE ||
+  return op == TFG_OP_CONST || op == TFG_OP_INIT || op == TFG_OP_FUSED || tfg_op_bucketed(op) ||
          op == TFG_OP_AMP_UPDATE || op == TFG_OP_SEND || op == TFG_OP_RECV;
 }
 

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/exec.h"
 #include "tests/unit/programs.h"
 #include "tests/unit/unit.h"
 
@@ -1201,9 +1202,58 @@ START_TEST(scale) {
 }
 END_TEST
 
+/* ZeRO's collectives as buckets: on 2 replicas, each gradient (all
+ * elements r + 1 on replica r, 6 of them) reduce-scattered, then each
+ * piece (all elements 10 (r + 1), 3 of them) all-gathered, planned and
+ * run on host devices. The planner buckets each kind alone (two buckets,
+ * never one mixing them; the reduce-scatter's nodes keep the gradient's
+ * shape, the all-gather's take the group's pieces side by side), and the
+ * executor runs the right collective: replica r's piece r of the
+ * reduce-scatter is the mean 1.5, and the all-gather gives every replica
+ * 10 10 10 20 20 20. */
+static tfg_node_id hand_full(tfg_graph *g, double v, int64_t numel, int gpu) {
+  tfg_node_id id = hand_node(g, TFG_OP_INIT, NULL, 0, TFG_DTYPE_F32, numel, gpu);
+  tfg_graph_node(g, id)->attrs.init = TFG_INIT_FULL;
+  tfg_graph_node(g, id)->attrs.value = v;
+  return id;
+}
+
+START_TEST(zero_buckets_run) {
+  handmade h = {.g = tfg_graph_new()};
+  tfg_node_id rs[2], ag[2];
+  for (int r = 0; r < 2; r++) {
+    tfg_node_id grad = hand_full(h.g, r + 1, 6, r), piece = hand_full(h.g, 10 * (r + 1), 3, r);
+    rs[r] = hand_node(h.g, TFG_OP_REDUCE_SCATTER, &grad, 1, TFG_DTYPE_F32, 6, r);
+    ag[r] = hand_node(h.g, TFG_OP_ALL_GATHER, &piece, 1, TFG_DTYPE_F32, 6, r);
+    tfg_graph_node(h.g, rs[r])->attrs = (tfg_attrs){.n = 2, .key = 100};
+    tfg_graph_node(h.g, ag[r])->attrs = (tfg_attrs){.n = 2, .key = 200};
+  }
+  hand_plan(&h, "host*2", 0);
+  ck_assert_int_eq(h.plan->nbuckets, 2);
+  for (int b = 0; b < 2; b++) {
+    const tfg_plan_bucket *pb = &h.plan->buckets[b];
+    ck_assert_int_eq(pb->nnodes, 1);
+    ck_assert(pb->op == h.g->nodes[pb->nodes[0]].op && pb->op == h.g->nodes[pb->nodes[1]].op);
+  }
+  tfg_exec *x = NULL;
+  ck_assert_int_eq(tfg_exec_new(h.plan, &(tfg_exec_opts){.threads = 1}, h.d, &x), TFG_OK);
+  float got[4][6];
+  tfg_node_id fetch[4] = {rs[0], rs[1], ag[0], ag[1]};
+  void *out[4] = {got[0], got[1], got[2], got[3]};
+  ck_assert_int_eq(tfg_exec_run(x, fetch, 4, out, &(tfg_exec_run_opts){0}, h.d), TFG_OK);
+  for (int r = 0; r < 2; r++)
+    for (int e = 3 * r; e < 3 * r + 3; e++) ck_assert_msg(got[r][e] == 1.5f, "rank %d element %d: %g", r, e, got[r][e]);
+  for (int r = 0; r < 2; r++)
+    for (int e = 0; e < 6; e++) ck_assert_msg(got[2 + r][e] == (e < 3 ? 10.0f : 20.0f), "rank %d gathered %g at %d", r, got[2 + r][e], e);
+  tfg_exec_free(x);
+  hand_free(&h);
+}
+END_TEST
+
 Suite *suite_plan(void) {
   Suite *s = suite_create("plan");
   TCase *tc = tcase_create("plan");
+  tcase_add_test(tc, zero_buckets_run);
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, single_device);
   tcase_add_test(tc, model_parallel_one_copy);
