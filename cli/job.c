@@ -248,7 +248,7 @@ static void job_train(tfg_strbuf *t, const tfg_action *a) {
   job_num(t, c->clip_grad_norm);
   tfg_strbuf_printf(t, ", precision %s, accumulate %d, no_decay [", tfg_dtype_name(c->precision), c->accumulate);
   for (int i = 0; i < c->nno_decay; i++) tfg_strbuf_printf(t, "%s\"%s\"", i ? ", " : "", c->no_decay[i]);
-  tfg_strbuf_puts(t, "], recompute [");
+  tfg_strbuf_printf(t, "], zero %d, recompute [", c->zero);
   for (int i = 0; i < c->nrecompute; i++) tfg_strbuf_printf(t, "%s\"%s\"", i ? ", " : "", c->recompute[i]);
   if (c->recompute_auto) tfg_strbuf_puts(t, "auto");
   tfg_strbuf_printf(t, "]\ntrain at line %u: strategy %s(", line, c->strategy.name);

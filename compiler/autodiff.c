@@ -687,7 +687,7 @@ static tfg_node_id as_dtype(ad *c, tfg_node_id x, tfg_dtype dt) {
  * together, into out. The squares are summed per gradient in its dtype,
  * the sums and the coefficient in f64 (a model of f32 and f64 params
  * has one norm), the coefficient cast back to each gradient's dtype. */
-static void clip_grads(tfg_graph *g, tfg_diag *d, double max, const tfg_node_id *grads, int n, tfg_node_id *out) {
+tfg_node_id tfg_autodiff_sumsq(tfg_graph *g, tfg_diag *d, const tfg_node_id *grads, int n) {
   ad c = {.g = g, .diag = d};
   at(&c, grads[0]);
   tfg_node_id total = -1;
@@ -701,6 +701,18 @@ static void clip_grads(tfg_graph *g, tfg_diag *d, double max, const tfg_node_id 
     }
     total = total < 0 ? s : op2(&c, TFG_OP_ADD, total, s);
   }
+  return total;
+}
+
+void tfg_autodiff_clip(tfg_graph *g, tfg_diag *d, double max, const tfg_node_id *grads, int n, tfg_node_id *out) {
+  tfg_autodiff_clip_by(g, d, max, tfg_autodiff_sumsq(g, d, grads, n), 1.0, grads, n, out);
+}
+
+void tfg_autodiff_clip_by(tfg_graph *g, tfg_diag *d, double max, tfg_node_id total, double factor,
+                          const tfg_node_id *grads, int n, tfg_node_id *out) {
+  ad c = {.g = g, .diag = d};
+  at(&c, total);
+  if (factor != 1.0) total = op2(&c, TFG_OP_MUL, total, scalar(&c, factor, TFG_DTYPE_F64));
   tfg_node_id norm = op1(&c, TFG_OP_SQRT, total);
   tfg_node_id coef = op2(&c, TFG_OP_DIV, scalar(&c, max, TFG_DTYPE_F64),
                          op2(&c, TFG_OP_ADD, norm, scalar(&c, 1e-6, TFG_DTYPE_F64)));
@@ -812,7 +824,7 @@ tfg_status tfg_autodiff_updates(tfg_graph *g, const tfg_action *a, const tfg_nod
   if (a->config.clip_grad_norm > 0 && n > 0) {
     clipped = malloc(sizeof *clipped * (size_t)n);
     TFG_ASSERT(clipped != NULL);
-    clip_grads(g, d, a->config.clip_grad_norm, grads, n, clipped);
+    tfg_autodiff_clip(g, d, a->config.clip_grad_norm, grads, n, clipped);
     grads = clipped;
   }
   tfg_attrs ua;
@@ -927,6 +939,8 @@ void tfg_train_step_remap(tfg_train_step *st, const tfg_node_id *map) {
   remap(st->acc_add, st->nupdates, map);
   remap(st->scalers, st->nscalers, map);
   remap(st->staged, st->nstaged, map);
+  remap(st->state_shards, st->nstates * st->nshards, map);
+  remap(st->state_param, st->nstates, map);
 }
 
 tfg_node_id tfg_autodiff_part(tfg_graph *g, tfg_node_id loss, int k) {
@@ -971,6 +985,8 @@ void tfg_train_step_free(tfg_train_step *st) {
   free(st->acc_add);
   free(st->scalers);
   free(st->staged);
+  free(st->state_shards);
+  free(st->state_param);
   free(st->explain);
   free(st->pipe_unit);
   memset(st, 0, sizeof *st);

@@ -122,6 +122,14 @@ typedef struct tfg_train_step {
    * compile driver splits it (compiler/ranks.h); 1 otherwise, data
    * replicas on every rank included (0 when zeroed: 1). */
   int ranks;
+  /* ZeRO (zero = 1, 2: compiler/strategy/replicate.c): the optimizer
+   * state is sharded over the nshards data-parallel replicas; states[j]
+   * (replica 0's) is whole in a checkpoint, the shape of state_param[j],
+   * made of state_shards[j * nshards + r] (replica r's piece of its
+   * elements, the last pieces zero-padded past them). 0 and NULL
+   * otherwise. */
+  int zero, nshards;
+  tfg_node_id *state_shards, *state_param;
   /* What the strategy decided that the placement does not show, as
    * lines for place --explain (a pipeline's cuts and why each falls
    * where it does); malloc'ed, or NULL. */
@@ -163,6 +171,19 @@ tfg_node_id tfg_autodiff_scale_loss(tfg_graph *g, tfg_node_id loss, tfg_amp *amp
 tfg_status tfg_autodiff_updates(tfg_graph *g, const tfg_action *a, const tfg_node_id *params, const tfg_node_id *grads,
                                 int n, tfg_amp *amp, tfg_node_id *updates, tfg_node_id *states, int *nstates,
                                 tfg_diag *d);
+
+/* clip_grad_norm's scaling (torch.nn.utils.clip_grad_norm_): grads[0..n)
+ * scaled by min(1, max / (norm + 1e-6)) into out[], norm the square root
+ * of their squares' sum in f64, each scaled one where its gradient is. What
+ * tfg_autodiff_updates does first when the action clips; apart for ZeRO,
+ * which clips whole gradients and then updates shards. */
+void tfg_autodiff_clip(tfg_graph *g, tfg_diag *d, double max, const tfg_node_id *grads, int n, tfg_node_id *out);
+/* Its two halves: the f64 sum of grads[0..n)'s squares (where grads[0]
+ * is); and the scaling by the norm sqrt(total * factor) (ZeRO 2: a mean
+ * of the replicas' sums, all-reduced, times their count). */
+tfg_node_id tfg_autodiff_sumsq(tfg_graph *g, tfg_diag *d, const tfg_node_id *grads, int n);
+void tfg_autodiff_clip_by(tfg_graph *g, tfg_diag *d, double max, tfg_node_id total, double factor,
+                          const tfg_node_id *grads, int n, tfg_node_id *out);
 
 /* accumulate = k > 1: each grads[i] (the gradient of params[i] on one
  * micro-batch) is replaced by (acc_i + grads[i]) / k, the mean over the

@@ -219,11 +219,23 @@ static void make_buckets(builder *b, int64_t cap) {
   if (nar == 0) return;
   int *ar = malloc(sizeof *ar * (size_t)nar);
   tfg_node_id *reader = malloc(sizeof *reader * ((size_t)n + 1)); /* per node: the first op reading it */
-  TFG_ASSERT(ar && reader);
+  /* per node: the last op before it that wrote it in place, or -1; per
+   * collective node: its input as it reads it, the later of the two (ZeRO
+   * gathers a piece its update wrote in place: the bucket runs after) */
+  tfg_node_id *wrote = malloc(sizeof *wrote * ((size_t)n + 1)), *input = malloc(sizeof *input * ((size_t)n + 1));
+  TFG_ASSERT(ar && reader && wrote && input);
   nar = 0;
   for (int32_t i = 0; i < n; i++) {
     reader[i] = INT32_MAX;
-    if (tfg_op_bucketed(g->nodes[i].op)) ar[nar++] = i;
+    wrote[i] = -1;
+    const tfg_node *nd = &g->nodes[i];
+    if (tfg_op_bucketed(nd->op)) {
+      ar[nar++] = i;
+      input[i] = wrote[nd->inputs[0]] > nd->inputs[0] ? wrote[nd->inputs[0]] : nd->inputs[0];
+    }
+    uint32_t inplace = tfg_plan_removed(b->p, i) ? 0 : tfg_op_get(nd->op)->inplace;
+    for (int k = 0; k < nd->ninputs; k++)
+      if (inplace & (1u << k)) wrote[nd->inputs[k]] = i;
   }
   for (int32_t i = n - 1; i >= 0; i--) /* backwards: the first reader is written last */
     for (int k = 0; k < g->nodes[i].ninputs; k++) reader[g->nodes[i].inputs[k]] = i;
@@ -244,7 +256,7 @@ static void make_buckets(builder *b, int64_t cap) {
       TFG_ASSERT(j == i || b->dev[ar[j]] > b->dev[ar[j - 1]]); /* one node per device per key */
       TFG_ASSERT(nd->ninputs == 1 && !tfg_op_bucketed(g->nodes[nd->inputs[0]].op));
       TFG_ASSERT(nd->op == n0->op && nd->dtype == n0->dtype && tfg_shape_eq(&nd->shape, &n0->shape));
-      if (nd->inputs[0] > k.in) k.in = nd->inputs[0];
+      if (input[ar[j]] > k.in) k.in = input[ar[j]];
       if (reader[ar[j]] < k.out) k.out = reader[ar[j]];
     }
     k.n = j - i;
@@ -349,7 +361,7 @@ static void make_buckets(builder *b, int64_t cap) {
       int d = pb->devices[r], s = b->base[i] + r;
       tfg_node_id t = last_at[d];
       for (int k = 0; k < pb->nnodes; k++) {
-        tfg_node_id y = g->nodes[pb->nodes[r * pb->nnodes + k]].inputs[0];
+        tfg_node_id y = input[pb->nodes[r * pb->nnodes + k]]; /* as it reads it: after an in-place write */
         if (y > t) t = y;
       }
       b->at[s] = last_at[d] = t;
@@ -377,6 +389,8 @@ static void make_buckets(builder *b, int64_t cap) {
   free(order);
   free(ar);
   free(reader);
+  free(wrote);
+  free(input);
 }
 
 /* ---- pass 0b: chains ------------------------------------------------------------ */

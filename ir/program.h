@@ -185,6 +185,8 @@ typedef struct tfg_train_config {
   tfg_loc precision_at;        /* the setting; {0} without one */
   int accumulate;              /* micro-batches per optimizer step (0 or 1: one) */
   tfg_loc accumulate_at;       /* the setting `accumulate = ...`; {0} without one */
+  int zero;                    /* zero = 1 | 2: ZeRO over the data-parallel replicas (0: none) */
+  tfg_loc zero_at;             /* the setting; {0} without one */
   int nrecompute;              /* recompute = ["block"]: calls of these fns are replayed for the */
   const char *const *recompute; /* backward, their activations not kept (compiler/recompute.h) */
   bool recompute_auto;         /* recompute = "auto": the calls chosen so that the plan fits */

@@ -336,6 +336,17 @@ static void decode_no_decay(tfg_interp *I, const train_setting *ts, tfg_train_co
   c->no_decay = pats;
 }
 
+/* zero = 0 .. 3 (ZeRO's stages; compiler/strategy/replicate.c says what
+ * each builds and which this version has). */
+static void decode_zero(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v, const tfg_ast *k) {
+  (void)ts;
+  if (v.kind != TFG_V_INT || v.u.i < 0 || v.u.i > 3)
+    tfg_interp_fail(I, TFG_ERR_NAME, &k->a->loc, "zero must be 0, 1, 2 or 3 (ZeRO's stages), got %s",
+                    v.kind == TFG_V_INT ? "a number out of range" : tfg_vkind_name(v.kind));
+  c->zero = (int)v.u.i;
+  c->zero_at = k->loc;
+}
+
 /* recompute = ["block", ...]: fns some call of which built the model
  * (a name no call has is an error, with the nearest called name), or
  * recompute = "auto". */
@@ -610,6 +621,7 @@ static const train_setting train_settings[] = {
     {"strategy", decode_strategy, 0},
     {"micro_batches", decode_micro_batches, 0},
     {"schedule", decode_schedule, 0},
+    {"zero", decode_zero, 0},
     {"recompute", decode_recompute, 0},
     {"log_every", decode_count, offsetof(tfg_train_config, log_every)},
     {"metrics", decode_metrics, 0},

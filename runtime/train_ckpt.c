@@ -24,6 +24,30 @@
 /* The persistent tensors of a step, its params then their state, in a
  * new array (caller frees: ckpt_entries_free) of *count entries, each
  * with a host buffer of its own: filled from the session when read. */
+/* ZeRO's state j as a checkpoint holds it: whole, the shape of its
+ * param, the replicas' pieces in order without their padding
+ * (tfg_train_step state_shards). read: from the session into data; else
+ * data into the session's pieces (the padding zero). */
+static void zero_state(tfg_session *s, const tfg_program *p, const tfg_train_step *st, int j, void *data, bool read) {
+  const tfg_node *whole = &p->graph->nodes[st->state_param[j]];
+  size_t es = tfg_dtype_size(whole->dtype), numel = (size_t)tfg_shape_numel(&whole->shape);
+  for (int r = 0; r < st->nshards; r++) {
+    tfg_node_id piece = st->state_shards[j * st->nshards + r];
+    size_t per = (size_t)tfg_shape_numel(&p->graph->nodes[piece].shape), at = (size_t)r * per;
+    size_t mine = at >= numel ? 0 : numel - at < per ? numel - at : per;
+    char *buf = calloc(per + 1, es);
+    TFG_ASSERT(buf != NULL);
+    if (read) {
+      tfg_session_read(s, piece, buf);
+      memcpy((char *)data + at * es, buf, mine * es);
+    } else {
+      memcpy(buf, (const char *)data + at * es, mine * es);
+      tfg_session_write(s, piece, buf);
+    }
+    free(buf);
+  }
+}
+
 static tfg_ckpt_entry *ckpt_entries(tfg_session *s, const tfg_program *p, const tfg_train_step *st, int *count,
                                     bool read) {
   tfg_ckpt_entry *e = malloc(sizeof *e * (size_t)(st->nparams + st->nstates + 1));
@@ -32,10 +56,13 @@ static tfg_ckpt_entry *ckpt_entries(tfg_session *s, const tfg_program *p, const 
   for (int i = 0; i < st->nparams + st->nstates; i++) {
     tfg_node_id id = i < st->nparams ? st->params[i] : st->states[i - st->nparams];
     const tfg_node *nd = &p->graph->nodes[id];
-    void *data = malloc((size_t)tfg_node_bytes(nd) + 1);
+    /* ZeRO's state: whole, as its param (its name the state's) */
+    const tfg_node *like = i >= st->nparams && st->zero ? &p->graph->nodes[st->state_param[i - st->nparams]] : nd;
+    void *data = malloc((size_t)tfg_node_bytes(like) + 1);
     TFG_ASSERT(data != NULL);
-    if (read) tfg_session_read(s, id, data);
-    e[n++] = (tfg_ckpt_entry){nd->name, nd->dtype, nd->shape, data};
+    if (read && like != nd) zero_state(s, p, st, i - st->nparams, data, true);
+    else if (read) tfg_session_read(s, id, data);
+    e[n++] = (tfg_ckpt_entry){nd->name, like->dtype, like->shape, data};
   }
   *count = n;
   return e;
@@ -166,7 +193,10 @@ tfg_status train_restore(tfg_session *s, const tfg_program *p, const tfg_train_s
   int restored = 0;
   for (int i = 0; i < n && r == TFG_OK; i++) {
     if (at[i] < 0) continue;
-    tfg_session_write(s, train_entry_node(st, i), tfg_ckpt_entry_at(k, at[i])->data);
+    if (st->zero && i >= st->nparams) /* ZeRO's: each replica its piece */
+      zero_state(s, p, st, i - st->nparams, (void *)tfg_ckpt_entry_at(k, at[i])->data, false);
+    else
+      tfg_session_write(s, train_entry_node(st, i), tfg_ckpt_entry_at(k, at[i])->data);
     restored++;
   }
   if (r == TFG_OK)

@@ -80,6 +80,13 @@ tfg_status tfg_strategy_train_step(tfg_graph *g, const tfg_action *a, const tfg_
   tfg_status st = tfg_strategy_of(a, &s, d);
   if (st != TFG_OK) return st;
   st = s.i->rewrite(g, a, p, &s, job, sw, out, d);
+  if (st == TFG_OK && a->config.zero > 0 && out->zero == 0) { /* a strategy without data-parallel replicas */
+    tfg_diag_error(d, &a->config.zero_at, "zero = %d shards over data-parallel replicas, and this train's strategy (%s) has none",
+                   a->config.zero, s.i->name);
+    tfg_diag_help(d, "use mirrored(...) or parallel(data = D, ...) with D > 1");
+    tfg_train_step_free(out);
+    st = TFG_ERR_NAME;
+  }
   if (st == TFG_OK) out->kind = s.i->run; /* what the runtime dispatches on */
   if (st == TFG_OK && out->ranks < 1) out->ranks = 1;
   tfg_strategy_free(&s);

@@ -405,6 +405,157 @@ static tfg_status updates(tfg_replicate *c, tfg_train_step *out) {
   return st;
 }
 
+/* ---- ZeRO: the optimizer state sharded over the replicas ------------------------------
+ * zero = 1 (DeepSpeed's stage 1): every replica has every param and the
+ * all-reduced gradient (clipped whole, as without it), but keeps and
+ * updates only its piece of each: a param of N elements is flattened and
+ * zero-padded to D pieces of ceil(N / D) (FSDP's flat shards), replica r
+ * updates piece r with its optimizer state of that piece's size, and the
+ * updated pieces are all-gathered into every replica's param (written in
+ * place). zero = 2 reduce-scatters the gradients instead of all-reducing
+ * them: each replica gets only its piece's mean, and clipping's global
+ * norm is the mean of the replicas' sums of their pieces' squares, all-
+ * reduced, times D. The update of a piece is elementwise, so the params
+ * are those without it, up to the norm's summation order (zero = 2).
+ * zero = 3 (params sharded, FSDP) is not in this version. */
+
+/* A node of the rewrite: op on ins, where pin is, made for the backward. */
+static tfg_node_id zadd(tfg_replicate *c, tfg_op_id op, const tfg_node_id *ins, int nin, const tfg_attrs *a,
+                        const tfg_devspec *pin) {
+  tfg_node src = {.op = op, .ninputs = nin, .loc = c->a->loc, .backward = true};
+  if (a) src.attrs = *a;
+  tfg_node_id id;
+  tfg_status st = tfg_replicate_add(c, &src, ins, pin, &id);
+  TFG_ASSERT(st == TFG_OK); /* shapes this file chose */
+  return id;
+}
+
+/* x flattened and zero-padded to `whole` elements (a multiple of D). */
+static tfg_node_id zflat(tfg_replicate *c, tfg_node_id x, int64_t whole, const tfg_devspec *pin) {
+  const tfg_node nx = c->g->nodes[x];
+  int64_t numel = tfg_shape_numel(&nx.shape);
+  tfg_attrs flat = {.niv = 1, .iv = {numel}};
+  tfg_node_id f = zadd(c, TFG_OP_RESHAPE, &x, 1, &flat, pin);
+  if (whole == numel) return f;
+  tfg_node zeros = {.op = TFG_OP_INIT, .dtype = nx.dtype, .shape = {1, {whole - numel}}, .loc = c->a->loc,
+                    .attrs = {.init = TFG_INIT_ZEROS}};
+  tfg_node_id z;
+  tfg_status st = tfg_replicate_add(c, &zeros, NULL, pin, &z);
+  TFG_ASSERT(st == TFG_OK);
+  tfg_node_id in[2] = {f, z};
+  return zadd(c, TFG_OP_CONCAT, in, 2, &(tfg_attrs){.axis = 0}, pin);
+}
+
+/* Piece r of D of the flat x. */
+static tfg_node_id zpiece(tfg_replicate *c, tfg_node_id flat, int r, int64_t per, const tfg_devspec *pin) {
+  tfg_attrs sl = {.axis = 0, .start = r * per, .end = (r + 1) * per};
+  return zadd(c, TFG_OP_SLICE, &flat, 1, &sl, pin);
+}
+
+static tfg_status zero_updates(tfg_replicate *c, tfg_train_step *out) {
+  const tfg_action *a = c->a;
+  int R = c->s->nreplicas, n = c->n, D = R, stage = a->config.zero;
+  tfg_graph *g = c->g;
+  int64_t *per = malloc(sizeof *per * ((size_t)n + 1));
+  tfg_node_id *ps = malloc(sizeof *ps * ((size_t)R * (size_t)n + 1)), *gs = malloc(sizeof *gs * ((size_t)R * (size_t)n + 1));
+  tfg_node_id *clipped = malloc(sizeof *clipped * ((size_t)R * (size_t)n + 1));
+  TFG_ASSERT(per && ps && gs && clipped);
+  for (int i = 0; i < n; i++) per[i] = (tfg_shape_numel(&g->nodes[out->params[i]].shape) + D - 1) / D;
+  /* the gradients' pieces: of the all-reduced whole (clipped whole), or reduce-scattered */
+  /* A collective's nodes all come before any reader of one of them (the
+   * planner's buckets run in graph order): every replica's flat gradient
+   * (and reduce-scatter) first, then the pieces. */
+  int64_t key0 = g->nnodes;
+  bool whole_clip = stage == 1 && a->config.clip_grad_norm > 0 && n > 0;
+  for (int r = 0; r < R; r++) {
+    if (whole_clip) tfg_autodiff_clip(g, c->d, a->config.clip_grad_norm, &c->grads[r * n], n, &clipped[r * n]);
+    for (int i = 0; i < n; i++) {
+      tfg_devspec pin = g->nodes[c->rparams[r * n + i]].pin;
+      gs[r * n + i] = zflat(c, whole_clip ? clipped[r * n + i] : c->grads[r * n + i], per[i] * D, &pin);
+      if (stage == 2)
+        gs[r * n + i] = zadd(c, TFG_OP_REDUCE_SCATTER, &gs[r * n + i], 1, &(tfg_attrs){.n = D, .key = key0 + i}, &pin);
+    }
+  }
+  for (int r = 0; r < R; r++)
+    for (int i = 0; i < n; i++) {
+      tfg_node_id p = c->rparams[r * n + i];
+      tfg_devspec pin = g->nodes[p].pin;
+      gs[r * n + i] = zpiece(c, gs[r * n + i], r, per[i], &pin);
+      ps[r * n + i] = zpiece(c, zflat(c, p, per[i] * D, &pin), r, per[i], &pin);
+      g->nodes[ps[r * n + i]].name = g->nodes[out->params[i]].name; /* its state's names, no_decay */
+    }
+  if (stage == 2 && a->config.clip_grad_norm > 0 && n > 0) {
+    /* the global norm: each replica's sum of squares, their mean all-reduced, times D */
+    int64_t key = g->nnodes;
+    tfg_node_id *mean = malloc(sizeof *mean * (size_t)R);
+    TFG_ASSERT(mean != NULL);
+    for (int r = 0; r < R; r++) {
+      tfg_devspec pin = g->nodes[c->rparams[r * n]].pin;
+      tfg_node_id total = tfg_autodiff_sumsq(g, c->d, &gs[r * n], n);
+      mean[r] = zadd(c, TFG_OP_ALLREDUCE, &total, 1, &(tfg_attrs){.n = D, .key = key}, &pin);
+    }
+    for (int r = 0; r < R; r++) {
+      tfg_autodiff_clip_by(g, c->d, a->config.clip_grad_norm, mean[r], (double)D, &gs[r * n], n, &clipped[r * n]);
+      memcpy(&gs[r * n], &clipped[r * n], sizeof *gs * (size_t)n);
+    }
+    free(mean);
+  }
+  /* each replica updates its pieces (its own state), the pieces gathered back into its params */
+  tfg_action whole = *a;
+  whole.config.clip_grad_norm = 0; /* done above */
+  out->zero = stage;
+  out->nshards = D;
+  out->updates = realloc(out->updates, sizeof *out->updates * (size_t)(2 * R * n + 1));
+  tfg_node_id *states = malloc(sizeof *states * (size_t)(2 * n + 1));
+  TFG_ASSERT(out->updates && states);
+  tfg_status st = TFG_OK;
+  int64_t gkey = g->nnodes;
+  for (int r = 0; r < R && st == TFG_OK; r++) {
+    int ns = 0;
+    st = tfg_autodiff_updates(g, &whole, &ps[r * n], &gs[r * n], n, NULL, &out->updates[r * n], states, &ns, c->d);
+    if (st != TFG_OK) break;
+    if (r == 0) {
+      out->nstates = ns;
+      memcpy(out->states, states, sizeof *states * (size_t)ns);
+      out->state_shards = malloc(sizeof *out->state_shards * ((size_t)ns * (size_t)D + 1));
+      out->state_param = malloc(sizeof *out->state_param * ((size_t)ns + 1));
+      TFG_ASSERT(out->state_shards && out->state_param);
+      int each = n ? ns / n : 0; /* in param order, as many each (tfg_autodiff_updates) */
+      TFG_ASSERT(each * n == ns);
+      for (int j = 0; j < ns; j++) out->state_param[j] = out->params[j / each];
+    }
+    TFG_ASSERT(ns == out->nstates);
+    for (int j = 0; j < ns; j++) out->state_shards[j * D + r] = states[j];
+  }
+  /* every replica's all-gathers, then what reads them: each param written in place */
+  tfg_node_id *all = malloc(sizeof *all * ((size_t)R * (size_t)n + 1));
+  TFG_ASSERT(all != NULL);
+  for (int r = 0; r < R && st == TFG_OK; r++)
+    for (int i = 0; i < n; i++)
+      all[r * n + i] = zadd(c, TFG_OP_ALL_GATHER, &ps[r * n + i], 1, &(tfg_attrs){.n = D, .key = gkey + i},
+                            &g->nodes[c->rparams[r * n + i]].pin);
+  for (int r = 0; r < R && st == TFG_OK; r++)
+    for (int i = 0; i < n; i++) {
+      tfg_node_id p = c->rparams[r * n + i], x = all[r * n + i];
+      const tfg_node np = g->nodes[p];
+      int64_t numel = tfg_shape_numel(&np.shape);
+      if (per[i] * D != numel) x = zadd(c, TFG_OP_SLICE, &x, 1, &(tfg_attrs){.axis = 0, .start = 0, .end = numel}, &np.pin);
+      tfg_attrs shape = {.niv = np.shape.rank};
+      for (int k = 0; k < np.shape.rank; k++) shape.iv[k] = np.shape.dim[k];
+      x = zadd(c, TFG_OP_RESHAPE, &x, 1, &shape, &np.pin);
+      tfg_node_id in[2] = {p, x};
+      out->updates[R * n + r * n + i] = zadd(c, TFG_OP_GRAD_ACCUMULATE, in, 2, &(tfg_attrs){.value = 0}, &np.pin);
+    }
+  free(all);
+  out->nupdates = 2 * R * n;
+  free(states);
+  free(per);
+  free(ps);
+  free(gs);
+  free(clipped);
+  return st;
+}
+
 tfg_status tfg_replicate_data_end(tfg_replicate *c, tfg_train_step *out) {
   int R = c->s->nreplicas, n = c->n, k = c->a->config.accumulate;
   if (k > 1) {
@@ -418,6 +569,23 @@ tfg_status tfg_replicate_data_end(tfg_replicate *c, tfg_train_step *out) {
     for (int r = 0; r < R; r++)
       tfg_autodiff_accumulate(c->g, k, &c->rparams[r * n], &c->grads[r * n], n, &out->accs[r * n],
                               &out->acc_first[r * n], &out->acc_add[r * n], c->d);
+  }
+  int zero = c->a->config.zero;
+  if (zero > 0) {
+    const tfg_loc *at = &c->a->config.zero_at;
+    const char *no = R * c->job.size < 2 ? "shards over data-parallel replicas, and this train has one"
+                     : zero == 3 ? "(params sharded too, as FSDP) is not in this version; zero = 1 and 2 are"
+                     : c->job.size > 1 ? "across the ranks of an mpirun job is not in this version"
+                     : c->amps ? "with precision = f16 is not in this version (its grad scaler would need every "
+                                 "replica's finite check)"
+                               : NULL;
+    if (no) {
+      tfg_diag_error(c->d, at, "zero = %d %s", zero, no);
+      if (R * c->job.size < 2) tfg_diag_help(c->d, "use mirrored(...) or parallel(data = D, ...) with D > 1");
+      return TFG_ERR_NAME;
+    }
+    if (zero == 1) all_reduce(c, out);
+    return zero_updates(c, out);
   }
   if (R * c->job.size > 1) all_reduce(c, out); /* the mean over one replica is its gradient */
   return updates(c, out);

@@ -42,7 +42,7 @@ TFG
   contains mpi-lr "$tmp/err" "here, rank 1, line 4 of it is 'train at line 3: optimizer adamw lr 0.002 weight_decay 0.01 b1 0.9 b2 0.999 eps 1e-08' where rank 0 has 'train at line 3: optimizer adamw lr 0.001 weight_decay 0.01 b1 0.9 b2 0.999 eps 1e-08'"
   # another setting of the train: its own line
   rm2_pair mpi-clip 's/steps = 3;/steps = 3; clip_grad_norm = 1.0;/'
-  contains mpi-clip "$tmp/err" "is 'train at line 3: clip_grad_norm 1, precision f32, accumulate 0, no_decay [], recompute []'"
+  contains mpi-clip "$tmp/err" "is 'train at line 3: clip_grad_norm 1, precision f32, accumulate 0, no_decay [], zero 0, recompute []'"
   # an op of the model: its node's line
   rm2_pair mpi-op 's/\* matmul(x, w))/+ matmul(x, w))/'
   contains mpi-op "$tmp/err" "is 'node 4 at line 3: add f32[4,8] of 2,3' where rank 0 has 'node 4 at line 3: mul f32[4,8] of 2,3'"
