@@ -165,7 +165,8 @@ static void job_attrs(tfg_strbuf *t, const tfg_node *n, bool values) {
  * those differ from rank to rank by design, so they are written in a
  * form that does not: the strategy cuts each rank its own rows of the
  * batch (compiler/strategy.c add_slices: a SLICE of an INPUT, written as
- * its rows), and offsets each replica's dropout mask by its place in the
+ * its rows) and, under ZeRO, its own piece of each flat param and
+ * gradient (a SLICE of a whole number of pieces, written as its length), and offsets each replica's dropout mask by its place in the
  * job (clone_replica, and autodiff's gradient copies it: a DROPOUT's
  * start, left out). And a constant that folding computed is written
  * without its values: the CPU kernels made them from nodes written down
@@ -181,7 +182,12 @@ static void job_nodes(tfg_strbuf *t, const tfg_graph *g, int32_t from, int32_t t
      * there: written as a computed one, without the mark */
     bool owned = owner && owner[i] >= 0, computed = folded && folded[i] == TFG_FOLD_CONST && !owned;
     if (added && n.op == TFG_OP_DROPOUT) n.attrs.offset = 0;
-    if (added && n.op == TFG_OP_SLICE && n.ninputs == 1 && g->nodes[n.inputs[0]].op == TFG_OP_INPUT) {
+    /* a rank's rows of the batch, and its piece of a flat param or
+     * gradient (ZeRO: the same length on every rank) */
+    const tfg_node *src = n.op == TFG_OP_SLICE && n.ninputs == 1 ? &g->nodes[n.inputs[0]] : NULL;
+    int64_t len = n.attrs.end - n.attrs.start;
+    bool piece = src && src->shape.rank == 1 && len > 0 && src->shape.dim[0] % len == 0;
+    if (added && src && (src->op == TFG_OP_INPUT || piece)) {
       n.attrs.end -= n.attrs.start;
       n.attrs.start = 0;
     }

@@ -939,7 +939,7 @@ void tfg_train_step_remap(tfg_train_step *st, const tfg_node_id *map) {
   remap(st->acc_add, st->nupdates, map);
   remap(st->scalers, st->nscalers, map);
   remap(st->staged, st->nstaged, map);
-  remap(st->state_shards, st->nstates * st->nshards, map);
+  remap(st->state_shards, st->nstates * st->local_shards, map);
   remap(st->state_param, st->nstates, map);
 }
 

@@ -123,12 +123,14 @@ typedef struct tfg_train_step {
    * replicas on every rank included (0 when zeroed: 1). */
   int ranks;
   /* ZeRO (zero = 1, 2: compiler/strategy/replicate.c): the optimizer
-   * state is sharded over the nshards data-parallel replicas; states[j]
-   * (replica 0's) is whole in a checkpoint, the shape of state_param[j],
-   * made of state_shards[j * nshards + r] (replica r's piece of its
-   * elements, the last pieces zero-padded past them). 0 and NULL
-   * otherwise. */
-  int zero, nshards;
+   * state is sharded over the nshards data-parallel replicas of the job;
+   * states[j] (this process's first replica's) is whole in a checkpoint,
+   * the shape of state_param[j], made of every replica's piece of its
+   * elements in order (the last pieces zero-padded past them). This
+   * process holds pieces shard_first .. + local_shards, piece
+   * shard_first + r being state_shards[j * local_shards + r]; the others
+   * are other ranks' (under mpirun). 0 and NULL otherwise. */
+  int zero, nshards, shard_first, local_shards;
   tfg_node_id *state_shards, *state_param;
   /* What the strategy decided that the placement does not show, as
    * lines for place --explain (a pipeline's cuts and why each falls

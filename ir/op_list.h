@@ -173,13 +173,14 @@
      key attrs.key (one per replica, each on its replica's device); the CPU kernel \
      is the group of one: a copy */                                                     \
   X(REDUCE_SCATTER, "reduce_scatter", "")                                               \
-  /* (grad) -> grad's shape: piece r of its elements (attrs.n equal pieces, one a node of \
-     the group that shares attrs.key, in device order) the mean of that piece over the \
-     group; the other pieces unspecified (ZeRO's gradients). The CPU kernel is the group \
-     of one: a copy */                                                                   \
+  /* (grad) -> grad's shape: piece r of its elements (one equal piece per node of the    \
+     group that shares attrs.key, attrs.n of them in device order, and per process's     \
+     group under mpirun) the mean of that piece over them; the other pieces unspecified  \
+     (ZeRO's gradients). The CPU kernel is the group of one: a copy */                   \
   X(ALL_GATHER, "all_gather", "")                                                       \
-  /* (piece) -> [attrs.n * numel(piece)]: every node's piece of the group that shares    \
-     attrs.key, in device order (ZeRO's params); a group of one: a copy */              \
+  /* (piece) -> [attrs.end]: the pieces of every node of the group that shares attrs.key \
+     (attrs.n of them, in device order) side by side, of every process's group under    \
+     mpirun, rank-major (ZeRO's params); a group of one: a copy */                       \
   X(SEND, "send", "")                                                                   \
   /* (x) -> nothing (bool[0]): x's value to rank attrs.n of the mpirun job, message \
      attrs.key; (RECV) () -> the value rank attrs.n sent as message attrs.key, its \

@@ -687,12 +687,14 @@ static tfg_status infer_embedding_grad(const tfg_graph *g, tfg_node *n, tfg_diag
   return TFG_OK;
 }
 
-/* ALL_GATHER: the group's attrs.n pieces side by side, flat. */
+/* ALL_GATHER: attrs.end elements, a whole number of pieces, flat. */
 static tfg_status infer_all_gather(const tfg_graph *g, tfg_node *n, tfg_diag *d) {
-  (void)d;
   const tfg_node *x = input(g, n, 0);
+  int64_t piece = tfg_shape_numel(&x->shape);
+  if (n->attrs.end < piece || (piece > 0 && n->attrs.end % piece != 0))
+    return fail(d, n, "%lld elements are not a whole number of %s pieces", (long long)n->attrs.end, ty(x));
   n->dtype = x->dtype;
-  n->shape = (tfg_shape){1, {n->attrs.n * tfg_shape_numel(&x->shape)}};
+  n->shape = (tfg_shape){1, {n->attrs.end}};
   return TFG_OK;
 }
 

@@ -26,26 +26,30 @@
  * with a host buffer of its own: filled from the session when read. */
 /* ZeRO's state j as a checkpoint holds it: whole, the shape of its
  * param, the replicas' pieces in order without their padding
- * (tfg_train_step state_shards). read: from the session into data; else
- * data into the session's pieces (the padding zero). */
+ * (tfg_train_step state_shards). read: from the session into data (a
+ * collective under mpirun: each piece from the rank that holds it);
+ * else data into this process's pieces (the padding zero). */
 static void zero_state(tfg_session *s, const tfg_program *p, const tfg_train_step *st, int j, void *data, bool read) {
   const tfg_node *whole = &p->graph->nodes[st->state_param[j]];
   size_t es = tfg_dtype_size(whole->dtype), numel = (size_t)tfg_shape_numel(&whole->shape);
-  for (int r = 0; r < st->nshards; r++) {
-    tfg_node_id piece = st->state_shards[j * st->nshards + r];
-    size_t per = (size_t)tfg_shape_numel(&p->graph->nodes[piece].shape), at = (size_t)r * per;
-    size_t mine = at >= numel ? 0 : numel - at < per ? numel - at : per;
-    char *buf = calloc(per + 1, es);
-    TFG_ASSERT(buf != NULL);
+  size_t per = (size_t)tfg_shape_numel(&p->graph->nodes[st->state_shards[j * st->local_shards]].shape);
+  char *buf = calloc(per + 1, es);
+  TFG_ASSERT(buf != NULL);
+  for (int q = 0; q < st->nshards; q++) {
+    int r = q - st->shard_first; /* this process's replica r, when it holds piece q */
+    bool here = r >= 0 && r < st->local_shards;
+    size_t at = (size_t)q * per, mine = at >= numel ? 0 : numel - at < per ? numel - at : per;
     if (read) {
-      tfg_session_read(s, piece, buf);
+      if (here) tfg_session_read(s, st->state_shards[j * st->local_shards + r], buf);
+      tfg_mpi_bcast_from(q / st->local_shards, buf, per * es); /* the rank that holds it (nothing outside a job) */
       memcpy((char *)data + at * es, buf, mine * es);
-    } else {
+    } else if (here) {
+      memset(buf, 0, per * es);
       memcpy(buf, (const char *)data + at * es, mine * es);
-      tfg_session_write(s, piece, buf);
+      tfg_session_write(s, st->state_shards[j * st->local_shards + r], buf);
     }
-    free(buf);
   }
+  free(buf);
 }
 
 static tfg_ckpt_entry *ckpt_entries(tfg_session *s, const tfg_program *p, const tfg_train_step *st, int *count,
@@ -107,9 +111,10 @@ static tfg_node_id scaler_state(const tfg_program *p, const tfg_train_step *st, 
 tfg_status train_save(tfg_session *s, const tfg_program *p, const tfg_train_step *st, const cfg *c, int64_t step,
                        tfg_diag *d) {
   /* Under mpirun, rank 0 writes for the job; every rank resumes from it.
-   * A pipeline across ranks has its tensors on several: every rank reads
-   * (a collective: each value from its rank, runtime/session.h). */
-  if (tfg_mpi_rank() != 0 && st->ranks <= 1) return TFG_OK;
+   * A pipeline across ranks has its tensors on several, and so has ZeRO
+   * its state's pieces: every rank reads (a collective: each value from
+   * its rank, runtime/session.h, zero_state). */
+  if (tfg_mpi_rank() != 0 && st->ranks <= 1 && !(st->zero && tfg_mpi_size() > 1)) return TFG_OK;
   int n;
   tfg_ckpt_entry *e = ckpt_entries(s, p, st, &n, true);
   char stepbuf[32], scaler[3][32];

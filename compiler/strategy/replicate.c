@@ -454,7 +454,9 @@ static tfg_node_id zpiece(tfg_replicate *c, tfg_node_id flat, int r, int64_t per
 
 static tfg_status zero_updates(tfg_replicate *c, tfg_train_step *out) {
   const tfg_action *a = c->a;
-  int R = c->s->nreplicas, n = c->n, D = R, stage = a->config.zero;
+  /* D replicas in the job, this process's R from the first'th on (an
+   * mpirun job's ranks in order: runtime/collective.h's pieces) */
+  int R = c->s->nreplicas, n = c->n, D = R * c->job.size, first = c->job.rank * R, stage = a->config.zero;
   tfg_graph *g = c->g;
   int64_t *per = malloc(sizeof *per * ((size_t)n + 1));
   tfg_node_id *ps = malloc(sizeof *ps * ((size_t)R * (size_t)n + 1)), *gs = malloc(sizeof *gs * ((size_t)R * (size_t)n + 1));
@@ -473,15 +475,15 @@ static tfg_status zero_updates(tfg_replicate *c, tfg_train_step *out) {
       tfg_devspec pin = g->nodes[c->rparams[r * n + i]].pin;
       gs[r * n + i] = zflat(c, whole_clip ? clipped[r * n + i] : c->grads[r * n + i], per[i] * D, &pin);
       if (stage == 2)
-        gs[r * n + i] = zadd(c, TFG_OP_REDUCE_SCATTER, &gs[r * n + i], 1, &(tfg_attrs){.n = D, .key = key0 + i}, &pin);
+        gs[r * n + i] = zadd(c, TFG_OP_REDUCE_SCATTER, &gs[r * n + i], 1, &(tfg_attrs){.n = R, .key = key0 + i}, &pin);
     }
   }
   for (int r = 0; r < R; r++)
     for (int i = 0; i < n; i++) {
       tfg_node_id p = c->rparams[r * n + i];
       tfg_devspec pin = g->nodes[p].pin;
-      gs[r * n + i] = zpiece(c, gs[r * n + i], r, per[i], &pin);
-      ps[r * n + i] = zpiece(c, zflat(c, p, per[i] * D, &pin), r, per[i], &pin);
+      gs[r * n + i] = zpiece(c, gs[r * n + i], first + r, per[i], &pin);
+      ps[r * n + i] = zpiece(c, zflat(c, p, per[i] * D, &pin), first + r, per[i], &pin);
       g->nodes[ps[r * n + i]].name = g->nodes[out->params[i]].name; /* its state's names, no_decay */
     }
   if (stage == 2 && a->config.clip_grad_norm > 0 && n > 0) {
@@ -492,7 +494,7 @@ static tfg_status zero_updates(tfg_replicate *c, tfg_train_step *out) {
     for (int r = 0; r < R; r++) {
       tfg_devspec pin = g->nodes[c->rparams[r * n]].pin;
       tfg_node_id total = tfg_autodiff_sumsq(g, c->d, &gs[r * n], n);
-      mean[r] = zadd(c, TFG_OP_ALLREDUCE, &total, 1, &(tfg_attrs){.n = D, .key = key}, &pin);
+      mean[r] = zadd(c, TFG_OP_ALLREDUCE, &total, 1, &(tfg_attrs){.n = R, .key = key}, &pin);
     }
     for (int r = 0; r < R; r++) {
       tfg_autodiff_clip_by(g, c->d, a->config.clip_grad_norm, mean[r], (double)D, &gs[r * n], n, &clipped[r * n]);
@@ -505,6 +507,8 @@ static tfg_status zero_updates(tfg_replicate *c, tfg_train_step *out) {
   whole.config.clip_grad_norm = 0; /* done above */
   out->zero = stage;
   out->nshards = D;
+  out->shard_first = first;
+  out->local_shards = R;
   out->updates = realloc(out->updates, sizeof *out->updates * (size_t)(2 * R * n + 1));
   tfg_node_id *states = malloc(sizeof *states * (size_t)(2 * n + 1));
   TFG_ASSERT(out->updates && states);
@@ -517,7 +521,7 @@ static tfg_status zero_updates(tfg_replicate *c, tfg_train_step *out) {
     if (r == 0) {
       out->nstates = ns;
       memcpy(out->states, states, sizeof *states * (size_t)ns);
-      out->state_shards = malloc(sizeof *out->state_shards * ((size_t)ns * (size_t)D + 1));
+      out->state_shards = malloc(sizeof *out->state_shards * ((size_t)ns * (size_t)R + 1));
       out->state_param = malloc(sizeof *out->state_param * ((size_t)ns + 1));
       TFG_ASSERT(out->state_shards && out->state_param);
       int each = n ? ns / n : 0; /* in param order, as many each (tfg_autodiff_updates) */
@@ -525,15 +529,15 @@ static tfg_status zero_updates(tfg_replicate *c, tfg_train_step *out) {
       for (int j = 0; j < ns; j++) out->state_param[j] = out->params[j / each];
     }
     TFG_ASSERT(ns == out->nstates);
-    for (int j = 0; j < ns; j++) out->state_shards[j * D + r] = states[j];
+    for (int j = 0; j < ns; j++) out->state_shards[j * R + r] = states[j];
   }
   /* every replica's all-gathers, then what reads them: each param written in place */
   tfg_node_id *all = malloc(sizeof *all * ((size_t)R * (size_t)n + 1));
   TFG_ASSERT(all != NULL);
   for (int r = 0; r < R && st == TFG_OK; r++)
     for (int i = 0; i < n; i++)
-      all[r * n + i] = zadd(c, TFG_OP_ALL_GATHER, &ps[r * n + i], 1, &(tfg_attrs){.n = D, .key = gkey + i},
-                            &g->nodes[c->rparams[r * n + i]].pin);
+      all[r * n + i] = zadd(c, TFG_OP_ALL_GATHER, &ps[r * n + i], 1,
+                            &(tfg_attrs){.n = R, .key = gkey + i, .end = per[i] * D}, &g->nodes[c->rparams[r * n + i]].pin);
   for (int r = 0; r < R && st == TFG_OK; r++)
     for (int i = 0; i < n; i++) {
       tfg_node_id p = c->rparams[r * n + i], x = all[r * n + i];
@@ -575,7 +579,6 @@ tfg_status tfg_replicate_data_end(tfg_replicate *c, tfg_train_step *out) {
     const tfg_loc *at = &c->a->config.zero_at;
     const char *no = R * c->job.size < 2 ? "shards over data-parallel replicas, and this train has one"
                      : zero == 3 ? "(params sharded too, as FSDP) is not in this version; zero = 1 and 2 are"
-                     : c->job.size > 1 ? "across the ranks of an mpirun job is not in this version"
                      : c->amps ? "with precision = f16 is not in this version (its grad scaler would need every "
                                  "replica's finite check)"
                                : NULL;

@@ -1226,7 +1226,7 @@ START_TEST(zero_buckets_run) {
     rs[r] = hand_node(h.g, TFG_OP_REDUCE_SCATTER, &grad, 1, TFG_DTYPE_F32, 6, r);
     ag[r] = hand_node(h.g, TFG_OP_ALL_GATHER, &piece, 1, TFG_DTYPE_F32, 6, r);
     tfg_graph_node(h.g, rs[r])->attrs = (tfg_attrs){.n = 2, .key = 100};
-    tfg_graph_node(h.g, ag[r])->attrs = (tfg_attrs){.n = 2, .key = 200};
+    tfg_graph_node(h.g, ag[r])->attrs = (tfg_attrs){.n = 2, .key = 200, .end = 6};
   }
   hand_plan(&h, "host*2", 0);
   ck_assert_int_eq(h.plan->nbuckets, 2);
