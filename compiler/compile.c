@@ -110,7 +110,8 @@ static tfg_status place_fit(const tfg_graph *g, const tfg_devices *ds, const tfg
 /* Marks in keep every node a run of p may fetch, which fusion must leave
  * materialized: the tensors its print actions show, and per train step
  * what the training loop (runtime/train.c) fetches (losses, metrics,
- * updates, a parameter server's worker gradients) or reads and writes
+ * updates, the grad scalers', an accumulation's runs, a parameter
+ * server's worker gradients) or reads and writes
  * (params, state, mirrors, fed gradients), and what a schedule needs
  * where it stands (staged). */
 static void mark_fetched(const tfg_program *p, const tfg_train_step *packed, int npacked, uint8_t *keep) {
@@ -125,6 +126,8 @@ static void mark_fetched(const tfg_program *p, const tfg_train_step *packed, int
     for (int i = 0; i < st->nmetrics; i++) keep[st->metrics[i]] = 1;
     for (int i = 0; i < W * st->nmetrics; i++) keep[st->replica_metrics[i]] = 1;
     for (int i = 0; i < st->nupdates; i++) keep[st->updates[i]] = 1;
+    for (int i = 0; i < st->nscalers; i++) keep[st->scalers[i]] = 1; /* runtime/train.c fetches these too */
+    for (int i = 0; st->accumulate > 1 && i < st->nupdates; i++) keep[st->acc_first[i]] = keep[st->acc_add[i]] = 1;
     for (int i = 0; i < P; i++) keep[st->params[i]] = 1;
     for (int i = 0; i < st->nstates; i++) keep[st->states[i]] = 1;
     for (int i = 0; i < st->nmirrors; i++) keep[st->mirror_src[i]] = keep[st->mirror_dst[i]] = 1;
@@ -237,6 +240,15 @@ static tfg_status step_auto(tfg_graph *g, const tfg_action *a, const tfg_program
   tfg_status st;
   for (int round = 0;; round++) {
     st = build_step(g, a, p, job, sw, chosen, out, d);
+    if (st == TFG_OK && out->ranks > 1) { /* its pins name the job's GPUs: no trial plans it on this rank's */
+      tfg_diag_error(d, &a->config.recompute_at, "recompute = \"auto\" with a pipeline across the %d ranks of a job "
+                     "is not in this version", out->ranks);
+      tfg_diag_help(d, "name the fns whose calls to recompute, like recompute = [\"block\"]");
+      tfg_train_step_free(out);
+      tfg_graph_truncate(g, n0);
+      for (int32_t i = 0; i < n0; i++) g->nodes[i].pin = pins[i];
+      st = TFG_ERR_NAME;
+    }
     if (st != TFG_OK || !ds) break;
     over = plan_over(p, ds, out, &dev, &peak);
     if (round == 0) first_over = over, first_peak = peak;

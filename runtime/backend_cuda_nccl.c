@@ -80,6 +80,7 @@ typedef struct watchdog {
 
 typedef struct nccl_coll {
   int nranks;
+  int world, first;  /* the communicator's ranks, this process's first: rank r is NCCL's first + r */
   tfg_backend **b;
   tfg_stream **s;
   ncclComm_t *comms; /* [nranks]: rank r's, on b[r]'s GPU */
@@ -196,10 +197,10 @@ static const char *nccl_name(tfg_coll *c) {
 typedef enum nccl_kind { NCCL_ALLREDUCE, NCCL_REDUCE_SCATTER, NCCL_ALL_GATHER } nccl_kind;
 static const char *const kind_names[] = {"allreduce", "reduce_scatter", "all_gather"};
 
-/* Queues rank r's call of kind on segment p of count elements. */
+/* Queues NCCL rank q's call of kind (of W) on segment p of count elements. */
 static ncclResult_t nccl_call(nccl_kind kind, void *p, size_t count, tfg_dtype dt, ncclDataType_t type, ncclRedOp_t op,
-                              int r, int R, ncclComm_t comm, cudaStream_t s) {
-  size_t per = count / (size_t)R, at = (size_t)r * per * tfg_dtype_size(dt);
+                              int q, int W, ncclComm_t comm, cudaStream_t s) {
+  size_t per = count / (size_t)W, at = (size_t)q * per * tfg_dtype_size(dt);
   switch (kind) {
   case NCCL_ALLREDUCE: return ncclAllReduce(p, p, count, type, op, comm, s);
   case NCCL_REDUCE_SCATTER: return ncclReduceScatter(p, (char *)p + at, per, type, op, comm, s);
@@ -213,11 +214,11 @@ static ncclResult_t nccl_call(nccl_kind kind, void *p, size_t count, tfg_dtype d
  * NCCL or CUDA call failed. */
 static bool nccl_queue(nccl_coll *g, nccl_kind kind, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
                        double scale, tfg_strbuf *m) {
-  int R = g->nranks;
+  int R = g->nranks, W = g->world;
   bool f64 = dt == TFG_DTYPE_F64;
   ncclDataType_t type = f64 ? ncclFloat64 : ncclFloat32;
-  /* MEAN is NCCL's own; any other scale follows the sum. */
-  bool avg = scale != 1.0 && scale == 1.0 / R, post = scale != 1.0 && !avg;
+  /* MEAN (over every rank of the communicator) is NCCL's own; any other scale follows the sum. */
+  bool avg = scale != 1.0 && scale == 1.0 / W, post = scale != 1.0 && !avg;
   ncclRedOp_t op = avg ? ncclAvg : ncclSum;
   cudaEvent_t *t0 = calloc((size_t)R, sizeof *t0);
   TFG_ASSERT(t0 != NULL);
@@ -228,7 +229,7 @@ static bool nccl_queue(nccl_coll *g, nccl_kind kind, void *const *bufs, const si
       for (int k = 0; k < nseg && ok; k++)
         if (counts[k]) {
           void *p = bufs[(size_t)r * (size_t)nseg + (size_t)k];
-          ok = NCCL_OK(nccl_call(kind, p, counts[k], dt, type, op, r, R, g->comms[r], g->s[r]->s), m);
+          ok = NCCL_OK(nccl_call(kind, p, counts[k], dt, type, op, g->first + r, W, g->comms[r], g->s[r]->s), m);
         }
     /* Always closed: a failed call inside the group makes ncclGroupEnd
      * fail too, and launch nothing. */
@@ -238,9 +239,9 @@ static bool nccl_queue(nccl_coll *g, nccl_kind kind, void *const *bufs, const si
     cuda_backend *cb = cuda_of(g->b[r]);
     ok = CUDA_OK(cudaSetDevice(cb->gpu), m);
     for (int k = 0; k < nseg && ok; k++) { /* a reduce-scatter's own piece only */
-      size_t per = kind == NCCL_REDUCE_SCATTER ? counts[k] / (size_t)R : counts[k];
+      size_t per = kind == NCCL_REDUCE_SCATTER ? counts[k] / (size_t)W : counts[k];
       char *p = (char *)bufs[(size_t)r * (size_t)nseg + (size_t)k];
-      if (kind == NCCL_REDUCE_SCATTER) p += (size_t)r * per * tfg_dtype_size(dt);
+      if (kind == NCCL_REDUCE_SCATTER) p += (size_t)(g->first + r) * per * tfg_dtype_size(dt);
       ok = CUDA_OK(tfg_cuda_scale(p, per, f64, scale, g->s[r]->s), m);
     }
   }
@@ -276,7 +277,7 @@ static void nccl_run(tfg_coll *c, nccl_kind kind, void *const *bufs, const size_
     tfg_strbuf_printf(&m, "nccl %s: cannot reduce %s elements (tfg's reductions take f32 and f64)", kind_names[kind],
                       tfg_dtype_name(dt));
   }
-  for (int k = 0; k < nseg && kind != NCCL_ALLREDUCE; k++) TFG_ASSERT(counts[k] % (size_t)g->nranks == 0);
+  for (int k = 0; k < nseg && kind != NCCL_ALLREDUCE; k++) TFG_ASSERT(counts[k] % (size_t)g->world == 0);
   if (st == TFG_OK && !nccl_queue(g, kind, bufs, counts, nseg, dt, scale, &m)) st = TFG_ERR_DEVICE;
   if (st != TFG_OK)
     for (int r = 0; r < g->nranks; r++) tfg_backend_cuda_stream_fail(g->s[r], st, began < 0, m.data);
@@ -290,7 +291,7 @@ static void nccl_allreduce_scaled(tfg_coll *c, void *const *bufs, const size_t *
 
 static void nccl_allreduce(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
                            tfg_coll_op op) {
-  nccl_allreduce_scaled(c, bufs, counts, nseg, dt, op == TFG_COLL_MEAN ? 1.0 / c->nranks : 1.0);
+  nccl_allreduce_scaled(c, bufs, counts, nseg, dt, op == TFG_COLL_MEAN ? 1.0 / ((nccl_coll *)c->ctx)->world : 1.0);
 }
 
 static void nccl_reduce_scatter(tfg_coll *c, void *const *bufs, const size_t *counts, int nseg, tfg_dtype dt,
@@ -352,6 +353,8 @@ static tfg_coll *nccl_new(int nranks, tfg_backend *const *b, tfg_stream *const *
   nccl_coll *g = calloc(1, sizeof *g);
   TFG_ASSERT(g != NULL);
   g->nranks = nranks;
+  g->world = world;
+  g->first = first;
   g->b = malloc((size_t)nranks * sizeof *g->b);
   g->s = malloc((size_t)nranks * sizeof *g->s);
   int *devs = malloc((size_t)nranks * sizeof *devs);
@@ -405,6 +408,7 @@ static tfg_coll *nccl_new(int nranks, tfg_backend *const *b, tfg_stream *const *
   }
   tfg_coll *c = tfg_coll_new(&nccl_i, nranks, g);
   c->processes = id ? world / nranks : 1;
+  c->process = id ? first / nranks : 0;
   return c;
 }
 

@@ -588,7 +588,20 @@ tfg_status tfg_replicate_data_end(tfg_replicate *c, tfg_train_step *out) {
       return TFG_ERR_NAME;
     }
     if (zero == 1) all_reduce(c, out);
-    return zero_updates(c, out);
+    tfg_status st = zero_updates(c, out);
+    if (st == TFG_OK && k > 1) {
+      /* a step's other runs fetch an accumulation per update (runtime/train.c): the
+       * gathers' assigns, the second half, repeat the first half's */
+      int m = R * n;
+      out->accs = realloc(out->accs, sizeof *out->accs * (size_t)(2 * m + 1));
+      out->acc_first = realloc(out->acc_first, sizeof *out->acc_first * (size_t)(2 * m + 1));
+      out->acc_add = realloc(out->acc_add, sizeof *out->acc_add * (size_t)(2 * m + 1));
+      TFG_ASSERT(out->accs && out->acc_first && out->acc_add);
+      memcpy(out->accs + m, out->accs, sizeof *out->accs * (size_t)m);
+      memcpy(out->acc_first + m, out->acc_first, sizeof *out->acc_first * (size_t)m);
+      memcpy(out->acc_add + m, out->acc_add, sizeof *out->acc_add * (size_t)m);
+    }
+    return st;
   }
   if (R * c->job.size > 1) all_reduce(c, out); /* the mean over one replica is its gradient */
   return updates(c, out);
