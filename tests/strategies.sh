@@ -370,3 +370,14 @@ sed 's/zero = 2/zero = 0/' "$tmp/zero-resume.tfg" >"$tmp/zero-resume10.tfg"
 expect zero-resume-0 0 "$TFG" run --devices host*4 "$tmp/zero-resume10.tfg" &&
   contains zero-resume-0 "$tmp/err" "restored $tmp/zero-resume.safetensors: 12 tensors, step 5" &&
   zero_same zero-resume "$tmp/zero-resume" "$tmp/zero-mirrored-0" 2e-5
+# with accumulate = 2 (a step's other runs fetch an accumulation per update)
+for z in 0 1 2; do
+  zero_program "$tmp/zero-acc-$z" "mirrored()" "$z" "accumulate = 2"
+  sed -i 's/steps = 10/steps = 5/' "$tmp/zero-acc-$z.tfg"
+  expect "zero-acc-$z" 0 "$TFG" run --devices host*4 "$tmp/zero-acc-$z.tfg"
+done
+zero_same zero-acc-1 "$tmp/zero-acc-1" "$tmp/zero-acc-0" 0
+zero_same zero-acc-2 "$tmp/zero-acc-2" "$tmp/zero-acc-0" 2e-5
+# place --explain says what ZeRO keeps where
+expect zero-explain 0 "$TFG" place --explain --devices host*4 "$tmp/zero-mirrored-2.tfg" &&
+  contains zero-explain "$tmp/out" "zero = 2 (train at line 6): the optimizer state (8 tensors, 28.2 KiB) in 4 pieces, one a replica: 7.1 KiB on each instead of 28.2 KiB; gradients reduce-scattered"

@@ -552,6 +552,25 @@ static tfg_status zero_updates(tfg_replicate *c, tfg_train_step *out) {
     }
   free(all);
   out->nupdates = 2 * R * n;
+  if (st == TFG_OK) { /* place --explain: what it saved */
+    int64_t full = 0, piece = 0;
+    for (int j = 0; j < out->nstates; j++) {
+      full += tfg_node_bytes(&g->nodes[out->state_param[j]]);
+      piece += tfg_node_bytes(&g->nodes[out->state_shards[j * R]]);
+    }
+    tfg_strbuf b = {0}, w = {0}, pc = {0};
+    tfg_size_format(&w, full);
+    tfg_size_format(&pc, piece);
+    if (out->explain) tfg_strbuf_puts(&b, out->explain);
+    tfg_strbuf_printf(&b, "zero = %d (train at line %u): the optimizer state (%d tensors, %s) in %d pieces, one a "
+                      "replica: %s on each instead of %s; gradients %s, params all-gathered after each update\n",
+                      stage, a->loc.line, out->nstates, w.data, D, pc.data, w.data,
+                      stage == 2 ? "reduce-scattered (each replica its piece's mean)" : "all-reduced");
+    free(out->explain);
+    out->explain = tfg_strbuf_take(&b);
+    tfg_strbuf_free(&w);
+    tfg_strbuf_free(&pc);
+  }
   free(states);
   free(per);
   free(ps);
