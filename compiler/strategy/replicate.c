@@ -535,9 +535,11 @@ static tfg_status zero_updates(tfg_replicate *c, tfg_train_step *out) {
   tfg_node_id *all = malloc(sizeof *all * ((size_t)R * (size_t)n + 1));
   TFG_ASSERT(all != NULL);
   for (int r = 0; r < R && st == TFG_OK; r++)
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+      tfg_devspec pin = g->nodes[c->rparams[r * n + i]].pin; /* a copy: adding moves the nodes */
       all[r * n + i] = zadd(c, TFG_OP_ALL_GATHER, &ps[r * n + i], 1,
-                            &(tfg_attrs){.n = R, .key = gkey + i, .end = per[i] * D}, &g->nodes[c->rparams[r * n + i]].pin);
+                            &(tfg_attrs){.n = R, .key = gkey + i, .end = per[i] * D}, &pin);
+    }
   for (int r = 0; r < R && st == TFG_OK; r++)
     for (int i = 0; i < n; i++) {
       tfg_node_id p = c->rparams[r * n + i], x = all[r * n + i];
