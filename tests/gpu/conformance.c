@@ -1786,7 +1786,7 @@ static void fam_allreduce(tfg_op_id op) {
     for (int k = 0; k < COUNT(shapes); k++) {
       tcase c = tc_new(ALL_DTYPES[d]);
       tfg_node_id x = tc_in(&c, ALL_DTYPES[d], shapes[k], UNI(-10, 10));
-      tfg_attrs a = {.n = 1};
+      tfg_attrs a = {.n = 1, .end = op == TFG_OP_ALL_GATHER ? tfg_shape_numel(&shapes[k]) : 0}; /* one piece */
       tc_op(&c, op, &a, 1, x);
       tc_check(&c, T_EXACT);
     }
