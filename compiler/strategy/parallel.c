@@ -624,8 +624,15 @@ static tfg_status parallel_rewrite(tfg_graph *g, const tfg_action *a, const tfg_
     order_by_schedule(&c, &pp, out);
     out->pipe = pp.pp;
     out->ranks = s->ranks;
-    out->explain = pp.explain;
-    pp.explain = NULL;
+    if (out->explain && pp.explain) { /* the cuts first, then what data_end said (ZeRO) */
+      tfg_strbuf b = {0};
+      tfg_strbuf_printf(&b, "%s%s", pp.explain, out->explain);
+      free(out->explain);
+      out->explain = tfg_strbuf_take(&b);
+    } else if (pp.explain) {
+      out->explain = pp.explain;
+      pp.explain = NULL;
+    }
   }
   free(pp.stage);
   free(pp.fwd);
