@@ -544,6 +544,24 @@ static bool replay(checker *ck, const int *nwaits) {
   int32_t *join = malloc(sizeof *join * (size_t)S);
   TFG_ASSERT(clock && ev && waits_left && recorded && pos && narrived && arrived && rel_pos && join);
   memcpy(waits_left, nwaits, sizeof *waits_left * (size_t)p->nevents);
+  /* per node, the ops that write it in place (an update), as a list: a
+   * collective reading a value after such an op (in graph order) must run
+   * after it (ZeRO gathers the piece its update wrote) */
+  int nw = 0;
+  for (int32_t i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i].ninputs; k++) nw += (tfg_op_get(g->nodes[i].op)->inplace >> k) & 1;
+  int *w_head = malloc(sizeof *w_head * ((size_t)g->nnodes + 1)), *w_next = malloc(sizeof *w_next * ((size_t)nw + 1));
+  tfg_node_id *w_op = malloc(sizeof *w_op * ((size_t)nw + 1));
+  TFG_ASSERT(w_head && w_next && w_op);
+  for (int32_t i = 0; i < g->nnodes; i++) w_head[i] = -1;
+  nw = 0;
+  for (int32_t i = 0; i < g->nnodes; i++)
+    for (int k = 0; k < g->nodes[i].ninputs; k++)
+      if ((tfg_op_get(g->nodes[i].op)->inplace >> k) & 1) {
+        w_op[nw] = i;
+        w_next[nw] = w_head[g->nodes[i].inputs[k]];
+        w_head[g->nodes[i].inputs[k]] = nw++;
+      }
   bool ok = true, progress = true;
   while (ok && progress) {
     progress = false;
@@ -586,6 +604,20 @@ static bool replay(checker *ck, const int *nwaits) {
             memcpy(c, join, sizeof *c * (size_t)S);
             int32_t now = ++c[kq];
             for (int j = 0; j < pb->nnodes; j++) ck->l_time[bnode(pb, q, j)] = now;
+            for (int j = 0; j < pb->nnodes && ok; j++) { /* after what wrote its inputs in place before it */
+              tfg_node_id x = bnode(pb, q, j), y = g->nodes[x].inputs[0];
+              for (int w = w_head[y]; w >= 0 && ok; w = w_next[w]) {
+                tfg_node_id u = w_op[w];
+                if (u > x || tfg_plan_removed(p, u) ||
+                    before(c, TFG_PLAN_STREAMS * e + TFG_PLAN_STREAM_COMPUTE, ck->l_time[u]))
+                  continue;
+                char *t = ntext(ck, y), *un = ntext(ck, u);
+                ok = fail(ck, "%s step %d: bucket %d's %s reads %s before %s writes it in place (nothing orders that "
+                          "write before it)", tfg_plan_dev_name(p, e), sq, st->bucket, tfg_op_get(pb->op)->name, t, un);
+                free(t);
+                free(un);
+              }
+            }
             note_clock(ck, e, sq, c);
             TFG_ASSERT(pos[kq] == sq);
             pos[kq] = sq + 1;
@@ -696,7 +728,7 @@ static bool replay(checker *ck, const int *nwaits) {
                   tfg_plan_dev_name(p, k / TFG_PLAN_STREAMS), pos[k], st->event);
     }
   for (int e = 0; e < p->nevents; e++) free(ev[e]);
-  void *arrays[] = {clock, ev, waits_left, recorded, pos, narrived, arrived, rel_pos, join};
+  void *arrays[] = {clock, ev, waits_left, recorded, pos, narrived, arrived, rel_pos, join, w_head, w_next, w_op};
   for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) free(arrays[i]);
   return ok;
 }
