@@ -968,6 +968,14 @@ void tfg_autodiff_micro_sum(tfg_graph *g, int k, const tfg_node_id *params, cons
   }
 }
 
+void tfg_train_step_explain(tfg_train_step *st, const char *lines, bool first) {
+  tfg_strbuf b = {0};
+  const char *old = st->explain ? st->explain : "";
+  tfg_strbuf_printf(&b, "%s%s", first ? lines : old, first ? old : lines);
+  free(st->explain);
+  st->explain = tfg_strbuf_take(&b);
+}
+
 void tfg_train_step_free(tfg_train_step *st) {
   free(st->params);
   free(st->updates);

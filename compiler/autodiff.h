@@ -174,6 +174,10 @@ tfg_status tfg_autodiff_updates(tfg_graph *g, const tfg_action *a, const tfg_nod
                                 int n, tfg_amp *amp, tfg_node_id *updates, tfg_node_id *states, int *nstates,
                                 tfg_diag *d);
 
+/* Adds lines (each ending in a newline) to st->explain, after what is
+ * there, or before it when first (a pipeline's cuts lead). */
+void tfg_train_step_explain(tfg_train_step *st, const char *lines, bool first);
+
 /* clip_grad_norm's scaling (torch.nn.utils.clip_grad_norm_): grads[0..n)
  * scaled by min(1, max / (norm + 1e-6)) into out[], norm the square root
  * of their squares' sum in f64, each scaled one where its gradient is. What

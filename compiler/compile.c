@@ -162,10 +162,9 @@ tfg_status tfg_compile_train_step(tfg_graph *g, const tfg_action *a, const tfg_p
   tfg_status st = build_step(g, a, p, job, sw, named, out, d);
   if (st == TFG_OK && a->config.nrecompute > 0) { /* what it saved, for place --explain */
     tfg_strbuf b = {0};
-    if (out->explain) tfg_strbuf_puts(&b, out->explain);
     tfg_recompute_explain(g, p, a, named, &b);
-    free(out->explain);
-    out->explain = tfg_strbuf_take(&b);
+    if (b.data) tfg_train_step_explain(out, b.data, false);
+    tfg_strbuf_free(&b);
   }
   free(named);
   return st;
@@ -219,6 +218,14 @@ static int64_t plan_over(const tfg_program *p, const tfg_devices *ds, const tfg_
   return over;
 }
 
+/* Undoes a built step: its nodes (from n0 on) and the pins it set below
+ * n0 (as they were: pins). */
+static void unbuild(tfg_graph *g, tfg_train_step *out, int32_t n0, const tfg_devspec *pins) {
+  tfg_train_step_free(out);
+  tfg_graph_truncate(g, n0);
+  for (int32_t i = 0; i < n0; i++) g->nodes[i].pin = pins[i];
+}
+
 /* recompute = "auto" (compiler/recompute.h): the step without recompute
  * when its plan fits ds; else, the candidate calls in order (fewest FLOPs
  * replayed per byte freed), at each round enough more to free what the
@@ -235,7 +242,7 @@ static tfg_status step_auto(tfg_graph *g, const tfg_action *a, const tfg_program
   for (int32_t i = 0; i < n0; i++) pins[i] = g->nodes[i].pin;
   tfg_recompute_candidate *cand = NULL;
   int ncand = tfg_recompute_candidates(g, p, a, &cand), k = 0, dev = 0;
-  int64_t first_over = 0, first_peak = 0, peak = 0, over = 0;
+  int64_t first_peak = 0, peak = 0, over = 0;
   double flops = 0;
   tfg_status st;
   for (int round = 0;; round++) {
@@ -244,14 +251,12 @@ static tfg_status step_auto(tfg_graph *g, const tfg_action *a, const tfg_program
       tfg_diag_error(d, &a->config.recompute_at, "recompute = \"auto\" with a pipeline across the %d ranks of a job "
                      "is not in this version", out->ranks);
       tfg_diag_help(d, "name the fns whose calls to recompute, like recompute = [\"block\"]");
-      tfg_train_step_free(out);
-      tfg_graph_truncate(g, n0);
-      for (int32_t i = 0; i < n0; i++) g->nodes[i].pin = pins[i];
+      unbuild(g, out, n0, pins);
       st = TFG_ERR_NAME;
     }
     if (st != TFG_OK || !ds) break;
     over = plan_over(p, ds, out, &dev, &peak);
-    if (round == 0) first_over = over, first_peak = peak;
+    if (round == 0) first_peak = peak;
     if (over <= 0 || k == ncand) break;
     double freed = 0; /* what the plan lacks, freed by the next candidates (their activations, at most) */
     do {
@@ -260,9 +265,7 @@ static tfg_status step_auto(tfg_graph *g, const tfg_action *a, const tfg_program
       flops += cand[k].flops;
       k++;
     } while (k < ncand && freed < (double)over);
-    tfg_train_step_free(out); /* build it again, with those */
-    tfg_graph_truncate(g, n0);
-    for (int32_t i = 0; i < n0; i++) g->nodes[i].pin = pins[i];
+    unbuild(g, out, n0, pins); /* build it again, with those */
   }
   if (st == TFG_OK && ds) {
     tfg_strbuf b = {0}, have = {0}, need = {0}, now = {0};
@@ -285,16 +288,8 @@ static tfg_status step_auto(tfg_graph *g, const tfg_action *a, const tfg_program
                           cand[q].flops / 1e9);
       }
     }
-    (void)first_over;
-    if (out->explain) {
-      tfg_strbuf all = {0};
-      tfg_strbuf_printf(&all, "%s%s", out->explain, b.data);
-      free(out->explain);
-      out->explain = tfg_strbuf_take(&all);
-      tfg_strbuf_free(&b);
-    } else {
-      out->explain = tfg_strbuf_take(&b);
-    }
+    tfg_train_step_explain(out, b.data, false);
+    tfg_strbuf_free(&b);
     tfg_strbuf_free(&have);
     tfg_strbuf_free(&need);
     tfg_strbuf_free(&now);

@@ -336,14 +336,20 @@ static void decode_no_decay(tfg_interp *I, const train_setting *ts, tfg_train_co
   c->no_decay = pats;
 }
 
+/* Setting k's value v, an integer from lo to hi; else an error at it:
+ * "NAME must be WHAT, got ...". */
+static int int_setting(tfg_interp *I, const tfg_ast *k, tfg_value v, int64_t lo, int64_t hi, const char *what) {
+  if (v.kind != TFG_V_INT || v.u.i < lo || v.u.i > hi)
+    tfg_interp_fail(I, TFG_ERR_NAME, &k->a->loc, "%s must be %s, got %s", k->name, what,
+                    v.kind == TFG_V_INT ? "a number out of range" : tfg_vkind_name(v.kind));
+  return (int)v.u.i;
+}
+
 /* zero = 0 .. 3 (ZeRO's stages; compiler/strategy/replicate.c says what
  * each builds and which this version has). */
 static void decode_zero(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v, const tfg_ast *k) {
   (void)ts;
-  if (v.kind != TFG_V_INT || v.u.i < 0 || v.u.i > 3)
-    tfg_interp_fail(I, TFG_ERR_NAME, &k->a->loc, "zero must be 0, 1, 2 or 3 (ZeRO's stages), got %s",
-                    v.kind == TFG_V_INT ? "a number out of range" : tfg_vkind_name(v.kind));
-  c->zero = (int)v.u.i;
+  c->zero = int_setting(I, k, v, 0, 3, "0, 1, 2 or 3 (ZeRO's stages)");
   c->zero_at = k->loc;
 }
 
@@ -426,10 +432,7 @@ static void decode_accumulate(tfg_interp *I, const train_setting *ts, tfg_train_
 static void decode_micro_batches(tfg_interp *I, const train_setting *ts, tfg_train_config *c, tfg_value v,
                                  const tfg_ast *k) {
   (void)ts;
-  if (v.kind != TFG_V_INT || v.u.i < 1 || v.u.i > 4096)
-    tfg_interp_fail(I, TFG_ERR_NAME, &k->a->loc, "micro_batches must be an integer from 1 to 4096, got %s",
-                    v.kind == TFG_V_INT ? "a number out of range" : tfg_vkind_name(v.kind));
-  c->micro_batches = (int)v.u.i;
+  c->micro_batches = int_setting(I, k, v, 1, 4096, "an integer from 1 to 4096");
   c->micro_batches_at = k->loc;
 }
 

@@ -90,6 +90,28 @@ mlp_program() {
   } >"$1.tfg"
 }
 
+# zero_program FILE STRATEGY ZERO SETTINGS: the digits MLP of 2 layers
+# under STRATEGY at zero = ZERO, 10 steps of AdamW, checkpointed to
+# FILE.safetensors, SETTINGS (one line) in its train block (ZeRO's tests
+# in strategies.sh and mpi.sh).
+zero_program() {
+  {
+    echo "import nn"
+    echo "data digits = csv(\"$digits\", label = -1, test = 0.2, shuffle = true, seed = 7)"
+    echo "input x: f32[16, 64] from digits.x"
+    echo "input y: i32[16] from digits.y"
+    echo "logits = nn.mlp(x / 16.0, [48, 10])"
+    echo "train cross_entropy(logits, y) {"
+    echo "  optimizer = adamw(lr = 1e-2)"
+    echo "  steps = 10"
+    echo "  strategy = $2"
+    echo "  zero = $3"
+    echo "  checkpoint = \"$1.safetensors\""
+    echo "  log_every = 10"
+    echo "  $4"
+    echo "}"
+  } >"$1.tfg"
+}
 # mpi_ready SUITE: true when the tests of an mpirun job can run: mpirun is
 # there (make deps installs it; its absence is a failure, not a skip) and
 # $TFG was built with MPI. A build without it (make asan, MPI=0) is checked

@@ -169,23 +169,7 @@ TFG
   # both ranks into rank 0's checkpoint: one process's zero 2 over host*4,
   # within strategies.sh's 2e-5 (the hierarchical sums run in another
   # order), the state whole in the file
-  for zn in one job; do
-    cat >"$tmp/mpi/zero-$zn.tfg" <<TFG
-import nn
-data digits = csv("$digits", label = -1, test = 0.2, shuffle = true, seed = 7)
-input x: f32[16, 64] from digits.x
-input y: i32[16] from digits.y
-logits = nn.mlp(x / 16.0, [48, 10])
-train cross_entropy(logits, y) {
-  optimizer = adamw(lr = 1e-2)
-  steps = 10
-  strategy = mirrored()
-  zero = 2
-  clip_grad_norm = 0.5
-  checkpoint = "$tmp/mpi/zero-$zn.safetensors"
-}
-TFG
-  done
+  for zn in one job; do zero_program "$tmp/mpi/zero-$zn" "mirrored()" 2 "clip_grad_norm = 0.5"; done
   expect mpi-zero-one 0 "$TFG" run --devices host*4 "$tmp/mpi/zero-one.tfg"
   expect mpi-zero 0 mpi_run -np 2 "$TFG" run --devices host*2 "$tmp/mpi/zero-job.tfg" &&
     if python3 "$ROOT/tests/ckpt_compare.py" "$tmp/mpi/zero-job.safetensors" "$tmp/mpi/zero-one.safetensors" 2e-5 \

@@ -314,24 +314,6 @@ expect recompute-explain 0 "$TFG" place --explain --devices host $rc_set "$tmp/r
 # gradients differ in the last bits (about 1e-7 relative) and 10 steps of
 # AdamW stay within the 2e-5 derived at the top. Mirrored on host*4, and
 # data 2 x pipeline 2 with bf16 and clipping.
-zero_program() { # FILE STRATEGY ZERO SETTINGS
-  {
-    echo "import nn"
-    echo "data digits = csv(\"$digits\", label = -1, test = 0.2, shuffle = true, seed = 7)"
-    echo "input x: f32[16, 64] from digits.x"
-    echo "input y: i32[16] from digits.y"
-    echo "logits = nn.mlp(x / 16.0, [48, 10])"
-    echo "train cross_entropy(logits, y) {"
-    echo "  optimizer = adamw(lr = 1e-2)"
-    echo "  steps = 10"
-    echo "  strategy = $2"
-    echo "  zero = $3"
-    echo "  checkpoint = \"$1.safetensors\""
-    echo "  log_every = 10"
-    echo "  $4"
-    echo "}"
-  } >"$1.tfg"
-}
 zero_same() { # NAME A B TOLERANCE
   if python3 "$ROOT/tests/ckpt_compare.py" "$2.safetensors" "$3.safetensors" "$4" >"$tmp/cmp" 2>&1; then ok
   else ko "strategies $1: $(cat "$tmp/cmp")"; fi

@@ -624,15 +624,7 @@ static tfg_status parallel_rewrite(tfg_graph *g, const tfg_action *a, const tfg_
     order_by_schedule(&c, &pp, out);
     out->pipe = pp.pp;
     out->ranks = s->ranks;
-    if (out->explain && pp.explain) { /* the cuts first, then what data_end said (ZeRO) */
-      tfg_strbuf b = {0};
-      tfg_strbuf_printf(&b, "%s%s", pp.explain, out->explain);
-      free(out->explain);
-      out->explain = tfg_strbuf_take(&b);
-    } else if (pp.explain) {
-      out->explain = pp.explain;
-      pp.explain = NULL;
-    }
+    if (pp.explain) tfg_train_step_explain(out, pp.explain, true); /* the cuts before what data_end said (ZeRO) */
   }
   free(pp.stage);
   free(pp.fwd);

@@ -563,13 +563,12 @@ static tfg_status zero_updates(tfg_replicate *c, tfg_train_step *out) {
     tfg_strbuf b = {0}, w = {0}, pc = {0};
     tfg_size_format(&w, full);
     tfg_size_format(&pc, piece);
-    if (out->explain) tfg_strbuf_puts(&b, out->explain);
     tfg_strbuf_printf(&b, "zero = %d (train at line %u): the optimizer state (%d tensors, %s) in %d pieces, one a "
                       "replica: %s on each instead of %s; gradients %s, params all-gathered after each update\n",
                       stage, a->loc.line, out->nstates, w.data, D, pc.data, w.data,
                       stage == 2 ? "reduce-scattered (each replica its piece's mean)" : "all-reduced");
-    free(out->explain);
-    out->explain = tfg_strbuf_take(&b);
+    tfg_train_step_explain(out, b.data, false);
+    tfg_strbuf_free(&b);
     tfg_strbuf_free(&w);
     tfg_strbuf_free(&pc);
   }
